@@ -1,0 +1,305 @@
+#include "core/autograd.h"
+
+#include <algorithm>
+#include <atomic>
+#include <sstream>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "core/primitives.h"
+#include "core/trace.h"
+
+namespace tg {
+
+// ---------------------------------------------------------------- grad mode
+namespace {
+thread_local bool grad_enabled = true;
+std::atomic<uint64_t> next_sequence_nr{0};
+}  // namespace
+
+bool grad_mode_enabled() { return grad_enabled; }
+NoGradGuard::NoGradGuard() : prev_(grad_enabled) { grad_enabled = false; }
+NoGradGuard::~NoGradGuard() { grad_enabled = prev_; }
+
+// ---------------------------------------------------------------- saved tensors
+SavedTensor::SavedTensor(const Tensor& t, std::string name) : name_(std::move(name)) {
+  if (!t.defined()) return;
+  data_ = t.detach();
+  version_ = t.version();
+}
+
+Tensor SavedTensor::unpack(const char* op) const {
+  TG_CHECK(data_.defined(), op, "saved tensor '", name_, "' was already freed: backward through "
+           "the graph a second time needs backward(..., retain_graph=true) the first time");
+  TG_CHECK(data_.version() == version_, op, "saved tensor '", name_, "' (shape ", data_.shape(),
+           ") was modified in place after it was saved: it is at version ", data_.version(),
+           ", backward wants version ", version_, " (use an out-of-place op, or clone before writing)");
+  return data_;
+}
+
+// ---------------------------------------------------------------- nodes
+std::string Node::variant(const GradMask& mask) const {
+  std::string v;
+  for (size_t i = 0; i < mask.size(); ++i)
+    if (mask[i]) v += (v.empty() ? "d" : ",d") + input_names_[i];
+  return v.empty() ? "none" : v;
+}
+
+size_t Node::saved_bytes() const {
+  size_t n = 0;
+  for (const auto& s : saved) n += s.nbytes();
+  return n;
+}
+
+namespace {
+
+// Adds incoming gradients into a leaf's .grad.
+class AccumulateGrad final : public Node {
+ public:
+  explicit AccumulateGrad(std::shared_ptr<TensorImpl> leaf) : leaf_(std::move(leaf)) {}
+  const char* name() const override { return "accumulate_grad"; }
+  std::vector<Tensor> backward(const std::vector<Tensor>& grads, const GradMask&) override {
+    Tensor g = grads[0];
+    if (!leaf_->grad) {
+      // Steal the buffer when nothing else can see it, else copy: .grad must never alias.
+      bool own = g.storage().use_count() == 1 && g.is_contiguous() && g.storage_offset() == 0;
+      leaf_->grad = (own ? g : clone_data(g)).detach().impl_ptr();
+    } else {
+      accumulate_(Tensor(leaf_->grad), g);
+    }
+    return {};
+  }
+  std::string variant(const GradMask&) const override { return "grad"; }
+  const std::shared_ptr<TensorImpl>& leaf() const { return leaf_; }
+
+ private:
+  std::shared_ptr<TensorImpl> leaf_;
+};
+
+std::shared_ptr<Node> grad_accumulator(const Tensor& leaf) {
+  auto& impl = leaf.impl();
+  if (auto acc = impl.grad_accumulator.lock()) return acc;
+  auto acc = std::make_shared<AccumulateGrad>(leaf.impl_ptr());
+  impl.grad_accumulator = acc;
+  return acc;
+}
+
+}  // namespace
+
+Edge gradient_edge(const Tensor& t) {
+  if (t.grad_fn()) return {t.grad_fn(), t.output_nr()};
+  if (t.requires_grad()) return {grad_accumulator(t), 0};
+  return {};
+}
+
+bool needs_record(const std::vector<NamedInput>& inputs) {
+  if (!grad_enabled) return false;
+  for (const auto& in : inputs)
+    if (in.tensor.defined() && in.tensor.requires_grad()) return true;
+  return false;
+}
+
+void Node::connect(const std::shared_ptr<Node>& self, const std::vector<NamedInput>& inputs,
+                   const std::vector<Tensor>& outputs) {
+  self->sequence_nr_ = next_sequence_nr++;
+  for (const auto& in : inputs) {
+    const Tensor& t = in.tensor;
+    self->input_names_.emplace_back(in.name);
+    self->edges_.push_back(t.defined() ? gradient_edge(t) : Edge{});
+    self->input_shapes_.push_back(t.defined() ? t.shape() : Shape{});
+    self->input_dtypes_.push_back(t.defined() ? t.dtype() : kFloat32);
+    self->input_devices_.push_back(t.defined() ? t.device() : Device::cpu());
+  }
+  self->num_outputs_ = static_cast<uint32_t>(outputs.size());
+  self->retained_outputs_.resize(outputs.size());
+  for (uint32_t k = 0; k < outputs.size(); ++k) {
+    TensorImpl& out = outputs[k].impl();
+    out.grad_fn = self;
+    out.output_nr = k;
+    out.requires_grad = true;
+  }
+}
+
+// ---------------------------------------------------------------- the engine
+// One backward pass: the reachable nodes in reverse recording order, which of them run, and
+// each running node's mask.
+class Engine {
+ public:
+  Engine(const std::vector<Tensor>& roots, const std::vector<Tensor>& inputs) {
+    for (const auto& r : roots) {
+      TG_CHECK(r.defined() && r.requires_grad(), "backward",
+               "a root tensor does not require grad and has no grad_fn (shape ",
+               r.defined() ? r.shape() : Shape{}, "): nothing to differentiate");
+      root_edges_.push_back(gradient_edge(r));
+    }
+    for (const auto& in : inputs) {
+      TG_CHECK(in.defined() && in.is_leaf() && in.requires_grad(), "backward",
+               "inputs= wants leaf tensors that require grad");
+      targets_.insert(grad_accumulator(in).get());
+    }
+    collect();
+  }
+
+  // Reverse recording order is a valid reverse topological order: a node's inputs were all
+  // produced (and their nodes recorded) before it.
+  void collect() {
+    std::vector<Node*> stack;
+    std::unordered_set<Node*> seen;
+    for (const auto& e : root_edges_)
+      if (seen.insert(e.fn.get()).second) stack.push_back(e.fn.get());
+    while (!stack.empty()) {
+      Node* n = stack.back();
+      stack.pop_back();
+      order_.push_back(n);
+      for (const auto& e : n->edges_)
+        if (e && seen.insert(e.fn.get()).second) stack.push_back(e.fn.get());
+    }
+    std::sort(order_.begin(), order_.end(),
+              [](Node* a, Node* b) { return a->sequence_nr_ > b->sequence_nr_; });
+    // needed: the node leads to a target. Inputs come later in order_, so walk it backwards.
+    for (auto it = order_.rbegin(); it != order_.rend(); ++it) {
+      Node* n = *it;
+      bool need = is_target(n);
+      for (const auto& e : n->edges_) need = need || (e && needed_.count(e.fn.get()));
+      if (need) needed_.insert(n);
+    }
+  }
+
+  bool is_target(Node* n) const {
+    for (const auto& w : n->retained_outputs_)
+      if (!w.expired()) return true;
+    if (!dynamic_cast<AccumulateGrad*>(n)) return false;
+    return targets_.empty() || targets_.count(n);
+  }
+
+  GradMask mask_of(Node* n) const {
+    GradMask m(n->edges_.size());
+    for (size_t i = 0; i < m.size(); ++i) m[i] = n->edges_[i] && needed_.count(n->edges_[i].fn.get());
+    return m;
+  }
+
+  void run(const std::vector<Tensor>& root_grads, bool retain_graph) {
+    std::unordered_map<Node*, std::vector<Tensor>> buffers;
+    for (size_t i = 0; i < root_edges_.size(); ++i) add_to(buffers, root_edges_[i], root_grads[i]);
+    NoGradGuard no_grad;
+    for (Node* n : order_) {
+      if (!needed_.count(n)) continue;
+      auto found = buffers.find(n);
+      if (found == buffers.end()) continue;  // no gradient reached it: all zero
+      std::vector<Tensor> grads = std::move(found->second);
+      buffers.erase(found);
+      TG_CHECK(!n->released_, n->name(), "backward through the graph a second time: its saved "
+               "tensors were freed by the first backward (pass retain_graph=true the first time)");
+      for (size_t k = 0; k < n->retained_outputs_.size(); ++k)
+        if (auto out = n->retained_outputs_[k].lock(); out && grads[k].defined())
+          accumulate_retained(out, grads[k]);
+      GradMask mask = mask_of(n);
+      if (KernelTrace::active()) KernelTrace::record(std::string(n->name()) + ".backward[" + n->variant(mask) + "]");
+      std::vector<Tensor> out = n->backward(grads, mask);
+      if (!retain_graph) {
+        for (auto& s : n->saved) s.release();
+        n->released_ = true;
+      }
+      if (dynamic_cast<AccumulateGrad*>(n)) continue;
+      TG_CHECK(out.size() == n->edges_.size(), n->name(), "backward returned ", out.size(),
+               " gradients for ", n->edges_.size(), " inputs");
+      for (size_t i = 0; i < out.size(); ++i) {
+        if (!mask[i]) {
+          TG_CHECK(!out[i].defined(), n->name(), "backward computed a gradient for '",
+                   n->input_names_[i], "' that its mask did not ask for");
+          continue;
+        }
+        check_grad(n, i, out[i]);
+        add_to(buffers, n->edges_[i], out[i]);
+      }
+    }
+  }
+
+ private:
+  static void accumulate_retained(const std::shared_ptr<TensorImpl>& out, const Tensor& g) {
+    if (!out->grad) out->grad = clone_data(g).impl_ptr();
+    else accumulate_(Tensor(out->grad), g);
+  }
+
+  static void add_to(std::unordered_map<Node*, std::vector<Tensor>>& buffers, const Edge& e, const Tensor& g) {
+    auto& slot = buffers[e.fn.get()];
+    if (slot.empty()) slot.resize(e.fn->num_outputs_);
+    Tensor& have = slot[e.input_nr];
+    if (!have.defined()) {
+      have = g;
+    } else {
+      // The first gradient may alias a tensor someone else holds: sum into a fresh buffer.
+      Tensor sum = clone_data(have);
+      accumulate_(sum, g);
+      have = sum;
+    }
+  }
+
+  static void check_grad(Node* n, size_t i, const Tensor& g) {
+    TG_CHECK(g.defined(), n->name(), "backward returned no gradient for '", n->input_names_[i],
+             "' although its mask asked for one");
+    TG_CHECK(g.shape() == n->input_shapes_[i] && g.dtype() == n->input_dtypes_[i] &&
+                 g.device() == n->input_devices_[i],
+             n->name(), "backward returned a gradient for '", n->input_names_[i], "' of shape ",
+             g.shape(), " ", g.dtype(), " on ", g.device(), ", the input is ", n->input_shapes_[i],
+             " ", n->input_dtypes_[i], " on ", n->input_devices_[i]);
+  }
+
+  friend std::vector<PlanStep> backward_plan(const std::vector<Tensor>&, const std::vector<Tensor>&);
+  std::vector<Edge> root_edges_;
+  std::unordered_set<Node*> targets_;
+  std::vector<Node*> order_;
+  std::unordered_set<Node*> needed_;
+};
+
+void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph,
+              const std::vector<Tensor>& inputs) {
+  TG_CHECK(grads.empty() || grads.size() == roots.size(), "backward", "got ", grads.size(),
+           " gradients for ", roots.size(), " roots");
+  Engine engine(roots, inputs);
+  std::vector<Tensor> seeds;
+  for (size_t i = 0; i < roots.size(); ++i) {
+    const Tensor& r = roots[i];
+    Tensor g = grads.empty() ? Tensor() : grads[i];
+    if (!g.defined()) {
+      TG_CHECK(r.numel() == 1, "backward", "a gradient can be created implicitly only for a "
+               "one-element output, got shape ", r.shape(), ": pass backward(grad)");
+      g = Tensor::empty(r.shape(), r.options());
+      fill_(g, 1.0);
+    }
+    TG_CHECK(g.shape() == r.shape() && g.dtype() == r.dtype() && g.device() == r.device(),
+             "backward", "gradient ", g.shape(), " ", g.dtype(), " on ", g.device(),
+             " does not match the output ", r.shape(), " ", r.dtype(), " on ", r.device());
+    seeds.push_back(g);
+  }
+  engine.run(seeds, retain_graph);
+}
+
+std::vector<PlanStep> backward_plan(const std::vector<Tensor>& roots, const std::vector<Tensor>& inputs) {
+  Engine engine(roots, inputs);
+  std::vector<PlanStep> plan;
+  for (Node* n : engine.order_) {
+    GradMask mask = engine.mask_of(n);
+    bool runs = engine.needed_.count(n) > 0;
+    plan.push_back({n->name(), mask, runs ? n->variant(mask) : "skipped", n->input_names(),
+                    n->saved_bytes(), runs});
+  }
+  return plan;
+}
+
+std::string format_plan(const std::vector<PlanStep>& plan) {
+  std::ostringstream os;
+  for (const auto& s : plan) {
+    os << s.node << "[" << s.variant << "]";
+    if (!s.inputs.empty()) {
+      os << " mask(";
+      for (size_t i = 0; i < s.inputs.size(); ++i) os << (i ? " " : "") << s.inputs[i] << "=" << s.mask[i];
+      os << ")";
+    }
+    if (s.saved_bytes) os << " saved " << s.saved_bytes << " B";
+    os << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace tg

@@ -1,0 +1,110 @@
+#include "core/factory.h"
+
+#include <cmath>
+#include <cstring>
+#include <numbers>
+
+#include "core/autograd.h"
+#include "core/philox.h"
+#include "core/primitives.h"
+
+namespace tg {
+
+Generator& default_generator() {
+  static Generator gen(0);
+  return gen;
+}
+
+namespace {
+
+// Builds a host float64 tensor by f(i) for each i, then converts and moves it to opts.
+template <class F>
+Tensor generate(const Shape& shape, TensorOptions opts, F&& f) {
+  Tensor host = Tensor::empty(shape, {kFloat64, Device::cpu()});
+  double* p = host.data_ptr<double>();
+  for (int64_t i = 0, n = host.numel(); i < n; ++i) p[i] = f(i);
+  Tensor out = Tensor::empty(shape, {opts.dtype, opts.device});
+  copy_(out, host);
+  if (opts.requires_grad) out.requires_grad_(true);
+  return out;
+}
+
+}  // namespace
+
+Tensor full(const Shape& shape, double value, TensorOptions opts) {
+  Tensor t = Tensor::empty(shape, {opts.dtype, opts.device});
+  fill_(t, value);
+  if (opts.requires_grad) t.requires_grad_(true);
+  return t;
+}
+
+Tensor arange(double start, double end, double step, TensorOptions opts) {
+  TG_CHECK(step != 0 && std::isfinite(start) && std::isfinite(end), "arange",
+           "wants finite bounds and a non-zero step, got start ", start, " end ", end, " step ", step);
+  int64_t n = std::max<int64_t>(0, static_cast<int64_t>(std::ceil((end - start) / step)));
+  return generate({n}, opts, [&](int64_t i) { return start + static_cast<double>(i) * step; });
+}
+
+Tensor randn(const Shape& shape, Generator& gen, TensorOptions opts) {
+  // Counter c gives 4 words: two Box-Muller pairs, so 4 normals.
+  const uint64_t seed = gen.seed(), first = gen.reserve(static_cast<uint64_t>((numel_of(shape) + 3) / 4));
+  return generate(shape, opts, [&](int64_t i) {
+    Philox4 r = philox(seed, first + static_cast<uint64_t>(i / 4));
+    int pair = static_cast<int>(i % 4) / 2;
+    double u1 = (static_cast<double>(r.v[2 * pair] >> 8) + 1.0) / 16777216.0;  // (0, 1]
+    double u2 = static_cast<double>(r.v[2 * pair + 1] >> 8) / 16777216.0;
+    double radius = std::sqrt(-2.0 * std::log(u1)), angle = 2.0 * std::numbers::pi * u2;
+    return i % 2 == 0 ? radius * std::cos(angle) : radius * std::sin(angle);
+  });
+}
+
+Tensor uniform(const Shape& shape, double low, double high, Generator& gen, TensorOptions opts) {
+  TG_CHECK(low < high, "uniform", "wants low < high, got ", low, " and ", high);
+  const uint64_t seed = gen.seed(), first = gen.reserve(static_cast<uint64_t>((numel_of(shape) + 3) / 4));
+  return generate(shape, opts, [&](int64_t i) {
+    uint32_t u = philox(seed, first + static_cast<uint64_t>(i / 4)).v[i % 4];
+    return low + (high - low) * static_cast<double>(uniform01(u));
+  });
+}
+
+Tensor randint(int64_t low, int64_t high, const Shape& shape, Generator& gen, TensorOptions opts) {
+  TG_CHECK(low < high, "randint", "wants low < high, got ", low, " and ", high);
+  const uint64_t range = static_cast<uint64_t>(high - low);
+  const uint64_t seed = gen.seed(), first = gen.reserve(static_cast<uint64_t>((numel_of(shape) + 1) / 2));
+  return generate(shape, opts, [&](int64_t i) {
+    Philox4 r = philox(seed, first + static_cast<uint64_t>(i / 2));
+    int lane = 2 * static_cast<int>(i % 2);
+    uint64_t u = (static_cast<uint64_t>(r.v[lane]) << 32) | r.v[lane + 1];
+    return static_cast<double>(low + static_cast<int64_t>(u % range));
+  });
+}
+
+template <class T>
+Tensor from_vector(const std::vector<T>& values, Shape shape, Device device, bool requires_grad) {
+  if (shape.empty() && values.size() != 1) shape = {static_cast<int64_t>(values.size())};
+  TG_CHECK(numel_of(shape) == static_cast<int64_t>(values.size()), "from_vector", "got ",
+           values.size(), " values for shape ", shape, " (", numel_of(shape), " elements)");
+  Tensor host = Tensor::empty(shape, {dtype_of<T>(), Device::cpu()});
+  if constexpr (std::is_same_v<T, bool>) {
+    for (size_t i = 0; i < values.size(); ++i) host.data_ptr<bool>()[i] = values[i];
+  } else {
+    std::memcpy(host.data_ptr(), values.data(), values.size() * sizeof(T));
+  }
+  Tensor out = host;
+  if (!device.is_cpu()) {
+    out = Tensor::empty(shape, {dtype_of<T>(), device});
+    copy_(out, host);
+  }
+  if (requires_grad) out.requires_grad_(true);
+  return out;
+}
+
+template Tensor from_vector(const std::vector<float>&, Shape, Device, bool);
+template Tensor from_vector(const std::vector<double>&, Shape, Device, bool);
+template Tensor from_vector(const std::vector<int32_t>&, Shape, Device, bool);
+template Tensor from_vector(const std::vector<int64_t>&, Shape, Device, bool);
+template Tensor from_vector(const std::vector<bool>&, Shape, Device, bool);
+
+Tensor scalar_tensor(double value, TensorOptions opts) { return full({}, value, opts); }
+
+}  // namespace tg

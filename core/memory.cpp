@@ -1,0 +1,110 @@
+#include "core/memory.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "core/error.h"
+
+#ifdef TG_WITH_CUDA
+#include "core/cuda/runtime.h"
+#endif
+
+namespace tg {
+namespace {
+
+MemoryStats cpu_stats;
+
+void check_cuda_built(const char* op, Device d) {
+#ifndef TG_WITH_CUDA
+  TG_CHECK(!d.is_cuda(), op, "device ", d, " requested, but tapegrad was built without CUDA "
+           "(configure with -DTG_CUDA=ON on a machine with the CUDA toolkit)");
+#else
+  (void)op, (void)d;
+#endif
+}
+
+}  // namespace
+
+bool cuda_is_available() { return cuda_device_count() > 0; }
+
+int cuda_device_count() {
+#ifdef TG_WITH_CUDA
+  return cuda::device_count();
+#else
+  return 0;
+#endif
+}
+
+Device default_device() { return cuda_is_available() ? Device::cuda(0) : Device::cpu(); }
+
+void* allocate(Device device, size_t nbytes) {
+  check_cuda_built("allocate", device);
+#ifdef TG_WITH_CUDA
+  if (device.is_cuda()) return cuda::allocate(device.index, nbytes);
+#endif
+  // 64-byte alignment: a cache line, and enough for any vector load.
+  size_t rounded = std::max<size_t>(64, (nbytes + 63) / 64 * 64);
+  void* p = std::aligned_alloc(64, rounded);
+  TG_CHECK(p, "allocate", "out of host memory allocating ", nbytes, " bytes");
+  cpu_stats.bytes_in_use += nbytes;
+  cpu_stats.bytes_reserved += rounded;
+  cpu_stats.peak_bytes = std::max(cpu_stats.peak_bytes, cpu_stats.bytes_in_use);
+  ++cpu_stats.allocations;
+  ++cpu_stats.device_allocations;
+  return p;
+}
+
+void deallocate(Device device, void* ptr, size_t nbytes) {
+  if (!ptr) return;
+#ifdef TG_WITH_CUDA
+  if (device.is_cuda()) return cuda::deallocate(device.index, ptr, nbytes);
+#endif
+  cpu_stats.bytes_in_use -= nbytes;
+  cpu_stats.bytes_reserved -= std::max<size_t>(64, (nbytes + 63) / 64 * 64);
+  std::free(ptr);
+}
+
+MemoryStats memory_stats(Device device) {
+  check_cuda_built("memory_stats", device);
+#ifdef TG_WITH_CUDA
+  if (device.is_cuda()) return cuda::memory_stats(device.index);
+#endif
+  return cpu_stats;
+}
+
+void reset_peak_memory_stats(Device device) {
+  check_cuda_built("reset_peak_memory_stats", device);
+#ifdef TG_WITH_CUDA
+  if (device.is_cuda()) return cuda::reset_peak_memory_stats(device.index);
+#endif
+  cpu_stats.peak_bytes = cpu_stats.bytes_in_use;
+  cpu_stats.allocations = 0;
+  cpu_stats.device_allocations = 0;
+}
+
+void empty_cache(Device device) {
+  check_cuda_built("empty_cache", device);
+#ifdef TG_WITH_CUDA
+  if (device.is_cuda()) cuda::empty_cache(device.index);
+#endif
+}
+
+void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t n) {
+  check_cuda_built("copy", dst_device);
+  check_cuda_built("copy", src_device);
+  if (n == 0) return;
+#ifdef TG_WITH_CUDA
+  if (dst_device.is_cuda() || src_device.is_cuda()) return cuda::copy_bytes(dst, dst_device, src, src_device, n);
+#endif
+  std::memcpy(dst, src, n);
+}
+
+void synchronize(Device device) {
+  check_cuda_built("synchronize", device);
+#ifdef TG_WITH_CUDA
+  if (device.is_cuda()) cuda::synchronize(device.index);
+#endif
+}
+
+}  // namespace tg

@@ -1,0 +1,34 @@
+// Device memory: allocation with statistics, and raw byte copies between devices.
+// The CPU uses 64-byte aligned heap blocks; CUDA uses the caching allocator in core/cuda/.
+// Tests and benchmarks read the statistics to prove what a kernel variant did not allocate.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/device.h"
+
+namespace tg {
+
+struct MemoryStats {
+  size_t bytes_in_use = 0;    // bytes held by live tensors (requested sizes)
+  size_t peak_bytes = 0;      // maximum of bytes_in_use since the last reset
+  uint64_t allocations = 0;   // allocate() calls since the last reset
+  uint64_t device_allocations = 0;  // blocks taken from the system (cudaMalloc / aligned_alloc)
+  size_t bytes_reserved = 0;  // bytes held from the system, cached blocks included
+};
+
+MemoryStats memory_stats(Device device = Device::cpu());
+void reset_peak_memory_stats(Device device = Device::cpu());
+// Returns cached device blocks to the system (no-op on the CPU).
+void empty_cache(Device device = Device::cpu());
+
+void* allocate(Device device, size_t nbytes);
+void deallocate(Device device, void* ptr, size_t nbytes);
+// Copies n bytes; either side may be host or device. Host<->device copies wait for the
+// device's stream; device->device copies are ordered on it without blocking the host.
+void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t n);
+// Waits until all queued device work is done (no-op on the CPU).
+void synchronize(Device device);
+
+}  // namespace tg

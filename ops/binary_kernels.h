@@ -1,0 +1,15 @@
+// Backend contract for binary ops: out is contiguous; a and b are views of out's shape whose
+// broadcast dims have stride 0.
+#pragma once
+
+#include "core/tensor.h"
+#include "ops/elementwise_math.h"
+
+namespace tg {
+namespace cpu {
+void binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b);
+}
+namespace cuda {
+void binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b);
+}
+}  // namespace tg

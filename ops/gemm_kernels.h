@@ -1,0 +1,17 @@
+// Backend contract for matrix products, used by matmul and linear:
+//   c[i] = alpha * a[i] @ b[i] + beta * c[i]
+// a [B, M, K], b [B, K, N], c [B, M, N], all 3-D (a 2-D product is B = 1). Each matrix has unit
+// stride along one of its two last dims, so a transposed view costs no copy; a batch stride of 0
+// reuses one matrix for every i. Same dtype for all three; float32/bfloat16 accumulate in float32.
+#pragma once
+
+#include "core/tensor.h"
+
+namespace tg {
+namespace cpu {
+void gemm(const Tensor& c, const Tensor& a, const Tensor& b, double alpha, double beta);
+}
+namespace cuda {
+void gemm(const Tensor& c, const Tensor& a, const Tensor& b, double alpha, double beta);
+}
+}  // namespace tg
