@@ -1,0 +1,196 @@
+// Devices, streams, the caching allocator and byte copies.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/cuda/cuda_utils.cuh"
+#include "core/cuda/runtime.h"
+
+namespace tg::cuda {
+
+void throw_cuda_error(cudaError_t err, const char* call, const char* file, int line) {
+  throw Error(detail::cat("cuda: ", call, " failed with ", cudaGetErrorName(err), " (",
+                          cudaGetErrorString(err), ") at ", file, ":", line));
+}
+
+namespace {
+
+// Size classes: multiples of 512 B below 1 MiB; above, multiples of an eighth of the next power
+// of two (at most 12.5% slack). A training step asks for the same sizes every step, so after
+// the first step every request finds a cached block of its class.
+size_t size_class(size_t n) {
+  if (n < (1u << 20)) return std::max<size_t>(512, (n + 511) / 512 * 512);
+  size_t p = 1;
+  while (p < n) p <<= 1;
+  size_t step = p / 8;
+  return (n + step - 1) / step * step;
+}
+
+struct DeviceState {
+  std::mutex mu;
+  cudaStream_t stream = nullptr;
+  std::unordered_map<size_t, std::vector<void*>> free_blocks;  // size class -> cached blocks
+  std::unordered_map<void*, size_t> live;                      // block -> size class
+  MemoryStats stats;
+};
+
+std::vector<std::unique_ptr<DeviceState>>& states() {
+  static std::vector<std::unique_ptr<DeviceState>> s = [] {
+    std::vector<std::unique_ptr<DeviceState>> v;
+    for (int i = 0, n = device_count(); i < n; ++i) v.push_back(std::make_unique<DeviceState>());
+    return v;
+  }();
+  return s;
+}
+
+DeviceState& state(int device) {
+  auto& s = states();
+  TG_CHECK(device >= 0 && device < static_cast<int>(s.size()), "cuda", "device cuda:", device,
+           " does not exist (", s.size(), " CUDA devices visible)");
+  return *s[static_cast<size_t>(device)];
+}
+
+void release_cached(DeviceState& st) {
+  for (auto& [cls, blocks] : st.free_blocks)
+    for (void* p : blocks) {
+      TG_CUDA_CHECK(cudaFree(p));
+      st.stats.bytes_reserved -= cls;
+    }
+  st.free_blocks.clear();
+}
+
+}  // namespace
+
+int device_count() {
+  static int n = [] {
+    int count = 0;
+    // No driver or no device: CUDA tensors are unavailable, not an error at start-up.
+    if (cudaGetDeviceCount(&count) != cudaSuccess) {
+      cudaGetLastError();
+      return 0;
+    }
+    return count;
+  }();
+  return n;
+}
+
+cudaStream_t stream(int device) {
+  DeviceState& st = state(device);
+  TG_CUDA_CHECK(cudaSetDevice(device));
+  std::lock_guard<std::mutex> lock(st.mu);
+  if (!st.stream) TG_CUDA_CHECK(cudaStreamCreateWithFlags(&st.stream, cudaStreamNonBlocking));
+  return st.stream;
+}
+
+cudaStream_t stream_for(const Tensor& t) {
+  TG_CHECK(t.device().is_cuda(), "cuda", "kernel got a tensor on ", t.device());
+  return stream(t.device().index);
+}
+
+StridedIndex strided_index(const Shape& shape, const Shape& strides) {
+  TG_CHECK(shape.size() <= StridedIndex::kMaxDims, "cuda", "tensors of more than ",
+           StridedIndex::kMaxDims, " dims are not supported on the GPU, got ", shape);
+  StridedIndex idx;
+  idx.ndim = static_cast<int>(shape.size());
+  for (size_t d = 0; d < shape.size(); ++d) idx.sizes[d] = shape[d], idx.strides[d] = strides[d];
+  return idx;
+}
+
+void* allocate(int device, size_t nbytes) {
+  if (nbytes == 0) return nullptr;
+  DeviceState& st = state(device);
+  std::lock_guard<std::mutex> lock(st.mu);
+  size_t cls = size_class(nbytes);
+  void* p = nullptr;
+  auto& cached = st.free_blocks[cls];
+  if (!cached.empty()) {
+    p = cached.back();
+    cached.pop_back();
+  } else {
+    TG_CUDA_CHECK(cudaSetDevice(device));
+    cudaError_t err = cudaMalloc(&p, cls);
+    if (err == cudaErrorMemoryAllocation) {  // give back what the cache holds, then retry once
+      cudaGetLastError();
+      release_cached(st);
+      err = cudaMalloc(&p, cls);
+    }
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      fail("allocate", "CUDA out of memory on cuda:", device, " allocating ", nbytes, " bytes (",
+           st.stats.bytes_in_use, " bytes in use by tensors, ", st.stats.bytes_reserved, " reserved)");
+    }
+    st.stats.bytes_reserved += cls;
+    ++st.stats.device_allocations;
+  }
+  st.live[p] = cls;
+  st.stats.bytes_in_use += nbytes;
+  st.stats.peak_bytes = std::max(st.stats.peak_bytes, st.stats.bytes_in_use);
+  ++st.stats.allocations;
+  return p;
+}
+
+void deallocate(int device, void* ptr, size_t nbytes) {
+  DeviceState& st = state(device);
+  std::lock_guard<std::mutex> lock(st.mu);
+  auto it = st.live.find(ptr);
+  if (it == st.live.end()) return;
+  // All work is ordered on the one stream, so a later kernel that reuses this block runs after
+  // every kernel that used it: no synchronisation needed.
+  st.free_blocks[it->second].push_back(ptr);
+  st.live.erase(it);
+  st.stats.bytes_in_use -= nbytes;
+}
+
+MemoryStats memory_stats(int device) {
+  DeviceState& st = state(device);
+  std::lock_guard<std::mutex> lock(st.mu);
+  return st.stats;
+}
+
+void reset_peak_memory_stats(int device) {
+  DeviceState& st = state(device);
+  std::lock_guard<std::mutex> lock(st.mu);
+  st.stats.peak_bytes = st.stats.bytes_in_use;
+  st.stats.allocations = 0;
+  st.stats.device_allocations = 0;
+}
+
+void empty_cache(int device) {
+  DeviceState& st = state(device);
+  synchronize(device);
+  std::lock_guard<std::mutex> lock(st.mu);
+  release_cached(st);
+}
+
+void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t n) {
+  if (dst_device.is_cuda() && src_device.is_cuda() && dst_device.index != src_device.index) {
+    TG_CUDA_CHECK(cudaMemcpyPeer(dst, dst_device.index, src, src_device.index, n));
+    return;
+  }
+  int device = dst_device.is_cuda() ? dst_device.index : src_device.index;
+  cudaStream_t s = stream(device);
+  if (dst_device.is_cuda() && src_device.is_cuda()) {
+    TG_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, s));
+  } else if (dst_device.is_cuda()) {
+    // From pageable host memory the data is staged before this returns; the host buffer may go.
+    TG_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, s));
+  } else {
+    TG_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, s));
+    TG_CUDA_CHECK(cudaStreamSynchronize(s));  // the host reads it next
+  }
+}
+
+void synchronize(int device) { TG_CUDA_CHECK(cudaStreamSynchronize(stream(device))); }
+
+namespace {
+bool tf32_allowed = false;
+}
+void set_allow_tf32(bool allow) { tf32_allowed = allow; }
+bool allow_tf32() { return tf32_allowed; }
+
+}  // namespace tg::cuda

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Installs what building tapegrad needs and this machine lacks: a C++20 compiler, CMake >= 3.25,
+# Eigen 3.4, GoogleTest (and ninja/make). Uses apt-get as root (or through sudo); otherwise
+# says exactly what to install. Does nothing when everything is present.
+set -euo pipefail
+
+missing=()
+have() { command -v "$1" >/dev/null 2>&1; }
+root=$(cd "$(dirname "$0")/.." && pwd)
+
+have c++ || have g++ || missing+=(g++)
+have make || missing+=(make)
+if have cmake; then
+  ver=$(cmake --version | head -1 | grep -oE '[0-9]+\.[0-9]+' | head -1)
+  if [ "$(printf '%s\n3.25\n' "$ver" | sort -V | head -1)" != "3.25" ]; then missing+=(cmake); fi
+else
+  missing+=(cmake)
+fi
+[ -f /usr/include/eigen3/Eigen/Core ] || [ -d "$root/.deps/eigen3" ] || missing+=(libeigen3-dev)
+[ -d /usr/src/googletest ] || [ -d "$root/.deps/googletest" ] || [ -f /usr/include/gtest/gtest.h ] ||
+  missing+=(googletest libgtest-dev)
+have ninja || missing+=(ninja-build)
+
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "tapegrad: installing missing packages: ${missing[*]}"
+if [ "$(id -u)" -eq 0 ]; then
+  sudo=""
+elif have sudo && sudo -n true 2>/dev/null; then
+  sudo="sudo"
+else
+  echo "tapegrad: cannot install packages without root. Please run:" >&2
+  echo "  sudo apt-get update && sudo apt-get install -y ${missing[*]}" >&2
+  exit 1
+fi
+if ! have apt-get; then
+  echo "tapegrad: no apt-get on this machine; install these with your package manager: ${missing[*]}" >&2
+  exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "tapegrad: installed ${missing[*]}"
