@@ -1,0 +1,254 @@
+#include "io/safetensors.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+
+#include "core/autograd.h"
+#include "io/file.h"
+#include "io/json.h"
+#include "ops/cast.h"
+
+namespace tg::safetensors {
+
+static_assert(std::endian::native == std::endian::little,
+              "safetensors data is little-endian; this reader copies bytes as they are");
+
+namespace {
+
+// The Rust reference implementation refuses headers above 100 MB; so do we, so that a corrupt
+// length cannot make us allocate gigabytes.
+constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+
+// How a file dtype is read: its element size and the tensor dtype it becomes.
+struct FileDType {
+  const char* code;
+  size_t size;
+  DType dtype;
+};
+constexpr FileDType kFileDTypes[] = {
+    {"F64", 8, kFloat64}, {"F32", 4, kFloat32}, {"F16", 2, kFloat32},  // F16 is widened
+    {"BF16", 2, kBFloat16}, {"I64", 8, kInt64}, {"I32", 4, kInt32}, {"BOOL", 1, kBool},
+};
+// Known to safetensors, but tapegrad has no such tensors.
+constexpr const char* kUnsupported[] = {"F8_E4M3", "F8_E5M2", "I8", "U8", "I16", "U16", "U32", "U64", "C64"};
+
+const FileDType* find_dtype(const std::string& code) {
+  for (const auto& d : kFileDTypes)
+    if (code == d.code) return &d;
+  return nullptr;
+}
+
+float half_to_float(uint16_t h) {
+  uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+  uint32_t exp = (h >> 10) & 0x1F, mant = h & 0x3FF;
+  uint32_t bits;
+  if (exp == 0x1F) {  // inf / nan
+    bits = sign | 0x7F800000u | (mant << 13);
+  } else if (exp != 0) {  // normal
+    bits = sign | ((exp + 112) << 23) | (mant << 13);
+  } else if (mant == 0) {  // zero
+    bits = sign;
+  } else {  // subnormal: renormalise
+    int e = -1;
+    do {
+      ++e;
+      mant <<= 1;
+    } while ((mant & 0x400) == 0);
+    bits = sign | (static_cast<uint32_t>(112 - e) << 23) | ((mant & 0x3FF) << 13);
+  }
+  return std::bit_cast<float>(bits);
+}
+
+json::Value header_json(const TensorMap& tensors, const Metadata& metadata) {
+  json::Value header = json::Value::object();
+  if (!metadata.empty()) {
+    json::Value meta = json::Value::object();
+    for (const auto& [k, v] : metadata) meta.set(k, v);
+    header.set("__metadata__", meta);
+  }
+  uint64_t offset = 0;
+  for (const auto& [name, t] : tensors) {
+    TG_CHECK(t.defined(), "safetensors", "tensor '", name, "' is undefined");
+    TG_CHECK(name != "__metadata__", "safetensors", "'__metadata__' is reserved and cannot name a tensor");
+    json::Value shape = json::Value::array();
+    for (int64_t s : t.shape()) shape.push_back(s);
+    uint64_t end = offset + t.nbytes();
+    header.set(name, json::Value::object()
+                         .set("dtype", dtype_code(t.dtype()))
+                         .set("shape", shape)
+                         .set("data_offsets", json::Value::array({static_cast<int64_t>(offset),
+                                                                  static_cast<int64_t>(end)})));
+    offset = end;
+  }
+  return header;
+}
+
+void write_to(const TensorMap& tensors, const Metadata& metadata, const io::ChunkWriter& write) {
+  std::string header = json::dump(header_json(tensors, metadata));
+  // Pad with spaces so the data area starts 8-byte aligned (as the Rust writer does).
+  header.append((8 - header.size() % 8) % 8, ' ');
+  uint8_t len[8];
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(static_cast<uint64_t>(header.size()) >> (8 * i));
+  write(len, 8);
+  write(header.data(), header.size());
+  std::vector<uint8_t> buf;
+  for (const auto& [name, t] : tensors) {
+    buf.resize(t.nbytes());
+    if (!buf.empty()) read_to_host(t, t.dtype(), buf.data());  // row-major, any device or strides
+    write(buf.data(), buf.size());
+  }
+}
+
+struct Entry {
+  std::string name;
+  const FileDType* dtype;
+  Shape shape;
+  uint64_t begin, end;
+};
+
+}  // namespace
+
+const char* dtype_code(DType dtype) {
+  switch (dtype) {
+    case kFloat64: return "F64";
+    case kFloat32: return "F32";
+    case kBFloat16: return "BF16";
+    case kInt64: return "I64";
+    case kInt32: return "I32";
+    case kBool: return "BOOL";
+  }
+  fail("safetensors", "no safetensors code for dtype ", dtype);
+}
+
+std::vector<uint8_t> serialize(const TensorMap& tensors, const Metadata& metadata) {
+  std::vector<uint8_t> out;
+  write_to(tensors, metadata, [&](const void* p, size_t n) {
+    const auto* b = static_cast<const uint8_t*>(p);
+    out.insert(out.end(), b, b + n);
+  });
+  return out;
+}
+
+Loaded deserialize(const uint8_t* data, size_t size, const std::string& source, Device device) {
+  auto bad = [&](const auto&... what) { fail("safetensors", "'", source, "': ", what...); };
+  if (size < 8) bad("file is ", size, " bytes, shorter than the 8-byte header length");
+  uint64_t n = 0;
+  for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(data[i]) << (8 * i);
+  if (n > kMaxHeaderBytes) bad("header length ", n, " is absurd (limit ", kMaxHeaderBytes, " bytes)");
+  if (n > size - 8) bad("header length ", n, " runs past the end of the file (", size, " bytes)");
+  const uint64_t data_size = size - 8 - n;
+  const uint8_t* area = data + 8 + n;
+
+  json::Value header;
+  try {
+    header = json::parse(std::string_view(reinterpret_cast<const char*>(data + 8), n));
+  } catch (const Error& e) {
+    bad("invalid JSON header: ", e.what());
+  }
+  if (!header.is_object()) bad("header is a JSON ", json::Value::type_name(header.type()), ", wants an object");
+
+  Loaded out;
+  std::vector<Entry> entries;
+  for (size_t i = 0; i < header.size(); ++i) {
+    const std::string& name = header.keys()[i];
+    const json::Value& v = header.values()[i];
+    if (name == "__metadata__") {
+      if (!v.is_object()) bad("__metadata__ must be an object of strings");
+      for (size_t j = 0; j < v.size(); ++j) {
+        if (!v.values()[j].is_string()) bad("__metadata__ value of '", v.keys()[j], "' is not a string");
+        out.metadata[v.keys()[j]] = v.values()[j].as_string();
+      }
+      continue;
+    }
+    const json::Value* dt = v.find("dtype");
+    const json::Value* sh = v.find("shape");
+    const json::Value* off = v.find("data_offsets");
+    if (!v.is_object() || !dt || !sh || !off)
+      bad("tensor '", name, "' must be an object with dtype, shape and data_offsets");
+    if (!dt->is_string()) bad("tensor '", name, "': dtype is not a string");
+    Entry e{name, find_dtype(dt->as_string()), {}, 0, 0};
+    if (!e.dtype) {
+      const std::string& code = dt->as_string();
+      bool known = std::any_of(std::begin(kUnsupported), std::end(kUnsupported), [&](const char* c) { return code == c; });
+      bad("tensor '", name, "' has ", known ? "unsupported" : "unknown", " dtype '", code,
+          "' (tapegrad reads F64, F32, F16, BF16, I64, I32, BOOL)");
+    }
+    if (!sh->is_array()) bad("tensor '", name, "': shape is not an array");
+    // numel and the product ignoring zero dims must both fit, or strides could overflow.
+    uint64_t numel = 1, extent = 1;
+    for (const auto& d : sh->as_array()) {
+      if (!d.is_int() || d.as_int() < 0) bad("tensor '", name, "': shape entries must be integers >= 0");
+      uint64_t s = static_cast<uint64_t>(d.as_int());
+      if (__builtin_mul_overflow(numel, s, &numel) || __builtin_mul_overflow(extent, std::max<uint64_t>(s, 1), &extent) ||
+          extent > (uint64_t{1} << 62))
+        bad("tensor '", name, "': shape is too large");
+      e.shape.push_back(static_cast<int64_t>(s));
+    }
+    if (!off->is_array() || off->size() != 2 || !off->as_array()[0].is_int() || !off->as_array()[1].is_int() ||
+        off->as_array()[0].as_int() < 0 || off->as_array()[1].as_int() < 0)
+      bad("tensor '", name, "': data_offsets must be two integers >= 0");
+    e.begin = static_cast<uint64_t>(off->as_array()[0].as_int());
+    e.end = static_cast<uint64_t>(off->as_array()[1].as_int());
+    if (e.begin > e.end) bad("tensor '", name, "': data_offsets [", e.begin, ", ", e.end, "] end before they begin");
+    if (e.end > data_size)
+      bad("tensor '", name, "': data_offsets [", e.begin, ", ", e.end, "] lie outside the data area (", data_size,
+          " bytes)");
+    uint64_t want = 0;
+    if (__builtin_mul_overflow(numel, e.dtype->size, &want) || want != e.end - e.begin)
+      bad("tensor '", name, "': ", e.dtype->code, " ", detail::to_text(e.shape), " needs ", numel, " x ",
+          e.dtype->size, " bytes, data_offsets [", e.begin, ", ", e.end, "] hold ", e.end - e.begin);
+    entries.push_back(std::move(e));
+  }
+
+  // The tensors must tile the data area exactly: sorted by offset, each starts where the last ended.
+  std::vector<const Entry*> order;
+  for (const auto& e : entries) order.push_back(&e);
+  std::sort(order.begin(), order.end(), [](const Entry* a, const Entry* b) {
+    return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
+  });
+  uint64_t covered = 0;
+  const Entry* prev = nullptr;
+  for (const Entry* e : order) {
+    if (e->begin < covered)
+      bad("tensor '", e->name, "' data_offsets [", e->begin, ", ", e->end, "] overlap tensor '", prev->name, "' [",
+          prev->begin, ", ", prev->end, "]");
+    if (e->begin > covered) bad("bytes [", covered, ", ", e->begin, ") of the data area belong to no tensor");
+    covered = e->end;
+    prev = e;
+  }
+  if (covered != data_size) bad("the data area is ", data_size, " bytes but the tensors cover ", covered);
+
+  for (const Entry& e : entries) {
+    Tensor t = Tensor::empty(e.shape, {e.dtype->dtype, Device::cpu()});
+    const uint8_t* src = area + e.begin;
+    const size_t count = static_cast<size_t>(t.numel());
+    if (std::strcmp(e.dtype->code, "F16") == 0) {
+      float* dst = t.data_ptr<float>();
+      for (size_t i = 0; i < count; ++i) dst[i] = half_to_float(static_cast<uint16_t>(src[2 * i] | (src[2 * i + 1] << 8)));
+    } else if (e.dtype->dtype == kBool) {
+      auto* dst = static_cast<uint8_t*>(t.data_ptr());
+      for (size_t i = 0; i < count; ++i) dst[i] = src[i] != 0;  // any other byte value is not a C++ bool
+    } else if (count > 0) {
+      std::memcpy(t.data_ptr(), src, e.end - e.begin);
+    }
+    out.tensors[e.name] = device.is_cpu() ? t : to(t, device);
+  }
+  return out;
+}
+
+void save_file(const TensorMap& tensors, const std::string& path, const Metadata& metadata) {
+  header_json(tensors, metadata);  // validate before touching the disk
+  io::write_file_atomic(path, [&](const io::ChunkWriter& w) { write_to(tensors, metadata, w); });
+}
+
+Loaded load_file_with_metadata(const std::string& path, Device device) {
+  std::vector<uint8_t> bytes = io::read_file(path);
+  return deserialize(bytes.data(), bytes.size(), path, device);
+}
+
+TensorMap load_file(const std::string& path, Device device) {
+  return load_file_with_metadata(path, device).tensors;
+}
+
+}  // namespace tg::safetensors

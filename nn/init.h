@@ -1,0 +1,21 @@
+// In-place initialisers, as torch.nn.init. They write under NoGradGuard, so they work on
+// parameters that require grad, on any device (values are drawn on the host from `gen`).
+#pragma once
+
+#include "core/generator.h"
+#include "core/tensor.h"
+
+namespace tg::nn::init {
+
+void normal_(const Tensor& t, double mean = 0.0, double std = 1.0, Generator& gen = default_generator());
+void uniform_(const Tensor& t, double low = 0.0, double high = 1.0, Generator& gen = default_generator());
+void constant_(const Tensor& t, double value);
+void zeros_(const Tensor& t);
+void ones_(const Tensor& t);
+// U(-bound, bound), bound = sqrt(6 / ((1 + a^2) fan_in)), fan_in = size(1) * (receptive field).
+// a = sqrt(5) (nn.Linear's default) gives bound = 1 / sqrt(fan_in).
+void kaiming_uniform_(const Tensor& t, double a = 0.0, Generator& gen = default_generator());
+// fan_in of a weight [out, in, ...]: in times the product of the trailing dims.
+int64_t fan_in(const Tensor& t);
+
+}  // namespace tg::nn::init

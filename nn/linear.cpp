@@ -1,0 +1,47 @@
+#include "nn/linear.h"
+
+#include <cmath>
+
+#include "core/factory.h"
+#include "nn/init.h"
+#include "ops/linear.h"
+
+namespace tg::nn {
+
+Linear::Linear(int64_t in, int64_t out, bool with_bias, Generator& gen)
+    : Module("Linear"), in_features(in), out_features(out) {
+  TG_CHECK(in > 0 && out > 0, "Linear", "features must be positive, got in ", in, ", out ", out);
+  weight = empty({out, in});
+  init::kaiming_uniform_(weight, std::sqrt(5.0), gen);
+  if (with_bias) {
+    bias = empty({out});
+    const double bound = 1.0 / std::sqrt(static_cast<double>(in));
+    init::uniform_(bias, -bound, bound, gen);
+  }
+  register_parameter("weight", weight);
+  register_parameter("bias", bias);
+}
+
+Linear::Linear(const std::string& type_name, int64_t in, int64_t out, const Tensor& w, const Tensor& b)
+    : Module(type_name), in_features(in), out_features(out), weight(w), bias(b) {
+  TG_CHECK(weight.defined() && weight.dim() == 2 && weight.shape() == Shape({out, in}), type_name.c_str(),
+           "weight must be a 2-D [out, in] tensor");
+  TG_CHECK(!bias.defined() || bias.shape() == Shape({out}), type_name.c_str(), "bias must be [", out, "], got ",
+           bias.defined() ? shape_str(bias.shape()) : "");
+  const bool w_grad = weight.requires_grad(), b_grad = bias.defined() && bias.requires_grad();
+  register_parameter("weight", weight, w_grad);
+  register_parameter("bias", bias, b_grad);
+}
+
+Linear::Linear(const Tensor& w, const Tensor& b)
+    : Linear("Linear", w.defined() && w.dim() == 2 ? w.shape()[1] : 0, w.defined() && w.dim() == 2 ? w.shape()[0] : 0,
+             w, b) {}
+
+Tensor Linear::forward(const Tensor& x) { return linear(x, weight, bias); }
+
+std::string Linear::extra_repr() const {
+  return "in_features=" + std::to_string(in_features) + ", out_features=" + std::to_string(out_features) +
+         ", bias=" + (bias.defined() ? "true" : "false");
+}
+
+}  // namespace tg::nn

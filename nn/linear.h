@@ -1,0 +1,28 @@
+// nn::Linear: y = x W^T + b, W [out, in] (torch.nn.Linear). Initialised like PyTorch:
+// W, b ~ U(-1/sqrt(in), 1/sqrt(in)) (kaiming_uniform, a = sqrt(5)); models re-initialise.
+#pragma once
+
+#include "core/generator.h"
+#include "nn/module.h"
+
+namespace tg::nn {
+
+class Linear : public Module {
+ public:
+  Linear(int64_t in_features, int64_t out_features, bool bias = true, Generator& gen = default_generator());
+  // Wraps existing tensors (weight [out, in], optional bias [out]), keeping their requires_grad.
+  explicit Linear(const Tensor& weight, const Tensor& bias = {});
+  Tensor forward(const Tensor& x) override;
+
+  int64_t in_features, out_features;
+  Tensor weight;  // [out_features, in_features]
+  Tensor bias;    // [out_features], undefined without bias
+
+ protected:
+  // For subclasses (LoRALinear) that take over an existing layer's tensors.
+  Linear(const std::string& type_name, int64_t in_features, int64_t out_features, const Tensor& weight,
+         const Tensor& bias);
+  std::string extra_repr() const override;
+};
+
+}  // namespace tg::nn

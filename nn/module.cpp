@@ -1,0 +1,300 @@
+#include "nn/module.h"
+
+#include <set>
+#include <sstream>
+
+#include "core/autograd.h"
+#include "core/primitives.h"
+#include "ops/cast.h"
+
+namespace tg::nn {
+namespace {
+
+// Points `t` (and so every handle to it) at `value`'s data, keeping its autograd identity:
+// the same leaf, requires_grad unchanged. This is torch's `param.data = value`.
+void set_data(const Tensor& t, const Tensor& value) {
+  TensorImpl& d = t.impl();
+  const TensorImpl& s = value.impl();
+  d.storage = s.storage;
+  d.shape = s.shape;
+  d.strides = s.strides;
+  d.offset = s.offset;
+  d.dtype = s.dtype;
+}
+
+std::string join(const std::vector<std::string>& xs) {
+  std::string s;
+  for (size_t i = 0; i < xs.size(); ++i) s += (i ? ", " : "") + xs[i];
+  return s;
+}
+
+}  // namespace
+
+Module::Module(std::string type_name) : type_name_(std::move(type_name)) {}
+
+Tensor Module::forward(const Tensor&) {
+  fail(type_name_.c_str(), "this module has no one-tensor forward(x); call its own forward(...)");
+}
+
+// ---------------------------------------------------------------- registration
+
+void Module::check_new_name(const std::string& name) const {
+  TG_CHECK(!name.empty() && name.find('.') == std::string::npos, type_name_.c_str(),
+           "invalid member name '", name, "' (non-empty, without '.')");
+  for (const auto& p : params_) TG_CHECK(p.name != name, type_name_.c_str(), "'", name, "' is already a parameter");
+  for (const auto& b : buffers_) TG_CHECK(b.name != name, type_name_.c_str(), "'", name, "' is already a buffer");
+  for (const auto& c : children_) TG_CHECK(c.name != name, type_name_.c_str(), "'", name, "' is already a submodule");
+}
+
+void Module::register_parameter(const std::string& name, Tensor& slot, bool requires_grad) {
+  check_new_name(name);
+  if (slot.defined()) {
+    TG_CHECK(slot.is_leaf(), type_name_.c_str(), "parameter '", name, "' must be a leaf tensor (detach it first)");
+    slot.requires_grad_(requires_grad);
+  }
+  params_.push_back({name, &slot});
+}
+
+void Module::register_buffer(const std::string& name, Tensor& slot, bool persistent) {
+  check_new_name(name);
+  buffers_.push_back({name, &slot, persistent});
+}
+
+void Module::register_child(const std::string& name, std::function<std::shared_ptr<Module>()> get,
+                            std::function<void(const std::shared_ptr<Module>&)> set) {
+  check_new_name(name);
+  children_.push_back({name, std::move(get), std::move(set)});
+}
+
+void Module::reject_child(const std::string& name, const std::shared_ptr<Module>& m) {
+  fail("replace_module", "the member '", name, "' cannot hold a ", m ? m->type_name() : std::string("null module"),
+       " (its declared type is different)");
+}
+
+// ---------------------------------------------------------------- traversal
+
+void Module::walk(const std::string& prefix, const std::function<void(const std::string&, const Module&)>& f) const {
+  f(prefix, *this);
+  for (const auto& c : children_)
+    if (auto m = c.get()) m->walk(prefix.empty() ? c.name : prefix + "." + c.name, f);
+}
+
+NamedTensors Module::named_parameters(bool recurse) const {
+  NamedTensors out;
+  std::set<const TensorImpl*> seen;
+  auto visit = [&](const std::string& prefix, const Module& m) {
+    for (const auto& p : m.params_)
+      if (p.slot->defined() && seen.insert(&p.slot->impl()).second)
+        out.emplace_back(prefix.empty() ? p.name : prefix + "." + p.name, *p.slot);
+  };
+  if (recurse) walk("", visit);
+  else visit("", *this);
+  return out;
+}
+
+std::vector<Tensor> Module::parameters(bool recurse) const {
+  std::vector<Tensor> out;
+  for (auto& [name, t] : named_parameters(recurse)) out.push_back(t);
+  return out;
+}
+
+NamedTensors Module::named_trainable_parameters() const {
+  NamedTensors out;
+  for (auto& [name, t] : named_parameters())
+    if (t.requires_grad()) out.emplace_back(name, t);
+  return out;
+}
+
+std::vector<Tensor> Module::trainable_parameters() const {
+  std::vector<Tensor> out;
+  for (auto& [name, t] : named_trainable_parameters()) out.push_back(t);
+  return out;
+}
+
+NamedTensors Module::named_buffers(bool recurse) const {
+  NamedTensors out;
+  std::set<const TensorImpl*> seen;
+  auto visit = [&](const std::string& prefix, const Module& m) {
+    for (const auto& b : m.buffers_)
+      if (b.slot->defined() && seen.insert(&b.slot->impl()).second)
+        out.emplace_back(prefix.empty() ? b.name : prefix + "." + b.name, *b.slot);
+  };
+  if (recurse) walk("", visit);
+  else visit("", *this);
+  return out;
+}
+
+std::vector<std::pair<std::string, Module*>> Module::named_modules() {
+  std::vector<std::pair<std::string, Module*>> out;
+  walk("", [&](const std::string& prefix, const Module& m) { out.emplace_back(prefix, const_cast<Module*>(&m)); });
+  return out;
+}
+
+std::vector<std::pair<std::string, std::shared_ptr<Module>>> Module::named_children() const {
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> out;
+  for (const auto& c : children_)
+    if (auto m = c.get()) out.emplace_back(c.name, m);
+  return out;
+}
+
+std::shared_ptr<Module> Module::get_submodule(const std::string& path) const {
+  TG_CHECK(!path.empty(), "get_submodule", "empty path");
+  const Module* m = this;
+  std::shared_ptr<Module> found;
+  size_t start = 0;
+  while (start <= path.size()) {
+    size_t dot = path.find('.', start);
+    std::string part = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    found = nullptr;
+    for (const auto& c : m->children_)
+      if (c.name == part) found = c.get();
+    TG_CHECK(found != nullptr, "get_submodule", m->type_name_, " has no submodule '", part, "' (path '", path, "')");
+    m = found.get();
+    if (dot == std::string::npos) break;
+    start = dot + 1;
+  }
+  return found;
+}
+
+void Module::replace_module(const std::string& path, std::shared_ptr<Module> module) {
+  TG_CHECK(module != nullptr, "replace_module", "the new module for '", path, "' is null");
+  size_t dot = path.rfind('.');
+  Module* parent = dot == std::string::npos ? this : get_submodule(path.substr(0, dot)).get();
+  std::string name = dot == std::string::npos ? path : path.substr(dot + 1);
+  for (auto& c : parent->children_)
+    if (c.name == name) return c.set(module);
+  fail("replace_module", parent->type_name_, " has no submodule '", name, "' (path '", path, "')");
+}
+
+Tensor Module::get_parameter(const std::string& path) const {
+  for (auto& [name, t] : named_parameters())
+    if (name == path) return t;
+  for (auto& [name, t] : named_buffers())
+    if (name == path) return t;
+  // Tied parameters are listed once; look for the other names too.
+  StateDict sd = state_dict();
+  if (auto it = sd.find(path); it != sd.end()) return it->second;
+  fail("get_parameter", type_name_, " has no parameter or buffer '", path, "'");
+}
+
+// ---------------------------------------------------------------- mode, placement
+
+Module& Module::train(bool on) {
+  walk("", [&](const std::string&, const Module& m) { const_cast<Module&>(m).training_ = on; });
+  return *this;
+}
+
+Module& Module::convert(const std::function<Tensor(const Tensor&)>& f) {
+  NoGradGuard no_grad;
+  auto apply = [&](const Tensor& t) {
+    Tensor value = f(t.detach());
+    if (value.same(t) || (value.dtype() == t.dtype() && value.device() == t.device() && value.shares_storage_with(t)))
+      return;
+    Tensor grad = t.grad();
+    set_data(t, value);
+    if (grad.defined()) t.set_grad(f(grad));
+  };
+  for (auto& [name, t] : named_parameters()) apply(t);
+  for (auto& [name, t] : named_buffers()) apply(t);
+  return *this;
+}
+
+Module& Module::to(Device device) {
+  return convert([&](const Tensor& t) { return tg::to(t, device); });
+}
+
+Module& Module::to(DType dtype) {
+  TG_CHECK(is_floating_point(dtype), "Module::to", "modules convert to floating-point dtypes only, got ", dtype);
+  return convert([&](const Tensor& t) { return is_floating_point(t.dtype()) ? tg::to(t, dtype) : t; });
+}
+
+Module& Module::to(DType dtype, Device device) {
+  to(device);
+  return to(dtype);
+}
+
+// ---------------------------------------------------------------- state
+
+StateDict Module::state_dict() const {
+  StateDict out;
+  walk("", [&](const std::string& prefix, const Module& m) {
+    auto full = [&](const std::string& n) { return prefix.empty() ? n : prefix + "." + n; };
+    for (const auto& p : m.params_)
+      if (p.slot->defined()) out[full(p.name)] = *p.slot;
+    for (const auto& b : m.buffers_)
+      if (b.persistent && b.slot->defined()) out[full(b.name)] = *b.slot;
+  });
+  return out;
+}
+
+LoadResult Module::load_state_dict(const StateDict& state, bool strict) {
+  StateDict own = state_dict();
+  LoadResult r;
+  std::vector<std::string> mismatched;
+  for (const auto& [name, t] : own) {
+    auto it = state.find(name);
+    if (it == state.end()) {
+      r.missing_keys.push_back(name);
+    } else if (!it->second.defined() || it->second.shape() != t.shape()) {
+      mismatched.push_back(name + " (checkpoint " +
+                           (it->second.defined() ? shape_str(it->second.shape()) : std::string("undefined")) +
+                           ", model " + shape_str(t.shape()) + ")");
+    }
+  }
+  for (const auto& [name, t] : state)
+    if (!own.count(name)) r.unexpected_keys.push_back(name);
+  const bool fails = !mismatched.empty() || (strict && (!r.missing_keys.empty() || !r.unexpected_keys.empty()));
+  if (fails) {
+    std::ostringstream os;
+    os << (r.missing_keys.size() * strict + r.unexpected_keys.size() * strict + mismatched.size())
+       << " problem(s) loading a state dict into " << type_name_ << ":";
+    if (strict && !r.missing_keys.empty())
+      os << "\n  missing keys (" << r.missing_keys.size() << "): " << join(r.missing_keys);
+    if (strict && !r.unexpected_keys.empty())
+      os << "\n  unexpected keys (" << r.unexpected_keys.size() << "): " << join(r.unexpected_keys);
+    if (!mismatched.empty()) os << "\n  shape mismatches (" << mismatched.size() << "): " << join(mismatched);
+    fail("load_state_dict", os.str());
+  }
+  NoGradGuard no_grad;
+  for (const auto& [name, t] : own)
+    if (auto it = state.find(name); it != state.end()) copy_(t, it->second);
+  return r;
+}
+
+// ---------------------------------------------------------------- gradients
+
+void Module::zero_grad() {
+  for (auto& [name, t] : named_parameters()) t.set_grad(Tensor());
+}
+
+Module& Module::requires_grad_(bool on) {
+  for (auto& [name, t] : named_parameters())
+    if (is_floating_point(t.dtype())) t.requires_grad_(on);
+  return *this;
+}
+
+int64_t Module::num_parameters(bool only_trainable) const {
+  int64_t n = 0;
+  for (auto& [name, t] : named_parameters())
+    if (!only_trainable || t.requires_grad()) n += t.numel();
+  return n;
+}
+
+// ---------------------------------------------------------------- printing
+
+std::string Module::str() const {
+  std::string out = type_name_ + "(" + extra_repr();
+  if (!children_.empty()) {
+    out += "\n";
+    for (const auto& c : children_) {
+      auto m = c.get();
+      if (!m) continue;
+      std::string child = m->str(), indented;
+      for (char ch : child) indented += ch == '\n' ? std::string("\n  ") : std::string(1, ch);
+      out += "  (" + c.name + "): " + indented + "\n";
+    }
+  }
+  return out + ")";
+}
+
+}  // namespace tg::nn
