@@ -1,0 +1,37 @@
+#include "optim/lr_scheduler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+
+#include "core/error.h"
+
+namespace tg::optim {
+
+double warmup_cosine_factor(int64_t step, int64_t warmup, int64_t total, double min_ratio) {
+  TG_CHECK(warmup >= 0 && total >= 0 && step >= 0, "warmup_cosine_factor", "steps must be >= 0, got step ", step,
+           ", warmup ", warmup, ", total ", total);
+  if (step < warmup) return static_cast<double>(step) / static_cast<double>(std::max<int64_t>(1, warmup));
+  double progress = static_cast<double>(step - warmup) / static_cast<double>(std::max<int64_t>(1, total - warmup));
+  progress = std::min(progress, 1.0);
+  const double cosine = 0.5 * (1.0 + std::cos(std::numbers::pi * progress));
+  return min_ratio + (1.0 - min_ratio) * cosine;
+}
+
+WarmupCosineLR::WarmupCosineLR(Optimizer& opt, int64_t warmup, int64_t total, double min_ratio)
+    : opt_(&opt), warmup_(warmup), total_(total), min_ratio_(min_ratio), base_lr_(opt.lr()) {
+  TG_CHECK(min_ratio >= 0 && min_ratio <= 1, "WarmupCosineLR", "min_lr_ratio must be in [0, 1], got ", min_ratio);
+  TG_CHECK(warmup >= 0 && total >= warmup, "WarmupCosineLR", "wants 0 <= warmup_steps <= total_steps, got ", warmup,
+           " and ", total);
+  set_step(0);
+}
+
+void WarmupCosineLR::set_step(int64_t step) {
+  step_ = step;
+  last_lr_ = base_lr_ * warmup_cosine_factor(step_, warmup_, total_, min_ratio_);
+  opt_->set_lr(last_lr_);
+}
+
+void WarmupCosineLR::step() { set_step(step_ + 1); }
+
+}  // namespace tg::optim
