@@ -1,0 +1,23 @@
+#include "nn/loss.h"
+
+#include "ops/cast.h"
+#include "ops/cross_entropy.h"
+#include "ops/shape.h"
+
+namespace tg::nn {
+
+Tensor causal_lm_loss(const Tensor& logits, const Tensor& labels, int64_t ignore_index) {
+  TG_CHECK(logits.defined() && labels.defined() && logits.dim() == 3 && labels.dim() == 2 &&
+               labels.shape()[0] == logits.shape()[0] && labels.shape()[1] == logits.shape()[1],
+           "causal_lm_loss", "wants logits [B, T, V] and labels [B, T], got ",
+           logits.defined() ? shape_str(logits.shape()) : "undefined", " and ",
+           labels.defined() ? shape_str(labels.shape()) : "undefined");
+  const int64_t T = logits.shape()[1], V = logits.shape()[2];
+  TG_CHECK(T >= 2, "causal_lm_loss", "needs at least 2 positions to predict a next token, got T = ", T);
+  Tensor l = logits.dtype() == kBFloat16 ? to(logits, kFloat32) : logits;
+  Tensor pred = reshape(slice(l, 1, 0, T - 1), {-1, V});
+  Tensor target = reshape(slice(labels, 1, 1, T), {-1});
+  return cross_entropy(pred, target, ignore_index);
+}
+
+}  // namespace tg::nn

@@ -1,0 +1,14 @@
+// Language-model losses.
+#pragma once
+
+#include "core/tensor.h"
+
+namespace tg::nn {
+
+// Next-token cross entropy, as transformers' causal LM loss: position t predicts labels[t + 1]
+// (the shift happens here, so labels is usually the input ids), labels == ignore_index add
+// nothing, the mean is over the positions that count. logits [B, T, V] (upcast to float32
+// first), labels [B, T] int32/int64.
+Tensor causal_lm_loss(const Tensor& logits, const Tensor& labels, int64_t ignore_index = -100);
+
+}  // namespace tg::nn

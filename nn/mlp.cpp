@@ -1,0 +1,34 @@
+#include "nn/mlp.h"
+
+#include "ops/binary.h"
+#include "ops/unary.h"
+
+namespace tg::nn {
+
+SwiGLUMLP::SwiGLUMLP(int64_t hidden, int64_t intermediate, bool bias, Generator& gen) : Module("SwiGLUMLP") {
+  gate_proj = std::make_shared<Linear>(hidden, intermediate, bias, gen);
+  up_proj = std::make_shared<Linear>(hidden, intermediate, bias, gen);
+  down_proj = std::make_shared<Linear>(intermediate, hidden, bias, gen);
+  register_module("gate_proj", gate_proj);
+  register_module("up_proj", up_proj);
+  register_module("down_proj", down_proj);
+}
+
+Tensor SwiGLUMLP::forward(const Tensor& x) {
+  return down_proj->forward(mul(silu(gate_proj->forward(x)), up_proj->forward(x)));
+}
+
+GELUMLP::GELUMLP(int64_t hidden, int64_t intermediate, bool bias, double p, Generator& gen) : Module("GELUMLP") {
+  c_fc = std::make_shared<Linear>(hidden, intermediate, bias, gen);
+  c_proj = std::make_shared<Linear>(intermediate, hidden, bias, gen);
+  dropout = std::make_shared<Dropout>(p, gen);
+  register_module("c_fc", c_fc);
+  register_module("c_proj", c_proj);
+  register_module("dropout", dropout);
+}
+
+Tensor GELUMLP::forward(const Tensor& x) {
+  return dropout->forward(c_proj->forward(gelu(c_fc->forward(x), "tanh")));
+}
+
+}  // namespace tg::nn

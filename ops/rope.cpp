@@ -1,0 +1,56 @@
+#include "ops/rope.h"
+
+#include <cmath>
+#include <vector>
+
+#include "core/factory.h"
+#include "core/trace.h"
+#include "ops/binary.h"
+#include "ops/cast.h"
+#include "ops/checks.h"
+#include "ops/shape.h"
+
+namespace tg {
+
+Tensor rotate_half(const Tensor& x) {
+  check_floating("rotate_half", "x", x);
+  const int64_t hd = x.shape().back();
+  TG_CHECK(hd % 2 == 0, "rotate_half", "the last dim must be even, got shape ", x.shape());
+  Tensor lo = slice(x, -1, 0, hd / 2), hi = slice(x, -1, hd / 2, hd);
+  return cat({neg(hi), lo}, -1);
+}
+
+Tensor apply_rotary(const Tensor& x, const Tensor& cos, const Tensor& sin) {
+  check_floating("apply_rotary", "x", x);
+  check_floating("apply_rotary", "cos", cos);
+  check_floating("apply_rotary", "sin", sin);
+  check_same("apply_rotary", {{"x", x}, {"cos", cos}, {"sin", sin}}, false);
+  TG_CHECK(x.dim() >= 2, "apply_rotary", "x must be [..., T, head_dim], got ", x.shape());
+  const int64_t T = x.shape()[x.dim() - 2], hd = x.shape().back();
+  TG_CHECK(cos.shape() == Shape({T, hd}) && sin.shape() == Shape({T, hd}), "apply_rotary", "cos and sin must be [",
+           T, ", ", hd, "] for x ", x.shape(), ", got cos ", cos.shape(), ", sin ", sin.shape());
+  KernelTrace::record("rope.composite");
+  Tensor c = to(cos, x.dtype()), s = to(sin, x.dtype());
+  return add(mul(x, c), mul(rotate_half(x), s));
+}
+
+std::pair<Tensor, Tensor> rotary_cos_sin(int64_t T, int64_t head_dim, double theta, Device device) {
+  TG_CHECK(T >= 0 && head_dim > 0 && head_dim % 2 == 0, "rotary_cos_sin", "wants T >= 0 and an even head_dim, got T ",
+           T, ", head_dim ", head_dim);
+  // float32 arithmetic, step by step as in transformers' LlamaRotaryEmbedding, so the tables
+  // agree with a PyTorch reference to the last bit or so (angles reach T radians).
+  const int64_t half = head_dim / 2;
+  std::vector<float> inv_freq(static_cast<size_t>(half));
+  for (int64_t i = 0; i < half; ++i)
+    inv_freq[i] = 1.0f / std::pow(static_cast<float>(theta), static_cast<float>(2 * i) / static_cast<float>(head_dim));
+  std::vector<float> c(static_cast<size_t>(T * head_dim)), s(c.size());
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t i = 0; i < head_dim; ++i) {
+      const float angle = static_cast<float>(t) * inv_freq[i % half];
+      c[t * head_dim + i] = std::cos(angle);
+      s[t * head_dim + i] = std::sin(angle);
+    }
+  return {from_vector(c, {T, head_dim}, device), from_vector(s, {T, head_dim}, device)};
+}
+
+}  // namespace tg

@@ -1,0 +1,24 @@
+// Rotary position embedding, Hugging Face's "rotate half" convention:
+//   apply_rotary(x, cos, sin) = x * cos + rotate_half(x) * sin,
+//   rotate_half(u) = cat(-u[..., hd/2:], u[..., :hd/2])
+// x [B, H, T, hd]; cos, sin [T, hd] (broadcast over B and H; cast to x's dtype).
+// For now a composition of slice / cat / neg / mul / add (differentiable through them); a
+// fused kernel replaces it later, here and only here.
+#pragma once
+
+#include <utility>
+
+#include "core/tensor.h"
+
+namespace tg {
+
+Tensor rotate_half(const Tensor& x);
+Tensor apply_rotary(const Tensor& x, const Tensor& cos, const Tensor& sin);
+
+// The [T, head_dim] cos and sin tables for positions 0..T-1, float32, computed the way
+// transformers does in float32: inv_freq = 1 / theta^(2i/hd), angle = t * inv_freq,
+// emb = cat(angle, angle).
+std::pair<Tensor, Tensor> rotary_cos_sin(int64_t T, int64_t head_dim, double theta = 10000.0,
+                                         Device device = Device::cpu());
+
+}  // namespace tg
