@@ -2,9 +2,11 @@
 // stream, launch sizing, strided indexing and float32 loads/stores of any element type.
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "core/bfloat16.h"
 #include "core/error.h"
@@ -26,6 +28,8 @@ namespace tg::cuda {
 // The compute stream of the device that owns `t` (and makes that device current).
 cudaStream_t stream_for(const Tensor& t);
 cudaStream_t stream(int device);
+// Number of streaming multiprocessors of `device` (cached): sizes grids that fill the chip.
+int sm_count(int device);
 
 inline unsigned blocks_for(int64_t n, int threads, int64_t max_blocks = 65535LL * 32) {
   int64_t b = (n + threads - 1) / threads;
@@ -59,6 +63,34 @@ template <class T>
 __device__ __forceinline__ T from_float(float v) {
   if constexpr (std::is_same_v<T, bf16>) return bf16(v);
   else return static_cast<T>(v);
+}
+
+// Value conversion on the device with the CPU's semantics (tg::convert): bf16 goes through
+// float, float -> bf16 rounds to nearest even in one instruction (NaN stays NaN).
+template <class D, class S>
+__device__ __forceinline__ D cvt(S v) {
+  if constexpr (std::is_same_v<D, S>) {
+    return v;
+  } else if constexpr (std::is_same_v<S, bf16>) {
+    return static_cast<D>(__uint_as_float(static_cast<unsigned>(v.bits) << 16));
+  } else if constexpr (std::is_same_v<D, bf16>) {
+    bf16 r;
+    r.bits = __bfloat16_as_ushort(__float2bfloat16_rn(static_cast<float>(v)));
+    return r;
+  } else {
+    return static_cast<D>(v);
+  }
+}
+
+// N elements of T with the alignment of their total size: one 16-byte load/store when
+// N * sizeof(T) == 16 (LDG.128 / STG.128), several when larger.
+template <class T, int N>
+struct alignas(sizeof(T) * N) Vec {
+  T v[N];
+};
+
+inline bool aligned_to(const void* p, size_t bytes) {
+  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
 }
 
 }  // namespace tg::cuda

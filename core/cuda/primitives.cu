@@ -1,77 +1,81 @@
-// copy_ (strided, converting), fill_ and accumulate_ on the device. Each is one grid-stride
-// pass: read each source element once, write each destination element once.
-#include "core/cuda/cuda_utils.cuh"
+// copy_ (strided, converting), fill_ and accumulate_ on the device.
+//   copy:       same dtype and both contiguous -> cudaMemcpyAsync (device to device); otherwise
+//               one elementwise pass (vectorised when both are contiguous and aligned, strided
+//               otherwise): reads each source element once, writes each destination element once.
+//   fill:       cudaMemsetAsync when the value's bytes are all zero and dst is contiguous;
+//               otherwise one elementwise pass writing each element once.
+//   accumulate: dst += src in one pass (reads dst and src, writes dst), float32 arithmetic for
+//               float32/bfloat16 as on the CPU.
+#include <cstring>
+
+#include "core/cuda/elementwise.cuh"
 #include "core/cuda/runtime.h"
 #include "core/type_dispatch.h"
 
 namespace tg::cuda {
 namespace {
 
-constexpr int kThreads = 256;
-
 template <class D, class S>
-__device__ __forceinline__ D convert_dev(S v) {
-  if constexpr (std::is_same_v<D, S>) return v;
-  else if constexpr (std::is_same_v<S, bf16>) return static_cast<D>(static_cast<float>(v));
-  else if constexpr (std::is_same_v<D, bf16>) return bf16(static_cast<float>(v));
-  else return static_cast<D>(v);
-}
-
-template <class D, class S>
-__global__ void copy_kernel(D* dst, StridedIndex di, const S* src, StridedIndex si, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    dst[di.offset(i)] = convert_dev<D>(src[si.offset(i)]);
-}
+struct ConvertFn {
+  __device__ D operator()(S v) const { return cvt<D>(v); }
+};
 
 template <class T>
-__global__ void fill_kernel(T* dst, StridedIndex di, T value, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    dst[di.offset(i)] = value;
-}
+struct FillFn {
+  T value;
+  __device__ T operator()() const { return value; }
+};
 
 template <class T>
-__global__ void accumulate_kernel(T* dst, StridedIndex di, const T* src, StridedIndex si, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    T& d = dst[di.offset(i)];
-    d = convert_dev<T>(convert_dev<double>(d) + convert_dev<double>(src[si.offset(i)]));
+struct AddFn {
+  __device__ T operator()(T a, T b) const {
+    using A = acc_t<T>;
+    return cvt<T>(cvt<A>(a) + cvt<A>(b));
   }
-}
-
-StridedIndex index_of(const Tensor& t) { return strided_index(t.shape(), t.strides()); }
+};
 
 }  // namespace
 
 void copy_strided(const Tensor& dst, const Tensor& src) {
-  const int64_t n = dst.numel();
-  cudaStream_t s = stream_for(dst);
+  if (dst.numel() == 0) return;
+  TG_CHECK(dst.device() == src.device(), "copy_", "kernel wants one device, got ", dst.device(),
+           " <- ", src.device());
+  if (dst.dtype() == src.dtype() && dst.is_contiguous() && src.is_contiguous()) {
+    TG_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), dst.nbytes(), cudaMemcpyDeviceToDevice,
+                                  stream_for(dst)));
+    return;
+  }
   dispatch_all(dst.dtype(), "copy_", [&](auto dt) {
     using D = typename decltype(dt)::type;
     dispatch_all(src.dtype(), "copy_", [&](auto st) {
       using S = typename decltype(st)::type;
-      copy_kernel<D, S><<<blocks_for(n, kThreads), kThreads, 0, s>>>(
-          dst.data_ptr<D>(), index_of(dst), src.data_ptr<S>(), index_of(src), n);
-      TG_CUDA_CHECK_LAUNCH("copy_");
+      launch_elementwise<D, S, 1>("copy_", dst, {src}, ConvertFn<D, S>{});
     });
   });
 }
 
 void fill(const Tensor& dst, double value) {
-  const int64_t n = dst.numel();
+  if (dst.numel() == 0) return;
   dispatch_all(dst.dtype(), "fill_", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    fill_kernel<T><<<blocks_for(n, kThreads), kThreads, 0, stream_for(dst)>>>(
-        dst.data_ptr<T>(), index_of(dst), convert<T>(value), n);
-    TG_CUDA_CHECK_LAUNCH("fill_");
+    T v = convert<T>(value);
+    unsigned char bytes[sizeof(T)];
+    std::memcpy(bytes, &v, sizeof(T));
+    bool zero_bytes = true;
+    for (unsigned char b : bytes) zero_bytes = zero_bytes && b == 0;
+    if (zero_bytes && dst.is_contiguous()) {
+      TG_CUDA_CHECK(cudaMemsetAsync(dst.data_ptr(), 0, dst.nbytes(), stream_for(dst)));
+      return;
+    }
+    launch_elementwise<T, T, 0>("fill_", dst, {}, FillFn<T>{v});
   });
 }
 
 void accumulate(const Tensor& dst, const Tensor& src) {
-  const int64_t n = dst.numel();
+  if (dst.numel() == 0) return;
   dispatch_floating(dst.dtype(), "accumulate_", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    accumulate_kernel<T><<<blocks_for(n, kThreads), kThreads, 0, stream_for(dst)>>>(
-        dst.data_ptr<T>(), index_of(dst), src.data_ptr<T>(), index_of(src), n);
-    TG_CUDA_CHECK_LAUNCH("accumulate_");
+    launch_elementwise<T, T, 2>("accumulate_", dst, {dst, src}, AddFn<T>{});
   });
 }
 

@@ -10,6 +10,7 @@
 
 #include "core/cuda/cuda_utils.cuh"
 #include "core/cuda/runtime.h"
+#include "core/cuda_settings.h"
 
 namespace tg::cuda {
 
@@ -34,6 +35,7 @@ size_t size_class(size_t n) {
 struct DeviceState {
   std::mutex mu;
   cudaStream_t stream = nullptr;
+  int sm_count = 0;
   std::unordered_map<size_t, std::vector<void*>> free_blocks;  // size class -> cached blocks
   std::unordered_map<void*, size_t> live;                      // block -> size class
   MemoryStats stats;
@@ -101,9 +103,17 @@ StridedIndex strided_index(const Shape& shape, const Shape& strides) {
   return idx;
 }
 
-void* allocate(int device, size_t nbytes) {
-  if (nbytes == 0) return nullptr;
+int sm_count(int device) {
   DeviceState& st = state(device);
+  std::lock_guard<std::mutex> lock(st.mu);
+  if (st.sm_count == 0)
+    TG_CUDA_CHECK(cudaDeviceGetAttribute(&st.sm_count, cudaDevAttrMultiProcessorCount, device));
+  return st.sm_count;
+}
+
+void* allocate(int device, size_t nbytes) {
+  DeviceState& st = state(device);  // a missing device is an error even for an empty tensor
+  if (nbytes == 0) return nullptr;
   std::lock_guard<std::mutex> lock(st.mu);
   size_t cls = size_class(nbytes);
   void* p = nullptr;
@@ -169,7 +179,20 @@ void empty_cache(int device) {
 
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t n) {
   if (dst_device.is_cuda() && src_device.is_cuda() && dst_device.index != src_device.index) {
-    TG_CUDA_CHECK(cudaMemcpyPeer(dst, dst_device.index, src, src_device.index, n));
+    // Between two devices: the copy runs on the source's stream after the destination's queued
+    // work (which may still read the old bytes), and the destination's stream waits for it.
+    cudaStream_t ss = stream(src_device.index), ds = stream(dst_device.index);
+    cudaEvent_t dst_ready, copied;
+    TG_CUDA_CHECK(cudaEventCreateWithFlags(&dst_ready, cudaEventDisableTiming));
+    TG_CUDA_CHECK(cudaEventRecord(dst_ready, ds));
+    TG_CUDA_CHECK(cudaSetDevice(src_device.index));
+    TG_CUDA_CHECK(cudaEventCreateWithFlags(&copied, cudaEventDisableTiming));
+    TG_CUDA_CHECK(cudaStreamWaitEvent(ss, dst_ready, 0));
+    TG_CUDA_CHECK(cudaMemcpyPeerAsync(dst, dst_device.index, src, src_device.index, n, ss));
+    TG_CUDA_CHECK(cudaEventRecord(copied, ss));
+    TG_CUDA_CHECK(cudaStreamWaitEvent(ds, copied, 0));
+    TG_CUDA_CHECK(cudaEventDestroy(dst_ready));  // released once the events have completed
+    TG_CUDA_CHECK(cudaEventDestroy(copied));
     return;
   }
   int device = dst_device.is_cuda() ? dst_device.index : src_device.index;
@@ -187,10 +210,8 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
 
 void synchronize(int device) { TG_CUDA_CHECK(cudaStreamSynchronize(stream(device))); }
 
-namespace {
-bool tf32_allowed = false;
-}
-void set_allow_tf32(bool allow) { tf32_allowed = allow; }
-bool allow_tf32() { return tf32_allowed; }
+// One switch for the whole process (core/cuda_settings.h), also visible in CPU-only builds.
+void set_allow_tf32(bool allow) { tg::set_allow_tf32(allow); }
+bool allow_tf32() { return tg::allow_tf32(); }
 
 }  // namespace tg::cuda

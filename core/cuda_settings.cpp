@@ -1,0 +1,13 @@
+#include "core/cuda_settings.h"
+
+#include <atomic>
+
+namespace tg {
+namespace {
+std::atomic<bool> tf32_allowed{false};
+}
+
+void set_allow_tf32(bool allow) { tf32_allowed.store(allow, std::memory_order_relaxed); }
+bool allow_tf32() { return tf32_allowed.load(std::memory_order_relaxed); }
+
+}  // namespace tg
