@@ -51,12 +51,12 @@ size_t Node::saved_bytes() const {
   return n;
 }
 
-namespace {
-
 // Adds incoming gradients into a leaf's .grad.
 class AccumulateGrad final : public Node {
  public:
-  explicit AccumulateGrad(std::shared_ptr<TensorImpl> leaf) : leaf_(std::move(leaf)) {}
+  explicit AccumulateGrad(std::shared_ptr<TensorImpl> leaf) : leaf_(std::move(leaf)) {
+    sequence_nr_ = next_sequence_nr++;
+  }
   const char* name() const override { return "accumulate_grad"; }
   std::vector<Tensor> backward(const std::vector<Tensor>& grads, const GradMask&) override {
     Tensor g = grads[0];
@@ -75,6 +75,8 @@ class AccumulateGrad final : public Node {
  private:
   std::shared_ptr<TensorImpl> leaf_;
 };
+
+namespace {
 
 std::shared_ptr<Node> grad_accumulator(const Tensor& leaf) {
   auto& impl = leaf.impl();
@@ -101,7 +103,6 @@ bool needs_record(const std::vector<NamedInput>& inputs) {
 
 void Node::connect(const std::shared_ptr<Node>& self, const std::vector<NamedInput>& inputs,
                    const std::vector<Tensor>& outputs) {
-  self->sequence_nr_ = next_sequence_nr++;
   for (const auto& in : inputs) {
     const Tensor& t = in.tensor;
     self->input_names_.emplace_back(in.name);
@@ -110,6 +111,9 @@ void Node::connect(const std::shared_ptr<Node>& self, const std::vector<NamedInp
     self->input_dtypes_.push_back(t.defined() ? t.dtype() : kFloat32);
     self->input_devices_.push_back(t.defined() ? t.device() : Device::cpu());
   }
+  // Numbered after its inputs' nodes (a leaf's accumulator may have been created just above),
+  // so reverse numbering order is a valid backward order.
+  self->sequence_nr_ = next_sequence_nr++;
   self->num_outputs_ = static_cast<uint32_t>(outputs.size());
   self->retained_outputs_.resize(outputs.size());
   for (uint32_t k = 0; k < outputs.size(); ++k) {

@@ -87,6 +87,7 @@ class Node {
 
  private:
   friend class Engine;
+  friend class AccumulateGrad;
   template <class N>
   friend std::shared_ptr<N> record(const std::vector<NamedInput>&, const std::vector<Tensor>&);
   // Links the node to its inputs' producers and makes it the grad_fn of its outputs.
