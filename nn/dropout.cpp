@@ -5,7 +5,7 @@
 namespace tg::nn {
 
 Dropout::Dropout(double prob, Generator& gen) : Module("Dropout"), p(prob), gen_(&gen) {
-  TG_CHECK(prob >= 0.0 && prob < 1.0, "Dropout", "p must be in [0, 1), got ", prob);
+  TG_CHECK(prob >= 0.0 && prob <= 1.0, "Dropout", "p must be in [0, 1], got ", prob);
 }
 
 Tensor Dropout::forward(const Tensor& x) {

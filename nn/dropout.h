@@ -1,5 +1,6 @@
 // nn::Dropout: zeroes elements with probability p while training (scaling the rest by
-// 1/(1-p)); the identity in eval mode or when p == 0.
+// 1/(1-p)); the identity in eval mode or when p == 0. Masks are drawn from `gen`, which must
+// outlive the module (the default generator does).
 #pragma once
 
 #include "core/generator.h"

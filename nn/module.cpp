@@ -245,9 +245,9 @@ LoadResult Module::load_state_dict(const StateDict& state, bool strict) {
     if (!own.count(name)) r.unexpected_keys.push_back(name);
   const bool fails = !mismatched.empty() || (strict && (!r.missing_keys.empty() || !r.unexpected_keys.empty()));
   if (fails) {
+    const size_t problems = mismatched.size() + (strict ? r.missing_keys.size() + r.unexpected_keys.size() : 0);
     std::ostringstream os;
-    os << (r.missing_keys.size() * strict + r.unexpected_keys.size() * strict + mismatched.size())
-       << " problem(s) loading a state dict into " << type_name_ << ":";
+    os << problems << " problem(s) loading a state dict into " << type_name_ << ":";
     if (strict && !r.missing_keys.empty())
       os << "\n  missing keys (" << r.missing_keys.size() << "): " << join(r.missing_keys);
     if (strict && !r.unexpected_keys.empty())

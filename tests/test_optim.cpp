@@ -11,6 +11,7 @@
 #include "core/primitives.h"
 #include "nn/linear.h"
 #include "ops/binary.h"
+#include "ops/cast.h"
 #include "ops/matmul.h"
 #include "ops/reduce.h"
 #include "ops/shape.h"
@@ -247,6 +248,33 @@ TEST_F(OptimTest, AdamWFitsALinearModel) {
     opt.step();
   }
   EXPECT_LT(loss_fn().item(), first / 100);
+}
+
+TEST_F(OptimTest, AdamWAndSgdCudaMatchesCpu) {
+  TG_REQUIRE_CUDA();
+  Tensor pc = randn({7, 5}, gen), qc = randn({3}, gen);
+  pc.requires_grad_(true);
+  qc.requires_grad_(true);
+  Tensor pg = to(pc.detach(), Device::cuda()), qg = to(qc.detach(), Device::cuda());
+  pg.requires_grad_(true);
+  qg.requires_grad_(true);
+  optim::AdamW ac({pc}), ag({pg});
+  optim::SGD sc({qc}, {.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01}), sg({qg}, {.lr = 0.1, .momentum = 0.9,
+                                                                                      .weight_decay = 0.01});
+  for (int i = 0; i < 3; ++i) {
+    Tensor g = randn({7, 5}, gen), h = randn({3}, gen);
+    pc.set_grad(g);
+    pg.set_grad(to(g, Device::cuda()));
+    qc.set_grad(h);
+    qg.set_grad(to(h, Device::cuda()));
+    ac.step();
+    ag.step();
+    sc.step();
+    sg.step();
+  }
+  EXPECT_TENSOR_NEAR(to(pg, Device::cpu()), pc, 1e-6, 1e-7);
+  EXPECT_TENSOR_NEAR(to(qg, Device::cpu()), qc, 1e-6, 1e-7);
+  EXPECT_TRUE(ag.state_dict().at("0.exp_avg").device().is_cuda());
 }
 
 }  // namespace

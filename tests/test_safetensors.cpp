@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -47,10 +48,10 @@ class TempDir {
 };
 
 std::vector<uint8_t> file_bytes(const std::string& header, const std::vector<uint8_t>& data) {
-  std::vector<uint8_t> out(8);
+  std::vector<uint8_t> out(8 + header.size() + data.size());
   for (int i = 0; i < 8; ++i) out[i] = static_cast<uint8_t>(static_cast<uint64_t>(header.size()) >> (8 * i));
-  out.insert(out.end(), header.begin(), header.end());
-  out.insert(out.end(), data.begin(), data.end());
+  std::copy(header.begin(), header.end(), out.begin() + 8);
+  std::copy(data.begin(), data.end(), out.begin() + 8 + static_cast<long>(header.size()));
   return out;
 }
 
@@ -360,6 +361,20 @@ TEST_F(SafetensorsTest, ModuleCheckpointRoundTrip) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("lin.safetensors"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("shape mismatches (2)"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(SafetensorsTest, DeviceTensorsCudaMatchesCpu) {
+  TG_REQUIRE_CUDA();
+  TempDir dir;
+  TensorMap cpu = every_dtype(gen), gpu;
+  for (const auto& [k, t] : cpu) gpu[k] = to(t, Device::cuda());
+  safetensors::save_file(gpu, dir / "gpu.safetensors");
+  TensorMap back = safetensors::load_file(dir / "gpu.safetensors", Device::cuda());
+  for (const auto& [k, t] : cpu) {
+    SCOPED_TRACE(k);
+    EXPECT_TRUE(back.at(k).device().is_cuda());
+    EXPECT_TENSOR_EQ(to(back.at(k), Device::cpu()), t);
   }
 }
 
