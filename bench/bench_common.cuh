@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <functional>
 #include <string>
@@ -18,10 +19,18 @@ namespace tg::bench {
 
 constexpr int kIters = 50, kWarmup = 5;
 
-// Median of `iters` timings of f() (ms), each between two events on device 0's stream.
+// Median of `iters` timings of f() (ms), each between two events on device 0's stream, after
+// a warm-up of at least `warmup` calls and 200 ms: a large bf16 GEMM runs faster for its first
+// tens of milliseconds than under sustained load (clocks under the power limit), and training
+// is sustained load. torch_ref_gemm_elementwise.py warms up the same way.
 inline double median_ms(const std::function<void()>& f, int iters = kIters, int warmup = kWarmup) {
   cudaStream_t s = cuda::stream(0);
-  for (int i = 0; i < warmup; ++i) f();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int done = 0; done < warmup || std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(200);
+       done += warmup) {
+    for (int i = 0; i < warmup; ++i) f();
+    TG_CUDA_CHECK(cudaStreamSynchronize(s));
+  }
   std::vector<cudaEvent_t> ev(2 * iters);
   for (auto& e : ev) TG_CUDA_CHECK(cudaEventCreate(&e));
   for (int i = 0; i < iters; ++i) {

@@ -10,6 +10,7 @@ table: ours vs torch, with the rate of each.
 import csv
 import statistics
 import sys
+import time
 
 import torch
 import torch.nn.functional as F
@@ -18,8 +19,14 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch
 
 
 def median_ms(fn, iters=50, warmup=5):
-    for _ in range(warmup):
-        fn()
+    # Warm-up: at least `warmup` calls and 200 ms (as bench_common.cuh), so both run at the
+    # clocks of sustained load.
+    t0, done = time.perf_counter(), 0
+    while done < warmup or time.perf_counter() - t0 < 0.2:
+        for _ in range(warmup):
+            fn()
+        done += warmup
+        torch.cuda.synchronize()
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
     for s, e in zip(starts, ends):

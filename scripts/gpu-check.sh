@@ -10,8 +10,9 @@
 #   scripts/gpu-check.sh build test      only these (env configure build test memcheck racecheck bench)
 #
 # Knobs: BUILD_DIR (build-gpu), JOBS (nproc), TG_GPU_CHECK_CMAKE_ARGS (extra configure flags),
-# SANITIZER_TIMEOUT (seconds per sanitizer run, 180). Logs go to $BUILD_DIR/gpu-check-logs and,
-# when $OUT is set, are copied there (summary.txt first).
+# SANITIZER_TIMEOUT (seconds per sanitizer run, 180), CUDA_TEST_FILTER (the gtest filter of the
+# memcheck run). Logs go to $BUILD_DIR/gpu-check-logs and, when $OUT is set, are copied there as
+# each stage ends (then summary.txt).
 set -uo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -26,7 +27,7 @@ stages=("$@")
 [ ${#stages[@]} -eq 0 ] && stages=("${all_stages[@]}")
 
 # The CUDA tests (tests/test_cuda.cpp) and the per-op GPU-vs-CPU parity tests.
-cuda_filter='Cuda*:*CudaMatchesCpu*'
+cuda_filter=${CUDA_TEST_FILTER:-'Cuda*:*CudaMatchesCpu*'}
 test_bin=$build/tests/tapegrad_tests
 
 declare -A status seconds
@@ -46,6 +47,7 @@ run_stage() {
   seconds[$name]=$(($(date +%s) - start))
   if [ "$rc" -eq 0 ]; then status[$name]=pass; else status[$name]="FAIL (exit $rc)"; fi
   summary_rows+=("$name")
+  if [ -n "${OUT:-}" ] && [ -d "${OUT:-}" ]; then cp "$log" "$OUT/" 2>/dev/null; fi
 }
 
 skip_stage() {
@@ -151,10 +153,7 @@ fi
   done
 } | tee "$logs/summary.txt"
 
-if [ -n "${OUT:-}" ] && [ -d "${OUT:-}" ]; then
-  cp "$logs/summary.txt" "$OUT/" 2>/dev/null
-  for s in "${summary_rows[@]}"; do [ -f "$logs/$s.log" ] && cp "$logs/$s.log" "$OUT/"; done
-fi
+if [ -n "${OUT:-}" ] && [ -d "${OUT:-}" ]; then cp "$logs/summary.txt" "$OUT/" 2>/dev/null; fi
 
 failed=0
 for s in "${summary_rows[@]}"; do [[ ${status[$s]} == FAIL* ]] && failed=1; done

@@ -313,6 +313,15 @@ TEST(CudaElementwise, BroadcastAndTransposedOperandsMatchTheCpu) {
     EXPECT_TENSOR_NEAR(f32_cpu(col * bias), f32_cpu(col) * f32_cpu(bias), tol, tol);
     EXPECT_TENSOR_NEAR(f32_cpu(a - transpose(at, 0, 1)), f32_cpu(a) - transpose(f32_cpu(at), 0, 1), tol, tol);
     EXPECT_TENSOR_NEAR(f32_cpu(silu(transpose(at, 0, 1))), silu(transpose(f32_cpu(at), 0, 1)), tol, tol);
+    // Rows of whole 16-byte vectors: the vectorised strided kernel (bias along rows, a column
+    // broadcast along them, a padded row slice).
+    Tensor a2 = randn({130, 64}, gen, {dt, kGpu}), bias2 = randn({64}, gen, {dt, kGpu});
+    Tensor col2 = randn({130, 1}, gen, {dt, kGpu}), wide = randn({130, 96}, gen, {dt, kGpu});
+    EXPECT_TENSOR_NEAR(f32_cpu(a2 + bias2), f32_cpu(a2) + f32_cpu(bias2), tol, tol);
+    EXPECT_TENSOR_NEAR(f32_cpu(col2 * bias2), f32_cpu(col2) * f32_cpu(bias2), tol, tol);
+    EXPECT_TENSOR_NEAR(f32_cpu(a2 / (col2 * col2 + 1.0)), f32_cpu(a2) / (f32_cpu(col2) * f32_cpu(col2) + 1.0), tol, tol);
+    Tensor padded = slice(wide, 1, 16, 80);  // rows of 64 at a row stride of 96
+    EXPECT_TENSOR_NEAR(f32_cpu(exp(padded) - a2), exp(f32_cpu(padded)) - f32_cpu(a2), tol, tol);
   }
 }
 
@@ -332,6 +341,7 @@ TEST(CudaReduce, SumMatchesTheCpuOnEveryLayoutAndIsDeterministic) {
       {{3, 1000003}, {1}},          // few long odd rows: split in chunks, scalar loads
       {{1000003}, {0}},             // everything into one value
       {{40, 100}, {1}},             // short rows: a warp per row
+      {{64, 8192}, {1}},            // 64/128 threads per row, split in two chunks
       {{65536, 64}, {0}},           // the bias gradient: columns, split over rows
       {{300, 3000}, {0}},           // columns, wide
       {{3000, 300}, {0}, true},     // transposed: the reduced dim has unit stride -> rows

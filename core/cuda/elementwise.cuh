@@ -3,8 +3,10 @@
 // The host first coalesces dims (drops size-1 dims, merges dims that are contiguous for every
 // operand). If that leaves one dim of unit stride for all operands and every pointer is aligned,
 // a vectorised kernel runs: each thread loads 16 bytes of each input and stores 16 bytes (the
-// n % V tail elements are done one by one). Otherwise a strided kernel computes all operands'
-// offsets with one div/mod per dim, in 32-bit arithmetic when the index fits.
+// n % V tail elements are done one by one). If the innermost dim is whole vectors for every
+// operand (a broadcast bias, padded rows), a strided kernel moves whole vectors. Otherwise a
+// strided kernel computes all operands' offsets with one div/mod per dim, in 32-bit arithmetic
+// when the index fits.
 // Memory traffic either way: each input element read once, each output element written once.
 #pragma once
 
@@ -126,6 +128,40 @@ __global__ void ew_vec_kernel(EwArgs<TO, TI, NI> a, int64_t n, F f) {
   }
 }
 
+// Rows of whole vectors: every operand's innermost dim has stride 1 (or 0: one value broadcast
+// along it) and its size and all other strides are multiples of V, so vector i of the output
+// is V consecutive elements and `oc` (built with the innermost size divided by V) gives the
+// element offset of each operand's first one: one offset computation per V elements, 16-byte
+// loads/stores. The bias add [N, D] + [D] and [N, 1] * [1, D] run here. Bit k of `bcast` marks
+// input k as broadcast along the innermost dim.
+template <int V, class I, class TO, class TI, int NI, class F>
+__global__ void ew_vec_strided_kernel(EwArgs<TO, TI, NI> a, OffsetCalc<NI + 1> oc, I nvec, unsigned bcast, F f) {
+  for (I i = blockIdx.x * I(blockDim.x) + threadIdx.x; i < nvec; i += I(gridDim.x) * blockDim.x) {
+    int64_t off[NI + 1];
+    oc.get(i, off);
+    Vec<TI, V> x[NI > 0 ? NI : 1];
+#pragma unroll
+    for (int k = 0; k < NI; ++k) {
+      if (bcast >> k & 1u) {
+        const TI v = a.in[k][off[k + 1]];
+#pragma unroll
+        for (int j = 0; j < V; ++j) x[k].v[j] = v;
+      } else {
+        x[k] = *reinterpret_cast<const Vec<TI, V>*>(a.in[k] + off[k + 1]);
+      }
+    }
+    Vec<TO, V> y;
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      TI xs[NI > 0 ? NI : 1];
+#pragma unroll
+      for (int k = 0; k < NI; ++k) xs[k] = x[k].v[j];
+      y.v[j] = ew_apply<F, TI, NI>(f, xs);
+    }
+    *reinterpret_cast<Vec<TO, V>*>(a.out + off[0]) = y;
+  }
+}
+
 // Any strides (broadcast dims have stride 0): offsets from the coalesced shape. I is the index
 // type (uint32_t when n < 2^31, else int64_t).
 template <class I, class TO, class TI, int NI, class F>
@@ -170,7 +206,32 @@ void launch_elementwise(const char* op, const Tensor& out, const std::array<Tens
     int64_t work = std::max<int64_t>(n / V, n % V);
     ew_vec_kernel<V, TO, TI, NI, F><<<blocks_for(work, kThreads), kThreads, 0, s>>>(args, n, f);
     TG_CUDA_CHECK_LAUNCH(op);
-  } else if (n < (int64_t(1) << 31)) {
+    return;
+  }
+  // Whole-vector rows (see ew_vec_strided_kernel)?
+  bool rows_of_vectors = aligned && oc.ndim >= 1 && oc.sizes[0] % V == 0 && oc.strides[0][0] == 1;
+  unsigned bcast = 0;
+  for (int k = 0; k <= NI && rows_of_vectors; ++k) {
+    const int64_t inner = oc.strides[0][k];
+    rows_of_vectors = inner == 1 || (k > 0 && inner == 0);
+    if (k > 0 && inner == 0) bcast |= 1u << (k - 1);
+    for (int d = 1; d < oc.ndim; ++d) rows_of_vectors = rows_of_vectors && oc.strides[d][k] % V == 0;
+  }
+  if (rows_of_vectors) {
+    OffsetCalc<NI + 1> ov = oc;
+    ov.sizes[0] /= V;
+    for (int k = 0; k <= NI; ++k) ov.strides[0][k] *= V;
+    const int64_t nvec = n / V;
+    if (nvec < (int64_t(1) << 31))
+      ew_vec_strided_kernel<V, uint32_t, TO, TI, NI, F><<<blocks_for(nvec, kThreads), kThreads, 0, s>>>(
+          args, ov, static_cast<uint32_t>(nvec), bcast, f);
+    else
+      ew_vec_strided_kernel<V, int64_t, TO, TI, NI, F><<<blocks_for(nvec, kThreads), kThreads, 0, s>>>(
+          args, ov, nvec, bcast, f);
+    TG_CUDA_CHECK_LAUNCH(op);
+    return;
+  }
+  if (n < (int64_t(1) << 31)) {
     ew_strided_kernel<uint32_t, TO, TI, NI, F><<<blocks_for(n, kThreads), kThreads, 0, s>>>(
         args, oc, static_cast<uint32_t>(n), f);
     TG_CUDA_CHECK_LAUNCH(op);

@@ -12,7 +12,7 @@
 //         read neighbouring addresses. Few outputs with long reductions are split likewise.
 // Memory traffic: x read once, out written once (plus the small partial buffer when split).
 #include <algorithm>
-#include <numeric>
+#include <cmath>
 
 #include "core/cuda/elementwise.cuh"
 #include "core/cuda/runtime.h"
@@ -26,20 +26,22 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// Sums `v` over the TPR threads of a row (a warp, or the whole 256-thread block); the result
-// is valid in thread 0 of the row. Fixed butterfly order: deterministic.
+// Sums `v` over the TPR threads of a row (TPR = 32, 64, 128 or 256 consecutive threads of the
+// 256-thread block); the result is valid in the row's first thread. Fixed butterfly order and
+// fixed shared-memory order: deterministic. Every thread of the block must call it when TPR > 32.
 template <int TPR, class A>
 __device__ __forceinline__ A row_sum(A v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   if constexpr (TPR > 32) {
-    __shared__ A partial[TPR / 32];
+    constexpr int W = TPR / 32;  // warps per row
+    __shared__ A partial[kThreads / 32];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     if (lane == 0) partial[warp] = v;
     __syncthreads();
-    v = lane < TPR / 32 ? partial[lane] : A(0);
+    v = lane < W ? partial[(warp / W) * W + lane] : A(0);
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    for (int o = W / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   }
   return v;
 }
@@ -55,8 +57,8 @@ __global__ void reduce_rows_kernel(const TI* x, OffsetCalc<1> kept, OffsetCalc<1
   const int64_t group = blockIdx.x / S, chunk = blockIdx.x % S;
   const int64_t row = group * (kThreads / TPR) + threadIdx.x / TPR;
   const int lane = threadIdx.x % TPR;
-  if (TPR <= 32 && row >= K) return;  // whole warps only; a block-wide row always exists
-  const int64_t j0 = chunk * L, j1 = min(R, j0 + L);
+  if (TPR <= 32 && row >= K) return;  // whole warps only; wider rows all reach row_sum
+  const int64_t j0 = chunk * L, j1 = row < K ? min(R, j0 + L) : j0;  // a row past K reads nothing
   int64_t base[1];
   kept.get(row, base);
   A acc = 0;
@@ -66,6 +68,7 @@ __global__ void reduce_rows_kernel(const TI* x, OffsetCalc<1> kept, OffsetCalc<1
     if constexpr (V > 1) {
       const int64_t nv = (j1 - j0) / V;
       const Vec<TI, V>* pv = reinterpret_cast<const Vec<TI, V>*>(p + j0);
+#pragma unroll 4
       for (int64_t v = lane; v < nv; v += TPR) {
         Vec<TI, V> w = pv[v];
 #pragma unroll
@@ -85,39 +88,52 @@ __global__ void reduce_rows_kernel(const TI* x, OffsetCalc<1> kept, OffsetCalc<1
   if (lane == 0 && row < K) out[row * S + chunk] = cvt<TO>(acc);
 }
 
-// Column reduction: thread k computes out[chunk * K + k] = sum of x[kept(k) + red(j)] for j in
-// [chunk * L, min(R, (chunk + 1) * L)), chunk = blockIdx.y, in order. Four loads are issued
-// before they are added, so each thread keeps several reads in flight.
-template <class TI, class TO>
+// Column reduction: thread t computes, for the V outputs k = t*V .. t*V+V-1,
+// out[chunk * K + k] = sum of x[kept(k) + red(j)] for j in [chunk * L, min(R, (chunk + 1) * L)),
+// chunk = blockIdx.y, in order. With V > 1 the V outputs are adjacent in x (the host checked
+// unit kept stride, sizes and strides multiple of V, alignment) and read with one 16-byte load.
+// Four loads are issued before they are added, so each thread keeps several reads in flight.
+template <class TI, class TO, int V>
 __global__ void reduce_cols_kernel(const TI* x, OffsetCalc<1> kept, OffsetCalc<1> red, int64_t K, int64_t R,
                                    int64_t L, TO* out) {
   using A = acc_t<TI>;
-  const int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  using VI = Vec<TI, V>;
+  const int64_t k = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) * V;
   if (k >= K) return;
   const int64_t chunk = blockIdx.y, j0 = chunk * L, j1 = min(R, j0 + L);
   int64_t base[1];
   kept.get(k, base);
   const TI* p = x + base[0];
-  A acc = 0;
+  A acc[V];
+#pragma unroll
+  for (int e = 0; e < V; ++e) acc[e] = 0;
+  auto add = [&](const VI& w) {
+#pragma unroll
+    for (int e = 0; e < V; ++e) acc[e] += cvt<A>(w.v[e]);
+  };
   if (red.ndim <= 1) {
     const int64_t s = red.ndim == 1 ? red.strides[0][0] : 0;
     int64_t j = j0;
     for (; j + 4 <= j1; j += 4) {
-      TI v0 = p[j * s], v1 = p[(j + 1) * s], v2 = p[(j + 2) * s], v3 = p[(j + 3) * s];
-      acc += cvt<A>(v0);
-      acc += cvt<A>(v1);
-      acc += cvt<A>(v2);
-      acc += cvt<A>(v3);
+      VI w0 = *reinterpret_cast<const VI*>(p + j * s), w1 = *reinterpret_cast<const VI*>(p + (j + 1) * s);
+      VI w2 = *reinterpret_cast<const VI*>(p + (j + 2) * s), w3 = *reinterpret_cast<const VI*>(p + (j + 3) * s);
+      add(w0);
+      add(w1);
+      add(w2);
+      add(w3);
     }
-    for (; j < j1; ++j) acc += cvt<A>(p[j * s]);
+    for (; j < j1; ++j) add(*reinterpret_cast<const VI*>(p + j * s));
   } else {
     for (int64_t j = j0; j < j1; ++j) {
       int64_t o[1];
       red.get(j, o);
-      acc += cvt<A>(p[o[0]]);
+      add(*reinterpret_cast<const VI*>(p + o[0]));
     }
   }
-  out[chunk * K + k] = cvt<TO>(acc);
+  Vec<TO, V> r;
+#pragma unroll
+  for (int e = 0; e < V; ++e) r.v[e] = cvt<TO>(acc[e]);
+  *reinterpret_cast<Vec<TO, V>*>(out + chunk * K + k) = r;
 }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -165,12 +181,29 @@ void launch_rows(const TI* x, const Split& sp, bool contig, bool vec, int64_t L,
   TG_CUDA_CHECK_LAUNCH("sum");
 }
 
+// Columns kernel launch: V adjacent outputs per thread (V == 1: one), S chunks of L reduced
+// elements (S == 1 writes T, else A partials laid out [S, K]).
 template <class TI, class TO>
-void launch_cols(const TI* x, const Split& sp, int64_t L, int64_t S, TO* out, cudaStream_t st) {
-  dim3 grid(unsigned(ceil_div(sp.K, kThreads)), unsigned(S));
-  TG_CHECK(ceil_div(sp.K, kThreads) < (int64_t(1) << 31), "sum", "too many outputs for one launch (", sp.K, ")");
-  reduce_cols_kernel<TI, TO><<<grid, kThreads, 0, st>>>(x, sp.kept, sp.red, sp.K, sp.R, L, out);
+void launch_cols(const TI* x, const Split& sp, bool vec, int64_t L, int64_t S, TO* out, cudaStream_t st) {
+  constexpr int V = 16 / sizeof(TI);
+  const int64_t threads = vec ? sp.K / V : sp.K;
+  TG_CHECK(ceil_div(threads, kThreads) < (int64_t(1) << 31), "sum", "too many outputs for one launch (", sp.K, ")");
+  dim3 grid(unsigned(ceil_div(threads, kThreads)), unsigned(S));
+  if (vec) reduce_cols_kernel<TI, TO, V><<<grid, kThreads, 0, st>>>(x, sp.kept, sp.red, sp.K, sp.R, L, out);
+  else reduce_cols_kernel<TI, TO, 1><<<grid, kThreads, 0, st>>>(x, sp.kept, sp.red, sp.K, sp.R, L, out);
   TG_CUDA_CHECK_LAUNCH("sum");
+}
+
+// Whether the columns kernel can read V adjacent outputs with one aligned vector load: unit
+// innermost kept stride, every size/stride a multiple of V, aligned pointers.
+bool cols_vectorisable(const Split& sp, const void* x, const void* out, int V) {
+  if (!aligned_to(x, 16) || !aligned_to(out, 16) || sp.kept.ndim == 0) return false;
+  if (sp.kept.strides[0][0] != 1 || sp.kept.sizes[0] % V != 0) return false;
+  for (int d = 1; d < sp.kept.ndim; ++d)
+    if (sp.kept.strides[d][0] % V != 0) return false;
+  for (int d = 0; d < sp.red.ndim; ++d)
+    if (sp.red.strides[d][0] % V != 0) return false;
+  return true;
 }
 
 template <class T>
@@ -190,7 +223,9 @@ void sum_typed(const Tensor& out, const Tensor& x, const Split& sp) {
     const bool contig = sp.red.ndim == 1;
     bool vec = contig && aligned_to(px, 16);
     for (int d = 0; d < sp.kept.ndim; ++d) vec = vec && sp.kept.strides[d][0] % V == 0;
-    const int tpr = sp.R >= 1024 ? 256 : 32;
+    // Threads per row: the fewest (32 to 256) that leave each about 16 vectors.
+    int tpr = 32;
+    while (tpr < 256 && ceil_div(sp.R, V) > int64_t(tpr) * 16) tpr *= 2;
     const int64_t groups = ceil_div(sp.K, kThreads / tpr);
     int64_t S = 1, L = sp.R;
     const int64_t min_per_block = int64_t(tpr) * V * 8;
@@ -201,8 +236,12 @@ void sum_typed(const Tensor& out, const Tensor& x, const Split& sp) {
     }
     auto run = [&](auto* dst) {
       using TO = std::remove_pointer_t<decltype(dst)>;
-      if (tpr == 256) launch_rows<T, TO, 256>(px, sp, contig, vec, L, S, dst, st);
-      else launch_rows<T, TO, 32>(px, sp, contig, vec, L, S, dst, st);
+      switch (tpr) {
+        case 32: return launch_rows<T, TO, 32>(px, sp, contig, vec, L, S, dst, st);
+        case 64: return launch_rows<T, TO, 64>(px, sp, contig, vec, L, S, dst, st);
+        case 128: return launch_rows<T, TO, 128>(px, sp, contig, vec, L, S, dst, st);
+        default: return launch_rows<T, TO, 256>(px, sp, contig, vec, L, S, dst, st);
+      }
     };
     if (S == 1) return run(po);
     Tensor partial = Tensor::empty({sp.K, S}, {acc_dtype, x.device()});
@@ -216,22 +255,27 @@ void sum_typed(const Tensor& out, const Tensor& x, const Split& sp) {
     launch_rows<A, T, 32>(pp, sp2, true, false, S, 1, po, st);
     return;
   }
-  // Columns: one thread per output. Split long reductions: at most 4096 elements in one
-  // serial sum (accuracy), and enough blocks to fill the chip (at least 32 elements each).
-  const int64_t blocks_x = ceil_div(sp.K, kThreads);
-  int64_t S = std::max(ceil_div(sp.R, 4096), std::min(ceil_div(target_blocks, blocks_x), ceil_div(sp.R, 32)));
+  // Columns: one thread per output (or per V adjacent outputs). Split long reductions: at most
+  // 4096 elements in one serial sum (accuracy), and enough blocks to fill the chip, each thread
+  // still summing a fair run (32 elements, 128 vectors).
+  constexpr int V = 16 / sizeof(T);
+  const bool vec = cols_vectorisable(sp, px, po, V);
+  const int64_t blocks_x = ceil_div(vec ? sp.K / V : sp.K, kThreads);
+  const int64_t min_run = vec ? 128 : 32;
+  int64_t S = std::max(ceil_div(sp.R, 4096), std::min(ceil_div(target_blocks, blocks_x), ceil_div(sp.R, min_run)));
   S = std::clamp<int64_t>(S, 1, 65535);
   const int64_t L = ceil_div(sp.R, S);
   S = ceil_div(sp.R, L);
-  if (S == 1) return launch_cols<T, T>(px, sp, L, 1, po, st);
+  if (S == 1) return launch_cols<T, T>(px, sp, vec, L, 1, po, st);
   Tensor partial = Tensor::empty({S, sp.K}, {acc_dtype, x.device()});
   A* pp = static_cast<A*>(partial.data_ptr());
-  launch_cols<T, A>(px, sp, L, S, pp, st);
+  launch_cols<T, A>(px, sp, vec, L, S, pp, st);
   Split sp2;
   sp2.K = sp.K, sp2.R = S;
   sp2.kept = calc_1d(sp.K, 1);
   sp2.red = calc_1d(S, sp.K);
-  launch_cols<A, T>(pp, sp2, S, 1, po, st);
+  constexpr int VA = 16 / sizeof(A);
+  launch_cols<A, T>(pp, sp2, sp.K % VA == 0 && aligned_to(po, 16), S, 1, po, st);
 }
 
 // ---- max ----
@@ -245,9 +289,10 @@ __device__ __forceinline__ bool beats(A v, int64_t i, A bv, int64_t bi) {
   return v > bv || (v == bv && i < bi);
 }
 
-// Max along a contiguous dim: TPR threads per row scan x[kept(row) + j], j < n, then combine
-// (value, index) pairs in a fixed tree.
-template <class T, int TPR>
+// Max along a contiguous dim: TPR threads per row scan x[kept(row) + j], j < n (V at a time
+// with aligned 16-byte loads when V > 1, each lane's indices increasing), then combine
+// (value, index) pairs in a fixed tree. Reads the row once.
+template <class T, int TPR, int V>
 __global__ void max_rows_kernel(const T* x, OffsetCalc<1> kept, int64_t K, int64_t n, T* values, int64_t* indices) {
   using A = acc_t<T>;
   const int64_t row = blockIdx.x * int64_t(kThreads / TPR) + threadIdx.x / TPR;
@@ -256,11 +301,26 @@ __global__ void max_rows_kernel(const T* x, OffsetCalc<1> kept, int64_t K, int64
   int64_t base[1];
   kept.get(row, base);
   const T* p = x + base[0];
-  A best = cvt<A>(p[lane < n ? lane : 0]);
-  int64_t arg = lane < n ? lane : n;  // lanes past n hold a loser
-  for (int64_t j = lane + TPR; j < n; j += TPR) {
-    A v = cvt<A>(p[j]);
-    if (beats(v, j, best, arg)) best = v, arg = j;
+  A best = -INFINITY;
+  int64_t arg = n;  // (-inf, n) loses to every element
+  int64_t j = 0;
+  if constexpr (V > 1) {
+    const int64_t nv = n / V;
+    const Vec<T, V>* pv = reinterpret_cast<const Vec<T, V>*>(p);
+#pragma unroll 2
+    for (int64_t v = lane; v < nv; v += TPR) {
+      Vec<T, V> w = pv[v];
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        A val = cvt<A>(w.v[e]);
+        if (beats(val, v * V + e, best, arg)) best = val, arg = v * V + e;
+      }
+    }
+    j = nv * V;
+  }
+  for (j += lane; j < n; j += TPR) {
+    A val = cvt<A>(p[j]);
+    if (beats(val, j, best, arg)) best = val, arg = j;
   }
   auto combine = [&](int o) {
     A ov = __shfl_xor_sync(0xffffffffu, best, o);
@@ -339,11 +399,15 @@ void max(const Tensor& values, const Tensor& indices, const Tensor& x, int64_t d
     int64_t* pi = indices.data_ptr<int64_t>();
     KernelTrace::record(stride == 1 && n >= 32 ? "max.rows" : "max.columns");
     if (stride == 1 && n >= 32) {
-      if (n >= 1024) {
-        max_rows_kernel<T, 256><<<unsigned(sp.K), kThreads, 0, st>>>(px, sp.kept, sp.K, n, pv, pi);
-      } else {
-        max_rows_kernel<T, 32><<<unsigned(ceil_div(sp.K, kThreads / 32)), kThreads, 0, st>>>(px, sp.kept, sp.K, n, pv, pi);
-      }
+      constexpr int V = 16 / sizeof(T);
+      bool vec = aligned_to(px, 16);
+      for (int d = 0; d < sp.kept.ndim; ++d) vec = vec && sp.kept.strides[d][0] % V == 0;
+      const bool warp = n < 1024 || (n <= int64_t(32) * 32 * V && sp.K >= int64_t(sm_count(x.device().index)) * 32);
+      const unsigned blocks = unsigned(warp ? ceil_div(sp.K, kThreads / 32) : sp.K);
+      if (warp && vec) max_rows_kernel<T, 32, V><<<blocks, kThreads, 0, st>>>(px, sp.kept, sp.K, n, pv, pi);
+      else if (warp) max_rows_kernel<T, 32, 1><<<blocks, kThreads, 0, st>>>(px, sp.kept, sp.K, n, pv, pi);
+      else if (vec) max_rows_kernel<T, 256, V><<<blocks, kThreads, 0, st>>>(px, sp.kept, sp.K, n, pv, pi);
+      else max_rows_kernel<T, 256, 1><<<blocks, kThreads, 0, st>>>(px, sp.kept, sp.K, n, pv, pi);
     } else {
       max_cols_kernel<T><<<unsigned(ceil_div(sp.K, kThreads)), kThreads, 0, st>>>(px, sp.kept, sp.K, n, stride, pv, pi);
     }
