@@ -1,5 +1,5 @@
 // Device memory: allocation with statistics, and raw byte copies between devices.
-// The CPU uses 64-byte aligned heap blocks; CUDA uses the caching allocator in core/cuda/.
+// Both the host and CUDA allocators cache freed blocks by size class (core/block_cache.h).
 // Tests and benchmarks read the statistics to prove what a kernel variant did not allocate.
 #pragma once
 
@@ -20,7 +20,7 @@ struct MemoryStats {
 
 MemoryStats memory_stats(Device device = Device::cpu());
 void reset_peak_memory_stats(Device device = Device::cpu());
-// Returns cached device blocks to the system (no-op on the CPU).
+// Returns the cached free blocks to the system (cudaFree / free).
 void empty_cache(Device device = Device::cpu());
 
 void* allocate(Device device, size_t nbytes);

@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/block_cache.h"
 #include "core/cuda/cuda_utils.cuh"
 #include "core/cuda/runtime.h"
 #include "core/cuda_settings.h"
@@ -20,17 +21,6 @@ void throw_cuda_error(cudaError_t err, const char* call, const char* file, int l
 }
 
 namespace {
-
-// Size classes: multiples of 512 B below 1 MiB; above, multiples of an eighth of the next power
-// of two (at most 12.5% slack). A training step asks for the same sizes every step, so after
-// the first step every request finds a cached block of its class.
-size_t size_class(size_t n) {
-  if (n < (1u << 20)) return std::max<size_t>(512, (n + 511) / 512 * 512);
-  size_t p = 1;
-  while (p < n) p <<= 1;
-  size_t step = p / 8;
-  return (n + step - 1) / step * step;
-}
 
 struct DeviceState {
   std::mutex mu;
@@ -115,7 +105,7 @@ void* allocate(int device, size_t nbytes) {
   DeviceState& st = state(device);  // a missing device is an error even for an empty tensor
   if (nbytes == 0) return nullptr;
   std::lock_guard<std::mutex> lock(st.mu);
-  size_t cls = size_class(nbytes);
+  size_t cls = BlockCache::size_class(nbytes);
   void* p = nullptr;
   auto& cached = st.free_blocks[cls];
   if (!cached.empty()) {
