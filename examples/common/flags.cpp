@@ -1,0 +1,103 @@
+#include "examples/common/flags.h"
+
+#include <sstream>
+
+namespace examples {
+
+Flags& Flags::add(const std::string& name, const std::string& default_value, const std::string& help) {
+  flags_[name] = {default_value, default_value, help, false};
+  order_.push_back(name);
+  return *this;
+}
+
+bool Flags::parse(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") return false;
+    if (arg.rfind("--", 0) != 0) throw UsageError("unexpected argument '" + arg + "'\n" + usage());
+    std::string name = arg.substr(2), value;
+    auto eq = name.find('=');
+    if (eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+    }
+    if (!flags_.count(name)) throw UsageError("unknown flag --" + name + "\n" + usage());
+    if (eq == std::string::npos) {
+      const std::string& d = flags_[name].default_value;
+      bool boolean = d == "false" || d == "true";
+      if (boolean && (i + 1 >= argc || std::string(argv[i + 1]).rfind("--", 0) == 0)) {
+        value = "true";  // a bare boolean flag
+      } else {
+        if (i + 1 >= argc) throw UsageError("flag --" + name + " needs a value\n" + usage());
+        value = argv[++i];
+      }
+    }
+    flags_[name].value = value;
+    flags_[name].set = true;
+  }
+  return true;
+}
+
+const Flags::Flag& Flags::get(const std::string& name) const {
+  auto it = flags_.find(name);
+  if (it == flags_.end()) throw std::logic_error("flag --" + name + " was never declared");
+  return it->second;
+}
+
+std::string Flags::str(const std::string& name) const { return get(name).value; }
+
+int64_t Flags::integer(const std::string& name) const {
+  const std::string& v = get(name).value;
+  size_t used = 0;
+  int64_t out = 0;
+  try {
+    out = std::stoll(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != v.size() || v.empty()) throw UsageError("--" + name + " wants an integer, got '" + v + "'\n" + usage());
+  return out;
+}
+
+double Flags::number(const std::string& name) const {
+  const std::string& v = get(name).value;
+  size_t used = 0;
+  double out = 0;
+  try {
+    out = std::stod(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != v.size() || v.empty()) throw UsageError("--" + name + " wants a number, got '" + v + "'\n" + usage());
+  return out;
+}
+
+bool Flags::boolean(const std::string& name) const {
+  const std::string& v = get(name).value;
+  if (v == "true" || v == "1") return true;
+  if (v == "false" || v == "0") return false;
+  throw UsageError("--" + name + " wants true or false, got '" + v + "'\n" + usage());
+}
+
+std::vector<std::string> Flags::list(const std::string& name) const {
+  std::vector<std::string> out;
+  std::stringstream ss(get(name).value);
+  for (std::string item; std::getline(ss, item, ',');)
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+bool Flags::was_set(const std::string& name) const { return get(name).set; }
+
+std::string Flags::usage() const {
+  std::ostringstream os;
+  os << "usage: " << program_ << " [flags]\n" << about_ << "\n\nflags:\n";
+  for (const auto& name : order_) {
+    const Flag& f = flags_.at(name);
+    os << "  --" << name << " (default: " << (f.default_value.empty() ? "\"\"" : f.default_value) << ")\n      "
+       << f.help << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace examples

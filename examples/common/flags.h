@@ -1,0 +1,44 @@
+// Command-line flags for the examples: --name value or --name=value, each declared with a
+// default and a help line. An unknown flag or a bad value throws UsageError carrying the usage.
+#pragma once
+
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace examples {
+
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+class Flags {
+ public:
+  explicit Flags(std::string program, std::string about) : program_(std::move(program)), about_(std::move(about)) {}
+
+  Flags& add(const std::string& name, const std::string& default_value, const std::string& help);
+  // Parses argv; returns false when --help was asked (usage() has the text).
+  bool parse(int argc, char** argv);
+
+  std::string str(const std::string& name) const;
+  int64_t integer(const std::string& name) const;
+  double number(const std::string& name) const;
+  bool boolean(const std::string& name) const;
+  // A comma-separated list.
+  std::vector<std::string> list(const std::string& name) const;
+  bool was_set(const std::string& name) const;
+  std::string usage() const;
+
+ private:
+  struct Flag {
+    std::string value, default_value, help;
+    bool set = false;
+  };
+  const Flag& get(const std::string& name) const;
+  std::string program_, about_;
+  std::map<std::string, Flag> flags_;
+  std::vector<std::string> order_;
+};
+
+}  // namespace examples

@@ -1,0 +1,46 @@
+#include "examples/common/generate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "core/autograd.h"
+#include "core/factory.h"
+#include "core/philox.h"
+#include "ops/cast.h"
+#include "ops/shape.h"
+
+namespace examples {
+
+std::string generate(tg::nn::LlamaForCausalLM& model, const std::string& prompt, int new_bytes, double temperature,
+                     tg::Generator& gen) {
+  tg::NoGradGuard no_grad;
+  const bool was_training = model.is_training();
+  model.eval();
+  const tg::Device device = model.lm_head->weight.device();
+  const int64_t window = model.config.max_position_embeddings;
+  std::vector<int64_t> ids;
+  for (unsigned char c : prompt) ids.push_back(c);
+  std::string out;
+  for (int i = 0; i < new_bytes; ++i) {
+    int64_t t = std::min<int64_t>(window, static_cast<int64_t>(ids.size()));
+    std::vector<int64_t> ctx(ids.end() - t, ids.end());
+    tg::Tensor logits = model.forward(tg::from_vector(ctx, {1, t}, device));
+    std::vector<float> last = tg::to(tg::slice(logits, 1, t - 1, t), tg::kFloat32).to_vector<float>();
+    int64_t next = std::max_element(last.begin(), last.end()) - last.begin();
+    if (temperature > 0) {
+      // Sample from softmax(logits / temperature) with one uniform draw.
+      double mx = last[next], total = 0;
+      std::vector<double> p(last.size());
+      for (size_t v = 0; v < last.size(); ++v) total += p[v] = std::exp((last[v] - mx) / temperature);
+      double u = tg::uniform01(tg::philox(gen.seed(), gen.reserve(1)).v[0]) * total;
+      for (next = 0; next + 1 < static_cast<int64_t>(p.size()) && u >= p[next]; ++next) u -= p[next];
+    }
+    ids.push_back(next);
+    out += static_cast<char>(next);
+  }
+  model.train(was_training);
+  return out;
+}
+
+}  // namespace examples
