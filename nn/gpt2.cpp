@@ -1,0 +1,98 @@
+#include "nn/gpt2.h"
+
+#include <cmath>
+
+#include "core/factory.h"
+#include "nn/init.h"
+#include "nn/loss.h"
+#include "ops/binary.h"
+#include "ops/shape.h"
+
+namespace tg::nn {
+
+void GPT2Config::validate() const {
+  TG_CHECK(vocab_size > 0 && n_positions > 0 && n_embd > 0 && n_layer > 0 && n_head > 0, "GPT2Config",
+           "sizes must be positive");
+  TG_CHECK(n_embd % n_head == 0, "GPT2Config", "n_embd ", n_embd, " is not divisible by n_head ", n_head);
+}
+
+GPT2Config GPT2Config::gpt2() { return {}; }
+
+GPT2Config GPT2Config::tiny() {
+  GPT2Config c;
+  c.vocab_size = 256;
+  c.n_positions = 128;
+  c.n_embd = 128;
+  c.n_layer = 4;
+  c.n_head = 4;
+  c.embd_pdrop = c.attn_pdrop = c.resid_pdrop = 0.0;
+  return c;
+}
+
+GPT2Block::GPT2Block(const GPT2Config& c, Generator& gen) : Module("GPT2Block") {
+  ln_1 = std::make_shared<LayerNorm>(c.n_embd, c.layer_norm_epsilon);
+  attn = std::make_shared<GPT2Attention>(c.n_embd, c.n_head, c.attn_pdrop, c.resid_pdrop, gen);
+  ln_2 = std::make_shared<LayerNorm>(c.n_embd, c.layer_norm_epsilon);
+  mlp = std::make_shared<GELUMLP>(c.n_embd, c.inner(), true, c.resid_pdrop, gen);
+  register_module("ln_1", ln_1);
+  register_module("attn", attn);
+  register_module("ln_2", ln_2);
+  register_module("mlp", mlp);
+}
+
+Tensor GPT2Block::forward(const Tensor& x) {
+  Tensor h = add(x, attn->forward(ln_1->forward(x)));
+  return add(h, mlp->forward(ln_2->forward(h)));
+}
+
+GPT2Model::GPT2Model(const GPT2Config& c, Generator& gen) : Module("GPT2Model"), config(c) {
+  c.validate();
+  wte = std::make_shared<Embedding>(c.vocab_size, c.n_embd, gen);
+  wpe = std::make_shared<Embedding>(c.n_positions, c.n_embd, gen);
+  drop = std::make_shared<Dropout>(c.embd_pdrop, gen);
+  h = std::make_shared<ModuleList<GPT2Block>>();
+  for (int64_t i = 0; i < c.n_layer; ++i) h->push_back(std::make_shared<GPT2Block>(c, gen));
+  ln_f = std::make_shared<LayerNorm>(c.n_embd, c.layer_norm_epsilon);
+  register_module("wte", wte);
+  register_module("wpe", wpe);
+  register_module("drop", drop);
+  register_module("h", h);
+  register_module("ln_f", ln_f);
+}
+
+Tensor GPT2Model::forward(const Tensor& ids) {
+  TG_CHECK(ids.defined() && ids.dim() == 2 && is_integral(ids.dtype()) && ids.dtype() != kBool, "GPT2Model",
+           "ids must be [B, T] int32/int64");
+  const int64_t T = ids.shape()[1];
+  TG_CHECK(T <= config.n_positions, "GPT2Model", "sequence length ", T, " exceeds n_positions ", config.n_positions);
+  Tensor pos = arange(T, {.dtype = kInt64, .device = ids.device()});
+  Tensor x = drop->forward(add(wte->forward(ids), wpe->forward(pos)));  // [B, T, d] + [T, d]
+  for (const auto& block : *h) x = block->forward(x);
+  return ln_f->forward(x);
+}
+
+GPT2LMHeadModel::GPT2LMHeadModel(const GPT2Config& c, Generator& gen) : Module("GPT2LMHeadModel"), config(c) {
+  transformer = std::make_shared<GPT2Model>(c, gen);
+  lm_head = std::make_shared<Linear>(c.n_embd, c.vocab_size, false, gen);
+  register_module("transformer", transformer);
+  register_module("lm_head", lm_head);
+  // transformers' GPT2 init: weights ~ N(0, 0.02), biases 0, LayerNorm (1, 0), and the residual
+  // projections (c_proj) ~ N(0, 0.02 / sqrt(2 n_layer)).
+  const double proj_std = c.initializer_range / std::sqrt(2.0 * static_cast<double>(c.n_layer));
+  for (auto& [name, m] : named_modules()) {
+    if (auto* lin = dynamic_cast<Linear*>(m)) {
+      const bool residual = name.size() >= 6 && name.compare(name.size() - 6, 6, "c_proj") == 0;
+      init::normal_(lin->weight, 0.0, residual ? proj_std : c.initializer_range, gen);
+      if (lin->bias.defined()) init::zeros_(lin->bias);
+    } else if (auto* emb = dynamic_cast<Embedding*>(m)) {
+      init::normal_(emb->weight, 0.0, c.initializer_range, gen);
+    }
+  }
+  lm_head->weight = transformer->wte->weight;  // tied: one tensor under two names
+}
+
+Tensor GPT2LMHeadModel::forward(const Tensor& ids) { return lm_head->forward(transformer->forward(ids)); }
+
+Tensor GPT2LMHeadModel::loss(const Tensor& ids, const Tensor& labels) { return causal_lm_loss(forward(ids), labels); }
+
+}  // namespace tg::nn

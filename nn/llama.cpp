@@ -1,0 +1,130 @@
+#include "nn/llama.h"
+
+#include "nn/init.h"
+#include "nn/loss.h"
+#include "ops/binary.h"
+#include "ops/rms_norm.h"
+
+namespace tg::nn {
+
+void LlamaConfig::validate() const {
+  auto positive = [](int64_t v, const char* name) {
+    TG_CHECK(v > 0, "LlamaConfig", name, " must be positive, got ", v);
+  };
+  positive(vocab_size, "vocab_size");
+  positive(hidden_size, "hidden_size");
+  positive(intermediate_size, "intermediate_size");
+  positive(num_hidden_layers, "num_hidden_layers");
+  positive(num_attention_heads, "num_attention_heads");
+  positive(max_position_embeddings, "max_position_embeddings");
+  TG_CHECK(hidden_size % num_attention_heads == 0, "LlamaConfig", "hidden_size ", hidden_size,
+           " is not divisible by num_attention_heads ", num_attention_heads);
+  TG_CHECK(head_dim() % 2 == 0, "LlamaConfig", "head_dim ", head_dim(), " must be even for rotary embedding");
+  TG_CHECK(kv_heads() > 0 && num_attention_heads % kv_heads() == 0, "LlamaConfig", "num_key_value_heads ",
+           kv_heads(), " must divide num_attention_heads ", num_attention_heads);
+}
+
+int64_t LlamaConfig::num_parameters() const {
+  const int64_t d = hidden_size, kv = kv_heads() * head_dim();
+  const int64_t attn = d * d * 2 + d * kv * 2;   // q, o [d, d]; k, v [kv, d]
+  const int64_t mlp = 3 * d * intermediate_size;  // gate, up, down
+  const int64_t layer = attn + mlp + 2 * d;       // + two RMSNorm weights
+  return vocab_size * d * (tie_word_embeddings ? 1 : 2) + num_hidden_layers * layer + d;
+}
+
+LlamaConfig LlamaConfig::tiny() { return {}; }
+
+LlamaConfig LlamaConfig::small() {
+  LlamaConfig c;
+  c.hidden_size = 384;
+  c.intermediate_size = 1024;
+  c.num_hidden_layers = 6;
+  c.num_attention_heads = 6;
+  c.max_position_embeddings = 256;
+  c.batch_size = 16;
+  return c;
+}
+
+LlamaConfig LlamaConfig::bench_135m() {
+  LlamaConfig c;
+  c.vocab_size = 32000;
+  c.hidden_size = 768;
+  c.intermediate_size = 2048;
+  c.num_hidden_layers = 12;
+  c.num_attention_heads = 12;
+  c.max_position_embeddings = 1024;
+  c.batch_size = 8;
+  return c;
+}
+
+LlamaConfig LlamaConfig::by_name(const std::string& name) {
+  if (name == "tiny") return tiny();
+  if (name == "small") return small();
+  if (name == "bench-135m") return bench_135m();
+  fail("LlamaConfig", "unknown config '", name, "' (tiny, small, bench-135m)");
+}
+
+LlamaDecoderLayer::LlamaDecoderLayer(const LlamaConfig& c, Generator& gen) : Module("LlamaDecoderLayer") {
+  input_layernorm = std::make_shared<RMSNorm>(c.hidden_size, c.rms_norm_eps);
+  self_attn = std::make_shared<CausalSelfAttention>(c.hidden_size, c.num_attention_heads, c.kv_heads(), false, gen);
+  post_attention_layernorm = std::make_shared<RMSNorm>(c.hidden_size, c.rms_norm_eps);
+  mlp = std::make_shared<SwiGLUMLP>(c.hidden_size, c.intermediate_size, false, gen);
+  register_module("self_attn", self_attn);
+  register_module("mlp", mlp);
+  register_module("input_layernorm", input_layernorm);
+  register_module("post_attention_layernorm", post_attention_layernorm);
+}
+
+Tensor LlamaDecoderLayer::forward(const Tensor& x, const Tensor& cos, const Tensor& sin) {
+  Tensor a = self_attn->forward(input_layernorm->forward(x), cos, sin);
+  // h = x + a and n = post_attention_layernorm(h) in one pass (one kernel instead of two).
+  auto [n, h] = fused_add_rms_norm(a, x, post_attention_layernorm->weight, post_attention_layernorm->eps);
+  return add(h, mlp->forward(n));
+}
+
+LlamaModel::LlamaModel(const LlamaConfig& c, Generator& gen) : Module("LlamaModel"), config(c) {
+  c.validate();
+  embed_tokens = std::make_shared<Embedding>(c.vocab_size, c.hidden_size, gen);
+  layers = std::make_shared<ModuleList<LlamaDecoderLayer>>();
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) layers->push_back(std::make_shared<LlamaDecoderLayer>(c, gen));
+  norm = std::make_shared<RMSNorm>(c.hidden_size, c.rms_norm_eps);
+  rotary_emb = std::make_shared<RotaryEmbedding>(c.head_dim(), c.max_position_embeddings, c.rope_theta);
+  register_module("embed_tokens", embed_tokens);
+  register_module("layers", layers);
+  register_module("norm", norm);
+  register_module("rotary_emb", rotary_emb);
+}
+
+Tensor LlamaModel::forward(const Tensor& ids) {
+  TG_CHECK(ids.defined() && ids.dim() == 2 && is_integral(ids.dtype()) && ids.dtype() != kBool, "LlamaModel",
+           "ids must be [B, T] int32/int64, got ", ids.defined() ? shape_str(ids.shape()) : std::string("undefined"),
+           ids.defined() ? std::string(" ") + dtype_name(ids.dtype()) : std::string());
+  auto [cos, sin] = rotary_emb->cos_sin(ids.shape()[1]);
+  Tensor x = embed_tokens->forward(ids);
+  for (const auto& layer : *layers) x = layer->forward(x, cos, sin);
+  return norm->forward(x);
+}
+
+LlamaForCausalLM::LlamaForCausalLM(const LlamaConfig& c, Generator& gen) : Module("LlamaForCausalLM"), config(c) {
+  model = std::make_shared<LlamaModel>(c, gen);
+  lm_head = std::make_shared<Linear>(c.hidden_size, c.vocab_size, false, gen);
+  register_module("model", model);
+  register_module("lm_head", lm_head);
+  // transformers' _init_weights: every Linear and the embedding ~ N(0, initializer_range),
+  // biases zero, norms one; drawn in module order from `gen`.
+  for (auto& [name, m] : named_modules()) {
+    if (auto* lin = dynamic_cast<Linear*>(m)) {
+      init::normal_(lin->weight, 0.0, c.initializer_range, gen);
+      if (lin->bias.defined()) init::zeros_(lin->bias);
+    } else if (auto* emb = dynamic_cast<Embedding*>(m)) {
+      init::normal_(emb->weight, 0.0, c.initializer_range, gen);
+    }
+  }
+  if (c.tie_word_embeddings) lm_head->weight = model->embed_tokens->weight;
+}
+
+Tensor LlamaForCausalLM::forward(const Tensor& ids) { return lm_head->forward(model->forward(ids)); }
+
+Tensor LlamaForCausalLM::loss(const Tensor& ids, const Tensor& labels) { return causal_lm_loss(forward(ids), labels); }
+
+}  // namespace tg::nn

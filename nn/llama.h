@@ -1,0 +1,90 @@
+// The toy transformer: the Llama architecture with Hugging Face's parameter names
+// (shared/spec/toy-transformer.md), so checkpoints and peft adapters carry over.
+//
+//   tg::manual_seed(0);
+//   auto model = std::make_shared<tg::nn::LlamaForCausalLM>(tg::nn::LlamaConfig::tiny());
+//   tg::Tensor logits = model->forward(ids);            // ids [B, T] int -> [B, T, vocab]
+//   tg::Tensor loss = tg::nn::causal_lm_loss(logits, ids);
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "core/generator.h"
+#include "nn/attention.h"
+#include "nn/embedding.h"
+#include "nn/linear.h"
+#include "nn/mlp.h"
+#include "nn/norm.h"
+#include "nn/rotary.h"
+
+namespace tg::nn {
+
+struct LlamaConfig {
+  int64_t vocab_size = 256;
+  int64_t hidden_size = 128;
+  int64_t intermediate_size = 344;
+  int64_t num_hidden_layers = 4;
+  int64_t num_attention_heads = 4;
+  int64_t num_key_value_heads = 0;  // 0: = num_attention_heads
+  int64_t max_position_embeddings = 128;  // the rotary tables' length; the spec's "seq"
+  double rope_theta = 10000.0;
+  double rms_norm_eps = 1e-5;
+  bool tie_word_embeddings = false;
+  double initializer_range = 0.02;  // every Linear and embedding weight ~ N(0, 0.02)
+  // The training shape the examples and benchmarks use with this config (not part of the model).
+  int64_t batch_size = 8;
+
+  int64_t head_dim() const { return hidden_size / num_attention_heads; }
+  int64_t kv_heads() const { return num_key_value_heads ? num_key_value_heads : num_attention_heads; }
+  void validate() const;  // tg::Error naming the bad field
+  // What LlamaForCausalLM(config).num_parameters() gives, without building it.
+  int64_t num_parameters() const;
+
+  // The spec's configurations.
+  static LlamaConfig tiny();        // 256 / 128 / 4 layers / 4 heads / 344, seq 128, batch 8
+  static LlamaConfig small();       // 256 / 384 / 6 layers / 6 heads / 1024, seq 256, batch 16
+  static LlamaConfig bench_135m();  // 32000 / 768 / 12 layers / 12 heads / 2048, seq 1024, batch 8
+  // "tiny", "small", "bench-135m"; tg::Error for other names.
+  static LlamaConfig by_name(const std::string& name);
+};
+
+// One pre-norm block: h = x + self_attn(input_layernorm(x));
+//                     out = h + mlp(post_attention_layernorm(h)).
+class LlamaDecoderLayer : public Module {
+ public:
+  explicit LlamaDecoderLayer(const LlamaConfig& c, Generator& gen = default_generator());
+  Tensor forward(const Tensor& x, const Tensor& cos, const Tensor& sin);
+
+  std::shared_ptr<RMSNorm> input_layernorm, post_attention_layernorm;
+  std::shared_ptr<CausalSelfAttention> self_attn;
+  std::shared_ptr<SwiGLUMLP> mlp;
+};
+
+// Embeddings, blocks and the final norm: ids [B, T] -> hidden states [B, T, hidden].
+class LlamaModel : public Module {
+ public:
+  explicit LlamaModel(const LlamaConfig& c, Generator& gen = default_generator());
+  Tensor forward(const Tensor& ids) override;
+
+  LlamaConfig config;
+  std::shared_ptr<Embedding> embed_tokens;
+  std::shared_ptr<ModuleList<LlamaDecoderLayer>> layers;
+  std::shared_ptr<RMSNorm> norm;
+  std::shared_ptr<RotaryEmbedding> rotary_emb;  // buffers only, not in the state dict
+};
+
+class LlamaForCausalLM : public Module {
+ public:
+  explicit LlamaForCausalLM(const LlamaConfig& c, Generator& gen = default_generator());
+  // ids [B, T] int32/int64 -> logits [B, T, vocab]
+  Tensor forward(const Tensor& ids) override;
+  // Next-token loss of forward(ids) against labels (usually ids itself): see causal_lm_loss.
+  Tensor loss(const Tensor& ids, const Tensor& labels);
+
+  LlamaConfig config;
+  std::shared_ptr<LlamaModel> model;
+  std::shared_ptr<Linear> lm_head;
+};
+
+}  // namespace tg::nn

@@ -1,0 +1,342 @@
+#include "peft/lora.h"
+
+#include <filesystem>
+#include <iomanip>
+#include <iostream>
+#include <set>
+#include <sstream>
+
+#include "core/autograd.h"
+#include "core/primitives.h"
+#include "io/file.h"
+#include "io/json.h"
+#include "io/safetensors.h"
+#include "nn/init.h"
+#include "nn/norm.h"
+#include "ops/binary.h"
+#include "ops/matmul.h"
+
+namespace tg::peft {
+namespace {
+
+const std::string kPrefix = "base_model.model.";
+
+// peft's rule: a module matches a name when its path is the name or ends with ".<name>".
+bool matches(const std::string& path, const std::vector<std::string>& names) {
+  for (const auto& n : names)
+    if (path == n || (path.size() > n.size() && path.compare(path.size() - n.size() - 1, n.size() + 1, "." + n) == 0))
+      return true;
+  return false;
+}
+
+bool is_norm(const nn::Module* m) {
+  return dynamic_cast<const nn::RMSNorm*>(m) != nullptr || dynamic_cast<const nn::LayerNorm*>(m) != nullptr;
+}
+
+std::string last_component(const std::string& path) {
+  size_t dot = path.rfind('.');
+  return dot == std::string::npos ? path : path.substr(dot + 1);
+}
+
+std::string join(const std::vector<std::string>& xs) {
+  std::string s;
+  for (size_t i = 0; i < xs.size(); ++i) s += (i ? ", " : "") + xs[i];
+  return s;
+}
+
+// 1234567 -> "1,234,567" (Python's "{:,d}").
+std::string with_commas(int64_t v) {
+  std::string digits = std::to_string(v < 0 ? -v : v), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return v < 0 ? "-" + out : out;
+}
+
+// The modules saved whole with the adapter: modules_to_save, plus the norms when they train.
+std::vector<std::string> saved_module_names(const LoraConfig& config, nn::Module& model) {
+  std::vector<std::string> names = config.modules_to_save;
+  if (!config.freeze_norms)
+    for (auto& [path, m] : model.named_modules())
+      if (is_norm(m) && !matches(path, names)) names.push_back(last_component(path));
+  return names;
+}
+
+// Adapter tensors by file key: every LoRA weight and every parameter of a saved module.
+std::map<std::string, Tensor> adapter_tensors(nn::Module& model, const std::vector<std::string>& saved_modules) {
+  std::map<std::string, Tensor> out;
+  for (auto& [path, l] : lora_layers(model)) {
+    out[kPrefix + path + ".lora_A.weight"] = l->lora_A->weight;
+    out[kPrefix + path + ".lora_B.weight"] = l->lora_B->weight;
+  }
+  if (!saved_modules.empty())
+    for (auto& [path, m] : model.named_modules())
+      if (!path.empty() && matches(path, saved_modules))
+        for (auto& [name, t] : m->state_dict()) out[kPrefix + path + "." + name] = t;
+  return out;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- LoRALinear
+
+LoRALinear::LoRALinear(const nn::Linear& base, int64_t rank, double alpha, double dropout, Generator& gen)
+    : nn::Linear("LoRALinear", base.in_features, base.out_features, base.weight, base.bias),
+      r(rank),
+      lora_alpha(alpha),
+      scaling(alpha / static_cast<double>(rank)) {
+  TG_CHECK(rank > 0, "LoRALinear", "r must be positive, got ", rank);
+  weight.requires_grad_(false);
+  if (bias.defined()) bias.requires_grad_(false);
+  // nn::Linear's own init is peft's for A: kaiming_uniform(a = sqrt(5)) = U(-1/sqrt(in), 1/sqrt(in)).
+  lora_A = std::make_shared<nn::Linear>(in_features, rank, false, gen);
+  lora_B = std::make_shared<nn::Linear>(rank, out_features, false, gen);
+  nn::init::zeros_(lora_B->weight);
+  lora_A->to(weight.dtype(), weight.device());
+  lora_B->to(weight.dtype(), weight.device());
+  lora_dropout = std::make_shared<nn::Dropout>(dropout, gen);
+  register_module("lora_dropout", lora_dropout);
+  register_module("lora_A", lora_A);
+  register_module("lora_B", lora_B);
+  train(base.is_training());
+}
+
+Tensor LoRALinear::forward(const Tensor& x) {
+  Tensor y = nn::Linear::forward(x);
+  if (merged_) return y;
+  return add(y, mul(lora_B->forward(lora_A->forward(lora_dropout->forward(x))), scaling));
+}
+
+Tensor LoRALinear::delta_weight() const {
+  NoGradGuard g;
+  return mul(matmul(lora_B->weight, lora_A->weight), scaling);
+}
+
+void LoRALinear::merge() {
+  TG_CHECK(!merged_, "LoRALinear::merge", "the adapter is already merged");
+  NoGradGuard g;
+  copy_(weight, add(weight, delta_weight()));
+  merged_ = true;
+}
+
+void LoRALinear::unmerge() {
+  TG_CHECK(merged_, "LoRALinear::unmerge", "the adapter is not merged");
+  NoGradGuard g;
+  copy_(weight, sub(weight, delta_weight()));
+  merged_ = false;
+}
+
+std::string LoRALinear::extra_repr() const {
+  std::ostringstream os;
+  os << nn::Linear::extra_repr() << ", r=" << r << ", lora_alpha=" << lora_alpha << (merged_ ? ", merged" : "");
+  return os.str();
+}
+
+// ---------------------------------------------------------------- wrapping
+
+std::string LoraReport::str() const {
+  std::ostringstream os;
+  os << "LoRA on " << wrapped.size() << " modules";
+  if (!saved_modules.empty()) os << ", " << saved_modules.size() << " modules trained whole";
+  os << ": trainable " << trainable_params << " of " << all_params << " parameters";
+  return os.str();
+}
+
+std::vector<std::pair<std::string, LoRALinear*>> lora_layers(nn::Module& model) {
+  std::vector<std::pair<std::string, LoRALinear*>> out;
+  for (auto& [path, m] : model.named_modules())
+    if (auto* l = dynamic_cast<LoRALinear*>(m)) out.emplace_back(path, l);
+  return out;
+}
+
+LoraReport apply_lora(nn::Module& model, const LoraConfig& config, Generator& gen) {
+  TG_CHECK(config.r > 0, "apply_lora", "r must be positive, got ", config.r);
+  TG_CHECK(!config.target_modules.empty(), "apply_lora", "target_modules is empty");
+  TG_CHECK(config.lora_dropout >= 0 && config.lora_dropout <= 1, "apply_lora", "lora_dropout must be in [0, 1], got ",
+           config.lora_dropout);
+  TG_CHECK(lora_layers(model).empty(), "apply_lora", model.type_name(),
+           " already has LoRA layers (merge_and_unload it first, or load the adapter into it)");
+  LoraReport report;
+  for (auto& [path, m] : model.named_modules()) {
+    if (path.empty() || !matches(path, config.target_modules)) continue;
+    TG_CHECK(dynamic_cast<nn::Linear*>(m) != nullptr, "apply_lora", "target '", path, "' is a ", m->type_name(),
+             "; LoRA wraps Linear layers only");
+    report.wrapped.push_back(path);
+  }
+  TG_CHECK(!report.wrapped.empty(), "apply_lora", "no module of ", model.type_name(), " matches target_modules [",
+           join(config.target_modules), "]");
+
+  // Check modules_to_save before changing anything, so a bad config leaves the model as it was.
+  const std::vector<std::string> saved = saved_module_names(config, model);
+  for (auto& [path, m] : model.named_modules())
+    if (!path.empty() && matches(path, saved)) report.saved_modules.push_back(path);
+  for (const auto& name : config.modules_to_save) {
+    bool found = false;
+    for (const auto& p : report.saved_modules) found = found || matches(p, {name});
+    TG_CHECK(found, "apply_lora", "modules_to_save entry '", name, "' matches no module of ", model.type_name());
+  }
+
+  model.requires_grad_(false);  // everything frozen; the adapters and saved modules train
+  for (const auto& path : report.wrapped) {
+    auto base = std::dynamic_pointer_cast<nn::Linear>(model.get_submodule(path));
+    model.replace_module(path, std::make_shared<LoRALinear>(*base, config.r, config.lora_alpha, config.lora_dropout, gen));
+  }
+  for (const auto& path : report.saved_modules) model.get_submodule(path)->requires_grad_(true);
+  report.trainable_params = model.num_parameters(true);
+  report.all_params = model.num_parameters();
+  return report;
+}
+
+std::string trainable_parameters_line(const nn::Module& model) {
+  const int64_t trainable = model.num_parameters(true), all = model.num_parameters();
+  std::ostringstream os;
+  os << "trainable params: " << with_commas(trainable) << " || all params: " << with_commas(all)
+     << " || trainable%: " << std::fixed << std::setprecision(4)
+     << (all ? 100.0 * static_cast<double>(trainable) / static_cast<double>(all) : 0.0);
+  return os.str();
+}
+
+void print_trainable_parameters(const nn::Module& model, std::ostream& os) {
+  os << trainable_parameters_line(model) << "\n";
+}
+void print_trainable_parameters(const nn::Module& model) { print_trainable_parameters(model, std::cout); }
+
+void merge(nn::Module& model) {
+  for (auto& [path, l] : lora_layers(model)) l->merge();
+}
+
+void unmerge(nn::Module& model) {
+  for (auto& [path, l] : lora_layers(model)) l->unmerge();
+}
+
+void merge_and_unload(nn::Module& model) {
+  for (auto& [path, l] : lora_layers(model)) {
+    if (!l->merged()) l->merge();
+    auto plain = std::make_shared<nn::Linear>(l->weight, l->bias);
+    plain->train(l->is_training());
+    model.replace_module(path, plain);  // l is destroyed here; do not touch it after
+  }
+}
+
+// ---------------------------------------------------------------- adapter files
+
+std::string adapter_config_json(const LoraConfig& c) {
+  using json::Value;
+  Value targets = Value::array();
+  for (const auto& t : c.target_modules) targets.push_back(t);
+  Value cfg = Value::object();
+  const double alpha = c.lora_alpha;
+  cfg.set("alpha_pattern", Value::object())
+      .set("auto_mapping", Value())
+      .set("base_model_name_or_path", c.base_model_name_or_path.empty() ? Value() : Value(c.base_model_name_or_path))
+      .set("bias", "none")
+      .set("fan_in_fan_out", false)
+      .set("inference_mode", true)
+      .set("init_lora_weights", true)
+      .set("layer_replication", Value())
+      .set("layers_pattern", Value())
+      .set("layers_to_transform", Value())
+      .set("loftq_config", Value::object())
+      .set("lora_alpha", alpha == static_cast<double>(static_cast<int64_t>(alpha)) ? Value(static_cast<int64_t>(alpha))
+                                                                                    : Value(alpha))
+      .set("lora_dropout", c.lora_dropout)
+      .set("megatron_config", Value())
+      .set("megatron_core", "megatron.core")
+      .set("modules_to_save", Value())
+      .set("peft_type", "LORA")
+      .set("r", c.r)
+      .set("rank_pattern", Value::object())
+      .set("revision", Value())
+      .set("target_modules", targets)
+      .set("task_type", c.task_type)
+      .set("use_dora", false)
+      .set("use_rslora", false);
+  return json::dump(cfg, 2, /*sort_keys=*/true);  // peft writes indent 2, sorted keys
+}
+
+LoraConfig parse_adapter_config(const std::string& text, const std::string& source) {
+  try {
+    json::Value v = json::parse(text);
+    TG_CHECK(v.is_object(), "load_adapter", "'", source, "' is not a JSON object");
+    TG_CHECK(v.at("peft_type").as_string("peft_type") == "LORA", "load_adapter", "'", source,
+             "' has peft_type '", v.at("peft_type").as_string(), "', wants LORA");
+    LoraConfig c;
+    c.r = v.at("r").as_int("r");
+    c.lora_alpha = v.at("lora_alpha").as_double("lora_alpha");
+    if (const auto* d = v.find("lora_dropout")) c.lora_dropout = d->as_double("lora_dropout");
+    const json::Value& tm = v.at("target_modules");
+    c.target_modules.clear();
+    if (tm.is_string()) {
+      fail("load_adapter", "target_modules given as a regular expression ('", tm.as_string(), "') is not supported");
+    }
+    for (const auto& t : tm.as_array("target_modules")) c.target_modules.push_back(t.as_string("target_modules entry"));
+    if (const auto* m = v.find("modules_to_save"); m && !m->is_null())
+      for (const auto& t : m->as_array("modules_to_save")) c.modules_to_save.push_back(t.as_string("modules_to_save entry"));
+    if (const auto* b = v.find("bias"); b && !b->is_null())
+      TG_CHECK(b->as_string("bias") == "none", "load_adapter", "bias '", b->as_string(), "' is not supported (only none)");
+    if (const auto* f = v.find("fan_in_fan_out"); f && !f->is_null())
+      TG_CHECK(!f->as_bool("fan_in_fan_out"), "load_adapter", "fan_in_fan_out adapters are not supported");
+    for (const char* flag : {"use_dora", "use_rslora"})
+      if (const auto* f = v.find(flag); f && !f->is_null())
+        TG_CHECK(!f->as_bool(flag), "load_adapter", flag, " adapters are not supported");
+    if (const auto* n = v.find("base_model_name_or_path"); n && n->is_string()) c.base_model_name_or_path = n->as_string();
+    if (const auto* t = v.find("task_type"); t && t->is_string()) c.task_type = t->as_string();
+    return c;
+  } catch (const Error& e) {
+    fail("load_adapter", "'", source, "': ", e.what());
+  }
+}
+
+void save_adapter(nn::Module& model, const std::string& dir, const LoraConfig& config) {
+  TG_CHECK(!lora_layers(model).empty(), "save_adapter", model.type_name(), " has no LoRA layers (call apply_lora)");
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  TG_CHECK(!ec, "save_adapter", "cannot create directory '", dir, "': ", ec.message());
+  const std::vector<std::string> saved = saved_module_names(config, model);
+  LoraConfig written = config;
+  written.modules_to_save = saved;
+  written.freeze_norms = true;  // trained norms travel as modules_to_save
+  std::string cfg = adapter_config_json(written);
+  if (!saved.empty()) {
+    // adapter_config_json writes null; peft wants the list here.
+    json::Value v = json::parse(cfg);
+    json::Value list = json::Value::array();
+    for (const auto& s : saved) list.push_back(s);
+    v.set("modules_to_save", list);
+    cfg = json::dump(v, 2, true);
+  }
+  safetensors::save_file(adapter_tensors(model, saved), dir + "/adapter_model.safetensors", {{"format", "pt"}});
+  io::write_file_atomic(dir + "/adapter_config.json", cfg + "\n");
+}
+
+LoraConfig load_adapter(nn::Module& model, const std::string& dir, Generator& gen) {
+  const std::string cfg_path = dir + "/adapter_config.json", st_path = dir + "/adapter_model.safetensors";
+  std::vector<uint8_t> cfg_bytes = io::read_file(cfg_path);
+  LoraConfig config = parse_adapter_config(std::string(cfg_bytes.begin(), cfg_bytes.end()), cfg_path);
+  safetensors::TensorMap file = safetensors::load_file(st_path);
+  if (lora_layers(model).empty()) apply_lora(model, config, gen);
+
+  std::map<std::string, Tensor> want = adapter_tensors(model, config.modules_to_save);
+  std::vector<std::string> missing, unexpected, mismatched;
+  for (const auto& [key, t] : want) {
+    auto it = file.find(key);
+    if (it == file.end()) missing.push_back(key);
+    else if (it->second.shape() != t.shape())
+      mismatched.push_back(key + " (file " + shape_str(it->second.shape()) + ", model " + shape_str(t.shape()) + ")");
+  }
+  for (const auto& [key, t] : file)
+    if (!want.count(key)) unexpected.push_back(key);
+  if (!missing.empty() || !unexpected.empty() || !mismatched.empty()) {
+    std::string msg = "'" + st_path + "' does not fit " + model.type_name() + ":";
+    if (!missing.empty()) msg += "\n  missing keys (" + std::to_string(missing.size()) + "): " + join(missing);
+    if (!unexpected.empty()) msg += "\n  unexpected keys (" + std::to_string(unexpected.size()) + "): " + join(unexpected);
+    if (!mismatched.empty()) msg += "\n  shape mismatches (" + std::to_string(mismatched.size()) + "): " + join(mismatched);
+    fail("load_adapter", msg);
+  }
+  NoGradGuard g;
+  for (const auto& [key, t] : want) copy_(t, file.at(key));
+  return config;
+}
+
+}  // namespace tg::peft

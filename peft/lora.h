@@ -1,0 +1,113 @@
+// LoRA, as peft defines it (https://github.com/huggingface/peft), for nn::Linear layers:
+//   y = W x + b + (lora_alpha / r) * B (A (dropout(x))),
+//   A [r, in] ~ U(-1/sqrt(in), 1/sqrt(in)) (kaiming_uniform, a = sqrt(5)), B [out, r] = 0,
+// so a freshly wrapped model computes exactly what the base model does.
+//
+//   auto report = tg::peft::apply_lora(*model, {});   // q/k/v/o_proj, r 8, alpha 16
+//   tg::peft::print_trainable_parameters(*model);
+//   ... train model->trainable_parameters() ...
+//   tg::peft::save_adapter(*model, "out/adapter", cfg);
+//
+// In-model names are peft's without the adapter name: "<path>.lora_A.weight",
+// "<path>.lora_B.weight"; the base weight keeps its name "<path>.weight", so base checkpoints
+// load into a wrapped model unchanged.
+#pragma once
+
+#include <iosfwd>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/generator.h"
+#include "nn/dropout.h"
+#include "nn/linear.h"
+
+namespace tg::peft {
+
+struct LoraConfig {
+  int64_t r = 8;
+  double lora_alpha = 16;
+  double lora_dropout = 0.0;
+  // A Linear is wrapped when its name, or the last component of its path, is listed
+  // (peft's matching: "q_proj" matches "model.layers.0.self_attn.q_proj").
+  std::vector<std::string> target_modules = {"q_proj", "k_proj", "v_proj", "o_proj"};
+  // Modules (matched the same way) left fully trainable and saved with the adapter (e.g.
+  // "lm_head"): peft's modules_to_save.
+  std::vector<std::string> modules_to_save = {};
+  // Freeze every RMSNorm / LayerNorm weight and bias (peft does; false keeps them trainable and
+  // saves them with the adapter).
+  bool freeze_norms = true;
+  // Written to adapter_config.json for peft; not used by tapegrad.
+  std::string base_model_name_or_path = "";  // empty: null
+  std::string task_type = "CAUSAL_LM";
+
+  double scaling() const { return lora_alpha / static_cast<double>(r); }
+};
+
+// A Linear with a LoRA adapter. It takes over the wrapped layer's weight and bias tensors (the
+// same handles) and freezes them.
+class LoRALinear : public nn::Linear {
+ public:
+  LoRALinear(const nn::Linear& base, int64_t r, double lora_alpha, double lora_dropout = 0.0,
+             Generator& gen = default_generator());
+  Tensor forward(const Tensor& x) override;
+
+  // W += scaling * B A (then forward skips the LoRA path), and back. tg::Error when already in
+  // that state.
+  void merge();
+  void unmerge();
+  bool merged() const { return merged_; }
+  // scaling * B A, [out, in] (no autograd).
+  Tensor delta_weight() const;
+
+  int64_t r;
+  double lora_alpha, scaling;
+  std::shared_ptr<nn::Linear> lora_A;  // weight [r, in]
+  std::shared_ptr<nn::Linear> lora_B;  // weight [out, r]
+  std::shared_ptr<nn::Dropout> lora_dropout;
+
+ protected:
+  std::string extra_repr() const override;
+
+ private:
+  bool merged_ = false;
+};
+
+struct LoraReport {
+  std::vector<std::string> wrapped;        // module paths now LoRALinear
+  std::vector<std::string> saved_modules;  // modules_to_save that matched
+  int64_t trainable_params = 0, all_params = 0;
+  std::string str() const;
+};
+
+// Wraps every target Linear in `model` by a LoRALinear (on the layer's device and dtype),
+// freezes every other parameter except modules_to_save (and norms when freeze_norms is false).
+// tg::Error when no module matches, a target is not a Linear, or the model already has LoRA.
+LoraReport apply_lora(nn::Module& model, const LoraConfig& config = {}, Generator& gen = default_generator());
+
+// peft's line: "trainable params: 32,768 || all params: 889,984 || trainable%: 3.6819".
+std::string trainable_parameters_line(const nn::Module& model);
+void print_trainable_parameters(const nn::Module& model);  // to std::cout
+void print_trainable_parameters(const nn::Module& model, std::ostream& os);
+
+// The LoRALinear layers of a model, by path.
+std::vector<std::pair<std::string, LoRALinear*>> lora_layers(nn::Module& model);
+// merge / unmerge every LoRALinear.
+void merge(nn::Module& model);
+void unmerge(nn::Module& model);
+// Merges and replaces every LoRALinear by a plain Linear holding the merged weight (peft's
+// merge_and_unload). The weights' requires_grad is left as it was (frozen).
+void merge_and_unload(nn::Module& model);
+
+// <dir>/adapter_model.safetensors (keys "base_model.model.<path>.lora_A.weight", ...) and
+// <dir>/adapter_config.json with peft's fields; the directory is created if needed.
+void save_adapter(nn::Module& model, const std::string& dir, const LoraConfig& config);
+// Reads both files; wraps the model first (apply_lora with the saved config) unless it is already
+// wrapped, then loads the adapter weights (every LoRA weight must be present, every key must
+// match a parameter). Returns the saved config.
+LoraConfig load_adapter(nn::Module& model, const std::string& dir, Generator& gen = default_generator());
+// adapter_config.json <-> LoraConfig.
+std::string adapter_config_json(const LoraConfig& config);
+LoraConfig parse_adapter_config(const std::string& json_text, const std::string& source = "adapter_config.json");
+
+}  // namespace tg::peft
