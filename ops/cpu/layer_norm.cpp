@@ -1,0 +1,35 @@
+// CPU layer_norm kernels (the templates are in ops/cpu/rms_norm_common.h).
+#include "ops/cpu/rms_norm_common.h"
+#include "ops/layer_norm_kernels.h"
+
+namespace tg::cpu {
+
+void layer_norm_forward(const Tensor& y, const Tensor& mean, const Tensor& rstd, const Tensor& x,
+                        const Tensor& w, const Tensor& b, double eps) {
+  dispatch_floating(x.dtype(), "layer_norm", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    norm_detail::forward<T, true>(y, Tensor(), mean, rstd, x, Tensor(), w, b, eps);
+  });
+}
+
+void layer_norm_backward(const Tensor& dx, const Tensor& partial, bool dw, bool db, const Tensor& dy,
+                         const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd) {
+  // The seven variants, each its own instantiation.
+  dispatch_floating(dy.dtype(), "layer_norm", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const Tensor none;
+#define TG_LN_BWD(DX, DW, DB)                                                                \
+  if (dx.defined() == DX && dw == DW && db == DB)                                            \
+    return norm_detail::backward<T, true, DX, DW, DB>("layer_norm", dx, partial, dy, x, w, mean, rstd, none);
+    TG_LN_BWD(true, true, true)
+    TG_LN_BWD(true, false, true)
+    TG_LN_BWD(true, true, false)
+    TG_LN_BWD(true, false, false)
+    TG_LN_BWD(false, true, true)
+    TG_LN_BWD(false, true, false)
+    TG_LN_BWD(false, false, true)
+#undef TG_LN_BWD
+  });
+}
+
+}  // namespace tg::cpu

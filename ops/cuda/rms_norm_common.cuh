@@ -1,0 +1,1270 @@
+// The CUDA RMSNorm / LayerNorm kernels, shared by ops/cuda/rms_norm.cu and layer_norm.cu
+// (LN selects LayerNorm; mean = 0 and no bias for RMSNorm).
+//
+// Layout of the work. A row of `dim` elements is split into `nv` vectors of VB bytes (16 when
+// dim and every pointer allow it, else 8, else one element). A group of `tpr` threads owns a
+// row (tpr aims at TG_NORM_TPR, default 512); thread `lane` of the group holds vectors lane,
+// lane + tpr, ... (ITERS of them, a compile-time count, so the row lives in registers between
+// the loads and the stores). A block holds `gpb` groups (several only for rows of <= 32
+// threads); the grid is persistent (the multiprocessor count times the blocks that fit on one),
+// each block looping over rows. Row reductions are a warp butterfly and, for rows wider than a
+// warp, one shared-memory step read in a fixed order: deterministic.
+//
+// Backward, per row: the rstd (and mean) saved by forward make one reduction enough for dx:
+//   xhat = (x - mean) * rstd, g = dy * w,
+//   dx = rstd * (g - mean(g) - xhat * mean(g * xhat))        (mean(g) term: LayerNorm only)
+// The kernels are compiled per <DX, DW, DB>. A thread's columns are the same for every row, so
+// dW (sum of dy * xhat) and dB (sum of dy) accumulate per thread (registers when few, else the
+// thread's own shared-memory slots) over the block's rows and are written once, as one partial
+// row per block; a second small kernel sums the partial rows column-wise in a fixed order. With
+// DX only, none of that code exists and no partial buffer is allocated.
+//
+// Three backward kernels:
+//  - norm_bwd_staged_kernel (variants with dx, 16-byte rows, one row per block): the bulk-copy
+//    engine keeps several rows in flight in shared memory ahead of the block, so loads never
+//    wait on the row reduction;
+//  - norm_bwd_kernel: each thread loads its vectors when the block reaches the row;
+//  - norm_bwd_loop_kernel: rows wider than the register kernels take (runtime loops, the row
+//    re-read from L2 for the second pass, dW accumulated in the block's partial row).
+// TG_NORM_STAGED=0 turns the staged kernel off (benchmarks compare).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <type_traits>
+#include <utility>
+
+#include "core/cuda/cuda_utils.cuh"
+#include "core/trace.h"
+#include "ops/rms_norm_kernels.h"
+
+namespace tg::cuda::normk {
+
+constexpr int kMaxIters = 16;    // vectors per thread per row in the register-resident kernels
+constexpr int kMaxTpr = 512;     // threads per row in the register-resident kernels
+constexpr int kLoopTpr = 1024;   // threads per row in the looping kernels
+constexpr int kGroupBlock = 256; // block size when several rows share a block
+// The register-resident kernels' launch bounds: the widest block an ITERS instantiation is
+// launched with, and how many such blocks must fit on a multiprocessor (a register cap: 42 per
+// thread with 1 vector per thread, 64 with 2, 128 with 4 or 8, 255 with 16).
+constexpr int max_tpr(int iters) { return iters >= 16 ? 256 : kMaxTpr; }
+constexpr int min_blocks(int iters) { return iters <= 1 ? 3 : iters == 2 ? 2 : 1; }
+
+// ------------------------------------------------------------------ element conversion
+__device__ __forceinline__ float to_f(float v) { return v; }
+__device__ __forceinline__ float to_f(bf16 v) { return __uint_as_float(static_cast<unsigned>(v.bits) << 16); }
+template <class T>
+__device__ __forceinline__ T from_f(float v) {
+  if constexpr (std::is_same_v<T, bf16>) {
+    bf16 r;
+    r.bits = __bfloat16_as_ushort(__float2bfloat16_rn(v));  // round to nearest even, as on the CPU
+    return r;
+  } else {
+    return v;
+  }
+}
+
+// ------------------------------------------------------------------ vector access
+// N elements of T loaded / stored as one access of N * sizeof(T) bytes.
+template <class T, int N>
+struct alignas(sizeof(T) * N) Pack {
+  T v[N];
+};
+// C floats accessed as one (shared-memory accumulator slots, partial-row stores).
+template <int C>
+struct alignas(4 * C) FChunk {
+  float v[C];
+};
+
+template <int B>
+struct RawOf;
+template <>
+struct RawOf<16> { using type = int4; };
+template <>
+struct RawOf<8> { using type = int2; };
+template <>
+struct RawOf<4> { using type = int; };
+template <>
+struct RawOf<2> { using type = short; };
+
+// Streaming load (read once: evict-first, so w and the partials keep their L2 lines).
+template <class T, int N>
+__device__ __forceinline__ void load_stream(Pack<T, N>& out, const T* p) {
+  using R = typename RawOf<sizeof(T) * N>::type;
+  R r = __ldcs(reinterpret_cast<const R*>(p));
+  memcpy(&out, &r, sizeof r);
+}
+// Read-only cached load (w, b: read by every block).
+template <class T, int N>
+__device__ __forceinline__ void load_cached(Pack<T, N>& out, const T* p) {
+  using R = typename RawOf<sizeof(T) * N>::type;
+  R r = __ldg(reinterpret_cast<const R*>(p));
+  memcpy(&out, &r, sizeof r);
+}
+template <class T, int N>
+__device__ __forceinline__ void store_stream(T* p, const Pack<T, N>& v) {
+  using R = typename RawOf<sizeof(T) * N>::type;
+  R r;
+  memcpy(&r, &v, sizeof r);
+  __stcs(reinterpret_cast<R*>(p), r);
+}
+template <class T, int N>
+__device__ __forceinline__ void zero_pack(Pack<T, N>& p) {
+  memset(&p, 0, sizeof p);
+}
+
+// Element e of a pack, widened to float. For bf16 the widening is an opaque instruction
+// (volatile asm: a shift or a mask of the 32-bit word holding two elements), so the compiler
+// widens again at each use instead of keeping a float copy of the row live next to the packed
+// one: the row costs half the registers, which is what decides how many rows are in flight.
+template <int N>
+__device__ __forceinline__ float elem(const Pack<bf16, N>& p, int e) {
+  unsigned out;
+  if constexpr (N == 1) {
+    const unsigned word = p.v[0].bits;
+    asm volatile("shl.b32 %0, %1, 16;" : "=r"(out) : "r"(word));
+  } else {
+    unsigned words[N / 2];
+    memcpy(words, &p, sizeof p);
+    if (e % 2 == 0) asm volatile("shl.b32 %0, %1, 16;" : "=r"(out) : "r"(words[e / 2]));
+    else asm volatile("and.b32 %0, %1, 0xffff0000;" : "=r"(out) : "r"(words[e / 2]));
+  }
+  return __uint_as_float(out);
+}
+template <int N>
+__device__ __forceinline__ float elem(const Pack<float, N>& p, int e) {
+  return p.v[e];
+}
+// elem() for a second pass over the same registers: `zero` is a kernel argument that is always
+// 0 but unknown to the compiler, so the assembler cannot reuse the first pass's widened floats
+// (which would double the registers the row takes) and widens the packed words again.
+template <int N>
+__device__ __forceinline__ float elem_again(const Pack<bf16, N>& p, int e, unsigned zero) {
+  unsigned out;
+  if constexpr (N == 1) {
+    out = (static_cast<unsigned>(p.v[0].bits) ^ zero) << 16;
+  } else {
+    unsigned words[N / 2];
+    memcpy(words, &p, sizeof p);
+    const unsigned w = words[e / 2] ^ zero;
+    out = e % 2 == 0 ? w << 16 : w & 0xffff0000u;
+  }
+  return __uint_as_float(out);
+}
+template <int N>
+__device__ __forceinline__ float elem_again(const Pack<float, N>& p, int e, unsigned) {
+  return p.v[e];
+}
+
+// A read-only load the compiler may not merge with an earlier load of the same address (volatile
+// asm): the backward reloads w after the row reduction (an L1 hit) rather than keeping it live
+// across it.
+template <class T, int N>
+__device__ __forceinline__ void load_again(Pack<T, N>& out, const T* p) {
+  constexpr int B = sizeof(T) * N;
+  if constexpr (B == 16) {
+    unsigned r[4];
+    asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "l"(p));
+    memcpy(&out, r, 16);
+  } else if constexpr (B == 8) {
+    unsigned r[2];
+    asm volatile("ld.global.nc.v2.u32 {%0, %1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "l"(p));
+    memcpy(&out, r, 8);
+  } else if constexpr (B == 4) {
+    unsigned r;
+    asm volatile("ld.global.nc.u32 %0, [%1];" : "=r"(r) : "l"(p));
+    memcpy(&out, &r, 4);
+  } else {
+    unsigned short r;
+    asm volatile("ld.global.nc.u16 %0, [%1];" : "=h"(r) : "l"(p));
+    memcpy(&out, &r, 2);
+  }
+}
+
+// Shared-memory accumulator slot access as volatile loads / stores: kept in program order, so
+// the compiler cannot hoist every slot's load ahead of the arithmetic (which would hold a
+// float per accumulated element in registers and cost the occupancy the slots exist to save).
+template <int C>
+__device__ __forceinline__ FChunk<C> acc_load(const FChunk<C>* p) {
+  FChunk<C> r;
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  if constexpr (C == 4)
+    asm volatile("ld.volatile.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
+                 : "=f"(r.v[0]), "=f"(r.v[1]), "=f"(r.v[2]), "=f"(r.v[3]) : "r"(a));
+  else if constexpr (C == 2)
+    asm volatile("ld.volatile.shared.v2.f32 {%0, %1}, [%2];" : "=f"(r.v[0]), "=f"(r.v[1]) : "r"(a));
+  else
+    asm volatile("ld.volatile.shared.f32 %0, [%1];" : "=f"(r.v[0]) : "r"(a));
+  return r;
+}
+template <int C>
+__device__ __forceinline__ void acc_store(FChunk<C>* p, const FChunk<C>& v) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  if constexpr (C == 4)
+    asm volatile("st.volatile.shared.v4.f32 [%0], {%1, %2, %3, %4};"
+                 :: "r"(a), "f"(v.v[0]), "f"(v.v[1]), "f"(v.v[2]), "f"(v.v[3]) : "memory");
+  else if constexpr (C == 2)
+    asm volatile("st.volatile.shared.v2.f32 [%0], {%1, %2};" :: "r"(a), "f"(v.v[0]), "f"(v.v[1]) : "memory");
+  else
+    asm volatile("st.volatile.shared.f32 [%0], %1;" :: "r"(a), "f"(v.v[0]) : "memory");
+}
+
+// ------------------------------------------------------------------ row reduction
+// Sums v[0..K) over the tpr threads of this thread's group; every thread of the group gets the
+// sums. Groups of <= 32 threads: a butterfly within the warp. Wider: the warp butterfly, then
+// each warp's sum through shared memory (double-buffered by `phase`, so one barrier per
+// reduction), added in warp order. Every thread of the block must call it (it may synchronise).
+template <int K>
+__device__ __forceinline__ void group_sum(float (&v)[K], int tpr, float* smem, int& phase) {
+#pragma unroll
+  for (int off = 16; off >= 1; off >>= 1)
+    if (off < tpr)
+#pragma unroll
+      for (int k = 0; k < K; ++k) v[k] += __shfl_xor_sync(0xffffffffu, v[k], off);
+  if (tpr <= 32) return;
+  float* buf = smem + phase * 32 * K;
+  phase ^= 1;
+  const int warp = threadIdx.x >> 5;
+  if ((threadIdx.x & 31) == 0)
+#pragma unroll
+    for (int k = 0; k < K; ++k) buf[warp * K + k] = v[k];
+  __syncthreads();
+  const int wpg = tpr >> 5, first = warp / wpg * wpg;
+#pragma unroll
+  for (int k = 0; k < K; ++k) v[k] = 0.f;
+  for (int i = 0; i < wpg; ++i)
+#pragma unroll
+    for (int k = 0; k < K; ++k) v[k] += buf[(first + i) * K + k];
+}
+
+// ------------------------------------------------------------------ arguments
+struct FwdArgs {
+  void* y;
+  void* r;            // fused add: x + residual written here (and normalised), else null
+  float* mean;        // LayerNorm statistics (null: not kept)
+  float* rstd;        // null: not kept
+  const void* x;
+  const void* res;    // fused add residual, else null
+  const void* w;      // null: no scale
+  const void* b;      // null: no shift
+  int64_t rows;
+  int dim, nv, tpr, gpb;
+  float inv_dim, eps;
+};
+
+struct BwdArgs {
+  void* dx;           // DX
+  float* partial;     // DW / DB: [gridDim.x, (DW + DB) * dim]
+  const void* dy;
+  const void* x;      // DX or DW
+  const void* w;      // DX; null: no scale
+  const float* mean;  // LayerNorm, DX or DW
+  const float* rstd;  // DX or DW
+  const void* dres;   // DX, fused add: gradient of r added to dx; else null
+  unsigned zero;      // always 0 (see elem_again)
+  int64_t rows;
+  int dim, nv, tpr, gpb;
+  float inv_dim;
+};
+
+// ------------------------------------------------------------------ forward
+// y = (x - mean) * rstd * w + b for each row, with rstd = 1 / sqrt(mean((x - mean)^2) + eps)
+// (RMSNorm: mean = 0). Fused add first writes r = x + residual (rounded to T) and normalises r.
+// Memory per row: reads dim * sizeof(T) (x; twice that with a residual), writes dim * sizeof(T)
+// (y; twice with r) + 4 or 8 bytes of statistics. w and b are read once per thread, not per row.
+template <class T, int N, int ITERS, bool LN>
+__global__ void __launch_bounds__(max_tpr(ITERS), min_blocks(ITERS)) norm_fwd_kernel(FwdArgs a) {
+  using P = Pack<T, N>;
+  __shared__ float smem[2 * 32];
+  const T* x = static_cast<const T*>(a.x);
+  const T* res = static_cast<const T*>(a.res);
+  const T* w = static_cast<const T*>(a.w);
+  const T* b = static_cast<const T*>(a.b);
+  T* y = static_cast<T*>(a.y);
+  T* r = static_cast<T*>(a.r);
+  const int group = threadIdx.x / a.tpr, lane = threadIdx.x - group * a.tpr;
+  int phase = 0;
+  for (int64_t base = int64_t(blockIdx.x) * a.gpb; base < a.rows; base += int64_t(gridDim.x) * a.gpb) {
+    const int64_t row = base + group;
+    const bool valid = row < a.rows;
+    const int64_t off = row * a.dim;
+    P xv[ITERS];
+    bool in[ITERS];
+#pragma unroll
+    for (int i = 0; i < ITERS; ++i) {
+      const int v = lane + i * a.tpr;
+      in[i] = valid && v < a.nv;
+      if (in[i]) load_stream(xv[i], x + off + v * N);
+      else zero_pack(xv[i]);
+    }
+    if (res) {
+      P rv[ITERS];
+#pragma unroll
+      for (int i = 0; i < ITERS; ++i) {
+        const int v = lane + i * a.tpr;
+        if (in[i]) load_stream(rv[i], res + off + v * N);
+        else zero_pack(rv[i]);
+      }
+#pragma unroll
+      for (int i = 0; i < ITERS; ++i) {
+#pragma unroll
+        for (int e = 0; e < N; ++e) xv[i].v[e] = from_f<T>(elem(xv[i], e) + elem(rv[i], e));
+        if (in[i]) store_stream(r + off + (lane + i * a.tpr) * N, xv[i]);
+      }
+    }
+    float mu = 0.f;
+    if constexpr (LN) {
+      float s[1] = {0.f};
+#pragma unroll
+      for (int i = 0; i < ITERS; ++i)
+#pragma unroll
+        for (int e = 0; e < N; ++e) s[0] += elem(xv[i], e);
+      group_sum(s, a.tpr, smem, phase);
+      mu = s[0] * a.inv_dim;
+    }
+    float ss[1] = {0.f};
+#pragma unroll
+    for (int i = 0; i < ITERS; ++i)
+      if (in[i])
+#pragma unroll
+        for (int e = 0; e < N; ++e) {
+          const float d = elem(xv[i], e) - mu;
+          ss[0] = fmaf(d, d, ss[0]);
+        }
+    group_sum(ss, a.tpr, smem, phase);
+    const float rs = 1.f / sqrtf(ss[0] * a.inv_dim + a.eps);
+    if (valid && lane == 0) {
+      if (a.rstd) a.rstd[row] = rs;
+      if (LN && a.mean) a.mean[row] = mu;
+    }
+#pragma unroll
+    for (int i = 0; i < ITERS; ++i) {
+      if (!in[i]) continue;
+      const int v = lane + i * a.tpr;
+      P wv, bv, out;
+      if (w) load_cached(wv, w + v * N);
+      if (LN && b) load_cached(bv, b + v * N);
+#pragma unroll
+      for (int e = 0; e < N; ++e) {
+        float f = (elem(xv[i], e) - mu) * rs;
+        if (w) f = f * elem(wv, e);
+        if (LN && b) f = f + elem(bv, e);
+        out.v[e] = from_f<T>(f);
+      }
+      store_stream(y + off + v * N, out);
+    }
+  }
+}
+
+// Looping forward for rows too wide for registers: pass 1 sums (x, or x + residual, written to
+// r), pass 2 (LayerNorm) the squared deviations, pass 3 writes y. Later passes re-read the row
+// (mostly from L2): per row reads 2-3 * dim * sizeof(T) from cache, dim * sizeof(T) from memory.
+template <class T, int N, bool LN>
+__global__ void __launch_bounds__(1024) norm_fwd_loop_kernel(FwdArgs a) {
+  using P = Pack<T, N>;
+  __shared__ float smem[2 * 32];
+  const T* x = static_cast<const T*>(a.x);
+  const T* res = static_cast<const T*>(a.res);
+  const T* w = static_cast<const T*>(a.w);
+  const T* b = static_cast<const T*>(a.b);
+  T* y = static_cast<T*>(a.y);
+  T* r = static_cast<T*>(a.r);
+  const int group = threadIdx.x / a.tpr, lane = threadIdx.x - group * a.tpr;
+  int phase = 0;
+  for (int64_t base = int64_t(blockIdx.x) * a.gpb; base < a.rows; base += int64_t(gridDim.x) * a.gpb) {
+    const int64_t row = base + group;
+    const bool valid = row < a.rows;
+    const int64_t off = row * a.dim;
+    const T* src = res ? r : x;  // what gets normalised
+    float s[1] = {0.f};
+    for (int v = lane; valid && v < a.nv; v += a.tpr) {
+      P xv;
+      load_stream(xv, x + off + v * N);
+      if (res) {
+        P rv;
+        load_stream(rv, res + off + v * N);
+#pragma unroll
+        for (int e = 0; e < N; ++e) xv.v[e] = from_f<T>(to_f(xv.v[e]) + to_f(rv.v[e]));
+        *reinterpret_cast<P*>(r + off + v * N) = xv;
+      }
+#pragma unroll
+      for (int e = 0; e < N; ++e) {
+        const float f = to_f(xv.v[e]);
+        s[0] = LN ? s[0] + f : fmaf(f, f, s[0]);
+      }
+    }
+    group_sum(s, a.tpr, smem, phase);
+    float mu = 0.f, ms = s[0] * a.inv_dim;
+    if constexpr (LN) {
+      mu = s[0] * a.inv_dim;
+      float q[1] = {0.f};
+      for (int v = lane; valid && v < a.nv; v += a.tpr) {
+        const P xv = *reinterpret_cast<const P*>(src + off + v * N);
+#pragma unroll
+        for (int e = 0; e < N; ++e) {
+          const float d = to_f(xv.v[e]) - mu;
+          q[0] = fmaf(d, d, q[0]);
+        }
+      }
+      group_sum(q, a.tpr, smem, phase);
+      ms = q[0] * a.inv_dim;
+    }
+    const float rs = 1.f / sqrtf(ms + a.eps);
+    if (valid && lane == 0) {
+      if (a.rstd) a.rstd[row] = rs;
+      if (LN && a.mean) a.mean[row] = mu;
+    }
+    for (int v = lane; valid && v < a.nv; v += a.tpr) {
+      const P xv = *reinterpret_cast<const P*>(src + off + v * N);
+      P wv, bv, out;
+      if (w) load_cached(wv, w + v * N);
+      if (LN && b) load_cached(bv, b + v * N);
+#pragma unroll
+      for (int e = 0; e < N; ++e) {
+        float f = (to_f(xv.v[e]) - mu) * rs;
+        if (w) f = f * to_f(wv.v[e]);
+        if (LN && b) f = f + to_f(bv.v[e]);
+        out.v[e] = from_f<T>(f);
+      }
+      store_stream(y + off + v * N, out);
+    }
+  }
+}
+
+// ------------------------------------------------------------------ backward
+// One pass over x and dy computing what <DX, DW, DB> asks:
+//   DX: dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) (+ dres), g = dy * w
+//   DW: this block's sum over its rows of dy * xhat   -> partial row blockIdx.x
+//   DB: this block's sum over its rows of dy           -> partial row blockIdx.x
+// Memory per row (bytes, T the element size): reads dy (dim*T), x (dim*T, DX or DW), the
+// statistics (4 or 8), dres (dim*T, fused add with r's gradient); writes dx (dim*T, DX).
+// Per block, once: reads w (dim*T, DX); writes (DW + DB) * dim * 4 bytes of partials.
+// dx of one row does not depend on <DW, DB>: the frozen and unfrozen variants give bitwise
+// the same dx (explicitly rounded operations, so no variant contracts differently).
+template <class T, int N, int ITERS, bool LN, bool DX, bool DW, bool DB, bool RES>
+__global__ void __launch_bounds__(max_tpr(ITERS), min_blocks(ITERS)) norm_bwd_kernel(BwdArgs a) {
+  constexpr bool kNeedX = DX || DW;
+  using P = Pack<T, N>;
+  __shared__ float smem[2 * 32 * 2];
+  const T* dy = static_cast<const T*>(a.dy);
+  const T* x = static_cast<const T*>(a.x);
+  const T* w = static_cast<const T*>(a.w);
+  const T* dres = static_cast<const T*>(a.dres);
+  T* dx = static_cast<T*>(a.dx);
+  const int group = threadIdx.x / a.tpr, lane = threadIdx.x - group * a.tpr;
+  int phase = 0;
+  // dW / dB accumulators: shared memory, each thread its own slots (no atomics, no conflicts:
+  // slot (part, i, q) of the group's region is an array over the group's lanes).
+  constexpr int PARTS = int(DW) + int(DB), C = N < 4 ? N : 4, NC = N / C;
+  // Few accumulated elements per thread: registers; more: the shared-memory slots.
+  constexpr bool kRegAcc = ITERS * N * PARTS <= 8;
+  [[maybe_unused]] float wreg[DW && kRegAcc ? ITERS : 1][DW && kRegAcc ? N : 1] = {};
+  [[maybe_unused]] float breg[DB && kRegAcc ? ITERS : 1][DB && kRegAcc ? N : 1] = {};
+  using FC = FChunk<C>;
+  extern __shared__ float4 acc_smem[];
+  [[maybe_unused]] FC* acc = reinterpret_cast<FC*>(acc_smem) + size_t(group) * PARTS * ITERS * NC * a.tpr;
+  auto slot = [&](int part, int i, int q) -> FC& { return acc[((part * ITERS + i) * NC + q) * a.tpr + lane]; };
+  if constexpr (PARTS > 0 && !kRegAcc)
+#pragma unroll
+    for (int part = 0; part < PARTS; ++part)
+#pragma unroll
+      for (int i = 0; i < ITERS; ++i)
+#pragma unroll
+        for (int q = 0; q < NC; ++q) slot(part, i, q) = FC{};
+
+  for (int64_t base = int64_t(blockIdx.x) * a.gpb; base < a.rows; base += int64_t(gridDim.x) * a.gpb) {
+    const int64_t row = base + group;
+    const bool valid = row < a.rows;
+    const int64_t off = row * a.dim;
+    P dyv[ITERS];
+    [[maybe_unused]] P xv[ITERS];
+    [[maybe_unused]] P wv[ITERS];
+    bool in[ITERS];
+    // Issue every load of the row before the first use.
+#pragma unroll
+    for (int i = 0; i < ITERS; ++i) {
+      const int v = lane + i * a.tpr;
+      in[i] = valid && v < a.nv;
+      if (in[i]) {
+        load_stream(dyv[i], dy + off + v * N);
+        if constexpr (kNeedX) load_stream(xv[i], x + off + v * N);
+        if (DX && w) load_cached(wv[i], w + v * N);
+      } else {  // zeros contribute nothing to any sum
+        zero_pack(dyv[i]);
+        if constexpr (kNeedX) zero_pack(xv[i]);
+      }
+    }
+    float rs = 0.f, mu = 0.f;
+    if (kNeedX && valid) {
+      rs = a.rstd[row];
+      if (LN) mu = a.mean[row];
+    }
+    // Pass 1 over the registers: the sums dx needs, and this row's dW / dB terms (accumulated
+    // here, before the reduction, so no per-element value stays live across it).
+    [[maybe_unused]] float sums[LN ? 2 : 1] = {};
+#pragma unroll
+    for (int i = 0; i < ITERS; ++i)
+#pragma unroll
+      for (int q = 0; q < NC; ++q) {
+        [[maybe_unused]] FC aw, ab;
+        if constexpr (DW && !kRegAcc) aw = acc_load(&slot(0, i, q));
+        if constexpr (DB && !kRegAcc) ab = acc_load(&slot(PARTS - 1, i, q));
+        if constexpr (DW && kRegAcc)
+#pragma unroll
+          for (int k = 0; k < C; ++k) aw.v[k] = wreg[i][q * C + k];
+        if constexpr (DB && kRegAcc)
+#pragma unroll
+          for (int k = 0; k < C; ++k) ab.v[k] = breg[i][q * C + k];
+#pragma unroll
+        for (int k = 0; k < C; ++k) {
+          const int e = q * C + k;
+          const float d = elem(dyv[i], e);
+          if constexpr (kNeedX) {
+            const float xf = elem(xv[i], e);
+            const float xh = __fmul_rn(__fsub_rn(xf, mu), rs);
+            if constexpr (DX) {
+              const float g = w && in[i] ? __fmul_rn(d, elem(wv[i], e)) : d;
+              // RMSNorm sums g * x (times rstd once per row, below); LayerNorm g * xhat.
+              sums[0] = __fmaf_rn(g, LN ? xh : xf, sums[0]);
+              if constexpr (LN) sums[1] = __fadd_rn(sums[1], g);
+            }
+            if constexpr (DW) aw.v[k] = __fmaf_rn(d, xh, aw.v[k]);
+          }
+          if constexpr (DB) ab.v[k] = __fadd_rn(ab.v[k], d);
+        }
+        if constexpr (DW && !kRegAcc) acc_store(&slot(0, i, q), aw);
+        if constexpr (DB && !kRegAcc) acc_store(&slot(PARTS - 1, i, q), ab);
+        if constexpr (DW && kRegAcc)
+#pragma unroll
+          for (int k = 0; k < C; ++k) wreg[i][q * C + k] = aw.v[k];
+        if constexpr (DB && kRegAcc)
+#pragma unroll
+          for (int k = 0; k < C; ++k) breg[i][q * C + k] = ab.v[k];
+      }
+    if constexpr (DX) {
+      // Pass 2: dx from the row's two means; w (an L1 hit) and dres are loaded again / now.
+      group_sum(sums, a.tpr, smem, phase);
+      // mean(g * xhat); RMSNorm: rstd * mean(g * x), and kx = rstd^2 * mean(g * xhat) so that
+      // dx = rstd * g - kx * x (two operations an element instead of five).
+      const float mgx = LN ? __fmul_rn(sums[0], a.inv_dim) : __fmul_rn(__fmul_rn(sums[0], rs), a.inv_dim);
+      const float mg = LN ? __fmul_rn(sums[LN ? 1 : 0], a.inv_dim) : 0.f;
+      [[maybe_unused]] const float kx = __fmul_rn(__fmul_rn(rs, rs), mgx);
+#pragma unroll
+      for (int i = 0; i < ITERS; ++i) {
+        if (!in[i]) continue;
+        const int v = lane + i * a.tpr;
+        P w2, rv, out;
+        if (w) load_again(w2, w + v * N);
+        if constexpr (RES) load_stream(rv, dres + off + v * N);
+#pragma unroll
+        for (int e = 0; e < N; ++e) {
+          const float xf = elem_again(xv[i], e, a.zero);
+          const float d = elem_again(dyv[i], e, a.zero);
+          const float g = w ? __fmul_rn(d, elem(w2, e)) : d;
+          float o;
+          if constexpr (LN) o = __fmul_rn(rs, __fsub_rn(__fsub_rn(g, mg), __fmul_rn(__fmul_rn(__fsub_rn(xf, mu), rs), mgx)));
+          else o = __fmaf_rn(-kx, xf, __fmul_rn(rs, g));
+          if constexpr (RES) o = __fadd_rn(o, elem(rv, e));
+          out.v[e] = from_f<T>(o);
+        }
+        store_stream(dx + off + v * N, out);
+      }
+    }
+  }
+
+  if constexpr (PARTS > 0) {
+    if constexpr (kRegAcc)  // into the slots, for the common combine below
+#pragma unroll
+      for (int part = 0; part < PARTS; ++part)
+#pragma unroll
+        for (int i = 0; i < ITERS; ++i)
+#pragma unroll
+          for (int q = 0; q < NC; ++q) {
+            FC t;
+#pragma unroll
+            for (int k = 0; k < C; ++k) {
+              if constexpr (DW) {
+                if (part == 0) t.v[k] = wreg[i][q * C + k];
+              }
+              if constexpr (DB) {
+                if (part == PARTS - 1) t.v[k] = breg[i][q * C + k];
+              }
+            }
+            slot(part, i, q) = t;
+          }
+    // One partial row per block: group 0 adds the groups' accumulators in group order.
+    if (a.gpb > 1) __syncthreads();
+    if (group == 0) {
+      const size_t stride = size_t(PARTS) * ITERS * NC * a.tpr;  // between groups' regions
+      float* prow = a.partial + int64_t(blockIdx.x) * PARTS * a.dim;
+#pragma unroll
+      for (int part = 0; part < PARTS; ++part)
+#pragma unroll
+        for (int i = 0; i < ITERS; ++i) {
+          const int v = lane + i * a.tpr;
+          if (v >= a.nv) continue;
+#pragma unroll
+          for (int q = 0; q < NC; ++q) {
+            FC t = slot(part, i, q);
+            for (int gi = 1; gi < a.gpb; ++gi) {
+              const FC o = (&slot(part, i, q))[gi * stride];
+#pragma unroll
+              for (int k = 0; k < C; ++k) t.v[k] += o.v[k];
+            }
+            *reinterpret_cast<FC*>(prow + part * a.dim + v * N + q * C) = t;
+          }
+        }
+    }
+  }
+}
+
+// ------------------------------------------------------------------ backward, staged rows
+// The same computation as norm_bwd_kernel, for rows whose x and dy are 16-byte aligned and fit
+// a few times in shared memory (gpb == 1). Instead of each thread loading its vectors when the
+// block reaches the row, thread 0 keeps `stages` rows in flight ahead of the block with the
+// bulk-copy engine (cp.async.bulk, completing on a per-stage mbarrier): while the block reduces
+// and writes row k, rows k+1 .. k+stages-1 are arriving, so memory never waits on the
+// reduction. The block copies row k's vectors from shared memory to registers and proceeds as
+// norm_bwd_kernel (same per-row arithmetic, so dx is bitwise the same as there); w stays in
+// registers for the whole kernel, rstd / mean of the next row are fetched a row ahead.
+// Memory per row: as norm_bwd_kernel (x and dy through shared memory, read once from DRAM).
+__device__ __forceinline__ unsigned smem_u32(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void mbar_init(uint64_t* bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, unsigned parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred P1;\n"
+      "LAB_WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n"
+      "@P1 bra DONE;\n"
+      "bra LAB_WAIT;\n"
+      "DONE:\n"
+      "}\n" ::"r"(smem_u32(bar)),
+      "r"(parity)
+      : "memory");
+}
+// Global -> shared bulk copy of `bytes` (a multiple of 16, both addresses 16-byte aligned).
+__device__ __forceinline__ void bulk_load(void* dst, const void* src, unsigned bytes, uint64_t* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                   smem_u32(dst)),
+               "l"(src), "r"(bytes), "r"(smem_u32(bar))
+               : "memory");
+}
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+
+constexpr int kMaxStages = 8;
+// Two blocks per multiprocessor (64 registers a thread) when a thread accumulates at most 16
+// dW / dB elements (and holds at most 2 vectors of the row); otherwise one block with more
+// stages, rather than spilling accumulators.
+constexpr int staged_min_blocks(int iters, int acc_elems) { return iters <= 2 && acc_elems <= 16 ? 2 : 1; }
+constexpr int kStageHeader = 128;  // the mbarriers, before the first stage
+
+template <class T, int N, int ITERS, bool LN, bool DX, bool DW, bool DB, bool RES>
+__global__ void __launch_bounds__(kMaxTpr, staged_min_blocks(ITERS, ITERS * N * (int(DW) + int(DB))))
+    norm_bwd_staged_kernel(BwdArgs a, int stages) {
+  constexpr bool kNeedX = DX || DW;
+  using P = Pack<T, N>;
+  extern __shared__ __align__(128) unsigned char staged_smem[];
+  __shared__ float smem[2 * 32 * 2];
+  uint64_t* bars = reinterpret_cast<uint64_t*>(staged_smem);
+  const T* dy = static_cast<const T*>(a.dy);
+  const T* x = static_cast<const T*>(a.x);
+  const T* w = static_cast<const T*>(a.w);
+  const T* dres = static_cast<const T*>(a.dres);
+  T* dx = static_cast<T*>(a.dx);
+  const int lane = threadIdx.x;  // one row per block: the group is the block
+  const unsigned row_bytes = unsigned(a.dim) * sizeof(T);
+  const unsigned stage_bytes = (kNeedX ? 2u : 1u) * row_bytes;
+  auto stage = [&](int s) { return staged_smem + kStageHeader + size_t(s) * stage_bytes; };
+  int phase = 0;
+  const int64_t first = blockIdx.x, step = gridDim.x;
+  const int64_t mine = first < a.rows ? (a.rows - first + step - 1) / step : 0;
+  auto issue = [&](int64_t k) {  // thread 0: row k of this block into stage k % stages
+    const int s = int(k % stages);
+    const int64_t row = first + k * step;
+    unsigned char* dst = stage(s);
+    mbar_expect_tx(&bars[s], stage_bytes);
+    if constexpr (kNeedX) {
+      bulk_load(dst, x + row * a.dim, row_bytes, &bars[s]);
+      dst += row_bytes;
+    }
+    bulk_load(dst, dy + row * a.dim, row_bytes, &bars[s]);
+  };
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < stages; ++s) mbar_init(&bars[s], 1);
+    mbar_init_fence();
+  }
+  __syncthreads();
+  if (threadIdx.x == 0)
+    for (int64_t k = 0; k < mine && k < stages; ++k) issue(k);
+
+  [[maybe_unused]] P wv[ITERS];
+  if constexpr (DX) {
+#pragma unroll
+    for (int i = 0; i < ITERS; ++i) {
+      const int v = lane + i * a.tpr;
+      if (w && v < a.nv) load_cached(wv[i], w + v * N);
+    }
+  }
+  [[maybe_unused]] float wacc[DW ? ITERS : 1][DW ? N : 1] = {};
+  [[maybe_unused]] float bacc[DB ? ITERS : 1][DB ? N : 1] = {};
+  float rs_next = 0.f, mu_next = 0.f;
+  if (kNeedX && mine > 0) {
+    rs_next = a.rstd[first];
+    if (LN) mu_next = a.mean[first];
+  }
+
+  for (int64_t k = 0; k < mine; ++k) {
+    const int s = int(k % stages);
+    const int64_t row = first + k * step;
+    const int64_t off = row * a.dim;
+    const float rs = rs_next, mu = mu_next;
+    if (kNeedX && k + 1 < mine) {  // a row ahead: its latency overlaps this row
+      rs_next = a.rstd[row + step];
+      if (LN) mu_next = a.mean[row + step];
+    }
+    [[maybe_unused]] P rv[ITERS];
+    if constexpr (RES)
+#pragma unroll
+      for (int i = 0; i < ITERS; ++i) {
+        const int v = lane + i * a.tpr;
+        if (v < a.nv) load_stream(rv[i], dres + off + v * N);
+      }
+    mbar_wait(&bars[s], unsigned((k / stages) & 1));
+    const T* xs = reinterpret_cast<const T*>(stage(s));
+    const T* dys = xs + (kNeedX ? a.dim : 0);
+    P dyv[ITERS];
+    [[maybe_unused]] P xv[ITERS];
+    bool in[ITERS];
+#pragma unroll
+    for (int i = 0; i < ITERS; ++i) {
+      const int v = lane + i * a.tpr;
+      in[i] = v < a.nv;
+      if (in[i]) {
+        dyv[i] = *reinterpret_cast<const P*>(dys + v * N);
+        if constexpr (kNeedX) xv[i] = *reinterpret_cast<const P*>(xs + v * N);
+      } else {
+        zero_pack(dyv[i]);
+        if constexpr (kNeedX) zero_pack(xv[i]);
+      }
+    }
+    __syncthreads();  // every thread has its vectors: the stage can be refilled
+    if (threadIdx.x == 0 && k + stages < mine) {
+      fence_proxy_async();
+      issue(k + stages);
+    }
+    [[maybe_unused]] float sums[LN ? 2 : 1] = {};
+#pragma unroll
+    for (int i = 0; i < ITERS; ++i)
+#pragma unroll
+      for (int e = 0; e < N; ++e) {
+        const float d = elem(dyv[i], e);
+        if constexpr (kNeedX) {
+          const float xf = elem(xv[i], e);
+          const float xh = __fmul_rn(__fsub_rn(xf, mu), rs);
+          if constexpr (DX) {
+            const float g = w && in[i] ? __fmul_rn(d, elem(wv[i], e)) : d;
+            sums[0] = __fmaf_rn(g, LN ? xh : xf, sums[0]);  // as norm_bwd_kernel
+            if constexpr (LN) sums[1] = __fadd_rn(sums[1], g);
+          }
+          if constexpr (DW) wacc[i][e] = __fmaf_rn(d, xh, wacc[i][e]);
+        }
+        if constexpr (DB) bacc[i][e] = __fadd_rn(bacc[i][e], d);
+      }
+    if constexpr (DX) {
+      group_sum(sums, a.tpr, smem, phase);
+      // mean(g * xhat); RMSNorm: rstd * mean(g * x), and kx = rstd^2 * mean(g * xhat) so that
+      // dx = rstd * g - kx * x (two operations an element instead of five).
+      const float mgx = LN ? __fmul_rn(sums[0], a.inv_dim) : __fmul_rn(__fmul_rn(sums[0], rs), a.inv_dim);
+      const float mg = LN ? __fmul_rn(sums[LN ? 1 : 0], a.inv_dim) : 0.f;
+      [[maybe_unused]] const float kx = __fmul_rn(__fmul_rn(rs, rs), mgx);
+#pragma unroll
+      for (int i = 0; i < ITERS; ++i) {
+        if (!in[i]) continue;
+        P out;
+#pragma unroll
+        for (int e = 0; e < N; ++e) {
+          const float xf = elem_again(xv[i], e, a.zero);
+          const float d = elem_again(dyv[i], e, a.zero);
+          const float g = w ? __fmul_rn(d, elem(wv[i], e)) : d;
+          float o;
+          if constexpr (LN) o = __fmul_rn(rs, __fsub_rn(__fsub_rn(g, mg), __fmul_rn(__fmul_rn(__fsub_rn(xf, mu), rs), mgx)));
+          else o = __fmaf_rn(-kx, xf, __fmul_rn(rs, g));
+          if constexpr (RES) o = __fadd_rn(o, elem(rv[i], e));
+          out.v[e] = from_f<T>(o);
+        }
+        store_stream(dx + off + (lane + i * a.tpr) * N, out);
+      }
+    }
+  }
+  if constexpr (DW || DB) {
+    float* prow = a.partial + int64_t(blockIdx.x) * (int(DW) + int(DB)) * a.dim;
+#pragma unroll
+    for (int i = 0; i < ITERS; ++i) {
+      const int v = lane + i * a.tpr;
+      if (v >= a.nv) continue;
+#pragma unroll
+      for (int e = 0; e < N; ++e) {
+        if constexpr (DW) prow[v * N + e] = wacc[i][e];
+        if constexpr (DB) prow[(DW ? a.dim : 0) + v * N + e] = bacc[i][e];
+      }
+    }
+  }
+}
+
+// Looping backward for rows too wide for registers (gpb == 1): pass 1 the sums dx needs, pass 2
+// dx and the dW/dB terms, accumulated straight into this block's partial row (which only this
+// block touches, each column always by the same thread). Pass 2 re-reads x, dy (mostly L2).
+template <class T, int N, bool LN, bool DX, bool DW, bool DB>
+__global__ void __launch_bounds__(1024) norm_bwd_loop_kernel(BwdArgs a) {
+  constexpr bool kNeedX = DX || DW;
+  using P = Pack<T, N>;
+  __shared__ float smem[2 * 32 * 2];
+  const T* dy = static_cast<const T*>(a.dy);
+  const T* x = static_cast<const T*>(a.x);
+  const T* w = static_cast<const T*>(a.w);
+  const T* dres = static_cast<const T*>(a.dres);
+  T* dx = static_cast<T*>(a.dx);
+  const int lane = threadIdx.x;
+  int phase = 0;
+  const int width = (int(DW) + int(DB)) * a.dim;
+  [[maybe_unused]] float* prow = (DW || DB) ? a.partial + int64_t(blockIdx.x) * width : nullptr;
+  if constexpr (DW || DB) {
+    for (int c = lane; c < width; c += a.tpr) prow[c] = 0.f;
+    __syncthreads();  // zeroed by element, accumulated below by vector: other threads' columns
+  }
+  for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
+    const int64_t off = row * a.dim;
+    const float rs = kNeedX ? a.rstd[row] : 0.f, mu = LN && kNeedX ? a.mean[row] : 0.f;
+    float mgx = 0.f, mg = 0.f;
+    if constexpr (DX) {
+      float s[LN ? 2 : 1] = {};
+      for (int v = lane; v < a.nv; v += a.tpr) {
+        P xv, dyv, wv;
+        load_cached(xv, x + off + v * N);
+        load_cached(dyv, dy + off + v * N);
+        if (w) load_cached(wv, w + v * N);
+#pragma unroll
+        for (int e = 0; e < N; ++e) {
+          const float xh = __fmul_rn(__fsub_rn(to_f(xv.v[e]), mu), rs);
+          const float d = to_f(dyv.v[e]);
+          const float g = w ? __fmul_rn(d, to_f(wv.v[e])) : d;
+          s[0] = __fmaf_rn(g, xh, s[0]);
+          if constexpr (LN) s[1] = __fadd_rn(s[1], g);
+        }
+      }
+      group_sum(s, a.tpr, smem, phase);
+      mgx = __fmul_rn(s[0], a.inv_dim);
+      mg = LN ? __fmul_rn(s[LN ? 1 : 0], a.inv_dim) : 0.f;
+    }
+    for (int v = lane; v < a.nv; v += a.tpr) {
+      P xv, dyv, wv, rv;
+      load_stream(dyv, dy + off + v * N);
+      if (kNeedX) load_stream(xv, x + off + v * N);
+      if (DX && w) load_cached(wv, w + v * N);
+      if (DX && dres) load_stream(rv, dres + off + v * N);
+      P out;
+#pragma unroll
+      for (int e = 0; e < N; ++e) {
+        const float d = to_f(dyv.v[e]);
+        const int col = v * N + e;
+        if constexpr (DX) {
+          const float xh = __fmul_rn(__fsub_rn(to_f(xv.v[e]), mu), rs);
+          const float g = w ? __fmul_rn(d, to_f(wv.v[e])) : d;
+          float o = __fmul_rn(rs, __fsub_rn(__fsub_rn(g, mg), __fmul_rn(xh, mgx)));
+          if (dres) o = __fadd_rn(o, to_f(rv.v[e]));
+          out.v[e] = from_f<T>(o);
+        }
+        if constexpr (DW) prow[col] = __fmaf_rn(d, __fmul_rn(__fsub_rn(to_f(xv.v[e]), mu), rs), prow[col]);
+        if constexpr (DB) prow[(DW ? a.dim : 0) + col] = __fadd_rn(prow[(DW ? a.dim : 0) + col], d);
+      }
+      if constexpr (DX) store_stream(dx + off + v * N, out);
+    }
+  }
+}
+
+// ------------------------------------------------------------------ dW / dB reduction
+// out[c] = sum over p of partial[p][c], p in a fixed order: 32 threads down each column of a
+// 32-column tile sum strided rows, then thread row 0 adds the 32 sums in order. Columns
+// [0, dim) go to `first` (dw, or db when only db), [dim, 2 dim) to db.
+// Memory: reads P * width * 4 bytes (just written: mostly L2), writes width * sizeof(T).
+template <class T>
+__global__ void __launch_bounds__(1024) param_reduce_kernel(T* first, T* second, const float* partial,
+                                                            int P, int width, int dim) {
+  __shared__ float s[32][33];
+  const int col = blockIdx.x * 32 + threadIdx.x;
+  float acc = 0.f;
+  if (col < width) {
+#pragma unroll 4
+    for (int p = threadIdx.y; p < P; p += 32) acc += partial[int64_t(p) * width + col];
+  }
+  s[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && col < width) {
+    float t = 0.f;
+    for (int k = 0; k < 32; ++k) t += s[k][threadIdx.x];
+    if (col < dim) first[col] = from_f<T>(t);
+    else second[col - dim] = from_f<T>(t);
+  }
+}
+
+// ------------------------------------------------------------------ host side: launch plans
+inline int sm_count_of(int device) {
+  static std::mutex mu;
+  static std::map<int, int> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(device);
+  if (it != cache.end()) return it->second;
+  cudaDeviceProp prop;
+  TG_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  return cache[device] = prop.multiProcessorCount;
+}
+
+// Lets `fn` use `smem` bytes of dynamic shared memory (above 48 KB it must opt in), once per
+// kernel, device and size.
+inline void allow_smem(const void* fn, size_t smem, int device) {
+  if (smem <= 48 * 1024) return;
+  static std::mutex mu;
+  static std::map<std::pair<const void*, int>, size_t> done;
+  std::lock_guard<std::mutex> lock(mu);
+  size_t& have = done[{fn, device}];
+  if (have >= smem) return;
+  TG_CUDA_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  have = smem;
+}
+
+// Resident blocks of `fn` per multiprocessor (cached per kernel, block size, smem and device).
+inline int blocks_per_sm(const void* fn, int block, size_t smem, int device) {
+  static std::mutex mu;
+  static std::map<std::pair<const void*, int64_t>, int> cache;
+  allow_smem(fn, smem, device);
+  std::lock_guard<std::mutex> lock(mu);
+  auto key = std::make_pair(fn, (int64_t(smem) * 2048 + block) * 64 + device);
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  int n = 0;
+  TG_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fn, block, smem));
+  TG_CHECK(n >= 1, "norm", "a kernel configuration does not fit on the GPU (block ", block, ", ", smem,
+           " bytes of shared memory)");
+  return cache[key] = n;
+}
+
+// Threads per row the planner aims for at most (then more vectors per thread, up to kMaxIters).
+// TG_NORM_TPR overrides it (benchmarks sweep it); read once.
+inline int preferred_tpr() {
+  static const int v = [] {
+    const char* s = std::getenv("TG_NORM_TPR");
+    int t = s ? std::atoi(s) : 0;
+    return t >= 32 && t <= kMaxTpr ? t : 512;
+  }();
+  return v;
+}
+
+struct Config {
+  int vb = 0;     // bytes per vector access
+  int iters = 0;  // vectors per thread (0: the looping kernels)
+  int tpr = 0, gpb = 0, block = 0;
+  int64_t nv = 0;  // vectors per row
+};
+
+inline bool aligned(const void* p, int bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+
+// The launch shape for rows of `dim` elements of `esize` bytes whose pointers are `ptrs`
+// (null entries ignored). Depends only on dim, the element size and alignment, never on which
+// gradients are computed, so every variant treats a row the same way.
+inline Config plan(int64_t dim, int esize, std::initializer_list<const void*> ptrs) {
+  Config c;
+  c.vb = 16;
+  auto fits = [&](int vb) {
+    if ((dim * esize) % vb) return false;
+    for (const void* p : ptrs)
+      if (p && !aligned(p, vb)) return false;
+    return true;
+  };
+  while (c.vb > esize && !fits(c.vb)) c.vb = c.vb == 16 ? 8 : esize;
+  c.nv = dim * esize / c.vb;
+  const int pref = preferred_tpr();
+  c.iters = 1;
+  while (c.iters < kMaxIters && (c.nv + c.iters - 1) / c.iters > pref) c.iters *= 2;
+  int64_t tpr = (c.nv + c.iters - 1) / c.iters;
+  if (tpr > max_tpr(c.iters)) {  // too wide for registers
+    c.iters = 0;
+    c.tpr = kLoopTpr;
+    c.gpb = 1;
+  } else if (tpr <= 32) {
+    int t = 1;
+    while (t < tpr) t *= 2;
+    c.tpr = t;
+    c.gpb = kGroupBlock / t;
+  } else {
+    // A row per block: the dW / dB accumulators of a block are then one row's worth, which
+    // keeps blocks small enough for several to share a multiprocessor's shared memory.
+    c.tpr = static_cast<int>((tpr + 31) / 32 * 32);
+    c.gpb = 1;
+  }
+  c.block = c.tpr * c.gpb;
+  return c;
+}
+
+inline int grid_for(int64_t rows, const Config& c, const void* fn, size_t smem, int device) {
+  const int64_t groups = (rows + c.gpb - 1) / c.gpb;
+  const int64_t resident = int64_t(sm_count_of(device)) * blocks_per_sm(fn, c.block, smem, device);
+  return static_cast<int>(groups < resident ? (groups < 1 ? 1 : groups) : resident);
+}
+
+// Calls f(std::integral_constant<int, N>, std::integral_constant<int, ITERS>) for the config's
+// elements per vector and vectors per thread (ITERS 0: the looping kernels).
+template <class T, class F>
+void with_shape(const Config& c, F&& f) {
+  auto by_iters = [&](auto n) {
+    switch (c.iters) {
+      case 1: return f(n, std::integral_constant<int, 1>{});
+      case 2: return f(n, std::integral_constant<int, 2>{});
+      case 4: return f(n, std::integral_constant<int, 4>{});
+      case 8: return f(n, std::integral_constant<int, 8>{});
+      case 16: return f(n, std::integral_constant<int, 16>{});
+      default: return f(n, std::integral_constant<int, 0>{});
+    }
+  };
+  if (c.vb == 16) return by_iters(std::integral_constant<int, 16 / int(sizeof(T))>{});
+  if (c.vb == 8) return by_iters(std::integral_constant<int, 8 / int(sizeof(T))>{});
+  return by_iters(std::integral_constant<int, 1>{});
+}
+
+template <class T, bool LN>
+const void* fwd_kernel(const Config& c) {
+  const void* fn = nullptr;
+  with_shape<T>(c, [&](auto n, auto it) {
+    constexpr int N = decltype(n)::value, IT = decltype(it)::value;
+    if constexpr (IT == 0) fn = reinterpret_cast<const void*>(&norm_fwd_loop_kernel<T, N, LN>);
+    else fn = reinterpret_cast<const void*>(&norm_fwd_kernel<T, N, IT, LN>);
+  });
+  return fn;
+}
+
+template <class T, bool LN, bool DX, bool DW, bool DB, bool RES>
+const void* bwd_kernel(const Config& c) {
+  const void* fn = nullptr;
+  with_shape<T>(c, [&](auto n, auto it) {
+    constexpr int N = decltype(n)::value, IT = decltype(it)::value;
+    if constexpr (IT == 0) fn = reinterpret_cast<const void*>(&norm_bwd_loop_kernel<T, N, LN, DX, DW, DB>);
+    else fn = reinterpret_cast<const void*>(&norm_bwd_kernel<T, N, IT, LN, DX, DW, DB, RES>);
+  });
+  return fn;
+}
+
+// ------------------------------------------------------------------ host side: launches
+template <class T, bool LN>
+void launch_forward(const Tensor& y, const Tensor& r, const Tensor& mean, const Tensor& rstd, const Tensor& x,
+                    const Tensor& res, const Tensor& w, const Tensor& b, double eps) {
+  const int64_t dim = x.shape()[1], rows = x.shape()[0];
+  if (rows == 0) return;
+  FwdArgs a{};
+  a.y = y.data_ptr();
+  a.r = r.defined() ? r.data_ptr() : nullptr;
+  a.mean = mean.defined() ? mean.data_ptr<float>() : nullptr;
+  a.rstd = rstd.defined() ? rstd.data_ptr<float>() : nullptr;
+  a.x = x.data_ptr();
+  a.res = res.defined() ? res.data_ptr() : nullptr;
+  a.w = w.defined() ? w.data_ptr() : nullptr;
+  a.b = b.defined() ? b.data_ptr() : nullptr;
+  const Config c = plan(dim, sizeof(T), {a.y, a.r, a.x, a.res, a.w, a.b});
+  a.rows = rows;
+  a.dim = static_cast<int>(dim);
+  a.nv = static_cast<int>(c.nv);
+  a.tpr = c.tpr;
+  a.gpb = c.gpb;
+  a.inv_dim = 1.f / static_cast<float>(dim);
+  a.eps = static_cast<float>(eps);
+  const int device = x.device().index;
+  cudaStream_t s = stream_for(x);
+  const int grid = grid_for(rows, c, fwd_kernel<T, LN>(c), 0, device);
+  with_shape<T>(c, [&](auto n, auto it) {
+    constexpr int N = decltype(n)::value, IT = decltype(it)::value;
+    if constexpr (IT == 0) norm_fwd_loop_kernel<T, N, LN><<<grid, c.block, 0, s>>>(a);
+    else norm_fwd_kernel<T, N, IT, LN><<<grid, c.block, 0, s>>>(a);
+  });
+  TG_CUDA_CHECK_LAUNCH(LN ? "layer_norm.forward" : "rms_norm.forward");
+}
+
+// The staged kernel's shape for a launch: stages per block and blocks per multiprocessor, or
+// stages == 0 when it does not apply (rows not 16-byte vectors, several rows per block, rows
+// too large for two stages, or TG_NORM_STAGED=0).
+struct Staged {
+  int stages = 0, blocks_per_sm = 0;
+  size_t smem = 0;
+};
+inline bool staged_enabled() {
+  static const bool on = [] {
+    const char* s = std::getenv("TG_NORM_STAGED");
+    return !(s && s[0] == '0');
+  }();
+  return on;
+}
+template <class T, bool LN, bool DX, bool DW, bool DB, bool RES>
+const void* staged_kernel(const Config& c) {
+  const void* fn = nullptr;
+  with_shape<T>(c, [&](auto n, auto it) {
+    constexpr int N = decltype(n)::value, IT = decltype(it)::value;
+    if constexpr (DX && IT != 0 && N * sizeof(T) == 16)
+      fn = reinterpret_cast<const void*>(&norm_bwd_staged_kernel<T, N, IT, LN, DX, DW, DB, RES>);
+  });
+  return fn;
+}
+
+template <class T, bool LN, bool DX, bool DW, bool DB, bool RES>
+Staged staged_plan(const Config& c, int64_t dim, int device) {
+  Staged st;
+  // Only for variants with dx: without the row reduction (dW / dB alone) the register kernel
+  // streams as well with no barriers.
+  if (!DX || !staged_enabled() || c.vb != 16 || c.gpb != 1 || c.iters == 0) return st;
+  // Blocks that fit by registers and threads alone; shared memory is then split among them.
+  const int reg_fit = blocks_per_sm(staged_kernel<T, LN, DX, DW, DB, RES>(c), c.block, 0, device);
+  static std::mutex mu;
+  static std::map<int, int> smem_per_sm, smem_per_block;
+  int per_sm, per_block;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!smem_per_sm.count(device)) {
+      cudaDeviceProp prop;
+      TG_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+      smem_per_sm[device] = static_cast<int>(prop.sharedMemPerMultiprocessor);
+      smem_per_block[device] = static_cast<int>(prop.sharedMemPerBlockOptin);
+    }
+    per_sm = smem_per_sm[device];
+    per_block = smem_per_block[device];
+  }
+  const size_t stage_bytes = size_t((DX || DW) ? 2 : 1) * dim * sizeof(T);
+  const size_t reserve = 2048;  // static shared memory and the per-block reservation
+  for (int blocks : {2, 1}) {
+    if (blocks > reg_fit) continue;
+    const size_t avail = std::min<size_t>(per_sm / blocks - reserve, per_block - reserve) - kStageHeader;
+    const int stages = static_cast<int>(std::min<size_t>(kMaxStages, avail / stage_bytes));
+    if (stages >= (blocks == 2 ? 3 : 2)) {
+      st.stages = stages;
+      st.blocks_per_sm = blocks;
+      st.smem = kStageHeader + stages * stage_bytes;
+      return st;
+    }
+  }
+  return st;
+}
+
+// Persistent grid of the staged kernel.
+template <class T, bool LN, bool DX, bool DW, bool DB, bool RES>
+int staged_grid(int64_t rows, const Config& c, const Staged& st, int device) {
+  const void* fn = staged_kernel<T, LN, DX, DW, DB, RES>(c);
+  const int fit = std::min(st.blocks_per_sm, blocks_per_sm(fn, c.block, st.smem, device));
+  const int64_t resident = int64_t(sm_count_of(device)) * fit;
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(rows, resident)));
+}
+
+// Dynamic shared memory of a backward variant: its dW / dB accumulator slots.
+template <class T, bool DW, bool DB>
+size_t bwd_smem(const Config& c) {
+  if (c.iters == 0) return 0;
+  const size_t n = c.vb / sizeof(T);
+  return size_t(int(DW) + int(DB)) * c.iters * n * c.block * sizeof(float);
+}
+
+// Rows of the partial buffer: the persistent grid of the variant, on x's shape and alignment.
+template <class T, bool LN, bool DX, bool DW, bool DB>
+int64_t partial_rows(const Tensor& x) {
+  const int64_t dim = x.shape()[1], rows = x.shape()[0];
+  const Config c = plan(dim, sizeof(T), {x.data_ptr()});
+  const Staged st = staged_plan<T, LN, DX, DW, DB, false>(c, dim, x.device().index);
+  if (st.stages) return staged_grid<T, LN, DX, DW, DB, false>(rows, c, st, x.device().index);
+  return grid_for(rows, c, bwd_kernel<T, LN, DX, DW, DB, false>(c), bwd_smem<T, DW, DB>(c), x.device().index);
+}
+
+// One backward launch of variant <DX, DW, DB>. With DW or DB the grid is the partial buffer's
+// row count (the op sized it with partial_rows); the kernel is correct for any grid.
+template <class T, bool LN, bool DX, bool DW, bool DB>
+void launch_backward(const char* op, const Tensor& dx, const Tensor& partial, const Tensor& dy, const Tensor& x,
+                     const Tensor& w, const Tensor& mean, const Tensor& rstd, const Tensor& dres) {
+  KernelTrace::record(norm_backward_event(op, DX, DW, DB));
+  const int64_t dim = dy.shape()[1], rows = dy.shape()[0];
+  if (rows == 0) return;
+  BwdArgs a{};
+  a.dx = DX ? dx.data_ptr() : nullptr;
+  a.partial = (DW || DB) ? partial.data_ptr<float>() : nullptr;
+  a.dy = dy.data_ptr();
+  a.x = (DX || DW) ? x.data_ptr() : nullptr;
+  a.w = DX && w.defined() ? w.data_ptr() : nullptr;
+  a.mean = LN && (DX || DW) ? mean.data_ptr<float>() : nullptr;
+  a.rstd = (DX || DW) ? rstd.data_ptr<float>() : nullptr;
+  a.dres = DX && dres.defined() ? dres.data_ptr() : nullptr;
+  const Config c = plan(dim, sizeof(T), {a.dx, a.dy, a.x, a.w, a.dres});
+  a.rows = rows;
+  a.dim = static_cast<int>(dim);
+  a.nv = static_cast<int>(c.nv);
+  a.tpr = c.tpr;
+  a.gpb = c.gpb;
+  a.inv_dim = 1.f / static_cast<float>(dim);
+  cudaStream_t s = stream_for(dy);
+  auto go = [&](auto res) {
+    constexpr bool RES = decltype(res)::value;
+    const Staged st = staged_plan<T, LN, DX, DW, DB, RES>(c, dim, dy.device().index);
+    if (st.stages) {
+      const void* fn = staged_kernel<T, LN, DX, DW, DB, RES>(c);
+      allow_smem(fn, st.smem, dy.device().index);
+      const int grid = (DW || DB) ? static_cast<int>(partial.shape()[0])
+                                  : staged_grid<T, LN, DX, DW, DB, RES>(rows, c, st, dy.device().index);
+      with_shape<T>(c, [&](auto n, auto it) {
+        constexpr int N = decltype(n)::value, IT = decltype(it)::value;
+        if constexpr (DX && IT != 0 && N * sizeof(T) == 16)
+          norm_bwd_staged_kernel<T, N, IT, LN, DX, DW, DB, RES><<<grid, c.block, st.smem, s>>>(a, st.stages);
+      });
+      return;
+    }
+    const void* fn = bwd_kernel<T, LN, DX, DW, DB, RES>(c);
+    const size_t smem = bwd_smem<T, DW, DB>(c);
+    const int grid = (DW || DB) ? static_cast<int>(partial.shape()[0]) : grid_for(rows, c, fn, smem, dy.device().index);
+    allow_smem(fn, smem, dy.device().index);
+    with_shape<T>(c, [&](auto n, auto it) {
+      constexpr int N = decltype(n)::value, IT = decltype(it)::value;
+      if constexpr (IT == 0) norm_bwd_loop_kernel<T, N, LN, DX, DW, DB><<<grid, c.block, 0, s>>>(a);
+      else norm_bwd_kernel<T, N, IT, LN, DX, DW, DB, RES><<<grid, c.block, smem, s>>>(a);
+    });
+  };
+  // The residual-gradient add (fused_add_rms_norm) is its own instantiation, so plain
+  // rms_norm / layer_norm pay no registers for it.
+  if constexpr (!LN && DX) {
+    if (a.dres) {
+      go(std::true_type{});
+      TG_CUDA_CHECK_LAUNCH("norm backward");
+      return;
+    }
+  }
+  go(std::false_type{});
+  TG_CUDA_CHECK_LAUNCH("norm backward");
+}
+
+// Calls f(type_tag<T>) for the float32 / bfloat16 dtypes the CUDA kernels support.
+template <class F>
+void dispatch_gpu_float(DType t, const char* op, F&& f) {
+  if (t == kFloat32) return f(static_cast<float*>(nullptr));
+  if (t == kBFloat16) return f(static_cast<bf16*>(nullptr));
+  fail(op, "on the GPU wants float32 or bfloat16, got ", t);
+}
+
+}  // namespace tg::cuda::normk

@@ -1,0 +1,73 @@
+// Backend contract for rms_norm and fused_add_rms_norm, and the pieces layer_norm shares with
+// them (the backward plan query, the parameter-gradient reduction and the row math).
+//
+// Shapes: x, y, r, dy, dx, residual, dres are contiguous [rows, dim] in the input dtype T;
+// w (and layer_norm's b) contiguous [dim] in T or undefined; the statistics (rstd, mean) are
+// [rows] in the accumulation dtype (float32 for float32/bfloat16 inputs, float64 for float64).
+//
+// Backward: one pass over x and dy computes every requested gradient. Which ones is given by
+// which outputs are defined (dx; partial), and each backend maps that to a kernel specialised
+// at compile time on <COMPUTE_DX, COMPUTE_DW, COMPUTE_DB>: a frozen weight runs code with no
+// weight-gradient accumulation at all, and the op allocates no partial buffer for it.
+// Parameter gradients go through a bounded partial buffer [P, nparts * dim] (accumulation
+// dtype; P from norm_partial_rows, nparts = dw + db) that norm_param_reduce sums column-wise
+// in a fixed order, so dW and dB are bitwise identical from run to run.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "core/bfloat16.h"  // TG_HOST_DEVICE
+#include "core/tensor.h"
+
+namespace tg {
+
+// The KernelTrace event of a backward variant, e.g. "rms_norm.backward<dx,dw>".
+inline std::string norm_backward_event(const char* op, bool dx, bool dw, bool db) {
+  std::string v;
+  if (dx) v += "dx";
+  if (dw) v += v.empty() ? "dw" : ",dw";
+  if (db) v += v.empty() ? "db" : ",db";
+  return std::string(op) + ".backward<" + (v.empty() ? "none" : v) + ">";
+}
+
+// ---- row math shared by the CPU and CUDA kernels (A is float or double) ----
+// 1 / sqrt(mean_square + eps): the reciprocal standard deviation of one row.
+template <class A>
+TG_HOST_DEVICE inline A norm_rstd(A mean_square, A eps) {
+  return A(1) / std::sqrt(mean_square + eps);
+}
+// dx of one element: rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * w.
+// RMSNorm passes mean_g = 0 (its mean is not subtracted in forward).
+template <class A>
+TG_HOST_DEVICE inline A norm_dx(A g, A xhat, A rstd, A mean_g, A mean_gxhat) {
+  return rstd * ((g - mean_g) - xhat * mean_gxhat);
+}
+
+namespace cpu {
+// y = x * rstd * w. When residual is defined (fused_add_rms_norm), r = x + residual is written
+// (rounded to T) and it is r that is normalised. rstd is written when defined.
+void rms_norm_forward(const Tensor& y, const Tensor& r, const Tensor& rstd, const Tensor& x,
+                      const Tensor& residual, const Tensor& w, double eps);
+// dx (when defined) = the RMSNorm input gradient (+ dres when defined: fused_add_rms_norm's
+// gradient of r). partial (when defined) [P, dim]: this launch's dW partial sums.
+// `op` names the variant in the KernelTrace.
+void rms_norm_backward(const char* op, const Tensor& dx, const Tensor& partial, const Tensor& dy,
+                       const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dres);
+// P: rows of the partial buffer a backward launch over x [rows, dim] with these flags uses.
+void norm_partial_rows(bool layer_norm, bool dx, bool dw, bool db, const Tensor& x, int64_t& rows_out);
+// dw (when defined) = column sums of partial part 0; db (when defined) = of the next part.
+void norm_param_reduce(const Tensor& dw, const Tensor& db, const Tensor& partial);
+}  // namespace cpu
+
+namespace cuda {
+void rms_norm_forward(const Tensor& y, const Tensor& r, const Tensor& rstd, const Tensor& x,
+                      const Tensor& residual, const Tensor& w, double eps);
+void rms_norm_backward(const char* op, const Tensor& dx, const Tensor& partial, const Tensor& dy,
+                       const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dres);
+void norm_partial_rows(bool layer_norm, bool dx, bool dw, bool db, const Tensor& x, int64_t& rows_out);
+void norm_param_reduce(const Tensor& dw, const Tensor& db, const Tensor& partial);
+}  // namespace cuda
+
+}  // namespace tg
