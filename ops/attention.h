@@ -3,8 +3,13 @@
 // q [..., L, E], k [..., S, E], v [..., S, Ev] (the same leading dims: repeat grouped kv heads
 // first). is_causal masks key j > query i (the top-left aligned lower triangle, as PyTorch).
 // dropout_p > 0 drops attention probabilities (training only; pass 0 in eval).
-// For now a composition of matmul / masked_fill / softmax / dropout; fused kernels replace it
-// later, here and only here (the trace records "sdpa.composite").
+// On the CPU in float32 / float64 without dropout, a fused kernel (ops/attention_kernels.h,
+// trace "sdpa.fused_cpu"): causal attention skips the masked upper triangle, and only the output
+// and a per-row logsumexp are saved for backward, which recomputes the probabilities; the
+// [L, S] matrix never reaches memory. A 4-D call returns its [B, H, L, Ev] output as a view of
+// [B, L, H, Ev] memory (as PyTorch's CPU flash attention does), so merging the heads back is a
+// free reshape. Everywhere else (CUDA, bfloat16, dropout) it is a composition of matmul /
+// masked_fill / softmax / dropout (trace "sdpa.composite"); a fused CUDA kernel is future work.
 #pragma once
 
 #include <optional>

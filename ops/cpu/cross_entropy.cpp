@@ -1,16 +1,40 @@
-// CPU cross_entropy: rows split across threads. Forward reads each logit once (online softmax)
-// and writes two numbers per row; backward reads each logit once more and writes dlogits.
+// CPU cross_entropy: rows split across threads. Forward reads each logit once (online softmax;
+// float32 / bfloat16 rows twice, in L1, for the vectorised statistics of softmax_rows.h) and
+// writes two numbers per row; backward reads each logit once more and writes dlogits, with
+// fast_exp for float.
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <limits>
 
+#include "core/fast_exp.h"
 #include "core/parallel.h"
 #include "core/type_dispatch.h"
+#include "ops/cpu/softmax_rows.h"
 #include "ops/cross_entropy_kernels.h"
 #include "ops/softmax_math.h"
 
 namespace tg::cpu {
 namespace {
+
+template <class A>
+inline A exp_of(A x) {
+  if constexpr (std::is_same_v<A, float>) return fast_exp(x);
+  else return std::exp(x);
+}
+
+template <class T>
+acc_t<T> row_logsumexp(const T* row, int64_t classes) {
+  using A = acc_t<T>;
+  if constexpr (std::is_same_v<A, float>) {
+    const float m = row_max(row, classes);
+    return m + std::log(row_sum_exp(row, classes, m));
+  } else {
+    OnlineSoftmax<A> st;
+    for (int64_t j = 0; j < classes; ++j) st.add(convert<A>(row[j]));
+    return st.logsumexp();
+  }
+}
 
 template <class F>
 void for_rows(int64_t rows, int64_t classes, F&& f) {
@@ -35,9 +59,7 @@ void cross_entropy(const Tensor& loss_rows, const Tensor& lse, const Tensor& log
       const int64_t classes = logits.shape()[1], ld = logits.strides()[0];
       for_rows(logits.shape()[0], classes, [&](int64_t i) {
         const T* row = px + i * ld;
-        OnlineSoftmax<A> st;
-        for (int64_t j = 0; j < classes; ++j) st.add(convert<A>(row[j]));
-        const A l = st.logsumexp();
+        const A l = row_logsumexp(row, classes);
         const int64_t t = static_cast<int64_t>(pt[i]);
         ps[i] = l;
         if (t == ignore_index) pl[i] = A(0);
@@ -94,8 +116,8 @@ void cross_entropy_backward(const Tensor& dlogits, const Tensor& grad, const Ten
           return;
         }
         const A scale = convert<A>(pg[i * gstep]) * inv_count, l = ps[i];
-        for (int64_t j = 0; j < classes; ++j) drow[j] = convert<T>(scale * std::exp(convert<A>(row[j]) - l));
-        drow[t] = convert<T>(scale * (std::exp(convert<A>(row[t]) - l) - A(1)));
+        for (int64_t j = 0; j < classes; ++j) drow[j] = convert<T>(scale * exp_of(convert<A>(row[j]) - l));
+        drow[t] = convert<T>(scale * (exp_of(convert<A>(row[t]) - l) - A(1)));
       });
     });
   });

@@ -1,0 +1,209 @@
+// Fused causal / full attention on the CPU (flash-attention's recomputation scheme, with whole
+// key rows per query block since a CPU cache holds them).
+//
+// Forward, per (batch*head, block of kBlockQ queries): scores = Q_blk K^T for the keys the block
+// can see (causal: keys < the block's last query + 1, so the upper triangle beyond the diagonal
+// block is never computed), row softmax in a [kBlockQ, S] scratch that stays in L1/L2, then
+// O_blk = P V. Memory traffic: q, k, v read once per block (k, v once per block of queries),
+// out and lse written once; nothing of size L x S reaches memory.
+//
+// Backward, per batch*head (dk and dv accumulate over query blocks, so one thread owns a head):
+// D = rowsum(dO * O), then per query block P is recomputed from the scores and lse, and
+// dv += P^T dO, dP = dO V^T, dS = P (dP - D) scale, dq = dS K, dk += dS^T Q. Traffic: q, k, v,
+// out, dout read once per block, dq written once, dk / dv of a head stay in cache.
+//
+// The small products go through Eigen (packed GEMM kernels); the row loops are straight-line so
+// they vectorise, with fast_exp for float (std::exp for float64, the gradcheck reference).
+#include <Eigen/Core>
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "core/fast_exp.h"
+#include "core/parallel.h"
+#include "core/type_dispatch.h"
+#include "ops/attention_kernels.h"
+
+namespace tg::cpu {
+namespace {
+
+// Query rows per block: small enough that the causal blocks skip most of the upper triangle
+// and the [kBlockQ, S] scratch stays in cache, large enough to keep Eigen's GEMM kernels busy.
+constexpr int64_t kBlockQ = 32;
+
+template <class T>
+using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <class T>
+using Rows = Eigen::Map<Mat<T>, 0, Eigen::OuterStride<>>;
+template <class T>
+using ConstRows = Eigen::Map<const Mat<T>, 0, Eigen::OuterStride<>>;
+template <class T>
+using Vec = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
+
+template <class T>
+inline T exp_of(T x) {
+  if constexpr (std::is_same_v<T, float>) return fast_exp(x);
+  else return std::exp(x);
+}
+
+// One operand of a batched attention product: element (b, row, col) of a [..., rows, cols]
+// tensor with a unit column stride lives at base + off[b] + row * rs + col.
+template <class T>
+struct Operand {
+  T* base = nullptr;
+  std::vector<int64_t> off;
+  int64_t rs = 0;
+
+  Operand() = default;
+  explicit Operand(const Tensor& t) {
+    if (!t.defined()) return;
+    base = static_cast<T*>(t.data_ptr());
+    const int64_t n = t.dim();
+    rs = t.strides()[n - 2];
+    off.assign(1, 0);
+    for (int64_t d = 0; d < n - 2; ++d) {  // row-major over the leading dims
+      std::vector<int64_t> next;
+      next.reserve(off.size() * t.shape()[d]);
+      for (int64_t o : off)
+        for (int64_t i = 0; i < t.shape()[d]; ++i) next.push_back(o + i * t.strides()[d]);
+      off = std::move(next);
+    }
+  }
+  explicit operator bool() const { return base != nullptr; }
+  T* row(int64_t b, int64_t r) const { return base + off[b] + r * rs; }
+  // rows [r0, r0 + m) of matrix b as an m x cols Eigen view
+  Rows<T> rows(int64_t b, int64_t r0, int64_t m, int64_t cols) const {
+    return Rows<T>(row(b, r0), m, cols, Eigen::OuterStride<>(rs));
+  }
+  ConstRows<T> crows(int64_t b, int64_t r0, int64_t m, int64_t cols) const {
+    return ConstRows<T>(row(b, r0), m, cols, Eigen::OuterStride<>(rs));
+  }
+};
+
+// Keys query i of a block sees: all S, or (causal) keys 0..i.
+inline int64_t visible(int64_t i, int64_t S, bool causal) { return causal ? std::min(S, i + 1) : S; }
+
+template <class T>
+void forward_typed(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+                   bool causal, double scale_d) {
+  using A = acc_t<T>;
+  const int64_t n = q.dim(), L = q.shape()[n - 2], S = k.shape()[n - 2], E = q.shape()[n - 1],
+                Ev = v.shape()[n - 1];
+  const Operand<T> Q(q), K(k), V(v), O(out);
+  const int64_t BH = static_cast<int64_t>(Q.off.size());
+  A* plse = lse.data_ptr<A>();
+  const T scale = static_cast<T>(scale_d);
+  const int64_t blocks = (L + kBlockQ - 1) / kBlockQ;
+  if (S == 0) {  // softmax over no keys: an empty sum (PyTorch gives zeros too)
+    for (int64_t b = 0; b < BH; ++b) O.rows(b, 0, L, Ev).setZero();
+    std::fill(plse, plse + BH * L, -std::numeric_limits<A>::infinity());
+    return;
+  }
+  parallel_for(0, BH * blocks, 1, [&](int64_t u0, int64_t u1) {
+    Mat<T> P(kBlockQ, S);  // this thread's scores / probabilities of one block
+    std::vector<T> inv(kBlockQ);
+    for (int64_t u = u0; u < u1; ++u) {
+      const int64_t b = u / blocks, i0 = (u % blocks) * kBlockQ, m = std::min(kBlockQ, L - i0);
+      const int64_t nk = visible(i0 + m - 1, S, causal);  // keys the block's last query sees
+      auto Pb = P.topLeftCorner(m, nk);
+      Pb.noalias() = Q.crows(b, i0, m, E) * K.crows(b, 0, nk, E).transpose();
+      for (int64_t r = 0; r < m; ++r) {
+        T* p = P.data() + r * S;
+        const int64_t vis = visible(i0 + r, S, causal);
+        for (int64_t j = 0; j < vis; ++j) p[j] *= scale;
+        const T mx = Vec<T>(p, vis).maxCoeff();
+        for (int64_t j = 0; j < vis; ++j) p[j] = exp_of(p[j] - mx);
+        std::fill(p + vis, p + nk, T(0));  // the masked keys of the diagonal block
+        const T sum = Vec<T>(p, vis).sum();
+        inv[r] = T(1) / sum;
+        plse[b * L + i0 + r] = static_cast<A>(mx + std::log(sum));
+      }
+      auto Ob = O.rows(b, i0, m, Ev);
+      Ob.noalias() = Pb * V.crows(b, 0, nk, Ev);
+      for (int64_t r = 0; r < m; ++r) Ob.row(r) *= inv[r];
+    }
+  });
+}
+
+template <class T>
+void backward_typed(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout, const Tensor& q,
+                    const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse, bool causal,
+                    double scale_d) {
+  using A = acc_t<T>;
+  const int64_t n = q.dim(), L = q.shape()[n - 2], S = k.shape()[n - 2], E = q.shape()[n - 1],
+                Ev = dout.shape()[n - 1];
+  const Operand<T> Q(q), K(k), V(v), O(out), dO(dout), dQ(dq), dK(dk), dV(dv);
+  const int64_t BH = static_cast<int64_t>(Q.off.size());
+  const A* plse = lse.data_ptr<A>();
+  const T scale = static_cast<T>(scale_d);
+  const bool want_ds = dQ || dK;  // dP and dS are needed only for dq and dk
+  parallel_for(0, BH, 1, [&](int64_t b0, int64_t b1) {
+    Mat<T> P(kBlockQ, S), dP(want_ds ? kBlockQ : 0, S);
+    std::vector<T> D(want_ds ? L : 0);
+    for (int64_t b = b0; b < b1; ++b) {
+      if (dK) dK.rows(b, 0, S, E).setZero();
+      if (dV) dV.rows(b, 0, S, Ev).setZero();
+      if (want_ds)  // D_i = sum_e dO[i, e] O[i, e] = sum_j P[i, j] dP[i, j]
+        for (int64_t i = 0; i < L; ++i) {
+          const T *g = dO.row(b, i), *o = O.row(b, i);
+          T acc = 0;
+          for (int64_t e = 0; e < Ev; ++e) acc += g[e] * o[e];
+          D[i] = acc;
+        }
+      if (S == 0) {
+        if (dQ) dQ.rows(b, 0, L, E).setZero();
+        continue;
+      }
+      for (int64_t i0 = 0; i0 < L; i0 += kBlockQ) {
+        const int64_t m = std::min(kBlockQ, L - i0), nk = visible(i0 + m - 1, S, causal);
+        const auto Qb = Q.crows(b, i0, m, E);
+        const auto Kb = K.crows(b, 0, nk, E);
+        const auto dOb = dO.crows(b, i0, m, Ev);
+        auto Pb = P.topLeftCorner(m, nk);
+        Pb.noalias() = Qb * Kb.transpose();
+        for (int64_t r = 0; r < m; ++r) {
+          T* p = P.data() + r * S;
+          const int64_t vis = visible(i0 + r, S, causal);
+          const T l = static_cast<T>(plse[b * L + i0 + r]);
+          for (int64_t j = 0; j < vis; ++j) p[j] = exp_of(p[j] * scale - l);
+          std::fill(p + vis, p + nk, T(0));
+        }
+        if (dV) dV.rows(b, 0, nk, Ev).noalias() += Pb.transpose() * dOb;
+        if (!want_ds) continue;
+        auto dPb = dP.topLeftCorner(m, nk);
+        dPb.noalias() = dOb * V.crows(b, 0, nk, Ev).transpose();
+        for (int64_t r = 0; r < m; ++r) {  // dS, in place of dP
+          T* ds = dP.data() + r * S;
+          const T* p = P.data() + r * S;
+          const T d = D[i0 + r];
+          for (int64_t j = 0; j < nk; ++j) ds[j] = p[j] * (ds[j] - d) * scale;
+        }
+        if (dQ) dQ.rows(b, i0, m, E).noalias() = dPb * Kb;
+        if (dK) dK.rows(b, 0, nk, E).noalias() += dPb.transpose() * Qb;
+      }
+    }
+  });
+}
+
+}  // namespace
+
+void sdpa_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+                  bool causal, double scale) {
+  switch (q.dtype()) {
+    case kFloat32: return forward_typed<float>(out, lse, q, k, v, causal, scale);
+    case kFloat64: return forward_typed<double>(out, lse, q, k, v, causal, scale);
+    default: fail("scaled_dot_product_attention", "the fused CPU kernel wants float32 or float64, got ", q.dtype());
+  }
+}
+
+void sdpa_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout, const Tensor& q,
+                   const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse, bool causal, double scale) {
+  switch (q.dtype()) {
+    case kFloat32: return backward_typed<float>(dq, dk, dv, dout, q, k, v, out, lse, causal, scale);
+    case kFloat64: return backward_typed<double>(dq, dk, dv, dout, q, k, v, out, lse, causal, scale);
+    default: fail("scaled_dot_product_attention", "the fused CPU kernel wants float32 or float64, got ", q.dtype());
+  }
+}
+
+}  // namespace tg::cpu

@@ -1,0 +1,43 @@
+// Op cases: scaled_dot_product_attention. On the CPU these run the fused kernel (float64
+// gradcheck, and the harness freezes q, k and v in turn); on a GPU they compare the CUDA
+// composition against it. Odd sizes (L = 7, E = 5) so no vector width divides a row; L = 70
+// spans three query blocks of the CPU kernel.
+#include "ops/attention.h"
+#include "ops/shape.h"
+#include "tests/op_harness.h"
+
+namespace tg::test {
+namespace {
+
+using S = InputSpec;
+
+TG_OP_CASES({
+    {"sdpa_causal", {S{{2, 3, 7, 5}}, S{{2, 3, 7, 5}}, S{{2, 3, 7, 5}}},
+     [](const Inputs& x) { return scaled_dot_product_attention(x[0], x[1], x[2], true); }},
+    {"sdpa_full", {S{{2, 3, 7, 5}}, S{{2, 3, 7, 5}}, S{{2, 3, 7, 5}}},
+     [](const Inputs& x) { return scaled_dot_product_attention(x[0], x[1], x[2], false); }},
+    // more keys than queries and a value width other than head_dim, one leading dim
+    {"sdpa_full_rect", {S{{3, 7, 5}}, S{{3, 9, 5}}, S{{3, 9, 4}}},
+     [](const Inputs& x) { return scaled_dot_product_attention(x[0], x[1], x[2], false); }},
+    // causal with S > L (the last keys are never seen) and with S < L (late queries see all)
+    {"sdpa_causal_more_keys", {S{{2, 7, 5}}, S{{2, 9, 5}}, S{{2, 9, 3}}},
+     [](const Inputs& x) { return scaled_dot_product_attention(x[0], x[1], x[2], true); }},
+    {"sdpa_causal_fewer_keys", {S{{2, 9, 5}}, S{{2, 4, 5}}, S{{2, 4, 5}}},
+     [](const Inputs& x) { return scaled_dot_product_attention(x[0], x[1], x[2], true); }},
+    {"sdpa_causal_blocks", {S{{1, 2, 70, 4}}, S{{1, 2, 70, 4}}, S{{1, 2, 70, 3}}},
+     [](const Inputs& x) { return scaled_dot_product_attention(x[0], x[1], x[2], true); }},
+    {"sdpa_scale_2d", {S{{6, 5}}, S{{6, 5}}, S{{6, 5}}},
+     [](const Inputs& x) { return scaled_dot_product_attention(x[0], x[1], x[2], true, 0.7); }},
+    // transposed (non-unit last stride) inputs, copied by the op
+    {"sdpa_strided", {S{{2, 7, 5}, S::Normal, 0, true, true}, S{{2, 7, 5}}, S{{2, 7, 5}, S::Normal, 0, true, true}},
+     [](const Inputs& x) { return scaled_dot_product_attention(x[0], x[1], x[2], true); }},
+    // heads split from [B, T, H, hd] projections: read in place, gradients in that layout
+    {"sdpa_head_views", {S{{2, 7, 3, 5}}, S{{2, 7, 3, 5}}, S{{2, 7, 3, 5}}},
+     [](const Inputs& x) {
+       Tensor a = scaled_dot_product_attention(transpose(x[0], 1, 2), transpose(x[1], 1, 2), transpose(x[2], 1, 2), true);
+       return reshape(transpose(a, 1, 2), {2, 7, 15});
+     }},
+});
+
+}  // namespace
+}  // namespace tg::test

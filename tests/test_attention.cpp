@@ -1,0 +1,153 @@
+// scaled_dot_product_attention: the fused CPU kernel against the composition it replaces, which
+// kernel runs where, the output layout, and what backward computes and keeps.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "core/autograd.h"
+#include "core/factory.h"
+#include "core/trace.h"
+#include "ops/attention.h"
+#include "ops/binary.h"
+#include "ops/cast.h"
+#include "ops/masked_fill.h"
+#include "ops/matmul.h"
+#include "ops/reduce.h"
+#include "ops/shape.h"
+#include "ops/softmax.h"
+#include "testing/testing.h"
+
+namespace tg {
+namespace {
+
+// What the op computed before the fused kernel: matmul / masked_fill / softmax / matmul.
+Tensor composite(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale) {
+  const int64_t L = q.shape()[q.dim() - 2], S = k.shape()[k.dim() - 2];
+  Tensor s = mul(matmul(q, transpose(k, -2, -1)), scale);
+  if (causal) s = masked_fill(s, causal_mask(L, S), -std::numeric_limits<double>::infinity());
+  return matmul(softmax(s, -1), v);
+}
+
+struct AttnRun {
+  Tensor out, dq, dk, dv;
+};
+
+// Forward and backward with a fixed output gradient; `wants` picks which of q, k, v need grad.
+template <class F>
+AttnRun run(F&& attention, const Shape& qs, const Shape& ks, const Shape& vs, std::array<bool, 3> wants) {
+  Generator gen(7);
+  Tensor q = randn(qs, gen), k = randn(ks, gen), v = randn(vs, gen);
+  q.requires_grad_(wants[0]), k.requires_grad_(wants[1]), v.requires_grad_(wants[2]);
+  AttnRun r;
+  r.out = attention(q, k, v);
+  Tensor g = randn(r.out.shape(), gen);
+  r.out.backward(g);
+  r.dq = q.grad(), r.dk = k.grad(), r.dv = v.grad();
+  return r;
+}
+
+struct Geometry {
+  Shape q, k, v;
+  bool causal;
+};
+
+TEST(Attention, FusedMatchesCompositeInFloat32) {
+  const std::vector<Geometry> cases = {
+      {{2, 4, 128, 32}, {2, 4, 128, 32}, {2, 4, 128, 32}, true},  // the tiny model's shape
+      {{2, 4, 128, 32}, {2, 4, 128, 32}, {2, 4, 128, 32}, false},
+      {{3, 2, 37, 7}, {3, 2, 37, 7}, {3, 2, 37, 7}, true},
+      {{3, 37, 7}, {3, 50, 7}, {3, 50, 9}, true},
+      {{3, 37, 7}, {3, 20, 7}, {3, 20, 9}, false},
+  };
+  for (const auto& c : cases) {
+    for (std::array<bool, 3> wants : {std::array<bool, 3>{true, true, true}, {false, true, true}, {true, false, true},
+                                      {true, true, false}, {false, false, true}}) {
+      SCOPED_TRACE(shape_str(c.q) + " causal " + std::to_string(c.causal) + " wants " + std::to_string(wants[0]) +
+                   std::to_string(wants[1]) + std::to_string(wants[2]));
+      const double scale = 1.0 / std::sqrt(static_cast<double>(c.q.back()));
+      KernelTrace trace;
+      AttnRun fused = run([&](auto& q, auto& k, auto& v) { return scaled_dot_product_attention(q, k, v, c.causal); },
+                      c.q, c.k, c.v, wants);
+      EXPECT_TRUE(trace.contains("sdpa.fused_cpu"));
+      EXPECT_FALSE(trace.contains("sdpa.composite"));
+      AttnRun want = run([&](auto& q, auto& k, auto& v) { return composite(q, k, v, c.causal, scale); }, c.q, c.k, c.v,
+                     wants);
+      EXPECT_TENSOR_NEAR(fused.out, want.out, 1e-5, 1e-5);
+      ASSERT_EQ(fused.dq.defined(), wants[0]);
+      ASSERT_EQ(fused.dk.defined(), wants[1]);
+      ASSERT_EQ(fused.dv.defined(), wants[2]);
+      if (wants[0]) EXPECT_TENSOR_NEAR(fused.dq, want.dq, 1e-5, 1e-5);
+      if (wants[1]) EXPECT_TENSOR_NEAR(fused.dk, want.dk, 1e-5, 1e-5);
+      if (wants[2]) EXPECT_TENSOR_NEAR(fused.dv, want.dv, 1e-5, 1e-5);
+    }
+  }
+}
+
+TEST(Attention, CompositionWhereTheFusedKernelDoesNotApply) {
+  Generator gen(1);
+  Tensor q = randn({1, 2, 5, 4}, gen), k = randn({1, 2, 5, 4}, gen), v = randn({1, 2, 5, 4}, gen);
+  {
+    KernelTrace trace;  // dropout keeps the composition (the mask needs the probabilities)
+    scaled_dot_product_attention(q, k, v, true, std::nullopt, 0.5, gen);
+    EXPECT_TRUE(trace.contains("sdpa.composite"));
+    EXPECT_FALSE(trace.contains("sdpa.fused_cpu"));
+  }
+  {
+    KernelTrace trace;  // bfloat16 keeps the composition
+    Tensor out = scaled_dot_product_attention(to(q, kBFloat16), to(k, kBFloat16), to(v, kBFloat16), true);
+    EXPECT_TRUE(trace.contains("sdpa.composite"));
+    EXPECT_TENSOR_NEAR(to(out, kFloat32), scaled_dot_product_attention(q, k, v, true), 3e-2, 3e-2);
+  }
+}
+
+TEST(Attention, FourDimOutputIsAHeadMajorViewSoMergingHeadsIsFree) {
+  Generator gen(2);
+  const int64_t B = 2, H = 3, L = 6, E = 4;
+  Tensor q = randn({B, H, L, E}, gen), k = randn({B, H, L, E}, gen), v = randn({B, H, L, E}, gen);
+  Tensor out = scaled_dot_product_attention(q, k, v, true);
+  EXPECT_EQ(out.shape(), Shape({B, H, L, E}));
+  EXPECT_EQ(out.strides(), Shape({L * H * E, E, H * E, 1}));
+  Tensor merged = reshape(transpose(out, 1, 2), {B, L, H * E});
+  EXPECT_TRUE(merged.shares_storage_with(out));
+  EXPECT_TENSOR_NEAR(out, composite(q, k, v, true, 0.5), 1e-5, 1e-5);
+}
+
+TEST(Attention, GradientsKeepTheLayoutOfHeadViews) {
+  // q, k, v as the [B, H, T, hd] transposes of [B, T, H, hd] projections: their gradients come
+  // back in the projections' layout, so transposing them back needs no copy.
+  Generator gen(3);
+  Tensor x = randn({2, 5, 3, 4}, gen, {kFloat32, Device::cpu(), true});
+  Tensor h = transpose(x, 1, 2);
+  Tensor out = scaled_dot_product_attention(h, h, h, true);
+  std::vector<Tensor> grads = out.grad_fn()->backward({full(out.shape(), 1.0)}, {true, true, true});
+  ASSERT_EQ(grads.size(), 3u);
+  for (const Tensor& g : grads) {
+    EXPECT_EQ(g.shape(), h.shape());
+    EXPECT_EQ(g.strides(), h.strides());
+  }
+}
+
+TEST(Attention, NoKeysGiveZeros) {
+  Tensor q = full({1, 3, 4}, 1.0), k = full({1, 0, 4}, 1.0), v = full({1, 0, 2}, 1.0);
+  Tensor out = scaled_dot_product_attention(q, k, v, false);
+  EXPECT_EQ(out.shape(), Shape({1, 3, 2}));
+  for (float f : out.to_vector<float>()) EXPECT_EQ(f, 0.0f);
+}
+
+TEST(Attention, BackwardKeepsOnlyWhatTheWantedGradientsNeed) {
+  // Only v trains: backward needs q, k and the logsumexp to rebuild the probabilities, not v
+  // and the output (they feed dq and dk alone).
+  Generator gen(4);
+  Tensor q = randn({1, 2, 16, 8}, gen), k = randn({1, 2, 16, 8}, gen);
+  Tensor v = randn({1, 2, 16, 8}, gen, {kFloat32, Device::cpu(), true});
+  Tensor out = scaled_dot_product_attention(q, k, v, true);
+  const size_t qk_lse = 2 * q.nbytes() + 2 * 16 * sizeof(float);
+  EXPECT_EQ(out.grad_fn()->saved_bytes(), qk_lse);
+  Tensor q2 = randn({1, 2, 16, 8}, gen, {kFloat32, Device::cpu(), true});
+  Tensor out2 = scaled_dot_product_attention(q2, k, v, true);
+  EXPECT_EQ(out2.grad_fn()->saved_bytes(), qk_lse + v.nbytes() + out2.nbytes());
+}
+
+}  // namespace
+}  // namespace tg
