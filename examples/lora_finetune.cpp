@@ -18,6 +18,7 @@
 #include "examples/common/flags.h"
 #include "examples/common/train_log.h"
 #include "io/checkpoint.h"
+#include "io/safetensors.h"
 #include "nn/llama.h"
 #include "optim/clip_grad.h"
 #include "optim/lr_scheduler.h"
@@ -50,7 +51,7 @@ double evaluate(nn::LlamaForCausalLM& model, const examples::ByteDataset& data, 
 int run(int argc, char** argv) {
   examples::Flags flags("lora_finetune", "LoRA fine-tuning of a Llama checkpoint on a text file (bytes as tokens).");
   flags.add("base", "out/toy/base.safetensors", "base model weights (safetensors; examples/toy_transformer writes one)")
-      .add("config", "tiny", "model shape of the base: tiny | small | bench-135m")
+      .add("config", "auto", "model shape of the base: tiny | small | bench-135m (auto: the one the base records)")
       .add("data", "", "training text (default: the generated 'logbook' corpus); the last 10% validates")
       .add("out", "out/lora", "directory for the adapter, logs and checkpoints")
       .add("device", "auto", "cpu | cuda | auto")
@@ -89,13 +90,18 @@ int run(int argc, char** argv) {
                         .lora_dropout = flags.number("dropout"), .target_modules = flags.list("targets")};
 
   // The base model, frozen, with LoRA on the targets.
-  nn::LlamaConfig config = nn::LlamaConfig::by_name(flags.str("config"));
-  if (seq > config.max_position_embeddings)
-    throw examples::UsageError("--seq " + std::to_string(seq) + " exceeds the config's context of " +
-                               std::to_string(config.max_position_embeddings) + "\n" + flags.usage());
   if (!fs::exists(flags.str("base")))
     throw Error("lora_finetune: no base checkpoint at '" + flags.str("base") +
                 "' (run examples/toy_transformer first, or pass --base)");
+  std::string config_name = flags.str("config");
+  if (config_name == "auto") {  // toy_transformer records the config in the checkpoint's metadata
+    auto meta = safetensors::load_file_with_metadata(flags.str("base")).metadata;
+    config_name = meta.count("config") ? meta["config"] : "tiny";
+  }
+  nn::LlamaConfig config = nn::LlamaConfig::by_name(config_name);
+  if (seq > config.max_position_embeddings)
+    throw examples::UsageError("--seq " + std::to_string(seq) + " exceeds the config's context of " +
+                               std::to_string(config.max_position_embeddings) + "\n" + flags.usage());
   auto model = std::make_shared<nn::LlamaForCausalLM>(config);
   io::load_state_dict_file(*model, flags.str("base"));
   Generator init(static_cast<uint64_t>(flags.integer("seed")));

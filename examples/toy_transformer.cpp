@@ -123,7 +123,7 @@ int run(int argc, char** argv) {
   std::printf("== 1. pre-training on corpus A ==\n");
   train(*model, data_a, "pretrain", flags.integer("pretrain-steps"), flags.number("lr"), batch, seq, device, data_gen,
         out + "/pretrain_loss.csv");
-  io::save_state_dict(*model, out + "/base.safetensors");
+  io::save_state_dict(*model, out + "/base.safetensors", {{"config", config_name}});  // lora_finetune reads it
   const int eval_batches = static_cast<int>(flags.integer("eval-batches"));
   double a_before = evaluate(*model, data_a, batch, seq, eval_batches, device);
   double b_before = evaluate(*model, data_b, batch, seq, eval_batches, device);
