@@ -528,12 +528,10 @@ __global__ void __launch_bounds__(max_tpr(ITERS), min_blocks(ITERS)) norm_bwd_ke
           const int e = q * C + k;
           const float d = elem(dyv[i], e);
           if constexpr (kNeedX) {
-            const float xf = elem(xv[i], e);
-            const float xh = __fmul_rn(__fsub_rn(xf, mu), rs);
+            const float xh = __fmul_rn(__fsub_rn(elem(xv[i], e), mu), rs);
             if constexpr (DX) {
               const float g = w && in[i] ? __fmul_rn(d, elem(wv[i], e)) : d;
-              // RMSNorm sums g * x (times rstd once per row, below); LayerNorm g * xhat.
-              sums[0] = __fmaf_rn(g, LN ? xh : xf, sums[0]);
+              sums[0] = __fmaf_rn(g, xh, sums[0]);
               if constexpr (LN) sums[1] = __fadd_rn(sums[1], g);
             }
             if constexpr (DW) aw.v[k] = __fmaf_rn(d, xh, aw.v[k]);
@@ -552,11 +550,8 @@ __global__ void __launch_bounds__(max_tpr(ITERS), min_blocks(ITERS)) norm_bwd_ke
     if constexpr (DX) {
       // Pass 2: dx from the row's two means; w (an L1 hit) and dres are loaded again / now.
       group_sum(sums, a.tpr, smem, phase);
-      // mean(g * xhat); RMSNorm: rstd * mean(g * x), and kx = rstd^2 * mean(g * xhat) so that
-      // dx = rstd * g - kx * x (two operations an element instead of five).
-      const float mgx = LN ? __fmul_rn(sums[0], a.inv_dim) : __fmul_rn(__fmul_rn(sums[0], rs), a.inv_dim);
+      const float mgx = __fmul_rn(sums[0], a.inv_dim);
       const float mg = LN ? __fmul_rn(sums[LN ? 1 : 0], a.inv_dim) : 0.f;
-      [[maybe_unused]] const float kx = __fmul_rn(__fmul_rn(rs, rs), mgx);
 #pragma unroll
       for (int i = 0; i < ITERS; ++i) {
         if (!in[i]) continue;
@@ -566,12 +561,10 @@ __global__ void __launch_bounds__(max_tpr(ITERS), min_blocks(ITERS)) norm_bwd_ke
         if constexpr (RES) load_stream(rv, dres + off + v * N);
 #pragma unroll
         for (int e = 0; e < N; ++e) {
-          const float xf = elem_again(xv[i], e, a.zero);
+          const float xh = __fmul_rn(__fsub_rn(elem_again(xv[i], e, a.zero), mu), rs);
           const float d = elem_again(dyv[i], e, a.zero);
           const float g = w ? __fmul_rn(d, elem(w2, e)) : d;
-          float o;
-          if constexpr (LN) o = __fmul_rn(rs, __fsub_rn(__fsub_rn(g, mg), __fmul_rn(__fmul_rn(__fsub_rn(xf, mu), rs), mgx)));
-          else o = __fmaf_rn(-kx, xf, __fmul_rn(rs, g));
+          float o = __fmul_rn(rs, __fsub_rn(__fsub_rn(g, mg), __fmul_rn(xh, mgx)));
           if constexpr (RES) o = __fadd_rn(o, elem(rv, e));
           out.v[e] = from_f<T>(o);
         }
@@ -779,11 +772,10 @@ __global__ void __launch_bounds__(kMaxTpr, staged_min_blocks(ITERS, ITERS * N * 
       for (int e = 0; e < N; ++e) {
         const float d = elem(dyv[i], e);
         if constexpr (kNeedX) {
-          const float xf = elem(xv[i], e);
-          const float xh = __fmul_rn(__fsub_rn(xf, mu), rs);
+          const float xh = __fmul_rn(__fsub_rn(elem(xv[i], e), mu), rs);
           if constexpr (DX) {
             const float g = w && in[i] ? __fmul_rn(d, elem(wv[i], e)) : d;
-            sums[0] = __fmaf_rn(g, LN ? xh : xf, sums[0]);  // as norm_bwd_kernel
+            sums[0] = __fmaf_rn(g, xh, sums[0]);
             if constexpr (LN) sums[1] = __fadd_rn(sums[1], g);
           }
           if constexpr (DW) wacc[i][e] = __fmaf_rn(d, xh, wacc[i][e]);
@@ -792,23 +784,18 @@ __global__ void __launch_bounds__(kMaxTpr, staged_min_blocks(ITERS, ITERS * N * 
       }
     if constexpr (DX) {
       group_sum(sums, a.tpr, smem, phase);
-      // mean(g * xhat); RMSNorm: rstd * mean(g * x), and kx = rstd^2 * mean(g * xhat) so that
-      // dx = rstd * g - kx * x (two operations an element instead of five).
-      const float mgx = LN ? __fmul_rn(sums[0], a.inv_dim) : __fmul_rn(__fmul_rn(sums[0], rs), a.inv_dim);
+      const float mgx = __fmul_rn(sums[0], a.inv_dim);
       const float mg = LN ? __fmul_rn(sums[LN ? 1 : 0], a.inv_dim) : 0.f;
-      [[maybe_unused]] const float kx = __fmul_rn(__fmul_rn(rs, rs), mgx);
 #pragma unroll
       for (int i = 0; i < ITERS; ++i) {
         if (!in[i]) continue;
         P out;
 #pragma unroll
         for (int e = 0; e < N; ++e) {
-          const float xf = elem_again(xv[i], e, a.zero);
+          const float xh = __fmul_rn(__fsub_rn(elem_again(xv[i], e, a.zero), mu), rs);
           const float d = elem_again(dyv[i], e, a.zero);
           const float g = w ? __fmul_rn(d, elem(wv[i], e)) : d;
-          float o;
-          if constexpr (LN) o = __fmul_rn(rs, __fsub_rn(__fsub_rn(g, mg), __fmul_rn(__fmul_rn(__fsub_rn(xf, mu), rs), mgx)));
-          else o = __fmaf_rn(-kx, xf, __fmul_rn(rs, g));
+          float o = __fmul_rn(rs, __fsub_rn(__fsub_rn(g, mg), __fmul_rn(xh, mgx)));
           if constexpr (RES) o = __fadd_rn(o, elem(rv[i], e));
           out.v[e] = from_f<T>(o);
         }
