@@ -29,8 +29,10 @@ SavedTensor::SavedTensor(const Tensor& t, std::string name) : name_(std::move(na
 }
 
 Tensor SavedTensor::unpack(const char* op) const {
-  TG_CHECK(data_.defined(), op, "saved tensor '", name_, "' was already freed: backward through "
+  TG_CHECK(!released_, op, "saved tensor '", name_, "' was already freed: backward through "
            "the graph a second time needs backward(..., retain_graph=true) the first time");
+  TG_CHECK(data_.defined(), op, "saved tensor '", name_, "' was not saved at forward: a gradient "
+           "the op did not plan for was asked (an op bug)");
   TG_CHECK(data_.version() == version_, op, "saved tensor '", name_, "' (shape ", data_.shape(),
            ") was modified in place after it was saved: it is at version ", data_.version(),
            ", backward wants version ", version_, " (use an out-of-place op, or clone before writing)");
@@ -192,18 +194,14 @@ class Engine {
       if (found == buffers.end()) continue;  // no gradient reached it: all zero
       std::vector<Tensor> grads = std::move(found->second);
       buffers.erase(found);
-      TG_CHECK(!n->released_, n->name(), "backward through the graph a second time: its saved "
-               "tensors were freed by the first backward (pass retain_graph=true the first time)");
       for (size_t k = 0; k < n->retained_outputs_.size(); ++k)
         if (auto out = n->retained_outputs_[k].lock(); out && grads[k].defined())
           accumulate_retained(out, grads[k]);
       GradMask mask = mask_of(n);
       if (KernelTrace::active()) KernelTrace::record(std::string(n->name()) + ".backward[" + n->variant(mask) + "]");
       std::vector<Tensor> out = n->backward(grads, mask);
-      if (!retain_graph) {
+      if (!retain_graph)
         for (auto& s : n->saved) s.release();
-        n->released_ = true;
-      }
       if (dynamic_cast<AccumulateGrad*>(n)) continue;
       TG_CHECK(out.size() == n->edges_.size(), n->name(), "backward returned ", out.size(),
                " gradients for ", n->edges_.size(), " inputs");

@@ -48,7 +48,12 @@ class SavedTensor {
   SavedTensor(const Tensor& t, std::string name);
   Tensor unpack(const char* op) const;
   bool defined() const { return data_.defined(); }
-  void release() { data_ = Tensor(); }
+  // Frees the value after backward (unless retain_graph); a later unpack is the "backward a
+  // second time" error.
+  void release() {
+    released_ = data_.defined();
+    data_ = Tensor();
+  }
   size_t nbytes() const { return data_.defined() ? data_.nbytes() : 0; }
   const std::string& name() const { return name_; }
 
@@ -56,6 +61,7 @@ class SavedTensor {
   Tensor data_;
   uint64_t version_ = 0;
   std::string name_;
+  bool released_ = false;
 };
 
 struct NamedInput {
@@ -103,7 +109,6 @@ class Node {
   std::vector<std::weak_ptr<TensorImpl>> retained_outputs_;  // outputs that retain_grad()
   uint32_t num_outputs_ = 1;
   uint64_t sequence_nr_ = 0;
-  bool released_ = false;
 };
 
 // True when an op over these inputs must be recorded.

@@ -2,6 +2,8 @@
 // the version check, the engine's mask contract, and clear errors.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "tapegrad.h"
 #include "testing/testing.h"
 
@@ -232,6 +234,31 @@ TEST_F(Autograd, Float64GradcheckOfAComposition) {
   Tensor x = randn({3, 4}, gen, {.dtype = kFloat64, .requires_grad = true});
   Tensor w = randn({5, 4}, gen, {.dtype = kFloat64, .requires_grad = true});
   EXPECT_GRADCHECK([&] { return mean(gelu(linear(x, w)) * sigmoid(sum(x, {1}, true)), {0}); }, {x, w});
+}
+
+}  // namespace
+}  // namespace tg
+
+namespace tg {
+namespace {
+
+TEST(AutogradGraphs, ALeafSharedByTwoLiveGraphsGetsBothGradients) {
+  Tensor w = from_vector<float>({1, 2}, {}, Device::cpu(), true);
+  Tensor a = sum(w * 3.0), b = sum(exp(w));
+  a.backward();
+  b.backward();  // the leaf's accumulator already ran for `a`: it must run again
+  std::vector<float> g = w.grad().to_vector<float>();
+  EXPECT_NEAR(g[0], 3 + std::exp(1.0), 1e-5);
+  EXPECT_NEAR(g[1], 3 + std::exp(2.0), 1e-5);
+}
+
+TEST(AutogradGraphs, ANodeWithoutSavedTensorsMayRunTwice) {
+  // As in PyTorch: only freed saved tensors make a second backward an error.
+  Tensor x = from_vector<float>({1, 2}, {}, Device::cpu(), true);
+  Tensor y = sum(x * 2.0 + 1.0);
+  y.backward();
+  y.backward();
+  EXPECT_EQ(x.grad().to_vector<float>(), (std::vector<float>{4, 4}));
 }
 
 }  // namespace
