@@ -13,6 +13,7 @@
 #include "ops/cast.h"
 #include "ops/checks.h"
 #include "ops/dropout.h"
+#include "ops/layout.h"
 #include "ops/masked_fill.h"
 #include "ops/matmul.h"
 #include "ops/shape.h"
@@ -28,32 +29,6 @@ constexpr const char* kOp = "scaled_dot_product_attention";
 Tensor unit_last(const Tensor& t) {
   NoGradGuard g;  // internal: the attention node covers it
   return t.strides().back() == 1 || t.shape().back() == 1 ? t : contiguous(t);
-}
-
-// An uninitialised tensor of this shape with the memory layout of `strides` when those describe
-// a dense permutation with a unit last stride (so dv of the [B, H, T, hd] transpose of a
-// [B, T, H, hd] projection comes back in that projection's layout, and merging heads or the
-// projection's backward needs no copy), else contiguous.
-Tensor empty_with_layout(const Shape& shape, const Shape& strides, TensorOptions opts) {
-  const int64_t n = static_cast<int64_t>(shape.size());
-  std::vector<int64_t> order(static_cast<size_t>(n));  // dims from outermost to innermost
-  for (int64_t d = 0; d < n; ++d) order[d] = d;
-  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return strides[a] > strides[b]; });
-  bool dense = n > 0 && order.back() == n - 1;
-  int64_t expect = 1;
-  for (int64_t i = n - 1; i >= 0 && dense; --i) {
-    const int64_t d = order[i];
-    if (shape[d] != 1 && strides[d] != expect) dense = false;
-    expect *= shape[d];
-  }
-  if (!dense) return Tensor::empty(shape, opts);
-  Shape st(static_cast<size_t>(n));
-  int64_t s = 1;
-  for (int64_t i = n - 1; i >= 0; --i) {
-    st[order[i]] = s;
-    s *= shape[order[i]];
-  }
-  return Tensor::empty({numel_of(shape)}, opts).as_strided(shape, st, 0);
 }
 
 // Saves q, k and the per-row logsumexp; v and the output only when dq or dk can be asked for

@@ -3,14 +3,39 @@
 #include <cmath>
 #include <vector>
 
+#include "core/autograd.h"
 #include "core/factory.h"
 #include "core/trace.h"
 #include "ops/binary.h"
 #include "ops/cast.h"
 #include "ops/checks.h"
+#include "ops/layout.h"
+#include "ops/rope_kernels.h"
 #include "ops/shape.h"
 
 namespace tg {
+namespace {
+
+// t itself when its last dim has unit stride (what the fused kernels read in place), else a
+// contiguous copy.
+Tensor unit_last(const Tensor& t) {
+  NoGradGuard g;  // internal: the rotary node covers it
+  return t.strides().back() == 1 || t.shape().back() == 1 ? t : contiguous(t);
+}
+
+// The gradient needs only the tables (x enters linearly), so they are all that is saved.
+struct RopeFusedBackward final : Node {
+  const char* name() const override { return "apply_rotary"; }
+  std::vector<Tensor> backward(const std::vector<Tensor>& g, const GradMask&) override {
+    KernelTrace::record("rope.fused_cpu_backward");
+    Tensor gc = unit_last(g[0]);
+    Tensor dx = empty_like_layout(gc);
+    cpu::rope_backward(dx, gc, unpack(0), unpack(1));
+    return {dx};
+  }
+};
+
+}  // namespace
 
 Tensor rotate_half(const Tensor& x) {
   check_floating("rotate_half", "x", x);
@@ -29,6 +54,20 @@ Tensor apply_rotary(const Tensor& x, const Tensor& cos, const Tensor& sin) {
   const int64_t T = x.shape()[x.dim() - 2], hd = x.shape().back();
   TG_CHECK(cos.shape() == Shape({T, hd}) && sin.shape() == Shape({T, hd}), "apply_rotary", "cos and sin must be [",
            T, ", ", hd, "] for x ", x.shape(), ", got cos ", cos.shape(), ", sin ", sin.shape());
+  TG_CHECK(hd % 2 == 0, "apply_rotary", "head_dim (the last dim of x) must be even, got shape ", x.shape());
+  if (x.device().is_cpu() && (x.dtype() == kFloat32 || x.dtype() == kFloat64) && !cos.requires_grad() &&
+      !sin.requires_grad()) {
+    KernelTrace::record("rope.fused_cpu");
+    Tensor xc = unit_last(x), c, s;
+    {
+      NoGradGuard g;
+      c = unit_last(to(cos, x.dtype())), s = unit_last(to(sin, x.dtype()));
+    }
+    Tensor out = empty_like_layout(xc);  // keeps a head-split view's layout (see ops/layout.h)
+    if (out.numel() > 0) cpu::rope_forward(out, xc, c, s);
+    if (auto node = record<RopeFusedBackward>({{"x", x}}, {out})) node->saved = {SavedTensor(c, "cos"), SavedTensor(s, "sin")};
+    return out;
+  }
   KernelTrace::record("rope.composite");
   Tensor c = to(cos, x.dtype()), s = to(sin, x.dtype());
   return add(mul(x, c), mul(rotate_half(x), s));

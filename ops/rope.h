@@ -2,8 +2,11 @@
 //   apply_rotary(x, cos, sin) = x * cos + rotate_half(x) * sin,
 //   rotate_half(u) = cat(-u[..., hd/2:], u[..., :hd/2])
 // x [B, H, T, hd]; cos, sin [T, hd] (broadcast over B and H; cast to x's dtype).
-// For now a composition of slice / cat / neg / mul / add (differentiable through them); a
-// fused kernel replaces it later, here and only here.
+// On the CPU in float32 / float64 (tables without requires_grad) one fused pass forward and one
+// backward (ops/rope_kernels.h, trace "rope.fused_cpu"); the output keeps x's memory layout (a
+// [B, H, T, hd] view of [B, T, H, hd] memory stays one) and backward saves only the tables.
+// Elsewhere (CUDA, bfloat16, tables that require grad) a composition of slice / cat / neg / mul
+// / add (trace "rope.composite"); a fused CUDA kernel is future work.
 #pragma once
 
 #include <utility>

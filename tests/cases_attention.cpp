@@ -1,8 +1,9 @@
-// Op cases: scaled_dot_product_attention. On the CPU these run the fused kernel (float64
+// Op cases: scaled_dot_product_attention and apply_rotary. On the CPU these run the fused kernel (float64
 // gradcheck, and the harness freezes q, k and v in turn); on a GPU they compare the CUDA
 // composition against it. Odd sizes (L = 7, E = 5) so no vector width divides a row; L = 70
 // spans three query blocks of the CPU kernel.
 #include "ops/attention.h"
+#include "ops/rope.h"
 #include "ops/shape.h"
 #include "tests/op_harness.h"
 
@@ -37,6 +38,14 @@ TG_OP_CASES({
        Tensor a = scaled_dot_product_attention(transpose(x[0], 1, 2), transpose(x[1], 1, 2), transpose(x[2], 1, 2), true);
        return reshape(transpose(a, 1, 2), {2, 7, 15});
      }},
+
+    // apply_rotary (fused on the CPU): tables as inputs without gradients, odd T, a head view
+    {"rope", {S{{2, 3, 7, 6}}, S{{7, 6}, S::Normal, 0, false}, S{{7, 6}, S::Normal, 0, false}},
+     [](const Inputs& x) { return apply_rotary(x[0], x[1], x[2]); }},
+    {"rope_head_view", {S{{2, 7, 3, 4}}, S{{7, 4}, S::Normal, 0, false}, S{{7, 4}, S::Normal, 0, false}},
+     [](const Inputs& x) { return apply_rotary(transpose(x[0], 1, 2), x[1], x[2]); }},
+    {"rope_strided", {S{{4, 6}, S::Normal, 0, true, true}, S{{4, 6}, S::Normal, 0, false}, S{{4, 6}, S::Normal, 0, false}},
+     [](const Inputs& x) { return apply_rotary(x[0], x[1], x[2]); }},
 });
 
 }  // namespace

@@ -1,5 +1,5 @@
-// scaled_dot_product_attention: the fused CPU kernel against the composition it replaces, which
-// kernel runs where, the output layout, and what backward computes and keeps.
+// scaled_dot_product_attention and apply_rotary: the fused CPU kernels against the compositions
+// they replace, which kernel runs where, the output layouts, and what backward computes and keeps.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -14,6 +14,7 @@
 #include "ops/masked_fill.h"
 #include "ops/matmul.h"
 #include "ops/reduce.h"
+#include "ops/rope.h"
 #include "ops/shape.h"
 #include "ops/softmax.h"
 #include "testing/testing.h"
@@ -147,6 +148,33 @@ TEST(Attention, BackwardKeepsOnlyWhatTheWantedGradientsNeed) {
   Tensor q2 = randn({1, 2, 16, 8}, gen, {kFloat32, Device::cpu(), true});
   Tensor out2 = scaled_dot_product_attention(q2, k, v, true);
   EXPECT_EQ(out2.grad_fn()->saved_bytes(), qk_lse + v.nbytes() + out2.nbytes());
+}
+
+TEST(Rotary, FusedMatchesCompositeAndKeepsTheHeadLayout) {
+  Generator gen(5);
+  const int64_t B = 2, T = 9, H = 3, hd = 8;
+  auto [cos, sin] = rotary_cos_sin(T, hd);
+  Tensor proj = randn({B, T, H, hd}, gen, {kFloat32, Device::cpu(), true});
+  Tensor g = randn({B, H, T, hd}, gen);
+  // Fused: tables without gradients.
+  KernelTrace trace;
+  Tensor x = transpose(proj, 1, 2);
+  Tensor out = apply_rotary(x, cos, sin);
+  EXPECT_TRUE(trace.contains("rope.fused_cpu"));
+  EXPECT_EQ(out.strides(), x.strides());  // [B, H, T, hd] view of [B, T, H, hd] memory
+  EXPECT_EQ(out.grad_fn()->saved_bytes(), 2 * cos.nbytes());  // the tables, not x
+  out.backward(g);
+  Tensor dfused = proj.grad();
+  // Composite: the same tables asking for gradients take the composition.
+  Tensor cg = clone(cos).requires_grad_(true), sg = clone(sin).requires_grad_(true);
+  Tensor proj2 = proj.detach().requires_grad_(true);
+  KernelTrace trace2;
+  Tensor want = apply_rotary(transpose(proj2, 1, 2), cg, sg);
+  EXPECT_TRUE(trace2.contains("rope.composite"));
+  want.backward(g);
+  EXPECT_TENSOR_NEAR(out, want, 1e-6, 1e-6);
+  EXPECT_TENSOR_NEAR(dfused, proj2.grad(), 1e-6, 1e-6);
+  EXPECT_THROW(apply_rotary(randn({2, 3, 5}, gen), randn({3, 5}, gen), randn({3, 5}, gen)), Error);  // odd hd
 }
 
 }  // namespace

@@ -1,0 +1,39 @@
+// Allocation in a given memory layout, for ops whose outputs or gradients should keep their
+// input's layout (a [B, H, T, hd] view of [B, T, H, hd] memory stays that way, so transposing
+// back and merging heads is a free reshape instead of a copy).
+#pragma once
+
+#include <algorithm>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace tg {
+
+// An uninitialised tensor of this shape laid out like `strides` when those describe a dense
+// permutation with a unit last stride, else contiguous.
+inline Tensor empty_with_layout(const Shape& shape, const Shape& strides, TensorOptions opts) {
+  const int64_t n = static_cast<int64_t>(shape.size());
+  std::vector<int64_t> order(static_cast<size_t>(n));  // dims from outermost to innermost
+  for (int64_t d = 0; d < n; ++d) order[d] = d;
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return strides[a] > strides[b]; });
+  bool dense = n > 0 && order.back() == n - 1;
+  int64_t expect = 1;
+  for (int64_t i = n - 1; i >= 0 && dense; --i) {
+    const int64_t d = order[i];
+    if (shape[d] != 1 && strides[d] != expect) dense = false;
+    expect *= shape[d];
+  }
+  if (!dense) return Tensor::empty(shape, opts);
+  Shape st(static_cast<size_t>(n));
+  int64_t s = 1;
+  for (int64_t i = n - 1; i >= 0; --i) {
+    st[order[i]] = s;
+    s *= shape[order[i]];
+  }
+  return Tensor::empty({numel_of(shape)}, opts).as_strided(shape, st, 0);
+}
+
+inline Tensor empty_like_layout(const Tensor& t) { return empty_with_layout(t.shape(), t.strides(), t.options()); }
+
+}  // namespace tg

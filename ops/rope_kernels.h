@@ -1,0 +1,21 @@
+// Backend contract for the fused rotary embedding (ops/rope.h). CPU only for now: on CUDA
+// apply_rotary keeps its composition of slice / cat / neg / mul / add (a fused CUDA kernel is
+// future work and would add the same two functions in tg::cuda).
+//
+// x, out, g, dx are [..., T, hd] with a unit stride in the last dim and any other strides; cos
+// and sin are [T, hd] of the same dtype (float32 or float64) with a unit last stride. h = hd / 2.
+#pragma once
+
+#include "core/tensor.h"
+
+namespace tg::cpu {
+
+// out[.., t, i] = x[t, i] cos[t, i] + r[t, i] sin[t, i],  r[i] = -x[i + h] (i < h), x[i - h] (i >= h).
+// Reads x once and writes out once (cos and sin stay in cache).
+void rope_forward(const Tensor& out, const Tensor& x, const Tensor& cos, const Tensor& sin);
+
+// The adjoint: dx[.., t, j] = g[j] cos[j] + (j < h ? g[j + h] sin[j + h] : -g[j - h] sin[j - h]).
+// Reads g once and writes dx once; x itself is not needed.
+void rope_backward(const Tensor& dx, const Tensor& g, const Tensor& cos, const Tensor& sin);
+
+}  // namespace tg::cpu
