@@ -229,6 +229,10 @@ class Engine {
     Tensor& have = slot[e.input_nr];
     if (!have.defined()) {
       have = g;
+    } else if (have.impl_ptr().use_count() == 1 && have.storage().use_count() == 1 && have.is_contiguous()) {
+      // Nothing else can see the first gradient (one handle, one view of its storage): add in
+      // place, one pass instead of a copy and an add.
+      accumulate_(have, g);
     } else {
       // The first gradient may alias a tensor someone else holds: sum into a fresh buffer.
       Tensor sum = clone_data(have);

@@ -165,6 +165,25 @@ TEST_F(Autograd, OneTensorUsedTwiceSumsBothPaths) {
   EXPECT_EQ(x.grad().to_vector<float>(), (std::vector<float>{3, 5}));
 }
 
+// A tensor reached by several paths: the engine sums the gradients in place only into a buffer
+// nothing else can see; a gradient the caller (or another slot) still holds is never written.
+TEST_F(Autograd, SummingGradientsNeverWritesIntoATensorOthersHold) {
+  Tensor x = from_vector<float>({1, 2, 3}, {}, Device::cpu(), true);
+  Tensor y = x * 1.0;
+  // Fresh gradients from two muls: summed in place. y + y: one gradient object in two slots.
+  Tensor z = add(add(y * 2.0, y * 3.0), add(y, y));
+  Tensor g = from_vector<float>({1, 1, 1});
+  z.backward(g);
+  EXPECT_EQ(x.grad().to_vector<float>(), (std::vector<float>{7, 7, 7}));
+  EXPECT_EQ(g.to_vector<float>(), (std::vector<float>{1, 1, 1}));
+  // The root gradient itself reaching a tensor twice (w + w) is the caller's: left alone.
+  Tensor w = from_vector<float>({1, 2}, {}, Device::cpu(), true);
+  Tensor h = from_vector<float>({0.5f, 0.25f});
+  add(w, w).backward(h);
+  EXPECT_EQ(w.grad().to_vector<float>(), (std::vector<float>{1.0f, 0.5f}));
+  EXPECT_EQ(h.to_vector<float>(), (std::vector<float>{0.5f, 0.25f}));
+}
+
 TEST_F(Autograd, MultiOutputNodeWithOneOutputUsed) {
   Tensor x = randn({6, 2}, gen, {.requires_grad = true});
   auto parts = split(x, 2, 0);
