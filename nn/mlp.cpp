@@ -1,6 +1,7 @@
 #include "nn/mlp.h"
 
 #include "ops/binary.h"
+#include "ops/swiglu.h"
 #include "ops/unary.h"
 
 namespace tg::nn {
@@ -15,7 +16,7 @@ SwiGLUMLP::SwiGLUMLP(int64_t hidden, int64_t intermediate, bool bias, Generator&
 }
 
 Tensor SwiGLUMLP::forward(const Tensor& x) {
-  return down_proj->forward(mul(silu(gate_proj->forward(x)), up_proj->forward(x)));
+  return down_proj->forward(silu_mul(gate_proj->forward(x), up_proj->forward(x)));  // fused on the CPU
 }
 
 GELUMLP::GELUMLP(int64_t hidden, int64_t intermediate, bool bias, double p, Generator& gen) : Module("GELUMLP") {

@@ -1,0 +1,55 @@
+#include "ops/swiglu.h"
+
+#include "core/autograd.h"
+#include "core/trace.h"
+#include "ops/binary.h"
+#include "ops/checks.h"
+#include "ops/shape.h"
+#include "ops/swiglu_kernels.h"
+#include "ops/unary.h"
+
+namespace tg {
+namespace {
+
+constexpr const char* kOp = "silu_mul";
+
+// Saves gate and up (the composition kept silu(gate) as well); each gradient is computed only
+// when its mask asks, gate's from up and up's from gate.
+struct SiluMulBackward final : Node {
+  const char* name() const override { return kOp; }
+  std::vector<Tensor> backward(const std::vector<Tensor>& g, const GradMask& mask) override {
+    KernelTrace::record("silu_mul.fused_cpu_backward");
+    Tensor gate = unpack(0), up = unpack(1), gc = contiguous(g[0]);
+    Tensor dgate = mask[0] ? Tensor::empty(gate.shape(), gate.options()) : Tensor();
+    Tensor dup = mask[1] ? Tensor::empty(gate.shape(), gate.options()) : Tensor();
+    if (gc.numel() > 0) cpu::silu_mul_backward(dgate, dup, gc, gate, up);
+    return {dgate, dup};
+  }
+};
+
+}  // namespace
+
+Tensor silu_mul(const Tensor& gate, const Tensor& up) {
+  check_floating(kOp, "gate", gate);
+  check_floating(kOp, "up", up);
+  check_same(kOp, {{"gate", gate}, {"up", up}});
+  TG_CHECK(gate.shape() == up.shape(), kOp, "gate and up must have one shape, got gate ", gate.shape(), ", up ",
+           up.shape());
+  if (!gate.device().is_cpu() || (gate.dtype() != kFloat32 && gate.dtype() != kFloat64)) {
+    KernelTrace::record("silu_mul.composite");
+    return mul(silu(gate), up);
+  }
+  KernelTrace::record("silu_mul.fused_cpu");
+  Tensor a, b;
+  {
+    NoGradGuard no_grad;  // internal copies: the silu_mul node covers them
+    a = contiguous(gate), b = contiguous(up);
+  }
+  Tensor out = Tensor::empty(gate.shape(), gate.options());
+  if (out.numel() > 0) cpu::silu_mul(out, a, b);
+  if (auto node = record<SiluMulBackward>({{"gate", gate}, {"up", up}}, {out}))
+    node->saved = {SavedTensor(a, "gate"), SavedTensor(b, "up")};
+  return out;
+}
+
+}  // namespace tg

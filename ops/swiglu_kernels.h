@@ -1,0 +1,16 @@
+// Backend contract for the fused silu_mul (ops/swiglu.h). CPU only for now (CUDA keeps the
+// composition). Every tensor is contiguous, float32 or float64, of one shape.
+#pragma once
+
+#include "core/tensor.h"
+
+namespace tg::cpu {
+
+// out = gate * sigmoid(gate) * up. Reads gate and up once, writes out once.
+void silu_mul(const Tensor& out, const Tensor& gate, const Tensor& up);
+
+// With s = sigmoid(gate): dup = g * gate * s and dgate = g * up * s * (1 + gate * (1 - s)); either
+// output may be undefined (not wanted). Reads g, gate, up once, writes each wanted gradient once.
+void silu_mul_backward(const Tensor& dgate, const Tensor& dup, const Tensor& g, const Tensor& gate, const Tensor& up);
+
+}  // namespace tg::cpu
