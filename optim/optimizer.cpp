@@ -1,6 +1,6 @@
+#include "ops/cpu/eigen.h"
 #include "optim/optimizer.h"
 
-#include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
 #include <type_traits>

@@ -14,12 +14,12 @@
 //
 // The small products go through Eigen (packed GEMM kernels); the row loops are straight-line so
 // they vectorise, with fast_exp for float (std::exp for float64, the gradcheck reference).
-#include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
+#include "ops/cpu/eigen.h"
 #include "core/fast_exp.h"
 #include "core/parallel.h"
 #include "core/type_dispatch.h"

@@ -13,11 +13,11 @@
 //    sequential Eigen GEMM; several products (a batch) run one per thread.
 // Memory traffic per product: A and B are each packed once per panel (B once per thread), C is
 // zeroed (beta = 0) or scaled and then accumulated into once per k-block of kc.
-#include <Eigen/Core>
 #include <algorithm>
 #include <cstdlib>
 #include <memory>
 
+#include "ops/cpu/eigen.h"
 #include "core/parallel.h"
 #include "core/primitives.h"
 #include "core/type_dispatch.h"
