@@ -72,9 +72,9 @@ void tile_stats(acc_t<T>* m, acc_t<T>* s, const T* xb, int64_t n, int64_t inner,
 template <class T, int64_t W>
 void forward_tile(T* ob, const T* xb, int64_t n, int64_t inner, int64_t w, bool log) {
   using A = acc_t<T>;
-  A m[W], s[W];
+  A m[W] = {}, s[W] = {};
   tile_stats<T, W>(m, s, xb, n, inner, w);
-  A shift[W], scale[W];  // y = exp(x - shift) * scale, or x - shift for log_softmax
+  A shift[W] = {}, scale[W] = {};  // y = exp(x - shift) * scale, or x - shift for log_softmax
   for (int64_t c = 0; c < w; ++c) {
     shift[c] = log ? m[c] + std::log(s[c]) : m[c];
     scale[c] = A(1) / s[c];
