@@ -1,12 +1,10 @@
 #include "ops/attention.h"
 
-#include <algorithm>
 #include <cmath>
 #include <limits>
 
 #include "core/autograd.h"
 #include "core/factory.h"
-#include "core/primitives.h"
 #include "core/trace.h"
 #include "ops/attention_kernels.h"
 #include "ops/binary.h"
