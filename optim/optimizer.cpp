@@ -192,22 +192,47 @@ namespace {
 
 // The update below in one pass over contiguous CPU tensors (float32 / float64): the same
 // per-element formula and scalar constants as the tensor-op composition, without its dozen
-// temporaries and passes over memory (read p, g, m, v once, write p, m, v once). Eigen array
-// expressions over L1-sized chunks, because its sqrt vectorises (a plain loop calling std::sqrt
-// does not: GCC keeps the scalar errno path without -fno-math-errno).
+// temporaries and passes over memory (read p, g, m, v once, write p, m, v once). All such
+// parameters of a step go through one parallel loop over 1024-element chunks (most single
+// tensors of a small model are too short to split on their own). Eigen array expressions,
+// because its sqrt vectorises (a plain loop calling std::sqrt does not: GCC keeps the scalar
+// errno path without -fno-math-errno).
+constexpr int64_t kAdamWChunk = 1024;
+
+struct AdamWJob {
+  DType dtype;
+  void *p, *m, *v;
+  const void* g;
+  int64_t n, first_chunk;
+  double keep, b1c, b2, b2c, inv_sqrt_bc2, eps, step;
+};
+
 template <class T>
-void adamw_cpu(T* p, const T* g, T* m, T* v, int64_t n, T keep, T b1c, T b2, T b2c, T inv_sqrt_bc2, T eps,
-               T step) {
+void adamw_chunk(const AdamWJob& j, int64_t i0, int64_t len) {
   using Arr = Eigen::Array<T, Eigen::Dynamic, 1>;
-  constexpr int64_t kChunk = 1024;
-  parallel_for(0, (n + kChunk - 1) / kChunk, std::max<int64_t>(1, kParallelGrain / kChunk), [&](int64_t lo, int64_t hi) {
+  Eigen::Map<Arr> P(static_cast<T*>(j.p) + i0, len), M(static_cast<T*>(j.m) + i0, len),
+      V(static_cast<T*>(j.v) + i0, len);
+  Eigen::Map<const Arr> G(static_cast<const T*>(j.g) + i0, len);
+  const T keep = static_cast<T>(j.keep), b1c = static_cast<T>(j.b1c), b2 = static_cast<T>(j.b2),
+          b2c = static_cast<T>(j.b2c), isq = static_cast<T>(j.inv_sqrt_bc2), eps = static_cast<T>(j.eps),
+          step = static_cast<T>(j.step);
+  M = M + (G - M) * b1c;
+  V = V * b2 + (G * G) * b2c;
+  P = P * keep - (M / (V.sqrt() * isq + eps)) * step;
+}
+
+void adamw_cpu(const std::vector<AdamWJob>& jobs, int64_t chunks) {
+  parallel_for(0, chunks, std::max<int64_t>(1, kParallelGrain / kAdamWChunk), [&](int64_t lo, int64_t hi) {
+    // the job holding chunk lo: the last one that starts at or before it
+    size_t j = static_cast<size_t>(std::upper_bound(jobs.begin(), jobs.end(), lo,
+                                                    [](int64_t c, const AdamWJob& x) { return c < x.first_chunk; }) -
+                                   jobs.begin()) - 1;
     for (int64_t c = lo; c < hi; ++c) {
-      const int64_t i0 = c * kChunk, len = std::min(kChunk, n - i0);
-      Eigen::Map<Arr> P(p + i0, len), M(m + i0, len), V(v + i0, len);
-      Eigen::Map<const Arr> G(g + i0, len);
-      M = M + (G - M) * b1c;
-      V = V * b2 + (G * G) * b2c;
-      P = P * keep - (M / (V.sqrt() * inv_sqrt_bc2 + eps)) * step;
+      while (c >= jobs[j].first_chunk + (jobs[j].n + kAdamWChunk - 1) / kAdamWChunk) ++j;
+      const AdamWJob& job = jobs[j];
+      const int64_t i0 = (c - job.first_chunk) * kAdamWChunk, len = std::min(kAdamWChunk, job.n - i0);
+      if (job.dtype == kFloat32) adamw_chunk<float>(job, i0, len);
+      else adamw_chunk<double>(job, i0, len);
     }
   });
 }
@@ -222,6 +247,8 @@ bool fusable(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v)
 void AdamW::step() {
   NoGradGuard no_grad;
   const double b1 = options.beta1, b2 = options.beta2;
+  std::vector<AdamWJob> jobs;  // the parameters the one-pass CPU loop updates, after the others
+  int64_t chunks = 0;
   for (size_t i = 0; i < named_params().size(); ++i) {
     const auto& [name, param] = named_params()[i];
     Tensor g = grad_of("AdamW", name, param);
@@ -231,31 +258,27 @@ void AdamW::step() {
     Tensor& m = s.buffers[0];
     Tensor& v = s.buffers[1];
     const int64_t t = ++s.step;
+    const double bc1 = 1.0 - std::pow(b1, static_cast<double>(t));
+    const double bc2 = 1.0 - std::pow(b2, static_cast<double>(t));
     if (fusable(p, g, m, v)) {
-      const double bc1 = 1.0 - std::pow(b1, static_cast<double>(t));
-      const double bc2 = 1.0 - std::pow(b2, static_cast<double>(t));
       for (const Tensor* w : {&p, &m, &v}) {
         detail::check_writable("AdamW", *w);
         w->bump_version();
       }
-      dispatch_floating(p.dtype(), "AdamW", [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        if constexpr (!std::is_same_v<T, bf16>)
-          adamw_cpu<T>(p.data_ptr<T>(), g.data_ptr<T>(), m.data_ptr<T>(), v.data_ptr<T>(), p.numel(),
-                       static_cast<T>(options.weight_decay != 0 ? 1.0 - lr() * options.weight_decay : 1.0),
-                       static_cast<T>(1.0 - b1), static_cast<T>(b2), static_cast<T>(1.0 - b2),
-                       static_cast<T>(1.0 / std::sqrt(bc2)), static_cast<T>(options.eps), static_cast<T>(lr() / bc1));
-      });
+      if (p.numel() == 0) continue;
+      jobs.push_back({p.dtype(), p.data_ptr(), m.data_ptr(), v.data_ptr(), g.data_ptr(), p.numel(), chunks,
+                      options.weight_decay != 0 ? 1.0 - lr() * options.weight_decay : 1.0, 1.0 - b1, b2, 1.0 - b2,
+                      1.0 / std::sqrt(bc2), options.eps, lr() / bc1});
+      chunks += (p.numel() + kAdamWChunk - 1) / kAdamWChunk;
       continue;
     }
     if (options.weight_decay != 0) copy_(p, mul(p, 1.0 - lr() * options.weight_decay));
     copy_(m, add(m, mul(sub(g, m), 1.0 - b1)));  // torch: exp_avg.lerp_(grad, 1 - beta1)
     copy_(v, add(mul(v, b2), mul(mul(g, g), 1.0 - b2)));
-    const double bc1 = 1.0 - std::pow(b1, static_cast<double>(t));
-    const double bc2 = 1.0 - std::pow(b2, static_cast<double>(t));
     Tensor denom = add(div(sqrt(v), std::sqrt(bc2)), options.eps);
     copy_(p, sub(p, mul(div(m, denom), lr() / bc1)));
   }
+  if (chunks > 0) adamw_cpu(jobs, chunks);
 }
 
 }  // namespace tg::optim

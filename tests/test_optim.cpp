@@ -250,25 +250,36 @@ TEST_F(OptimTest, AdamWFitsALinearModel) {
   EXPECT_LT(loss_fn().item(), first / 100);
 }
 
-// Contiguous CPU float parameters take AdamW's one-pass loop; a transposed (non-contiguous)
-// parameter takes the tensor-op composition. Both compute the same update.
+// Contiguous CPU float parameters take AdamW's one-pass loop (all of them in one parallel pass
+// over 1024-element chunks); a transposed (non-contiguous) parameter takes the tensor-op
+// composition. Both compute the same update.
 TEST_F(OptimTest, AdamWFusedCpuLoopMatchesTheComposition) {
   for (DType dt : {kFloat32, kFloat64}) {
     SCOPED_TRACE(dtype_name(dt));
-    Tensor init = to(randn({6, 9}, gen), dt);
-    Tensor fused = clone(init).requires_grad_(true);
-    Tensor composed = transpose(contiguous(transpose(init, 0, 1)), 0, 1).detach().requires_grad_(true);
-    ASSERT_FALSE(composed.is_contiguous());
-    optim::AdamW a({fused}, {.lr = 0.01, .weight_decay = 0.1}), b({composed}, {.lr = 0.01, .weight_decay = 0.1});
+    const std::vector<Shape> shapes = {{6, 9}, {50, 61}, {7, 3}};  // 54, 3050 (3 chunks), 21 elements
+    std::vector<Tensor> fused, composed;
+    for (const Shape& sh : shapes) {
+      Tensor init = to(randn(sh, gen), dt);
+      fused.push_back(clone(init).requires_grad_(true));
+      composed.push_back(transpose(contiguous(transpose(init, 0, 1)), 0, 1).detach().requires_grad_(true));
+      ASSERT_FALSE(composed.back().is_contiguous());
+    }
+    optim::AdamW a(fused, {.lr = 0.01, .weight_decay = 0.1}), b(composed, {.lr = 0.01, .weight_decay = 0.1});
     for (int i = 0; i < 4; ++i) {
-      Tensor g = to(randn({6, 9}, gen), dt);
-      fused.set_grad(g);
-      composed.set_grad(clone(g));
+      for (size_t k = 0; k < shapes.size(); ++k) {
+        Tensor g = to(randn(shapes[k], gen), dt);
+        fused[k].set_grad(g);
+        composed[k].set_grad(clone(g));
+      }
       a.step();
       b.step();
     }
-    EXPECT_TENSOR_NEAR(fused, composed, 1e-6, 1e-7);
-    EXPECT_TENSOR_NEAR(a.state_dict().at("0.exp_avg_sq"), b.state_dict().at("0.exp_avg_sq"), 1e-6, 1e-12);
+    for (size_t k = 0; k < shapes.size(); ++k) {
+      SCOPED_TRACE(k);
+      EXPECT_TENSOR_NEAR(fused[k], composed[k], 1e-6, 1e-7);
+      const std::string key = std::to_string(k) + ".exp_avg_sq";
+      EXPECT_TENSOR_NEAR(a.state_dict().at(key), b.state_dict().at(key), 1e-6, 1e-12);
+    }
   }
 }
 
