@@ -4,7 +4,7 @@
 // once per contiguous run of the innermost dim: `offsets` are the element offsets of the run's
 // first element in each operand, `steps` the per-element strides. Dims that are contiguous for
 // all operands are merged first, so a contiguous elementwise op is a single call per thread.
-// Large iterations are split across OpenMP threads unless `parallel` is false (a caller that
+// Large iterations are split across the thread pool (core/parallel.h) unless `parallel` is false (a caller that
 // accumulates into one variable inside `inner` must pass false).
 #pragma once
 
