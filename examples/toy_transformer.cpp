@@ -62,9 +62,9 @@ void show_samples(nn::LlamaForCausalLM& model, const char* who, int bytes) {
   Generator gen(7);
   for (const char* prompt : {"the ", "LOG 1"}) {
     std::string greedy = examples::generate(model, prompt, bytes, 0.0, gen);
-    std::string sampled = examples::generate(model, prompt, bytes, 0.8, gen);
-    std::printf("  [%s, greedy]   %s%s\n", who, prompt, greedy.c_str());
-    std::printf("  [%s, T=0.8]    %s%s\n", who, prompt, sampled.c_str());
+    std::string sampled = examples::generate(model, prompt, bytes, 0.8, gen, /*top_k=*/10);
+    std::printf("  [%s, greedy]       \"%s%s\"\n", who, prompt, examples::printable(greedy).c_str());
+    std::printf("  [%s, T=0.8 top-10] \"%s%s\"\n", who, prompt, examples::printable(sampled).c_str());
   }
 }
 
@@ -75,7 +75,7 @@ int run(int argc, char** argv) {
       .add("data", "", "pre-training text file (default: a generated 'stories' corpus)")
       .add("finetune-data", "", "fine-tuning text file (default: a generated 'logbook' corpus)")
       .add("pretrain-steps", "600", "optimizer steps of pre-training")
-      .add("lora-steps", "300", "optimizer steps of LoRA fine-tuning")
+      .add("lora-steps", "600", "optimizer steps of LoRA fine-tuning")
       .add("lr", "3e-3", "peak learning rate of pre-training")
       .add("lora-lr", "3e-3", "peak learning rate of LoRA fine-tuning")
       .add("rank", "8", "LoRA rank r")
@@ -84,7 +84,7 @@ int run(int argc, char** argv) {
       .add("batch", "0", "sequences per step (0: the config's)")
       .add("seq", "0", "bytes per sequence (0: the config's)")
       .add("eval-batches", "8", "validation batches per evaluation")
-      .add("sample-bytes", "120", "bytes per generated sample")
+      .add("sample-bytes", "80", "bytes per generated sample")
       .add("threads", "0", "CPU threads (0: all cores)")
       .add("seed", "0", "seed of the initial weights and of the data order")
       .add("out", "out/toy", "directory for loss logs (CSV + SVG), the base checkpoint and the adapter");

@@ -1,6 +1,8 @@
 #include "examples/common/generate.h"
 
 #include <algorithm>
+#include <functional>
+#include <cstdio>
 #include <cmath>
 #include <vector>
 
@@ -13,7 +15,7 @@
 namespace examples {
 
 std::string generate(tg::nn::LlamaForCausalLM& model, const std::string& prompt, int new_bytes, double temperature,
-                     tg::Generator& gen) {
+                     tg::Generator& gen, int top_k) {
   tg::NoGradGuard no_grad;
   const bool was_training = model.is_training();
   model.eval();
@@ -30,9 +32,16 @@ std::string generate(tg::nn::LlamaForCausalLM& model, const std::string& prompt,
     int64_t next = std::max_element(last.begin(), last.end()) - last.begin();
     if (temperature > 0) {
       // Sample from softmax(logits / temperature) with one uniform draw.
+      float cutoff = -INFINITY;
+      if (top_k > 0 && top_k < static_cast<int>(last.size())) {
+        std::vector<float> sorted = last;
+        std::nth_element(sorted.begin(), sorted.begin() + (top_k - 1), sorted.end(), std::greater<float>());
+        cutoff = sorted[top_k - 1];
+      }
       double mx = last[next], total = 0;
       std::vector<double> p(last.size());
-      for (size_t v = 0; v < last.size(); ++v) total += p[v] = std::exp((last[v] - mx) / temperature);
+      for (size_t v = 0; v < last.size(); ++v)
+        total += p[v] = last[v] >= cutoff ? std::exp((last[v] - mx) / temperature) : 0.0;
       double u = tg::uniform01(tg::philox(gen.seed(), gen.reserve(1)).v[0]) * total;
       for (next = 0; next + 1 < static_cast<int64_t>(p.size()) && u >= p[next]; ++next) u -= p[next];
     }
@@ -40,6 +49,22 @@ std::string generate(tg::nn::LlamaForCausalLM& model, const std::string& prompt,
     out += static_cast<char>(next);
   }
   model.train(was_training);
+  return out;
+}
+
+std::string printable(const std::string& text) {
+  std::string out;
+  for (unsigned char c : text) {
+    if (c == '\n') {
+      out += "\\n";
+    } else if (c < 32 || c > 126 || c == '\\') {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
   return out;
 }
 

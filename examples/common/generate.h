@@ -9,7 +9,13 @@
 namespace examples {
 
 // Continues `prompt` by `new_bytes` bytes. The context is the last max_position_embeddings bytes.
+// temperature 0 is greedy; otherwise sampling from softmax(logits / temperature), restricted to
+// the top_k most likely bytes when top_k > 0 (as transformers' generate).
 std::string generate(tg::nn::LlamaForCausalLM& model, const std::string& prompt, int new_bytes, double temperature,
-                     tg::Generator& gen);
+                     tg::Generator& gen, int top_k = 0);
+
+// The text as one printable line: newlines as \n, other control or non-ASCII bytes as \xNN
+// (a byte-level model can sample any byte).
+std::string printable(const std::string& text);
 
 }  // namespace examples
