@@ -15,6 +15,7 @@
 
 #include "examples/common/checkpoint.h"
 #include "examples/common/data.h"
+#include "examples/common/evaluate.h"
 #include "examples/common/flags.h"
 #include "examples/common/train_log.h"
 #include "io/checkpoint.h"
@@ -33,20 +34,6 @@ namespace {
 
 std::atomic<bool> interrupted{false};
 void on_sigint(int) { interrupted = true; }
-
-double evaluate(nn::LlamaForCausalLM& model, const examples::ByteDataset& data, int64_t batch, int64_t seq, int batches,
-                Device device) {
-  NoGradGuard no_grad;
-  model.eval();
-  Generator gen(1234);  // the same validation batches every time
-  double total = 0;
-  for (int i = 0; i < batches; ++i) {
-    Tensor ids = data.batch(false, batch, seq, gen, device);
-    total += model.loss(ids, ids).item();
-  }
-  model.train();
-  return total / batches;
-}
 
 int run(int argc, char** argv) {
   examples::Flags flags("lora_finetune", "LoRA fine-tuning of a Llama checkpoint on a text file (bytes as tokens).");
@@ -140,7 +127,7 @@ int run(int argc, char** argv) {
     schedule.step();
     log.step(step, loss.item(), opt.lr());
     if (eval_every > 0 && step % eval_every == 0 && step < steps)
-      log.eval(step, "validation", evaluate(*model, data, batch, seq, eval_batches, device));
+      log.eval(step, "validation", examples::evaluate(*model, data, batch, seq, eval_batches, device));
     bool stop = interrupted || step == stop_at;
     if (stop || (save_every > 0 && step % save_every == 0) || step == steps)
       examples::save_training_checkpoint(ckpt, *model, opt, step, data_gen);
@@ -151,7 +138,7 @@ int run(int argc, char** argv) {
       return interrupted ? 130 : 0;
     }
   }
-  log.eval(steps, "validation", evaluate(*model, data, batch, seq, eval_batches, device));
+  log.eval(steps, "validation", examples::evaluate(*model, data, batch, seq, eval_batches, device));
   log.finish();
 
   peft::save_adapter(*model, out + "/adapter", lora);
@@ -167,14 +154,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const examples::UsageError& e) {
-    std::cerr << e.what();
-    return 2;
-  } catch (const std::exception& e) {
-    std::cerr << "error: " << e.what() << "\n";
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return examples::guarded_main(argc, argv, run); }

@@ -9,6 +9,7 @@
 #include <iostream>
 
 #include "examples/common/data.h"
+#include "examples/common/evaluate.h"
 #include "examples/common/flags.h"
 #include "examples/common/generate.h"
 #include "examples/common/train_log.h"
@@ -23,21 +24,6 @@
 using namespace tg;
 
 namespace {
-
-// Mean validation loss over a fixed set of batches (the same ones every call).
-double evaluate(nn::LlamaForCausalLM& model, const examples::ByteDataset& data, int64_t batch, int64_t seq,
-                int batches, Device device) {
-  NoGradGuard no_grad;
-  model.eval();
-  Generator gen(1234);
-  double total = 0;
-  for (int i = 0; i < batches; ++i) {
-    Tensor ids = data.batch(/*train=*/false, batch, seq, gen, device);
-    total += model.loss(ids, ids).item();
-  }
-  model.train();
-  return total / batches;
-}
 
 // One training phase: AdamW, linear warmup then cosine decay, gradient clipping at 1.0.
 void train(nn::LlamaForCausalLM& model, const examples::ByteDataset& data, const std::string& label, int64_t steps,
@@ -125,8 +111,8 @@ int run(int argc, char** argv) {
         out + "/pretrain_loss.csv");
   io::save_state_dict(*model, out + "/base.safetensors", {{"config", config_name}});  // lora_finetune reads it
   const int eval_batches = static_cast<int>(flags.integer("eval-batches"));
-  double a_before = evaluate(*model, data_a, batch, seq, eval_batches, device);
-  double b_before = evaluate(*model, data_b, batch, seq, eval_batches, device);
+  double a_before = examples::evaluate(*model, data_a, batch, seq, eval_batches, device);
+  double b_before = examples::evaluate(*model, data_b, batch, seq, eval_batches, device);
   std::printf("validation loss after pre-training: corpus A %.4f, corpus B %.4f\n", a_before, b_before);
   show_samples(*model, "base", static_cast<int>(flags.integer("sample-bytes")));
 
@@ -141,8 +127,8 @@ int run(int argc, char** argv) {
         out + "/lora_loss.csv");
 
   // 3. What the adapter learned, and what the model forgot.
-  double a_after = evaluate(*model, data_a, batch, seq, eval_batches, device);
-  double b_after = evaluate(*model, data_b, batch, seq, eval_batches, device);
+  double a_after = examples::evaluate(*model, data_a, batch, seq, eval_batches, device);
+  double b_after = examples::evaluate(*model, data_b, batch, seq, eval_batches, device);
   std::printf("\n== 3. results ==\n");
   std::printf("                      before LoRA   after LoRA\n");
   std::printf("  corpus B (learned)  %10.4f   %10.4f\n", b_before, b_after);
@@ -158,14 +144,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const examples::UsageError& e) {
-    std::cerr << e.what();
-    return 2;
-  } catch (const std::exception& e) {
-    std::cerr << "error: " << e.what() << "\n";
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return examples::guarded_main(argc, argv, run); }

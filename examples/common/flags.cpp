@@ -1,5 +1,6 @@
 #include "examples/common/flags.h"
 
+#include <iostream>
 #include <sstream>
 
 namespace examples {
@@ -98,6 +99,18 @@ std::string Flags::usage() const {
        << f.help << "\n";
   }
   return os.str();
+}
+
+int guarded_main(int argc, char** argv, int (*run)(int, char**)) {
+  try {
+    return run(argc, argv);
+  } catch (const UsageError& e) {
+    std::cerr << e.what();
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 1;
+  }
 }
 
 }  // namespace examples

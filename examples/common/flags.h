@@ -41,4 +41,8 @@ class Flags {
   std::vector<std::string> order_;
 };
 
+// Runs run(argc, argv): a UsageError prints the message and usage (exit 2), any other
+// exception "error: <what>" (exit 1).
+int guarded_main(int argc, char** argv, int (*run)(int, char**));
+
 }  // namespace examples
