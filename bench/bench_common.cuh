@@ -3,6 +3,7 @@
 // and the output table / CSV.
 #pragma once
 
+#include <cstdint>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>

@@ -1,6 +1,7 @@
 // Where a tensor's memory lives: the host, or one CUDA device.
 #pragma once
 
+#include <cstdint>
 #include <ostream>
 #include <string>
 

@@ -3,6 +3,7 @@
 // seed gives the same numbers on every machine and device.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "core/generator.h"

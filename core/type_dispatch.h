@@ -2,6 +2,7 @@
 //   dispatch_floating(t.dtype(), "exp", [&](auto tag) { using T = typename decltype(tag)::type; ... });
 #pragma once
 
+#include <cstdint>
 #include "core/dtype.h"
 #include "core/error.h"
 

@@ -1,6 +1,7 @@
 // Multi-head causal self-attention layers.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 
 #include "core/generator.h"

@@ -2,6 +2,7 @@
 // (torch.nn.Embedding; initialised N(0, 1) like PyTorch, models re-initialise).
 #pragma once
 
+#include <cstdint>
 #include "core/generator.h"
 #include "nn/module.h"
 

@@ -9,6 +9,7 @@
 // weights per block (a later loader does it).
 #pragma once
 
+#include <cstdint>
 #include <memory>
 
 #include "core/generator.h"

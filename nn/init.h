@@ -2,6 +2,7 @@
 // parameters that require grad, on any device (values are drawn on the host from `gen`).
 #pragma once
 
+#include <cstdint>
 #include "core/generator.h"
 #include "core/tensor.h"
 

@@ -2,6 +2,7 @@
 // W, b ~ U(-1/sqrt(in), 1/sqrt(in)) (kaiming_uniform, a = sqrt(5)); models re-initialise.
 #pragma once
 
+#include <cstdint>
 #include "core/generator.h"
 #include "nn/module.h"
 

@@ -7,6 +7,7 @@
 //   tg::Tensor loss = tg::nn::causal_lm_loss(logits, ids);
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 

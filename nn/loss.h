@@ -1,6 +1,7 @@
 // Language-model losses.
 #pragma once
 
+#include <cstdint>
 #include "core/tensor.h"
 
 namespace tg::nn {

@@ -1,6 +1,7 @@
 // Transformer feed-forward blocks.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 
 #include "core/generator.h"

@@ -21,6 +21,7 @@
 // holder of the handle (an optimizer, a tied module) sees the change.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>

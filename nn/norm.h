@@ -2,6 +2,7 @@
 // ops/layer_norm.h). Weights start at 1, biases at 0.
 #pragma once
 
+#include <cstdint>
 #include "nn/module.h"
 
 namespace tg::nn {

@@ -2,6 +2,7 @@
 // 0..max_positions-1 (non-persistent buffers: moved with the module, never saved or trained).
 #pragma once
 
+#include <cstdint>
 #include <utility>
 
 #include "nn/module.h"

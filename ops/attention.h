@@ -12,6 +12,7 @@
 // masked_fill / softmax / dropout (trace "sdpa.composite"); a fused CUDA kernel is future work.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 
 #include "core/generator.h"

@@ -8,6 +8,7 @@
 // on the device throws (see ops/cuda/index_check.cuh: the GPU is not waited for inside an op).
 #pragma once
 
+#include <cstdint>
 #include "core/tensor.h"
 
 namespace tg {

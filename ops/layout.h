@@ -3,6 +3,7 @@
 // back and merging heads is a free reshape instead of a copy).
 #pragma once
 
+#include <cstdint>
 #include <algorithm>
 #include <vector>
 

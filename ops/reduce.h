@@ -1,6 +1,7 @@
 // Reductions over dims (keepdim as in PyTorch). An empty dims list reduces every dim.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "core/tensor.h"

@@ -1,6 +1,7 @@
 // Backend contract for reductions. `out` is contiguous with x's shape, reduced dims set to 1.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "core/tensor.h"

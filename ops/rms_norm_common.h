@@ -2,6 +2,7 @@
 // view the kernels take, and the bounded parameter-gradient partial buffer + its reduction.
 #pragma once
 
+#include <cstdint>
 #include <cmath>
 
 #include "core/autograd.h"

@@ -9,6 +9,7 @@
 // / add (trace "rope.composite"); a fused CUDA kernel is future work.
 #pragma once
 
+#include <cstdint>
 #include <utility>
 
 #include "core/tensor.h"

@@ -3,6 +3,7 @@
 // All are differentiable.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "core/tensor.h"

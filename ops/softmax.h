@@ -2,6 +2,7 @@
 // the row max subtracted first.
 #pragma once
 
+#include <cstdint>
 #include "core/tensor.h"
 
 namespace tg {

@@ -7,6 +7,7 @@
 //   opt.save("opt.safetensors");   // per-parameter state by name, reloadable with load()
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <utility>

@@ -13,6 +13,7 @@
 // load into a wrapped model unchanged.
 #pragma once
 
+#include <cstdint>
 #include <iosfwd>
 #include <memory>
 #include <string>

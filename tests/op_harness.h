@@ -6,6 +6,7 @@
 //   TG_OP_CASES({ {"relu", {{{7, 33}}}, [](const Inputs& in) { return tg::relu(in[0]); }}, ... });
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>

@@ -10,6 +10,7 @@
 // Memory traffic either way: each input element read once, each output element written once.
 #pragma once
 
+#include <cstdint>
 #include <array>
 #include <vector>
 

@@ -1,6 +1,7 @@
 // Validation loss of a causal LM on a dataset's held-out split.
 #pragma once
 
+#include <cstdint>
 #include "core/device.h"
 #include "examples/common/data.h"
 #include "nn/llama.h"

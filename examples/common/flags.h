@@ -2,6 +2,7 @@
 // default and a help line. An unknown flag or a bad value throws UsageError carrying the usage.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <stdexcept>
 #include <string>

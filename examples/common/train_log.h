@@ -3,6 +3,7 @@
 // to it.
 #pragma once
 
+#include <cstdint>
 #include <chrono>
 #include <fstream>
 #include <string>

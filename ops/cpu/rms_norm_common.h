@@ -8,6 +8,7 @@
 // its rows' dW/dB terms into partial row p, and norm_param_reduce adds the P rows in order.
 #pragma once
 
+#include <cstdint>
 #include <algorithm>
 #include <cstring>
 
