@@ -1107,6 +1107,28 @@ inline bool staged_enabled() {
   }();
   return on;
 }
+// Benchmark knobs, read once (0: not set): TG_NORM_STAGED_BLOCKS forces the staged kernel's
+// blocks per multiprocessor (1 or 2), TG_NORM_STAGES caps its stages; TG_NORM_GRID=rows gives
+// the dx-only register kernel one block per row group instead of a persistent grid.
+inline int env_knob(const char* name) {
+  const char* s = std::getenv(name);
+  return s ? std::atoi(s) : 0;
+}
+inline int staged_blocks_knob() {
+  static const int v = env_knob("TG_NORM_STAGED_BLOCKS");
+  return v;
+}
+inline int stages_knob() {
+  static const int v = env_knob("TG_NORM_STAGES");
+  return v;
+}
+inline bool grid_rows_knob() {
+  static const bool v = [] {
+    const char* s = std::getenv("TG_NORM_GRID");
+    return s && std::strcmp(s, "rows") == 0;
+  }();
+  return v;
+}
 template <class T, bool LN, bool DX, bool DW, bool DB, bool RES>
 const void* staged_kernel(const Config& c) {
   const void* fn = nullptr;
@@ -1142,10 +1164,11 @@ Staged staged_plan(const Config& c, int64_t dim, int device) {
   }
   const size_t stage_bytes = size_t((DX || DW) ? 2 : 1) * dim * sizeof(T);
   const size_t reserve = 2048;  // static shared memory and the per-block reservation
+  const int max_stages = stages_knob() >= 2 ? std::min(stages_knob(), kMaxStages) : kMaxStages;
   for (int blocks : {2, 1}) {
-    if (blocks > reg_fit) continue;
+    if (blocks > reg_fit || (staged_blocks_knob() && blocks != staged_blocks_knob())) continue;
     const size_t avail = std::min<size_t>(per_sm / blocks - reserve, per_block - reserve) - kStageHeader;
-    const int stages = static_cast<int>(std::min<size_t>(kMaxStages, avail / stage_bytes));
+    const int stages = static_cast<int>(std::min<size_t>(max_stages, avail / stage_bytes));
     if (stages >= (blocks == 2 ? 3 : 2)) {
       st.stages = stages;
       st.blocks_per_sm = blocks;
@@ -1225,7 +1248,9 @@ void launch_backward(const char* op, const Tensor& dx, const Tensor& partial, co
     }
     const void* fn = bwd_kernel<T, LN, DX, DW, DB, RES>(c);
     const size_t smem = bwd_smem<T, DW, DB>(c);
-    const int grid = (DW || DB) ? static_cast<int>(partial.shape()[0]) : grid_for(rows, c, fn, smem, dy.device().index);
+    const int grid = (DW || DB)          ? static_cast<int>(partial.shape()[0])
+                     : grid_rows_knob() ? static_cast<int>((rows + c.gpb - 1) / c.gpb)
+                                        : grid_for(rows, c, fn, smem, dy.device().index);
     allow_smem(fn, smem, dy.device().index);
     with_shape<T>(c, [&](auto n, auto it) {
       constexpr int N = decltype(n)::value, IT = decltype(it)::value;
