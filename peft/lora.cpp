@@ -13,6 +13,7 @@
 #include "io/safetensors.h"
 #include "nn/init.h"
 #include "nn/norm.h"
+#include "nn/pretrained.h"
 #include "ops/binary.h"
 #include "ops/matmul.h"
 
@@ -221,7 +222,7 @@ void merge_and_unload(nn::Module& model) {
 
 // ---------------------------------------------------------------- adapter files
 
-std::string adapter_config_json(const LoraConfig& c) {
+std::string adapter_config_json(const LoraConfig& c, bool fan_in_fan_out) {
   using json::Value;
   Value targets = Value::array();
   for (const auto& t : c.target_modules) targets.push_back(t);
@@ -231,7 +232,7 @@ std::string adapter_config_json(const LoraConfig& c) {
       .set("auto_mapping", Value())
       .set("base_model_name_or_path", c.base_model_name_or_path.empty() ? Value() : Value(c.base_model_name_or_path))
       .set("bias", "none")
-      .set("fan_in_fan_out", false)
+      .set("fan_in_fan_out", fan_in_fan_out)
       .set("inference_mode", true)
       .set("init_lora_weights", true)
       .set("layer_replication", Value())
@@ -275,9 +276,14 @@ LoraConfig parse_adapter_config(const std::string& text, const std::string& sour
       for (const auto& t : m->as_array("modules_to_save")) c.modules_to_save.push_back(t.as_string("modules_to_save entry"));
     if (const auto* b = v.find("bias"); b && !b->is_null())
       TG_CHECK(b->as_string("bias") == "none", "load_adapter", "bias '", b->as_string(), "' is not supported (only none)");
-    if (const auto* f = v.find("fan_in_fan_out"); f && !f->is_null())
-      TG_CHECK(!f->as_bool("fan_in_fan_out"), "load_adapter", "fan_in_fan_out adapters are not supported");
-    for (const char* flag : {"use_dora", "use_rslora"})
+    // fan_in_fan_out (peft's mark for Conv1D targets, GPT-2's) changes how peft merges, not A or B.
+    for (const char* pattern : {"rank_pattern", "alpha_pattern"})
+      if (const auto* p = v.find(pattern); p && !p->is_null())
+        TG_CHECK(p->is_object() && p->size() == 0, "load_adapter", pattern, " ", json::dump(*p),
+                 " is not supported (one r and lora_alpha for every module)");
+    if (const auto* l = v.find("layers_to_transform"); l && !l->is_null())
+      fail("load_adapter", "layers_to_transform ", json::dump(*l), " is not supported (every matching layer)");
+    for (const char* flag : {"use_dora", "use_rslora", "lora_bias"})
       if (const auto* f = v.find(flag); f && !f->is_null())
         TG_CHECK(!f->as_bool(flag), "load_adapter", flag, " adapters are not supported");
     if (const auto* n = v.find("base_model_name_or_path"); n && n->is_string()) c.base_model_name_or_path = n->as_string();
@@ -297,7 +303,9 @@ void save_adapter(nn::Module& model, const std::string& dir, const LoraConfig& c
   LoraConfig written = config;
   written.modules_to_save = saved;
   written.freeze_norms = true;  // trained norms travel as modules_to_save
-  std::string cfg = adapter_config_json(written);
+  bool conv1d = false;  // peft wants fan_in_fan_out for layers transformers stores as Conv1D
+  for (auto& [path, l] : lora_layers(model)) conv1d = conv1d || nn::is_hf_conv1d(model, path);
+  std::string cfg = adapter_config_json(written, conv1d);
   if (!saved.empty()) {
     // adapter_config_json writes null; peft wants the list here.
     json::Value v = json::parse(cfg);

@@ -107,8 +107,9 @@ void save_adapter(nn::Module& model, const std::string& dir, const LoraConfig& c
 // wrapped, then loads the adapter weights (every LoRA weight must be present, every key must
 // match a parameter). Returns the saved config.
 LoraConfig load_adapter(nn::Module& model, const std::string& dir, Generator& gen = default_generator());
-// adapter_config.json <-> LoraConfig.
-std::string adapter_config_json(const LoraConfig& config);
+// adapter_config.json <-> LoraConfig. fan_in_fan_out: the targets are Conv1D layers in
+// transformers (GPT-2's; save_adapter decides it from the model).
+std::string adapter_config_json(const LoraConfig& config, bool fan_in_fan_out = false);
 LoraConfig parse_adapter_config(const std::string& json_text, const std::string& source = "adapter_config.json");
 
 }  // namespace tg::peft

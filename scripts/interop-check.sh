@@ -10,3 +10,5 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 "$build/tests/interop_dump" dump "$work"
 python3 "$root/tests/interop/check_against_transformers.py" "$work" "$build/tests/interop_dump"
+# Hugging Face folders and peft adapters both ways (from_pretrained, save_pretrained, adapters).
+python3 "$root/tests/interop/check_hf_roundtrip.py" "$build"

@@ -2,17 +2,72 @@
 // (tests/interop/check_against_transformers.py reads them; scripts/interop-check.sh runs both).
 //   interop_dump dump <dir>      models, adapter, inputs, outputs and gradients
 //   interop_dump convert <dir>   reads <dir>/py.safetensors, writes <dir>/py_back.safetensors
+// and, for tests/interop/check_hf_roundtrip.py (Hugging Face folders and peft adapters):
+//   interop_dump hf-run <model dir> <inputs> <out> [<adapter dir>]
+//       from_pretrained (+ load_adapter); writes logits and loss of inputs' ids and labels, and
+//       with an adapter the gradient of every LoRA A/B under its peft key ("grad.<key>")
+//   interop_dump hf-export <model dir> <out dir> <max shard bytes> <targets,comma,separated>
+//       from_pretrained, then save_pretrained to <out>/model and (sharded) <out>/model_sharded,
+//       and an adapter with non-zero B (r 4, alpha 8) to <out>/adapter
 #include <cstdio>
 #include <filesystem>
+#include <sstream>
+#include "nn/pretrained.h"
 #include "tapegrad.h"
 using namespace tg;
 
+namespace {
+
+int hf_run(const std::string& model_dir, const std::string& inputs, const std::string& out_path, const char* adapter) {
+  auto model = nn::from_pretrained(model_dir);
+  if (adapter) peft::load_adapter(*model, adapter);
+  auto in = safetensors::load_file(inputs);
+  Tensor logits = model->forward(in.at("ids"));
+  Tensor loss = nn::causal_lm_loss(logits, in.at("labels"));
+  safetensors::TensorMap out{{"logits", logits.detach()}, {"loss", loss.detach()}};
+  if (adapter) {
+    loss.backward();
+    for (auto& [path, l] : peft::lora_layers(*model)) {
+      out["grad.base_model.model." + path + ".lora_A.weight"] = l->lora_A->weight.grad();
+      out["grad.base_model.model." + path + ".lora_B.weight"] = l->lora_B->weight.grad();
+    }
+  }
+  safetensors::save_file(out, out_path);
+  return 0;
+}
+
+int hf_export(const std::string& model_dir, const std::string& out, int64_t shard_bytes, const std::string& targets) {
+  auto model = nn::from_pretrained(model_dir);
+  nn::save_pretrained(*model, out + "/model");
+  nn::save_pretrained(*model, out + "/model_sharded", {.max_shard_bytes = shard_bytes});
+  peft::LoraConfig lc;
+  lc.r = 4;
+  lc.lora_alpha = 8;
+  lc.target_modules.clear();
+  std::stringstream list(targets);
+  for (std::string t; std::getline(list, t, ',');) lc.target_modules.push_back(t);
+  lc.base_model_name_or_path = model_dir;
+  Generator gen(3);
+  peft::apply_lora(*model, lc, gen);
+  for (auto& [path, l] : peft::lora_layers(*model)) nn::init::normal_(l->lora_B->weight, 0.0, 0.1, gen);
+  peft::save_adapter(*model, out + "/adapter", lc);
+  return 0;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::fprintf(stderr, "usage: interop_dump dump|convert <dir>\n");
+  const std::string mode = argc > 1 ? argv[1] : "";
+  if (mode == "hf-run" && (argc == 5 || argc == 6)) return hf_run(argv[2], argv[3], argv[4], argc == 6 ? argv[5] : nullptr);
+  if (mode == "hf-export" && argc == 6) return hf_export(argv[2], argv[3], std::stoll(argv[4]), argv[5]);
+  if (argc != 3 || (mode != "dump" && mode != "convert")) {
+    std::fprintf(stderr,
+                 "usage: interop_dump dump|convert <dir>\n"
+                 "       interop_dump hf-run <model dir> <inputs> <out> [<adapter dir>]\n"
+                 "       interop_dump hf-export <model dir> <out dir> <max shard bytes> <targets>\n");
     return 2;
   }
-  std::string mode = argv[1], dir = argv[2];
+  std::string dir = argv[2];
   if (mode == "convert") {  // read a Python-written file, write it back (F16 arrives as F32)
     auto f = safetensors::load_file_with_metadata(dir + "/py.safetensors");
     safetensors::save_file(f.tensors, dir + "/py_back.safetensors", f.metadata);

@@ -1,0 +1,56 @@
+// Hugging Face model folders, as transformers' from_pretrained / save_pretrained read and write
+// them: config.json + model.safetensors, or shards named by model.safetensors.index.json.
+//
+//   auto model = tg::nn::from_pretrained_llama("TinyLlama-folder");       // LlamaForCausalLM
+//   auto gpt = tg::nn::from_pretrained_gpt2("gpt2-folder", {.dtype = tg::kBFloat16});
+//   std::shared_ptr<tg::nn::Module> any = tg::nn::from_pretrained("folder");  // by config.json
+//   tg::nn::save_pretrained(*model, "out/model");  // transformers' from_pretrained loads it
+//
+// Supported: LlamaForCausalLM (grouped-query heads, rope_theta, rms_norm_eps,
+// tie_word_embeddings; no biases, silu, default RoPE) and GPT2LMHeadModel (tanh GELU, lm_head
+// tied to wte). Weights may be F32, BF16 or F16 (F16 is widened to float32 on reading). GPT-2's
+// Conv1D weights (c_attn, c_proj, c_fc: [in, out] on disk) are transposed to Linear's [out, in]
+// on loading and back on saving. Anything else in config.json that would change the
+// computation (rope_scaling, attention_bias, another hidden_act, ...) is a tg::Error naming the
+// field and its value, never silently ignored.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "nn/gpt2.h"
+#include "nn/llama.h"
+
+namespace tg::nn {
+
+struct PretrainedOptions {
+  DType dtype = kFloat32;  // the parameters' dtype, whatever the files hold
+  Device device = Device::cpu();
+};
+
+// The model of `dir` in eval mode (dropout off), as transformers returns it. tg::Error when the
+// folder holds another architecture, an unsupported option, or weights that do not fit the
+// config (every missing, unexpected and mis-shaped tensor listed).
+std::shared_ptr<LlamaForCausalLM> from_pretrained_llama(const std::string& dir, const PretrainedOptions& options = {});
+std::shared_ptr<GPT2LMHeadModel> from_pretrained_gpt2(const std::string& dir, const PretrainedOptions& options = {});
+// AutoModelForCausalLM: whichever supported architecture config.json names.
+std::shared_ptr<Module> from_pretrained(const std::string& dir, const PretrainedOptions& options = {});
+
+struct SaveOptions {
+  // Above this many bytes of tensors, write model-00001-of-0000N.safetensors shards and
+  // model.safetensors.index.json (transformers' max_shard_size); 0: one model.safetensors.
+  int64_t max_shard_bytes = 0;
+};
+
+// Writes config.json and the weights in the parameters' dtype (tied lm_head once, under the
+// embedding's name; GPT-2's Conv1D weights as [in, out]); files from an earlier save of the other
+// layout are removed. Every file is written atomically. tg::Error for other models and for models
+// with LoRA layers (merge_and_unload them, or save the adapter with peft::save_adapter).
+void save_pretrained(const Module& model, const std::string& dir, const SaveOptions& options = {});
+
+// Whether transformers stores the Linear at `path` of `model` as a Conv1D, weight [in, out]
+// (GPT-2's c_attn, c_proj and c_fc); peft marks LoRA on those layers fan_in_fan_out.
+bool is_hf_conv1d(const Module& model, const std::string& path);
+
+}  // namespace tg::nn

@@ -1,0 +1,482 @@
+// Hugging Face folders: from_pretrained / save_pretrained round trips (single file, shards, BF16,
+// F16, tied heads, GPT-2's Conv1D layout), clear errors, GPT-2 adapters in peft's format, and the
+// fixtures written by transformers + peft (tests/interop/check_hf_roundtrip.py).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+
+#include "core/autograd.h"
+#include "core/factory.h"
+#include "core/primitives.h"
+#include "io/file.h"
+#include "io/json.h"
+#include "io/safetensors.h"
+#include "nn/nn.h"
+#include "nn/pretrained.h"
+#include "ops/cast.h"
+#include "ops/shape.h"
+#include "peft/lora.h"
+#include "testing/testing.h"
+
+namespace tg::test {
+namespace {
+
+namespace fs = std::filesystem;
+using nn::GPT2Config;
+using nn::GPT2LMHeadModel;
+using nn::LlamaConfig;
+using nn::LlamaForCausalLM;
+
+const fs::path kFixtures = fs::path(__FILE__).parent_path() / "fixtures" / "hf";
+
+// A fresh folder per test, removed afterwards.
+struct Folder {
+  fs::path path;
+  Folder() {
+    path = fs::temp_directory_path() /
+           ("tg_hf_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + "_" +
+            std::to_string(::getpid()));
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~Folder() { fs::remove_all(path); }
+  std::string operator/(const std::string& sub) const { return (path / sub).string(); }
+};
+
+LlamaConfig llama_config() {  // grouped-query heads, a rope_theta and eps other than the defaults
+  LlamaConfig c;
+  c.vocab_size = 64;
+  c.hidden_size = 32;
+  c.intermediate_size = 48;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.max_position_embeddings = 16;
+  c.rope_theta = 500.0;
+  c.rms_norm_eps = 1e-6;
+  return c;
+}
+
+GPT2Config gpt2_config() {  // dropout 0.1 as in transformers: from_pretrained must return eval mode
+  GPT2Config c;
+  c.vocab_size = 72;
+  c.n_positions = 16;
+  c.n_embd = 32;
+  c.n_layer = 2;
+  c.n_head = 4;
+  return c;
+}
+
+Tensor ids() { return from_vector<int64_t>({1, 5, 2, 63, 0, 7, 3, 3, 9, 4, 11, 6, 40, 41, 2, 8}, {2, 8}); }
+
+json::Value read_json(const std::string& path) {
+  std::vector<uint8_t> b = io::read_file(path);
+  return json::parse(std::string(b.begin(), b.end()));
+}
+
+// Sets `key` of <dir>/config.json to `value`.
+void edit_config(const std::string& dir, const std::string& key, json::Value value) {
+  json::Value v = read_json(dir + "/config.json");
+  v.set(key, std::move(value));
+  io::write_file_atomic(dir + "/config.json", json::dump(v, 2));
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+#define EXPECT_ERROR_HAS(expr, ...)                                                   \
+  do {                                                                                \
+    const std::string tg_msg = error_of([&] { (void)(expr); });                       \
+    for (const char* tg_part : {__VA_ARGS__})                                         \
+      EXPECT_NE(tg_msg.find(tg_part), std::string::npos) << "'" << tg_part << "' not in: " << tg_msg; \
+  } while (0)
+
+double max_abs(const Tensor& t) {
+  double m = 0;
+  for (float x : to(t, kFloat32).to_vector<float>()) m = std::max(m, static_cast<double>(std::abs(x)));
+  return m;
+}
+
+// The F16 bits of x, which must be exact in half precision (zero or normal).
+uint16_t half_bits(float x) {
+  const auto b = std::bit_cast<uint32_t>(x);
+  if ((b & 0x7fffffffu) == 0) return static_cast<uint16_t>(b >> 16);
+  const int exp = static_cast<int>((b >> 23) & 0xff) - 127 + 15;
+  EXPECT_TRUE(exp > 0 && exp < 31 && (b & 0x1fffu) == 0) << x << " is not exact in float16";
+  return static_cast<uint16_t>(((b >> 16) & 0x8000u) | (static_cast<uint32_t>(exp) << 10) | ((b >> 13) & 0x3ffu));
+}
+
+// A safetensors file of F16 tensors, as transformers writes a float16 model (tapegrad has no
+// float16 tensors, so its writer cannot).
+void save_f16(const safetensors::TensorMap& tensors, const std::string& path) {
+  json::Value header = json::Value::object().set("__metadata__", json::Value::object().set("format", "pt"));
+  std::string data;
+  for (const auto& [name, t] : tensors) {
+    json::Value shape = json::Value::array();
+    for (int64_t s : t.shape()) shape.push_back(s);
+    const auto begin = static_cast<int64_t>(data.size());
+    for (float x : to(t, kFloat32).to_vector<float>()) {
+      const uint16_t h = half_bits(x);
+      data += static_cast<char>(h & 0xff);
+      data += static_cast<char>(h >> 8);
+    }
+    header.set(name, json::Value::object()
+                         .set("dtype", "F16")
+                         .set("shape", shape)
+                         .set("data_offsets", json::Value::array({begin, static_cast<int64_t>(data.size())})));
+  }
+  const std::string h = json::dump(header);
+  std::string file(8, '\0');
+  for (int i = 0; i < 8; ++i) file[i] = static_cast<char>(static_cast<uint64_t>(h.size()) >> (8 * i));
+  io::write_file_atomic(path, file + h + data);
+}
+
+// Rounds every parameter to a multiple of 1/1024 (exact in float16).
+void round_to_f16_grid(nn::Module& m) {
+  NoGradGuard g;
+  for (auto& [name, p] : m.named_parameters()) {
+    std::vector<float> v = p.to_vector<float>();
+    for (float& x : v) x = std::round(x * 1024.0f) / 1024.0f;
+    copy_(p, from_vector(v, p.shape()));
+  }
+}
+
+class HfTest : public testing::SeededTest {};
+
+TEST_F(HfTest, LlamaSavesAndLoadsLikeTransformers) {
+  LlamaForCausalLM model(llama_config(), gen);
+  Folder dir;
+  nn::save_pretrained(model, dir / "m");
+  json::Value cfg = read_json(dir / "m/config.json");
+  EXPECT_EQ(cfg.at("architectures").as_array()[0].as_string(), "LlamaForCausalLM");
+  EXPECT_EQ(cfg.at("model_type").as_string(), "llama");
+  EXPECT_EQ(cfg.at("num_key_value_heads").as_int(), 2);
+  EXPECT_EQ(cfg.at("rope_theta").as_double(), 500.0);
+  EXPECT_EQ(cfg.at("rope_parameters").at("rope_type").as_string(), "default");
+  EXPECT_EQ(cfg.at("rms_norm_eps").as_double(), 1e-6);
+  EXPECT_FALSE(cfg.at("tie_word_embeddings").as_bool());
+  EXPECT_EQ(cfg.at("dtype").as_string(), "float32");
+  auto file = safetensors::load_file_with_metadata(dir / "m/model.safetensors");
+  EXPECT_EQ(file.metadata.at("format"), "pt") << "transformers refuses files without it";
+  EXPECT_EQ(file.tensors.size(), model.state_dict().size());
+  EXPECT_EQ(file.tensors.at("model.layers.1.self_attn.k_proj.weight").shape(), Shape({16, 32}));
+
+  auto back = nn::from_pretrained_llama(dir / "m");
+  EXPECT_FALSE(back->is_training());
+  EXPECT_EQ(back->config.rope_theta, 500.0);
+  EXPECT_EQ(back->config.kv_heads(), 2);
+  EXPECT_TENSOR_EQ(back->forward(ids()), model.forward(ids()));
+  auto any = std::dynamic_pointer_cast<LlamaForCausalLM>(nn::from_pretrained(dir / "m"));
+  ASSERT_TRUE(any);
+  EXPECT_TENSOR_EQ(any->forward(ids()), model.forward(ids()));
+}
+
+TEST_F(HfTest, TiedLlamaWritesTheEmbeddingOnce) {
+  LlamaConfig c = llama_config();
+  c.tie_word_embeddings = true;
+  LlamaForCausalLM model(c, gen);
+  Folder dir;
+  nn::save_pretrained(model, dir / "m");
+  auto file = safetensors::load_file(dir / "m/model.safetensors");
+  EXPECT_FALSE(file.count("lm_head.weight"));
+  EXPECT_TRUE(file.count("model.embed_tokens.weight"));
+  EXPECT_TRUE(read_json(dir / "m/config.json").at("tie_word_embeddings").as_bool());
+  auto back = nn::from_pretrained_llama(dir / "m");
+  EXPECT_TRUE(back->lm_head->weight.same(back->model->embed_tokens->weight));
+  EXPECT_TENSOR_EQ(back->forward(ids()), model.forward(ids()));
+}
+
+TEST_F(HfTest, GPT2StoresConv1DWeightsTransposed) {
+  GPT2LMHeadModel model(gpt2_config(), gen);
+  model.eval();
+  Folder dir;
+  nn::save_pretrained(model, dir / "g");
+  auto file = safetensors::load_file(dir / "g/model.safetensors");
+  EXPECT_FALSE(file.count("lm_head.weight")) << "tied to wte: one copy, as transformers writes it";
+  EXPECT_EQ(file.at("transformer.h.0.attn.c_attn.weight").shape(), Shape({32, 96}));
+  EXPECT_EQ(file.at("transformer.h.1.mlp.c_fc.weight").shape(), Shape({32, 128}));
+  EXPECT_EQ(file.at("transformer.h.1.mlp.c_proj.weight").shape(), Shape({128, 32}));
+  EXPECT_TENSOR_EQ(file.at("transformer.h.0.attn.c_proj.weight"),
+                   contiguous(transpose(model.transformer->h->operator[](0).attn->c_proj->weight.detach(), 0, 1)));
+  EXPECT_EQ(read_json(dir / "g/config.json").at("activation_function").as_string(), "gelu_new");
+
+  auto back = nn::from_pretrained_gpt2(dir / "g");
+  EXPECT_FALSE(back->is_training()) << "dropout off, as transformers' from_pretrained";
+  EXPECT_EQ(back->config.resid_pdrop, 0.1);
+  EXPECT_TRUE(back->lm_head->weight.same(back->transformer->wte->weight));
+  EXPECT_TENSOR_EQ(back->forward(ids()), model.forward(ids()));
+  EXPECT_TRUE(nn::is_hf_conv1d(model, "transformer.h.1.attn.c_attn"));
+  EXPECT_FALSE(nn::is_hf_conv1d(model, "lm_head"));
+  EXPECT_FALSE(nn::is_hf_conv1d(LlamaForCausalLM(llama_config(), gen), "model.layers.0.self_attn.q_proj"));
+}
+
+// GPT-2 on the Hub was saved from GPT2Model: no "transformer." prefix, and causal-mask buffers.
+TEST_F(HfTest, GPT2LoadsBaseModelCheckpointsWithMaskBuffers) {
+  GPT2LMHeadModel model(gpt2_config(), gen);
+  model.eval();
+  Folder dir;
+  nn::save_pretrained(model, dir / "g");
+  safetensors::TensorMap hub;
+  for (auto& [k, t] : safetensors::load_file(dir / "g/model.safetensors")) hub[k.substr(std::string("transformer.").size())] = t;
+  hub["h.0.attn.bias"] = ones({1, 1, 16, 16});
+  hub["h.1.attn.masked_bias"] = full(Shape{}, -1e4);
+  safetensors::save_file(hub, dir / "g/model.safetensors", {{"format", "pt"}});
+  EXPECT_TENSOR_EQ(nn::from_pretrained_gpt2(dir / "g")->forward(ids()), model.forward(ids()));
+}
+
+TEST_F(HfTest, ShardedSaveAndLoad) {
+  LlamaForCausalLM model(llama_config(), gen);
+  Folder dir;
+  nn::save_pretrained(model, dir / "m");  // then sharded into the same folder: the single file goes
+  nn::save_pretrained(model, dir / "m", {.max_shard_bytes = 20000});
+  EXPECT_FALSE(fs::exists(dir / "m/model.safetensors"));
+  json::Value index = read_json(dir / "m/model.safetensors.index.json");
+  std::set<std::string> shards;
+  for (const auto& f : index.at("weight_map").values()) shards.insert(f.as_string());
+  EXPECT_GE(shards.size(), 3u);
+  EXPECT_TRUE(shards.count("model-00001-of-0000" + std::to_string(shards.size()) + ".safetensors"));
+  EXPECT_EQ(index.at("weight_map").size(), model.state_dict().size());
+  int64_t total = 0;
+  for (auto& [k, t] : model.state_dict()) total += static_cast<int64_t>(t.nbytes());
+  EXPECT_EQ(index.at("metadata").at("total_size").as_int(), total);
+  for (const auto& s : shards) EXPECT_TRUE(fs::exists(dir / ("m/" + s))) << s;
+  EXPECT_TENSOR_EQ(nn::from_pretrained_llama(dir / "m")->forward(ids()), model.forward(ids()));
+
+  nn::save_pretrained(model, dir / "m");  // back to one file: shards and index go
+  EXPECT_TRUE(fs::exists(dir / "m/model.safetensors"));
+  EXPECT_FALSE(fs::exists(dir / "m/model.safetensors.index.json"));
+  for (const auto& s : shards) EXPECT_FALSE(fs::exists(dir / ("m/" + s))) << s;
+}
+
+TEST_F(HfTest, BFloat16WeightsLoadIntoAnyDtype) {
+  GPT2LMHeadModel model(gpt2_config(), gen);
+  model.eval();
+  model.to(kBFloat16);
+  Folder dir;
+  nn::save_pretrained(model, dir / "g");
+  EXPECT_EQ(read_json(dir / "g/config.json").at("dtype").as_string(), "bfloat16");
+  EXPECT_EQ(safetensors::load_file(dir / "g/model.safetensors").at("transformer.wte.weight").dtype(), kBFloat16);
+  auto f32 = nn::from_pretrained_gpt2(dir / "g");
+  EXPECT_EQ(f32->transformer->h->operator[](0).attn->c_attn->weight.dtype(), kFloat32);
+  auto bf16 = nn::from_pretrained_gpt2(dir / "g", {.dtype = kBFloat16});
+  EXPECT_EQ(bf16->transformer->h->operator[](0).attn->c_attn->weight.dtype(), kBFloat16);
+  model.to(kFloat32);  // the bfloat16 values, exactly
+  EXPECT_TENSOR_EQ(f32->forward(ids()), model.forward(ids()));
+}
+
+TEST_F(HfTest, Float16WeightsLoad) {
+  LlamaForCausalLM model(llama_config(), gen);
+  round_to_f16_grid(model);
+  Folder dir;
+  nn::save_pretrained(model, dir / "m");
+  nn::StateDict sd = model.state_dict();
+  save_f16(safetensors::TensorMap(sd.begin(), sd.end()), dir / "m/model.safetensors");
+  EXPECT_EQ(safetensors::load_file(dir / "m/model.safetensors").size(), sd.size());
+  EXPECT_TENSOR_EQ(nn::from_pretrained_llama(dir / "m")->forward(ids()), model.forward(ids()));
+}
+
+TEST_F(HfTest, ConfigErrorsNameTheField) {
+  Folder dir;
+  EXPECT_ERROR_HAS(nn::from_pretrained(dir / "nothing"), "no config.json in", "nothing");
+  LlamaForCausalLM model(llama_config(), gen);
+  nn::save_pretrained(model, dir / "m");
+  const std::string m = dir / "m";
+  auto with = [&](const std::string& key, json::Value v) {
+    nn::save_pretrained(model, m);
+    edit_config(m, key, std::move(v));
+  };
+  with("architectures", json::Value::array({"MistralForCausalLM"}));
+  EXPECT_ERROR_HAS(nn::from_pretrained(m), "config.json", "architectures", "MistralForCausalLM", "not supported");
+  with("model_type", "mistral");
+  EXPECT_ERROR_HAS(nn::from_pretrained(m), "model_type", "\"mistral\"");
+  with("rope_scaling", json::Value::object().set("rope_type", "linear").set("factor", 2.0));
+  EXPECT_ERROR_HAS(nn::from_pretrained(m), "rope_scaling", "linear", "not supported");
+  with("rope_parameters", json::Value::object().set("rope_type", "llama3").set("rope_theta", 5e5));
+  EXPECT_ERROR_HAS(nn::from_pretrained(m), "rope_parameters", "llama3");
+  with("attention_bias", true);
+  EXPECT_ERROR_HAS(nn::from_pretrained_llama(m), "attention_bias = true is not supported");
+  with("mlp_bias", true);
+  EXPECT_ERROR_HAS(nn::from_pretrained_llama(m), "mlp_bias = true");
+  with("hidden_act", "gelu");
+  EXPECT_ERROR_HAS(nn::from_pretrained_llama(m), "hidden_act = \"gelu\"", "silu");
+  with("head_dim", 16);
+  EXPECT_ERROR_HAS(nn::from_pretrained_llama(m), "head_dim = 16", "= 8");
+  with("num_attention_heads", "four");
+  EXPECT_ERROR_HAS(nn::from_pretrained_llama(m), "num_attention_heads is \"four\", wants an integer");
+  with("num_key_value_heads", 3);
+  EXPECT_ERROR_HAS(nn::from_pretrained_llama(m), "config.json", "num_key_value_heads 3 must divide");
+
+  // transformers 5 writes RoPE as rope_parameters, older versions rope_theta: both are read.
+  with("rope_theta", json::Value());
+  edit_config(m, "rope_parameters", json::Value::object().set("rope_type", "default").set("rope_theta", 500.0));
+  EXPECT_TENSOR_EQ(nn::from_pretrained_llama(m)->forward(ids()), model.forward(ids()));
+  with("rope_parameters", json::Value());
+  EXPECT_TENSOR_EQ(nn::from_pretrained_llama(m)->forward(ids()), model.forward(ids()));
+
+  GPT2LMHeadModel gpt(gpt2_config(), gen);
+  nn::save_pretrained(gpt, dir / "g");
+  EXPECT_ERROR_HAS(nn::from_pretrained_llama(dir / "g"), "from_pretrained_llama", "describes a GPT2LMHeadModel");
+  edit_config(dir / "g", "activation_function", "relu");
+  EXPECT_ERROR_HAS(nn::from_pretrained(dir / "g"), "activation_function = \"relu\"", "gelu_new");
+  edit_config(dir / "g", "activation_function", "gelu_pytorch_tanh");
+  edit_config(dir / "g", "tie_word_embeddings", false);
+  EXPECT_ERROR_HAS(nn::from_pretrained(dir / "g"), "tie_word_embeddings = false");
+  edit_config(dir / "g", "tie_word_embeddings", true);
+  edit_config(dir / "g", "scale_attn_by_inverse_layer_idx", true);
+  EXPECT_ERROR_HAS(nn::from_pretrained(dir / "g"), "scale_attn_by_inverse_layer_idx = true");
+}
+
+TEST_F(HfTest, WeightErrorsListEveryProblem) {
+  LlamaForCausalLM model(llama_config(), gen);
+  Folder dir;
+  const std::string m = dir / "m";
+  nn::save_pretrained(model, m);
+  edit_config(m, "num_key_value_heads", 4);  // k/v_proj now want [32, 32]
+  EXPECT_ERROR_HAS(nn::from_pretrained(m), "do not fit the LlamaForCausalLM", "wrong shape (4)",
+                   "model.layers.0.self_attn.k_proj.weight (file [16, 32], config.json wants [32, 32])");
+
+  nn::save_pretrained(model, m);
+  auto file = safetensors::load_file(m + "/model.safetensors");
+  file.erase("model.norm.weight");
+  file["model.layers.0.extra.weight"] = zeros({2});
+  safetensors::save_file(file, m + "/model.safetensors", {{"format", "pt"}});
+  EXPECT_ERROR_HAS(nn::from_pretrained(m), "missing (1): model.norm.weight", "unexpected (1): model.layers.0.extra.weight");
+
+  fs::remove(m + "/model.safetensors");
+  EXPECT_ERROR_HAS(nn::from_pretrained(m), "has neither model.safetensors nor model.safetensors.index.json");
+
+  nn::save_pretrained(model, m, {.max_shard_bytes = 20000});
+  const std::string shard = read_json(m + "/model.safetensors.index.json").at("weight_map").at("model.norm.weight").as_string();
+  fs::remove(m + "/" + shard);
+  const std::string in_shard = "in '" + shard + "'";
+  EXPECT_ERROR_HAS(nn::from_pretrained(m), "model.safetensors.index.json' puts", in_shard.c_str(), "does not exist");
+}
+
+TEST_F(HfTest, SavePretrainedRefusesWhatTransformersCannotLoad) {
+  LlamaForCausalLM model(llama_config(), gen);
+  peft::apply_lora(model, {}, gen);
+  Folder dir;
+  EXPECT_ERROR_HAS(nn::save_pretrained(model, dir / "m"), "save_pretrained", "is a LoRA weight", "merge_and_unload");
+  peft::merge_and_unload(model);
+  nn::save_pretrained(model, dir / "m");
+  EXPECT_TENSOR_EQ(nn::from_pretrained_llama(dir / "m")->forward(ids()), model.forward(ids()));
+  nn::Linear lin(4, 3);
+  EXPECT_ERROR_HAS(nn::save_pretrained(lin, dir / "l"), "save_pretrained: Linear has no transformers counterpart");
+}
+
+// peft marks LoRA on Conv1D layers fan_in_fan_out; A and B keep Linear's [r, in] / [out, r].
+TEST_F(HfTest, GPT2AdapterInPeftFormat) {
+  GPT2LMHeadModel model(gpt2_config(), gen);
+  model.eval();
+  Folder dir;
+  nn::save_pretrained(model, dir / "g");
+  peft::LoraConfig lc;
+  lc.r = 4;
+  lc.lora_alpha = 8;
+  lc.target_modules = {"c_attn", "c_proj", "c_fc"};
+  lc.base_model_name_or_path = "gpt2-tiny";
+  peft::apply_lora(model, lc, gen);
+  for (auto& [path, l] : peft::lora_layers(model)) nn::init::normal_(l->lora_B->weight, 0.0, 0.1, gen);
+  peft::save_adapter(model, dir / "a", lc);
+  json::Value cfg = read_json(dir / "a/adapter_config.json");
+  EXPECT_TRUE(cfg.at("fan_in_fan_out").as_bool());
+  EXPECT_EQ(cfg.at("base_model_name_or_path").as_string(), "gpt2-tiny");
+  auto file = safetensors::load_file(dir / "a/adapter_model.safetensors");
+  EXPECT_EQ(file.size(), 2u * 2 * 4);  // 2 layers x (c_attn, attn.c_proj, c_fc, mlp.c_proj) x (A, B)
+  EXPECT_EQ(file.at("base_model.model.transformer.h.0.attn.c_attn.lora_A.weight").shape(), Shape({4, 32}));
+  EXPECT_EQ(file.at("base_model.model.transformer.h.0.attn.c_attn.lora_B.weight").shape(), Shape({96, 4}));
+  EXPECT_EQ(file.at("base_model.model.transformer.h.1.mlp.c_proj.lora_A.weight").shape(), Shape({4, 128}));
+
+  auto fresh = nn::from_pretrained_gpt2(dir / "g");
+  peft::LoraConfig got = peft::load_adapter(*fresh, dir / "a");
+  EXPECT_EQ(got.r, 4);
+  EXPECT_TENSOR_EQ(fresh->forward(ids()), model.forward(ids()));
+}
+
+// adapter_config.json as peft 0.2x writes it: fields tapegrad does not use are accepted as long
+// as they do not change the computation.
+TEST_F(HfTest, PeftWrittenAdapterConfig) {
+  json::Value v = json::Value::object()
+                      .set("alpha_pattern", json::Value::object())
+                      .set("base_model_name_or_path", "tiny")
+                      .set("bias", "none")
+                      .set("fan_in_fan_out", true)
+                      .set("init_lora_weights", false)
+                      .set("layers_to_transform", json::Value())
+                      .set("lora_alpha", 8)
+                      .set("lora_bias", false)
+                      .set("lora_dropout", 0.0)
+                      .set("modules_to_save", json::Value())
+                      .set("peft_type", "LORA")
+                      .set("peft_version", "0.21.0")
+                      .set("r", 4)
+                      .set("rank_pattern", json::Value::object())
+                      .set("target_modules", json::Value::array({"c_fc", "c_attn"}))
+                      .set("target_parameters", json::Value())
+                      .set("task_type", "CAUSAL_LM")
+                      .set("trainable_token_indices", json::Value())
+                      .set("use_dora", false)
+                      .set("use_rslora", false);
+  peft::LoraConfig c = peft::parse_adapter_config(json::dump(v));
+  EXPECT_EQ(c.r, 4);
+  EXPECT_EQ(c.lora_alpha, 8.0);
+  EXPECT_EQ(c.target_modules, (std::vector<std::string>{"c_fc", "c_attn"}));
+  json::Value bad = v;
+  bad.set("alpha_pattern", json::Value::object().set("c_fc", 32));
+  EXPECT_ERROR_HAS(peft::parse_adapter_config(json::dump(bad)), "alpha_pattern", "not supported");
+  bad = v;
+  bad.set("layers_to_transform", json::Value::array({0}));
+  EXPECT_ERROR_HAS(peft::parse_adapter_config(json::dump(bad)), "layers_to_transform");
+  bad = v;
+  bad.set("lora_bias", true);
+  EXPECT_ERROR_HAS(peft::parse_adapter_config(json::dump(bad)), "lora_bias");
+}
+
+// The numbers transformers + peft computed for the committed fixtures (written by
+// tests/interop/check_hf_roundtrip.py on a machine with them).
+TEST(HfFixtures, MatchTransformersAndPeft) {
+  if (!fs::exists(kFixtures))
+    GTEST_SKIP() << "fixtures not generated yet: run python3 tests/interop/check_hf_roundtrip.py build-gpu "
+                    "--write-fixtures";
+  for (const std::string name : {"llama", "gpt2"}) {
+    SCOPED_TRACE(name);
+    safetensors::TensorMap want = safetensors::load_file((kFixtures / (name + "_expected.safetensors")).string());
+    auto model = nn::from_pretrained((kFixtures / name).string());
+    const Tensor ids = want.at("ids"), labels = want.at("labels");
+    Tensor logits = model->forward(ids);
+    EXPECT_TENSOR_NEAR(logits, want.at("logits"), 1e-5, 1e-5 * max_abs(want.at("logits")));
+    EXPECT_TENSOR_NEAR(nn::causal_lm_loss(logits, labels), want.at("loss"), 1e-5, 0.0);
+
+    peft::load_adapter(*model, (kFixtures / (name + "_adapter")).string());
+    Tensor lora_logits = model->forward(ids);
+    EXPECT_TENSOR_NEAR(lora_logits, want.at("lora_logits"), 1e-5, 1e-5 * max_abs(want.at("lora_logits")));
+    Tensor loss = nn::causal_lm_loss(lora_logits, labels);
+    EXPECT_TENSOR_NEAR(loss, want.at("lora_loss"), 1e-5, 0.0);
+    loss.backward();
+    size_t grads = 0;
+    for (auto& [path, l] : peft::lora_layers(*model))
+      for (const auto& [ab, w] : {std::pair{"lora_A", l->lora_A->weight}, std::pair{"lora_B", l->lora_B->weight}}) {
+        const Tensor& g = want.at("grad.base_model.model." + path + "." + ab + ".weight");
+        EXPECT_TENSOR_NEAR(w.grad(), g, 1e-4, 1e-4 * max_abs(g)) << path << "." << ab;
+        ++grads;
+      }
+    size_t expected = 0;
+    for (const auto& [k, t] : want) expected += k.starts_with("grad.");
+    EXPECT_EQ(grads, expected);
+  }
+}
+
+}  // namespace
+}  // namespace tg::test
