@@ -2,8 +2,8 @@
 """PyTorch's RMSNorm / LayerNorm backward on the cases of bench/norm_bench.cu, timed the same way.
 
 Each timed call is one backward (torch.autograd.grad of the forward output, graph retained),
-bracketed by CUDA events after a 256 MB memset that flushes the L2; median of --reps calls, in
-microseconds. Backends: eager (F.rms_norm / F.layer_norm) and torch.compile of the forward
+captured once in a CUDA graph and replayed between CUDA events after a 256 MB memset that
+flushes the L2 (as norm_bench times ours); median of --reps replays, in microseconds. Backends: eager (F.rms_norm / F.layer_norm) and torch.compile of the forward
 (its AOTAutograd backward is what runs). Modes as in norm_bench: which inputs require grad
 decides what backward computes (frozen weight: no dW).
 
@@ -33,13 +33,22 @@ def timer(reps, warmup=5):
     start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
 
     def run(fn):
-        for _ in range(warmup):
+        # Warm up on a side stream (as graph capture requires), capture one call, time replays:
+        # host launch overhead is then not counted, as in norm_bench and the reference figures.
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(warmup):
+                fn()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
             fn()
         times = []
         for i in range(reps):
             flush.fill_(i & 0xFF)
             start.record()
-            fn()
+            graph.replay()
             stop.record()
             stop.synchronize()
             times.append(start.elapsed_time(stop) * 1000.0)
