@@ -12,4 +12,5 @@
 #include "nn/mlp.h"
 #include "nn/module.h"
 #include "nn/norm.h"
+#include "nn/pretrained.h"
 #include "nn/rotary.h"
