@@ -245,6 +245,15 @@ __device__ __forceinline__ void group_sum(float (&v)[K], int tpr, float* smem, i
     for (int k = 0; k < K; ++k) v[k] += buf[(first + i) * K + k];
 }
 
+// ------------------------------------------------------------------ backward arithmetic
+// xhat = (x - mean) * rstd and one element of dx = rstd * (g - mean(g) - xhat * mean(g * xhat)),
+// defined once for every backward kernel with explicitly rounded operations, so no kernel or
+// variant contracts them differently: dx is bitwise the same whichever kernel computed it.
+__device__ __forceinline__ float xhat_of(float x, float mu, float rs) { return __fmul_rn(__fsub_rn(x, mu), rs); }
+__device__ __forceinline__ float dx_of(float g, float xh, float mg, float mgx, float rs) {
+  return __fmul_rn(rs, __fsub_rn(__fsub_rn(g, mg), __fmul_rn(xh, mgx)));
+}
+
 // ------------------------------------------------------------------ arguments
 struct FwdArgs {
   void* y;
@@ -528,7 +537,7 @@ __global__ void __launch_bounds__(max_tpr(ITERS), min_blocks(ITERS)) norm_bwd_ke
           const int e = q * C + k;
           const float d = elem(dyv[i], e);
           if constexpr (kNeedX) {
-            const float xh = __fmul_rn(__fsub_rn(elem(xv[i], e), mu), rs);
+            const float xh = xhat_of(elem(xv[i], e), mu, rs);
             if constexpr (DX) {
               const float g = w && in[i] ? __fmul_rn(d, elem(wv[i], e)) : d;
               sums[0] = __fmaf_rn(g, xh, sums[0]);
@@ -561,10 +570,10 @@ __global__ void __launch_bounds__(max_tpr(ITERS), min_blocks(ITERS)) norm_bwd_ke
         if constexpr (RES) load_stream(rv, dres + off + v * N);
 #pragma unroll
         for (int e = 0; e < N; ++e) {
-          const float xh = __fmul_rn(__fsub_rn(elem_again(xv[i], e, a.zero), mu), rs);
+          const float xh = xhat_of(elem_again(xv[i], e, a.zero), mu, rs);
           const float d = elem_again(dyv[i], e, a.zero);
           const float g = w ? __fmul_rn(d, elem(w2, e)) : d;
-          float o = __fmul_rn(rs, __fsub_rn(__fsub_rn(g, mg), __fmul_rn(xh, mgx)));
+          float o = dx_of(g, xh, mg, mgx, rs);
           if constexpr (RES) o = __fadd_rn(o, elem(rv, e));
           out.v[e] = from_f<T>(o);
         }
@@ -772,7 +781,7 @@ __global__ void __launch_bounds__(kMaxTpr, staged_min_blocks(ITERS, ITERS * N * 
       for (int e = 0; e < N; ++e) {
         const float d = elem(dyv[i], e);
         if constexpr (kNeedX) {
-          const float xh = __fmul_rn(__fsub_rn(elem(xv[i], e), mu), rs);
+          const float xh = xhat_of(elem(xv[i], e), mu, rs);
           if constexpr (DX) {
             const float g = w && in[i] ? __fmul_rn(d, elem(wv[i], e)) : d;
             sums[0] = __fmaf_rn(g, xh, sums[0]);
@@ -792,10 +801,10 @@ __global__ void __launch_bounds__(kMaxTpr, staged_min_blocks(ITERS, ITERS * N * 
         P out;
 #pragma unroll
         for (int e = 0; e < N; ++e) {
-          const float xh = __fmul_rn(__fsub_rn(elem_again(xv[i], e, a.zero), mu), rs);
+          const float xh = xhat_of(elem_again(xv[i], e, a.zero), mu, rs);
           const float d = elem_again(dyv[i], e, a.zero);
           const float g = w ? __fmul_rn(d, elem(wv[i], e)) : d;
-          float o = __fmul_rn(rs, __fsub_rn(__fsub_rn(g, mg), __fmul_rn(xh, mgx)));
+          float o = dx_of(g, xh, mg, mgx, rs);
           if constexpr (RES) o = __fadd_rn(o, elem(rv[i], e));
           out.v[e] = from_f<T>(o);
         }
@@ -852,7 +861,7 @@ __global__ void __launch_bounds__(1024) norm_bwd_loop_kernel(BwdArgs a) {
         if (w) load_cached(wv, w + v * N);
 #pragma unroll
         for (int e = 0; e < N; ++e) {
-          const float xh = __fmul_rn(__fsub_rn(to_f(xv.v[e]), mu), rs);
+          const float xh = xhat_of(to_f(xv.v[e]), mu, rs);
           const float d = to_f(dyv.v[e]);
           const float g = w ? __fmul_rn(d, to_f(wv.v[e])) : d;
           s[0] = __fmaf_rn(g, xh, s[0]);
@@ -875,13 +884,13 @@ __global__ void __launch_bounds__(1024) norm_bwd_loop_kernel(BwdArgs a) {
         const float d = to_f(dyv.v[e]);
         const int col = v * N + e;
         if constexpr (DX) {
-          const float xh = __fmul_rn(__fsub_rn(to_f(xv.v[e]), mu), rs);
+          const float xh = xhat_of(to_f(xv.v[e]), mu, rs);
           const float g = w ? __fmul_rn(d, to_f(wv.v[e])) : d;
-          float o = __fmul_rn(rs, __fsub_rn(__fsub_rn(g, mg), __fmul_rn(xh, mgx)));
+          float o = dx_of(g, xh, mg, mgx, rs);
           if (dres) o = __fadd_rn(o, to_f(rv.v[e]));
           out.v[e] = from_f<T>(o);
         }
-        if constexpr (DW) prow[col] = __fmaf_rn(d, __fmul_rn(__fsub_rn(to_f(xv.v[e]), mu), rs), prow[col]);
+        if constexpr (DW) prow[col] = __fmaf_rn(d, xhat_of(to_f(xv.v[e]), mu, rs), prow[col]);
         if constexpr (DB) prow[(DW ? a.dim : 0) + col] = __fadd_rn(prow[(DW ? a.dim : 0) + col], d);
       }
       if constexpr (DX) store_stream(dx + off + v * N, out);
