@@ -14,8 +14,11 @@ Tensor causal_lm_loss(const Tensor& logits, const Tensor& labels, int64_t ignore
            labels.defined() ? shape_str(labels.shape()) : "undefined");
   const int64_t T = logits.shape()[1], V = logits.shape()[2];
   TG_CHECK(T >= 2, "causal_lm_loss", "needs at least 2 positions to predict a next token, got T = ", T);
-  Tensor l = logits.dtype() == kBFloat16 ? to(logits, kFloat32) : logits;
-  Tensor pred = reshape(slice(l, 1, 0, T - 1), {-1, V});
+  // bfloat16 logits: the cross entropy and the loss in float32, as transformers upcasts. The cast
+  // comes after the slice: it writes [B, T - 1, V] contiguously, so the reshape is a view and
+  // the float32 logits exist once (slice-then-reshape alone copies).
+  Tensor pred = slice(logits, 1, 0, T - 1);
+  pred = reshape(logits.dtype() == kBFloat16 ? to(pred, kFloat32) : pred, {-1, V});
   Tensor target = reshape(slice(labels, 1, 1, T), {-1});
   return cross_entropy(pred, target, ignore_index);
 }

@@ -15,6 +15,7 @@
 #include "nn/norm.h"
 #include "nn/pretrained.h"
 #include "ops/binary.h"
+#include "ops/cast.h"
 #include "ops/matmul.h"
 
 namespace tg::peft {
@@ -82,7 +83,8 @@ std::map<std::string, Tensor> adapter_tensors(nn::Module& model, const std::vect
 
 // ---------------------------------------------------------------- LoRALinear
 
-LoRALinear::LoRALinear(const nn::Linear& base, int64_t rank, double alpha, double dropout, Generator& gen)
+LoRALinear::LoRALinear(const nn::Linear& base, int64_t rank, double alpha, double dropout, Generator& gen,
+                       bool autocast_adapter_dtype)
     : nn::Linear("LoRALinear", base.in_features, base.out_features, base.weight, base.bias),
       r(rank),
       lora_alpha(alpha),
@@ -94,8 +96,9 @@ LoRALinear::LoRALinear(const nn::Linear& base, int64_t rank, double alpha, doubl
   lora_A = std::make_shared<nn::Linear>(in_features, rank, false, gen);
   lora_B = std::make_shared<nn::Linear>(rank, out_features, false, gen);
   nn::init::zeros_(lora_B->weight);
-  lora_A->to(weight.dtype(), weight.device());
-  lora_B->to(weight.dtype(), weight.device());
+  const DType adapter_dtype = autocast_adapter_dtype && weight.dtype() == kBFloat16 ? kFloat32 : weight.dtype();
+  lora_A->to(adapter_dtype, weight.device());
+  lora_B->to(adapter_dtype, weight.device());
   lora_dropout = std::make_shared<nn::Dropout>(dropout, gen);
   register_module("lora_dropout", lora_dropout);
   register_module("lora_A", lora_A);
@@ -106,7 +109,14 @@ LoRALinear::LoRALinear(const nn::Linear& base, int64_t rank, double alpha, doubl
 Tensor LoRALinear::forward(const Tensor& x) {
   Tensor y = nn::Linear::forward(x);
   if (merged_) return y;
-  return add(y, mul(lora_B->forward(lora_A->forward(lora_dropout->forward(x))), scaling));
+  // Mixed precision (float32 adapters, bfloat16 x and W), as peft does: x is cast to the adapters'
+  // dtype and the LoRA path runs in float32, so dA and dB come out of float32 GEMMs in float32
+  // (casting A and B to bfloat16 instead would round x A and the gradients to 8 bits). The [N, out]
+  // LoRA term is rounded to bfloat16 before the add (binary ops want one dtype; that rounding is
+  // small beside the sum's own), and the cast's backward rounds the LoRA part of dx to bfloat16,
+  // x's own precision. With equal dtypes both casts return their input.
+  Tensor lora = lora_B->forward(lora_A->forward(lora_dropout->forward(tg::to(x, lora_A->weight.dtype()))));
+  return add(y, tg::to(mul(lora, scaling), y.dtype()));
 }
 
 Tensor LoRALinear::delta_weight() const {
@@ -114,17 +124,21 @@ Tensor LoRALinear::delta_weight() const {
   return mul(matmul(lora_B->weight, lora_A->weight), scaling);
 }
 
+// W +/- delta in the adapters' dtype (float32 for a bfloat16 W with float32 adapters), rounded to
+// W's dtype once by copy_.
 void LoRALinear::merge() {
   TG_CHECK(!merged_, "LoRALinear::merge", "the adapter is already merged");
   NoGradGuard g;
-  copy_(weight, add(weight, delta_weight()));
+  Tensor delta = delta_weight();
+  copy_(weight, add(tg::to(weight, delta.dtype()), delta));
   merged_ = true;
 }
 
 void LoRALinear::unmerge() {
   TG_CHECK(merged_, "LoRALinear::unmerge", "the adapter is not merged");
   NoGradGuard g;
-  copy_(weight, sub(weight, delta_weight()));
+  Tensor delta = delta_weight();
+  copy_(weight, sub(tg::to(weight, delta.dtype()), delta));
   merged_ = false;
 }
 
@@ -181,7 +195,8 @@ LoraReport apply_lora(nn::Module& model, const LoraConfig& config, Generator& ge
   model.requires_grad_(false);  // everything frozen; the adapters and saved modules train
   for (const auto& path : report.wrapped) {
     auto base = std::dynamic_pointer_cast<nn::Linear>(model.get_submodule(path));
-    model.replace_module(path, std::make_shared<LoRALinear>(*base, config.r, config.lora_alpha, config.lora_dropout, gen));
+    model.replace_module(path, std::make_shared<LoRALinear>(*base, config.r, config.lora_alpha, config.lora_dropout, gen,
+                                                                config.autocast_adapter_dtype));
   }
   for (const auto& path : report.saved_modules) model.get_submodule(path)->requires_grad_(true);
   report.trainable_params = model.num_parameters(true);

@@ -38,6 +38,12 @@ struct LoraConfig {
   // Freeze every RMSNorm / LayerNorm weight and bias (peft does; false keeps them trainable and
   // saves them with the adapter).
   bool freeze_norms = true;
+  // Mixed precision, as peft's get_peft_model(..., autocast_adapter_dtype=True) (its default):
+  // the adapters of a bfloat16 layer are float32 (their gradients and AdamW state then are too);
+  // false gives them the layer's dtype. Other base dtypes always keep their own. So for a bf16
+  // base with float32 LoRA: model.to(kBFloat16), then apply_lora (a later model.to(kBFloat16)
+  // would cast the adapters too).
+  bool autocast_adapter_dtype = true;
   // Written to adapter_config.json for peft; not used by tapegrad.
   std::string base_model_name_or_path = "";  // empty: null
   std::string task_type = "CAUSAL_LM";
@@ -46,19 +52,21 @@ struct LoraConfig {
 };
 
 // A Linear with a LoRA adapter. It takes over the wrapped layer's weight and bias tensors (the
-// same handles) and freezes them.
+// same handles) and freezes them. The adapters are on the layer's device, in its dtype, except
+// float32 for a bfloat16 layer when autocast_adapter_dtype (see LoraConfig).
 class LoRALinear : public nn::Linear {
  public:
   LoRALinear(const nn::Linear& base, int64_t r, double lora_alpha, double lora_dropout = 0.0,
-             Generator& gen = default_generator());
+             Generator& gen = default_generator(), bool autocast_adapter_dtype = true);
   Tensor forward(const Tensor& x) override;
 
   // W += scaling * B A (then forward skips the LoRA path), and back. tg::Error when already in
-  // that state.
+  // that state. With float32 adapters on a bfloat16 W the sum is computed in float32 and rounded
+  // once, so unmerge restores W only to within bfloat16 rounding (as in peft).
   void merge();
   void unmerge();
   bool merged() const { return merged_; }
-  // scaling * B A, [out, in] (no autograd).
+  // scaling * B A, [out, in], in the adapters' dtype (no autograd).
   Tensor delta_weight() const;
 
   int64_t r;
@@ -81,7 +89,8 @@ struct LoraReport {
   std::string str() const;
 };
 
-// Wraps every target Linear in `model` by a LoRALinear (on the layer's device and dtype),
+// Wraps every target Linear in `model` by a LoRALinear (adapters on the layer's device and dtype,
+// float32 for bfloat16 layers: LoraConfig::autocast_adapter_dtype),
 // freezes every other parameter except modules_to_save (and norms when freeze_norms is false).
 // tg::Error when no module matches, a target is not a Linear, or the model already has LoRA.
 LoraReport apply_lora(nn::Module& model, const LoraConfig& config = {}, Generator& gen = default_generator());
