@@ -1,7 +1,9 @@
 // One training step of the toy transformer (forward, backward, AdamW), full fine-tuning and
 // LoRA, timed on the host clock: median of --steps after --warmup. Prints one row per mode in
 // the same shape as ../shared/reference/torch_toy_lora.py, so bench/run_cpu_step.sh can put
-// both in one table.
+// both in one table. --dtype bf16: LoRA steps with the frozen base in bfloat16 and float32
+// adapters (peft's mixed precision); full steps with every parameter, gradient and AdamW state
+// in bfloat16 (no float32 master weights).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -9,6 +11,7 @@
 #include <vector>
 
 #include "examples/common/flags.h"
+#include "examples/common/precision.h"
 #include "nn/llama.h"
 #include "optim/optimizer.h"
 #include "peft/lora.h"
@@ -20,6 +23,7 @@ int main(int argc, char** argv) {
   examples::Flags flags("train_step_bench", "Times one training step of a toy-transformer config.");
   flags.add("config", "tiny", "tiny | small | bench-135m")
       .add("device", "cpu", "cpu | cuda")
+      .add("dtype", "f32", "f32 | bf16 (see the top of bench/train_step_bench.cpp)")
       .add("threads", "2", "CPU threads")
       .add("warmup", "3", "untimed steps")
       .add("steps", "20", "timed steps (the median is reported)")
@@ -28,14 +32,18 @@ int main(int argc, char** argv) {
     if (!flags.parse(argc, argv)) return std::cout << flags.usage(), 0;
     set_num_threads(static_cast<int>(flags.integer("threads")));
     Device device = flags.str("device") == "cuda" ? Device::cuda() : Device::cpu();
+    const DType dtype = examples::dtype_flag(flags);
     nn::LlamaConfig c = nn::LlamaConfig::by_name(flags.str("config"));
     const int64_t B = c.batch_size, T = c.max_position_embeddings;
-    std::printf("%-12s %-5s %-7s %10s %10s %10s %8s\n", "config", "mode", "device", "ms/step", "min ms", "tok/s", "threads");
+    std::printf("%-12s %-5s %-7s %-5s %10s %10s %10s %8s %10s\n", "config", "mode", "device", "dtype", "ms/step",
+                "min ms", "tok/s", "threads", "peak MiB");
     for (const std::string& mode : flags.list("modes")) {
       Generator gen(0);
       auto model = std::make_shared<nn::LlamaForCausalLM>(c, gen);
+      model->to(dtype);
       if (mode == "lora") peft::apply_lora(*model, {});
       model->to(device);
+      reset_peak_memory_stats(device);
       optim::AdamW opt(model->named_trainable_parameters(), {.lr = 1e-3, .weight_decay = 0.01});
       Tensor ids = randint(0, c.vocab_size, {B, T}, gen, {.dtype = kInt64, .device = device});
       auto step = [&] {
@@ -54,8 +62,11 @@ int main(int argc, char** argv) {
       }
       std::sort(ms.begin(), ms.end());
       double med = ms[ms.size() / 2];
-      std::printf("%-12s %-5s %-7s %10.2f %10.2f %10.0f %8d\n", flags.str("config").c_str(), mode.c_str(),
-                  device.str().c_str(), med, ms.front(), static_cast<double>(B * T) / (med / 1e3), get_num_threads());
+      // Peak bytes of live tensors over the steps, the model included (either allocator counts).
+      const double peak_mib = memory_stats(device).peak_bytes / 1048576.0;
+      std::printf("%-12s %-5s %-7s %-5s %10.2f %10.2f %10.0f %8d %10.1f\n", flags.str("config").c_str(), mode.c_str(),
+                  device.str().c_str(), flags.str("dtype").c_str(), med, ms.front(),
+                  static_cast<double>(B * T) / (med / 1e3), get_num_threads(), peak_mib);
     }
   } catch (const std::exception& e) {
     std::cerr << "error: " << e.what() << "\n";

@@ -6,7 +6,9 @@
 // with LoRA (everything else frozen, norms included), trains the adapters with AdamW, linear
 // warmup + cosine decay and gradient clipping, evaluates, and saves a peft adapter. Along the
 // way: a live progress line, a CSV + SVG loss log, a checkpoint every --save-every steps (and
-// on Ctrl-C), --resume that continues bit-exactly, and optionally the merged model.
+// on Ctrl-C), --resume that continues bit-exactly, and optionally the merged model. With
+// --dtype bf16 the frozen base runs in bfloat16 and the adapters train in float32; on a GPU the
+// report ends with the peak GPU memory.
 #include <atomic>
 #include <csignal>
 #include <cstdio>
@@ -17,6 +19,7 @@
 #include "examples/common/data.h"
 #include "examples/common/evaluate.h"
 #include "examples/common/flags.h"
+#include "examples/common/precision.h"
 #include "examples/common/train_log.h"
 #include "io/checkpoint.h"
 #include "io/safetensors.h"
@@ -42,6 +45,7 @@ int run(int argc, char** argv) {
       .add("data", "", "training text (default: the generated 'logbook' corpus); the last 10% validates")
       .add("out", "out/lora", "directory for the adapter, logs and checkpoints")
       .add("device", "auto", "cpu | cuda | auto")
+      .add("dtype", "f32", examples::kDtypeHelp)
       .add("rank", "8", "LoRA rank r")
       .add("alpha", "16", "LoRA alpha (scale alpha / r)")
       .add("dropout", "0", "dropout on the LoRA path")
@@ -58,7 +62,7 @@ int run(int argc, char** argv) {
       .add("save-every", "100", "write a checkpoint every N steps (0: only at the end and on Ctrl-C)")
       .add("stop-at", "0", "stop after this step as if interrupted (checkpoint written); 0: run to the end")
       .add("resume", "false", "continue from <out>/checkpoint.safetensors")
-      .add("merge", "false", "also write <out>/merged.safetensors (LoRA folded into the base weights)")
+      .add("merge", "false", "also write <out>/merged.safetensors (LoRA folded into the base weights, in --dtype)")
       .add("threads", "0", "CPU threads (0: all cores)")
       .add("seed", "0", "seed of the LoRA init and the data order");
   if (!flags.parse(argc, argv)) return std::cout << flags.usage(), 0;
@@ -66,6 +70,7 @@ int run(int argc, char** argv) {
   if (dev != "auto" && dev != "cpu" && dev != "cuda")
     throw examples::UsageError("--device wants cpu, cuda or auto, got '" + dev + "'\n" + flags.usage());
   Device device = dev == "auto" ? default_device() : dev == "cuda" ? Device::cuda() : Device::cpu();
+  const DType dtype = examples::dtype_flag(flags);
   if (flags.integer("threads") > 0) set_num_threads(static_cast<int>(flags.integer("threads")));
   const int64_t steps = flags.integer("steps"), batch = flags.integer("batch"), seq = flags.integer("seq");
   if (steps < 1 || batch < 1 || seq < 2)
@@ -91,6 +96,7 @@ int run(int argc, char** argv) {
                                std::to_string(config.max_position_embeddings) + "\n" + flags.usage());
   auto model = std::make_shared<nn::LlamaForCausalLM>(config);
   io::load_state_dict_file(*model, flags.str("base"));
+  model->to(dtype);  // before apply_lora, which then makes float32 adapters for a bfloat16 base
   Generator init(static_cast<uint64_t>(flags.integer("seed")));
   peft::apply_lora(*model, lora, init);
   model->to(device);
@@ -112,6 +118,7 @@ int run(int argc, char** argv) {
   }
 
   std::signal(SIGINT, on_sigint);
+  if (device.is_cuda()) reset_peak_memory_stats(device);  // the peak of training, model included
   examples::TrainLog log("lora", steps, batch * seq, out + "/loss.csv", /*append=*/start > 0);
   const int64_t eval_every = flags.integer("eval-every"), save_every = flags.integer("save-every"),
                 stop_at = flags.integer("stop-at");
@@ -143,7 +150,7 @@ int run(int argc, char** argv) {
 
   peft::save_adapter(*model, out + "/adapter", lora);
   std::printf("adapter: %s/adapter (adapter_model.safetensors + adapter_config.json)\n", out.c_str());
-  if (device.is_cuda()) std::printf("peak GPU memory: %.1f MiB\n", memory_stats(device).peak_bytes / 1048576.0);
+  if (device.is_cuda()) std::printf("%s\n", examples::peak_memory_line(device).c_str());
   if (flags.boolean("merge")) {
     peft::merge_and_unload(*model);
     io::save_state_dict(*model, out + "/merged.safetensors");

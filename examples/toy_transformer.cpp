@@ -4,6 +4,8 @@
 //   3. show what the adapter learned (validation loss on both corpora, samples before/after)
 //      and save it as a peft adapter.
 // Runs with no arguments on a CPU in a couple of minutes; picks the GPU when there is one.
+// --dtype bf16: pre-training stays float32; the frozen base is then cast to bfloat16 and the
+// adapters train in float32 (mixed precision). On a GPU the report ends with the peak memory.
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -12,6 +14,7 @@
 #include "examples/common/evaluate.h"
 #include "examples/common/flags.h"
 #include "examples/common/generate.h"
+#include "examples/common/precision.h"
 #include "examples/common/train_log.h"
 #include "io/checkpoint.h"
 #include "nn/llama.h"
@@ -58,6 +61,7 @@ int run(int argc, char** argv) {
   examples::Flags flags("toy_transformer", "Pre-train a small Llama on one corpus, LoRA fine-tune it on another.");
   flags.add("config", "auto", "tiny | small | bench-135m (auto: tiny on the CPU, small on a GPU)")
       .add("device", "auto", "cpu | cuda | auto")
+      .add("dtype", "f32", std::string(examples::kDtypeHelp) + "; pre-training is always f32")
       .add("data", "", "pre-training text file (default: a generated 'stories' corpus)")
       .add("finetune-data", "", "fine-tuning text file (default: a generated 'logbook' corpus)")
       .add("pretrain-steps", "600", "optimizer steps of pre-training")
@@ -82,6 +86,7 @@ int run(int argc, char** argv) {
                   : flags.str("device") == "cuda" ? Device::cuda()
                   : flags.str("device") == "cpu" ? Device::cpu()
                   : throw examples::UsageError("--device wants cpu, cuda or auto\n" + flags.usage());
+  const DType dtype = examples::dtype_flag(flags);
   if (flags.integer("threads") > 0) set_num_threads(static_cast<int>(flags.integer("threads")));
   std::string config_name = flags.str("config") == "auto" ? (device.is_cuda() ? "small" : "tiny") : flags.str("config");
   nn::LlamaConfig config = nn::LlamaConfig::by_name(config_name);
@@ -110,6 +115,7 @@ int run(int argc, char** argv) {
   train(*model, data_a, "pretrain", flags.integer("pretrain-steps"), flags.number("lr"), batch, seq, device, data_gen,
         out + "/pretrain_loss.csv");
   io::save_state_dict(*model, out + "/base.safetensors", {{"config", config_name}});  // lora_finetune reads it
+  model->to(dtype);  // the base LoRA adapts, evaluated in the same precision before and after
   const int eval_batches = static_cast<int>(flags.integer("eval-batches"));
   double a_before = examples::evaluate(*model, data_a, batch, seq, eval_batches, device);
   double b_before = examples::evaluate(*model, data_b, batch, seq, eval_batches, device);
@@ -122,7 +128,10 @@ int run(int argc, char** argv) {
                         .target_modules = flags.list("targets")};
   peft::apply_lora(*model, lora);
   peft::print_trainable_parameters(*model);
-  if (device.is_cuda()) reset_peak_memory_stats(device);
+  if (device.is_cuda()) {  // the report's memory is LoRA's: drop pre-training's cached blocks
+    empty_cache(device);
+    reset_peak_memory_stats(device);
+  }
   train(*model, data_b, "lora", flags.integer("lora-steps"), flags.number("lora-lr"), batch, seq, device, data_gen,
         out + "/lora_loss.csv");
 
@@ -134,8 +143,7 @@ int run(int argc, char** argv) {
   std::printf("  corpus B (learned)  %10.4f   %10.4f\n", b_before, b_after);
   std::printf("  corpus A (forgot)   %10.4f   %10.4f\n", a_before, a_after);
   show_samples(*model, "adapted", static_cast<int>(flags.integer("sample-bytes")));
-  if (device.is_cuda())
-    std::printf("peak GPU memory during LoRA: %.1f MiB\n", memory_stats(device).peak_bytes / 1048576.0);
+  if (device.is_cuda()) std::printf("during LoRA, %s\n", examples::peak_memory_line(device).c_str());
   peft::save_adapter(*model, out + "/adapter", lora);
   std::printf("\nwrote %s/{pretrain,lora}_loss.{csv,svg}, %s/base.safetensors and the peft adapter in %s/adapter\n",
               out.c_str(), out.c_str(), out.c_str());

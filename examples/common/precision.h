@@ -1,0 +1,27 @@
+// The examples' --dtype flag and the GPU memory line of their reports.
+//   f32:  everything in float32.
+//   bf16: mixed precision, as peft's default: the frozen base in bfloat16 (bf16 GEMMs and
+//         activations), the LoRA weights, their gradients and the AdamW state in float32
+//         (peft::LoraConfig::autocast_adapter_dtype), the loss in float32.
+#pragma once
+
+#include <string>
+
+#include "core/device.h"
+#include "core/dtype.h"
+#include "examples/common/flags.h"
+
+namespace examples {
+
+// The help text of --dtype, the same in every example.
+extern const char* const kDtypeHelp;
+
+// --dtype: "f32" -> kFloat32, "bf16" -> kBFloat16; UsageError (with the usage) otherwise.
+tg::DType dtype_flag(const Flags& flags);
+
+// "peak GPU memory: 1.23 GiB (allocated), 1.50 GiB (reserved)": the most bytes live tensors
+// held since the last tg::reset_peak_memory_stats, and what the caching allocator holds from
+// the device (it keeps freed blocks, so this is also its peak).
+std::string peak_memory_line(tg::Device device);
+
+}  // namespace examples
