@@ -19,7 +19,8 @@ double warmup_cosine_factor(int64_t step, int64_t warmup, int64_t total, double 
 }
 
 WarmupCosineLR::WarmupCosineLR(Optimizer& opt, int64_t warmup, int64_t total, double min_ratio)
-    : opt_(&opt), warmup_(warmup), total_(total), min_ratio_(min_ratio), base_lr_(opt.lr()) {
+    : opt_(&opt), warmup_(warmup), total_(total), min_ratio_(min_ratio) {
+  for (const ParamGroup& g : opt.param_groups()) base_lrs_.push_back(g.lr);
   TG_CHECK(min_ratio >= 0 && min_ratio <= 1, "WarmupCosineLR", "min_lr_ratio must be in [0, 1], got ", min_ratio);
   TG_CHECK(warmup >= 0 && total >= warmup, "WarmupCosineLR", "wants 0 <= warmup_steps <= total_steps, got ", warmup,
            " and ", total);
@@ -28,8 +29,10 @@ WarmupCosineLR::WarmupCosineLR(Optimizer& opt, int64_t warmup, int64_t total, do
 
 void WarmupCosineLR::set_step(int64_t step) {
   step_ = step;
-  last_lr_ = base_lr_ * warmup_cosine_factor(step_, warmup_, total_, min_ratio_);
-  opt_->set_lr(last_lr_);
+  const double factor = warmup_cosine_factor(step_, warmup_, total_, min_ratio_);
+  std::span<ParamGroup> groups = opt_->param_groups();
+  for (size_t g = 0; g < groups.size(); ++g) groups[g].lr = base_lrs_[g] * factor;
+  last_lr_ = groups[0].lr;
 }
 
 void WarmupCosineLR::step() { set_step(step_ + 1); }

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "optim/optimizer.h"
 
@@ -12,23 +13,25 @@ namespace tg::optim {
 // afterwards, where transformers would rise again).
 double warmup_cosine_factor(int64_t step, int64_t warmup_steps, int64_t total_steps, double min_lr_ratio = 0.0);
 
-// Sets the optimizer's lr to base_lr * warmup_cosine_factor(step) (base_lr: the lr it had when
-// the schedule was made). The constructor applies step 0; call step() after each
+// Sets each parameter group's lr to its base lr * warmup_cosine_factor(step) (base lr: the lr the
+// group had when the schedule was made). The constructor applies step 0; call step() after each
 // optimizer.step(), like torch's LambdaLR.
 class WarmupCosineLR {
  public:
   WarmupCosineLR(Optimizer& optimizer, int64_t warmup_steps, int64_t total_steps, double min_lr_ratio = 0.0);
   void step();
+  // The first group's lr set last (every group's: optimizer.param_groups()).
   double get_last_lr() const { return last_lr_; }
   int64_t last_step() const { return step_; }
-  double base_lr() const { return base_lr_; }
+  const std::vector<double>& base_lrs() const { return base_lrs_; }
   // Resume at a given step (e.g. after loading a checkpoint).
   void set_step(int64_t step);
 
  private:
   Optimizer* opt_;
   int64_t warmup_, total_, step_ = 0;
-  double min_ratio_, base_lr_, last_lr_ = 0;
+  double min_ratio_, last_lr_ = 0;
+  std::vector<double> base_lrs_;  // per group
 };
 
 }  // namespace tg::optim

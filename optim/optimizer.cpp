@@ -1,18 +1,14 @@
-#include "ops/cpu/eigen.h"
 #include "optim/optimizer.h"
 
-#include <algorithm>
 #include <cmath>
-#include <type_traits>
 #include <set>
-#include <sstream>
+#include <tuple>
 
 #include "core/autograd.h"
 #include "core/factory.h"
-#include "core/parallel.h"
 #include "core/primitives.h"
-#include "core/type_dispatch.h"
 #include "io/safetensors.h"
+#include "ops/adamw_step.h"
 #include "ops/binary.h"
 #include "ops/cast.h"
 
@@ -37,30 +33,47 @@ Tensor grad_of(const char* op, const std::string& name, const Tensor& p) {
 
 }  // namespace
 
-NamedParams name_by_index(const std::vector<Tensor>& params) {
-  NamedParams out;
-  for (size_t i = 0; i < params.size(); ++i) out.emplace_back(std::to_string(i), params[i]);
-  return out;
+ParamGroupSpec::ParamGroupSpec(const std::vector<Tensor>& ps, GroupOptions options) : options(options) {
+  for (const Tensor& p : ps) params.emplace_back("", p);  // "": named by index in the optimizer
 }
 
-Optimizer::Optimizer(std::string type, NamedParams params, double lr, std::vector<std::string> buffer_names)
-    : buffer_names_(std::move(buffer_names)), type_(std::move(type)), params_(std::move(params)), lr_(lr) {
-  set_lr(lr);
+Optimizer::Optimizer(std::string type, std::vector<ParamGroupSpec> groups, double default_lr,
+                     double default_weight_decay, std::vector<std::string> buffer_names)
+    : buffer_names_(std::move(buffer_names)), type_(std::move(type)) {
+  TG_CHECK(!groups.empty(), type_.c_str(), "wants at least one parameter group, got none");
   std::set<const TensorImpl*> seen;
   std::set<std::string> names;
-  for (const auto& [name, p] : params_) {
-    TG_CHECK(p.defined(), type_.c_str(), "parameter '", name, "' is undefined");
-    TG_CHECK(p.is_leaf() && is_floating_point(p.dtype()), type_.c_str(), "parameter '", name,
-             "' must be a floating-point leaf tensor");
-    TG_CHECK(seen.insert(&p.impl()).second, type_.c_str(), "parameter '", name, "' is given twice");
-    TG_CHECK(names.insert(name).second, type_.c_str(), "two parameters are named '", name, "'");
+  for (ParamGroupSpec& g : groups) {
+    std::vector<size_t> members;
+    for (auto& [name, p] : g.params) {
+      if (name.empty()) name = std::to_string(params_.size());
+      TG_CHECK(p.defined(), type_.c_str(), "parameter '", name, "' is undefined");
+      TG_CHECK(p.is_leaf() && is_floating_point(p.dtype()), type_.c_str(), "parameter '", name,
+               "' must be a floating-point leaf tensor");
+      TG_CHECK(seen.insert(&p.impl()).second, type_.c_str(), "parameter '", name, "' is given twice");
+      TG_CHECK(names.insert(name).second, type_.c_str(), "two parameters are named '", name, "'");
+      members.push_back(params_.size());
+      params_.emplace_back(std::move(name), std::move(p));
+    }
+    groups_.push_back({g.options.lr.value_or(default_lr), g.options.weight_decay.value_or(default_weight_decay),
+                       std::move(members)});
   }
+  check_groups();
   state_.resize(params_.size());
+}
+
+void Optimizer::check_groups() const {
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    const ParamGroup& x = groups_[g];
+    TG_CHECK(std::isfinite(x.lr) && x.lr >= 0 && std::isfinite(x.weight_decay) && x.weight_decay >= 0,
+             type_.c_str(), "group ", g, ": lr and weight_decay must be finite and >= 0, got ", x.lr, " and ",
+             x.weight_decay);
+  }
 }
 
 void Optimizer::set_lr(double lr) {
   TG_CHECK(lr >= 0 && std::isfinite(lr), type_.c_str(), "lr must be finite and >= 0, got ", lr);
-  lr_ = lr;
+  for (ParamGroup& g : groups_) g.lr = lr;
 }
 
 void Optimizer::zero_grad() {
@@ -69,10 +82,71 @@ void Optimizer::zero_grad() {
 
 Optimizer::ParamState& Optimizer::state_for(size_t i) {
   ParamState& s = state_[i];
+  const Tensor& p = params_[i].second;
   if (s.buffers.empty())
-    for (size_t b = 0; b < buffer_names_.size(); ++b) s.buffers.push_back(zeros_like(params_[i].second));
+    for (size_t b = 0; b < buffer_names_.size(); ++b)
+      s.buffers.push_back(zeros(p.shape(), {state_dtype(p), p.device()}));
   return s;
 }
+
+namespace {
+
+std::string group_key(size_t g, const char* field) { return "param_groups." + std::to_string(g) + "." + field; }
+
+// The groups' (lr, weight_decay) in `state`, checked against the optimizer's groups: entries read
+// go into `used`, problems into `problems`. Empty when the state has no param_groups entries.
+std::vector<std::pair<double, double>> read_groups(const OptimizerState& state, std::span<const ParamGroup> groups,
+                                                   const NamedParams& params, std::set<std::string>& used,
+                                                   std::vector<std::string>& problems) {
+  std::vector<std::pair<double, double>> out;
+  size_t count = 0;
+  while (state.count(group_key(count, "params"))) ++count;
+  if (count == 0) return out;
+  if (count != groups.size()) {
+    problems.push_back("the state has " + std::to_string(count) + " parameter group(s), the optimizer " +
+                       std::to_string(groups.size()));
+    for (const auto& [key, t] : state)
+      if (key.starts_with("param_groups.")) used.insert(key);  // one problem, not one per entry
+    return out;
+  }
+  auto find = [&](size_t g, const char* field) {
+    auto it = state.find(group_key(g, field));
+    if (it == state.end()) problems.push_back("missing '" + group_key(g, field) + "'");
+    else used.insert(it->first);
+    return it;
+  };
+  auto number = [&](size_t g, const char* field) {
+    auto it = find(g, field);
+    if (it == state.end()) return 0.0;
+    const double x = it->second.numel() == 1 ? it->second.item() : -1.0;
+    if (!(std::isfinite(x) && x >= 0)) problems.push_back("'" + it->first + "' must be one finite number >= 0");
+    return x;
+  };
+  auto names_of = [&](const std::vector<int64_t>& idx) {
+    std::vector<std::string> names;
+    for (int64_t i : idx)
+      names.push_back(i >= 0 && static_cast<size_t>(i) < params.size() ? "'" + params[i].first + "'"
+                                                                        : "#" + std::to_string(i));
+    return "[" + join(names) + "]";
+  };
+  for (size_t g = 0; g < groups.size(); ++g) {
+    out.emplace_back(number(g, "lr"), number(g, "weight_decay"));
+    auto it = find(g, "params");
+    if (it == state.end()) continue;
+    if (it->second.dim() != 1 || is_floating_point(it->second.dtype())) {
+      problems.push_back("'" + it->first + "' must be a 1-d integer tensor");
+      continue;
+    }
+    const std::vector<int64_t> got = to(it->second, kInt64).to_vector<int64_t>();
+    const std::vector<int64_t> want(groups[g].params.begin(), groups[g].params.end());
+    if (got != want)
+      problems.push_back("group " + std::to_string(g) + " holds " + names_of(got) + " in the state, " +
+                         names_of(want) + " here");
+  }
+  return out;
+}
+
+}  // namespace
 
 OptimizerState Optimizer::state_dict() const {
   OptimizerState out;
@@ -83,12 +157,20 @@ OptimizerState Optimizer::state_dict() const {
     out[name + ".step"] = scalar_tensor(static_cast<double>(s.step), {.dtype = kInt64});
     for (size_t b = 0; b < buffer_names_.size(); ++b) out[name + "." + buffer_names_[b]] = s.buffers[b];
   }
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    const ParamGroup& x = groups_[g];
+    out[group_key(g, "lr")] = scalar_tensor(x.lr, {.dtype = kFloat64});
+    out[group_key(g, "weight_decay")] = scalar_tensor(x.weight_decay, {.dtype = kFloat64});
+    out[group_key(g, "params")] = from_vector(std::vector<int64_t>(x.params.begin(), x.params.end()),
+                                              {static_cast<int64_t>(x.params.size())});
+  }
   return out;
 }
 
 void Optimizer::load_state_dict(const OptimizerState& state) {
   std::vector<std::string> problems;
   std::set<std::string> used;
+  const std::vector<std::pair<double, double>> groups = read_groups(state, groups_, params_, used, problems);
   std::vector<ParamState> fresh(params_.size());
   for (size_t i = 0; i < params_.size(); ++i) {
     const auto& [name, p] = params_[i];
@@ -116,7 +198,7 @@ void Optimizer::load_state_dict(const OptimizerState& state) {
                            shape_str(p.shape()));
         continue;
       }
-      fresh[i].buffers.push_back(clone_data(to(it->second, p.dtype(), p.device())));
+      fresh[i].buffers.push_back(clone_data(to(it->second, state_dtype(p), p.device())));
     }
   }
   for (const auto& [key, t] : state)
@@ -124,13 +206,11 @@ void Optimizer::load_state_dict(const OptimizerState& state) {
   TG_CHECK(problems.empty(), "load_state_dict", type_, " state does not fit its parameters (", problems.size(),
            " problem(s)): ", join(problems));
   state_ = std::move(fresh);
+  for (size_t g = 0; g < groups.size(); ++g) std::tie(groups_[g].lr, groups_[g].weight_decay) = groups[g];
 }
 
 void Optimizer::save(const std::string& path) const {
-  std::ostringstream lr;
-  lr.precision(17);
-  lr << lr_;
-  safetensors::save_file(state_dict(), path, {{"optimizer", type_}, {"lr", lr.str()}, {"format", "tapegrad"}});
+  safetensors::save_file(state_dict(), path, {{"optimizer", type_}, {"format", "tapegrad"}});
 }
 
 void Optimizer::load(const std::string& path) {
@@ -139,146 +219,72 @@ void Optimizer::load(const std::string& path) {
   TG_CHECK(type != f.metadata.end() && type->second == type_, "load", "'", path, "' holds ",
            type == f.metadata.end() ? std::string("no optimizer state") : type->second + " state", ", wants ", type_);
   load_state_dict(f.tensors);
-  if (auto lr = f.metadata.find("lr"); lr != f.metadata.end()) {
-    try {
-      set_lr(std::stod(lr->second));
-    } catch (const std::logic_error&) {
-      fail("load", "'", path, "' has a bad lr '", lr->second, "'");
-    }
-  }
 }
 
 // ---------------------------------------------------------------- SGD
 
-SGD::SGD(NamedParams params, SGDOptions o)
-    : Optimizer("SGD", std::move(params), o.lr, o.momentum != 0 ? std::vector<std::string>{"momentum_buffer"}
-                                                                 : std::vector<std::string>{}),
+SGD::SGD(std::vector<ParamGroupSpec> groups, SGDOptions o)
+    : Optimizer("SGD", std::move(groups), o.lr, o.weight_decay,
+                o.momentum != 0 ? std::vector<std::string>{"momentum_buffer"} : std::vector<std::string>{}),
       options(o) {
-  TG_CHECK(o.momentum >= 0 && o.weight_decay >= 0, "SGD", "momentum and weight_decay must be >= 0");
+  TG_CHECK(o.momentum >= 0, "SGD", "momentum must be >= 0, got ", o.momentum);
   TG_CHECK(!o.nesterov || (o.momentum > 0 && o.dampening == 0), "SGD", "nesterov needs momentum > 0 and dampening 0");
 }
 
 void SGD::step() {
+  check_groups();
   NoGradGuard no_grad;
-  for (size_t i = 0; i < named_params().size(); ++i) {
-    const auto& [name, param] = named_params()[i];
-    Tensor g = grad_of("SGD", name, param);
-    if (!g.defined()) continue;
-    Tensor p = param.detach();
-    Tensor d = options.weight_decay != 0 ? add(g, mul(p, options.weight_decay)) : g;
-    if (options.momentum != 0) {
-      const bool first = state_[i].buffers.empty();
-      ParamState& s = state_for(i);
-      Tensor& buf = s.buffers[0];
-      // The first step starts the buffer at d itself (torch: buf = clone(d_p)).
-      copy_(buf, first ? d : add(mul(buf, options.momentum), mul(d, 1.0 - options.dampening)));
-      d = options.nesterov ? add(d, mul(buf, options.momentum)) : buf;
-      ++s.step;
+  for (const ParamGroup& group : param_groups()) {
+    for (size_t i : group.params) {
+      const auto& [name, param] = named_params()[i];
+      Tensor g = grad_of("SGD", name, param);
+      if (!g.defined()) continue;
+      Tensor p = param.detach();
+      Tensor d = group.weight_decay != 0 ? add(g, mul(p, group.weight_decay)) : g;
+      if (options.momentum != 0) {
+        const bool first = state_[i].buffers.empty();
+        ParamState& s = state_for(i);
+        Tensor& buf = s.buffers[0];
+        // The first step starts the buffer at d itself (torch: buf = clone(d_p)).
+        copy_(buf, first ? d : add(mul(buf, options.momentum), mul(d, 1.0 - options.dampening)));
+        d = options.nesterov ? add(d, mul(buf, options.momentum)) : buf;
+        ++s.step;
+      }
+      copy_(p, sub(p, mul(d, group.lr)));
     }
-    copy_(p, sub(p, mul(d, lr())));
   }
 }
 
 // ---------------------------------------------------------------- AdamW
 
-AdamW::AdamW(NamedParams params, AdamWOptions o)
-    : Optimizer("AdamW", std::move(params), o.lr, {"exp_avg", "exp_avg_sq"}), options(o) {
+AdamW::AdamW(std::vector<ParamGroupSpec> groups, AdamWOptions o)
+    : Optimizer("AdamW", std::move(groups), o.lr, o.weight_decay, {"exp_avg", "exp_avg_sq"}), options(o) {
   TG_CHECK(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1, "AdamW", "betas must be in [0, 1), got (",
            o.beta1, ", ", o.beta2, ")");
-  TG_CHECK(o.eps >= 0 && o.weight_decay >= 0, "AdamW", "eps and weight_decay must be >= 0");
+  TG_CHECK(o.eps >= 0, "AdamW", "eps must be >= 0, got ", o.eps);
 }
 
-namespace {
-
-// The update below in one pass over contiguous CPU tensors (float32 / float64): the same
-// per-element formula and scalar constants as the tensor-op composition, without its dozen
-// temporaries and passes over memory (read p, g, m, v once, write p, m, v once). All such
-// parameters of a step go through one parallel loop over 1024-element chunks (most single
-// tensors of a small model are too short to split on their own). Eigen array expressions,
-// because its sqrt vectorises (a plain loop calling std::sqrt does not: GCC keeps the scalar
-// errno path without -fno-math-errno).
-constexpr int64_t kAdamWChunk = 1024;
-
-struct AdamWJob {
-  DType dtype;
-  void *p, *m, *v;
-  const void* g;
-  int64_t n, first_chunk;
-  double keep, b1c, b2, b2c, inv_sqrt_bc2, eps, step;
-};
-
-template <class T>
-void adamw_chunk(const AdamWJob& j, int64_t i0, int64_t len) {
-  using Arr = Eigen::Array<T, Eigen::Dynamic, 1>;
-  Eigen::Map<Arr> P(static_cast<T*>(j.p) + i0, len), M(static_cast<T*>(j.m) + i0, len),
-      V(static_cast<T*>(j.v) + i0, len);
-  Eigen::Map<const Arr> G(static_cast<const T*>(j.g) + i0, len);
-  const T keep = static_cast<T>(j.keep), b1c = static_cast<T>(j.b1c), b2 = static_cast<T>(j.b2),
-          b2c = static_cast<T>(j.b2c), isq = static_cast<T>(j.inv_sqrt_bc2), eps = static_cast<T>(j.eps),
-          step = static_cast<T>(j.step);
-  M = M + (G - M) * b1c;
-  V = V * b2 + (G * G) * b2c;
-  P = P * keep - (M / (V.sqrt() * isq + eps)) * step;
+DType AdamW::state_dtype(const Tensor& param) const {
+  return param.dtype() == kBFloat16 ? kFloat32 : param.dtype();  // as adamw_step_ wants
 }
-
-void adamw_cpu(const std::vector<AdamWJob>& jobs, int64_t chunks) {
-  parallel_for(0, chunks, std::max<int64_t>(1, kParallelGrain / kAdamWChunk), [&](int64_t lo, int64_t hi) {
-    // the job holding chunk lo: the last one that starts at or before it
-    size_t j = static_cast<size_t>(std::upper_bound(jobs.begin(), jobs.end(), lo,
-                                                    [](int64_t c, const AdamWJob& x) { return c < x.first_chunk; }) -
-                                   jobs.begin()) - 1;
-    for (int64_t c = lo; c < hi; ++c) {
-      while (c >= jobs[j].first_chunk + (jobs[j].n + kAdamWChunk - 1) / kAdamWChunk) ++j;
-      const AdamWJob& job = jobs[j];
-      const int64_t i0 = (c - job.first_chunk) * kAdamWChunk, len = std::min(kAdamWChunk, job.n - i0);
-      if (job.dtype == kFloat32) adamw_chunk<float>(job, i0, len);
-      else adamw_chunk<double>(job, i0, len);
-    }
-  });
-}
-
-bool fusable(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v) {
-  return p.device().is_cpu() && (p.dtype() == kFloat32 || p.dtype() == kFloat64) && p.is_contiguous() &&
-         g.is_contiguous() && m.is_contiguous() && v.is_contiguous() && !p.shares_storage_with(g);
-}
-
-}  // namespace
 
 void AdamW::step() {
+  check_groups();
   NoGradGuard no_grad;
-  const double b1 = options.beta1, b2 = options.beta2;
-  std::vector<AdamWJob> jobs;  // the parameters the one-pass CPU loop updates, after the others
-  int64_t chunks = 0;
-  for (size_t i = 0; i < named_params().size(); ++i) {
-    const auto& [name, param] = named_params()[i];
-    Tensor g = grad_of("AdamW", name, param);
-    if (!g.defined()) continue;
-    ParamState& s = state_for(i);
-    Tensor p = param.detach();
-    Tensor& m = s.buffers[0];
-    Tensor& v = s.buffers[1];
-    const int64_t t = ++s.step;
-    const double bc1 = 1.0 - std::pow(b1, static_cast<double>(t));
-    const double bc2 = 1.0 - std::pow(b2, static_cast<double>(t));
-    if (fusable(p, g, m, v)) {
-      for (const Tensor* w : {&p, &m, &v}) {
-        detail::check_writable("AdamW", *w);
-        w->bump_version();
-      }
-      if (p.numel() == 0) continue;
-      jobs.push_back({p.dtype(), p.data_ptr(), m.data_ptr(), v.data_ptr(), g.data_ptr(), p.numel(), chunks,
-                      options.weight_decay != 0 ? 1.0 - lr() * options.weight_decay : 1.0, 1.0 - b1, b2, 1.0 - b2,
-                      1.0 / std::sqrt(bc2), options.eps, lr() / bc1});
-      chunks += (p.numel() + kAdamWChunk - 1) / kAdamWChunk;
-      continue;
+  std::vector<AdamWParamStep> work;  // every parameter with a grad, in one fused call
+  std::vector<size_t> stepped;
+  for (const ParamGroup& group : param_groups()) {
+    for (size_t i : group.params) {
+      const auto& [name, param] = named_params()[i];
+      Tensor g = grad_of("AdamW", name, param);
+      if (!g.defined()) continue;
+      ParamState& s = state_for(i);
+      work.push_back({param.detach(), g, s.buffers[0], s.buffers[1], group.lr, group.weight_decay, s.step + 1});
+      stepped.push_back(i);
     }
-    if (options.weight_decay != 0) copy_(p, mul(p, 1.0 - lr() * options.weight_decay));
-    copy_(m, add(m, mul(sub(g, m), 1.0 - b1)));  // torch: exp_avg.lerp_(grad, 1 - beta1)
-    copy_(v, add(mul(v, b2), mul(mul(g, g), 1.0 - b2)));
-    Tensor denom = add(div(sqrt(v), std::sqrt(bc2)), options.eps);
-    copy_(p, sub(p, mul(div(m, denom), lr() / bc1)));
   }
-  if (chunks > 0) adamw_cpu(jobs, chunks);
+  adamw_step_(work, options.beta1, options.beta2, options.eps);
+  for (size_t i : stepped) ++state_[i].step;  // after the update: a failed one counts no step
 }
 
 }  // namespace tg::optim

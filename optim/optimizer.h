@@ -1,14 +1,22 @@
 // Optimizers, as torch.optim: they update, in place and under NoGradGuard, the parameters that
-// have a gradient (grad defined) when step() runs; the others are left alone. The math is plain
-// device-agnostic ops (one fused GPU kernel per step can replace it later).
+// have a gradient (grad defined) when step() runs; the others are left alone. AdamW is one fused
+// step (ops/adamw_step.h: one multi-tensor launch per 64 parameters on the GPU); SGD is plain
+// device-agnostic ops.
 //
 //   tg::optim::AdamW opt(model->named_trainable_parameters(), {.lr = 1e-3});
 //   opt.zero_grad(); loss.backward(); opt.step();
-//   opt.save("opt.safetensors");   // per-parameter state by name, reloadable with load()
+//   opt.save("opt.safetensors");   // per-parameter state by name and the groups, reloadable
+//
+// Parameter groups, as torch.optim's: each group has its own lr and weight_decay (unset ones
+// take the optimizer's options), e.g. no weight decay for norms and biases:
+//   tg::optim::AdamW opt({{decay_params, {}}, {no_decay_params, {.weight_decay = 0.0}}}, {.lr = 1e-3});
+//   opt.param_groups()[1].lr = 3e-4;   // schedulers set every group's lr
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -20,6 +28,29 @@ namespace tg::optim {
 using NamedParams = std::vector<std::pair<std::string, Tensor>>;
 using OptimizerState = std::map<std::string, Tensor>;
 
+// A group's settings; an unset one takes the optimizer's option of the same name.
+struct GroupOptions {
+  std::optional<double> lr;
+  std::optional<double> weight_decay;
+};
+
+// The parameters of one group as given to a constructor. Unnamed parameters are named by their
+// index in the optimizer's parameter list ("0", "1", ...), as a single unnamed list is.
+struct ParamGroupSpec {
+  ParamGroupSpec(NamedParams params, GroupOptions options = {}) : params(std::move(params)), options(options) {}
+  ParamGroupSpec(const std::vector<Tensor>& params, GroupOptions options = {});
+  NamedParams params;
+  GroupOptions options;
+};
+
+// A group of the optimizer: lr and weight_decay may be changed between steps (step() checks
+// them); params are its parameters' indices into named_params().
+struct ParamGroup {
+  double lr;
+  double weight_decay;
+  const std::vector<size_t> params;
+};
+
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
@@ -30,33 +61,48 @@ class Optimizer {
   // Sets every parameter's grad to undefined (set_to_none=True).
   void zero_grad();
 
-  double lr() const { return lr_; }
+  // The first group's lr (the lr, with one group); set_lr sets every group's.
+  double lr() const { return groups_.front().lr; }
   void set_lr(double lr);
+  // The groups in the order given (one for a single parameter list); their lr and weight_decay
+  // can be set, their parameters not.
+  std::span<ParamGroup> param_groups() { return groups_; }
+  std::span<const ParamGroup> param_groups() const { return groups_; }
   const std::string& type_name() const { return type_; }
+  // Every group's parameters, in group order.
   const NamedParams& named_params() const { return params_; }
   // Steps taken by parameter i (0 before its first update).
   int64_t step_count(size_t i = 0) const { return state_.at(i).step; }
 
   // "<param name>.step" (int64 scalar) and "<param name>.<buffer>" (e.g. exp_avg) for every
-  // parameter that has state. The tensors alias the optimizer's buffers.
+  // parameter that has state (the tensors alias the optimizer's buffers), and per group g
+  // "param_groups.<g>.lr", "param_groups.<g>.weight_decay" (float64 scalars) and
+  // "param_groups.<g>.params" (int64 indices into named_params(), as torch's state_dict).
   OptimizerState state_dict() const;
-  // Replaces the state (copies). tg::Error listing every unknown, missing or mis-shaped entry.
+  // Replaces the state (copies) and the groups' lr and weight_decay. tg::Error listing every
+  // unknown, missing or mis-shaped entry, and groups that differ in number or members. A state
+  // without param_groups entries (written before groups existed) keeps the groups' settings.
   void load_state_dict(const OptimizerState& state);
-  // state_dict() as safetensors, with the optimizer type and lr in the metadata; load()
-  // restores both (the type must match).
+  // state_dict() as safetensors, with the optimizer type in the metadata; load() restores it
+  // (the type must match).
   void save(const std::string& path) const;
   void load(const std::string& path);
 
  protected:
-  // params: named (names key the state) or unnamed (named "0", "1", ...).
-  Optimizer(std::string type, NamedParams params, double lr, std::vector<std::string> buffer_names);
+  // Unset group options take default_lr and default_weight_decay.
+  Optimizer(std::string type, std::vector<ParamGroupSpec> groups, double default_lr, double default_weight_decay,
+            std::vector<std::string> buffer_names);
 
   struct ParamState {
     int64_t step = 0;
     std::vector<Tensor> buffers;  // one per buffer name; empty until the first update
   };
-  // Creates the buffers (zeros like the parameter) the first time.
+  // Creates the buffers (zeros like the parameter, of state_dtype) the first time.
   ParamState& state_for(size_t i);
+  // The dtype of a parameter's buffers.
+  virtual DType state_dtype(const Tensor& param) const { return param.dtype(); }
+  // tg::Error unless every group's lr and weight_decay are finite and >= 0.
+  void check_groups() const;
 
   std::vector<ParamState> state_;
   std::vector<std::string> buffer_names_;
@@ -64,10 +110,8 @@ class Optimizer {
  private:
   std::string type_;
   NamedParams params_;
-  double lr_;
+  std::vector<ParamGroup> groups_;
 };
-
-NamedParams name_by_index(const std::vector<Tensor>& params);
 
 struct SGDOptions {
   double lr = 1e-3;
@@ -79,15 +123,20 @@ struct SGDOptions {
 
 class SGD : public Optimizer {
  public:
-  SGD(NamedParams params, SGDOptions options = {});
-  SGD(const std::vector<Tensor>& params, SGDOptions options = {}) : SGD(name_by_index(params), options) {}
+  SGD(std::vector<ParamGroupSpec> groups, SGDOptions options = {});
+  SGD(NamedParams params, SGDOptions options = {}) : SGD(std::vector<ParamGroupSpec>{ParamGroupSpec(std::move(params))}, options) {}
+  SGD(const std::vector<Tensor>& params, SGDOptions options = {})
+      : SGD(std::vector<ParamGroupSpec>{ParamGroupSpec(params)}, options) {}
   void step() override;
-  SGDOptions options;
+  // momentum, dampening and nesterov apply to every group; lr and weight_decay are the groups'
+  // defaults.
+  const SGDOptions options;
 };
 
 // torch.optim.AdamW: decoupled weight decay p *= 1 - lr * wd, then Adam with bias correction:
 //   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2
 //   p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+// bfloat16 parameters keep float32 exp_avg and exp_avg_sq.
 struct AdamWOptions {
   double lr = 1e-3;
   double beta1 = 0.9, beta2 = 0.999;
@@ -97,10 +146,17 @@ struct AdamWOptions {
 
 class AdamW : public Optimizer {
  public:
-  AdamW(NamedParams params, AdamWOptions options = {});
-  AdamW(const std::vector<Tensor>& params, AdamWOptions options = {}) : AdamW(name_by_index(params), options) {}
+  AdamW(std::vector<ParamGroupSpec> groups, AdamWOptions options = {});
+  AdamW(NamedParams params, AdamWOptions options = {})
+      : AdamW(std::vector<ParamGroupSpec>{ParamGroupSpec(std::move(params))}, options) {}
+  AdamW(const std::vector<Tensor>& params, AdamWOptions options = {})
+      : AdamW(std::vector<ParamGroupSpec>{ParamGroupSpec(params)}, options) {}
   void step() override;
-  AdamWOptions options;
+  // betas and eps apply to every group; lr and weight_decay are the groups' defaults.
+  const AdamWOptions options;
+
+ protected:
+  DType state_dtype(const Tensor& param) const override;
 };
 
 }  // namespace tg::optim

@@ -7,14 +7,20 @@
 #include <cmath>
 #include <filesystem>
 
+#include "core/autograd.h"
 #include "core/factory.h"
+#include "core/memory.h"
 #include "core/primitives.h"
+#include "core/trace.h"
 #include "nn/linear.h"
+#include "ops/adamw_step.h"
+#include "ops/adamw_step_kernels.h"
 #include "ops/binary.h"
 #include "ops/cast.h"
 #include "ops/matmul.h"
 #include "ops/reduce.h"
 #include "ops/shape.h"
+#include "ops/unary.h"
 #include "optim/clip_grad.h"
 #include "optim/lr_scheduler.h"
 #include "optim/optimizer.h"
@@ -133,8 +139,9 @@ TEST_F(OptimTest, StateDictRoundTripResumesExactly) {
   }
   opt1.save(path);
   auto keys = opt1.state_dict();
-  EXPECT_EQ(keys.size(), 6u);
+  EXPECT_EQ(keys.size(), 9u) << "3 per parameter, 3 for the one group";
   EXPECT_TRUE(keys.count("w.exp_avg") && keys.count("w.exp_avg_sq") && keys.count("w.step"));
+  EXPECT_TRUE(keys.count("param_groups.0.lr") && keys.count("param_groups.0.params"));
 
   Tensor w2 = clone_data(w1), b2 = clone_data(b1);
   w2.requires_grad_(true);
@@ -250,37 +257,211 @@ TEST_F(OptimTest, AdamWFitsALinearModel) {
   EXPECT_LT(loss_fn().item(), first / 100);
 }
 
-// Contiguous CPU float parameters take AdamW's one-pass loop (all of them in one parallel pass
-// over 1024-element chunks); a transposed (non-contiguous) parameter takes the tensor-op
-// composition. Both compute the same update.
-TEST_F(OptimTest, AdamWFusedCpuLoopMatchesTheComposition) {
+// adamw_update as tensor ops (the math before the fused step), for one tensor.
+void composed_adamw(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, double lr, double wd,
+                    int64_t t, double b1, double b2, double eps) {
+  const double bc1 = 1 - std::pow(b1, static_cast<double>(t)), bc2 = 1 - std::pow(b2, static_cast<double>(t));
+  copy_(p, mul(p, 1 - lr * wd));
+  copy_(m, add(m, mul(sub(g, m), 1 - b1)));
+  copy_(v, add(mul(v, b2), mul(mul(g, g), 1 - b2)));
+  copy_(p, sub(p, mul(div(m, add(div(sqrt(v), std::sqrt(bc2)), eps)), lr / bc1)));
+}
+
+// Every AdamW step is one fused pass on the CPU (float32 and float64, several parameters of
+// several chunks, a transposed one through a contiguous copy), equal to the tensor-op
+// composition, with no tensor allocated after the first step.
+TEST_F(OptimTest, AdamWFusedCpuStepMatchesTheComposition) {
   for (DType dt : {kFloat32, kFloat64}) {
     SCOPED_TRACE(dtype_name(dt));
     const std::vector<Shape> shapes = {{6, 9}, {50, 61}, {7, 3}};  // 54, 3050 (3 chunks), 21 elements
-    std::vector<Tensor> fused, composed;
+    std::vector<Tensor> fused, ref, m, v;
     for (const Shape& sh : shapes) {
       Tensor init = to(randn(sh, gen), dt);
       fused.push_back(clone(init).requires_grad_(true));
-      composed.push_back(transpose(contiguous(transpose(init, 0, 1)), 0, 1).detach().requires_grad_(true));
-      ASSERT_FALSE(composed.back().is_contiguous());
+      ref.push_back(clone(init));
+      m.push_back(zeros(sh, {dt})), v.push_back(zeros(sh, {dt}));
     }
-    optim::AdamW a(fused, {.lr = 0.01, .weight_decay = 0.1}), b(composed, {.lr = 0.01, .weight_decay = 0.1});
+    fused[2] = transpose(contiguous(transpose(fused[2], 0, 1)), 0, 1).detach().requires_grad_(true);
+    ASSERT_FALSE(fused[2].is_contiguous());
+    optim::AdamW a(fused, {.lr = 0.01, .weight_decay = 0.1});
     for (int i = 0; i < 4; ++i) {
       for (size_t k = 0; k < shapes.size(); ++k) {
         Tensor g = to(randn(shapes[k], gen), dt);
         fused[k].set_grad(g);
-        composed[k].set_grad(clone(g));
+        composed_adamw(ref[k], g, m[k], v[k], 0.01, 0.1, i + 1, 0.9, 0.999, 1e-8);
       }
+      const uint64_t allocs = memory_stats().allocations;
+      KernelTrace trace;
       a.step();
-      b.step();
+      EXPECT_EQ(trace.count("adamw_step.fused_cpu"), 1u);
+      if (i > 0) EXPECT_EQ(memory_stats().allocations - allocs, 1u) << "only the transposed parameter's copy";
     }
     for (size_t k = 0; k < shapes.size(); ++k) {
       SCOPED_TRACE(k);
-      EXPECT_TENSOR_NEAR(fused[k], composed[k], 1e-6, 1e-7);
+      EXPECT_TENSOR_NEAR(fused[k], ref[k], 1e-6, 1e-7);
       const std::string key = std::to_string(k) + ".exp_avg_sq";
-      EXPECT_TENSOR_NEAR(a.state_dict().at(key), b.state_dict().at(key), 1e-6, 1e-12);
+      EXPECT_TENSOR_NEAR(a.state_dict().at(key), v[k], 1e-6, 1e-12);
     }
   }
+}
+
+// A bfloat16 parameter keeps float32 moments and is updated in float32, rounded once: one step
+// equals the float32 step from the same values, rounded to bfloat16.
+TEST_F(OptimTest, AdamWBFloat16ParametersUseFloat32Moments) {
+  Tensor init = to(randn({3000}, gen), kBFloat16), g = to(randn({3000}, gen), kBFloat16);
+  Tensor pb = clone(init).requires_grad_(true), pf = to(init, kFloat32).requires_grad_(true);
+  optim::AdamW ob({pb}, {.lr = 0.05}), of({pf}, {.lr = 0.05});
+  pb.set_grad(g);
+  pf.set_grad(to(g, kFloat32));
+  ob.step();
+  of.step();
+  EXPECT_EQ(ob.state_dict().at("0.exp_avg").dtype(), kFloat32);
+  EXPECT_TENSOR_EQ(ob.state_dict().at("0.exp_avg_sq"), of.state_dict().at("0.exp_avg_sq"));
+  EXPECT_TENSOR_EQ(pb, to(pf, kBFloat16));
+}
+
+TEST(Optim, AdamWStepOpRejectsBadInput) {
+  Tensor p = zeros({4}), g = zeros({4}), m = zeros({4}), v = zeros({4});
+  NoGradGuard no_grad;
+  try {
+    adamw_step_({{p, g, zeros({3}), v, 0.1, 0.0, 1}}, 0.9, 0.999, 1e-8);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("exp_avg is [3]"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(adamw_step_({{p, g, m, v, 0.1, 0.0, 0}}, 0.9, 0.999, 1e-8), Error) << "step 0";
+  EXPECT_THROW(adamw_step_({{p, g, m, v, -0.1, 0.0, 1}}, 0.9, 0.999, 1e-8), Error) << "negative lr";
+  EXPECT_THROW(adamw_step_({{p, g, m, v, 0.1, 0.0, 1}}, 1.0, 0.999, 1e-8), Error) << "beta1 1";
+  Tensor pb = zeros({4}, {kBFloat16}), gb = zeros({4}, {kBFloat16});
+  EXPECT_THROW(adamw_step_({{pb, gb, zeros({4}, {kBFloat16}), v, 0.1, 0.0, 1}}, 0.9, 0.999, 1e-8), Error)
+      << "bfloat16 moments";
+  EXPECT_THROW(adamw_step_({{zeros({4}, {kInt64}), zeros({4}, {kInt64}), m, v, 0.1, 0.0, 1}}, 0.9, 0.999, 1e-8),
+               Error);
+}
+
+// ---------------------------------------------------------------- parameter groups
+
+// Two groups (one with its own lr and no weight decay) update as two separate optimizers would.
+TEST_F(OptimTest, ParamGroupsHaveTheirOwnLrAndWeightDecay) {
+  Tensor w = randn({5, 4}, gen), b = randn({4}, gen), n = randn({4}, gen);
+  std::vector<Tensor> grouped, alone_a, alone_b;
+  for (const Tensor& t : {w, b, n}) grouped.push_back(clone(t).requires_grad_(true));
+  alone_a = {clone(w).requires_grad_(true)};
+  alone_b = {clone(b).requires_grad_(true), clone(n).requires_grad_(true)};
+  optim::AdamW opt({{{grouped[0]}, {}}, {{grouped[1], grouped[2]}, {.lr = 0.1, .weight_decay = 0.0}}},
+                   {.lr = 0.01, .weight_decay = 0.5});
+  optim::AdamW a(alone_a, {.lr = 0.01, .weight_decay = 0.5}), c(alone_b, {.lr = 0.1, .weight_decay = 0.0});
+  ASSERT_EQ(opt.param_groups().size(), 2u);
+  EXPECT_EQ(opt.param_groups()[1].lr, 0.1);
+  EXPECT_EQ(opt.param_groups()[1].weight_decay, 0.0);
+  EXPECT_EQ(opt.param_groups()[0].weight_decay, 0.5) << "unset: the optimizer's option";
+  EXPECT_EQ(opt.param_groups()[1].params, (std::vector<size_t>{1, 2}));
+  EXPECT_EQ(opt.named_params()[2].first, "2") << "unnamed parameters are named by index";
+  for (int i = 0; i < 3; ++i) {
+    for (size_t k = 0; k < 3; ++k) {
+      Tensor g = randn(grouped[k].shape(), gen);
+      grouped[k].set_grad(g);
+      (k == 0 ? alone_a[0] : alone_b[k - 1]).set_grad(clone(g));
+    }
+    opt.step();
+    a.step();
+    c.step();
+  }
+  EXPECT_TENSOR_EQ(grouped[0], alone_a[0]);
+  EXPECT_TENSOR_EQ(grouped[1], alone_b[0]);
+  EXPECT_TENSOR_EQ(grouped[2], alone_b[1]);
+
+  opt.param_groups()[0].lr = -1;
+  EXPECT_THROW(opt.step(), Error) << "a group's bad lr";
+  EXPECT_THROW(optim::AdamW(std::vector<optim::ParamGroupSpec>{}), Error) << "no group";
+}
+
+// SGD by hand: p -= lr (g + wd p), with the group's lr and weight decay.
+TEST(Optim, SGDParamGroupsByHand) {
+  Tensor a = param({1.0}), b = param({2.0});
+  optim::SGD opt({{{{"a", a}}, {.weight_decay = 0.5}}, {{{"b", b}}, {.lr = 0.5}}}, {.lr = 0.1});
+  a.set_grad(vec({1.0}));
+  b.set_grad(vec({1.0}));
+  opt.step();
+  EXPECT_TENSOR_NEAR(a, vec({1.0 - 0.1 * (1.0 + 0.5)}), 0, 1e-15);
+  EXPECT_TENSOR_NEAR(b, vec({2.0 - 0.5 * 1.0}), 0, 1e-15);
+}
+
+TEST(Optim, SchedulerSetsEveryGroupsLr) {
+  Tensor a = param({1.0}), b = param({2.0});
+  optim::AdamW opt({{{a}, {.lr = 2e-3}}, {{b}, {.lr = 1e-3}}});
+  optim::WarmupCosineLR sched(opt, 4, 104);
+  EXPECT_EQ(sched.base_lrs(), (std::vector<double>{2e-3, 1e-3}));
+  sched.step();
+  EXPECT_DOUBLE_EQ(opt.param_groups()[0].lr, 0.5e-3);
+  EXPECT_DOUBLE_EQ(opt.param_groups()[1].lr, 0.25e-3);
+  EXPECT_DOUBLE_EQ(sched.get_last_lr(), 0.5e-3);
+  sched.set_step(54);
+  EXPECT_NEAR(opt.param_groups()[1].lr, 0.5e-3, 1e-15);
+  opt.set_lr(3e-3);
+  EXPECT_EQ(opt.param_groups()[1].lr, 3e-3) << "set_lr sets every group";
+}
+
+// The groups' lr and weight decay travel with the state; loading into other groups fails and
+// names them.
+TEST_F(OptimTest, ParamGroupsSaveAndLoad) {
+  auto dir = std::filesystem::temp_directory_path() / ("tg_optim_groups_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "opt.safetensors").string();
+  auto make = [&](uint64_t seed) {
+    Generator g(seed);
+    optim::NamedParams ps = {{"w", randn({3, 2}, g)}, {"b", randn({2}, g)}, {"norm", randn({2}, g)}};
+    for (auto& [name, p] : ps) p.requires_grad_(true);
+    return ps;
+  };
+  optim::NamedParams p1 = make(1), p2 = make(1);
+  auto groups = [](const optim::NamedParams& ps, double lr2) {
+    return std::vector<optim::ParamGroupSpec>{{{ps[0]}, {}}, {{ps[1], ps[2]}, {.lr = lr2, .weight_decay = 0.0}}};
+  };
+  optim::AdamW opt1(groups(p1, 0.2), {.lr = 0.05});
+  std::vector<Tensor> grads;
+  for (int i = 0; i < 12; ++i) grads.push_back(randn(p1[i % 3].second.shape(), gen));
+  auto step = [&](optim::AdamW& opt, optim::NamedParams& ps, int i) {
+    for (int k = 0; k < 3; ++k) ps[k].second.set_grad(grads[3 * i + k]);
+    opt.step();
+  };
+  step(opt1, p1, 0);
+  step(opt1, p1, 1);
+  opt1.param_groups()[1].lr = 0.15;
+  opt1.save(path);
+
+  optim::AdamW opt2(groups(p2, 1.0), {.lr = 1.0});
+  for (int k = 0; k < 3; ++k) copy_(p2[k].second.detach(), p1[k].second);
+  opt2.load(path);
+  EXPECT_EQ(opt2.param_groups()[0].lr, 0.05);
+  EXPECT_EQ(opt2.param_groups()[1].lr, 0.15);
+  EXPECT_EQ(opt2.param_groups()[1].weight_decay, 0.0);
+  for (int i = 2; i < 4; ++i) step(opt1, p1, i), step(opt2, p2, i);
+  for (int k = 0; k < 3; ++k) EXPECT_TENSOR_EQ(p2[k].second, p1[k].second);
+
+  // State written before groups existed (no param_groups entries): per-parameter state only.
+  auto legacy = opt1.state_dict();
+  std::erase_if(legacy, [](const auto& kv) { return kv.first.starts_with("param_groups."); });
+  opt2.param_groups()[1].lr = 0.3;
+  opt2.load_state_dict(legacy);
+  EXPECT_EQ(opt2.param_groups()[1].lr, 0.3);
+
+  auto message = [&](optim::Optimizer& opt) {
+    try {
+      opt.load(path);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  optim::AdamW one_group(p2, {.lr = 0.05});
+  EXPECT_NE(message(one_group).find("the state has 2 parameter group(s), the optimizer 1"), std::string::npos)
+      << message(one_group);
+  optim::AdamW regrouped({{{p2[0], p2[1]}, {}}, {{p2[2]}, {}}});
+  const std::string m = message(regrouped);
+  EXPECT_NE(m.find("group 0 holds ['w'] in the state, ['w', 'b'] here"), std::string::npos) << m;
+  EXPECT_NE(m.find("group 1 holds ['b', 'norm'] in the state, ['norm'] here"), std::string::npos) << m;
+  std::filesystem::remove_all(dir);
 }
 
 TEST_F(OptimTest, AdamWAndSgdCudaMatchesCpu) {
@@ -308,6 +489,53 @@ TEST_F(OptimTest, AdamWAndSgdCudaMatchesCpu) {
   EXPECT_TENSOR_NEAR(to(pg, Device::cpu()), pc, 1e-6, 1e-7);
   EXPECT_TENSOR_NEAR(to(qg, Device::cpu()), qc, 1e-6, 1e-7);
   EXPECT_TRUE(ag.state_dict().at("0.exp_avg").device().is_cuda());
+}
+
+// The GPU's multi-tensor step against the CPU's: parameters of 1, 7 and 1000003 elements and
+// enough small ones of odd sizes for two launches, in two groups; float32 and bfloat16. Each step
+// is two launches (not one per op or per tensor) and allocates nothing once the moments exist.
+TEST_F(OptimTest, AdamWCudaMultiTensorStepMatchesCpu) {
+  TG_REQUIRE_CUDA();
+  for (DType dt : {kFloat32, kBFloat16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    std::vector<int64_t> sizes = {1, 7, 1000003};
+    for (int k = 0; sizes.size() < cuda::kAdamWTensorsPerLaunch + 9; ++k) sizes.push_back(1 + (37 * k) % 300);
+    std::vector<Tensor> pc, pg;
+    for (int64_t n : sizes) {
+      Tensor init = to(randn({n}, gen), dt);
+      pc.push_back(clone(init).requires_grad_(true));
+      pg.push_back(to(init, Device::cuda()).requires_grad_(true));
+    }
+    auto groups = [](const std::vector<Tensor>& ps) {
+      const auto half = ps.begin() + static_cast<std::ptrdiff_t>(ps.size() / 2);
+      return std::vector<optim::ParamGroupSpec>{{std::vector<Tensor>(ps.begin(), half), {}},
+                                                {std::vector<Tensor>(half, ps.end()), {.lr = 0.03, .weight_decay = 0}}};
+    };
+    optim::AdamW oc(groups(pc), {.lr = 0.01, .weight_decay = 0.1}), og(groups(pg), {.lr = 0.01, .weight_decay = 0.1});
+    for (int i = 0; i < 3; ++i) {
+      for (size_t k = 0; k < sizes.size(); ++k) {
+        Tensor g = to(randn({sizes[k]}, gen), dt);
+        pc[k].set_grad(g);
+        pg[k].set_grad(to(g, Device::cuda()));
+      }
+      const uint64_t allocs = memory_stats(Device::cuda()).allocations;
+      KernelTrace trace;
+      og.step();
+      EXPECT_EQ(trace.count("adamw_step.cuda_launch"), 2u) << "one launch per 64 tensors";
+      if (i > 0) EXPECT_EQ(memory_stats(Device::cuda()).allocations, allocs) << "no temporaries";
+      oc.step();
+    }
+    const double p_rtol = dt == kFloat32 ? 1e-6 : 2e-2;  // bfloat16: a rounding may differ by an ulp
+    for (size_t k = 0; k < sizes.size(); ++k) {
+      SCOPED_TRACE(k);
+      EXPECT_TENSOR_NEAR(to(pg[k].detach(), Device::cpu()), pc[k], p_rtol, 1e-6);
+      const std::string key = std::to_string(k);
+      EXPECT_TENSOR_NEAR(to(og.state_dict().at(key + ".exp_avg"), Device::cpu()), oc.state_dict().at(key + ".exp_avg"),
+                         1e-5, 1e-7);
+      EXPECT_TENSOR_NEAR(to(og.state_dict().at(key + ".exp_avg_sq"), Device::cpu()),
+                         oc.state_dict().at(key + ".exp_avg_sq"), 1e-5, 1e-10);
+    }
+  }
 }
 
 }  // namespace

@@ -1,0 +1,118 @@
+// The fused AdamW step on CUDA, as a multi-tensor apply (PyTorch's multi_tensor_apply, apex's
+// fused Adam): one launch updates up to kAdamWTensorsPerLaunch tensors. Their pointers, sizes and
+// per-tensor scalars travel in a struct passed by value as kernel parameters, so nothing is
+// uploaded, allocated or waited for; a longer list takes one more launch per 64 tensors.
+#include <climits>
+
+#include "core/cuda/cuda_utils.cuh"
+#include "core/trace.h"
+#include "ops/adamw_step_kernels.h"
+#include "ops/cuda/nn_common.cuh"
+
+namespace tg::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int64_t kChunk = 4 * kThreads;  // elements per block: four per thread
+constexpr int64_t kMaxBlocks = INT_MAX;   // grid.x
+
+struct TensorArgs {
+  void* p;
+  const void* g;
+  float* m;
+  float* v;
+  int64_t n;
+  AdamWScale<float> scale;
+  int first_block;  // the launch's blocks first_block, first_block + 1, ... update this tensor
+};
+struct LaunchArgs {
+  TensorArgs t[kAdamWTensorsPerLaunch];
+  int count;
+};
+// The kernel-parameter limit every toolkit and architecture accepts.
+static_assert(sizeof(LaunchArgs) + sizeof(AdamWHyper<float>) <= 4096, "AdamW launch arguments exceed 4 KiB");
+
+__device__ __forceinline__ bool aligned(const void* p, size_t bytes) {
+  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+}
+
+// adamw_update (ops/adamw_step_kernels.h) on every element of the launch's tensors. Block b
+// updates elements [kChunk c, kChunk (c + 1)) of the tensor that holds block b (c: b's index among
+// that tensor's blocks), found by a binary search over first_block; each thread updates four
+// consecutive elements, with one vector load/store per tensor when they are aligned. T: the
+// parameter's and grad's type (float or bfloat16); moments and math in float32.
+// Memory traffic: reads p, g, m, v and writes p, m, v once each: 28 bytes per float32 element,
+// 22 per bfloat16 one. No shared memory or reduction: bandwidth bound.
+template <class T>
+__global__ void __launch_bounds__(kThreads) adamw_multi_tensor_kernel(LaunchArgs args, AdamWHyper<float> h) {
+  const int b = static_cast<int>(blockIdx.x);
+  int lo = 0, hi = args.count - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (args.t[mid].first_block <= b) lo = mid;
+    else hi = mid - 1;
+  }
+  const TensorArgs& a = args.t[lo];
+  const int64_t i = static_cast<int64_t>(b - a.first_block) * kChunk + 4 * static_cast<int64_t>(threadIdx.x);
+  if (i >= a.n) return;
+  T* p = static_cast<T*>(a.p) + i;
+  const T* g = static_cast<const T*>(a.g) + i;
+  float* m = a.m + i;
+  float* v = a.v + i;
+  if (i + 4 <= a.n && aligned(p, sizeof(Vec<T, 4>)) && aligned(g, sizeof(Vec<T, 4>)) && aligned(m, 16) &&
+      aligned(v, 16)) {
+    Vec<T, 4> pv = *reinterpret_cast<const Vec<T, 4>*>(p);
+    const Vec<T, 4> gv = *reinterpret_cast<const Vec<T, 4>*>(g);
+    Vec<float, 4> mv = *reinterpret_cast<const Vec<float, 4>*>(m), vv = *reinterpret_cast<const Vec<float, 4>*>(v);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      float pf = to_float(pv.v[k]);
+      adamw_update(pf, mv.v[k], vv.v[k], to_float(gv.v[k]), h, a.scale);
+      pv.v[k] = cvt<T>(pf);
+    }
+    *reinterpret_cast<Vec<T, 4>*>(p) = pv;
+    *reinterpret_cast<Vec<float, 4>*>(m) = mv;
+    *reinterpret_cast<Vec<float, 4>*>(v) = vv;
+    return;
+  }
+  const int64_t len = a.n - i < 4 ? a.n - i : 4;
+  for (int64_t k = 0; k < len; ++k) {
+    float pf = to_float(p[k]);
+    adamw_update(pf, m[k], v[k], to_float(g[k]), h, a.scale);
+    p[k] = cvt<T>(pf);
+  }
+}
+
+}  // namespace
+
+void adamw_step(const std::vector<AdamWSlot>& slots, const AdamWHyper<double>& hyper) {
+  if (slots.empty()) return;
+  nn::dispatch_float(slots[0].param.dtype(), "adamw_step_", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    cudaStream_t stream = stream_for(slots[0].param);
+    const AdamWHyper<float> h{static_cast<float>(hyper.one_minus_beta1), static_cast<float>(hyper.beta2),
+                              static_cast<float>(hyper.one_minus_beta2), static_cast<float>(hyper.eps)};
+    LaunchArgs args{};
+    int64_t blocks = 0;
+    auto launch = [&] {
+      adamw_multi_tensor_kernel<T><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(args, h);
+      TG_CUDA_CHECK_LAUNCH("adamw_step");
+      KernelTrace::record("adamw_step.cuda_launch");
+      args.count = 0;
+      blocks = 0;
+    };
+    for (const AdamWSlot& s : slots) {
+      const int64_t n = s.param.numel(), nb = (n + kChunk - 1) / kChunk;
+      TG_CHECK(nb <= kMaxBlocks, "adamw_step_", "a tensor of ", n, " elements, wants at most ", kMaxBlocks * kChunk);
+      if (args.count == kAdamWTensorsPerLaunch || blocks + nb > kMaxBlocks) launch();
+      const AdamWScale<float> scale{static_cast<float>(s.scale.decay), static_cast<float>(s.scale.step_size),
+                                    static_cast<float>(s.scale.inv_sqrt_bc2)};
+      args.t[args.count++] = {s.param.data_ptr(), s.grad.data_ptr(), s.exp_avg.data_ptr<float>(),
+                              s.exp_avg_sq.data_ptr<float>(), n, scale, static_cast<int>(blocks)};
+      blocks += nb;
+    }
+    launch();
+  });
+}
+
+}  // namespace tg::cuda
