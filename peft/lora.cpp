@@ -195,8 +195,8 @@ LoraReport apply_lora(nn::Module& model, const LoraConfig& config, Generator& ge
   model.requires_grad_(false);  // everything frozen; the adapters and saved modules train
   for (const auto& path : report.wrapped) {
     auto base = std::dynamic_pointer_cast<nn::Linear>(model.get_submodule(path));
-    model.replace_module(path, std::make_shared<LoRALinear>(*base, config.r, config.lora_alpha, config.lora_dropout, gen,
-                                                                config.autocast_adapter_dtype));
+    model.replace_module(path, std::make_shared<LoRALinear>(*base, config.r, config.lora_alpha, config.lora_dropout,
+                                                            gen, config.autocast_adapter_dtype));
   }
   for (const auto& path : report.saved_modules) model.get_submodule(path)->requires_grad_(true);
   report.trainable_params = model.num_parameters(true);
