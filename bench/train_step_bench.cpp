@@ -2,8 +2,8 @@
 // LoRA, timed on the host clock: median of --steps after --warmup. Prints one row per mode in
 // the same shape as ../shared/reference/torch_toy_lora.py, so bench/run_cpu_step.sh can put
 // both in one table. --dtype bf16: LoRA steps with the frozen base in bfloat16 and float32
-// adapters (peft's mixed precision); full steps with every parameter, gradient and AdamW state
-// in bfloat16 (no float32 master weights).
+// adapters (peft's mixed precision); full steps with every parameter and gradient in bfloat16
+// (AdamW keeps float32 moments for them, but there are no float32 master weights).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
