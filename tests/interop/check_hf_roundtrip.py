@@ -8,7 +8,7 @@ repository root on a machine with torch, transformers and peft, after building i
 For a small random Llama (grouped-query heads; also once with tied embeddings) and a small GPT-2,
 everything in float32 on the CPU:
   1. transformers save_pretrained (one file, sharded, bf16, f16) -> tapegrad from_pretrained:
-     logits and loss (bf16/f16 against the rounded weights computed in float32);
+     logits and loss (bf16/f16 against transformers loading the same folder in float32);
   2. a peft adapter with non-zero B -> tapegrad load_adapter: logits, loss, every LoRA A/B gradient;
   3. an adapter written by tapegrad -> peft PeftModel.from_pretrained: logits;
   4. tapegrad save_pretrained (one file, sharded) -> transformers from_pretrained: logits.
@@ -121,8 +121,11 @@ def check_model(name, model, targets, binary, work, write_fixtures):
         sub = f"hf_{str(dtype).split('.')[-1]}"
         low = copy.deepcopy(model).to(dtype)
         low.save_pretrained(os.path.join(d, sub))
+        # transformers' own float32 load of that folder: the rounded weights widened, the rotary
+        # frequencies computed afresh in float32 (low.float() keeps them rounded to `dtype`).
+        ref = AutoModelForCausalLM.from_pretrained(os.path.join(d, sub), dtype=torch.float32)
         with torch.no_grad():
-            want_logits, want_loss = forward(low.float(), ids, labels)  # the rounded weights, in float32
+            want_logits, want_loss = forward(ref, ids, labels)
         out = run_tapegrad(binary, work, os.path.join(d, sub), inputs)
         check(f"{name} {sub} -> tapegrad: logits", out["logits"], want_logits, LOGIT_TOL)
         check(f"{name} {sub} -> tapegrad: loss", out["loss"], want_loss, LOGIT_TOL)
