@@ -17,8 +17,7 @@ void save_training_checkpoint(const std::string& path, const tg::nn::Module& mod
                               {"data_offset", std::to_string(data_gen.offset())},
                               // dropout draws from the default generator
                               {"rng_seed", std::to_string(tg::default_generator().seed())},
-                              {"rng_offset", std::to_string(tg::default_generator().offset())},
-                              {"lr", std::to_string(opt.lr())}});
+                              {"rng_offset", std::to_string(tg::default_generator().offset())}});
 }
 
 int64_t load_training_checkpoint(const std::string& path, tg::nn::Module& model, tg::optim::Optimizer& opt,
@@ -36,14 +35,13 @@ int64_t load_training_checkpoint(const std::string& path, tg::nn::Module& model,
   }
   for (const auto& [key, t] : loaded.tensors)
     if (key.rfind("optim/", 0) == 0) optim_state[key.substr(6)] = t;
-  opt.load_state_dict(optim_state);
+  opt.load_state_dict(optim_state);  // moments, steps and every parameter group's lr
   auto meta = [&](const char* key) {
     auto it = loaded.metadata.find(key);
     TG_CHECK(it != loaded.metadata.end(), "load_training_checkpoint", "'", path, "' lacks '", key,
              "' in its metadata: not a training checkpoint");
     return it->second;
   };
-  opt.set_lr(std::stod(meta("lr")));
   data_gen.set_state(std::stoull(meta("data_seed")), std::stoull(meta("data_offset")));
   tg::default_generator().set_state(std::stoull(meta("rng_seed")), std::stoull(meta("rng_offset")));
   return std::stoll(meta("step"));
