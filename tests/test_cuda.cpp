@@ -21,6 +21,7 @@
 #include "ops/shape.h"
 #include "ops/unary.h"
 #include "testing/testing.h"
+#include "tests/test_support.h"
 #ifdef TG_WITH_CUDA
 #include "ops/gemm_kernels.h"
 #endif
@@ -28,18 +29,10 @@
 namespace tg {
 namespace {
 
+using test::error_of;
+
 const Device kGpu = Device::cuda(0);
 const Device kCpu = Device::cpu();
-
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no tg::Error raised)";
-}
 
 Tensor on_cpu(const Tensor& t) { return to(t.detach(), kCpu); }
 Tensor f32_cpu(const Tensor& t) { return to(t.detach(), kFloat32, kCpu); }

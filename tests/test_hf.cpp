@@ -23,6 +23,7 @@
 #include "ops/shape.h"
 #include "peft/lora.h"
 #include "testing/testing.h"
+#include "tests/test_support.h"
 
 namespace tg::test {
 namespace {
@@ -34,20 +35,6 @@ using nn::LlamaConfig;
 using nn::LlamaForCausalLM;
 
 const fs::path kFixtures = fs::path(__FILE__).parent_path() / "fixtures" / "hf";
-
-// A fresh folder per test, removed afterwards.
-struct Folder {
-  fs::path path;
-  Folder() {
-    path = fs::temp_directory_path() /
-           ("tg_hf_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + "_" +
-            std::to_string(::getpid()));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~Folder() { fs::remove_all(path); }
-  std::string operator/(const std::string& sub) const { return (path / sub).string(); }
-};
 
 LlamaConfig llama_config() {  // grouped-query heads, a rope_theta and eps other than the defaults
   LlamaConfig c;
@@ -86,22 +73,6 @@ void edit_config(const std::string& dir, const std::string& key, json::Value val
   v.set(key, std::move(value));
   io::write_file_atomic(dir + "/config.json", json::dump(v, 2));
 }
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
-
-#define EXPECT_ERROR_HAS(expr, ...)                                                   \
-  do {                                                                                \
-    const std::string tg_msg = error_of([&] { (void)(expr); });                       \
-    for (const char* tg_part : {__VA_ARGS__})                                         \
-      EXPECT_NE(tg_msg.find(tg_part), std::string::npos) << "'" << tg_part << "' not in: " << tg_msg; \
-  } while (0)
 
 double max_abs(const Tensor& t) {
   double m = 0;
@@ -157,7 +128,7 @@ class HfTest : public testing::SeededTest {};
 
 TEST_F(HfTest, LlamaSavesAndLoadsLikeTransformers) {
   LlamaForCausalLM model(llama_config(), gen);
-  Folder dir;
+  TempDir dir;
   nn::save_pretrained(model, dir / "m");
   json::Value cfg = read_json(dir / "m/config.json");
   EXPECT_EQ(cfg.at("architectures").as_array()[0].as_string(), "LlamaForCausalLM");
@@ -187,7 +158,7 @@ TEST_F(HfTest, TiedLlamaWritesTheEmbeddingOnce) {
   LlamaConfig c = llama_config();
   c.tie_word_embeddings = true;
   LlamaForCausalLM model(c, gen);
-  Folder dir;
+  TempDir dir;
   nn::save_pretrained(model, dir / "m");
   auto file = safetensors::load_file(dir / "m/model.safetensors");
   EXPECT_FALSE(file.count("lm_head.weight"));
@@ -201,7 +172,7 @@ TEST_F(HfTest, TiedLlamaWritesTheEmbeddingOnce) {
 TEST_F(HfTest, GPT2StoresConv1DWeightsTransposed) {
   GPT2LMHeadModel model(gpt2_config(), gen);
   model.eval();
-  Folder dir;
+  TempDir dir;
   nn::save_pretrained(model, dir / "g");
   auto file = safetensors::load_file(dir / "g/model.safetensors");
   EXPECT_FALSE(file.count("lm_head.weight")) << "tied to wte: one copy, as transformers writes it";
@@ -226,7 +197,7 @@ TEST_F(HfTest, GPT2StoresConv1DWeightsTransposed) {
 TEST_F(HfTest, GPT2LoadsBaseModelCheckpointsWithMaskBuffers) {
   GPT2LMHeadModel model(gpt2_config(), gen);
   model.eval();
-  Folder dir;
+  TempDir dir;
   nn::save_pretrained(model, dir / "g");
   safetensors::TensorMap hub;
   for (auto& [k, t] : safetensors::load_file(dir / "g/model.safetensors")) hub[k.substr(std::string("transformer.").size())] = t;
@@ -238,7 +209,7 @@ TEST_F(HfTest, GPT2LoadsBaseModelCheckpointsWithMaskBuffers) {
 
 TEST_F(HfTest, ShardedSaveAndLoad) {
   LlamaForCausalLM model(llama_config(), gen);
-  Folder dir;
+  TempDir dir;
   nn::save_pretrained(model, dir / "m");  // then sharded into the same folder: the single file goes
   nn::save_pretrained(model, dir / "m", {.max_shard_bytes = 20000});
   EXPECT_FALSE(fs::exists(dir / "m/model.safetensors"));
@@ -264,7 +235,7 @@ TEST_F(HfTest, BFloat16WeightsLoadIntoAnyDtype) {
   GPT2LMHeadModel model(gpt2_config(), gen);
   model.eval();
   model.to(kBFloat16);
-  Folder dir;
+  TempDir dir;
   nn::save_pretrained(model, dir / "g");
   EXPECT_EQ(read_json(dir / "g/config.json").at("dtype").as_string(), "bfloat16");
   EXPECT_EQ(safetensors::load_file(dir / "g/model.safetensors").at("transformer.wte.weight").dtype(), kBFloat16);
@@ -279,7 +250,7 @@ TEST_F(HfTest, BFloat16WeightsLoadIntoAnyDtype) {
 TEST_F(HfTest, Float16WeightsLoad) {
   LlamaForCausalLM model(llama_config(), gen);
   round_to_f16_grid(model);
-  Folder dir;
+  TempDir dir;
   nn::save_pretrained(model, dir / "m");
   nn::StateDict sd = model.state_dict();
   save_f16(safetensors::TensorMap(sd.begin(), sd.end()), dir / "m/model.safetensors");
@@ -288,7 +259,7 @@ TEST_F(HfTest, Float16WeightsLoad) {
 }
 
 TEST_F(HfTest, ConfigErrorsNameTheField) {
-  Folder dir;
+  TempDir dir;
   EXPECT_ERROR_HAS(nn::from_pretrained(dir / "nothing"), "no config.json in", "nothing");
   LlamaForCausalLM model(llama_config(), gen);
   nn::save_pretrained(model, dir / "m");
@@ -340,7 +311,7 @@ TEST_F(HfTest, ConfigErrorsNameTheField) {
 
 TEST_F(HfTest, WeightErrorsListEveryProblem) {
   LlamaForCausalLM model(llama_config(), gen);
-  Folder dir;
+  TempDir dir;
   const std::string m = dir / "m";
   nn::save_pretrained(model, m);
   edit_config(m, "num_key_value_heads", 4);  // k/v_proj now want [32, 32]
@@ -367,7 +338,7 @@ TEST_F(HfTest, WeightErrorsListEveryProblem) {
 TEST_F(HfTest, SavePretrainedRefusesWhatTransformersCannotLoad) {
   LlamaForCausalLM model(llama_config(), gen);
   peft::apply_lora(model, {}, gen);
-  Folder dir;
+  TempDir dir;
   EXPECT_ERROR_HAS(nn::save_pretrained(model, dir / "m"), "save_pretrained", "is a LoRA weight", "merge_and_unload");
   peft::merge_and_unload(model);
   nn::save_pretrained(model, dir / "m");
@@ -380,7 +351,7 @@ TEST_F(HfTest, SavePretrainedRefusesWhatTransformersCannotLoad) {
 TEST_F(HfTest, GPT2AdapterInPeftFormat) {
   GPT2LMHeadModel model(gpt2_config(), gen);
   model.eval();
-  Folder dir;
+  TempDir dir;
   nn::save_pretrained(model, dir / "g");
   peft::LoraConfig lc;
   lc.r = 4;

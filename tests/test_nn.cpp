@@ -20,6 +20,7 @@
 #include "ops/unary.h"
 #include "optim/optimizer.h"
 #include "testing/testing.h"
+#include "tests/test_support.h"
 
 namespace tg::test {
 namespace {
@@ -30,15 +31,6 @@ std::vector<std::string> names_of(const nn::NamedTensors& xs) {
   std::vector<std::string> out;
   for (const auto& [n, t] : xs) out.push_back(n);
   return out;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 // A two-level custom module, as a user would write one.

@@ -11,30 +11,16 @@
 #include "core/philox.h"
 #include "tapegrad.h"
 #include "testing/testing.h"
+#include "tests/test_support.h"
 
 namespace tg {
 namespace {
 
+using test::error_of;
+
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // The tg::Error message fn throws ("" when it does not throw).
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
-#define EXPECT_ERROR_HAS(stmt, ...)                                              \
-  do {                                                                           \
-    std::string tg_msg = error_of([&] { stmt; });                                \
-    EXPECT_FALSE(tg_msg.empty()) << #stmt " did not throw";                      \
-    for (const char* tg_part : {__VA_ARGS__})                                    \
-      EXPECT_NE(tg_msg.find(tg_part), std::string::npos) << "message: " << tg_msg \
-                                                         << "\nmissing: " << tg_part; \
-  } while (0)
 
 Tensor vec(std::vector<float> v, Shape shape = {}) { return from_vector(v, shape.empty() ? Shape{(int64_t)v.size()} : shape); }
 

@@ -22,9 +22,12 @@
 #include "ops/rms_norm.h"
 #include "ops/unary.h"
 #include "testing/testing.h"
+#include "tests/test_support.h"
 
 namespace tg {
 namespace {
+
+using test::error_of;
 
 enum class Kind { Rms, Fused, Ln };
 
@@ -315,15 +318,6 @@ TEST_P(Norms, InputsArgumentSelectsVariantAtBackwardTime) {
   EXPECT_TRUE(t.contains("rms_norm.backward<dw>")) << t.str();
   EXPECT_FALSE(x.grad().defined());
   EXPECT_TRUE(w.grad().defined());
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 TEST_P(Norms, Errors) {

@@ -23,6 +23,7 @@
 #include "optim/optimizer.h"
 #include "peft/lora.h"
 #include "testing/testing.h"
+#include "tests/test_support.h"
 
 namespace tg::test {
 namespace {
@@ -50,17 +51,6 @@ Tensor ids_2x6() { return from_vector<int64_t>({1, 5, 2, 12, 0, 7, 3, 3, 9, 4, 1
 void randomise_lora_b(nn::Module& model, Generator& gen) {
   for (auto& [path, l] : peft::lora_layers(model)) nn::init::normal_(l->lora_B->weight, 0.0, 0.1, gen);
 }
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() /
-           ("tg_peft_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + "_" +
-            std::to_string(::getpid()));
-    fs::remove_all(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
 
 std::string error_text(const std::function<void()>& f) {
   try {
@@ -230,13 +220,13 @@ TEST_F(PeftTest, ModulesToSaveAndTrainableNorms) {
   EXPECT_EQ(r.trainable_params, 2 * (256 + 192) + 13 * 16 + 5 * 16);
 
   TempDir dir;
-  peft::save_adapter(model, dir.path.string(), c);
-  auto file = safetensors::load_file((dir.path / "adapter_model.safetensors").string());
+  peft::save_adapter(model, dir.str(), c);
+  auto file = safetensors::load_file(dir / "adapter_model.safetensors");
   EXPECT_TRUE(file.count("base_model.model.lm_head.weight"));
   EXPECT_TRUE(file.count("base_model.model.model.norm.weight"));
   EXPECT_TRUE(file.count("base_model.model.model.layers.0.input_layernorm.weight"));
   EXPECT_EQ(file.size(), 8u + 1 + 5);
-  std::ifstream cfg(dir.path / "adapter_config.json");
+  std::ifstream cfg(dir / "adapter_config.json");
   std::string text((std::istreambuf_iterator<char>(cfg)), {});
   json::Value v = json::parse(text);
   std::vector<std::string> saved;
@@ -247,7 +237,7 @@ TEST_F(PeftTest, ModulesToSaveAndTrainableNorms) {
   fresh.load_state_dict(model.state_dict(), /*strict=*/false);  // the base weights
   nn::init::normal_(fresh.lm_head->weight, 0.0, 1.0, gen);    // then scramble what the adapter carries
   nn::init::normal_(fresh.model->norm->weight, 0.0, 1.0, gen);
-  peft::load_adapter(fresh, dir.path.string(), gen);
+  peft::load_adapter(fresh, dir.str(), gen);
   EXPECT_TENSOR_EQ(fresh.forward(ids_2x6()), model.forward(ids_2x6()));
   EXPECT_TRUE(fresh.lm_head->weight.requires_grad());
 }
@@ -262,15 +252,15 @@ TEST_F(PeftTest, SaveAndLoadAdapterInPeftFormat) {
   peft::apply_lora(model, c, gen);
   randomise_lora_b(model, gen);
   TempDir dir;
-  peft::save_adapter(model, dir.path.string(), c);
+  peft::save_adapter(model, dir.str(), c);
 
-  auto file = safetensors::load_file_with_metadata((dir.path / "adapter_model.safetensors").string());
+  auto file = safetensors::load_file_with_metadata(dir / "adapter_model.safetensors");
   EXPECT_EQ(file.tensors.size(), 2u * 4 * 2);
   EXPECT_EQ(file.tensors.at("base_model.model.model.layers.1.self_attn.o_proj.lora_A.weight").shape(), Shape({4, 16}));
   EXPECT_EQ(file.tensors.at("base_model.model.model.layers.1.self_attn.k_proj.lora_B.weight").shape(), Shape({8, 4}));
   EXPECT_EQ(file.metadata.at("format"), "pt");
 
-  std::ifstream in(dir.path / "adapter_config.json");
+  std::ifstream in(dir / "adapter_config.json");
   std::string text((std::istreambuf_iterator<char>(in)), {});
   json::Value v = json::parse(text);
   EXPECT_EQ(v.at("peft_type").as_string(), "LORA");
@@ -287,7 +277,7 @@ TEST_F(PeftTest, SaveAndLoadAdapterInPeftFormat) {
   EXPECT_NE(text.find("\n  \"r\": 4,\n"), std::string::npos) << "indent 2";
 
   // Into a fresh copy of the base model: wrapped from the saved config, same outputs.
-  LoraConfig got = peft::load_adapter(base_copy, dir.path.string(), gen);
+  LoraConfig got = peft::load_adapter(base_copy, dir.str(), gen);
   EXPECT_EQ(got.r, 4);
   EXPECT_EQ(got.lora_alpha, 8.0);
   EXPECT_EQ(peft::lora_layers(base_copy).size(), 8u);
@@ -297,7 +287,7 @@ TEST_F(PeftTest, SaveAndLoadAdapterInPeftFormat) {
   LlamaForCausalLM other(micro(), gen);
   peft::apply_lora(other, {}, gen);  // r = 8
   try {
-    peft::load_adapter(other, dir.path.string(), gen);
+    peft::load_adapter(other, dir.str(), gen);
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("shape mismatches (16)"), std::string::npos) << e.what();
@@ -306,10 +296,10 @@ TEST_F(PeftTest, SaveAndLoadAdapterInPeftFormat) {
   auto tensors = file.tensors;
   tensors.erase("base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight");
   tensors["base_model.model.model.layers.0.self_attn.q_proj.lora_C.weight"] = zeros({1});
-  safetensors::save_file(tensors, (dir.path / "adapter_model.safetensors").string());
+  safetensors::save_file(tensors, dir / "adapter_model.safetensors");
   LlamaForCausalLM third(micro(), gen);
   try {
-    peft::load_adapter(third, dir.path.string(), gen);
+    peft::load_adapter(third, dir.str(), gen);
     FAIL() << "no error";
   } catch (const Error& e) {
     std::string m = e.what();
@@ -408,10 +398,10 @@ TEST_F(PeftTest, LoraTrainingStepCudaMatchesCpu) {
     EXPECT_TENSOR_NEAR(to(gpu.get_parameter(n), Device::cpu()), p, 1e-4, 1e-6);
   }
   TempDir dir;
-  peft::save_adapter(gpu, dir.path.string(), {});
+  peft::save_adapter(gpu, dir.str(), {});
   LlamaForCausalLM back(micro(), gen);
   back.load_state_dict(cpu.state_dict(), /*strict=*/false);
-  peft::load_adapter(back, dir.path.string());
+  peft::load_adapter(back, dir.str());
   EXPECT_TENSOR_NEAR(back.forward(ids), cpu.forward(ids), 1e-4, 1e-5);
   peft::merge(gpu);
   EXPECT_TENSOR_NEAR(to(gpu.forward(idg), Device::cpu()), cpu.forward(ids), 1e-4, 1e-5);

@@ -19,33 +19,13 @@
 #include "ops/cast.h"
 #include "ops/shape.h"
 #include "testing/testing.h"
+#include "tests/test_support.h"
 
 namespace tg::test {
 namespace {
 
 namespace fs = std::filesystem;
 using safetensors::TensorMap;
-
-// A fresh directory per test, removed afterwards.
-class TempDir {
- public:
-  TempDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = fs::temp_directory_path() / ("tg_" + std::string(info->name()) + "_" + std::to_string(::getpid()));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::permissions(path_, fs::perms::owner_all, ec);
-    fs::remove_all(path_, ec);
-  }
-  std::string operator/(const std::string& name) const { return (path_ / name).string(); }
-  std::string str() const { return path_.string(); }
-
- private:
-  fs::path path_;
-};
 
 std::vector<uint8_t> file_bytes(const std::string& header, const std::vector<uint8_t>& data) {
   std::vector<uint8_t> out(8 + header.size() + data.size());
