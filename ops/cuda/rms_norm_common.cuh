@@ -3,27 +3,27 @@
 //
 // Layout of the work. A row of `dim` elements is split into `nv` vectors of VB bytes (16 when
 // dim and every pointer allow it, else 8, else one element). A group of `tpr` threads owns a
-// row (tpr aims at preferred_tpr(): 512, 256 for bf16 backward with dx); thread `lane` holds vectors lane,
-// lane + tpr, ... (ITERS of them, a compile-time count, so the row lives in registers between
-// the loads and the stores). A block holds `gpb` groups (several only for rows of <= 32
-// threads); the grid is persistent (the multiprocessor count times the blocks that fit on one),
-// each block looping over rows. Row reductions are a warp butterfly and, for rows wider than a
-// warp, one shared-memory step read in a fixed order: deterministic.
+// row (tpr aims at preferred_tpr(), 512); thread `lane` holds vectors lane, lane + tpr, ...
+// (ITERS of them, a compile-time count, so the row lives in registers between the loads and
+// the stores). A block holds `gpb` groups (several only for rows of <= 32 threads). Row
+// reductions are a warp butterfly and, for rows wider than a warp, one shared-memory step read
+// in a fixed order: deterministic.
 //
-// Backward, per row: the rstd (and mean) saved by forward make one reduction enough for dx:
-//   xhat = (x - mean) * rstd, g = dy * w,
-//   dx = rstd * (g - mean(g) - xhat * mean(g * xhat))        (mean(g) term: LayerNorm only)
-// The kernels are compiled per <DX, DW, DB>. A thread's columns are the same for every row, so
-// dW (sum of dy * xhat) and dB (sum of dy) accumulate per thread (registers when few, else the
-// thread's own shared-memory slots) over the block's rows and are written once, as one partial
-// row per block; a second small kernel sums the partial rows column-wise in a fixed order. With
-// DX only, none of that code exists and no partial buffer is allocated.
+// Backward, per row: the rstd (and mean) saved by forward make one reduction enough for dx
+// (the formula is in "backward arithmetic" below). The kernels are compiled per <DX, DW, DB>.
+// A thread's columns are the same for every row, so dW (sum of dy * xhat) and dB (sum of dy)
+// accumulate per thread (registers when few, else the thread's own shared-memory slots) over
+// the block's rows and are written once, as one partial row per block; a second small kernel
+// sums the partial rows column-wise in a fixed order. With DX only, none of that code exists
+// and no partial buffer is allocated.
 //
 // Three backward kernels:
-//  - norm_bwd_staged_kernel (variants with dx, 16-byte rows, one row per block): the bulk-copy
-//    engine keeps several rows in flight in shared memory ahead of the block, so loads never
-//    wait on the row reduction;
-//  - norm_bwd_kernel: each thread loads its vectors when the block reaches the row;
+//  - norm_bwd_kernel: each thread loads its vectors of the row, two passes over the registers;
+//    dx alone (one block per row of 16-byte vectors), dW / dB alone, and every variant on rows
+//    that are not 16-byte vectors;
+//  - norm_bwd_staged_kernel (dx with dW / dB, or dx alone where the register kernel fits one
+//    block per multiprocessor; 16-byte rows; persistent): the bulk-copy engine keeps several
+//    rows in flight in shared memory ahead of the block, so loads never wait on the reduction;
 //  - norm_bwd_loop_kernel: rows wider than the register kernels take (runtime loops, the row
 //    re-read from L2 for the second pass, dW accumulated in the block's partial row).
 // TG_NORM_STAGED=0 turns the staged kernel off (benchmarks compare).
@@ -53,13 +53,14 @@ constexpr int kLoopTpr = 1024;   // threads per row in the looping kernels
 constexpr int kGroupBlock = 256; // block size when several rows share a block
 // The register-resident kernels' launch bounds: the widest block an ITERS instantiation is
 // launched with, and how many such blocks must fit on a multiprocessor (a register cap: 42 per
-// thread with 1 vector per thread, 64 with 2, 128 with 4 or 8, 255 with 16).
+// thread with 1 vector per thread, 64 with 2, 128 with 4 or 8, 255 with 16; a backward with
+// dx that accumulates dW / dB gets 64 with 1 vector, as 42 spills).
 constexpr int max_tpr(int iters) { return iters >= 16 ? 256 : kMaxTpr; }
-constexpr int min_blocks(int iters) { return iters <= 1 ? 3 : iters == 2 ? 2 : 1; }
+constexpr int min_blocks(int iters, bool accumulates = false) {
+  return iters <= 1 ? (accumulates ? 2 : 3) : iters == 2 ? 2 : 1;
+}
 
 // ------------------------------------------------------------------ element conversion
-__device__ __forceinline__ float to_f(float v) { return v; }
-__device__ __forceinline__ float to_f(bf16 v) { return __uint_as_float(static_cast<unsigned>(v.bits) << 16); }
 template <class T>
 __device__ __forceinline__ T from_f(float v) {
   if constexpr (std::is_same_v<T, bf16>) {
@@ -72,10 +73,15 @@ __device__ __forceinline__ T from_f(float v) {
 }
 
 // ------------------------------------------------------------------ vector access
-// N elements of T loaded / stored as one access of N * sizeof(T) bytes.
+// N elements of T loaded / stored as one access of N * sizeof(T) bytes, held as 32-bit words
+// (a lone bf16 as 16 bits). bf16 elements as 16-bit members made the compiler split each
+// loaded word into halves and join them again at every use: the dx kernel issued 2.1 times the
+// instructions of the same kernel on words (H200, ncu: 65.9M against 31.6M, 145 against 98 us).
 template <class T, int N>
 struct alignas(sizeof(T) * N) Pack {
-  T v[N];
+  static constexpr int kBytes = sizeof(T) * N;
+  using Word = std::conditional_t<kBytes >= 4, unsigned, unsigned short>;
+  Word w[kBytes >= 4 ? kBytes / 4 : 1];
 };
 // C floats accessed as one (shared-memory accumulator slots, partial-row stores).
 template <int C>
@@ -120,73 +126,50 @@ __device__ __forceinline__ void zero_pack(Pack<T, N>& p) {
   memset(&p, 0, sizeof p);
 }
 
-// Element e of a pack, widened to float. For bf16 the widening is an opaque instruction
-// (volatile asm: a shift or a mask of the 32-bit word holding two elements), so the compiler
-// widens again at each use instead of keeping a float copy of the row live next to the packed
-// one: the row costs half the registers, which is what decides how many rows are in flight.
+// Element e of a pack, widened to float: bf16 is the high half of a float, so an element is
+// its word shifted (even e) or masked (odd e).
 template <int N>
 __device__ __forceinline__ float elem(const Pack<bf16, N>& p, int e) {
-  unsigned out;
-  if constexpr (N == 1) {
-    const unsigned word = p.v[0].bits;
-    asm volatile("shl.b32 %0, %1, 16;" : "=r"(out) : "r"(word));
-  } else {
-    unsigned words[N / 2];
-    memcpy(words, &p, sizeof p);
-    if (e % 2 == 0) asm volatile("shl.b32 %0, %1, 16;" : "=r"(out) : "r"(words[e / 2]));
-    else asm volatile("and.b32 %0, %1, 0xffff0000;" : "=r"(out) : "r"(words[e / 2]));
-  }
-  return __uint_as_float(out);
+  if constexpr (N == 1) return __uint_as_float(static_cast<unsigned>(p.w[0]) << 16);
+  else return __uint_as_float(e % 2 ? p.w[e / 2] & 0xffff0000u : p.w[e / 2] << 16);
 }
 template <int N>
 __device__ __forceinline__ float elem(const Pack<float, N>& p, int e) {
-  return p.v[e];
+  return __uint_as_float(p.w[e]);
 }
-// elem() for a second pass over the same registers: `zero` is a kernel argument that is always
-// 0 but unknown to the compiler, so the assembler cannot reuse the first pass's widened floats
-// (which would double the registers the row takes) and widens the packed words again.
-template <int N>
-__device__ __forceinline__ float elem_again(const Pack<bf16, N>& p, int e, unsigned zero) {
-  unsigned out;
-  if constexpr (N == 1) {
-    out = (static_cast<unsigned>(p.v[0].bits) ^ zero) << 16;
+// N floats rounded to T (nearest even) as one pack: bf16 two at a time (one instruction a pair).
+template <class T, int N>
+__device__ __forceinline__ Pack<T, N> pack_of(const float (&f)[N]) {
+  Pack<T, N> p;
+  if constexpr (std::is_same_v<T, float>) {
+#pragma unroll
+    for (int e = 0; e < N; ++e) p.w[e] = __float_as_uint(f[e]);
+  } else if constexpr (N == 1) {
+    p.w[0] = from_f<bf16>(f[0]).bits;
   } else {
-    unsigned words[N / 2];
-    memcpy(words, &p, sizeof p);
-    const unsigned w = words[e / 2] ^ zero;
-    out = e % 2 == 0 ? w << 16 : w & 0xffff0000u;
+#pragma unroll
+    for (int e = 0; e < N; e += 2) {
+      const __nv_bfloat162 h = __floats2bfloat162_rn(f[e], f[e + 1]);  // f[e] in the low half
+      memcpy(&p.w[e / 2], &h, 4);
+    }
   }
-  return __uint_as_float(out);
-}
-template <int N>
-__device__ __forceinline__ float elem_again(const Pack<float, N>& p, int e, unsigned) {
-  return p.v[e];
+  return p;
 }
 
-// A read-only load the compiler may not merge with an earlier load of the same address (volatile
-// asm): the backward reloads w after the row reduction (an L1 hit) rather than keeping it live
-// across it.
+// A plain load for the backward's row reads. Measured on the H200 (bf16 RMSNorm 8192x8192, dx
+// only): 98 us with it, 109 us with the streaming hint (__ldcs), 107 through the read-only path.
 template <class T, int N>
-__device__ __forceinline__ void load_again(Pack<T, N>& out, const T* p) {
-  constexpr int B = sizeof(T) * N;
-  if constexpr (B == 16) {
-    unsigned r[4];
-    asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "l"(p));
-    memcpy(&out, r, 16);
-  } else if constexpr (B == 8) {
-    unsigned r[2];
-    asm volatile("ld.global.nc.v2.u32 {%0, %1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "l"(p));
-    memcpy(&out, r, 8);
-  } else if constexpr (B == 4) {
-    unsigned r;
-    asm volatile("ld.global.nc.u32 %0, [%1];" : "=r"(r) : "l"(p));
-    memcpy(&out, &r, 4);
-  } else {
-    unsigned short r;
-    asm volatile("ld.global.nc.u16 %0, [%1];" : "=h"(r) : "l"(p));
-    memcpy(&out, &r, 2);
-  }
+__device__ __forceinline__ void load_row(Pack<T, N>& out, const T* p) {
+  using R = typename RawOf<sizeof(T) * N>::type;
+  R r = *reinterpret_cast<const R*>(p);
+  memcpy(&out, &r, sizeof r);
+}
+template <class T, int N>
+__device__ __forceinline__ void store_row(T* p, const Pack<T, N>& v) {
+  using R = typename RawOf<sizeof(T) * N>::type;
+  R r;
+  memcpy(&r, &v, sizeof r);
+  *reinterpret_cast<R*>(p) = r;
 }
 
 // Shared-memory accumulator slot access as volatile loads / stores: kept in program order, so
@@ -222,7 +205,7 @@ __device__ __forceinline__ void acc_store(FChunk<C>* p, const FChunk<C>& v) {
 // sums. Groups of <= 32 threads: a butterfly within the warp. Wider: the warp butterfly, then
 // each warp's sum through shared memory (double-buffered by `phase`, so one barrier per
 // reduction), added in warp order. Every thread of the block must call it (it may synchronise).
-template <int K>
+template <int K, int kMaxWarps = kMaxTpr / 32>
 __device__ __forceinline__ void group_sum(float (&v)[K], int tpr, float* smem, int& phase) {
 #pragma unroll
   for (int off = 16; off >= 1; off >>= 1)
@@ -240,18 +223,52 @@ __device__ __forceinline__ void group_sum(float (&v)[K], int tpr, float* smem, i
   const int wpg = tpr >> 5, first = warp / wpg * wpg;
 #pragma unroll
   for (int k = 0; k < K; ++k) v[k] = 0.f;
-  for (int i = 0; i < wpg; ++i)
+  // Unrolled to the widest group the kernel launches (kMaxWarps warps), so the loads of the
+  // warps' sums are all in flight at once; added in warp order whatever the group width.
 #pragma unroll
-    for (int k = 0; k < K; ++k) v[k] += buf[(first + i) * K + k];
+  for (int i = 0; i < kMaxWarps; ++i)
+    if (i < wpg)
+#pragma unroll
+      for (int k = 0; k < K; ++k) v[k] += buf[(first + i) * K + k];
 }
 
 // ------------------------------------------------------------------ backward arithmetic
-// xhat = (x - mean) * rstd and one element of dx = rstd * (g - mean(g) - xhat * mean(g * xhat)),
-// defined once for every backward kernel with explicitly rounded operations, so no kernel or
-// variant contracts them differently: dx is bitwise the same whichever kernel computed it.
-__device__ __forceinline__ float xhat_of(float x, float mu, float rs) { return __fmul_rn(__fsub_rn(x, mu), rs); }
-__device__ __forceinline__ float dx_of(float g, float xh, float mg, float mgx, float rs) {
-  return __fmul_rn(rs, __fsub_rn(__fsub_rn(g, mg), __fmul_rn(xh, mgx)));
+// With xc = x - mean (RMSNorm: x), g = dy * w and the row sums s_gx = sum(g * xc), s_g = sum(g)
+// (LayerNorm only), dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) becomes
+//   dx = rstd * g - c * xc - d,   c = rstd^3 * s_gx / dim,   d = rstd * s_g / dim:
+// two fused multiply-adds per element after the reduction. Every kernel uses these helpers with
+// explicitly rounded operations, so no kernel or variant contracts them differently: dx is
+// bitwise the same whichever kernel computed it.
+template <bool LN>
+__device__ __forceinline__ float centered(float x, float mu) {
+  return LN ? __fsub_rn(x, mu) : x;
+}
+struct DxCoef {
+  float rs, c, d;
+};
+template <bool LN>
+__device__ __forceinline__ DxCoef dx_coef(const float* sums, float rs, float inv_dim) {
+  DxCoef k;
+  k.rs = rs;
+  // rstd * mean(g * xc) first: it is O(|g|), so the two further factors of rstd cannot
+  // underflow where rstd^3 alone would (rows with a very large variance).
+  k.c = __fmul_rn(__fmul_rn(__fmul_rn(rs, __fmul_rn(sums[0], inv_dim)), rs), rs);
+  k.d = LN ? __fmul_rn(rs, __fmul_rn(sums[LN ? 1 : 0], inv_dim)) : 0.f;
+  return k;
+}
+template <bool LN>
+__device__ __forceinline__ float dx_of(float g, float xc, const DxCoef& k) {
+  return __fmaf_rn(-k.c, xc, LN ? __fmaf_rn(k.rs, g, -k.d) : __fmul_rn(k.rs, g));
+}
+// One element's part of the row sums dx needs.
+template <bool LN>
+__device__ __forceinline__ void add_dx_sums(float* sums, float g, float xc) {
+  sums[0] = __fmaf_rn(g, xc, sums[0]);
+  if (LN) sums[LN ? 1 : 0] = __fadd_rn(sums[LN ? 1 : 0], g);
+}
+// dW's term: dy * xhat.
+__device__ __forceinline__ float dw_term(float acc, float dy, float xc, float rs) {
+  return __fmaf_rn(dy, __fmul_rn(xc, rs), acc);
 }
 
 // ------------------------------------------------------------------ arguments
@@ -278,7 +295,6 @@ struct BwdArgs {
   const float* mean;  // LayerNorm, DX or DW
   const float* rstd;  // DX or DW
   const void* dres;   // DX, fused add: gradient of r added to dx; else null
-  unsigned zero;      // always 0 (see elem_again)
   int64_t rows;
   int dim, nv, tpr, gpb;
   float inv_dim;
@@ -324,8 +340,10 @@ __global__ void __launch_bounds__(max_tpr(ITERS), min_blocks(ITERS)) norm_fwd_ke
       }
 #pragma unroll
       for (int i = 0; i < ITERS; ++i) {
+        float sum[N];
 #pragma unroll
-        for (int e = 0; e < N; ++e) xv[i].v[e] = from_f<T>(elem(xv[i], e) + elem(rv[i], e));
+        for (int e = 0; e < N; ++e) sum[e] = elem(xv[i], e) + elem(rv[i], e);
+        xv[i] = pack_of<T, N>(sum);
         if (in[i]) store_stream(r + off + (lane + i * a.tpr) * N, xv[i]);
       }
     }
@@ -358,17 +376,18 @@ __global__ void __launch_bounds__(max_tpr(ITERS), min_blocks(ITERS)) norm_fwd_ke
     for (int i = 0; i < ITERS; ++i) {
       if (!in[i]) continue;
       const int v = lane + i * a.tpr;
-      P wv, bv, out;
+      P wv, bv;
       if (w) load_cached(wv, w + v * N);
       if (LN && b) load_cached(bv, b + v * N);
+      float out[N];
 #pragma unroll
       for (int e = 0; e < N; ++e) {
         float f = (elem(xv[i], e) - mu) * rs;
         if (w) f = f * elem(wv, e);
         if (LN && b) f = f + elem(bv, e);
-        out.v[e] = from_f<T>(f);
+        out[e] = f;
       }
-      store_stream(y + off + v * N, out);
+      store_stream(y + off + v * N, pack_of<T, N>(out));
     }
   }
 }
@@ -400,17 +419,19 @@ __global__ void __launch_bounds__(1024) norm_fwd_loop_kernel(FwdArgs a) {
       if (res) {
         P rv;
         load_stream(rv, res + off + v * N);
+        float sum[N];
 #pragma unroll
-        for (int e = 0; e < N; ++e) xv.v[e] = from_f<T>(to_f(xv.v[e]) + to_f(rv.v[e]));
+        for (int e = 0; e < N; ++e) sum[e] = elem(xv, e) + elem(rv, e);
+        xv = pack_of<T, N>(sum);
         *reinterpret_cast<P*>(r + off + v * N) = xv;
       }
 #pragma unroll
       for (int e = 0; e < N; ++e) {
-        const float f = to_f(xv.v[e]);
+        const float f = elem(xv, e);
         s[0] = LN ? s[0] + f : fmaf(f, f, s[0]);
       }
     }
-    group_sum(s, a.tpr, smem, phase);
+    group_sum<1, kLoopTpr / 32>(s, a.tpr, smem, phase);
     float mu = 0.f, ms = s[0] * a.inv_dim;
     if constexpr (LN) {
       mu = s[0] * a.inv_dim;
@@ -419,11 +440,11 @@ __global__ void __launch_bounds__(1024) norm_fwd_loop_kernel(FwdArgs a) {
         const P xv = *reinterpret_cast<const P*>(src + off + v * N);
 #pragma unroll
         for (int e = 0; e < N; ++e) {
-          const float d = to_f(xv.v[e]) - mu;
+          const float d = elem(xv, e) - mu;
           q[0] = fmaf(d, d, q[0]);
         }
       }
-      group_sum(q, a.tpr, smem, phase);
+      group_sum<1, kLoopTpr / 32>(q, a.tpr, smem, phase);
       ms = q[0] * a.inv_dim;
     }
     const float rs = 1.f / sqrtf(ms + a.eps);
@@ -433,17 +454,18 @@ __global__ void __launch_bounds__(1024) norm_fwd_loop_kernel(FwdArgs a) {
     }
     for (int v = lane; valid && v < a.nv; v += a.tpr) {
       const P xv = *reinterpret_cast<const P*>(src + off + v * N);
-      P wv, bv, out;
+      P wv, bv;
       if (w) load_cached(wv, w + v * N);
       if (LN && b) load_cached(bv, b + v * N);
+      float out[N];
 #pragma unroll
       for (int e = 0; e < N; ++e) {
-        float f = (to_f(xv.v[e]) - mu) * rs;
-        if (w) f = f * to_f(wv.v[e]);
-        if (LN && b) f = f + to_f(bv.v[e]);
-        out.v[e] = from_f<T>(f);
+        float f = (elem(xv, e) - mu) * rs;
+        if (w) f = f * elem(wv, e);
+        if (LN && b) f = f + elem(bv, e);
+        out[e] = f;
       }
-      store_stream(y + off + v * N, out);
+      store_stream(y + off + v * N, pack_of<T, N>(out));
     }
   }
 }
@@ -456,10 +478,13 @@ __global__ void __launch_bounds__(1024) norm_fwd_loop_kernel(FwdArgs a) {
 // Memory per row (bytes, T the element size): reads dy (dim*T), x (dim*T, DX or DW), the
 // statistics (4 or 8), dres (dim*T, fused add with r's gradient); writes dx (dim*T, DX).
 // Per block, once: reads w (dim*T, DX); writes (DW + DB) * dim * 4 bytes of partials.
-// dx of one row does not depend on <DW, DB>: the frozen and unfrozen variants give bitwise
-// the same dx (explicitly rounded operations, so no variant contracts differently).
+// Launched with one block per row group for dx alone (the hardware keeps several rows in
+// flight per multiprocessor), persistent when it accumulates dW / dB over the block's rows.
+// dx of one row does not depend on <DW, DB> or on the kernel (the helpers above, the same
+// threads per row and the same summation order): the frozen and unfrozen variants give bitwise
+// the same dx.
 template <class T, int N, int ITERS, bool LN, bool DX, bool DW, bool DB, bool RES>
-__global__ void __launch_bounds__(max_tpr(ITERS), min_blocks(ITERS)) norm_bwd_kernel(BwdArgs a) {
+__global__ void __launch_bounds__(max_tpr(ITERS), min_blocks(ITERS, DX && (DW || DB))) norm_bwd_kernel(BwdArgs a) {
   constexpr bool kNeedX = DX || DW;
   using P = Pack<T, N>;
   __shared__ float smem[2 * 32 * 2];
@@ -497,18 +522,19 @@ __global__ void __launch_bounds__(max_tpr(ITERS), min_blocks(ITERS)) norm_bwd_ke
     [[maybe_unused]] P xv[ITERS];
     [[maybe_unused]] P wv[ITERS];
     bool in[ITERS];
-    // Issue every load of the row before the first use.
+    // Issue every load of the row before the first use; zeros outside it add nothing.
 #pragma unroll
     for (int i = 0; i < ITERS; ++i) {
       const int v = lane + i * a.tpr;
       in[i] = valid && v < a.nv;
       if (in[i]) {
-        load_stream(dyv[i], dy + off + v * N);
-        if constexpr (kNeedX) load_stream(xv[i], x + off + v * N);
+        load_row(dyv[i], dy + off + v * N);
+        if constexpr (kNeedX) load_row(xv[i], x + off + v * N);
         if (DX && w) load_cached(wv[i], w + v * N);
-      } else {  // zeros contribute nothing to any sum
+      } else {
         zero_pack(dyv[i]);
         if constexpr (kNeedX) zero_pack(xv[i]);
+        if constexpr (DX) zero_pack(wv[i]);
       }
     }
     float rs = 0.f, mu = 0.f;
@@ -516,8 +542,7 @@ __global__ void __launch_bounds__(max_tpr(ITERS), min_blocks(ITERS)) norm_bwd_ke
       rs = a.rstd[row];
       if (LN) mu = a.mean[row];
     }
-    // Pass 1 over the registers: the sums dx needs, and this row's dW / dB terms (accumulated
-    // here, before the reduction, so no per-element value stays live across it).
+    // Pass 1 over the registers: the sums dx needs, and this row's dW / dB terms.
     [[maybe_unused]] float sums[LN ? 2 : 1] = {};
 #pragma unroll
     for (int i = 0; i < ITERS; ++i)
@@ -537,13 +562,9 @@ __global__ void __launch_bounds__(max_tpr(ITERS), min_blocks(ITERS)) norm_bwd_ke
           const int e = q * C + k;
           const float d = elem(dyv[i], e);
           if constexpr (kNeedX) {
-            const float xh = xhat_of(elem(xv[i], e), mu, rs);
-            if constexpr (DX) {
-              const float g = w && in[i] ? __fmul_rn(d, elem(wv[i], e)) : d;
-              sums[0] = __fmaf_rn(g, xh, sums[0]);
-              if constexpr (LN) sums[1] = __fadd_rn(sums[1], g);
-            }
-            if constexpr (DW) aw.v[k] = __fmaf_rn(d, xh, aw.v[k]);
+            const float xc = centered<LN>(elem(xv[i], e), mu);
+            if constexpr (DX) add_dx_sums<LN>(sums, w ? __fmul_rn(d, elem(wv[i], e)) : d, xc);
+            if constexpr (DW) aw.v[k] = dw_term(aw.v[k], d, xc, rs);
           }
           if constexpr (DB) ab.v[k] = __fadd_rn(ab.v[k], d);
         }
@@ -557,27 +578,23 @@ __global__ void __launch_bounds__(max_tpr(ITERS), min_blocks(ITERS)) norm_bwd_ke
           for (int k = 0; k < C; ++k) breg[i][q * C + k] = ab.v[k];
       }
     if constexpr (DX) {
-      // Pass 2: dx from the row's two means; w (an L1 hit) and dres are loaded again / now.
+      // Pass 2: dx from the row's sums.
       group_sum(sums, a.tpr, smem, phase);
-      const float mgx = __fmul_rn(sums[0], a.inv_dim);
-      const float mg = LN ? __fmul_rn(sums[LN ? 1 : 0], a.inv_dim) : 0.f;
+      const DxCoef kc = dx_coef<LN>(sums, rs, a.inv_dim);
 #pragma unroll
       for (int i = 0; i < ITERS; ++i) {
         if (!in[i]) continue;
         const int v = lane + i * a.tpr;
-        P w2, rv, out;
-        if (w) load_again(w2, w + v * N);
-        if constexpr (RES) load_stream(rv, dres + off + v * N);
+        P rv;
+        if constexpr (RES) load_row(rv, dres + off + v * N);
+        float out[N];
 #pragma unroll
         for (int e = 0; e < N; ++e) {
-          const float xh = xhat_of(elem_again(xv[i], e, a.zero), mu, rs);
-          const float d = elem_again(dyv[i], e, a.zero);
-          const float g = w ? __fmul_rn(d, elem(w2, e)) : d;
-          float o = dx_of(g, xh, mg, mgx, rs);
-          if constexpr (RES) o = __fadd_rn(o, elem(rv, e));
-          out.v[e] = from_f<T>(o);
+          const float d = elem(dyv[i], e);
+          out[e] = dx_of<LN>(w ? __fmul_rn(d, elem(wv[i], e)) : d, centered<LN>(elem(xv[i], e), mu), kc);
+          if constexpr (RES) out[e] = __fadd_rn(out[e], elem(rv, e));
         }
-        store_stream(dx + off + v * N, out);
+        store_row(dx + off + v * N, pack_of<T, N>(out));
       }
     }
   }
@@ -629,13 +646,14 @@ __global__ void __launch_bounds__(max_tpr(ITERS), min_blocks(ITERS)) norm_bwd_ke
 }
 
 // ------------------------------------------------------------------ backward, staged rows
-// The same computation as norm_bwd_kernel, for rows whose x and dy are 16-byte aligned and fit
-// a few times in shared memory (gpb == 1). Instead of each thread loading its vectors when the
-// block reaches the row, thread 0 keeps `stages` rows in flight ahead of the block with the
-// bulk-copy engine (cp.async.bulk, completing on a per-stage mbarrier): while the block reduces
-// and writes row k, rows k+1 .. k+stages-1 are arriving, so memory never waits on the
-// reduction. The block copies row k's vectors from shared memory to registers and proceeds as
-// norm_bwd_kernel (same per-row arithmetic, so dx is bitwise the same as there); w stays in
+// The same computation as norm_bwd_kernel (a persistent grid, each block accumulating dW / dB
+// over its rows when asked), for rows whose x and dy are 16-byte aligned and fit a few times in
+// shared memory (gpb == 1). Instead of each thread loading its vectors when the block
+// reaches the row, thread 0 keeps `stages` rows in flight ahead of the block with the bulk-copy
+// engine (cp.async.bulk, completing on a per-stage mbarrier): while the block reduces and
+// writes row k, rows k+1 .. k+stages-1 are arriving, so memory never waits on the reduction.
+// The block copies row k's vectors from shared memory to registers and proceeds with the same
+// per-row arithmetic as norm_bwd_kernel (so dx is bitwise the same as there); w stays in
 // registers for the whole kernel, rstd / mean of the next row are fetched a row ahead.
 // Memory per row: as norm_bwd_kernel (x and dy through shared memory, read once from DRAM).
 __device__ __forceinline__ unsigned smem_u32(const void* p) {
@@ -674,16 +692,19 @@ __device__ __forceinline__ void bulk_load(void* dst, const void* src, unsigned b
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 
 constexpr int kMaxStages = 8;
-// Two blocks per multiprocessor (64 registers a thread) when a thread accumulates at most 16
-// dW / dB elements (and holds at most 2 vectors of the row); otherwise one block with more
-// stages, rather than spilling accumulators.
-constexpr int staged_min_blocks(int iters, int acc_elems) { return iters <= 2 && acc_elems <= 16 ? 2 : 1; }
+// A thread of the staged kernel holds at most this many elements of a row (its dW / dB
+// accumulators stay in registers: more spill); wider rows take norm_bwd_kernel.
+constexpr int kStagedMaxElems = 16;
+// Two blocks per multiprocessor (64 registers a thread) when a thread keeps fewer than 16
+// floats beyond its vectors (dW / dB accumulators, the residual gradient's elements) and holds
+// at most 2 vectors of the row; otherwise one block with more stages, rather than spilling.
+constexpr int staged_min_blocks(int iters, int kept) { return iters <= 2 && kept < 16 ? 2 : 1; }
 constexpr int kStageHeader = 128;  // the mbarriers, before the first stage
 
 template <class T, int N, int ITERS, bool LN, bool DX, bool DW, bool DB, bool RES>
-__global__ void __launch_bounds__(kMaxTpr, staged_min_blocks(ITERS, ITERS * N * (int(DW) + int(DB))))
+__global__ void __launch_bounds__(kMaxTpr, staged_min_blocks(ITERS, ITERS * N * (int(DW) + int(DB) + int(RES))))
     norm_bwd_staged_kernel(BwdArgs a, int stages) {
-  constexpr bool kNeedX = DX || DW;
+  static_assert(DX, "the staged kernel computes dx");
   using P = Pack<T, N>;
   extern __shared__ __align__(128) unsigned char staged_smem[];
   __shared__ float smem[2 * 32 * 2];
@@ -695,7 +716,7 @@ __global__ void __launch_bounds__(kMaxTpr, staged_min_blocks(ITERS, ITERS * N * 
   T* dx = static_cast<T*>(a.dx);
   const int lane = threadIdx.x;  // one row per block: the group is the block
   const unsigned row_bytes = unsigned(a.dim) * sizeof(T);
-  const unsigned stage_bytes = (kNeedX ? 2u : 1u) * row_bytes;
+  const unsigned stage_bytes = 2 * row_bytes;  // x, then dy
   auto stage = [&](int s) { return staged_smem + kStageHeader + size_t(s) * stage_bytes; };
   int phase = 0;
   const int64_t first = blockIdx.x, step = gridDim.x;
@@ -705,11 +726,8 @@ __global__ void __launch_bounds__(kMaxTpr, staged_min_blocks(ITERS, ITERS * N * 
     const int64_t row = first + k * step;
     unsigned char* dst = stage(s);
     mbar_expect_tx(&bars[s], stage_bytes);
-    if constexpr (kNeedX) {
-      bulk_load(dst, x + row * a.dim, row_bytes, &bars[s]);
-      dst += row_bytes;
-    }
-    bulk_load(dst, dy + row * a.dim, row_bytes, &bars[s]);
+    bulk_load(dst, x + row * a.dim, row_bytes, &bars[s]);
+    bulk_load(dst + row_bytes, dy + row * a.dim, row_bytes, &bars[s]);
   };
   if (threadIdx.x == 0) {
     for (int s = 0; s < stages; ++s) mbar_init(&bars[s], 1);
@@ -720,17 +738,16 @@ __global__ void __launch_bounds__(kMaxTpr, staged_min_blocks(ITERS, ITERS * N * 
     for (int64_t k = 0; k < mine && k < stages; ++k) issue(k);
 
   [[maybe_unused]] P wv[ITERS];
-  if constexpr (DX) {
 #pragma unroll
-    for (int i = 0; i < ITERS; ++i) {
-      const int v = lane + i * a.tpr;
-      if (w && v < a.nv) load_cached(wv[i], w + v * N);
-    }
+  for (int i = 0; i < ITERS; ++i) {
+    const int v = lane + i * a.tpr;
+    if (w && v < a.nv) load_cached(wv[i], w + v * N);
+    else zero_pack(wv[i]);
   }
   [[maybe_unused]] float wacc[DW ? ITERS : 1][DW ? N : 1] = {};
   [[maybe_unused]] float bacc[DB ? ITERS : 1][DB ? N : 1] = {};
   float rs_next = 0.f, mu_next = 0.f;
-  if (kNeedX && mine > 0) {
+  if (mine > 0) {
     rs_next = a.rstd[first];
     if (LN) mu_next = a.mean[first];
   }
@@ -740,7 +757,7 @@ __global__ void __launch_bounds__(kMaxTpr, staged_min_blocks(ITERS, ITERS * N * 
     const int64_t row = first + k * step;
     const int64_t off = row * a.dim;
     const float rs = rs_next, mu = mu_next;
-    if (kNeedX && k + 1 < mine) {  // a row ahead: its latency overlaps this row
+    if (k + 1 < mine) {  // a row ahead: its latency overlaps this row
       rs_next = a.rstd[row + step];
       if (LN) mu_next = a.mean[row + step];
     }
@@ -749,13 +766,12 @@ __global__ void __launch_bounds__(kMaxTpr, staged_min_blocks(ITERS, ITERS * N * 
 #pragma unroll
       for (int i = 0; i < ITERS; ++i) {
         const int v = lane + i * a.tpr;
-        if (v < a.nv) load_stream(rv[i], dres + off + v * N);
+        if (v < a.nv) load_row(rv[i], dres + off + v * N);
       }
     mbar_wait(&bars[s], unsigned((k / stages) & 1));
     const T* xs = reinterpret_cast<const T*>(stage(s));
-    const T* dys = xs + (kNeedX ? a.dim : 0);
-    P dyv[ITERS];
-    [[maybe_unused]] P xv[ITERS];
+    const T* dys = xs + a.dim;
+    P dyv[ITERS], xv[ITERS];
     bool in[ITERS];
 #pragma unroll
     for (int i = 0; i < ITERS; ++i) {
@@ -763,53 +779,40 @@ __global__ void __launch_bounds__(kMaxTpr, staged_min_blocks(ITERS, ITERS * N * 
       in[i] = v < a.nv;
       if (in[i]) {
         dyv[i] = *reinterpret_cast<const P*>(dys + v * N);
-        if constexpr (kNeedX) xv[i] = *reinterpret_cast<const P*>(xs + v * N);
+        xv[i] = *reinterpret_cast<const P*>(xs + v * N);
       } else {
         zero_pack(dyv[i]);
-        if constexpr (kNeedX) zero_pack(xv[i]);
+        zero_pack(xv[i]);
       }
     }
-    __syncthreads();  // every thread has its vectors: the stage can be refilled
-    if (threadIdx.x == 0 && k + stages < mine) {
-      fence_proxy_async();
-      issue(k + stages);
-    }
-    [[maybe_unused]] float sums[LN ? 2 : 1] = {};
+    float sums[LN ? 2 : 1] = {};
 #pragma unroll
     for (int i = 0; i < ITERS; ++i)
 #pragma unroll
       for (int e = 0; e < N; ++e) {
-        const float d = elem(dyv[i], e);
-        if constexpr (kNeedX) {
-          const float xh = xhat_of(elem(xv[i], e), mu, rs);
-          if constexpr (DX) {
-            const float g = w && in[i] ? __fmul_rn(d, elem(wv[i], e)) : d;
-            sums[0] = __fmaf_rn(g, xh, sums[0]);
-            if constexpr (LN) sums[1] = __fadd_rn(sums[1], g);
-          }
-          if constexpr (DW) wacc[i][e] = __fmaf_rn(d, xh, wacc[i][e]);
-        }
+        const float d = elem(dyv[i], e), xc = centered<LN>(elem(xv[i], e), mu);
+        add_dx_sums<LN>(sums, w ? __fmul_rn(d, elem(wv[i], e)) : d, xc);
+        if constexpr (DW) wacc[i][e] = dw_term(wacc[i][e], d, xc, rs);
         if constexpr (DB) bacc[i][e] = __fadd_rn(bacc[i][e], d);
       }
-    if constexpr (DX) {
-      group_sum(sums, a.tpr, smem, phase);
-      const float mgx = __fmul_rn(sums[0], a.inv_dim);
-      const float mg = LN ? __fmul_rn(sums[LN ? 1 : 0], a.inv_dim) : 0.f;
+    // The reduction's barrier also means every thread has its vectors: the stage is refilled.
+    group_sum(sums, a.tpr, smem, phase);
+    if (threadIdx.x == 0 && k + stages < mine) {
+      fence_proxy_async();
+      issue(k + stages);
+    }
+    const DxCoef kc = dx_coef<LN>(sums, rs, a.inv_dim);
 #pragma unroll
-      for (int i = 0; i < ITERS; ++i) {
-        if (!in[i]) continue;
-        P out;
+    for (int i = 0; i < ITERS; ++i) {
+      if (!in[i]) continue;
+      float out[N];
 #pragma unroll
-        for (int e = 0; e < N; ++e) {
-          const float xh = xhat_of(elem_again(xv[i], e, a.zero), mu, rs);
-          const float d = elem_again(dyv[i], e, a.zero);
-          const float g = w ? __fmul_rn(d, elem(wv[i], e)) : d;
-          float o = dx_of(g, xh, mg, mgx, rs);
-          if constexpr (RES) o = __fadd_rn(o, elem(rv[i], e));
-          out.v[e] = from_f<T>(o);
-        }
-        store_stream(dx + off + (lane + i * a.tpr) * N, out);
+      for (int e = 0; e < N; ++e) {
+        const float d = elem(dyv[i], e);
+        out[e] = dx_of<LN>(w ? __fmul_rn(d, elem(wv[i], e)) : d, centered<LN>(elem(xv[i], e), mu), kc);
+        if constexpr (RES) out[e] = __fadd_rn(out[e], elem(rv[i], e));
       }
+      store_row(dx + off + (lane + i * a.tpr) * N, pack_of<T, N>(out));
     }
   }
   if constexpr (DW || DB) {
@@ -851,9 +854,9 @@ __global__ void __launch_bounds__(1024) norm_bwd_loop_kernel(BwdArgs a) {
   for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
     const int64_t off = row * a.dim;
     const float rs = kNeedX ? a.rstd[row] : 0.f, mu = LN && kNeedX ? a.mean[row] : 0.f;
-    float mgx = 0.f, mg = 0.f;
+    [[maybe_unused]] DxCoef kc{};
     if constexpr (DX) {
-      float s[LN ? 2 : 1] = {};
+      float sums[LN ? 2 : 1] = {};
       for (int v = lane; v < a.nv; v += a.tpr) {
         P xv, dyv, wv;
         load_cached(xv, x + off + v * N);
@@ -861,39 +864,33 @@ __global__ void __launch_bounds__(1024) norm_bwd_loop_kernel(BwdArgs a) {
         if (w) load_cached(wv, w + v * N);
 #pragma unroll
         for (int e = 0; e < N; ++e) {
-          const float xh = xhat_of(to_f(xv.v[e]), mu, rs);
-          const float d = to_f(dyv.v[e]);
-          const float g = w ? __fmul_rn(d, to_f(wv.v[e])) : d;
-          s[0] = __fmaf_rn(g, xh, s[0]);
-          if constexpr (LN) s[1] = __fadd_rn(s[1], g);
+          const float d = elem(dyv, e);
+          add_dx_sums<LN>(sums, w ? __fmul_rn(d, elem(wv, e)) : d, centered<LN>(elem(xv, e), mu));
         }
       }
-      group_sum(s, a.tpr, smem, phase);
-      mgx = __fmul_rn(s[0], a.inv_dim);
-      mg = LN ? __fmul_rn(s[LN ? 1 : 0], a.inv_dim) : 0.f;
+      group_sum<LN ? 2 : 1, kLoopTpr / 32>(sums, a.tpr, smem, phase);
+      kc = dx_coef<LN>(sums, rs, a.inv_dim);
     }
     for (int v = lane; v < a.nv; v += a.tpr) {
       P xv, dyv, wv, rv;
-      load_stream(dyv, dy + off + v * N);
-      if (kNeedX) load_stream(xv, x + off + v * N);
+      load_row(dyv, dy + off + v * N);
+      if (kNeedX) load_row(xv, x + off + v * N);
       if (DX && w) load_cached(wv, w + v * N);
-      if (DX && dres) load_stream(rv, dres + off + v * N);
-      P out;
+      if (DX && dres) load_row(rv, dres + off + v * N);
+      [[maybe_unused]] float out[N];
 #pragma unroll
       for (int e = 0; e < N; ++e) {
-        const float d = to_f(dyv.v[e]);
+        const float d = elem(dyv, e);
         const int col = v * N + e;
+        [[maybe_unused]] const float xc = kNeedX ? centered<LN>(elem(xv, e), mu) : 0.f;
         if constexpr (DX) {
-          const float xh = xhat_of(to_f(xv.v[e]), mu, rs);
-          const float g = w ? __fmul_rn(d, to_f(wv.v[e])) : d;
-          float o = dx_of(g, xh, mg, mgx, rs);
-          if (dres) o = __fadd_rn(o, to_f(rv.v[e]));
-          out.v[e] = from_f<T>(o);
+          out[e] = dx_of<LN>(w ? __fmul_rn(d, elem(wv, e)) : d, xc, kc);
+          if (dres) out[e] = __fadd_rn(out[e], elem(rv, e));
         }
-        if constexpr (DW) prow[col] = __fmaf_rn(d, xhat_of(to_f(xv.v[e]), mu, rs), prow[col]);
+        if constexpr (DW) prow[col] = dw_term(prow[col], d, xc, rs);
         if constexpr (DB) prow[(DW ? a.dim : 0) + col] = __fadd_rn(prow[(DW ? a.dim : 0) + col], d);
       }
-      if constexpr (DX) store_stream(dx + off + v * N, out);
+      if constexpr (DX) store_row(dx + off + v * N, pack_of<T, N>(out));
     }
   }
 }
@@ -964,22 +961,19 @@ inline int blocks_per_sm(const void* fn, int block, size_t smem, int device) {
   return cache[key] = n;
 }
 
-// Threads per row the planner aims for at most (then more vectors per thread, up to kMaxIters).
-// Backward variants with dx on 2-byte elements aim for 256: a thread then holds as many bytes
-// of the row as a float32 thread at 512, and the row reduction, the barriers and the staged
-// pipeline's per-row costs are paid on twice the bytes (H200, bf16: 2-15% faster than 512 for
-// every shape with dx, e.g. RMSNorm 8192x4096 frozen 80.9 -> 68.4 us; dW alone is not helped).
-// The choice depends on the dtype and on whether dx is computed, never on dW / dB, so frozen
-// and unfrozen variants reduce a row in the same order (bitwise-identical dx).
+// Threads per row the planner aims for at most (then more vectors per thread, up to
+// kMaxIters): 512. On the H200 (bf16 RMSNorm, lean kernels) 512 and 256 ran the same for dx
+// alone (8192x8192: 99.6 / 98.4 us) and 512 was faster with dW (106.4 / 112.8 us): 256
+// threads hold twice the dW accumulators. The choice never depends on the mask, so frozen and
+// unfrozen variants reduce a row in the same order (bitwise-identical dx).
 // TG_NORM_TPR overrides it (benchmarks sweep it); read once.
-inline int preferred_tpr(int esize, bool dx) {
+inline int preferred_tpr() {
   static const int forced = [] {
     const char* s = std::getenv("TG_NORM_TPR");
     const int t = s ? std::atoi(s) : 0;
     return t >= 32 && t <= kMaxTpr ? t : 0;
   }();
-  if (forced) return forced;
-  return esize == 2 && dx ? 256 : 512;
+  return forced ? forced : kMaxTpr;
 }
 
 struct Config {
@@ -1088,7 +1082,7 @@ void launch_forward(const Tensor& y, const Tensor& r, const Tensor& mean, const 
   a.res = res.defined() ? res.data_ptr() : nullptr;
   a.w = w.defined() ? w.data_ptr() : nullptr;
   a.b = b.defined() ? b.data_ptr() : nullptr;
-  const Config c = plan(dim, sizeof(T), {a.y, a.r, a.x, a.res, a.w, a.b}, preferred_tpr(sizeof(T), false));
+  const Config c = plan(dim, sizeof(T), {a.y, a.r, a.x, a.res, a.w, a.b}, preferred_tpr());
   a.rows = rows;
   a.dim = static_cast<int>(dim);
   a.nv = static_cast<int>(c.nv);
@@ -1122,8 +1116,7 @@ inline bool staged_enabled() {
   return on;
 }
 // Benchmark knobs, read once (0: not set): TG_NORM_STAGED_BLOCKS forces the staged kernel's
-// blocks per multiprocessor (1 or 2), TG_NORM_STAGES caps its stages; TG_NORM_GRID=rows gives
-// the dx-only register kernel one block per row group instead of a persistent grid.
+// blocks per multiprocessor (1 or 2), TG_NORM_STAGES caps its stages.
 inline int env_knob(const char* name) {
   const char* s = std::getenv(name);
   return s ? std::atoi(s) : 0;
@@ -1136,19 +1129,12 @@ inline int stages_knob() {
   static const int v = env_knob("TG_NORM_STAGES");
   return v;
 }
-inline bool grid_rows_knob() {
-  static const bool v = [] {
-    const char* s = std::getenv("TG_NORM_GRID");
-    return s && std::strcmp(s, "rows") == 0;
-  }();
-  return v;
-}
 template <class T, bool LN, bool DX, bool DW, bool DB, bool RES>
 const void* staged_kernel(const Config& c) {
   const void* fn = nullptr;
   with_shape<T>(c, [&](auto n, auto it) {
     constexpr int N = decltype(n)::value, IT = decltype(it)::value;
-    if constexpr (DX && IT != 0 && N * sizeof(T) == 16)
+    if constexpr (DX && IT != 0 && N * sizeof(T) == 16 && IT * N <= kStagedMaxElems)
       fn = reinterpret_cast<const void*>(&norm_bwd_staged_kernel<T, N, IT, LN, DX, DW, DB, RES>);
   });
   return fn;
@@ -1157,9 +1143,16 @@ const void* staged_kernel(const Config& c) {
 template <class T, bool LN, bool DX, bool DW, bool DB, bool RES>
 Staged staged_plan(const Config& c, int64_t dim, int device) {
   Staged st;
-  // Only for variants with dx: without the row reduction (dW / dB alone) the register kernel
-  // streams as well with no barriers.
-  if (!DX || !staged_enabled() || c.vb != 16 || c.gpb != 1 || c.iters == 0) return st;
+  // Only for variants with dx: dW / dB alone has no row reduction to hide and streams as well
+  // without stages. dx alone runs the register kernel with a block per row while two or more
+  // such blocks fit on a multiprocessor (on the H200 as fast or faster: bf16 8192x8192 98 us
+  // against 102 for the lab's staged kernel); with fewer (float32 rows of 8192: 82 registers a
+  // thread, one block) too few rows are in flight, and staging keeps them coming.
+  if (!DX || !staged_enabled() || c.vb != 16 || c.gpb != 1 || c.iters == 0 ||
+      c.iters * 16 / int(sizeof(T)) > kStagedMaxElems)
+    return st;
+  if (!(DW || DB) && blocks_per_sm(bwd_kernel<T, LN, DX, DW, DB, RES>(c), c.block, 0, device) * c.block >= 1024)
+    return st;
   // Blocks that fit by registers and threads alone; shared memory is then split among them.
   const int reg_fit = blocks_per_sm(staged_kernel<T, LN, DX, DW, DB, RES>(c), c.block, 0, device);
   static std::mutex mu;
@@ -1214,7 +1207,7 @@ size_t bwd_smem(const Config& c) {
 template <class T, bool LN, bool DX, bool DW, bool DB>
 int64_t partial_rows(const Tensor& x) {
   const int64_t dim = x.shape()[1], rows = x.shape()[0];
-  const Config c = plan(dim, sizeof(T), {x.data_ptr()}, preferred_tpr(sizeof(T), DX));
+  const Config c = plan(dim, sizeof(T), {x.data_ptr()}, preferred_tpr());
   const Staged st = staged_plan<T, LN, DX, DW, DB, false>(c, dim, x.device().index);
   if (st.stages) return staged_grid<T, LN, DX, DW, DB, false>(rows, c, st, x.device().index);
   return grid_for(rows, c, bwd_kernel<T, LN, DX, DW, DB, false>(c), bwd_smem<T, DW, DB>(c), x.device().index);
@@ -1237,7 +1230,7 @@ void launch_backward(const char* op, const Tensor& dx, const Tensor& partial, co
   a.mean = LN && (DX || DW) ? mean.data_ptr<float>() : nullptr;
   a.rstd = (DX || DW) ? rstd.data_ptr<float>() : nullptr;
   a.dres = DX && dres.defined() ? dres.data_ptr() : nullptr;
-  const Config c = plan(dim, sizeof(T), {a.dx, a.dy, a.x, a.w, a.dres}, preferred_tpr(sizeof(T), DX));
+  const Config c = plan(dim, sizeof(T), {a.dx, a.dy, a.x, a.w, a.dres}, preferred_tpr());
   a.rows = rows;
   a.dim = static_cast<int>(dim);
   a.nv = static_cast<int>(c.nv);
@@ -1255,16 +1248,20 @@ void launch_backward(const char* op, const Tensor& dx, const Tensor& partial, co
                                   : staged_grid<T, LN, DX, DW, DB, RES>(rows, c, st, dy.device().index);
       with_shape<T>(c, [&](auto n, auto it) {
         constexpr int N = decltype(n)::value, IT = decltype(it)::value;
-        if constexpr (DX && IT != 0 && N * sizeof(T) == 16)
+        if constexpr (DX && IT != 0 && N * sizeof(T) == 16 && IT * N <= kStagedMaxElems)
           norm_bwd_staged_kernel<T, N, IT, LN, DX, DW, DB, RES><<<grid, c.block, st.smem, s>>>(a, st.stages);
       });
       return;
     }
     const void* fn = bwd_kernel<T, LN, DX, DW, DB, RES>(c);
     const size_t smem = bwd_smem<T, DW, DB>(c);
-    const int grid = (DW || DB)          ? static_cast<int>(partial.shape()[0])
-                     : grid_rows_knob() ? static_cast<int>((rows + c.gpb - 1) / c.gpb)
-                                        : grid_for(rows, c, fn, smem, dy.device().index);
+    // dx alone, a row per block of 16-byte vectors: a block per row (the hardware schedules
+    // them, several rows in flight per multiprocessor, no tail of unequal loops); small rows and
+    // rows of 8-byte or scalar accesses: a persistent grid (H200, bf16 8192x1500: 33.9 us
+    // persistent, 38.4 a block per row).
+    const int grid = (DW || DB) ? static_cast<int>(partial.shape()[0])
+                     : c.gpb == 1 && c.iters && c.vb == 16 ? static_cast<int>(std::min<int64_t>(rows, INT32_MAX))
+                                                           : grid_for(rows, c, fn, smem, dy.device().index);
     allow_smem(fn, smem, dy.device().index);
     with_shape<T>(c, [&](auto n, auto it) {
       constexpr int N = decltype(n)::value, IT = decltype(it)::value;
