@@ -53,8 +53,18 @@ void norm_param_reduce(const Tensor& dw, const Tensor& db, const Tensor& partial
   dispatch_gpu_float(first.dtype(), "norm_param_reduce", [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
     T* second = dw.defined() && db.defined() ? db.data_ptr<T>() : nullptr;
-    param_reduce_kernel<T><<<(width + 31) / 32, dim3(32, 32), 0, s>>>(first.data_ptr<T>(), second,
-                                                                     partial.data_ptr<float>(), P, width, dim);
+    // A programmatic dependent launch on Hopper and later (see wait_for_prerequisite_grid).
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((width + 31) / 32);
+    cfg.blockDim = dim3(32, 32);
+    cfg.stream = s;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = compute_major(partial.device().index) >= 9 ? 1 : 0;
+    TG_CUDA_CHECK(cudaLaunchKernelEx(&cfg, param_reduce_kernel<T>, first.data_ptr<T>(), second,
+                                     static_cast<const float*>(partial.data_ptr<float>()), P, width, dim));
   });
   TG_CUDA_CHECK_LAUNCH("norm_param_reduce");
 }

@@ -200,6 +200,22 @@ __device__ __forceinline__ void acc_store(FChunk<C>* p, const FChunk<C>& v) {
     asm volatile("st.volatile.shared.f32 [%0], %1;" :: "r"(a), "f"(v.v[0]) : "memory");
 }
 
+// ------------------------------------------------------------------ dependent launch
+// The dW / dB reduction is launched as a programmatic dependent of the backward kernel
+// (Hopper): the backward lets it launch once its rows are done, and it waits for the
+// backward's completion (and memory) before reading the partial rows, so its launch overlaps
+// the backward's last blocks instead of following them. No-ops before sm_90.
+__device__ __forceinline__ void allow_dependent_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wait_for_prerequisite_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 // ------------------------------------------------------------------ row reduction
 // Sums v[0..K) over the tpr threads of this thread's group; every thread of the group gets the
 // sums. Groups of <= 32 threads: a butterfly within the warp. Wider: the warp butterfly, then
@@ -600,6 +616,7 @@ __global__ void __launch_bounds__(max_tpr(ITERS), min_blocks(ITERS, DX && (DW ||
   }
 
   if constexpr (PARTS > 0) {
+    allow_dependent_launch();
     if constexpr (kRegAcc)  // into the slots, for the common combine below
 #pragma unroll
       for (int part = 0; part < PARTS; ++part)
@@ -816,6 +833,7 @@ __global__ void __launch_bounds__(kMaxTpr, staged_min_blocks(ITERS, ITERS * N * 
     }
   }
   if constexpr (DW || DB) {
+    allow_dependent_launch();
     float* prow = a.partial + int64_t(blockIdx.x) * (int(DW) + int(DB)) * a.dim;
 #pragma unroll
     for (int i = 0; i < ITERS; ++i) {
@@ -903,6 +921,7 @@ __global__ void __launch_bounds__(1024) norm_bwd_loop_kernel(BwdArgs a) {
 template <class T>
 __global__ void __launch_bounds__(1024) param_reduce_kernel(T* first, T* second, const float* partial,
                                                             int P, int width, int dim) {
+  wait_for_prerequisite_grid();  // the backward kernel's partial rows are complete
   __shared__ float s[32][33];
   const int col = blockIdx.x * 32 + threadIdx.x;
   float acc = 0.f;
@@ -930,6 +949,18 @@ inline int sm_count_of(int device) {
   cudaDeviceProp prop;
   TG_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
   return cache[device] = prop.multiProcessorCount;
+}
+
+// The device's compute capability major version (cached).
+inline int compute_major(int device) {
+  static std::mutex mu;
+  static std::map<int, int> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(device);
+  if (it != cache.end()) return it->second;
+  int major = 0;
+  TG_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  return cache[device] = major;
 }
 
 // Lets `fn` use `smem` bytes of dynamic shared memory (above 48 KB it must opt in), once per
