@@ -1133,8 +1133,9 @@ void launch_forward(const Tensor& y, const Tensor& r, const Tensor& mean, const 
 }
 
 // The staged kernel's shape for a launch: stages per block and blocks per multiprocessor, or
-// stages == 0 when it does not apply (rows not 16-byte vectors, several rows per block, rows
-// too large for two stages, or TG_NORM_STAGED=0).
+// stages == 0 when it does not apply (dW / dB alone; dx alone where the register kernel fits
+// two blocks per multiprocessor; rows not 16-byte vectors, several rows per block, more than
+// kStagedMaxElems elements per thread, rows too large for two stages; TG_NORM_STAGED=0).
 struct Staged {
   int stages = 0, blocks_per_sm = 0;
   size_t smem = 0;
