@@ -930,29 +930,6 @@ __global__ void __launch_bounds__(1024) param_reduce_kernel(T* first, T* second,
 }
 
 // ------------------------------------------------------------------ host side: launch plans
-inline int sm_count_of(int device) {
-  static std::mutex mu;
-  static std::map<int, int> cache;
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = cache.find(device);
-  if (it != cache.end()) return it->second;
-  cudaDeviceProp prop;
-  TG_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
-  return cache[device] = prop.multiProcessorCount;
-}
-
-// The device's compute capability major version (cached).
-inline int compute_major(int device) {
-  static std::mutex mu;
-  static std::map<int, int> cache;
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = cache.find(device);
-  if (it != cache.end()) return it->second;
-  int major = 0;
-  TG_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  return cache[device] = major;
-}
-
 // Lets `fn` use `smem` bytes of dynamic shared memory (above 48 KB it must opt in), once per
 // kernel, device and size.
 inline void allow_smem(const void* fn, size_t smem, int device) {
@@ -1043,7 +1020,7 @@ inline Config plan(int64_t dim, int esize, std::initializer_list<const void*> pt
 
 inline int grid_for(int64_t rows, const Config& c, const void* fn, size_t smem, int device) {
   const int64_t groups = (rows + c.gpb - 1) / c.gpb;
-  const int64_t resident = int64_t(sm_count_of(device)) * blocks_per_sm(fn, c.block, smem, device);
+  const int64_t resident = int64_t(sm_count(device)) * blocks_per_sm(fn, c.block, smem, device);
   return static_cast<int>(groups < resident ? (groups < 1 ? 1 : groups) : resident);
 }
 
@@ -1213,7 +1190,7 @@ template <class T, bool LN, bool DX, bool DW, bool DB, bool RES>
 int staged_grid(int64_t rows, const Config& c, const Staged& st, int device) {
   const void* fn = staged_kernel<T, LN, DX, DW, DB, RES>(c);
   const int fit = std::min(st.blocks_per_sm, blocks_per_sm(fn, c.block, st.smem, device));
-  const int64_t resident = int64_t(sm_count_of(device)) * fit;
+  const int64_t resident = int64_t(sm_count(device)) * fit;
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(rows, resident)));
 }
 
