@@ -31,7 +31,6 @@
 #include "core/tensor.h"
 #include "ops/layer_norm.h"
 #include "ops/rms_norm.h"
-#include "ops/rms_norm_kernels.h"
 
 using namespace tg;
 
@@ -227,14 +226,6 @@ int main(int argc, char** argv) {
           if (m.w) bytes += double(dim) * es;                   // dw
           if (ln && m.b) bytes += double(dim) * es;             // db
           if (!std::strcmp(m.name, "full")) full_us = us;
-          if (!std::strcmp(m.name, "full") && m.w) {  // how much of full is the dW / dB reduction
-            int64_t P = 0;
-            cuda::norm_partial_rows(ln, true, true, ln, x, P);
-            Tensor partial = random_tensor({P, (ln ? 2 : 1) * dim}, kFloat32, 5);
-            Tensor dw = Tensor::empty({dim}, {dt, Device::cuda(0)}), db = ln ? Tensor::empty({dim}, {dt, Device::cuda(0)}) : Tensor();
-            const double red = timer.median_us([&] { cuda::norm_param_reduce(dw, db, partial); }, reps);
-            std::printf("#   of which the parameter-gradient reduction alone: %.1f us (%lld partial rows)\n", red, (long long)P);
-          }
           results.push_back({op, dname, m.name, rows, dim, us, bytes});
           char shape[32];
           std::snprintf(shape, sizeof shape, "%lldx%lld", (long long)rows, (long long)dim);

@@ -10,7 +10,7 @@ using namespace norm_internal;
 
 // Backward of layer_norm (inputs x, weight, bias). The mask picks one of seven compiled kernel
 // variants: a frozen weight or bias gets no partial buffer and no accumulation, both frozen no
-// reduction launch; x needing no gradient skips the dx computation (and dB alone reads only dy).
+// reduction; x needing no gradient skips the dx computation (and dB alone reads only dy).
 struct LayerNormBackward final : Node {
   enum { kX, kWeight, kMean, kRstd };
   Shape x_shape;
@@ -29,12 +29,11 @@ struct LayerNormBackward final : Node {
     const Tensor rstd = need_x ? unpack(kRstd) : Tensor();
     const Tensor w = dx_on && has_weight ? unpack(kWeight) : Tensor();
     Tensor dx = dx_on ? Tensor::empty({rows, dim}, dy.options()) : Tensor();
+    const Tensor dw = dw_on ? Tensor::empty({dim}, dy.options()) : Tensor();
+    const Tensor db = db_on ? Tensor::empty({dim}, dy.options()) : Tensor();
     const Tensor partial = partial_buffer(true, dx_on, dw_on, db_on, dy);
-    if (rows > 0)
-      TG_DISPATCH(dy.device(), layer_norm_backward, dx, partial, dw_on, db_on, dy, x, w, mean, rstd);
-    Tensor dw = dw_on ? Tensor::empty({dim}, dy.options()) : Tensor();
-    Tensor db = db_on ? Tensor::empty({dim}, dy.options()) : Tensor();
-    reduce_params("layer_norm", dw, db, partial, rows);
+    if (rows > 0) TG_DISPATCH(dy.device(), layer_norm_backward, dx, dw, db, partial, dy, x, w, mean, rstd);
+    finish_param_grads("layer_norm", dw, db, rows);
     if (dx_on) dx = dx.as_strided(x_shape, contiguous_strides(x_shape), 0);
     return {dx, dw, db};
   }

@@ -41,12 +41,10 @@ struct RmsNormBackward final : Node {
       const Tensor w = dx_on && has_weight ? unpack(kWeight) : Tensor();
       const Tensor dres = dx_on && gr.defined() ? as_rows(gr) : Tensor();
       if (dx_on) dx = Tensor::empty({rows, dim}, dy.options());
+      if (dw_on) dw = Tensor::empty({dim}, dy.options());
       const Tensor partial = partial_buffer(false, dx_on, dw_on, false, x);
-      if (rows > 0) TG_DISPATCH(x.device(), rms_norm_backward, name(), dx, partial, dy, x, w, rstd, dres);
-      if (dw_on) {
-        dw = Tensor::empty({dim}, dy.options());
-        reduce_params(name(), dw, Tensor(), partial, rows);
-      }
+      if (rows > 0) TG_DISPATCH(x.device(), rms_norm_backward, name(), dx, dw, partial, dy, x, w, rstd, dres);
+      finish_param_grads(name(), dw, Tensor(), rows);
       if (dx_on) dx = dx.as_strided(x_shape, contiguous_strides(x_shape), 0);
     }
     if (!fused) return {mask[0] ? dx : Tensor(), dw};

@@ -1,6 +1,6 @@
 // RMSNorm over the last dim: y = x * rstd * w, rstd = 1 / sqrt(mean(x^2) + eps), statistics in
 // float32 (saved for backward). Backward is specialised on its gradient mask: a frozen weight
-// (LoRA) runs the dx-only kernel, with no dw partial buffer and no reduction launch.
+// (LoRA) runs the dx-only kernel, with no dw partial buffer and no dw reduction.
 #pragma once
 
 #include <utility>

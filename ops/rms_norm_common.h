@@ -68,18 +68,15 @@ inline Tensor partial_buffer(bool layer, bool dx, bool dw, bool db, const Tensor
   return Tensor::empty({P, width}, {acc_dtype(x_rows.dtype()), x_rows.device()});
 }
 
-// Sums the partial rows into dw / db (each [dim] in the input dtype, defined when asked).
-inline void reduce_params(const char* op, const Tensor& dw, const Tensor& db, const Tensor& partial,
-                          int64_t rows) {
-  if (!dw.defined() && !db.defined()) return;
-  if (rows == 0) {  // nothing accumulated: the gradients are zero
-    if (dw.defined()) zero_(dw);
-    if (db.defined()) zero_(db);
-    return;
+// After the backward launch over `rows` rows: dw / db (defined when asked) are zero when there
+// were no rows (nothing launched), else the backend summed them from the partial rows, which
+// the trace records as <op>.dw_reduce / <op>.db_reduce.
+inline void finish_param_grads(const char* op, const Tensor& dw, const Tensor& db, int64_t rows) {
+  for (const auto& [grad, event] : {std::pair{dw, ".dw_reduce"}, std::pair{db, ".db_reduce"}}) {
+    if (!grad.defined()) continue;
+    if (rows == 0) zero_(grad);
+    else KernelTrace::record(std::string(op) + event);
   }
-  if (dw.defined()) KernelTrace::record(std::string(op) + ".dw_reduce");
-  if (db.defined()) KernelTrace::record(std::string(op) + ".db_reduce");
-  TG_DISPATCH(partial.device(), norm_param_reduce, dw, db, partial);
 }
 
 // "dx,dw,db" for the gradients a mask selects (what plans print and the kernel traces name).

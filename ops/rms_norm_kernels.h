@@ -1,17 +1,18 @@
 // Backend contract for rms_norm and fused_add_rms_norm, and the pieces layer_norm shares with
-// them (the backward plan query, the parameter-gradient reduction and the row math).
+// them (the partial-buffer query and the row math).
 //
 // Shapes: x, y, r, dy, dx, residual, dres are contiguous [rows, dim] in the input dtype T;
 // w (and layer_norm's b) contiguous [dim] in T or undefined; the statistics (rstd, mean) are
 // [rows] in the accumulation dtype (float32 for float32/bfloat16 inputs, float64 for float64).
 //
 // Backward: one pass over x and dy computes every requested gradient. Which ones is given by
-// which outputs are defined (dx; partial), and each backend maps that to a kernel specialised
+// which outputs are defined (dx, dw, db), and each backend maps that to a kernel specialised
 // at compile time on <COMPUTE_DX, COMPUTE_DW, COMPUTE_DB>: a frozen weight runs code with no
 // weight-gradient accumulation at all, and the op allocates no partial buffer for it.
 // Parameter gradients go through a bounded partial buffer [P, nparts * dim] (accumulation
-// dtype; P from norm_partial_rows, nparts = dw + db) that norm_param_reduce sums column-wise
-// in a fixed order, so dW and dB are bitwise identical from run to run.
+// dtype; P from norm_partial_rows, nparts = dw + db): each chunk of rows sums into its partial
+// row, then the backend adds the rows column-wise in a fixed order (on the GPU in the same
+// kernel, after a grid barrier), so dW and dB are bitwise identical from run to run.
 #pragma once
 
 #include <cmath>
@@ -51,23 +52,20 @@ namespace cpu {
 void rms_norm_forward(const Tensor& y, const Tensor& r, const Tensor& rstd, const Tensor& x,
                       const Tensor& residual, const Tensor& w, double eps);
 // dx (when defined) = the RMSNorm input gradient (+ dres when defined: fused_add_rms_norm's
-// gradient of r). partial (when defined) [P, dim]: this launch's dW partial sums.
+// gradient of r); dw (when defined) = the weight gradient, summed through partial [P, dim].
 // `op` names the variant in the KernelTrace.
-void rms_norm_backward(const char* op, const Tensor& dx, const Tensor& partial, const Tensor& dy,
+void rms_norm_backward(const char* op, const Tensor& dx, const Tensor& dw, const Tensor& partial, const Tensor& dy,
                        const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dres);
 // P: rows of the partial buffer a backward launch over x [rows, dim] with these flags uses.
 void norm_partial_rows(bool layer_norm, bool dx, bool dw, bool db, const Tensor& x, int64_t& rows_out);
-// dw (when defined) = column sums of partial part 0; db (when defined) = of the next part.
-void norm_param_reduce(const Tensor& dw, const Tensor& db, const Tensor& partial);
 }  // namespace cpu
 
 namespace cuda {
 void rms_norm_forward(const Tensor& y, const Tensor& r, const Tensor& rstd, const Tensor& x,
                       const Tensor& residual, const Tensor& w, double eps);
-void rms_norm_backward(const char* op, const Tensor& dx, const Tensor& partial, const Tensor& dy,
+void rms_norm_backward(const char* op, const Tensor& dx, const Tensor& dw, const Tensor& partial, const Tensor& dy,
                        const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dres);
 void norm_partial_rows(bool layer_norm, bool dx, bool dw, bool db, const Tensor& x, int64_t& rows_out);
-void norm_param_reduce(const Tensor& dw, const Tensor& db, const Tensor& partial);
 }  // namespace cuda
 
 }  // namespace tg

@@ -26,7 +26,6 @@ struct DeviceState {
   std::mutex mu;
   cudaStream_t stream = nullptr;
   int sm_count = 0;
-  int compute_major = 0;
   std::unordered_map<size_t, std::vector<void*>> free_blocks;  // size class -> cached blocks
   std::unordered_map<void*, size_t> live;                      // block -> size class
   MemoryStats stats;
@@ -100,14 +99,6 @@ int sm_count(int device) {
   if (st.sm_count == 0)
     TG_CUDA_CHECK(cudaDeviceGetAttribute(&st.sm_count, cudaDevAttrMultiProcessorCount, device));
   return st.sm_count;
-}
-
-int compute_major(int device) {
-  DeviceState& st = state(device);
-  std::lock_guard<std::mutex> lock(st.mu);
-  if (st.compute_major == 0)
-    TG_CUDA_CHECK(cudaDeviceGetAttribute(&st.compute_major, cudaDevAttrComputeCapabilityMajor, device));
-  return st.compute_major;
 }
 
 void* allocate(int device, size_t nbytes) {

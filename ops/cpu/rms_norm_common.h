@@ -5,7 +5,7 @@
 // Backward is specialised at compile time on <DX, DW, DB>, as on the GPU: the dx-only variant
 // has no parameter-gradient code and touches no partial buffer; with DW/DB the rows are cut
 // into P fixed chunks (P from norm_partial_rows, independent of the thread count), chunk p sums
-// its rows' dW/dB terms into partial row p, and norm_param_reduce adds the P rows in order.
+// its rows' dW/dB terms into partial row p, and param_reduce adds the P rows in order.
 #pragma once
 
 #include <cstdint>
@@ -79,11 +79,25 @@ void forward(const Tensor& y, const Tensor& r, const Tensor& mean_out, const Ten
   });
 }
 
-// One backward launch. dx: [rows, dim] or undefined (DX false); partial: [P, (DW+DB)*dim] in A
-// or undefined (DW and DB false); dres: added to dx when defined.
+// out[j] = sum over p of partial[p][col0 + j], p in order.
+template <class A, class T>
+void param_reduce(T* out, const A* partial, int64_t P, int64_t width, int64_t col0, int64_t dim) {
+  parallel_for(0, dim, 4096, [&](int64_t lo, int64_t hi) {
+    for (int64_t j = lo; j < hi; ++j) {
+      A s = 0;
+      for (int64_t p = 0; p < P; ++p) s += partial[p * width + col0 + j];  // fixed order
+      out[j] = convert<T>(s);
+    }
+  });
+}
+
+// One backward launch. dx: [rows, dim] or undefined (DX false); dw, db: [dim] (DW, DB), summed
+// through partial: [P, (DW+DB)*dim] in A (undefined when DW and DB are false); dres: added to dx
+// when defined.
 template <class T, bool LN, bool DX, bool DW, bool DB>
-void backward(const char* op, const Tensor& dx, const Tensor& partial, const Tensor& dy,
-              const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd, const Tensor& dres) {
+void backward(const char* op, const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& partial,
+              const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
+              const Tensor& dres) {
   using A = acc_t<T>;
   constexpr bool kNeedX = DX || DW;  // db alone reads only dy
   KernelTrace::record(norm_backward_event(op, DX, DW, DB));
@@ -144,18 +158,9 @@ void backward(const char* op, const Tensor& dx, const Tensor& partial, const Ten
         for (int64_t row = r0; row < r1; ++row) row_fn(row, part, DW ? part + dim : part);
       }
     });
+    if constexpr (DW) param_reduce<A>(dw.data_ptr<T>(), ppart, P, width, 0, dim);
+    if constexpr (DB) param_reduce<A>(db.data_ptr<T>(), ppart, P, width, DW ? dim : 0, dim);
   }
-}
-
-template <class A, class T>
-void param_reduce(T* out, const A* partial, int64_t P, int64_t width, int64_t col0, int64_t dim) {
-  parallel_for(0, dim, 4096, [&](int64_t lo, int64_t hi) {
-    for (int64_t j = lo; j < hi; ++j) {
-      A s = 0;
-      for (int64_t p = 0; p < P; ++p) s += partial[p * width + col0 + j];  // fixed order
-      out[j] = convert<T>(s);
-    }
-  });
 }
 
 }  // namespace tg::cpu::norm_detail

@@ -30,12 +30,12 @@ void with_variant(bool dx, bool dw, bool db, F&& f) {
   if (db) return f(bool_constant<false>{}, bool_constant<false>{}, bool_constant<true>{});
 }
 
-void layer_norm_backward(const Tensor& dx, const Tensor& partial, bool dw, bool db, const Tensor& dy,
-                         const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd) {
+void layer_norm_backward(const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& partial,
+                         const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd) {
   dispatch_gpu_float(dy.dtype(), "layer_norm", [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    with_variant(dx.defined(), dw, db, [&](auto DX, auto DW, auto DB) {
-      launch_backward<T, true, DX(), DW(), DB()>("layer_norm", dx, partial, dy, x, w, mean, rstd, Tensor());
+    with_variant(dx.defined(), dw.defined(), db.defined(), [&](auto DX, auto DW, auto DB) {
+      launch_backward<T, true, DX(), DW(), DB()>("layer_norm", dx, dw, db, partial, dy, x, w, mean, rstd, Tensor());
     });
   });
 }

@@ -6,16 +6,17 @@
 // row (tpr aims at preferred_tpr(), 512); thread `lane` holds vectors lane, lane + tpr, ...
 // (ITERS of them, a compile-time count, so the row lives in registers between the loads and
 // the stores). A block holds `gpb` groups (several only for rows of <= 32 threads). Row
-// reductions are a warp butterfly and, for rows wider than a warp, one shared-memory step read
-// in a fixed order: deterministic.
+// reductions are a warp butterfly and, for rows wider than a warp, one shared-memory step and a
+// second butterfly: a fixed order, deterministic.
 //
 // Backward, per row: the rstd (and mean) saved by forward make one reduction enough for dx
 // (the formula is in "backward arithmetic" below). The kernels are compiled per <DX, DW, DB>.
 // A thread's columns are the same for every row, so dW (sum of dy * xhat) and dB (sum of dy)
 // accumulate per thread (registers when few, else the thread's own shared-memory slots) over
-// the block's rows and are written once, as one partial row per block; a second small kernel
-// sums the partial rows column-wise in a fixed order. With DX only, none of that code exists
-// and no partial buffer is allocated.
+// the block's rows and are written once, as one partial row per block. Such a launch is
+// persistent and co-resident (cooperative): after a grid barrier its blocks sum the partial
+// rows column-wise in a fixed order and write dW / dB, in the same kernel. With DX only, none
+// of that code exists and no partial buffer is allocated.
 //
 // Three backward kernels:
 //  - norm_bwd_kernel: each thread loads its vectors of the row, two passes over the registers;
@@ -29,6 +30,7 @@
 // TG_NORM_STAGED=0 turns the staged kernel off (benchmarks compare).
 #pragma once
 
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -57,7 +59,7 @@ constexpr int kGroupBlock = 256; // block size when several rows share a block
 // dx that accumulates dW / dB gets 64 with 1 vector, as 42 spills).
 constexpr int max_tpr(int iters) { return iters >= 16 ? 256 : kMaxTpr; }
 constexpr int min_blocks(int iters, bool accumulates = false) {
-  return iters <= 1 ? (accumulates ? 2 : 3) : iters == 2 ? 2 : 1;
+  return iters <= 1 ? (accumulates ? 2 : 4) : iters == 2 ? 2 : 1;
 }
 
 // ------------------------------------------------------------------ element conversion
@@ -162,6 +164,21 @@ __device__ __forceinline__ Pack<T, N> pack_of(const float (&f)[N]) {
   return p;
 }
 
+// w's vector v, or ones for a norm without a weight: dy * w is then one multiply per element
+// with no per-element branch (the select cost the dx kernel 8 registers; d * 1 is exact, so dx
+// is the same either way).
+template <class T, int N>
+__device__ __forceinline__ void load_weight(Pack<T, N>& p, const T* w, int v) {
+  if (w) {
+    load<Access::cached>(p, w + v * N);
+  } else {
+    float ones[N];
+#pragma unroll
+    for (int e = 0; e < N; ++e) ones[e] = 1.f;
+    p = pack_of<T, N>(ones);
+  }
+}
+
 // Shared-memory accumulator slot access as volatile loads / stores: kept in program order, so
 // the compiler cannot hoist every slot's load ahead of the arithmetic (which would hold a
 // float per accumulated element in registers and cost the occupancy the slots exist to save).
@@ -190,52 +207,48 @@ __device__ __forceinline__ void acc_store(FChunk<C>* p, const FChunk<C>& v) {
     asm volatile("st.volatile.shared.f32 [%0], %1;" :: "r"(a), "f"(v.v[0]) : "memory");
 }
 
-// ------------------------------------------------------------------ dependent launch
-// The dW / dB reduction is launched as a programmatic dependent of the backward kernel
-// (Hopper): the backward lets it launch once its rows are done, and it waits for the
-// backward's completion (and memory) before reading the partial rows, so its launch overlaps
-// the backward's last blocks instead of following them. No-ops before sm_90.
-__device__ __forceinline__ void allow_dependent_launch() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void wait_for_prerequisite_grid() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
+// ------------------------------------------------------------------ row reduction
+// This thread's row group in the block and its lane in the group. Several groups share a block
+// only for rows of <= 32 threads, whose tpr plan() makes a power of two: a shift, not a division.
+struct GroupLane {
+  int group, lane;
+};
+__device__ __forceinline__ GroupLane group_lane(int tpr, int gpb) {
+  if (gpb == 1) return {0, static_cast<int>(threadIdx.x)};
+  return {static_cast<int>(threadIdx.x) >> (__ffs(tpr) - 1), static_cast<int>(threadIdx.x) & (tpr - 1)};
 }
 
-// ------------------------------------------------------------------ row reduction
-// Sums v[0..K) over the tpr threads of this thread's group; every thread of the group gets the
-// sums. Groups of <= 32 threads: a butterfly within the warp. Wider: the warp butterfly, then
-// each warp's sum through shared memory (double-buffered by `phase`, so one barrier per
-// reduction), added in warp order. Every thread of the block must call it (it may synchronise).
-template <int K, int kMaxWarps = kMaxTpr / 32>
-__device__ __forceinline__ void group_sum(float (&v)[K], int tpr, float* smem, int& phase) {
+// v[k] summed over the 32 / n-lane groups of the warp (n a power of two): a butterfly, which
+// leaves the same bits in every lane (each step adds the same two values, in either order).
+template <int K>
+__device__ __forceinline__ void warp_sum(float (&v)[K], int n = 32) {
 #pragma unroll
   for (int off = 16; off >= 1; off >>= 1)
-    if (off < tpr)
+    if (off < n)
 #pragma unroll
       for (int k = 0; k < K; ++k) v[k] += __shfl_xor_sync(0xffffffffu, v[k], off);
+}
+
+// Sums v[0..K) over the tpr threads of this thread's group; every thread of the group gets the
+// same sums, whichever kernel calls it. Groups of <= 32 threads: a butterfly within the warp.
+// Wider groups are the whole block (plan() gives such rows a block each): each warp's sum goes
+// through shared memory (double-buffered by `phase`, so one barrier per reduction), then every
+// warp loads the warp sums, one a lane, and adds them with a second butterfly (fixed order).
+// Every thread of the block must call it (it may synchronise).
+template <int K>
+__device__ __forceinline__ void group_sum(float (&v)[K], int tpr, float* smem, int& phase) {
+  warp_sum(v, tpr);
   if (tpr <= 32) return;
   float* buf = smem + phase * 32 * K;
   phase ^= 1;
-  const int warp = threadIdx.x >> 5;
-  if ((threadIdx.x & 31) == 0)
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (lane == 0)
 #pragma unroll
-    for (int k = 0; k < K; ++k) buf[warp * K + k] = v[k];
+    for (int k = 0; k < K; ++k) buf[k * 32 + warp] = v[k];
   __syncthreads();
-  const int wpg = tpr >> 5, first = warp / wpg * wpg;
 #pragma unroll
-  for (int k = 0; k < K; ++k) v[k] = 0.f;
-  // Unrolled to the widest group the kernel launches (kMaxWarps warps), so the loads of the
-  // warps' sums are all in flight at once; added in warp order whatever the group width.
-#pragma unroll
-  for (int i = 0; i < kMaxWarps; ++i)
-    if (i < wpg)
-#pragma unroll
-      for (int k = 0; k < K; ++k) v[k] += buf[(first + i) * K + k];
+  for (int k = 0; k < K; ++k) v[k] = lane < (tpr >> 5) ? buf[k * 32 + lane] : 0.f;
+  warp_sum(v);
 }
 
 // ------------------------------------------------------------------ backward arithmetic
@@ -294,7 +307,9 @@ struct FwdArgs {
 
 struct BwdArgs {
   void* dx;           // DX
-  float* partial;     // DW / DB: [gridDim.x, (DW + DB) * dim]
+  void* dw;           // DW: [dim]
+  void* db;           // DB: [dim]
+  float* partial;     // DW / DB: [gridDim.x, (DW + DB) * dim], the blocks' partial sums
   const void* dy;
   const void* x;      // DX or DW
   const void* w;      // DX; null: no scale
@@ -305,6 +320,44 @@ struct BwdArgs {
   int dim, nv, tpr, gpb;
   float inv_dim;
 };
+
+// ------------------------------------------------------------------ dW / dB from the partials
+// The last step of a backward that accumulates dW / dB (its grid is co-resident: a cooperative
+// launch). Each block has written its partial row (blockIdx.x) of the block's sums; after the
+// grid barrier the blocks sum the P = gridDim.x partial rows column-wise. A block takes tiles of
+// cw columns (cw the widest power of two <= 32 that still gives every block a tile, so narrow
+// rows spread over the grid too); its threads split the P rows (thread slot k adds rows k,
+// k + slots, ...), a butterfly adds the slots of a warp, and one thread per column adds the warp
+// sums in warp order. A fixed order for a given launch shape: dW / dB are the same bits run to
+// run. Columns [0, dim) are dW (or dB alone), [dim, 2 dim) dB. `scratch`: 32 floats a warp.
+// Memory: reads P * width * 4 bytes (just written, from L2), writes width * sizeof(T).
+constexpr size_t kReduceScratch = 1024 * sizeof(float);  // for blocks of up to 1024 threads
+template <class T, bool DW, bool DB>
+__device__ __forceinline__ void reduce_partial_rows(const BwdArgs& a, float* scratch) {
+  cooperative_groups::this_grid().sync();  // every partial row written and visible
+  const int width = (int(DW) + int(DB)) * a.dim, P = gridDim.x;
+  int cw = 32;
+  while (cw > 1 && (width + cw - 1) / cw < P) cw >>= 1;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  const int slot = warp * (32 / cw) + lane / cw, slots = nw * (32 / cw);
+  for (int tile = blockIdx.x; tile * cw < width; tile += P) {
+    const int col = tile * cw + (lane & (cw - 1));
+    float sum = 0.f;
+    if (col < width)
+#pragma unroll 8
+      for (int p = slot; p < P; p += slots) sum += a.partial[int64_t(p) * width + col];
+    for (int off = 16; off >= cw; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+    if (lane < cw) scratch[warp * 32 + lane] = sum;
+    __syncthreads();
+    if (warp == 0 && lane < cw && col < width) {
+      float t = 0.f;
+      for (int j = 0; j < nw; ++j) t += scratch[j * 32 + lane];
+      if (DW && col < a.dim) static_cast<T*>(a.dw)[col] = from_f<T>(t);
+      else static_cast<T*>(a.db)[col - (DW ? a.dim : 0)] = from_f<T>(t);
+    }
+    __syncthreads();  // scratch is rewritten by the next tile
+  }
+}
 
 // ------------------------------------------------------------------ forward
 // y = (x - mean) * rstd * w + b for each row, with rstd = 1 / sqrt(mean((x - mean)^2) + eps)
@@ -321,7 +374,8 @@ __global__ void __launch_bounds__(max_tpr(ITERS), min_blocks(ITERS)) norm_fwd_ke
   const T* b = static_cast<const T*>(a.b);
   T* y = static_cast<T*>(a.y);
   T* r = static_cast<T*>(a.r);
-  const int group = threadIdx.x / a.tpr, lane = threadIdx.x - group * a.tpr;
+  const GroupLane gl = group_lane(a.tpr, a.gpb);
+  const int group = gl.group, lane = gl.lane;
   int phase = 0;
   for (int64_t base = int64_t(blockIdx.x) * a.gpb; base < a.rows; base += int64_t(gridDim.x) * a.gpb) {
     const int64_t row = base + group;
@@ -411,7 +465,8 @@ __global__ void __launch_bounds__(1024) norm_fwd_loop_kernel(FwdArgs a) {
   const T* b = static_cast<const T*>(a.b);
   T* y = static_cast<T*>(a.y);
   T* r = static_cast<T*>(a.r);
-  const int group = threadIdx.x / a.tpr, lane = threadIdx.x - group * a.tpr;
+  const GroupLane gl = group_lane(a.tpr, a.gpb);
+  const int group = gl.group, lane = gl.lane;
   int phase = 0;
   for (int64_t base = int64_t(blockIdx.x) * a.gpb; base < a.rows; base += int64_t(gridDim.x) * a.gpb) {
     const int64_t row = base + group;
@@ -437,7 +492,7 @@ __global__ void __launch_bounds__(1024) norm_fwd_loop_kernel(FwdArgs a) {
         s[0] = LN ? s[0] + f : fmaf(f, f, s[0]);
       }
     }
-    group_sum<1, kLoopTpr / 32>(s, a.tpr, smem, phase);
+    group_sum(s, a.tpr, smem, phase);
     float mu = 0.f, ms = s[0] * a.inv_dim;
     if constexpr (LN) {
       mu = s[0] * a.inv_dim;
@@ -450,7 +505,7 @@ __global__ void __launch_bounds__(1024) norm_fwd_loop_kernel(FwdArgs a) {
           q[0] = fmaf(d, d, q[0]);
         }
       }
-      group_sum<1, kLoopTpr / 32>(q, a.tpr, smem, phase);
+      group_sum(q, a.tpr, smem, phase);
       ms = q[0] * a.inv_dim;
     }
     const float rs = 1.f / sqrtf(ms + a.eps);
@@ -499,7 +554,8 @@ __global__ void __launch_bounds__(max_tpr(ITERS), min_blocks(ITERS, DX && (DW ||
   const T* w = static_cast<const T*>(a.w);
   const T* dres = static_cast<const T*>(a.dres);
   T* dx = static_cast<T*>(a.dx);
-  const int group = threadIdx.x / a.tpr, lane = threadIdx.x - group * a.tpr;
+  const GroupLane gl = group_lane(a.tpr, a.gpb);
+  const int group = gl.group, lane = gl.lane;
   int phase = 0;
   // dW / dB accumulators: shared memory, each thread its own slots (no atomics, no conflicts:
   // slot (part, i, q) of the group's region is an array over the group's lanes).
@@ -536,7 +592,7 @@ __global__ void __launch_bounds__(max_tpr(ITERS), min_blocks(ITERS, DX && (DW ||
       if (in[i]) {
         load<Access::plain>(dyv[i], dy + off + v * N);
         if constexpr (kNeedX) load<Access::plain>(xv[i], x + off + v * N);
-        if (DX && w) load<Access::cached>(wv[i], w + v * N);
+        if constexpr (DX) load_weight(wv[i], w, v);
       } else {
         zero_pack(dyv[i]);
         if constexpr (kNeedX) zero_pack(xv[i]);
@@ -569,7 +625,7 @@ __global__ void __launch_bounds__(max_tpr(ITERS), min_blocks(ITERS, DX && (DW ||
           const float d = elem(dyv[i], e);
           if constexpr (kNeedX) {
             const float xc = centered<LN>(elem(xv[i], e), mu);
-            if constexpr (DX) add_dx_sums<LN>(sums, w ? __fmul_rn(d, elem(wv[i], e)) : d, xc);
+            if constexpr (DX) add_dx_sums<LN>(sums, __fmul_rn(d, elem(wv[i], e)), xc);
             if constexpr (DW) aw.v[k] = dw_term(aw.v[k], d, xc, rs);
           }
           if constexpr (DB) ab.v[k] = __fadd_rn(ab.v[k], d);
@@ -597,7 +653,7 @@ __global__ void __launch_bounds__(max_tpr(ITERS), min_blocks(ITERS, DX && (DW ||
 #pragma unroll
         for (int e = 0; e < N; ++e) {
           const float d = elem(dyv[i], e);
-          out[e] = dx_of<LN>(w ? __fmul_rn(d, elem(wv[i], e)) : d, centered<LN>(elem(xv[i], e), mu), kc);
+          out[e] = dx_of<LN>(__fmul_rn(d, elem(wv[i], e)), centered<LN>(elem(xv[i], e), mu), kc);
           if constexpr (RES) out[e] = __fadd_rn(out[e], elem(rv, e));
         }
         store<Access::plain>(dx + off + v * N, pack_of<T, N>(out));
@@ -606,7 +662,6 @@ __global__ void __launch_bounds__(max_tpr(ITERS), min_blocks(ITERS, DX && (DW ||
   }
 
   if constexpr (PARTS > 0) {
-    allow_dependent_launch();
     if constexpr (kRegAcc)  // into the slots, for the common combine below
 #pragma unroll
       for (int part = 0; part < PARTS; ++part)
@@ -649,6 +704,8 @@ __global__ void __launch_bounds__(max_tpr(ITERS), min_blocks(ITERS, DX && (DW ||
           }
         }
     }
+    __syncthreads();  // the slots are the reduction's scratch now
+    reduce_partial_rows<T, DW, DB>(a, reinterpret_cast<float*>(acc_smem));
   }
 }
 
@@ -748,7 +805,7 @@ __global__ void __launch_bounds__(kMaxTpr, staged_min_blocks(ITERS, ITERS * N * 
 #pragma unroll
   for (int i = 0; i < ITERS; ++i) {
     const int v = lane + i * a.tpr;
-    if (w && v < a.nv) load<Access::cached>(wv[i], w + v * N);
+    if (v < a.nv) load_weight(wv[i], w, v);
     else zero_pack(wv[i]);
   }
   [[maybe_unused]] float wacc[DW ? ITERS : 1][DW ? N : 1] = {};
@@ -798,7 +855,7 @@ __global__ void __launch_bounds__(kMaxTpr, staged_min_blocks(ITERS, ITERS * N * 
 #pragma unroll
       for (int e = 0; e < N; ++e) {
         const float d = elem(dyv[i], e), xc = centered<LN>(elem(xv[i], e), mu);
-        add_dx_sums<LN>(sums, w ? __fmul_rn(d, elem(wv[i], e)) : d, xc);
+        add_dx_sums<LN>(sums, __fmul_rn(d, elem(wv[i], e)), xc);
         if constexpr (DW) wacc[i][e] = dw_term(wacc[i][e], d, xc, rs);
         if constexpr (DB) bacc[i][e] = __fadd_rn(bacc[i][e], d);
       }
@@ -816,25 +873,33 @@ __global__ void __launch_bounds__(kMaxTpr, staged_min_blocks(ITERS, ITERS * N * 
 #pragma unroll
       for (int e = 0; e < N; ++e) {
         const float d = elem(dyv[i], e);
-        out[e] = dx_of<LN>(w ? __fmul_rn(d, elem(wv[i], e)) : d, centered<LN>(elem(xv[i], e), mu), kc);
+        out[e] = dx_of<LN>(__fmul_rn(d, elem(wv[i], e)), centered<LN>(elem(xv[i], e), mu), kc);
         if constexpr (RES) out[e] = __fadd_rn(out[e], elem(rv[i], e));
       }
       store<Access::plain>(dx + off + (lane + i * a.tpr) * N, pack_of<T, N>(out));
     }
   }
   if constexpr (DW || DB) {
-    allow_dependent_launch();
     float* prow = a.partial + int64_t(blockIdx.x) * (int(DW) + int(DB)) * a.dim;
+    constexpr int C = N < 4 ? N : 4;  // floats per store
 #pragma unroll
     for (int i = 0; i < ITERS; ++i) {
       const int v = lane + i * a.tpr;
       if (v >= a.nv) continue;
 #pragma unroll
-      for (int e = 0; e < N; ++e) {
-        if constexpr (DW) prow[v * N + e] = wacc[i][e];
-        if constexpr (DB) prow[(DW ? a.dim : 0) + v * N + e] = bacc[i][e];
+      for (int q = 0; q < N; q += C) {
+        FChunk<C> tw, tb;
+#pragma unroll
+        for (int k = 0; k < C; ++k) {
+          if constexpr (DW) tw.v[k] = wacc[i][q + k];
+          if constexpr (DB) tb.v[k] = bacc[i][q + k];
+        }
+        if constexpr (DW) *reinterpret_cast<FChunk<C>*>(prow + v * N + q) = tw;
+        if constexpr (DB) *reinterpret_cast<FChunk<C>*>(prow + (DW ? a.dim : 0) + v * N + q) = tb;
       }
     }
+    // Every stage has been consumed: the stage memory is the reduction's scratch.
+    reduce_partial_rows<T, DW, DB>(a, reinterpret_cast<float*>(staged_smem + kStageHeader));
   }
 }
 
@@ -869,21 +934,21 @@ __global__ void __launch_bounds__(1024) norm_bwd_loop_kernel(BwdArgs a) {
         P xv, dyv, wv;
         load<Access::cached>(xv, x + off + v * N);
         load<Access::cached>(dyv, dy + off + v * N);
-        if (w) load<Access::cached>(wv, w + v * N);
+        load_weight(wv, w, v);
 #pragma unroll
         for (int e = 0; e < N; ++e) {
           const float d = elem(dyv, e);
-          add_dx_sums<LN>(sums, w ? __fmul_rn(d, elem(wv, e)) : d, centered<LN>(elem(xv, e), mu));
+          add_dx_sums<LN>(sums, __fmul_rn(d, elem(wv, e)), centered<LN>(elem(xv, e), mu));
         }
       }
-      group_sum<LN ? 2 : 1, kLoopTpr / 32>(sums, a.tpr, smem, phase);
+      group_sum(sums, a.tpr, smem, phase);
       kc = dx_coef<LN>(sums, rs, a.inv_dim);
     }
     for (int v = lane; v < a.nv; v += a.tpr) {
       P xv, dyv, wv, rv;
       load<Access::plain>(dyv, dy + off + v * N);
       if (kNeedX) load<Access::plain>(xv, x + off + v * N);
-      if (DX && w) load<Access::cached>(wv, w + v * N);
+      if (DX) load_weight(wv, w, v);
       if (DX && dres) load<Access::plain>(rv, dres + off + v * N);
       [[maybe_unused]] float out[N];
 #pragma unroll
@@ -892,7 +957,7 @@ __global__ void __launch_bounds__(1024) norm_bwd_loop_kernel(BwdArgs a) {
         const int col = v * N + e;
         [[maybe_unused]] const float xc = kNeedX ? centered<LN>(elem(xv, e), mu) : 0.f;
         if constexpr (DX) {
-          out[e] = dx_of<LN>(w ? __fmul_rn(d, elem(wv, e)) : d, xc, kc);
+          out[e] = dx_of<LN>(__fmul_rn(d, elem(wv, e)), xc, kc);
           if (dres) out[e] = __fadd_rn(out[e], elem(rv, e));
         }
         if constexpr (DW) prow[col] = dw_term(prow[col], d, xc, rs);
@@ -901,31 +966,9 @@ __global__ void __launch_bounds__(1024) norm_bwd_loop_kernel(BwdArgs a) {
       if constexpr (DX) store<Access::plain>(dx + off + v * N, pack_of<T, N>(out));
     }
   }
-}
-
-// ------------------------------------------------------------------ dW / dB reduction
-// out[c] = sum over p of partial[p][c], p in a fixed order: 32 threads down each column of a
-// 32-column tile sum strided rows, then thread row 0 adds the 32 sums in order. Columns
-// [0, dim) go to `first` (dw, or db when only db), [dim, 2 dim) to db.
-// Memory: reads P * width * 4 bytes (just written: mostly L2), writes width * sizeof(T).
-template <class T>
-__global__ void __launch_bounds__(1024) param_reduce_kernel(T* first, T* second, const float* partial,
-                                                            int P, int width, int dim) {
-  wait_for_prerequisite_grid();  // the backward kernel's partial rows are complete
-  __shared__ float s[32][33];
-  const int col = blockIdx.x * 32 + threadIdx.x;
-  float acc = 0.f;
-  if (col < width) {
-#pragma unroll 4
-    for (int p = threadIdx.y; p < P; p += 32) acc += partial[int64_t(p) * width + col];
-  }
-  s[threadIdx.y][threadIdx.x] = acc;
-  __syncthreads();
-  if (threadIdx.y == 0 && col < width) {
-    float t = 0.f;
-    for (int k = 0; k < 32; ++k) t += s[k][threadIdx.x];
-    if (col < dim) first[col] = from_f<T>(t);
-    else second[col - dim] = from_f<T>(t);
+  if constexpr (DW || DB) {
+    extern __shared__ float4 acc_smem[];
+    reduce_partial_rows<T, DW, DB>(a, reinterpret_cast<float*>(acc_smem));
   }
 }
 
@@ -1194,12 +1237,30 @@ int staged_grid(int64_t rows, const Config& c, const Staged& st, int device) {
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(rows, resident)));
 }
 
-// Dynamic shared memory of a backward variant: its dW / dB accumulator slots.
+// Dynamic shared memory of a backward variant: its dW / dB accumulator slots, at least the
+// final reduction's scratch.
 template <class T, bool DW, bool DB>
 size_t bwd_smem(const Config& c) {
-  if (c.iters == 0) return 0;
-  const size_t n = c.vb / sizeof(T);
-  return size_t(int(DW) + int(DB)) * c.iters * n * c.block * sizeof(float);
+  if (!DW && !DB) return 0;
+  const size_t slots = c.iters ? size_t(int(DW) + int(DB)) * c.iters * (c.vb / sizeof(T)) * c.block * sizeof(float) : 0;
+  return std::max(slots, kReduceScratch);
+}
+
+// Launches kernel<<<grid, block, smem, s>>>(args...), as a cooperative launch when `coop` (the
+// grid must be co-resident: the kernel ends with a grid barrier; grids sized by occupancy are).
+template <class... Params, class... Args>
+void launch(bool coop, void (*kernel)(Params...), int grid, int block, size_t smem, cudaStream_t s, Args... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(grid);
+  cfg.blockDim = dim3(block);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeCooperative;
+  attr[0].val.cooperative = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = coop ? 1 : 0;
+  TG_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
 }
 
 // Rows of the partial buffer: the persistent grid of the variant, on x's shape and alignment.
@@ -1212,16 +1273,20 @@ int64_t partial_rows(const Tensor& x) {
   return grid_for(rows, c, bwd_kernel<T, LN, DX, DW, DB, false>(c), bwd_smem<T, DW, DB>(c), x.device().index);
 }
 
-// One backward launch of variant <DX, DW, DB>. With DW or DB the grid is the partial buffer's
-// row count (the op sized it with partial_rows); the kernel is correct for any grid.
+// One backward launch of variant <DX, DW, DB>: dx, and dw / db through the partial buffer (the
+// op sized it with partial_rows) in the same kernel. With DW or DB the grid is persistent and
+// co-resident (a cooperative launch), at most the partial buffer's rows.
 template <class T, bool LN, bool DX, bool DW, bool DB>
-void launch_backward(const char* op, const Tensor& dx, const Tensor& partial, const Tensor& dy, const Tensor& x,
-                     const Tensor& w, const Tensor& mean, const Tensor& rstd, const Tensor& dres) {
+void launch_backward(const char* op, const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& partial,
+                     const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
+                     const Tensor& dres) {
   KernelTrace::record(norm_backward_event(op, DX, DW, DB));
   const int64_t dim = dy.shape()[1], rows = dy.shape()[0];
   if (rows == 0) return;
   BwdArgs a{};
   a.dx = DX ? dx.data_ptr() : nullptr;
+  a.dw = DW ? dw.data_ptr() : nullptr;
+  a.db = DB ? db.data_ptr() : nullptr;
   a.partial = (DW || DB) ? partial.data_ptr<float>() : nullptr;
   a.dy = dy.data_ptr();
   a.x = (DX || DW) ? x.data_ptr() : nullptr;
@@ -1237,18 +1302,24 @@ void launch_backward(const char* op, const Tensor& dx, const Tensor& partial, co
   a.gpb = c.gpb;
   a.inv_dim = 1.f / static_cast<float>(dim);
   cudaStream_t s = stream_for(dy);
+  const int device = dy.device().index;
+  // The grid of a launch that reduces dW / dB: co-resident, and no more than the partial rows.
+  auto reducing_grid = [&](int resident) {
+    return std::min(resident, static_cast<int>(partial.shape()[0]));
+  };
   auto go = [&](auto res) {
     constexpr bool RES = decltype(res)::value;
-    const Staged st = staged_plan<T, LN, DX, DW, DB, RES>(c, dim, dy.device().index);
+    const Staged st = staged_plan<T, LN, DX, DW, DB, RES>(c, dim, device);
     if (st.stages) {
       const void* fn = staged_kernel<T, LN, DX, DW, DB, RES>(c);
-      allow_smem(fn, st.smem, dy.device().index);
-      const int grid = (DW || DB) ? static_cast<int>(partial.shape()[0])
-                                  : staged_grid<T, LN, DX, DW, DB, RES>(rows, c, st, dy.device().index);
+      allow_smem(fn, st.smem, device);
+      const int resident = staged_grid<T, LN, DX, DW, DB, RES>(rows, c, st, device);
+      const int grid = (DW || DB) ? reducing_grid(resident) : resident;
       with_shape<T>(c, [&](auto n, auto it) {
         constexpr int N = decltype(n)::value, IT = decltype(it)::value;
         if constexpr (DX && IT != 0 && N * sizeof(T) == 16 && IT * N <= kStagedMaxElems)
-          norm_bwd_staged_kernel<T, N, IT, LN, DX, DW, DB, RES><<<grid, c.block, st.smem, s>>>(a, st.stages);
+          launch(DW || DB, norm_bwd_staged_kernel<T, N, IT, LN, DX, DW, DB, RES>, grid, c.block, st.smem, s, a,
+                 st.stages);
       });
       return;
     }
@@ -1258,14 +1329,15 @@ void launch_backward(const char* op, const Tensor& dx, const Tensor& partial, co
     // them, several rows in flight per multiprocessor, no tail of unequal loops); small rows and
     // rows of 8-byte or scalar accesses: a persistent grid (H200, bf16 8192x1500: 33.9 us
     // persistent, 38.4 a block per row).
-    const int grid = (DW || DB) ? static_cast<int>(partial.shape()[0])
+    const int resident = grid_for(rows, c, fn, smem, device);
+    const int grid = (DW || DB) ? reducing_grid(resident)
                      : c.gpb == 1 && c.iters && c.vb == 16 ? static_cast<int>(std::min<int64_t>(rows, INT32_MAX))
-                                                           : grid_for(rows, c, fn, smem, dy.device().index);
-    allow_smem(fn, smem, dy.device().index);
+                                                           : resident;
+    allow_smem(fn, smem, device);
     with_shape<T>(c, [&](auto n, auto it) {
       constexpr int N = decltype(n)::value, IT = decltype(it)::value;
-      if constexpr (IT == 0) norm_bwd_loop_kernel<T, N, LN, DX, DW, DB><<<grid, c.block, 0, s>>>(a);
-      else norm_bwd_kernel<T, N, IT, LN, DX, DW, DB, RES><<<grid, c.block, smem, s>>>(a);
+      if constexpr (IT == 0) launch(DW || DB, norm_bwd_loop_kernel<T, N, LN, DX, DW, DB>, grid, c.block, smem, s, a);
+      else launch(DW || DB, norm_bwd_kernel<T, N, IT, LN, DX, DW, DB, RES>, grid, c.block, smem, s, a);
     });
   };
   // The residual-gradient add (fused_add_rms_norm) is its own instantiation, so plain
