@@ -54,9 +54,9 @@ constexpr int kMaxTpr = 512;     // threads per row in the register-resident ker
 constexpr int kLoopTpr = 1024;   // threads per row in the looping kernels
 constexpr int kGroupBlock = 256; // block size when several rows share a block
 // The register-resident kernels' launch bounds: the widest block an ITERS instantiation is
-// launched with, and how many such blocks must fit on a multiprocessor (a register cap: 42 per
-// thread with 1 vector per thread, 64 with 2, 128 with 4 or 8, 255 with 16; a backward with
-// dx that accumulates dW / dB gets 64 with 1 vector, as 42 spills).
+// launched with, and how many such blocks must fit on a multiprocessor (a register cap: 32 per
+// thread with 1 vector per thread, so four 512-thread blocks fit; 64 with 2, 128 with 4 or 8,
+// 255 with 16; a backward with dx that accumulates dW / dB gets 64 with 1 vector, as 32 spills).
 constexpr int max_tpr(int iters) { return iters >= 16 ? 256 : kMaxTpr; }
 constexpr int min_blocks(int iters, bool accumulates = false) {
   return iters <= 1 ? (accumulates ? 2 : 4) : iters == 2 ? 2 : 1;
