@@ -3,11 +3,11 @@
 //
 // Layout of the work. A row of `dim` elements is split into `nv` vectors of VB bytes (16 when
 // dim and every pointer allow it, else 8, else one element). A group of `tpr` threads owns a
-// row (tpr aims at preferred_tpr(), 512); thread `lane` holds vectors lane, lane + tpr, ...
-// (ITERS of them, a compile-time count, so the row lives in registers between the loads and
-// the stores). A block holds `gpb` groups (several only for rows of <= 32 threads). Row
-// reductions are a warp butterfly and, for rows wider than a warp, one shared-memory step and a
-// second butterfly: a fixed order, deterministic.
+// row (tpr aims at preferred_tpr(): 512, or 256 for a backward over 8-byte vectors); thread
+// `lane` holds vectors lane, lane + tpr, ... (ITERS of them, a compile-time count, so the row
+// lives in registers between the loads and the stores). A block holds `gpb` groups (several
+// only for rows of <= 32 threads). Row reductions are a warp butterfly and, for rows wider than
+// a warp, one shared-memory step and a second butterfly: a fixed order, deterministic.
 //
 // Backward, per row: the rstd (and mean) saved by forward make one reduction enough for dx
 // (the formula is in "backward arithmetic" below). The kernels are compiled per <DX, DW, DB>.
@@ -1003,18 +1003,22 @@ inline int blocks_per_sm(const void* fn, int block, size_t smem, int device) {
 }
 
 // Threads per row the planner aims for at most (then more vectors per thread, up to
-// kMaxIters): 512. On the H200 (bf16 RMSNorm, lean kernels) 512 and 256 ran the same for dx
-// alone (8192x8192: 99.6 / 98.4 us) and 512 was faster with dW (106.4 / 112.8 us): 256
-// threads hold twice the dW accumulators. The choice never depends on the mask, so frozen and
-// unfrozen variants reduce a row in the same order (bitwise-identical dx).
-// TG_NORM_TPR overrides it (benchmarks sweep it); read once.
-inline int preferred_tpr() {
+// kMaxIters): 512, and 256 for a backward over rows of 8-byte vectors. On the H200: for rows
+// of 16-byte vectors 512 and 256 ran the same for dx alone (bf16 RMSNorm 8192x8192: 100.1 /
+// 101.4 us) and 512 was faster with dW (107.8 / 115.4); for 8-byte vectors (bf16 8192x1500)
+// 256 was faster in every variant but dW alone (RMS frozen 29.5 -> 27.5, full 42.4 -> 39.0;
+// LayerNorm full 55.6 -> 42.0; dW alone 29.0 -> 29.6; 128: frozen 25.5 but full 44.5). The
+// choice never depends on the mask, so frozen and unfrozen variants reduce a row in the same
+// order (bitwise-identical dx). TG_NORM_TPR overrides it (benchmarks sweep it); read once.
+enum class Pass { forward, backward };
+inline int preferred_tpr(int vb, Pass pass) {
   static const int forced = [] {
     const char* s = std::getenv("TG_NORM_TPR");
     const int t = s ? std::atoi(s) : 0;
     return t >= 32 && t <= kMaxTpr ? t : 0;
   }();
-  return forced ? forced : kMaxTpr;
+  if (forced) return forced;
+  return pass == Pass::backward && vb == 8 ? 256 : kMaxTpr;
 }
 
 struct Config {
@@ -1026,9 +1030,9 @@ struct Config {
 
 inline bool aligned(const void* p, int bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
-// The launch shape for rows of `dim` elements of `esize` bytes whose pointers are `ptrs`
-// (null entries ignored), aiming at `pref` threads per row (preferred_tpr).
-inline Config plan(int64_t dim, int esize, std::initializer_list<const void*> ptrs, int pref) {
+// The launch shape of `pass` for rows of `dim` elements of `esize` bytes whose pointers are
+// `ptrs` (null entries ignored), aiming at preferred_tpr threads per row.
+inline Config plan(int64_t dim, int esize, std::initializer_list<const void*> ptrs, Pass pass) {
   Config c;
   c.vb = 16;
   auto fits = [&](int vb) {
@@ -1039,6 +1043,7 @@ inline Config plan(int64_t dim, int esize, std::initializer_list<const void*> pt
   };
   while (c.vb > esize && !fits(c.vb)) c.vb = c.vb == 16 ? 8 : esize;
   c.nv = dim * esize / c.vb;
+  const int pref = preferred_tpr(c.vb, pass);
   c.iters = 1;
   while (c.iters < kMaxIters && (c.nv + c.iters - 1) / c.iters > pref) c.iters *= 2;
   int64_t tpr = (c.nv + c.iters - 1) / c.iters;
@@ -1123,7 +1128,7 @@ void launch_forward(const Tensor& y, const Tensor& r, const Tensor& mean, const 
   a.res = res.defined() ? res.data_ptr() : nullptr;
   a.w = w.defined() ? w.data_ptr() : nullptr;
   a.b = b.defined() ? b.data_ptr() : nullptr;
-  const Config c = plan(dim, sizeof(T), {a.y, a.r, a.x, a.res, a.w, a.b}, preferred_tpr());
+  const Config c = plan(dim, sizeof(T), {a.y, a.r, a.x, a.res, a.w, a.b}, Pass::forward);
   a.rows = rows;
   a.dim = static_cast<int>(dim);
   a.nv = static_cast<int>(c.nv);
@@ -1267,7 +1272,7 @@ void launch(bool coop, void (*kernel)(Params...), int grid, int block, size_t sm
 template <class T, bool LN, bool DX, bool DW, bool DB>
 int64_t partial_rows(const Tensor& x) {
   const int64_t dim = x.shape()[1], rows = x.shape()[0];
-  const Config c = plan(dim, sizeof(T), {x.data_ptr()}, preferred_tpr());
+  const Config c = plan(dim, sizeof(T), {x.data_ptr()}, Pass::backward);
   const Staged st = staged_plan<T, LN, DX, DW, DB, false>(c, dim, x.device().index);
   if (st.stages) return staged_grid<T, LN, DX, DW, DB, false>(rows, c, st, x.device().index);
   return grid_for(rows, c, bwd_kernel<T, LN, DX, DW, DB, false>(c), bwd_smem<T, DW, DB>(c), x.device().index);
@@ -1294,7 +1299,7 @@ void launch_backward(const char* op, const Tensor& dx, const Tensor& dw, const T
   a.mean = LN && (DX || DW) ? mean.data_ptr<float>() : nullptr;
   a.rstd = (DX || DW) ? rstd.data_ptr<float>() : nullptr;
   a.dres = DX && dres.defined() ? dres.data_ptr() : nullptr;
-  const Config c = plan(dim, sizeof(T), {a.dx, a.dy, a.x, a.w, a.dres}, preferred_tpr());
+  const Config c = plan(dim, sizeof(T), {a.dx, a.dy, a.x, a.w, a.dres}, Pass::backward);
   a.rows = rows;
   a.dim = static_cast<int>(dim);
   a.nv = static_cast<int>(c.nv);
