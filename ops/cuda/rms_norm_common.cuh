@@ -1003,13 +1003,13 @@ inline int blocks_per_sm(const void* fn, int block, size_t smem, int device) {
 }
 
 // Threads per row the planner aims for at most (then more vectors per thread, up to
-// kMaxIters): 512, and 256 for a backward over rows of 8-byte vectors. On the H200: for rows
-// of 16-byte vectors 512 and 256 ran the same for dx alone (bf16 RMSNorm 8192x8192: 100.1 /
-// 101.4 us) and 512 was faster with dW (107.8 / 115.4); for 8-byte vectors (bf16 8192x1500)
-// 256 was faster in every variant but dW alone (RMS frozen 29.5 -> 27.5, full 42.4 -> 39.0;
-// LayerNorm full 55.6 -> 42.0; dW alone 29.0 -> 29.6; 128: frozen 25.5 but full 44.5). The
-// choice never depends on the mask, so frozen and unfrozen variants reduce a row in the same
-// order (bitwise-identical dx). TG_NORM_TPR overrides it (benchmarks sweep it); read once.
+// kMaxIters): 512, and 256 for a backward over rows of 8-byte vectors. On the H200, same run
+// each: for rows of 16-byte vectors 512 and 256 ran the same for dx alone (bf16 RMSNorm
+// 8192x8192: 100.1 / 101.4 us) and 512 was faster with dW (110.0 / 115.4); for 8-byte vectors
+// (bf16 8192x1500) 256 was faster in every variant but dW alone (RMS frozen 29.5 -> 27.5, full
+// 42.4 -> 39.0; LayerNorm full 55.6 -> 42.0; dW alone 29.0 -> 29.6; 128: frozen 25.5 but full
+// 44.5). The choice never depends on the mask, so frozen and unfrozen variants reduce a row in
+// the same order (bitwise-identical dx). TG_NORM_TPR overrides it (benchmarks sweep it).
 enum class Pass { forward, backward };
 inline int preferred_tpr(int vb, Pass pass) {
   static const int forced = [] {
