@@ -13,7 +13,10 @@
 // "copy" is that over the time, as a fraction of cudaMemcpy device-to-device bandwidth (bytes
 // read + written). "vs full" is the mode's time over the full backward of the same problem.
 //
-//   norm_bench [--reps N] [--csv out.csv] [--quick] [--only rms|ln] [--dtype bf16|fp32] [--no-graph]
+//   norm_bench [--reps N] [--csv out.csv] [--quick] [--only rms|ln] [--dtype bf16|fp32]
+//              [--shape ROWSxDIM] [--mode NAME] [--no-graph]
+// (--shape times one problem of any size instead of the list, --mode one mask mode: for a
+// profiler or a sweep.)
 // The CSV has one row per case; bench/torch_norm_ref.py --ours out.csv prints PyTorch's times
 // for the same cases beside ours (bench/norm_run.sh runs both).
 #include <cuda_runtime.h>
@@ -152,16 +155,21 @@ int main(int argc, char** argv) {
   int reps = 100;
   const char* csv = nullptr;
   bool quick = false, graph = true;
-  std::string only, only_dtype;
+  std::string only, only_dtype, only_shape, only_mode;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) reps = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--csv") && i + 1 < argc) csv = argv[++i];
     else if (!std::strcmp(argv[i], "--quick")) quick = true;
     else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
     else if (!std::strcmp(argv[i], "--dtype") && i + 1 < argc) only_dtype = argv[++i];
+    else if (!std::strcmp(argv[i], "--shape") && i + 1 < argc) only_shape = argv[++i];
+    else if (!std::strcmp(argv[i], "--mode") && i + 1 < argc) only_mode = argv[++i];
     else if (!std::strcmp(argv[i], "--no-graph")) graph = false;
     else {
-      std::fprintf(stderr, "usage: %s [--reps N] [--csv out.csv] [--quick] [--only rms|ln] [--dtype bf16|fp32] [--no-graph]\n", argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s [--reps N] [--csv out.csv] [--quick] [--only rms|ln] [--dtype bf16|fp32] "
+                   "[--shape ROWSxDIM] [--mode NAME] [--no-graph]\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -183,6 +191,14 @@ int main(int argc, char** argv) {
                                                      {8192, 8192}, {16384, 8192}, {8192, 1500}, {8192, 3584},
                                                      {262144, 128}};
   if (quick) shapes = {{8192, 8192}, {8192, 1500}, {262144, 128}};
+  if (!only_shape.empty()) {
+    long long r = 0, d = 0;
+    if (std::sscanf(only_shape.c_str(), "%lldx%lld", &r, &d) != 2 || r < 1 || d < 1) {
+      std::fprintf(stderr, "norm_bench: --shape wants ROWSxDIM, got %s\n", only_shape.c_str());
+      return 2;
+    }
+    shapes = {{r, d}};
+  }
   const std::vector<Mode> rms_modes = {{"full", true, true, false}, {"frozen", true, false, false}, {"dw_only", false, true, false}};
   const std::vector<Mode> ln_modes = {{"full", true, true, true},     {"w_frozen", true, false, true},
                                       {"b_frozen", true, true, false}, {"both_frozen", true, false, false},
@@ -198,8 +214,11 @@ int main(int argc, char** argv) {
       if (!only_dtype.empty() && only_dtype != dname) continue;
       const double es = dt == kBFloat16 ? 2 : 4;
       for (auto [rows, dim] : shapes) {
+        char shape[32];
+        std::snprintf(shape, sizeof shape, "%lldx%lld", (long long)rows, (long long)dim);
         double full_us = 0;
         for (const Mode& m : ln ? ln_modes : rms_modes) {
+          if (!only_mode.empty() && only_mode != m.name) continue;
           Tensor x = random_tensor({rows, dim}, dt, 1);
           Tensor w = random_tensor({dim}, dt, 2, 0.2f, 1.f);
           Tensor b = ln ? random_tensor({dim}, dt, 3, 0.1f) : Tensor();
@@ -227,8 +246,6 @@ int main(int argc, char** argv) {
           if (ln && m.b) bytes += double(dim) * es;             // db
           if (!std::strcmp(m.name, "full")) full_us = us;
           results.push_back({op, dname, m.name, rows, dim, us, bytes});
-          char shape[32];
-          std::snprintf(shape, sizeof shape, "%lldx%lld", (long long)rows, (long long)dim);
           std::printf("%-10s %-5s %-13s %-11s %10.1f %12.0f %8.0f %6.2f %8.3f\n", op, dname.c_str(), shape, m.name, us,
                       bytes, bytes / (us * 1e-6) / 1e9, bytes / (us * 1e-6) / copy_bw, full_us > 0 ? us / full_us : 0.0);
           std::fflush(stdout);

@@ -366,14 +366,17 @@ INSTANTIATE_TEST_SUITE_P(Device, Norms, ::testing::Values(Device::cpu(), Device:
 // Widths: a sub-warp row (128), odd widths (1500: 8-byte vectors; 3584; 1501: scalar loads),
 // the register-resident sizes up to 8192, and 70000 (over the register limit: the looping
 // kernel); 2048 rows give the dW / dB reduction hundreds of partial rows. float32 and bfloat16
-// on the GPU against float32 on the CPU on the same values.
+// on the GPU against float32 on the CPU on the same values. dW / dB are checked from the full
+// variant and from the dW / dB-only kernel (x frozen), whose tiling differs by width (70000: more
+// column tiles than resident blocks; 300 x 16384: several unrolled row steps a thread).
 TEST(NormsCuda, MatchesCpuOverWidthClasses) {
   TG_REQUIRE_CUDA();
   struct Case {
     int64_t rows, dim;
   };
   const std::vector<Case> cases = {{300, 128}, {64, 1500}, {33, 1501}, {40, 3584}, {16, 4096},
-                                   {12, 8192}, {3, 70000}, {1000, 64}, {7, 1}, {5, 33}, {2048, 1024}};
+                                   {12, 8192}, {3, 70000}, {1000, 64}, {7, 1}, {5, 33}, {2048, 1024},
+                                   {300, 16384}};
   for (DType dt : {kFloat32, kBFloat16})
     for (const Case& c : cases)
       for (Kind k : {Kind::Rms, Kind::Fused, Kind::Ln}) {
@@ -423,6 +426,16 @@ TEST(NormsCuda, MatchesCpuOverWidthClasses) {
         EXPECT_TENSOR_NEAR(f32(gpu.dw), cpu.dw, tol, ptol);
         if (k == Kind::Fused) EXPECT_TENSOR_NEAR(f32(gpu.dres), cpu.dres, tol, tol);
         if (k == Kind::Ln) EXPECT_TENSOR_NEAR(f32(gpu.db), cpu.db, tol, ptol);
+        // x frozen: dW (and dB) alone; for LayerNorm also dB alone.
+        std::vector<Mode> param_modes = {{"x frozen", false, false, true, true}};
+        if (k == Kind::Ln) param_modes.push_back({"x and weight frozen", false, false, false, true});
+        for (const Mode& m : param_modes) {
+          SCOPED_TRACE(m.name);
+          const NormRun only = run(p, m, Device::cuda(0), 21);
+          ASSERT_FALSE(only.dx.defined());
+          if (m.w) EXPECT_TENSOR_NEAR(f32(only.dw), cpu.dw, tol, ptol);
+          if (k == Kind::Ln) EXPECT_TENSOR_NEAR(f32(only.db), cpu.db, tol, ptol);
+        }
       }
 }
 

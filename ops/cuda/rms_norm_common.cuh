@@ -11,22 +11,26 @@
 //
 // Backward, per row: the rstd (and mean) saved by forward make one reduction enough for dx
 // (the formula is in "backward arithmetic" below). The kernels are compiled per <DX, DW, DB>.
-// A thread's columns are the same for every row, so dW (sum of dy * xhat) and dB (sum of dy)
-// accumulate per thread (registers when few, else the thread's own shared-memory slots) over
-// the block's rows and are written once, as one partial row per block. Such a launch is
+// With dx, a thread's columns are the same for every row, so dW (sum of dy * xhat) and dB (sum
+// of dy) accumulate per thread (registers when few, else the thread's own shared-memory slots)
+// over the block's rows and are written once, as one partial row per block. Such a launch is
 // persistent and co-resident (cooperative): after a grid barrier its blocks sum the partial
 // rows column-wise in a fixed order and write dW / dB, in the same kernel. With DX only, none
 // of that code exists and no partial buffer is allocated.
 //
-// Three backward kernels:
+// Four backward kernels:
 //  - norm_bwd_kernel: each thread loads its vectors of the row, two passes over the registers;
-//    dx alone (one block per row of 16-byte vectors), dW / dB alone, and every variant on rows
-//    that are not 16-byte vectors;
+//    dx alone (one block per row of 16-byte vectors), and dx with dW / dB on rows that are not
+//    16-byte vectors;
 //  - norm_bwd_staged_kernel (dx with dW / dB, or dx alone where the register kernel fits one
 //    block per multiprocessor; 16-byte rows; persistent): the bulk-copy engine keeps several
 //    rows in flight in shared memory ahead of the block, so loads never wait on the reduction;
+//    Hopper instructions: where the kernel was compiled for an older GPU its body is empty and
+//    the planner never picks it (staged_supported);
 //  - norm_bwd_loop_kernel: rows wider than the register kernels take (runtime loops, the row
-//    re-read from L2 for the second pass, dW accumulated in the block's partial row).
+//    re-read from L2 for the second pass, dW accumulated in the block's partial row);
+//  - norm_bwd_param_kernel: dW / dB without dx (x needs no gradient): no row sums, so the rows
+//    tile in two dimensions and the partial rows are a few per column tile.
 // TG_NORM_STAGED=0 turns the staged kernel off (benchmarks compare).
 #pragma once
 
@@ -58,6 +62,8 @@ constexpr int kGroupBlock = 256; // block size when several rows share a block
 // thread with 1 vector per thread, so four 512-thread blocks fit; 64 with 2, 128 with 4 or 8,
 // 255 with 16; a backward with dx that accumulates dW / dB gets 64 with 1 vector, as 32 spills).
 constexpr int max_tpr(int iters) { return iters >= 16 ? 256 : kMaxTpr; }
+// (Three blocks with 2 vectors, 40 registers, spilled for bf16 and ran slower on the H200: bf16
+// RMSNorm 8192x8192 dx alone 119.7 us against 100.5 with two blocks and 56 registers.)
 constexpr int min_blocks(int iters, bool accumulates = false) {
   return iters <= 1 ? (accumulates ? 2 : 4) : iters == 2 ? 2 : 1;
 }
@@ -323,24 +329,24 @@ struct BwdArgs {
 
 // ------------------------------------------------------------------ dW / dB from the partials
 // The last step of a backward that accumulates dW / dB (its grid is co-resident: a cooperative
-// launch). Each block has written its partial row (blockIdx.x) of the block's sums; after the
-// grid barrier the blocks sum the P = gridDim.x partial rows column-wise. A block takes tiles of
-// cw columns (cw the widest power of two <= 32 that still gives every block a tile, so narrow
-// rows spread over the grid too); its threads split the P rows (thread slot k adds rows k,
-// k + slots, ...), a butterfly adds the slots of a warp, and one thread per column adds the warp
-// sums in warp order. A fixed order for a given launch shape: dW / dB are the same bits run to
-// run. Columns [0, dim) are dW (or dB alone), [dim, 2 dim) dB. `scratch`: 32 floats a warp.
-// Memory: reads P * width * 4 bytes (just written, from L2), writes width * sizeof(T).
+// launch). The blocks have written the P partial rows of their sums (one a block, or one a row
+// split for norm_bwd_param_kernel); after the grid barrier the blocks sum them column-wise. A
+// block takes tiles of cw columns (cw the widest power of two <= 32 that still gives every block
+// a tile, so narrow rows spread over the grid too); its threads split the P rows (thread slot k
+// adds rows k, k + slots, ...), a butterfly adds the slots of a warp, and one thread per column
+// adds the warp sums in warp order. A fixed order for a given launch shape: dW / dB are the same
+// bits run to run. Columns [0, dim) are dW (or dB alone), [dim, 2 dim) dB. `scratch`: 32 floats
+// a warp. Memory: reads P * width * 4 bytes (just written, from L2), writes width * sizeof(T).
 constexpr size_t kReduceScratch = 1024 * sizeof(float);  // for blocks of up to 1024 threads
 template <class T, bool DW, bool DB>
-__device__ __forceinline__ void reduce_partial_rows(const BwdArgs& a, float* scratch) {
+__device__ __forceinline__ void reduce_partial_rows(const BwdArgs& a, int P, float* scratch) {
   cooperative_groups::this_grid().sync();  // every partial row written and visible
-  const int width = (int(DW) + int(DB)) * a.dim, P = gridDim.x;
+  const int width = (int(DW) + int(DB)) * a.dim, blocks = gridDim.x;
   int cw = 32;
-  while (cw > 1 && (width + cw - 1) / cw < P) cw >>= 1;
+  while (cw > 1 && (width + cw - 1) / cw < blocks) cw >>= 1;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
   const int slot = warp * (32 / cw) + lane / cw, slots = nw * (32 / cw);
-  for (int tile = blockIdx.x; tile * cw < width; tile += P) {
+  for (int tile = blockIdx.x; tile * cw < width; tile += blocks) {
     const int col = tile * cw + (lane & (cw - 1));
     float sum = 0.f;
     if (col < width)
@@ -532,21 +538,20 @@ __global__ void __launch_bounds__(1024) norm_fwd_loop_kernel(FwdArgs a) {
 }
 
 // ------------------------------------------------------------------ backward
-// One pass over x and dy computing what <DX, DW, DB> asks:
-//   DX: dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) (+ dres), g = dy * w
+// One pass over x and dy computing dx and what <DW, DB> asks besides:
+//   dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) (+ dres), g = dy * w
 //   DW: this block's sum over its rows of dy * xhat   -> partial row blockIdx.x
 //   DB: this block's sum over its rows of dy           -> partial row blockIdx.x
-// Memory per row (bytes, T the element size): reads dy (dim*T), x (dim*T, DX or DW), the
-// statistics (4 or 8), dres (dim*T, fused add with r's gradient); writes dx (dim*T, DX).
-// Per block, once: reads w (dim*T, DX); writes (DW + DB) * dim * 4 bytes of partials.
+// Memory per row (bytes, T the element size): reads dy, x (dim*T each), the statistics (4 or
+// 8), dres (dim*T, fused add with r's gradient); writes dx (dim*T).
+// Per block, once: reads w (dim*T); writes (DW + DB) * dim * 4 bytes of partials.
 // Launched with one block per row group for dx alone (the hardware keeps several rows in
 // flight per multiprocessor), persistent when it accumulates dW / dB over the block's rows.
 // dx of one row does not depend on <DW, DB> or on the kernel (the helpers above, the same
 // threads per row and the same summation order): the frozen and unfrozen variants give bitwise
 // the same dx.
-template <class T, int N, int ITERS, bool LN, bool DX, bool DW, bool DB, bool RES>
-__global__ void __launch_bounds__(max_tpr(ITERS), min_blocks(ITERS, DX && (DW || DB))) norm_bwd_kernel(BwdArgs a) {
-  constexpr bool kNeedX = DX || DW;
+template <class T, int N, int ITERS, bool LN, bool DW, bool DB, bool RES>
+__global__ void __launch_bounds__(max_tpr(ITERS), min_blocks(ITERS, DW || DB)) norm_bwd_kernel(BwdArgs a) {
   using P = Pack<T, N>;
   __shared__ float smem[2 * 32 * 2];
   const T* dy = static_cast<const T*>(a.dy);
@@ -580,9 +585,7 @@ __global__ void __launch_bounds__(max_tpr(ITERS), min_blocks(ITERS, DX && (DW ||
     const int64_t row = base + group;
     const bool valid = row < a.rows;
     const int64_t off = row * a.dim;
-    P dyv[ITERS];
-    [[maybe_unused]] P xv[ITERS];
-    [[maybe_unused]] P wv[ITERS];
+    P dyv[ITERS], xv[ITERS], wv[ITERS];
     bool in[ITERS];
     // Issue every load of the row before the first use; zeros outside it add nothing.
 #pragma unroll
@@ -591,21 +594,21 @@ __global__ void __launch_bounds__(max_tpr(ITERS), min_blocks(ITERS, DX && (DW ||
       in[i] = valid && v < a.nv;
       if (in[i]) {
         load<Access::plain>(dyv[i], dy + off + v * N);
-        if constexpr (kNeedX) load<Access::plain>(xv[i], x + off + v * N);
-        if constexpr (DX) load_weight(wv[i], w, v);
+        load<Access::plain>(xv[i], x + off + v * N);
+        load_weight(wv[i], w, v);
       } else {
         zero_pack(dyv[i]);
-        if constexpr (kNeedX) zero_pack(xv[i]);
-        if constexpr (DX) zero_pack(wv[i]);
+        zero_pack(xv[i]);
+        zero_pack(wv[i]);
       }
     }
     float rs = 0.f, mu = 0.f;
-    if (kNeedX && valid) {
+    if (valid) {
       rs = a.rstd[row];
       if (LN) mu = a.mean[row];
     }
     // Pass 1 over the registers: the sums dx needs, and this row's dW / dB terms.
-    [[maybe_unused]] float sums[LN ? 2 : 1] = {};
+    float sums[LN ? 2 : 1] = {};
 #pragma unroll
     for (int i = 0; i < ITERS; ++i)
 #pragma unroll
@@ -622,12 +625,9 @@ __global__ void __launch_bounds__(max_tpr(ITERS), min_blocks(ITERS, DX && (DW ||
 #pragma unroll
         for (int k = 0; k < C; ++k) {
           const int e = q * C + k;
-          const float d = elem(dyv[i], e);
-          if constexpr (kNeedX) {
-            const float xc = centered<LN>(elem(xv[i], e), mu);
-            if constexpr (DX) add_dx_sums<LN>(sums, __fmul_rn(d, elem(wv[i], e)), xc);
-            if constexpr (DW) aw.v[k] = dw_term(aw.v[k], d, xc, rs);
-          }
+          const float d = elem(dyv[i], e), xc = centered<LN>(elem(xv[i], e), mu);
+          add_dx_sums<LN>(sums, __fmul_rn(d, elem(wv[i], e)), xc);
+          if constexpr (DW) aw.v[k] = dw_term(aw.v[k], d, xc, rs);
           if constexpr (DB) ab.v[k] = __fadd_rn(ab.v[k], d);
         }
         if constexpr (DW && !kRegAcc) acc_store(&slot(0, i, q), aw);
@@ -639,25 +639,23 @@ __global__ void __launch_bounds__(max_tpr(ITERS), min_blocks(ITERS, DX && (DW ||
 #pragma unroll
           for (int k = 0; k < C; ++k) breg[i][q * C + k] = ab.v[k];
       }
-    if constexpr (DX) {
-      // Pass 2: dx from the row's sums.
-      group_sum(sums, a.tpr, smem, phase);
-      const DxCoef kc = dx_coef<LN>(sums, rs, a.inv_dim);
+    // Pass 2: dx from the row's sums.
+    group_sum(sums, a.tpr, smem, phase);
+    const DxCoef kc = dx_coef<LN>(sums, rs, a.inv_dim);
 #pragma unroll
-      for (int i = 0; i < ITERS; ++i) {
-        if (!in[i]) continue;
-        const int v = lane + i * a.tpr;
-        P rv;
-        if constexpr (RES) load<Access::plain>(rv, dres + off + v * N);
-        float out[N];
+    for (int i = 0; i < ITERS; ++i) {
+      if (!in[i]) continue;
+      const int v = lane + i * a.tpr;
+      P rv;
+      if constexpr (RES) load<Access::plain>(rv, dres + off + v * N);
+      float out[N];
 #pragma unroll
-        for (int e = 0; e < N; ++e) {
-          const float d = elem(dyv[i], e);
-          out[e] = dx_of<LN>(__fmul_rn(d, elem(wv[i], e)), centered<LN>(elem(xv[i], e), mu), kc);
-          if constexpr (RES) out[e] = __fadd_rn(out[e], elem(rv, e));
-        }
-        store<Access::plain>(dx + off + v * N, pack_of<T, N>(out));
+      for (int e = 0; e < N; ++e) {
+        const float d = elem(dyv[i], e);
+        out[e] = dx_of<LN>(__fmul_rn(d, elem(wv[i], e)), centered<LN>(elem(xv[i], e), mu), kc);
+        if constexpr (RES) out[e] = __fadd_rn(out[e], elem(rv, e));
       }
+      store<Access::plain>(dx + off + v * N, pack_of<T, N>(out));
     }
   }
 
@@ -705,7 +703,7 @@ __global__ void __launch_bounds__(max_tpr(ITERS), min_blocks(ITERS, DX && (DW ||
         }
     }
     __syncthreads();  // the slots are the reduction's scratch now
-    reduce_partial_rows<T, DW, DB>(a, reinterpret_cast<float*>(acc_smem));
+    reduce_partial_rows<T, DW, DB>(a, gridDim.x, reinterpret_cast<float*>(acc_smem));
   }
 }
 
@@ -765,10 +763,13 @@ constexpr int kStagedMaxElems = 16;
 constexpr int staged_min_blocks(int iters, int kept) { return iters <= 2 && kept < 16 ? 2 : 1; }
 constexpr int kStageHeader = 128;  // the mbarriers, before the first stage
 
-template <class T, int N, int ITERS, bool LN, bool DX, bool DW, bool DB, bool RES>
+template <class T, int N, int ITERS, bool LN, bool DW, bool DB, bool RES>
 __global__ void __launch_bounds__(kMaxTpr, staged_min_blocks(ITERS, ITERS * N * (int(DW) + int(DB) + int(RES))))
     norm_bwd_staged_kernel(BwdArgs a, int stages) {
-  static_assert(DX, "the staged kernel computes dx");
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  // Compiled for a GPU without the bulk-copy engine: staged_supported() keeps the planner away.
+  __trap();
+#else
   using P = Pack<T, N>;
   extern __shared__ __align__(128) unsigned char staged_smem[];
   __shared__ float smem[2 * 32 * 2];
@@ -899,16 +900,16 @@ __global__ void __launch_bounds__(kMaxTpr, staged_min_blocks(ITERS, ITERS * N * 
       }
     }
     // Every stage has been consumed: the stage memory is the reduction's scratch.
-    reduce_partial_rows<T, DW, DB>(a, reinterpret_cast<float*>(staged_smem + kStageHeader));
+    reduce_partial_rows<T, DW, DB>(a, gridDim.x, reinterpret_cast<float*>(staged_smem + kStageHeader));
   }
+#endif
 }
 
 // Looping backward for rows too wide for registers (gpb == 1): pass 1 the sums dx needs, pass 2
 // dx and the dW/dB terms, accumulated straight into this block's partial row (which only this
 // block touches, each column always by the same thread). Pass 2 re-reads x, dy (mostly L2).
-template <class T, int N, bool LN, bool DX, bool DW, bool DB>
+template <class T, int N, bool LN, bool DW, bool DB>
 __global__ void __launch_bounds__(1024) norm_bwd_loop_kernel(BwdArgs a) {
-  constexpr bool kNeedX = DX || DW;
   using P = Pack<T, N>;
   __shared__ float smem[2 * 32 * 2];
   const T* dy = static_cast<const T*>(a.dy);
@@ -926,50 +927,136 @@ __global__ void __launch_bounds__(1024) norm_bwd_loop_kernel(BwdArgs a) {
   }
   for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
     const int64_t off = row * a.dim;
-    const float rs = kNeedX ? a.rstd[row] : 0.f, mu = LN && kNeedX ? a.mean[row] : 0.f;
-    [[maybe_unused]] DxCoef kc{};
-    if constexpr (DX) {
-      float sums[LN ? 2 : 1] = {};
-      for (int v = lane; v < a.nv; v += a.tpr) {
-        P xv, dyv, wv;
-        load<Access::cached>(xv, x + off + v * N);
-        load<Access::cached>(dyv, dy + off + v * N);
-        load_weight(wv, w, v);
-#pragma unroll
-        for (int e = 0; e < N; ++e) {
-          const float d = elem(dyv, e);
-          add_dx_sums<LN>(sums, __fmul_rn(d, elem(wv, e)), centered<LN>(elem(xv, e), mu));
-        }
-      }
-      group_sum(sums, a.tpr, smem, phase);
-      kc = dx_coef<LN>(sums, rs, a.inv_dim);
-    }
+    const float rs = a.rstd[row], mu = LN ? a.mean[row] : 0.f;
+    float sums[LN ? 2 : 1] = {};
     for (int v = lane; v < a.nv; v += a.tpr) {
-      P xv, dyv, wv, rv;
-      load<Access::plain>(dyv, dy + off + v * N);
-      if (kNeedX) load<Access::plain>(xv, x + off + v * N);
-      if (DX) load_weight(wv, w, v);
-      if (DX && dres) load<Access::plain>(rv, dres + off + v * N);
-      [[maybe_unused]] float out[N];
+      P xv, dyv, wv;
+      load<Access::cached>(xv, x + off + v * N);
+      load<Access::cached>(dyv, dy + off + v * N);
+      load_weight(wv, w, v);
 #pragma unroll
       for (int e = 0; e < N; ++e) {
         const float d = elem(dyv, e);
+        add_dx_sums<LN>(sums, __fmul_rn(d, elem(wv, e)), centered<LN>(elem(xv, e), mu));
+      }
+    }
+    group_sum(sums, a.tpr, smem, phase);
+    const DxCoef kc = dx_coef<LN>(sums, rs, a.inv_dim);
+    for (int v = lane; v < a.nv; v += a.tpr) {
+      P xv, dyv, wv, rv;
+      load<Access::plain>(dyv, dy + off + v * N);
+      load<Access::plain>(xv, x + off + v * N);
+      load_weight(wv, w, v);
+      if (dres) load<Access::plain>(rv, dres + off + v * N);
+      float out[N];
+#pragma unroll
+      for (int e = 0; e < N; ++e) {
+        const float d = elem(dyv, e), xc = centered<LN>(elem(xv, e), mu);
         const int col = v * N + e;
-        [[maybe_unused]] const float xc = kNeedX ? centered<LN>(elem(xv, e), mu) : 0.f;
-        if constexpr (DX) {
-          out[e] = dx_of<LN>(__fmul_rn(d, elem(wv, e)), xc, kc);
-          if (dres) out[e] = __fadd_rn(out[e], elem(rv, e));
-        }
+        out[e] = dx_of<LN>(__fmul_rn(d, elem(wv, e)), xc, kc);
+        if (dres) out[e] = __fadd_rn(out[e], elem(rv, e));
         if constexpr (DW) prow[col] = dw_term(prow[col], d, xc, rs);
         if constexpr (DB) prow[(DW ? a.dim : 0) + col] = __fadd_rn(prow[(DW ? a.dim : 0) + col], d);
       }
-      if constexpr (DX) store<Access::plain>(dx + off + v * N, pack_of<T, N>(out));
+      store<Access::plain>(dx + off + v * N, pack_of<T, N>(out));
     }
   }
   if constexpr (DW || DB) {
     extern __shared__ float4 acc_smem[];
-    reduce_partial_rows<T, DW, DB>(a, reinterpret_cast<float*>(acc_smem));
+    reduce_partial_rows<T, DW, DB>(a, gridDim.x, reinterpret_cast<float*>(acc_smem));
   }
+}
+
+// ------------------------------------------------------------------ backward, dW / dB alone
+// When x needs no gradient there are no row sums: rows are independent, so the work tiles in
+// two dimensions rather than a row per block. A work item is a (column tile, row split) pair:
+// the block's threads form cv columns (a power of two <= 32 of vectors, consecutive lanes on
+// consecutive vectors) by RL = kParamBlock / cv row lanes, and row lane r of split s adds rows
+// s * RL + r, stepping by splits * RL, with several rows' loads issued before their
+// arithmetic. The block then adds its row lanes in order (shared memory) into row s of the
+// partial buffer; after the grid barrier reduce_partial_rows sums the `splits` rows. The planner
+// takes as many splits as fill the GPU once, so the partial buffer is a few rows per column
+// tile rather than one per block (bf16 2048x4096: 33 rows, 0.5 MB; a block per row group made
+// 528, 8.7 MB, written and read back in a pass that must move 34 MB).
+// Memory: reads dy (rows * dim * T), x and the statistics (DW); writes splits * (DW + DB) *
+// dim * 4 bytes of partials (read back from L2) and dim * T for each of dW, dB.
+constexpr int kParamBlock = 256;
+struct ParamGrid {
+  int cv, tiles, splits;
+};
+template <class T, int N, bool LN, bool DW, bool DB>
+__global__ void __launch_bounds__(kParamBlock, 4) norm_bwd_param_kernel(BwdArgs a, ParamGrid g) {
+  using P = Pack<T, N>;
+  constexpr int PARTS = int(DW) + int(DB);
+  // Rows whose loads a thread issues before their arithmetic: 4, or 2 where the thread holds 16
+  // accumulators (bf16 dW and dB), which with 4 rows spilled at the 64 registers that let four
+  // blocks share a multiprocessor.
+  constexpr int U = PARTS * N >= 16 ? 2 : 4;
+  extern __shared__ float4 param_smem[];
+  float* lanes = reinterpret_cast<float*>(param_smem);  // [RL][PARTS * N][cv]: the row lanes' sums
+  const T* dy = static_cast<const T*>(a.dy);
+  const T* x = static_cast<const T*>(a.x);
+  const int shift = __ffs(g.cv) - 1, RL = kParamBlock >> shift;
+  const int cl = threadIdx.x & (g.cv - 1), rl = threadIdx.x >> shift;
+  const int64_t step = int64_t(g.splits) * RL;
+  for (int item = blockIdx.x; item < g.tiles * g.splits; item += gridDim.x) {
+    const int tile = item % g.tiles, split = item / g.tiles;
+    const int v = tile * g.cv + cl;
+    float acc[PARTS][N] = {};
+    // One row's terms: dW += dy * xhat (part 0), dB += dy (the last part).
+    auto add = [&](const P& dyv, const P& xv, float rs, float mu) {
+#pragma unroll
+      for (int e = 0; e < N; ++e) {
+        const float d = elem(dyv, e);
+        if constexpr (DW) acc[0][e] = dw_term(acc[0][e], d, centered<LN>(elem(xv, e), mu), rs);
+        if constexpr (DB) acc[PARTS - 1][e] = __fadd_rn(acc[PARTS - 1][e], d);
+      }
+    };
+    // Row `row`'s loads (x and the statistics only for dW).
+    auto fetch = [&](int64_t row, P& dyv, P& xv, float& rs, float& mu) {
+      load<Access::plain>(dyv, dy + row * a.dim + v * N);
+      if constexpr (DW) {
+        load<Access::plain>(xv, x + row * a.dim + v * N);
+        rs = a.rstd[row];
+        if (LN) mu = a.mean[row];
+      }
+    };
+    if (v < a.nv) {
+      int64_t row = int64_t(split) * RL + rl;
+      for (; row + (U - 1) * step < a.rows; row += U * step) {
+        P dyv[U], xv[U];
+        float rs[U] = {}, mu[U] = {};
+#pragma unroll
+        for (int u = 0; u < U; ++u) fetch(row + u * step, dyv[u], xv[u], rs[u], mu[u]);
+#pragma unroll
+        for (int u = 0; u < U; ++u) add(dyv[u], xv[u], rs[u], mu[u]);
+      }
+      for (; row < a.rows; row += step) {
+        P dyv, xv;
+        float rs = 0.f, mu = 0.f;
+        fetch(row, dyv, xv, rs, mu);
+        add(dyv, xv, rs, mu);
+      }
+    }
+#pragma unroll
+    for (int part = 0; part < PARTS; ++part)
+#pragma unroll
+      for (int e = 0; e < N; ++e) lanes[((rl * PARTS + part) * N + e) * g.cv + cl] = acc[part][e];
+    __syncthreads();
+    if (rl == 0 && v < a.nv) {
+      float* prow = a.partial + int64_t(split) * PARTS * a.dim;
+#pragma unroll
+      for (int part = 0; part < PARTS; ++part)
+#pragma unroll
+        for (int e = 0; e < N; ++e) {
+          float t = 0.f;
+          for (int r = 0; r < RL; ++r) t += lanes[((r * PARTS + part) * N + e) * g.cv + cl];
+          prow[part * a.dim + v * N + e] = t;
+        }
+    }
+    __syncthreads();  // the lanes' slots are rewritten by the next item, or are the scratch below
+  }
+  reduce_partial_rows<T, DW, DB>(a, g.splits, lanes);
 }
 
 // ------------------------------------------------------------------ host side: launch plans
@@ -1015,7 +1102,7 @@ inline int preferred_tpr(int vb, Pass pass) {
   static const int forced = [] {
     const char* s = std::getenv("TG_NORM_TPR");
     const int t = s ? std::atoi(s) : 0;
-    return t >= 32 && t <= kMaxTpr ? t : 0;
+    return t >= 32 && t <= kLoopTpr ? t : 0;  // above kMaxTpr: the looping kernels
   }();
   if (forced) return forced;
   return pass == Pass::backward && vb == 8 ? 256 : kMaxTpr;
@@ -1102,13 +1189,14 @@ const void* fwd_kernel(const Config& c) {
   return fn;
 }
 
-template <class T, bool LN, bool DX, bool DW, bool DB, bool RES>
+// The backward kernel with dx of a config: register-resident or looping.
+template <class T, bool LN, bool DW, bool DB, bool RES>
 const void* bwd_kernel(const Config& c) {
   const void* fn = nullptr;
   with_shape<T>(c, [&](auto n, auto it) {
     constexpr int N = decltype(n)::value, IT = decltype(it)::value;
-    if constexpr (IT == 0) fn = reinterpret_cast<const void*>(&norm_bwd_loop_kernel<T, N, LN, DX, DW, DB>);
-    else fn = reinterpret_cast<const void*>(&norm_bwd_kernel<T, N, IT, LN, DX, DW, DB, RES>);
+    if constexpr (IT == 0) fn = reinterpret_cast<const void*>(&norm_bwd_loop_kernel<T, N, LN, DW, DB>);
+    else fn = reinterpret_cast<const void*>(&norm_bwd_kernel<T, N, IT, LN, DW, DB, RES>);
   });
   return fn;
 }
@@ -1176,32 +1264,48 @@ inline int stages_knob() {
   static const int v = env_knob("TG_NORM_STAGES");
   return v;
 }
-template <class T, bool LN, bool DX, bool DW, bool DB, bool RES>
+template <class T, bool LN, bool DW, bool DB, bool RES>
 const void* staged_kernel(const Config& c) {
   const void* fn = nullptr;
   with_shape<T>(c, [&](auto n, auto it) {
     constexpr int N = decltype(n)::value, IT = decltype(it)::value;
-    if constexpr (DX && IT != 0 && N * sizeof(T) == 16 && IT * N <= kStagedMaxElems)
-      fn = reinterpret_cast<const void*>(&norm_bwd_staged_kernel<T, N, IT, LN, DX, DW, DB, RES>);
+    if constexpr (IT != 0 && N * sizeof(T) == 16 && IT * N <= kStagedMaxElems)
+      fn = reinterpret_cast<const void*>(&norm_bwd_staged_kernel<T, N, IT, LN, DW, DB, RES>);
   });
   return fn;
 }
 
-template <class T, bool LN, bool DX, bool DW, bool DB, bool RES>
+// Whether the staged kernel `fn` has its body on `device`: it was compiled from PTX for Hopper
+// or newer. A build for an older architecture (CMAKE_CUDA_ARCHITECTURES=80) runs the other
+// kernels, also where the driver compiles its PTX for a newer GPU.
+inline bool staged_supported(const void* fn, int device) {
+  static std::mutex mu;
+  static std::map<std::pair<const void*, int>, bool> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find({fn, device});
+  if (it != cache.end()) return it->second;
+  cudaFuncAttributes attr;
+  TG_CUDA_CHECK(cudaFuncGetAttributes(&attr, fn));
+  return cache[{fn, device}] = attr.ptxVersion >= 90;
+}
+
+// The staged kernel's shape for a backward with dx (dW / dB alone have their own kernel).
+template <class T, bool LN, bool DW, bool DB, bool RES>
 Staged staged_plan(const Config& c, int64_t dim, int device) {
   Staged st;
-  // Only for variants with dx: dW / dB alone has no row reduction to hide and streams as well
-  // without stages. dx alone runs the register kernel with a block per row while two or more
-  // such blocks fit on a multiprocessor (on the H200 as fast or faster: bf16 8192x8192 98 us
-  // against 102 for the lab's staged kernel); with fewer (float32 rows of 8192: 82 registers a
-  // thread, one block) too few rows are in flight, and staging keeps them coming.
-  if (!DX || !staged_enabled() || c.vb != 16 || c.gpb != 1 || c.iters == 0 ||
+  // dx alone runs the register kernel with a block per row while two or more such blocks fit
+  // on a multiprocessor (on the H200 as fast or faster: bf16 8192x8192 98 us against 102 for
+  // the lab's staged kernel); with fewer (float32 rows of 8192: 82 registers a thread, one
+  // block) too few rows are in flight, and staging keeps them coming.
+  if (!staged_enabled() || c.vb != 16 || c.gpb != 1 || c.iters == 0 ||
       c.iters * 16 / int(sizeof(T)) > kStagedMaxElems)
     return st;
-  if (!(DW || DB) && blocks_per_sm(bwd_kernel<T, LN, DX, DW, DB, RES>(c), c.block, 0, device) * c.block >= 1024)
+  if (!(DW || DB) && blocks_per_sm(bwd_kernel<T, LN, DW, DB, RES>(c), c.block, 0, device) * c.block >= 1024)
     return st;
+  const void* fn = staged_kernel<T, LN, DW, DB, RES>(c);
+  if (!staged_supported(fn, device)) return st;
   // Blocks that fit by registers and threads alone; shared memory is then split among them.
-  const int reg_fit = blocks_per_sm(staged_kernel<T, LN, DX, DW, DB, RES>(c), c.block, 0, device);
+  const int reg_fit = blocks_per_sm(fn, c.block, 0, device);
   static std::mutex mu;
   static std::map<int, int> smem_per_sm, smem_per_block;
   int per_sm, per_block;
@@ -1216,7 +1320,7 @@ Staged staged_plan(const Config& c, int64_t dim, int device) {
     per_sm = smem_per_sm[device];
     per_block = smem_per_block[device];
   }
-  const size_t stage_bytes = size_t((DX || DW) ? 2 : 1) * dim * sizeof(T);
+  const size_t stage_bytes = 2 * dim * sizeof(T);
   const size_t reserve = 2048;  // static shared memory and the per-block reservation
   const int max_stages = stages_knob() >= 2 ? std::min(stages_knob(), kMaxStages) : kMaxStages;
   for (int blocks : {2, 1}) {
@@ -1234,9 +1338,9 @@ Staged staged_plan(const Config& c, int64_t dim, int device) {
 }
 
 // Persistent grid of the staged kernel.
-template <class T, bool LN, bool DX, bool DW, bool DB, bool RES>
+template <class T, bool LN, bool DW, bool DB, bool RES>
 int staged_grid(int64_t rows, const Config& c, const Staged& st, int device) {
-  const void* fn = staged_kernel<T, LN, DX, DW, DB, RES>(c);
+  const void* fn = staged_kernel<T, LN, DW, DB, RES>(c);
   const int fit = std::min(st.blocks_per_sm, blocks_per_sm(fn, c.block, st.smem, device));
   const int64_t resident = int64_t(sm_count(device)) * fit;
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(rows, resident)));
@@ -1268,19 +1372,100 @@ void launch(bool coop, void (*kernel)(Params...), int grid, int block, size_t sm
   TG_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
 }
 
-// Rows of the partial buffer: the persistent grid of the variant, on x's shape and alignment.
+// The dW / dB-only kernel of a config, and its launch: column tiles of cv vectors, as many row
+// splits as fill the GPU once (at most max_splits, and no more than the row lanes need).
+template <class T, bool LN, bool DW, bool DB>
+const void* param_kernel(const Config& c) {
+  const void* fn = nullptr;
+  with_shape<T>(c, [&](auto n, auto) {
+    fn = reinterpret_cast<const void*>(&norm_bwd_param_kernel<T, decltype(n)::value, LN, DW, DB>);
+  });
+  return fn;
+}
+struct ParamLaunch {
+  ParamGrid g;
+  int grid;
+  size_t smem;
+};
+template <class T, bool LN, bool DW, bool DB>
+ParamLaunch param_plan(const Config& c, int64_t rows, int device, int64_t max_splits) {
+  ParamLaunch p;
+  const size_t elems = c.vb / sizeof(T);
+  p.smem = std::max(size_t(kParamBlock) * (int(DW) + int(DB)) * elems * sizeof(float), kReduceScratch);
+  int cv = 1;
+  while (cv < 32 && cv < c.nv) cv *= 2;
+  const int64_t lanes = kParamBlock / cv, tiles = (c.nv + cv - 1) / cv;
+  const int64_t resident =
+      int64_t(sm_count(device)) * blocks_per_sm(param_kernel<T, LN, DW, DB>(c), kParamBlock, p.smem, device);
+  const int64_t splits = std::max<int64_t>(1, std::min({resident / tiles, (rows + lanes - 1) / lanes, max_splits}));
+  p.g = {cv, static_cast<int>(tiles), static_cast<int>(splits)};
+  p.grid = static_cast<int>(std::min(tiles * splits, resident));
+  return p;
+}
+
+// Rows of the partial buffer: the persistent grid of the variant (the row splits for dW / dB
+// alone), on x's shape and alignment.
 template <class T, bool LN, bool DX, bool DW, bool DB>
 int64_t partial_rows(const Tensor& x) {
   const int64_t dim = x.shape()[1], rows = x.shape()[0];
+  const int device = x.device().index;
   const Config c = plan(dim, sizeof(T), {x.data_ptr()}, Pass::backward);
-  const Staged st = staged_plan<T, LN, DX, DW, DB, false>(c, dim, x.device().index);
-  if (st.stages) return staged_grid<T, LN, DX, DW, DB, false>(rows, c, st, x.device().index);
-  return grid_for(rows, c, bwd_kernel<T, LN, DX, DW, DB, false>(c), bwd_smem<T, DW, DB>(c), x.device().index);
+  if constexpr (!DX) {
+    return param_plan<T, LN, DW, DB>(c, rows, device, INT32_MAX).g.splits;
+  } else {
+    const Staged st = staged_plan<T, LN, DW, DB, false>(c, dim, device);
+    if (st.stages) return staged_grid<T, LN, DW, DB, false>(rows, c, st, device);
+    return grid_for(rows, c, bwd_kernel<T, LN, DW, DB, false>(c), bwd_smem<T, DW, DB>(c), device);
+  }
+}
+
+// dW / dB alone: the tiled kernel (a cooperative launch: it ends with the partial rows' sum).
+template <class T, bool LN, bool DW, bool DB>
+void launch_param_backward(const BwdArgs& a, const Config& c, int64_t partial_rows, cudaStream_t s, int device) {
+  const ParamLaunch p = param_plan<T, LN, DW, DB>(c, a.rows, device, partial_rows);
+  with_shape<T>(c, [&](auto n, auto) {
+    launch(true, norm_bwd_param_kernel<T, decltype(n)::value, LN, DW, DB>, p.grid, kParamBlock, p.smem, s, a, p.g);
+  });
+}
+
+// dx, and dW / dB when asked: the staged kernel where it applies, else the register-resident or
+// the looping kernel. With dW / dB the grid is persistent and co-resident (a cooperative
+// launch) and at most the partial buffer's rows.
+template <class T, bool LN, bool DW, bool DB, bool RES>
+void launch_dx_backward(const BwdArgs& a, const Config& c, int64_t partial_rows, cudaStream_t s, int device) {
+  auto reducing_grid = [&](int resident) { return static_cast<int>(std::min<int64_t>(resident, partial_rows)); };
+  const Staged st = staged_plan<T, LN, DW, DB, RES>(c, a.dim, device);
+  if (st.stages) {
+    allow_smem(staged_kernel<T, LN, DW, DB, RES>(c), st.smem, device);
+    const int resident = staged_grid<T, LN, DW, DB, RES>(a.rows, c, st, device);
+    const int grid = (DW || DB) ? reducing_grid(resident) : resident;
+    with_shape<T>(c, [&](auto n, auto it) {
+      constexpr int N = decltype(n)::value, IT = decltype(it)::value;
+      if constexpr (IT != 0 && N * sizeof(T) == 16 && IT * N <= kStagedMaxElems)
+        launch(DW || DB, norm_bwd_staged_kernel<T, N, IT, LN, DW, DB, RES>, grid, c.block, st.smem, s, a, st.stages);
+    });
+    return;
+  }
+  const void* fn = bwd_kernel<T, LN, DW, DB, RES>(c);
+  const size_t smem = bwd_smem<T, DW, DB>(c);
+  // dx alone, a row per block of 16-byte vectors: a block per row (the hardware schedules
+  // them, several rows in flight per multiprocessor, no tail of unequal loops); small rows and
+  // rows of 8-byte or scalar accesses: a persistent grid (H200, bf16 8192x1500: 33.9 us
+  // persistent, 38.4 a block per row).
+  const int resident = grid_for(a.rows, c, fn, smem, device);
+  const int grid = (DW || DB) ? reducing_grid(resident)
+                   : c.gpb == 1 && c.iters && c.vb == 16 ? static_cast<int>(std::min<int64_t>(a.rows, INT32_MAX))
+                                                         : resident;
+  allow_smem(fn, smem, device);
+  with_shape<T>(c, [&](auto n, auto it) {
+    constexpr int N = decltype(n)::value, IT = decltype(it)::value;
+    if constexpr (IT == 0) launch(DW || DB, norm_bwd_loop_kernel<T, N, LN, DW, DB>, grid, c.block, smem, s, a);
+    else launch(DW || DB, norm_bwd_kernel<T, N, IT, LN, DW, DB, RES>, grid, c.block, smem, s, a);
+  });
 }
 
 // One backward launch of variant <DX, DW, DB>: dx, and dw / db through the partial buffer (the
-// op sized it with partial_rows) in the same kernel. With DW or DB the grid is persistent and
-// co-resident (a cooperative launch), at most the partial buffer's rows.
+// op sized it with partial_rows) in the same kernel.
 template <class T, bool LN, bool DX, bool DW, bool DB>
 void launch_backward(const char* op, const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& partial,
                      const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
@@ -1308,53 +1493,16 @@ void launch_backward(const char* op, const Tensor& dx, const Tensor& dw, const T
   a.inv_dim = 1.f / static_cast<float>(dim);
   cudaStream_t s = stream_for(dy);
   const int device = dy.device().index;
-  // The grid of a launch that reduces dW / dB: co-resident, and no more than the partial rows.
-  auto reducing_grid = [&](int resident) {
-    return std::min(resident, static_cast<int>(partial.shape()[0]));
-  };
-  auto go = [&](auto res) {
-    constexpr bool RES = decltype(res)::value;
-    const Staged st = staged_plan<T, LN, DX, DW, DB, RES>(c, dim, device);
-    if (st.stages) {
-      const void* fn = staged_kernel<T, LN, DX, DW, DB, RES>(c);
-      allow_smem(fn, st.smem, device);
-      const int resident = staged_grid<T, LN, DX, DW, DB, RES>(rows, c, st, device);
-      const int grid = (DW || DB) ? reducing_grid(resident) : resident;
-      with_shape<T>(c, [&](auto n, auto it) {
-        constexpr int N = decltype(n)::value, IT = decltype(it)::value;
-        if constexpr (DX && IT != 0 && N * sizeof(T) == 16 && IT * N <= kStagedMaxElems)
-          launch(DW || DB, norm_bwd_staged_kernel<T, N, IT, LN, DX, DW, DB, RES>, grid, c.block, st.smem, s, a,
-                 st.stages);
-      });
-      return;
-    }
-    const void* fn = bwd_kernel<T, LN, DX, DW, DB, RES>(c);
-    const size_t smem = bwd_smem<T, DW, DB>(c);
-    // dx alone, a row per block of 16-byte vectors: a block per row (the hardware schedules
-    // them, several rows in flight per multiprocessor, no tail of unequal loops); small rows and
-    // rows of 8-byte or scalar accesses: a persistent grid (H200, bf16 8192x1500: 33.9 us
-    // persistent, 38.4 a block per row).
-    const int resident = grid_for(rows, c, fn, smem, device);
-    const int grid = (DW || DB) ? reducing_grid(resident)
-                     : c.gpb == 1 && c.iters && c.vb == 16 ? static_cast<int>(std::min<int64_t>(rows, INT32_MAX))
-                                                           : resident;
-    allow_smem(fn, smem, device);
-    with_shape<T>(c, [&](auto n, auto it) {
-      constexpr int N = decltype(n)::value, IT = decltype(it)::value;
-      if constexpr (IT == 0) launch(DW || DB, norm_bwd_loop_kernel<T, N, LN, DX, DW, DB>, grid, c.block, smem, s, a);
-      else launch(DW || DB, norm_bwd_kernel<T, N, IT, LN, DX, DW, DB, RES>, grid, c.block, smem, s, a);
-    });
-  };
-  // The residual-gradient add (fused_add_rms_norm) is its own instantiation, so plain
-  // rms_norm / layer_norm pay no registers for it.
-  if constexpr (!LN && DX) {
-    if (a.dres) {
-      go(std::true_type{});
-      TG_CUDA_CHECK_LAUNCH("norm backward");
-      return;
-    }
+  const int64_t prows = (DW || DB) ? partial.shape()[0] : 0;
+  if constexpr (!DX) {
+    launch_param_backward<T, LN, DW, DB>(a, c, prows, s, device);
+  } else if (!LN && a.dres) {
+    // The residual-gradient add (fused_add_rms_norm) is its own instantiation, so plain
+    // rms_norm / layer_norm pay no registers for it.
+    if constexpr (!LN) launch_dx_backward<T, LN, DW, DB, true>(a, c, prows, s, device);
+  } else {
+    launch_dx_backward<T, LN, DW, DB, false>(a, c, prows, s, device);
   }
-  go(std::false_type{});
   TG_CUDA_CHECK_LAUNCH("norm backward");
 }
 
