@@ -6,7 +6,9 @@
 // one is asked), captured once in a CUDA graph and replayed between CUDA events, after a 256 MB
 // memset that flushes the L2, so host overhead is not counted; the median of --reps replays
 // (default 100) is reported in microseconds. --no-graph times direct calls instead (events
-// around the call; host time counts where it exceeds the flush).
+// around the call; host time counts where it exceeds the flush). TG_BENCH_FLUSH=kernel flushes
+// with a fill kernel, as PyTorch's `fill_` in bench/torch_norm_ref.py does (on the H200 our times
+// were the same either way, within 1 us).
 //
 // "min bytes" is the traffic no implementation can avoid: read x (when dx or dW is computed),
 // dy, w (dx), the saved statistics (dx or dW); write dx, and dW / dB when computed.
@@ -77,7 +79,18 @@ Tensor random_tensor(const Shape& shape, DType dt, uint32_t seed, float scale = 
   return t;
 }
 
+// The flush as a kernel (what PyTorch's `flush.fill_(v)` runs in bench/torch_norm_ref.py):
+// TG_BENCH_FLUSH=kernel uses it instead of cudaMemsetAsync, to compare the two harnesses.
+__global__ void fill_words(uint4* p, size_t n, unsigned v) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    p[i] = make_uint4(v, v, v, v);
+}
+
 struct Timer {
+  const bool kernel_flush = [] {
+    const char* e = std::getenv("TG_BENCH_FLUSH");
+    return e && !std::strcmp(e, "kernel");
+  }();
   void* flush = nullptr;
   size_t flush_bytes = size_t(256) << 20;
   cudaEvent_t a, b;
@@ -109,7 +122,12 @@ struct Timer {
     }
     std::vector<float> t;
     for (int i = 0; i < reps; ++i) {
-      CK(cudaMemsetAsync(flush, i & 0xff, flush_bytes, s));
+      if (kernel_flush) {
+        fill_words<<<132 * 8, 256, 0, s>>>(static_cast<uint4*>(flush), flush_bytes / 16, (i & 0xff) * 0x01010101u);
+        CK(cudaGetLastError());
+      } else {
+        CK(cudaMemsetAsync(flush, i & 0xff, flush_bytes, s));
+      }
       CK(cudaEventRecord(a, s));
       if (exec) CK(cudaGraphLaunch(exec, s));
       else f();
