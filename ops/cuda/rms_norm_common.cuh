@@ -20,8 +20,9 @@
 //
 // Four backward kernels:
 //  - norm_bwd_kernel: each thread loads its vectors of the row, two passes over the registers;
-//    dx alone (one block per row of 16-byte vectors), and dx with dW / dB on rows that are not
-//    16-byte vectors;
+//    dx alone (one block per row of 16-byte vectors), and dx with dW / dB where the staged
+//    kernel does not apply (rows not of 16-byte vectors, several rows a block, a pre-Hopper
+//    build, TG_NORM_STAGED=0);
 //  - norm_bwd_staged_kernel (dx with dW / dB, or dx alone where the register kernel fits one
 //    block per multiprocessor; 16-byte rows; persistent): the bulk-copy engine keeps several
 //    rows in flight in shared memory ahead of the block, so loads never wait on the reduction;
