@@ -123,7 +123,7 @@ struct Timer {
     std::vector<float> t;
     for (int i = 0; i < reps; ++i) {
       if (kernel_flush) {
-        fill_words<<<132 * 8, 256, 0, s>>>(static_cast<uint4*>(flush), flush_bytes / 16, (i & 0xff) * 0x01010101u);
+        fill_words<<<cuda::sm_count(0) * 8, 256, 0, s>>>(static_cast<uint4*>(flush), flush_bytes / 16, (i & 0xff) * 0x01010101u);
         CK(cudaGetLastError());
       } else {
         CK(cudaMemsetAsync(flush, i & 0xff, flush_bytes, s));
