@@ -30,6 +30,8 @@ cudaStream_t stream_for(const Tensor& t);
 cudaStream_t stream(int device);
 // Number of streaming multiprocessors of `device` (cached): sizes grids that fill the chip.
 int sm_count(int device);
+// Bytes of L2 cache of `device` (cached).
+int64_t l2_bytes(int device);
 
 inline unsigned blocks_for(int64_t n, int threads, int64_t max_blocks = 65535LL * 32) {
   int64_t b = (n + threads - 1) / threads;

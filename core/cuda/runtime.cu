@@ -26,6 +26,7 @@ struct DeviceState {
   std::mutex mu;
   cudaStream_t stream = nullptr;
   int sm_count = 0;
+  int l2_bytes = -1;
   std::unordered_map<size_t, std::vector<void*>> free_blocks;  // size class -> cached blocks
   std::unordered_map<void*, size_t> live;                      // block -> size class
   MemoryStats stats;
@@ -99,6 +100,13 @@ int sm_count(int device) {
   if (st.sm_count == 0)
     TG_CUDA_CHECK(cudaDeviceGetAttribute(&st.sm_count, cudaDevAttrMultiProcessorCount, device));
   return st.sm_count;
+}
+
+int64_t l2_bytes(int device) {
+  DeviceState& st = state(device);
+  std::lock_guard<std::mutex> lock(st.mu);
+  if (st.l2_bytes < 0) TG_CUDA_CHECK(cudaDeviceGetAttribute(&st.l2_bytes, cudaDevAttrL2CacheSize, device));
+  return st.l2_bytes;
 }
 
 void* allocate(int device, size_t nbytes) {

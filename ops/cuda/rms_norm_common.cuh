@@ -112,11 +112,51 @@ struct RawOf<2> { using type = short; };
 // Whole-pack global accesses, by cache hint:
 //  - Access::stream (the forward's reads and writes): read or written once, evict first, so w
 //    and b keep their L2 lines;
-//  - Access::plain (the backward's row reads and dx writes): measured on the H200 (bf16
-//    RMSNorm 8192x8192, dx only) 98 us plain, 109 us with the streaming hint, 107 through the
-//    read-only path;
+//  - Access::plain (dx writes; the looping and staged kernels' row reads): measured on the
+//    H200 (bf16 RMSNorm 8192x8192, dx only) 98 us with plain row reads and dx writes, 109 us
+//    with the streaming hint on both, 107 reading through the read-only path;
 //  - Access::cached (w, b: read by every block): the read-only path.
 enum class Access { stream, plain, cached };
+// The register and dW / dB kernels read the backward's read-once rows (dy, x, the residual
+// gradient) with an L2 evict-first policy where the launch moves little data for the L2's size
+// (read_evict_first, host side): the lines it reads once are then the first to go, and the
+// lines already in L2 (often dirty: a previous kernel's output, whose write-back would otherwise
+// share this launch's DRAM time) stay. Elsewhere plain loads: an evict-normal policy instead
+// took dW alone 10-15% longer from 537 MB up on the H200 (run 26), though the dx kernels ran
+// the same with it.
+struct RowRead {
+  bool evict_first;
+  uint64_t policy;  // evict_first: an L2 evict-first cache policy (createpolicy)
+};
+__device__ __forceinline__ RowRead row_read(bool evict_first) {
+  RowRead r{evict_first, 0};
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+  if (evict_first) asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(r.policy));
+#endif
+  return r;
+}
+// A whole-pack global load of a read-once row element, under rr's policy.
+template <class T, int N>
+__device__ __forceinline__ void load_row(Pack<T, N>& out, const T* p, const RowRead& rr) {
+  using R = typename RawOf<sizeof(T) * N>::type;
+  const R* q = reinterpret_cast<const R*>(p);
+  R r;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+  r = *q;  // no L2 cache hints before Ampere
+#else
+  if (!rr.evict_first) r = *q;
+  else if constexpr (sizeof(R) == 16)
+    asm volatile("ld.global.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(q), "l"(rr.policy));
+  else if constexpr (sizeof(R) == 8)
+    asm volatile("ld.global.L2::cache_hint.v2.u32 {%0, %1}, [%2], %3;" : "=r"(r.x), "=r"(r.y) : "l"(q), "l"(rr.policy));
+  else if constexpr (sizeof(R) == 4)
+    asm volatile("ld.global.L2::cache_hint.u32 %0, [%1], %2;" : "=r"(r) : "l"(q), "l"(rr.policy));
+  else
+    asm volatile("ld.global.L2::cache_hint.u16 %0, [%1], %2;" : "=h"(r) : "l"(q), "l"(rr.policy));
+#endif
+  memcpy(&out, &r, sizeof r);
+}
 template <Access A, class T, int N>
 __device__ __forceinline__ void load(Pack<T, N>& out, const T* p) {
   using R = typename RawOf<sizeof(T) * N>::type;
@@ -326,6 +366,7 @@ struct BwdArgs {
   int64_t rows;
   int dim, nv, tpr, gpb;
   float inv_dim;
+  bool evict_first;   // the row reads' L2 policy (RowRead)
 };
 
 // ------------------------------------------------------------------ dW / dB from the partials
@@ -562,6 +603,7 @@ __global__ void __launch_bounds__(max_tpr(ITERS), min_blocks(ITERS, DW || DB)) n
   T* dx = static_cast<T*>(a.dx);
   const GroupLane gl = group_lane(a.tpr, a.gpb);
   const int group = gl.group, lane = gl.lane;
+  const RowRead rr = row_read(a.evict_first);
   int phase = 0;
   // dW / dB accumulators: shared memory, each thread its own slots (no atomics, no conflicts:
   // slot (part, i, q) of the group's region is an array over the group's lanes).
@@ -594,8 +636,8 @@ __global__ void __launch_bounds__(max_tpr(ITERS), min_blocks(ITERS, DW || DB)) n
       const int v = lane + i * a.tpr;
       in[i] = valid && v < a.nv;
       if (in[i]) {
-        load<Access::plain>(dyv[i], dy + off + v * N);
-        load<Access::plain>(xv[i], x + off + v * N);
+        load_row(dyv[i], dy + off + v * N, rr);
+        load_row(xv[i], x + off + v * N, rr);
         load_weight(wv[i], w, v);
       } else {
         zero_pack(dyv[i]);
@@ -648,7 +690,7 @@ __global__ void __launch_bounds__(max_tpr(ITERS), min_blocks(ITERS, DW || DB)) n
       if (!in[i]) continue;
       const int v = lane + i * a.tpr;
       P rv;
-      if constexpr (RES) load<Access::plain>(rv, dres + off + v * N);
+      if constexpr (RES) load_row(rv, dres + off + v * N, rr);
       float out[N];
 #pragma unroll
       for (int e = 0; e < N; ++e) {
@@ -746,6 +788,9 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, unsigned parity) {
       : "memory");
 }
 // Global -> shared bulk copy of `bytes` (a multiple of 16, both addresses 16-byte aligned).
+// No L2 policy here: with an evict-first policy the staged kernel took LayerNorm bf16 8192x3584
+// 86 us instead of 66 (H200, runs 25 and 27), and so it did with a plain copy chosen at run time
+// beside the hinted one; the gain elsewhere was at most 2.5% (bf16 RMSNorm 2048x4096).
 __device__ __forceinline__ void bulk_load(void* dst, const void* src, unsigned bytes, uint64_t* bar) {
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
                    smem_u32(dst)),
@@ -784,7 +829,7 @@ __global__ void __launch_bounds__(kMaxTpr, staged_min_blocks(ITERS, ITERS * N * 
   const unsigned row_bytes = unsigned(a.dim) * sizeof(T);
   const unsigned stage_bytes = 2 * row_bytes;  // x, then dy
   auto stage = [&](int s) { return staged_smem + kStageHeader + size_t(s) * stage_bytes; };
-  int phase = 0;
+    int phase = 0;
   const int64_t first = blockIdx.x, step = gridDim.x;
   const int64_t mine = first < a.rows ? (a.rows - first + step - 1) / step : 0;
   auto issue = [&](int64_t k) {  // thread 0: row k of this block into stage k % stages
@@ -997,6 +1042,7 @@ __global__ void __launch_bounds__(kParamBlock, 4) norm_bwd_param_kernel(BwdArgs 
   float* lanes = reinterpret_cast<float*>(param_smem);  // [RL][PARTS * N][cv]: the row lanes' sums
   const T* dy = static_cast<const T*>(a.dy);
   const T* x = static_cast<const T*>(a.x);
+  const RowRead rr = row_read(a.evict_first);
   const int shift = __ffs(g.cv) - 1, RL = kParamBlock >> shift;
   const int cl = threadIdx.x & (g.cv - 1), rl = threadIdx.x >> shift;
   const int64_t step = int64_t(g.splits) * RL;
@@ -1015,9 +1061,9 @@ __global__ void __launch_bounds__(kParamBlock, 4) norm_bwd_param_kernel(BwdArgs 
     };
     // Row `row`'s loads (x and the statistics only for dW).
     auto fetch = [&](int64_t row, P& dyv, P& xv, float& rs, float& mu) {
-      load<Access::plain>(dyv, dy + row * a.dim + v * N);
+      load_row(dyv, dy + row * a.dim + v * N, rr);
       if constexpr (DW) {
-        load<Access::plain>(xv, x + row * a.dim + v * N);
+        load_row(xv, x + row * a.dim + v * N, rr);
         rs = a.rstd[row];
         if (LN) mu = a.mean[row];
       }
@@ -1420,6 +1466,18 @@ int64_t partial_rows(const Tensor& x) {
   }
 }
 
+// Whether a launch that moves `bytes` reads its rows with the L2 evict-first policy (RowRead;
+// the register and dW / dB kernels, not the staged kernel's bulk copies): up to `l2_multiple`
+// times the L2's size. Measured on the H200 (63 MB L2, full of a flush's dirty lines before each
+// call; bench/RESULTS.md, session 6, run 25, every load evict-first against none): with dx,
+// 2.6-7% faster at 50 and 74 MB of traffic (bf16 RMSNorm 8192x1500 dx alone 27.5 -> 25.8 us),
+// even at 100 MB, 3-11% slower from 200 MB up; dW / dB alone, 7-11% faster up to 235 MB read
+// (bf16 RMSNorm 4096x4096 29.9 -> 26.8 us), 1.6% at 268 MB, 3.5% slower at 537 MB. Hence 1.5
+// L2s of traffic with dx, 5 L2s of reads without.
+inline bool read_evict_first(int64_t bytes, double l2_multiple, int device) {
+  return static_cast<double>(bytes) <= l2_multiple * static_cast<double>(l2_bytes(device));
+}
+
 // dW / dB alone: the tiled kernel (a cooperative launch: it ends with the partial rows' sum).
 template <class T, bool LN, bool DW, bool DB>
 void launch_param_backward(const BwdArgs& a, const Config& c, int64_t partial_rows, cudaStream_t s, int device) {
@@ -1495,6 +1553,9 @@ void launch_backward(const char* op, const Tensor& dx, const Tensor& dw, const T
   cudaStream_t s = stream_for(dy);
   const int device = dy.device().index;
   const int64_t prows = (DW || DB) ? partial.shape()[0] : 0;
+  const int64_t row_bytes = rows * dim * int64_t(sizeof(T));
+  a.evict_first = DX ? read_evict_first(row_bytes * (a.dres ? 4 : 3), 1.5, device)
+                     : read_evict_first(row_bytes * (DW ? 2 : 1), 5.0, device);
   if constexpr (!DX) {
     launch_param_backward<T, LN, DW, DB>(a, c, prows, s, device);
   } else if (!LN && a.dres) {
