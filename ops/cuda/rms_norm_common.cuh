@@ -32,6 +32,7 @@
 //    re-read from L2 for the second pass, dW accumulated in the block's partial row);
 //  - norm_bwd_param_kernel: dW / dB without dx (x needs no gradient): no row sums, so the rows
 //    tile in two dimensions and the partial rows are a few per column tile.
+// Small launches read their rows with an L2 evict-first policy (RowRead, read_evict_first).
 // TG_NORM_STAGED=0 turns the staged kernel off (benchmarks compare).
 #pragma once
 
@@ -829,7 +830,7 @@ __global__ void __launch_bounds__(kMaxTpr, staged_min_blocks(ITERS, ITERS * N * 
   const unsigned row_bytes = unsigned(a.dim) * sizeof(T);
   const unsigned stage_bytes = 2 * row_bytes;  // x, then dy
   auto stage = [&](int s) { return staged_smem + kStageHeader + size_t(s) * stage_bytes; };
-    int phase = 0;
+  int phase = 0;
   const int64_t first = blockIdx.x, step = gridDim.x;
   const int64_t mine = first < a.rows ? (a.rows - first + step - 1) / step : 0;
   auto issue = [&](int64_t k) {  // thread 0: row k of this block into stage k % stages
