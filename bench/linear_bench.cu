@@ -19,15 +19,6 @@
 
 using namespace tg;
 
-#define CK(call)                                                                                      \
-  do {                                                                                                \
-    cudaError_t e_ = (call);                                                                          \
-    if (e_ != cudaSuccess) {                                                                          \
-      std::fprintf(stderr, "%s failed: %s (%s:%d)\n", #call, cudaGetErrorString(e_), __FILE__, __LINE__); \
-      std::exit(1);                                                                                   \
-    }                                                                                                 \
-  } while (0)
-
 int main(int argc, char** argv) {
   int reps = 100;
   for (int i = 1; i < argc; ++i)
@@ -39,10 +30,10 @@ int main(int argc, char** argv) {
   const int64_t M = 8192, K = 4096, N = 4096;
   void* flush;
   const size_t flush_bytes = size_t(256) << 20;
-  CK(cudaMalloc(&flush, flush_bytes));
+  TG_CUDA_CHECK(cudaMalloc(&flush, flush_bytes));
   cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
+  TG_CUDA_CHECK(cudaEventCreate(&a));
+  TG_CUDA_CHECK(cudaEventCreate(&b));
   cudaStream_t s = cuda::stream(0);
   std::printf("%-6s %-22s %-13s %10s %9s %8s\n", "dtype", "shape", "mode", "time us", "TFLOP/s", "vs full");
   for (DType dt : {kBFloat16, kFloat32}) {
@@ -65,13 +56,13 @@ int main(int argc, char** argv) {
       for (int i = 0; i < 5; ++i) call();
       std::vector<float> t;
       for (int i = 0; i < reps; ++i) {
-        CK(cudaMemsetAsync(flush, i & 0xff, flush_bytes, s));
-        CK(cudaEventRecord(a, s));
+        TG_CUDA_CHECK(cudaMemsetAsync(flush, i & 0xff, flush_bytes, s));
+        TG_CUDA_CHECK(cudaEventRecord(a, s));
         call();
-        CK(cudaEventRecord(b, s));
-        CK(cudaEventSynchronize(b));
+        TG_CUDA_CHECK(cudaEventRecord(b, s));
+        TG_CUDA_CHECK(cudaEventSynchronize(b));
         float ms = 0;
-        CK(cudaEventElapsedTime(&ms, a, b));
+        TG_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
         t.push_back(ms * 1000.f);
       }
       std::sort(t.begin(), t.end());

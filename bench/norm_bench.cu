@@ -41,15 +41,6 @@ using namespace tg;
 
 namespace {
 
-#define CK(call)                                                                         \
-  do {                                                                                   \
-    cudaError_t e_ = (call);                                                             \
-    if (e_ != cudaSuccess) {                                                             \
-      std::fprintf(stderr, "%s failed: %s (%s:%d)\n", #call, cudaGetErrorString(e_), __FILE__, __LINE__); \
-      std::exit(1);                                                                      \
-    }                                                                                    \
-  } while (0)
-
 // Roughly normal values from a counter hash (sum of 4 uniforms), generated on the device.
 template <class T>
 __global__ void fill_random(T* p, int64_t n, uint32_t seed, float scale, float shift) {
@@ -75,7 +66,7 @@ Tensor random_tensor(const Shape& shape, DType dt, uint32_t seed, float scale = 
   const int64_t n = t.numel();
   if (dt == kFloat32) fill_random<float><<<1024, 256>>>(t.data_ptr<float>(), n, seed, scale, shift);
   else fill_random<bf16><<<1024, 256>>>(t.data_ptr<bf16>(), n, seed, scale, shift);
-  CK(cudaGetLastError());
+  TG_CUDA_CHECK(cudaGetLastError());
   return t;
 }
 
@@ -96,9 +87,9 @@ struct Timer {
   cudaEvent_t a, b;
   cudaStream_t s;
   Timer() {
-    CK(cudaMalloc(&flush, flush_bytes));
-    CK(cudaEventCreate(&a));
-    CK(cudaEventCreate(&b));
+    TG_CUDA_CHECK(cudaMalloc(&flush, flush_bytes));
+    TG_CUDA_CHECK(cudaEventCreate(&a));
+    TG_CUDA_CHECK(cudaEventCreate(&b));
     s = cuda::stream(0);
   }
   bool use_graph = true;
@@ -111,33 +102,33 @@ struct Timer {
     for (int i = 0; i < warmup; ++i) f();
     cudaGraphExec_t exec = nullptr;
     if (use_graph) {
-      CK(cudaStreamSynchronize(s));
+      TG_CUDA_CHECK(cudaStreamSynchronize(s));
       cudaGraph_t graph;
-      CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
+      TG_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
       f();
-      CK(cudaStreamEndCapture(s, &graph));
-      CK(cudaGraphInstantiate(&exec, graph, 0));
-      CK(cudaGraphDestroy(graph));
-      CK(cudaGraphLaunch(exec, s));
+      TG_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+      TG_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+      TG_CUDA_CHECK(cudaGraphDestroy(graph));
+      TG_CUDA_CHECK(cudaGraphLaunch(exec, s));
     }
     std::vector<float> t;
     for (int i = 0; i < reps; ++i) {
       if (kernel_flush) {
         fill_words<<<cuda::sm_count(0) * 8, 256, 0, s>>>(static_cast<uint4*>(flush), flush_bytes / 16, (i & 0xff) * 0x01010101u);
-        CK(cudaGetLastError());
+        TG_CUDA_CHECK(cudaGetLastError());
       } else {
-        CK(cudaMemsetAsync(flush, i & 0xff, flush_bytes, s));
+        TG_CUDA_CHECK(cudaMemsetAsync(flush, i & 0xff, flush_bytes, s));
       }
-      CK(cudaEventRecord(a, s));
-      if (exec) CK(cudaGraphLaunch(exec, s));
+      TG_CUDA_CHECK(cudaEventRecord(a, s));
+      if (exec) TG_CUDA_CHECK(cudaGraphLaunch(exec, s));
       else f();
-      CK(cudaEventRecord(b, s));
-      CK(cudaEventSynchronize(b));
+      TG_CUDA_CHECK(cudaEventRecord(b, s));
+      TG_CUDA_CHECK(cudaEventSynchronize(b));
       float ms = 0;
-      CK(cudaEventElapsedTime(&ms, a, b));
+      TG_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
       t.push_back(ms * 1000.f);
     }
-    if (exec) CK(cudaGraphExecDestroy(exec));
+    if (exec) TG_CUDA_CHECK(cudaGraphExecDestroy(exec));
     std::sort(t.begin(), t.end());
     return t[t.size() / 2];
   }
@@ -147,12 +138,12 @@ struct Timer {
 double copy_bandwidth(Timer& timer) {
   const size_t n = size_t(1) << 30;
   void *src, *dst;
-  CK(cudaMalloc(&src, n));
-  CK(cudaMalloc(&dst, n));
-  CK(cudaMemset(src, 1, n));
-  const double us = timer.median_us([&] { CK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, timer.s)); }, 30);
-  CK(cudaFree(src));
-  CK(cudaFree(dst));
+  TG_CUDA_CHECK(cudaMalloc(&src, n));
+  TG_CUDA_CHECK(cudaMalloc(&dst, n));
+  TG_CUDA_CHECK(cudaMemset(src, 1, n));
+  const double us = timer.median_us([&] { TG_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, timer.s)); }, 30);
+  TG_CUDA_CHECK(cudaFree(src));
+  TG_CUDA_CHECK(cudaFree(dst));
   return 2.0 * n / (us * 1e-6);
 }
 
@@ -196,7 +187,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   cudaDeviceProp prop;
-  CK(cudaGetDeviceProperties(&prop, 0));
+  TG_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   Timer timer;
   timer.use_graph = false;  // the copy is one call
   const double copy_bw = copy_bandwidth(timer);
@@ -254,7 +245,7 @@ int main(int argc, char** argv) {
                 auto out = node->backward(grads, mask);
               },
               reps);
-          CK(cudaGetLastError());
+          TG_CUDA_CHECK(cudaGetLastError());
           const bool need_x = m.x || m.w;
           double bytes = double(rows) * dim * es;               // dy
           if (need_x) bytes += double(rows) * dim * es;         // x
