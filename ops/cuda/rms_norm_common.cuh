@@ -374,19 +374,23 @@ struct BwdArgs {
 // The last step of a backward that accumulates dW / dB (its grid is co-resident: a cooperative
 // launch). The blocks have written the P partial rows of their sums (one a block, or one a row
 // split for norm_bwd_param_kernel); after the grid barrier the blocks sum them column-wise. A
-// block takes tiles of cw columns (cw the widest power of two <= 32 that still gives every block
-// a tile, so narrow rows spread over the grid too); its threads split the P rows (thread slot k
-// adds rows k, k + slots, ...), a butterfly adds the slots of a warp, and one thread per column
-// adds the warp sums in warp order. A fixed order for a given launch shape: dW / dB are the same
-// bits run to run. Columns [0, dim) are dW (or dB alone), [dim, 2 dim) dB. `scratch`: 32 floats
-// a warp. Memory: reads P * width * 4 bytes (just written, from L2), writes width * sizeof(T).
+// block takes tiles of cw columns, cw the fewest (a power of two, <= 32) that leave no block
+// more than one tile, so one round of loads where the grid allows; its threads split the P rows
+// (thread slot k adds rows k, k + slots, ...), a butterfly adds the slots of a warp, and one
+// thread per column adds the warp sums in warp order. A fixed order for a given launch shape:
+// dW / dB are the same bits run to run. Columns [0, dim) are dW (or dB alone), [dim, 2 dim) dB.
+// `scratch`: 32 floats a warp. Memory: reads P * width * 4 bytes (just written, from L2),
+// writes width * sizeof(T). On the H200 (bench/RESULTS.md, session 7), at width 4096 on 264
+// blocks: tiles of 8 columns, two rounds a block, took 3.6 us after the barrier, one round 2.1;
+// 16-byte loads timed the same end to end but took the staged LayerNorm kernel from 72
+// registers to 87 (one block a multiprocessor instead of two).
 constexpr size_t kReduceScratch = 1024 * sizeof(float);  // for blocks of up to 1024 threads
 template <class T, bool DW, bool DB>
 __device__ __forceinline__ void reduce_partial_rows(const BwdArgs& a, int P, float* scratch) {
   cooperative_groups::this_grid().sync();  // every partial row written and visible
   const int width = (int(DW) + int(DB)) * a.dim, blocks = gridDim.x;
-  int cw = 32;
-  while (cw > 1 && (width + cw - 1) / cw < blocks) cw >>= 1;
+  int cw = 1;
+  while (cw < 32 && (width + cw - 1) / cw > blocks) cw <<= 1;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
   const int slot = warp * (32 / cw) + lane / cw, slots = nw * (32 / cw);
   for (int tile = blockIdx.x; tile * cw < width; tile += blocks) {
@@ -1299,7 +1303,8 @@ inline bool staged_enabled() {
   return on;
 }
 // Benchmark knobs, read once (0: not set): TG_NORM_STAGED_BLOCKS forces the staged kernel's
-// blocks per multiprocessor (1 or 2), TG_NORM_STAGES caps its stages.
+// blocks per multiprocessor (1 or 2), TG_NORM_STAGES caps its stages (and lifts the
+// kStagedInFlight budget: TG_NORM_STAGES=8 is the plan that filled the shared memory).
 inline int env_knob(const char* name) {
   const char* s = std::getenv(name);
   return s ? std::atoi(s) : 0;
@@ -1336,6 +1341,15 @@ inline bool staged_supported(const void* fn, int device) {
   TG_CUDA_CHECK(cudaFuncGetAttributes(&attr, fn));
   return cache[{fn, device}] = attr.ptxVersion >= 90;
 }
+
+// Bytes of rows a multiprocessor's staged blocks keep in flight: about what its share of the
+// memory bandwidth needs over the latency under load (4.3 TB/s / 132 SMs x ~3 us). Filling the
+// shared memory instead (up to 8 stages, 224 KB a multiprocessor) made every block's first row
+// wait behind the whole grid's prefetch (H200 timeline, bf16 RMSNorm 2048x4096: the first row's
+// sums at 8.4 us against 2.4 in the register kernel) and the launch slower: bf16 RMSNorm
+// 2048x4096 full 26.8 us with 6 stages, 23.7 with 3 (bench/RESULTS.md, session 7, run 32).
+// Two blocks a multiprocessor only where each still gets 3 stages within it; else one block.
+constexpr size_t kStagedInFlight = 96 * 1024;
 
 // The staged kernel's shape for a backward with dx (dW / dB alone have their own kernel).
 template <class T, bool LN, bool DW, bool DB, bool RES>
@@ -1374,7 +1388,9 @@ Staged staged_plan(const Config& c, int64_t dim, int device) {
   for (int blocks : {2, 1}) {
     if (blocks > reg_fit || (staged_blocks_knob() && blocks != staged_blocks_knob())) continue;
     const size_t avail = std::min<size_t>(per_sm / blocks - reserve, per_block - reserve) - kStageHeader;
-    const int stages = static_cast<int>(std::min<size_t>(max_stages, avail / stage_bytes));
+    const size_t budget =
+        stages_knob() >= 2 ? kMaxStages : std::max<size_t>(2, kStagedInFlight / (blocks * stage_bytes));
+    const int stages = static_cast<int>(std::min<size_t>({size_t(max_stages), avail / stage_bytes, budget}));
     if (stages >= (blocks == 2 ? 3 : 2)) {
       st.stages = stages;
       st.blocks_per_sm = blocks;
