@@ -808,10 +808,14 @@ constexpr int kMaxStages = 8;
 // A thread of the staged kernel holds at most this many elements of a row (its dW / dB
 // accumulators stay in registers: more spill); wider rows take norm_bwd_kernel.
 constexpr int kStagedMaxElems = 16;
-// Two blocks per multiprocessor (64 registers a thread) when a thread keeps fewer than 16
-// floats beyond its vectors (dW / dB accumulators, the residual gradient's elements) and holds
-// at most 2 vectors of the row; otherwise one block with more stages, rather than spilling.
-constexpr int staged_min_blocks(int iters, int kept) { return iters <= 2 && kept < 16 ? 2 : 1; }
+// Two blocks per multiprocessor (64 registers a thread) when a thread holds one vector of the
+// row and keeps at most 16 floats beyond it (dW / dB accumulators, the residual gradient's
+// elements), or two vectors and fewer than 16 floats; otherwise one block, rather than spilling
+// more. (LayerNorm bf16 with dW and dB at one vector a thread: 64 registers and 16 bytes of
+// spill; left to 72 registers it ran one 512-thread block a multiprocessor.)
+constexpr int staged_min_blocks(int iters, int kept) {
+  return (iters == 1 ? kept <= 16 : iters == 2 && kept < 16) ? 2 : 1;
+}
 constexpr int kStageHeader = 128;  // the mbarriers, before the first stage
 
 template <class T, int N, int ITERS, bool LN, bool DW, bool DB, bool RES>
