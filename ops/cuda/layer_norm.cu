@@ -1,6 +1,6 @@
 // CUDA layer_norm: forward and the seven backward variants. The kernels and their memory
-// traffic are described in rms_norm_common.cuh.
-#include "ops/cuda/rms_norm_common.cuh"
+// traffic are described in norm_device.cuh.
+#include "ops/cuda/norm_launch.cuh"
 #include "ops/layer_norm_kernels.h"
 
 namespace tg::cuda {

@@ -1,6 +1,6 @@
 // CUDA rms_norm / fused_add_rms_norm and the partial-buffer query (shared with layer_norm). The
-// kernels and their memory traffic are described in rms_norm_common.cuh.
-#include "ops/cuda/rms_norm_common.cuh"
+// kernels and their memory traffic are described in norm_device.cuh.
+#include "ops/cuda/norm_launch.cuh"
 #include "ops/rms_norm_kernels.h"
 
 namespace tg::cuda {

@@ -1,0 +1,492 @@
+// Host side of the RMSNorm / LayerNorm kernels: launch shapes (threads per row, staged or
+// register kernel, persistent grids) and the launches rms_norm.cu / layer_norm.cu call.
+#pragma once
+
+#include "ops/cuda/norm_forward.cuh"
+#include "ops/cuda/norm_backward.cuh"
+
+namespace tg::cuda::normk {
+
+// ------------------------------------------------------------------ host side: launch plans
+// Lets `fn` use `smem` bytes of dynamic shared memory (above 48 KB it must opt in), once per
+// kernel, device and size.
+inline void allow_smem(const void* fn, size_t smem, int device) {
+  if (smem <= 48 * 1024) return;
+  static std::mutex mu;
+  static std::map<std::pair<const void*, int>, size_t> done;
+  std::lock_guard<std::mutex> lock(mu);
+  size_t& have = done[{fn, device}];
+  if (have >= smem) return;
+  TG_CUDA_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  have = smem;
+}
+
+// Resident blocks of `fn` per multiprocessor (cached per kernel, block size, smem and device).
+inline int blocks_per_sm(const void* fn, int block, size_t smem, int device) {
+  static std::mutex mu;
+  static std::map<std::pair<const void*, int64_t>, int> cache;
+  allow_smem(fn, smem, device);
+  std::lock_guard<std::mutex> lock(mu);
+  auto key = std::make_pair(fn, (int64_t(smem) * 2048 + block) * 64 + device);
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  int n = 0;
+  TG_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fn, block, smem));
+  TG_CHECK(n >= 1, "norm", "a kernel configuration does not fit on the GPU (block ", block, ", ", smem,
+           " bytes of shared memory)");
+  return cache[key] = n;
+}
+
+// Threads per row the planner aims for at most (then more vectors per thread, up to
+// kMaxIters): 512, and 256 for a backward over rows of 8-byte vectors. On the H200, same run
+// each: for rows of 16-byte vectors 512 and 256 ran the same for dx alone (bf16 RMSNorm
+// 8192x8192: 100.1 / 101.4 us) and 512 was faster with dW (110.0 / 115.4); for 8-byte vectors
+// (bf16 8192x1500) 256 was faster in every variant but dW alone (RMS frozen 29.5 -> 27.5, full
+// 42.4 -> 39.0; LayerNorm full 55.6 -> 42.0; dW alone 29.0 -> 29.6; 128: frozen 25.5 but full
+// 44.5). The choice never depends on the mask, so frozen and unfrozen variants reduce a row in
+// the same order (bitwise-identical dx). TG_NORM_TPR overrides it (benchmarks sweep it).
+enum class Pass { forward, backward };
+inline int preferred_tpr(int vb, Pass pass) {
+  static const int forced = [] {
+    const char* s = std::getenv("TG_NORM_TPR");
+    const int t = s ? std::atoi(s) : 0;
+    return t >= 32 && t <= kLoopTpr ? t : 0;  // above kMaxTpr: the looping kernels
+  }();
+  if (forced) return forced;
+  return pass == Pass::backward && vb == 8 ? 256 : kMaxTpr;
+}
+
+struct Config {
+  int vb = 0;     // bytes per vector access
+  int iters = 0;  // vectors per thread (0: the looping kernels)
+  int tpr = 0, gpb = 0, block = 0;
+  int64_t nv = 0;  // vectors per row
+};
+
+inline bool aligned(const void* p, int bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+
+// The launch shape of `pass` for rows of `dim` elements of `esize` bytes whose pointers are
+// `ptrs` (null entries ignored), aiming at preferred_tpr threads per row.
+inline Config plan(int64_t dim, int esize, std::initializer_list<const void*> ptrs, Pass pass) {
+  Config c;
+  c.vb = 16;
+  auto fits = [&](int vb) {
+    if ((dim * esize) % vb) return false;
+    for (const void* p : ptrs)
+      if (p && !aligned(p, vb)) return false;
+    return true;
+  };
+  while (c.vb > esize && !fits(c.vb)) c.vb = c.vb == 16 ? 8 : esize;
+  c.nv = dim * esize / c.vb;
+  const int pref = preferred_tpr(c.vb, pass);
+  c.iters = 1;
+  while (c.iters < kMaxIters && (c.nv + c.iters - 1) / c.iters > pref) c.iters *= 2;
+  int64_t tpr = (c.nv + c.iters - 1) / c.iters;
+  if (tpr > max_tpr(c.iters)) {  // too wide for registers
+    c.iters = 0;
+    c.tpr = kLoopTpr;
+    c.gpb = 1;
+  } else if (tpr <= 32) {
+    int t = 1;
+    while (t < tpr) t *= 2;
+    c.tpr = t;
+    c.gpb = kGroupBlock / t;
+  } else {
+    // A row per block: the dW / dB accumulators of a block are then one row's worth, which
+    // keeps blocks small enough for several to share a multiprocessor's shared memory.
+    c.tpr = static_cast<int>((tpr + 31) / 32 * 32);
+    c.gpb = 1;
+  }
+  c.block = c.tpr * c.gpb;
+  return c;
+}
+
+inline int grid_for(int64_t rows, const Config& c, const void* fn, size_t smem, int device) {
+  const int64_t groups = (rows + c.gpb - 1) / c.gpb;
+  const int64_t resident = int64_t(sm_count(device)) * blocks_per_sm(fn, c.block, smem, device);
+  return static_cast<int>(groups < resident ? (groups < 1 ? 1 : groups) : resident);
+}
+
+// Calls f(std::integral_constant<int, N>, std::integral_constant<int, ITERS>) for the config's
+// elements per vector and vectors per thread (ITERS 0: the looping kernels).
+template <class T, class F>
+void with_shape(const Config& c, F&& f) {
+  auto by_iters = [&](auto n) {
+    switch (c.iters) {
+      case 1: return f(n, std::integral_constant<int, 1>{});
+      case 2: return f(n, std::integral_constant<int, 2>{});
+      case 4: return f(n, std::integral_constant<int, 4>{});
+      case 8: return f(n, std::integral_constant<int, 8>{});
+      case 16: return f(n, std::integral_constant<int, 16>{});
+      default: return f(n, std::integral_constant<int, 0>{});
+    }
+  };
+  if (c.vb == 16) return by_iters(std::integral_constant<int, 16 / int(sizeof(T))>{});
+  if (c.vb == 8) return by_iters(std::integral_constant<int, 8 / int(sizeof(T))>{});
+  return by_iters(std::integral_constant<int, 1>{});
+}
+
+template <class T, bool LN>
+const void* fwd_kernel(const Config& c) {
+  const void* fn = nullptr;
+  with_shape<T>(c, [&](auto n, auto it) {
+    constexpr int N = decltype(n)::value, IT = decltype(it)::value;
+    if constexpr (IT == 0) fn = reinterpret_cast<const void*>(&norm_fwd_loop_kernel<T, N, LN>);
+    else fn = reinterpret_cast<const void*>(&norm_fwd_kernel<T, N, IT, LN>);
+  });
+  return fn;
+}
+
+// The backward kernel with dx of a config: register-resident or looping.
+template <class T, bool LN, bool DW, bool DB, bool RES>
+const void* bwd_kernel(const Config& c) {
+  const void* fn = nullptr;
+  with_shape<T>(c, [&](auto n, auto it) {
+    constexpr int N = decltype(n)::value, IT = decltype(it)::value;
+    if constexpr (IT == 0) fn = reinterpret_cast<const void*>(&norm_bwd_loop_kernel<T, N, LN, DW, DB>);
+    else fn = reinterpret_cast<const void*>(&norm_bwd_kernel<T, N, IT, LN, DW, DB, RES>);
+  });
+  return fn;
+}
+
+// ------------------------------------------------------------------ host side: launches
+template <class T, bool LN>
+void launch_forward(const Tensor& y, const Tensor& r, const Tensor& mean, const Tensor& rstd, const Tensor& x,
+                    const Tensor& res, const Tensor& w, const Tensor& b, double eps) {
+  const int64_t dim = x.shape()[1], rows = x.shape()[0];
+  if (rows == 0) return;
+  FwdArgs a{};
+  a.y = y.data_ptr();
+  a.r = r.defined() ? r.data_ptr() : nullptr;
+  a.mean = mean.defined() ? mean.data_ptr<float>() : nullptr;
+  a.rstd = rstd.defined() ? rstd.data_ptr<float>() : nullptr;
+  a.x = x.data_ptr();
+  a.res = res.defined() ? res.data_ptr() : nullptr;
+  a.w = w.defined() ? w.data_ptr() : nullptr;
+  a.b = b.defined() ? b.data_ptr() : nullptr;
+  const Config c = plan(dim, sizeof(T), {a.y, a.r, a.x, a.res, a.w, a.b}, Pass::forward);
+  a.rows = rows;
+  a.dim = static_cast<int>(dim);
+  a.nv = static_cast<int>(c.nv);
+  a.tpr = c.tpr;
+  a.gpb = c.gpb;
+  a.inv_dim = 1.f / static_cast<float>(dim);
+  a.eps = static_cast<float>(eps);
+  const int device = x.device().index;
+  cudaStream_t s = stream_for(x);
+  const int grid = grid_for(rows, c, fwd_kernel<T, LN>(c), 0, device);
+  with_shape<T>(c, [&](auto n, auto it) {
+    constexpr int N = decltype(n)::value, IT = decltype(it)::value;
+    if constexpr (IT == 0) norm_fwd_loop_kernel<T, N, LN><<<grid, c.block, 0, s>>>(a);
+    else norm_fwd_kernel<T, N, IT, LN><<<grid, c.block, 0, s>>>(a);
+  });
+  TG_CUDA_CHECK_LAUNCH(LN ? "layer_norm.forward" : "rms_norm.forward");
+}
+
+// The staged kernel's shape for a launch: stages per block and blocks per multiprocessor, or
+// stages == 0 when it does not apply (dW / dB alone; dx alone where the register kernel fits
+// two blocks per multiprocessor; rows not 16-byte vectors, several rows per block, more than
+// kStagedMaxElems elements per thread, rows too large for two stages; TG_NORM_STAGED=0).
+struct Staged {
+  int stages = 0, blocks_per_sm = 0;
+  size_t smem = 0;
+};
+inline bool staged_enabled() {
+  static const bool on = [] {
+    const char* s = std::getenv("TG_NORM_STAGED");
+    return !(s && s[0] == '0');
+  }();
+  return on;
+}
+// Benchmark knobs, read once (0: not set): TG_NORM_STAGED_BLOCKS forces the staged kernel's
+// blocks per multiprocessor (1 or 2), TG_NORM_STAGES caps its stages (and lifts the
+// kStagedInFlight budget: TG_NORM_STAGES=8 is the plan that filled the shared memory).
+inline int env_knob(const char* name) {
+  const char* s = std::getenv(name);
+  return s ? std::atoi(s) : 0;
+}
+inline int staged_blocks_knob() {
+  static const int v = env_knob("TG_NORM_STAGED_BLOCKS");
+  return v;
+}
+inline int stages_knob() {
+  static const int v = env_knob("TG_NORM_STAGES");
+  return v;
+}
+template <class T, bool LN, bool DW, bool DB, bool RES>
+const void* staged_kernel(const Config& c) {
+  const void* fn = nullptr;
+  with_shape<T>(c, [&](auto n, auto it) {
+    constexpr int N = decltype(n)::value, IT = decltype(it)::value;
+    if constexpr (IT != 0 && N * sizeof(T) == 16 && IT * N <= kStagedMaxElems)
+      fn = reinterpret_cast<const void*>(&norm_bwd_staged_kernel<T, N, IT, LN, DW, DB, RES>);
+  });
+  return fn;
+}
+
+// Whether the staged kernel `fn` has its body on `device`: it was compiled from PTX for Hopper
+// or newer. A build for an older architecture (CMAKE_CUDA_ARCHITECTURES=80) runs the other
+// kernels, also where the driver compiles its PTX for a newer GPU.
+inline bool staged_supported(const void* fn, int device) {
+  static std::mutex mu;
+  static std::map<std::pair<const void*, int>, bool> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find({fn, device});
+  if (it != cache.end()) return it->second;
+  cudaFuncAttributes attr;
+  TG_CUDA_CHECK(cudaFuncGetAttributes(&attr, fn));
+  return cache[{fn, device}] = attr.ptxVersion >= 90;
+}
+
+// Bytes of rows a multiprocessor's staged blocks keep in flight: about what its share of the
+// memory bandwidth needs over the latency under load (4.3 TB/s / 132 SMs x ~3 us). Filling the
+// shared memory instead (up to 8 stages, 224 KB a multiprocessor) made every block's first row
+// wait behind the whole grid's prefetch (H200 timeline, bf16 RMSNorm 2048x4096: the first row's
+// sums at 8.4 us against 2.4 in the register kernel) and the launch slower: bf16 RMSNorm
+// 2048x4096 full 26.8 us with 6 stages, 23.7 with 3 (bench/RESULTS.md, session 7, run 32).
+// Two blocks a multiprocessor only where each still gets 3 stages within it; else one block.
+constexpr size_t kStagedInFlight = 96 * 1024;
+
+// The staged kernel's shape for a backward with dx (dW / dB alone have their own kernel).
+template <class T, bool LN, bool DW, bool DB, bool RES>
+Staged staged_plan(const Config& c, int64_t dim, int device) {
+  Staged st;
+  // dx alone runs the register kernel with a block per row while two or more such blocks fit
+  // on a multiprocessor (on the H200 as fast or faster: bf16 8192x8192 98 us against 102 for
+  // the lab's staged kernel); with fewer (float32 rows of 8192: 82 registers a thread, one
+  // block) too few rows are in flight, and staging keeps them coming.
+  if (!staged_enabled() || c.vb != 16 || c.gpb != 1 || c.iters == 0 ||
+      c.iters * 16 / int(sizeof(T)) > kStagedMaxElems)
+    return st;
+  if (!(DW || DB) && blocks_per_sm(bwd_kernel<T, LN, DW, DB, RES>(c), c.block, 0, device) * c.block >= 1024)
+    return st;
+  const void* fn = staged_kernel<T, LN, DW, DB, RES>(c);
+  if (!staged_supported(fn, device)) return st;
+  // Blocks that fit by registers and threads alone; shared memory is then split among them.
+  const int reg_fit = blocks_per_sm(fn, c.block, 0, device);
+  static std::mutex mu;
+  static std::map<int, int> smem_per_sm, smem_per_block;
+  int per_sm, per_block;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!smem_per_sm.count(device)) {
+      cudaDeviceProp prop;
+      TG_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+      smem_per_sm[device] = static_cast<int>(prop.sharedMemPerMultiprocessor);
+      smem_per_block[device] = static_cast<int>(prop.sharedMemPerBlockOptin);
+    }
+    per_sm = smem_per_sm[device];
+    per_block = smem_per_block[device];
+  }
+  const size_t stage_bytes = 2 * dim * sizeof(T);
+  const size_t reserve = 2048;  // static shared memory and the per-block reservation
+  const int max_stages = stages_knob() >= 2 ? std::min(stages_knob(), kMaxStages) : kMaxStages;
+  for (int blocks : {2, 1}) {
+    if (blocks > reg_fit || (staged_blocks_knob() && blocks != staged_blocks_knob())) continue;
+    const size_t avail = std::min<size_t>(per_sm / blocks - reserve, per_block - reserve) - kStageHeader;
+    const size_t budget =
+        stages_knob() >= 2 ? kMaxStages : std::max<size_t>(2, kStagedInFlight / (blocks * stage_bytes));
+    const int stages = static_cast<int>(std::min<size_t>({size_t(max_stages), avail / stage_bytes, budget}));
+    if (stages >= (blocks == 2 ? 3 : 2)) {
+      st.stages = stages;
+      st.blocks_per_sm = blocks;
+      st.smem = kStageHeader + stages * stage_bytes;
+      return st;
+    }
+  }
+  return st;
+}
+
+// Persistent grid of the staged kernel.
+template <class T, bool LN, bool DW, bool DB, bool RES>
+int staged_grid(int64_t rows, const Config& c, const Staged& st, int device) {
+  const void* fn = staged_kernel<T, LN, DW, DB, RES>(c);
+  const int fit = std::min(st.blocks_per_sm, blocks_per_sm(fn, c.block, st.smem, device));
+  const int64_t resident = int64_t(sm_count(device)) * fit;
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(rows, resident)));
+}
+
+// Dynamic shared memory of a backward variant: its dW / dB accumulator slots, at least the
+// final reduction's scratch.
+template <class T, bool DW, bool DB>
+size_t bwd_smem(const Config& c) {
+  if (!DW && !DB) return 0;
+  const size_t slots = c.iters ? size_t(int(DW) + int(DB)) * c.iters * (c.vb / sizeof(T)) * c.block * sizeof(float) : 0;
+  return std::max(slots, kReduceScratch);
+}
+
+// Launches kernel<<<grid, block, smem, s>>>(args...), as a cooperative launch when `coop` (the
+// grid must be co-resident: the kernel ends with a grid barrier; grids sized by occupancy are).
+template <class... Params, class... Args>
+void launch(bool coop, void (*kernel)(Params...), int grid, int block, size_t smem, cudaStream_t s, Args... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(grid);
+  cfg.blockDim = dim3(block);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeCooperative;
+  attr[0].val.cooperative = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = coop ? 1 : 0;
+  TG_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
+}
+
+// The dW / dB-only kernel of a config, and its launch: column tiles of cv vectors, as many row
+// splits as fill the GPU once (at most max_splits, and no more than the row lanes need).
+template <class T, bool LN, bool DW, bool DB>
+const void* param_kernel(const Config& c) {
+  const void* fn = nullptr;
+  with_shape<T>(c, [&](auto n, auto) {
+    fn = reinterpret_cast<const void*>(&norm_bwd_param_kernel<T, decltype(n)::value, LN, DW, DB>);
+  });
+  return fn;
+}
+struct ParamLaunch {
+  ParamGrid g;
+  int grid;
+  size_t smem;
+};
+template <class T, bool LN, bool DW, bool DB>
+ParamLaunch param_plan(const Config& c, int64_t rows, int device, int64_t max_splits) {
+  ParamLaunch p;
+  const size_t elems = c.vb / sizeof(T);
+  p.smem = std::max(size_t(kParamBlock) * (int(DW) + int(DB)) * elems * sizeof(float), kReduceScratch);
+  int cv = 1;
+  while (cv < 32 && cv < c.nv) cv *= 2;
+  const int64_t lanes = kParamBlock / cv, tiles = (c.nv + cv - 1) / cv;
+  const int64_t resident =
+      int64_t(sm_count(device)) * blocks_per_sm(param_kernel<T, LN, DW, DB>(c), kParamBlock, p.smem, device);
+  const int64_t splits = std::max<int64_t>(1, std::min({resident / tiles, (rows + lanes - 1) / lanes, max_splits}));
+  p.g = {cv, static_cast<int>(tiles), static_cast<int>(splits)};
+  p.grid = static_cast<int>(std::min(tiles * splits, resident));
+  return p;
+}
+
+// Rows of the partial buffer: the persistent grid of the variant (the row splits for dW / dB
+// alone), on x's shape and alignment.
+template <class T, bool LN, bool DX, bool DW, bool DB>
+int64_t partial_rows(const Tensor& x) {
+  const int64_t dim = x.shape()[1], rows = x.shape()[0];
+  const int device = x.device().index;
+  const Config c = plan(dim, sizeof(T), {x.data_ptr()}, Pass::backward);
+  if constexpr (!DX) {
+    return param_plan<T, LN, DW, DB>(c, rows, device, INT32_MAX).g.splits;
+  } else {
+    const Staged st = staged_plan<T, LN, DW, DB, false>(c, dim, device);
+    if (st.stages) return staged_grid<T, LN, DW, DB, false>(rows, c, st, device);
+    return grid_for(rows, c, bwd_kernel<T, LN, DW, DB, false>(c), bwd_smem<T, DW, DB>(c), device);
+  }
+}
+
+// Whether a launch that moves `bytes` reads its rows with the L2 evict-first policy (RowRead;
+// the register and dW / dB kernels, not the staged kernel's bulk copies): up to `l2_multiple`
+// times the L2's size. Measured on the H200 (63 MB L2, full of a flush's dirty lines before each
+// call; bench/RESULTS.md, session 6, run 25, every load evict-first against none): with dx,
+// 2.6-7% faster at 50 and 74 MB of traffic (bf16 RMSNorm 8192x1500 dx alone 27.5 -> 25.8 us),
+// even at 100 MB, 3-11% slower from 200 MB up; dW / dB alone, 7-11% faster up to 235 MB read
+// (bf16 RMSNorm 4096x4096 29.9 -> 26.8 us), 1.6% at 268 MB, 3.5% slower at 537 MB. Hence 1.5
+// L2s of traffic with dx, 5 L2s of reads without.
+inline bool read_evict_first(int64_t bytes, double l2_multiple, int device) {
+  return static_cast<double>(bytes) <= l2_multiple * static_cast<double>(l2_bytes(device));
+}
+
+// dW / dB alone: the tiled kernel (a cooperative launch: it ends with the partial rows' sum).
+template <class T, bool LN, bool DW, bool DB>
+void launch_param_backward(const BwdArgs& a, const Config& c, int64_t partial_rows, cudaStream_t s, int device) {
+  const ParamLaunch p = param_plan<T, LN, DW, DB>(c, a.rows, device, partial_rows);
+  with_shape<T>(c, [&](auto n, auto) {
+    launch(true, norm_bwd_param_kernel<T, decltype(n)::value, LN, DW, DB>, p.grid, kParamBlock, p.smem, s, a, p.g);
+  });
+}
+
+// dx, and dW / dB when asked: the staged kernel where it applies, else the register-resident or
+// the looping kernel. With dW / dB the grid is persistent and co-resident (a cooperative
+// launch) and at most the partial buffer's rows.
+template <class T, bool LN, bool DW, bool DB, bool RES>
+void launch_dx_backward(const BwdArgs& a, const Config& c, int64_t partial_rows, cudaStream_t s, int device) {
+  auto reducing_grid = [&](int resident) { return static_cast<int>(std::min<int64_t>(resident, partial_rows)); };
+  const Staged st = staged_plan<T, LN, DW, DB, RES>(c, a.dim, device);
+  if (st.stages) {
+    allow_smem(staged_kernel<T, LN, DW, DB, RES>(c), st.smem, device);
+    const int resident = staged_grid<T, LN, DW, DB, RES>(a.rows, c, st, device);
+    const int grid = (DW || DB) ? reducing_grid(resident) : resident;
+    with_shape<T>(c, [&](auto n, auto it) {
+      constexpr int N = decltype(n)::value, IT = decltype(it)::value;
+      if constexpr (IT != 0 && N * sizeof(T) == 16 && IT * N <= kStagedMaxElems)
+        launch(DW || DB, norm_bwd_staged_kernel<T, N, IT, LN, DW, DB, RES>, grid, c.block, st.smem, s, a, st.stages);
+    });
+    return;
+  }
+  const void* fn = bwd_kernel<T, LN, DW, DB, RES>(c);
+  const size_t smem = bwd_smem<T, DW, DB>(c);
+  // dx alone, a row per block of 16-byte vectors: a block per row (the hardware schedules
+  // them, several rows in flight per multiprocessor, no tail of unequal loops); small rows and
+  // rows of 8-byte or scalar accesses: a persistent grid (H200, bf16 8192x1500: 33.9 us
+  // persistent, 38.4 a block per row).
+  const int resident = grid_for(a.rows, c, fn, smem, device);
+  const int grid = (DW || DB) ? reducing_grid(resident)
+                   : c.gpb == 1 && c.iters && c.vb == 16 ? static_cast<int>(std::min<int64_t>(a.rows, INT32_MAX))
+                                                         : resident;
+  allow_smem(fn, smem, device);
+  with_shape<T>(c, [&](auto n, auto it) {
+    constexpr int N = decltype(n)::value, IT = decltype(it)::value;
+    if constexpr (IT == 0) launch(DW || DB, norm_bwd_loop_kernel<T, N, LN, DW, DB>, grid, c.block, smem, s, a);
+    else launch(DW || DB, norm_bwd_kernel<T, N, IT, LN, DW, DB, RES>, grid, c.block, smem, s, a);
+  });
+}
+
+// One backward launch of variant <DX, DW, DB>: dx, and dw / db through the partial buffer (the
+// op sized it with partial_rows) in the same kernel.
+template <class T, bool LN, bool DX, bool DW, bool DB>
+void launch_backward(const char* op, const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& partial,
+                     const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
+                     const Tensor& dres) {
+  KernelTrace::record(norm_backward_event(op, DX, DW, DB));
+  const int64_t dim = dy.shape()[1], rows = dy.shape()[0];
+  if (rows == 0) return;
+  BwdArgs a{};
+  a.dx = DX ? dx.data_ptr() : nullptr;
+  a.dw = DW ? dw.data_ptr() : nullptr;
+  a.db = DB ? db.data_ptr() : nullptr;
+  a.partial = (DW || DB) ? partial.data_ptr<float>() : nullptr;
+  a.dy = dy.data_ptr();
+  a.x = (DX || DW) ? x.data_ptr() : nullptr;
+  a.w = DX && w.defined() ? w.data_ptr() : nullptr;
+  a.mean = LN && (DX || DW) ? mean.data_ptr<float>() : nullptr;
+  a.rstd = (DX || DW) ? rstd.data_ptr<float>() : nullptr;
+  a.dres = DX && dres.defined() ? dres.data_ptr() : nullptr;
+  const Config c = plan(dim, sizeof(T), {a.dx, a.dy, a.x, a.w, a.dres}, Pass::backward);
+  a.rows = rows;
+  a.dim = static_cast<int>(dim);
+  a.nv = static_cast<int>(c.nv);
+  a.tpr = c.tpr;
+  a.gpb = c.gpb;
+  a.inv_dim = 1.f / static_cast<float>(dim);
+  cudaStream_t s = stream_for(dy);
+  const int device = dy.device().index;
+  const int64_t prows = (DW || DB) ? partial.shape()[0] : 0;
+  const int64_t row_bytes = rows * dim * int64_t(sizeof(T));
+  a.evict_first = DX ? read_evict_first(row_bytes * (a.dres ? 4 : 3), 1.5, device)
+                     : read_evict_first(row_bytes * (DW ? 2 : 1), 5.0, device);
+  if constexpr (!DX) {
+    launch_param_backward<T, LN, DW, DB>(a, c, prows, s, device);
+  } else if (!LN && a.dres) {
+    // The residual-gradient add (fused_add_rms_norm) is its own instantiation, so plain
+    // rms_norm / layer_norm pay no registers for it.
+    if constexpr (!LN) launch_dx_backward<T, LN, DW, DB, true>(a, c, prows, s, device);
+  } else {
+    launch_dx_backward<T, LN, DW, DB, false>(a, c, prows, s, device);
+  }
+  TG_CUDA_CHECK_LAUNCH("norm backward");
+}
+
+// Calls f(type_tag<T>) for the float32 / bfloat16 dtypes the CUDA kernels support.
+template <class F>
+void dispatch_gpu_float(DType t, const char* op, F&& f) {
+  if (t == kFloat32) return f(static_cast<float*>(nullptr));
+  if (t == kBFloat16) return f(static_cast<bf16*>(nullptr));
+  fail(op, "on the GPU wants float32 or bfloat16, got ", t);
+}
+
+}  // namespace tg::cuda::normk
