@@ -31,10 +31,11 @@
 //    so loads never wait on the reduction;
 //    Hopper instructions: where the kernel was compiled for an older GPU its body is empty and
 //    the planner never picks it (staged_supported);
-//  - norm_bwd_loop_kernel: rows wider than the register kernels take (runtime loops, the row
-//    re-read from L2 for the second pass, dW accumulated in the block's partial row);
-//  - norm_bwd_param_kernel: dW / dB without dx (x needs no gradient): no row sums, so the rows
-//    tile in two dimensions and the partial rows are a few per column tile.
+//  - norm_bwd_loop_kernel: dx of rows wider than the register kernels take (runtime loops, the
+//    row re-read from L2 for the second pass);
+//  - norm_bwd_param_kernel: dW / dB without dx (x needs no gradient), and of rows too wide for
+//    registers after the looping kernel's dx: no row sums, so the rows tile in two dimensions
+//    and the partial rows are a few per column tile.
 // Small launches read their rows with an L2 evict-first policy (RowRead, read_evict_first).
 // TG_NORM_STAGED=0 turns the staged kernel off (benchmarks compare).
 #pragma once

@@ -137,13 +137,14 @@ const void* fwd_kernel(const Config& c) {
   return fn;
 }
 
-// The backward kernel with dx of a config: register-resident or looping.
+// The backward kernel with dx of a config: register-resident or looping (dx alone: rows too
+// wide for registers get dW / dB from the tiled kernel, launch_backward).
 template <class T, bool LN, bool DW, bool DB, bool RES>
 const void* bwd_kernel(const Config& c) {
   const void* fn = nullptr;
   with_shape<T>(c, [&](auto n, auto it) {
     constexpr int N = decltype(n)::value, IT = decltype(it)::value;
-    if constexpr (IT == 0) fn = reinterpret_cast<const void*>(&norm_bwd_loop_kernel<T, N, LN, DW, DB>);
+    if constexpr (IT == 0) fn = reinterpret_cast<const void*>(&norm_bwd_loop_kernel<T, N, LN>);
     else fn = reinterpret_cast<const void*>(&norm_bwd_kernel<T, N, IT, LN, DW, DB, RES>);
   });
   return fn;
@@ -363,14 +364,15 @@ ParamLaunch param_plan(const Config& c, int64_t rows, int device, int64_t max_sp
   return p;
 }
 
-// Rows of the partial buffer: the persistent grid of the variant (the row splits for dW / dB
-// alone), on x's shape and alignment.
+// Rows of the partial buffer: the persistent grid of the variant (the row splits where the
+// tiled kernel sums dW / dB: without dx, or rows too wide for registers), on x's shape and
+// alignment.
 template <class T, bool LN, bool DX, bool DW, bool DB>
 int64_t partial_rows(const Tensor& x) {
   const int64_t dim = x.shape()[1], rows = x.shape()[0];
   const int device = x.device().index;
   const Config c = plan(dim, sizeof(T), {x.data_ptr()}, Pass::backward);
-  if constexpr (!DX) {
+  if (!DX || c.iters == 0) {
     return param_plan<T, LN, DW, DB>(c, rows, device, INT32_MAX).g.splits;
   } else {
     const Staged st = staged_plan<T, LN, DW, DB, false>(c, dim, device);
@@ -400,11 +402,12 @@ void launch_param_backward(const BwdArgs& a, const Config& c, int64_t partial_ro
   });
 }
 
-// dx, and dW / dB when asked: the staged kernel where it applies, else the register-resident or
-// the looping kernel. With dW / dB the grid is persistent and co-resident (a cooperative
-// launch) and at most the partial buffer's rows.
+// dx, and dW / dB when asked: the staged kernel where it applies, else the register-resident
+// kernel, or for dx alone the looping kernel. With dW / dB the grid is persistent and
+// co-resident (a cooperative launch) and at most the partial buffer's rows.
 template <class T, bool LN, bool DW, bool DB, bool RES>
 void launch_dx_backward(const BwdArgs& a, const Config& c, int64_t partial_rows, cudaStream_t s, int device) {
+  TG_CHECK(c.iters != 0 || !(DW || DB), "norm backward", "internal: the looping kernel computes dx alone");
   auto reducing_grid = [&](int resident) { return static_cast<int>(std::min<int64_t>(resident, partial_rows)); };
   const Staged st = staged_plan<T, LN, DW, DB, RES>(c, a.dim, device);
   if (st.stages) {
@@ -431,13 +434,13 @@ void launch_dx_backward(const BwdArgs& a, const Config& c, int64_t partial_rows,
   allow_smem(fn, smem, device);
   with_shape<T>(c, [&](auto n, auto it) {
     constexpr int N = decltype(n)::value, IT = decltype(it)::value;
-    if constexpr (IT == 0) launch(DW || DB, norm_bwd_loop_kernel<T, N, LN, DW, DB>, grid, c.block, smem, s, a);
+    if constexpr (IT == 0) launch(false, norm_bwd_loop_kernel<T, N, LN>, grid, c.block, smem, s, a);
     else launch(DW || DB, norm_bwd_kernel<T, N, IT, LN, DW, DB, RES>, grid, c.block, smem, s, a);
   });
 }
 
-// One backward launch of variant <DX, DW, DB>: dx, and dw / db through the partial buffer (the
-// op sized it with partial_rows) in the same kernel.
+// The backward of variant <DX, DW, DB>: dx, and dw / db through the partial buffer (the op sized
+// it with partial_rows) in the same kernel; two launches for rows too wide for registers.
 template <class T, bool LN, bool DX, bool DW, bool DB>
 void launch_backward(const char* op, const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& partial,
                      const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
@@ -471,6 +474,14 @@ void launch_backward(const char* op, const Tensor& dx, const Tensor& dw, const T
                      : read_evict_first(row_bytes * (DW ? 2 : 1), 5.0, device);
   if constexpr (!DX) {
     launch_param_backward<T, LN, DW, DB>(a, c, prows, s, device);
+  } else if (c.iters == 0 && (DW || DB)) {
+    // Rows too wide for registers: dx by the looping kernel, then dW / dB by the tiled kernel,
+    // a second read of x and dy (the looping kernel reads them twice already) for a partial
+    // buffer of a few rows rather than one as wide as a row for every block.
+    if constexpr (DW || DB) {
+      launch_dx_backward<T, LN, false, false, false>(a, c, 0, s, device);
+      launch_param_backward<T, LN, DW, DB>(a, c, prows, s, device);
+    }
   } else if (!LN && a.dres) {
     // The residual-gradient add (fused_add_rms_norm) is its own instantiation, so plain
     // rms_norm / layer_norm pay no registers for it.
