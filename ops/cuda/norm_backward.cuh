@@ -186,8 +186,7 @@ __global__ void __launch_bounds__(max_tpr(ITERS), min_blocks(ITERS, DW || DB)) n
 // writes row k, rows k+1 .. k+stages-1 are arriving, so memory never waits on the reduction.
 // The block copies row k's vectors from shared memory to registers and proceeds with the same
 // per-row arithmetic as norm_bwd_kernel (so dx is bitwise the same as there); w stays in
-// registers for the whole kernel where few accumulators need them (staged_w_in_registers), rstd /
-// mean of the next row are fetched a row ahead.
+// registers for the whole kernel, rstd / mean of the next row are fetched a row ahead.
 // Memory per row: as norm_bwd_kernel (x and dy through shared memory, read once from DRAM).
 __device__ __forceinline__ unsigned smem_u32(const void* p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p));
@@ -241,11 +240,6 @@ constexpr int staged_min_blocks(int iters, int kept) {
   return (iters == 1 ? kept <= 16 : iters == 2 && kept < 16) ? 2 : 1;
 }
 constexpr int kStageHeader = 128;  // the mbarriers, before the first stage
-// Whether the staged kernel holds w in registers for the whole kernel (few floats kept
-// besides the row) or loads its vectors again for each pass of each row (from L1: w is read by
-// every row of the block), freeing a vector's registers where the dW / dB accumulators need
-// them.
-__host__ __device__ constexpr bool staged_w_in_registers(int kept) { return kept < 16; }
 
 template <class T, int N, int ITERS, bool LN, bool DW, bool DB, bool RES>
 __global__ void __launch_bounds__(kMaxTpr, staged_min_blocks(ITERS, ITERS * N * (int(DW) + int(DB) + int(RES))))
@@ -286,25 +280,13 @@ __global__ void __launch_bounds__(kMaxTpr, staged_min_blocks(ITERS, ITERS * N * 
   if (threadIdx.x == 0)
     for (int64_t k = 0; k < mine && k < stages; ++k) issue(k);
 
-  constexpr bool kWRegs = staged_w_in_registers(ITERS * N * (int(DW) + int(DB) + int(RES)));
-  [[maybe_unused]] P wv[kWRegs ? ITERS : 1];
-  if constexpr (kWRegs)
+  [[maybe_unused]] P wv[ITERS];
 #pragma unroll
-    for (int i = 0; i < ITERS; ++i) {
-      const int v = lane + i * a.tpr;
-      if (v < a.nv) load_weight(wv[i], w, v);
-      else zero_pack(wv[i]);
-    }
-  // w's vector i of this thread, from the registers or loaded (only for columns in the row).
-  auto w_of = [&](int i) {
-    if constexpr (kWRegs) {
-      return wv[i];
-    } else {
-      P p;
-      load_weight(p, w, lane + i * a.tpr);
-      return p;
-    }
-  };
+  for (int i = 0; i < ITERS; ++i) {
+    const int v = lane + i * a.tpr;
+    if (v < a.nv) load_weight(wv[i], w, v);
+    else zero_pack(wv[i]);
+  }
   [[maybe_unused]] float wacc[DW ? ITERS : 1][DW ? N : 1] = {};
   [[maybe_unused]] float bacc[DB ? ITERS : 1][DB ? N : 1] = {};
   float rs_next = 0.f, mu_next = 0.f;
@@ -348,18 +330,14 @@ __global__ void __launch_bounds__(kMaxTpr, staged_min_blocks(ITERS, ITERS * N * 
     }
     float sums[LN ? 2 : 1] = {};
 #pragma unroll
-    for (int i = 0; i < ITERS; ++i) {
-      P wi;
-      if (in[i]) wi = w_of(i);
-      else zero_pack(wi);
+    for (int i = 0; i < ITERS; ++i)
 #pragma unroll
       for (int e = 0; e < N; ++e) {
         const float d = elem(dyv[i], e), xc = centered<LN>(elem(xv[i], e), mu);
-        add_dx_sums<LN>(sums, __fmul_rn(d, elem(wi, e)), xc);
+        add_dx_sums<LN>(sums, __fmul_rn(d, elem(wv[i], e)), xc);
         if constexpr (DW) wacc[i][e] = dw_term(wacc[i][e], d, xc, rs);
         if constexpr (DB) bacc[i][e] = __fadd_rn(bacc[i][e], d);
       }
-    }
     // The reduction's barrier also means every thread has its vectors: the stage is refilled.
     group_sum(sums, a.tpr, smem, phase);
     if (threadIdx.x == 0 && k + stages < mine) {
@@ -370,12 +348,11 @@ __global__ void __launch_bounds__(kMaxTpr, staged_min_blocks(ITERS, ITERS * N * 
 #pragma unroll
     for (int i = 0; i < ITERS; ++i) {
       if (!in[i]) continue;
-      const P wi = w_of(i);
       float out[N];
 #pragma unroll
       for (int e = 0; e < N; ++e) {
         const float d = elem(dyv[i], e);
-        out[e] = dx_of<LN>(__fmul_rn(d, elem(wi, e)), centered<LN>(elem(xv[i], e), mu), kc);
+        out[e] = dx_of<LN>(__fmul_rn(d, elem(wv[i], e)), centered<LN>(elem(xv[i], e), mu), kc);
         if constexpr (RES) out[e] = __fadd_rn(out[e], elem(rv[i], e));
       }
       store<Access::plain>(dx + off + (lane + i * a.tpr) * N, pack_of<T, N>(out));
