@@ -18,7 +18,8 @@
 //   norm_bench [--reps N] [--csv out.csv] [--quick] [--only rms|ln] [--dtype bf16|fp32]
 //              [--shape ROWSxDIM] [--mode NAME] [--no-graph]
 // (--shape times one problem of any size instead of the list, --mode one mask mode: for a
-// profiler or a sweep.)
+// profiler or a sweep.) TG_BENCH_DOT=DIR writes each captured graph there as DOT (what one
+// timed call launched: a frozen backward is one kernel node).
 // The CSV has one row per case; bench/torch_norm_ref.py --ours out.csv prints PyTorch's times
 // for the same cases beside ours (bench/norm_run.sh runs both).
 #include <cuda_runtime.h>
@@ -107,6 +108,11 @@ struct Timer {
       TG_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
       f();
       TG_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+      if (const char* dot = std::getenv("TG_BENCH_DOT")) {
+        static int k = 0;
+        const std::string path = std::string(dot) + "/g" + std::to_string(k++) + ".dot";
+        TG_CUDA_CHECK(cudaGraphDebugDotPrint(graph, path.c_str(), 0));
+      }
       TG_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
       TG_CUDA_CHECK(cudaGraphDestroy(graph));
       TG_CUDA_CHECK(cudaGraphLaunch(exec, s));
