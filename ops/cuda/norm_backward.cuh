@@ -384,11 +384,11 @@ __global__ void __launch_bounds__(kMaxTpr, staged_min_blocks(ITERS, ITERS * N * 
 }
 
 // Looping backward for rows too wide for registers (gpb == 1), dx alone: pass 1 the sums dx
-// needs, pass 2 dx. Pass 2 re-reads x and dy (mostly from L2). dW / dB of such rows are the
-// tiled kernel's, in a second launch (launch_backward): accumulated here, a block per row,
-// each block's partial row was as wide as the row and the partial buffer as large as the
-// input (H200, LayerNorm bf16 256x65536 with dW and dB: 460 us; in two launches 80, against
-// 51 for dx alone).
+// needs, pass 2 dx. Pass 2 re-reads x and dy (mostly from L2). dW / dB of such rows come from
+// the tiled kernel in a second launch (launch_backward). Accumulating them here needed a
+// partial row as wide as the row for every block, a buffer as large as the input (H200,
+// LayerNorm bf16 256x65536 with dW and dB: 460 us that way, 80 in two launches, 51 for dx
+// alone).
 template <class T, int N, bool LN>
 __global__ void __launch_bounds__(1024) norm_bwd_loop_kernel(BwdArgs a) {
   using P = Pack<T, N>;
