@@ -13,6 +13,7 @@ With --ours (norm_bench --csv output) every row also shows our time and torch / 
 """
 import argparse
 import csv
+import os
 import statistics
 import sys
 
@@ -30,6 +31,9 @@ DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 
 def timer(reps, warmup=5):
     flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    # TG_BENCH_FLUSH=clean (as in norm_bench): a read of another 256 MB after the memset, so
+    # the timed call starts from an L2 of clean lines.
+    clean = torch.zeros(64 << 20, dtype=torch.float32, device="cuda") if os.environ.get("TG_BENCH_FLUSH") == "clean" else None
     start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
 
     def run(fn):
@@ -47,6 +51,8 @@ def timer(reps, warmup=5):
         times = []
         for i in range(reps):
             flush.fill_(i & 0xFF)
+            if clean is not None:
+                clean.amax()
             start.record()
             graph.replay()
             stop.record()
