@@ -9,6 +9,9 @@ decides what backward computes (frozen weight: no dW).
 
   python3 bench/torch_norm_ref.py [--reps N] [--quick] [--no-compile] [--ours norm.csv] [--csv out.csv]
 
+TG_BENCH_FLUSH=clean (as for norm_bench) reads another 256 MB after the memset, so each call starts
+from an L2 of clean lines.
+
 With --ours (norm_bench --csv output) every row also shows our time and torch / ours.
 """
 import argparse
