@@ -8,6 +8,7 @@ flushes the L2 (as norm_bench times ours); median of --reps replays, in microsec
 decides what backward computes (frozen weight: no dW).
 
   python3 bench/torch_norm_ref.py [--reps N] [--quick] [--no-compile] [--ours norm.csv] [--csv out.csv]
+                                  [--only rms|ln] [--dtype bf16|fp32] [--shape ROWSxDIM]
 
 TG_BENCH_FLUSH=clean (as for norm_bench) reads another 256 MB after the memset, so each call starts
 from an L2 of clean lines.
@@ -89,6 +90,7 @@ def main():
     ap.add_argument("--csv", help="write our rows here")
     ap.add_argument("--only", choices=["rms", "ln"])
     ap.add_argument("--dtype", choices=["bf16", "fp32"])
+    ap.add_argument("--shape", help="ROWSxDIM: this problem instead of the list")
     args = ap.parse_args()
 
     ours, copy_bw = {}, None
@@ -113,7 +115,10 @@ def main():
             if args.dtype and args.dtype != dname:
                 continue
             es = 2 if dt == torch.bfloat16 else 4
-            for rows, dim in (QUICK if args.quick else SHAPES):
+            shapes = QUICK if args.quick else SHAPES
+            if args.shape:
+                shapes = [tuple(int(v) for v in args.shape.lower().split("x"))]
+            for rows, dim in shapes:
                 for backend in backends:
                     for mode, mx, mw, mb in (LN_MODES if op == "layer_norm" else RMS_MODES):
                         g = torch.Generator(device="cuda").manual_seed(0)
