@@ -213,6 +213,11 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  if (const char* f = std::getenv("TG_BENCH_FLUSH");
+      f && std::strcmp(f, "memset") && std::strcmp(f, "kernel") && std::strcmp(f, "clean")) {
+    std::fprintf(stderr, "norm_bench: TG_BENCH_FLUSH wants memset, kernel or clean, got %s\n", f);
+    return 2;
+  }
   if (!cuda_is_available()) {
     std::fprintf(stderr, "norm_bench: no CUDA device\n");
     return 1;
@@ -226,6 +231,7 @@ int main(int argc, char** argv) {
   std::printf("device: %s, %d SMs, L2 %.0f MB; copy bandwidth (read + write): %.0f GB/s; timing: %s\n", prop.name,
               prop.multiProcessorCount, prop.l2CacheSize / 1e6, copy_bw / 1e9, graph ? "CUDA graph replay" : "direct calls");
   if (const char* t = std::getenv("TG_NORM_TPR")) std::printf("TG_NORM_TPR=%s\n", t);
+  if (std::getenv("TG_BENCH_FLUSH")) std::printf("TG_BENCH_FLUSH=%s\n", timer.flush_mode);
 
   std::vector<std::pair<int64_t, int64_t>> shapes = {{2048, 4096}, {4096, 4096}, {4096, 8192}, {8192, 4096},
                                                      {8192, 8192}, {16384, 8192}, {8192, 1500}, {8192, 3584},

@@ -33,11 +33,28 @@ LN_MODES = [("full", True, True, True), ("w_frozen", True, False, True), ("b_fro
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 
 
+def flush_mode():
+    mode = os.environ.get("TG_BENCH_FLUSH", "memset")
+    if mode not in ("memset", "kernel", "clean"):
+        sys.exit(f"torch_norm_ref.py: TG_BENCH_FLUSH wants memset, kernel or clean, got {mode}")
+    return mode  # "kernel": PyTorch's flush is a fill kernel either way
+
+
+def shape_arg(s):
+    try:
+        rows, dim = (int(v) for v in s.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"wants ROWSxDIM, got {s}")
+    if rows < 1 or dim < 1:
+        raise argparse.ArgumentTypeError(f"wants ROWSxDIM, got {s}")
+    return rows, dim
+
+
 def timer(reps, warmup=5):
     flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
     # TG_BENCH_FLUSH=clean (as in norm_bench): a read of another 256 MB after the memset, so
     # the timed call starts from an L2 of clean lines.
-    clean = torch.zeros(64 << 20, dtype=torch.float32, device="cuda") if os.environ.get("TG_BENCH_FLUSH") == "clean" else None
+    clean = torch.zeros(64 << 20, dtype=torch.float32, device="cuda") if flush_mode() == "clean" else None
     start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
 
     def run(fn):
@@ -90,7 +107,7 @@ def main():
     ap.add_argument("--csv", help="write our rows here")
     ap.add_argument("--only", choices=["rms", "ln"])
     ap.add_argument("--dtype", choices=["bf16", "fp32"])
-    ap.add_argument("--shape", help="ROWSxDIM: this problem instead of the list")
+    ap.add_argument("--shape", type=shape_arg, help="ROWSxDIM: this problem instead of the list")
     args = ap.parse_args()
 
     ours, copy_bw = {}, None
@@ -102,7 +119,7 @@ def main():
 
     run = timer(args.reps)
     backends = ["eager"] + ([] if args.no_compile else ["compile"])
-    print(f"torch {torch.__version__} on {torch.cuda.get_device_name()}")
+    print(f"torch {torch.__version__} on {torch.cuda.get_device_name()}, flush: {flush_mode()}")
     hdr = f"{'backend':8} {'op':10} {'dtype':5} {'shape':13} {'mode':11} {'torch us':>9} {'GB/s':>7}"
     if ours:
         hdr += f" {'ours us':>9} {'torch/ours':>10}"
@@ -117,7 +134,7 @@ def main():
             es = 2 if dt == torch.bfloat16 else 4
             shapes = QUICK if args.quick else SHAPES
             if args.shape:
-                shapes = [tuple(int(v) for v in args.shape.lower().split("x"))]
+                shapes = [args.shape]
             for rows, dim in shapes:
                 for backend in backends:
                     for mode, mx, mw, mb in (LN_MODES if op == "layer_norm" else RMS_MODES):
