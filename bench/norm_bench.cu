@@ -228,10 +228,10 @@ int main(int argc, char** argv) {
   timer.use_graph = false;  // the copy is one call
   const double copy_bw = copy_bandwidth(timer);
   timer.use_graph = graph;
-  std::printf("device: %s, %d SMs, L2 %.0f MB; copy bandwidth (read + write): %.0f GB/s; timing: %s\n", prop.name,
-              prop.multiProcessorCount, prop.l2CacheSize / 1e6, copy_bw / 1e9, graph ? "CUDA graph replay" : "direct calls");
+  std::printf("device: %s, %d SMs, L2 %.0f MB; copy bandwidth (read + write): %.0f GB/s; timing: %s; flush: %s\n",
+              prop.name, prop.multiProcessorCount, prop.l2CacheSize / 1e6, copy_bw / 1e9,
+              graph ? "CUDA graph replay" : "direct calls", timer.flush_mode);
   if (const char* t = std::getenv("TG_NORM_TPR")) std::printf("TG_NORM_TPR=%s\n", t);
-  if (std::getenv("TG_BENCH_FLUSH")) std::printf("TG_BENCH_FLUSH=%s\n", timer.flush_mode);
 
   std::vector<std::pair<int64_t, int64_t>> shapes = {{2048, 4096}, {4096, 4096}, {4096, 8192}, {8192, 4096},
                                                      {8192, 8192}, {16384, 8192}, {8192, 1500}, {8192, 3584},
