@@ -38,22 +38,31 @@ inline int blocks_per_sm(const void* fn, int block, size_t smem, int device) {
 }
 
 // Threads per row the planner aims for at most (then more vectors per thread, up to
-// kMaxIters): 512, and 256 for a backward over rows of 8-byte vectors. On the H200, same run
-// each: for rows of 16-byte vectors 512 and 256 ran the same for dx alone (bf16 RMSNorm
-// 8192x8192: 100.1 / 101.4 us) and 512 was faster with dW (110.0 / 115.4); for 8-byte vectors
-// (bf16 8192x1500) 256 was faster in every variant but dW alone (RMS frozen 29.5 -> 27.5, full
-// 42.4 -> 39.0; LayerNorm full 55.6 -> 42.0; dW alone 29.0 -> 29.6; 128: frozen 25.5 but full
-// 44.5). The choice never depends on the mask, so frozen and unfrozen variants reduce a row in
+// kMaxIters): 512; for a backward, 256 over rows of 8-byte vectors and 16 over rows of at most
+// 32 vectors. On the H200, same run each: for rows of 16-byte vectors 512 and 256 ran the same
+// for dx alone (bf16 RMSNorm 8192x8192: 100.1 / 101.4 us) and 512 was faster with dW (110.0 /
+// 115.4); 1024 (one vector a thread) was 2-4% slower in every mode at rows of 1024 vectors
+// (bf16 RMSNorm 8192x8192 frozen 100.8 -> 104.1, LayerNorm full 112.7 -> 137.1; run 47). For
+// 8-byte vectors (bf16 8192x1500) 256 was faster in every variant but dW alone (RMS frozen
+// 29.5 -> 27.5, full 42.4 -> 39.0; LayerNorm full 55.6 -> 42.0; dW alone 29.0 -> 29.6; 128:
+// frozen 25.5 but full 44.5). For rows of 32 vectors (float32 262144x128) 16 threads, two
+// vectors each, were faster with dW / dB than 32 (RMS full 109.2 -> 107.5, LayerNorm full 111.0
+// -> 109.0, weight frozen 110.1 -> 106.4) and the same for dx alone; 8 and 4 were slower (run
+// 50). The choice never depends on the mask, so frozen and unfrozen variants reduce a row in
 // the same order (bitwise-identical dx). TG_NORM_TPR overrides it (benchmarks sweep it).
 enum class Pass { forward, backward };
-inline int preferred_tpr(int vb, Pass pass) {
+inline int preferred_tpr(int vb, int64_t nv, Pass pass) {
   static const int forced = [] {
     const char* s = std::getenv("TG_NORM_TPR");
     const int t = s ? std::atoi(s) : 0;
-    return t >= 32 && t <= kLoopTpr ? t : 0;  // above kMaxTpr: the looping kernels
+    return t >= 1 && t <= kLoopTpr ? t : 0;
   }();
   if (forced) return forced;
-  return pass == Pass::backward && vb == 8 ? 256 : kMaxTpr;
+  if (pass == Pass::backward) {
+    if (vb == 8) return 256;
+    if (nv <= 32) return 16;
+  }
+  return kMaxTpr;
 }
 
 struct Config {
@@ -78,7 +87,7 @@ inline Config plan(int64_t dim, int esize, std::initializer_list<const void*> pt
   };
   while (c.vb > esize && !fits(c.vb)) c.vb = c.vb == 16 ? 8 : esize;
   c.nv = dim * esize / c.vb;
-  const int pref = preferred_tpr(c.vb, pass);
+  const int pref = preferred_tpr(c.vb, c.nv, pass);
   c.iters = 1;
   while (c.iters < kMaxIters && (c.nv + c.iters - 1) / c.iters > pref) c.iters *= 2;
   int64_t tpr = (c.nv + c.iters - 1) / c.iters;
@@ -423,14 +432,15 @@ void launch_dx_backward(const BwdArgs& a, const Config& c, int64_t partial_rows,
   }
   const void* fn = bwd_kernel<T, LN, DW, DB, RES>(c);
   const size_t smem = bwd_smem<T, DW, DB>(c);
-  // dx alone, a row per block of 16-byte vectors: a block per row (the hardware schedules
-  // them, several rows in flight per multiprocessor, no tail of unequal loops); small rows and
-  // rows of 8-byte or scalar accesses: a persistent grid (H200, bf16 8192x1500: 33.9 us
-  // persistent, 38.4 a block per row).
+  // dx alone over rows of 16-byte vectors: a block per row group (the hardware schedules
+  // them, several in flight per multiprocessor, no tail of unequal loops); rows of 8-byte or
+  // scalar accesses: a persistent grid. H200: bf16 8192x1500 33.9 us persistent, 38.4 a block
+  // per row; 262144x128 frozen, 16 or 32 rows a block, a block per group against persistent
+  // (run 50): RMS bf16 55.0 -> 52.5, float32 103.1 -> 98.7, LayerNorm 55.3 -> 53.9, 103.2 -> 99.0.
   const int resident = grid_for(a.rows, c, fn, smem, device);
   const int grid = (DW || DB) ? reducing_grid(resident)
-                   : c.gpb == 1 && c.iters && c.vb == 16 ? static_cast<int>(std::min<int64_t>(a.rows, INT32_MAX))
-                                                         : resident;
+                   : c.iters && c.vb == 16 ? static_cast<int>(std::min<int64_t>((a.rows + c.gpb - 1) / c.gpb, INT32_MAX))
+                                           : resident;
   allow_smem(fn, smem, device);
   with_shape<T>(c, [&](auto n, auto it) {
     constexpr int N = decltype(n)::value, IT = decltype(it)::value;
