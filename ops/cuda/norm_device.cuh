@@ -5,10 +5,10 @@
 //
 // Layout of the work. A row of `dim` elements is split into `nv` vectors of VB bytes (16 when
 // dim and every pointer allow it, else 8, else one element). A group of `tpr` threads owns a
-// row (tpr aims at preferred_tpr(): 512, or 256 for a backward over 8-byte vectors); thread
-// `lane` holds vectors lane, lane + tpr, ... (ITERS of them, a compile-time count, so the row
-// lives in registers between the loads and the stores). A block holds `gpb` groups (several
-// only for rows of <= 32 threads). Row reductions are a warp butterfly and, for rows wider than
+// row (tpr aims at preferred_tpr(): 512; for a backward 256 over 8-byte vectors, 16 over rows
+// of at most 32 vectors); thread `lane` holds vectors lane, lane + tpr, ... (ITERS of them, a
+// compile-time count, so the row lives in registers between the loads and the stores). A block
+// holds `gpb` groups (several only for rows of <= 32 threads). Row reductions are a warp butterfly and, for rows wider than
 // a warp, one shared-memory step and a second butterfly: a fixed order, deterministic.
 //
 // Backward, per row: the rstd (and mean) saved by forward make one reduction enough for dx
