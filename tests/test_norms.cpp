@@ -365,9 +365,9 @@ INSTANTIATE_TEST_SUITE_P(Device, Norms, ::testing::Values(Device::cpu(), Device:
                          [](const auto& info) { return info.param.is_cpu() ? "cpu" : "cuda"; });
 
 // ---- GPU against the CPU backend over every width class of the CUDA kernels ----
-// Widths: a sub-warp row (128), odd widths (1500: 8-byte vectors; 3584; 1501: scalar loads),
-// the register-resident sizes up to 8192, and 70000 (over the register limit: the looping
-// kernel); 2048 rows give the dW / dB reduction hundreds of partial rows. float32 and bfloat16
+// Widths: a sub-warp row (128), odd widths (1500: 8-byte vectors; 3584; 1501: scalar loads; 27:
+// scalar loads, two a thread, 16 rows a block), the register-resident sizes up to 8192, and
+// 70000 (over the register limit: the looping kernel); 2048 rows give the dW / dB reduction hundreds of partial rows. float32 and bfloat16
 // on the GPU against float32 on the CPU on the same values. dW / dB are checked from the full
 // variant and from the dW / dB-only kernel (x frozen), whose tiling differs by width (70000: more
 // column tiles than resident blocks; 300 x 16384: several unrolled row steps a thread).
@@ -378,7 +378,7 @@ TEST(NormsCuda, MatchesCpuOverWidthClasses) {
   };
   const std::vector<Case> cases = {{300, 128}, {64, 1500}, {33, 1501}, {40, 3584}, {16, 4096},
                                    {12, 8192}, {3, 70000}, {1000, 64}, {7, 1}, {5, 33}, {2048, 1024},
-                                   {300, 16384}};
+                                   {300, 16384}, {50, 27}};
   for (DType dt : {kFloat32, kBFloat16})
     for (const Case& c : cases)
       for (Kind k : {Kind::Rms, Kind::Fused, Kind::Ln}) {

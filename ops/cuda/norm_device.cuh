@@ -8,8 +8,9 @@
 // row (tpr aims at preferred_tpr(): 512; for a backward 256 over 8-byte vectors, 16 over rows
 // of at most 32 vectors); thread `lane` holds vectors lane, lane + tpr, ... (ITERS of them, a
 // compile-time count, so the row lives in registers between the loads and the stores). A block
-// holds `gpb` groups (several only for rows of <= 32 threads). Row reductions are a warp butterfly and, for rows wider than
-// a warp, one shared-memory step and a second butterfly: a fixed order, deterministic.
+// holds `gpb` groups (several only for rows of <= 32 threads). Row reductions are a warp
+// butterfly and, for rows wider than a warp, one shared-memory step and a second butterfly: a
+// fixed order, deterministic.
 //
 // Backward, per row: the rstd (and mean) saved by forward make one reduction enough for dx
 // (the formula is in "backward arithmetic" below). The kernels are compiled per <DX, DW, DB>.
