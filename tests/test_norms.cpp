@@ -367,10 +367,11 @@ INSTANTIATE_TEST_SUITE_P(Device, Norms, ::testing::Values(Device::cpu(), Device:
 // ---- GPU against the CPU backend over every width class of the CUDA kernels ----
 // Widths: a sub-warp row (128), odd widths (1500: 8-byte vectors; 3584; 1501: scalar loads; 27:
 // scalar loads, two a thread, 16 rows a block), the register-resident sizes up to 8192, and
-// 70000 (over the register limit: the looping kernel); 2048 rows give the dW / dB reduction hundreds of partial rows. float32 and bfloat16
-// on the GPU against float32 on the CPU on the same values. dW / dB are checked from the full
-// variant and from the dW / dB-only kernel (x frozen), whose tiling differs by width (70000: more
-// column tiles than resident blocks; 300 x 16384: several unrolled row steps a thread).
+// 70000 (over the register limit: the looping kernel); 2048 rows give the dW / dB reduction
+// hundreds of partial rows. float32 and bfloat16 on the GPU against float32 on the CPU on the
+// same values. dW / dB are checked from the full variant and from the dW / dB-only kernel (x
+// frozen), whose tiling differs by width (70000: more column tiles than resident blocks; 300 x
+// 16384: several unrolled row steps a thread).
 TEST(NormsCuda, MatchesCpuOverWidthClasses) {
   TG_REQUIRE_CUDA();
   struct Case {
