@@ -47,9 +47,10 @@ inline int blocks_per_sm(const void* fn, int block, size_t smem, int device) {
 // 29.5 -> 27.5, full 42.4 -> 39.0; LayerNorm full 55.6 -> 42.0; dW alone 29.0 -> 29.6; 128:
 // frozen 25.5 but full 44.5). For rows of 32 vectors (float32 262144x128) 16 threads, two
 // vectors each, were faster with dW / dB than 32 (RMS full 109.2 -> 107.5, LayerNorm full 111.0
-// -> 109.0, weight frozen 110.1 -> 106.4) and the same for dx alone; 8 and 4 were slower (run
-// 50). The choice never depends on the mask, so frozen and unfrozen variants reduce a row in
-// the same order (bitwise-identical dx). TG_NORM_TPR overrides it (benchmarks sweep it).
+// -> 109.0, weight frozen 110.1 -> 106.4) and the same for dx alone; 8 ran as 16 with dW / dB
+// and up to 1% slower for dx alone, 4 slower in every mode (run 50). The choice never depends
+// on the mask, so frozen and unfrozen variants reduce a row in the same order (bitwise-identical
+// dx). TG_NORM_TPR overrides it (benchmarks sweep it).
 enum class Pass { forward, backward };
 inline int preferred_tpr(int vb, int64_t nv, Pass pass) {
   static const int forced = [] {
