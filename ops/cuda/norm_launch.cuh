@@ -41,8 +41,9 @@ inline int blocks_per_sm(const void* fn, int block, size_t smem, int device) {
 // kMaxIters): 512; for a backward, 256 over rows of 8-byte vectors and 16 over rows of at most
 // 32 vectors. On the H200, same run each: for rows of 16-byte vectors 512 and 256 ran the same
 // for dx alone (bf16 RMSNorm 8192x8192: 100.1 / 101.4 us) and 512 was faster with dW (110.0 /
-// 115.4); 1024 (one vector a thread) was 2-4% slower in every mode at rows of 1024 vectors
-// (bf16 RMSNorm 8192x8192 frozen 100.8 -> 104.1, LayerNorm full 112.7 -> 137.1; run 47). For
+// 115.4); 1024 (one vector a thread) was slower at rows of 1024 vectors in every mode with dx,
+// 1-6% frozen and up to 25% with dW / dB (bf16 RMSNorm 8192x8192 frozen 100.8 -> 104.1,
+// LayerNorm full 112.7 -> 137.1; run 47). For
 // 8-byte vectors (bf16 8192x1500) 256 was faster in every variant but dW alone (RMS frozen
 // 29.5 -> 27.5, full 42.4 -> 39.0; LayerNorm full 55.6 -> 42.0; dW alone 29.0 -> 29.6; 128:
 // frozen 25.5 but full 44.5). For rows of 32 vectors (float32 262144x128) 16 threads, two
