@@ -20,7 +20,8 @@ namespace tg::cuda::normk {
 // same threads per row and the same summation order): the frozen and unfrozen variants give
 // bitwise the same dx.
 template <class T, int N, int ITERS, bool LN, bool DW, bool DB, bool RES>
-__global__ void __launch_bounds__(max_tpr(ITERS), min_blocks(ITERS, DW || DB)) norm_bwd_kernel(BwdArgs a) {
+__global__ void __launch_bounds__(max_tpr(ITERS), min_blocks(ITERS, DW || DB, std::is_same_v<T, float> && !(DW || DB)))
+    norm_bwd_kernel(BwdArgs a) {
   using P = Pack<T, N>;
   __shared__ float smem[2 * 32 * 2];
   const T* dy = static_cast<const T*>(a.dy);

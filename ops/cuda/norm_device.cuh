@@ -66,13 +66,19 @@ constexpr int kLoopTpr = 1024;   // threads per row in the looping kernels
 constexpr int kGroupBlock = 256; // block size when several rows share a block
 // The register-resident kernels' launch bounds: the widest block an ITERS instantiation is
 // launched with, and how many such blocks must fit on a multiprocessor (a register cap: 32 per
-// thread with 1 vector per thread, so four 512-thread blocks fit; 64 with 2, 128 with 4 or 8,
-// 255 with 16; a backward with dx that accumulates dW / dB gets 64 with 1 vector, as 32 spills).
+// thread with 1 vector per thread, so four 512-thread blocks fit; 64 with 2 (40 for a float32
+// dx alone), 128 with 4 or 8, 255 with 16; a backward with dx that accumulates dW / dB gets 64
+// with 1 vector, as 32 spills).
 constexpr int max_tpr(int iters) { return iters >= 16 ? 256 : kMaxTpr; }
-// (Three blocks with 2 vectors, 40 registers, spilled for bf16 and ran slower on the H200: bf16
-// RMSNorm 8192x8192 dx alone 119.7 us against 100.5 with two blocks and 56 registers.)
-constexpr int min_blocks(int iters, bool accumulates = false) {
-  return iters <= 1 ? (accumulates ? 2 : 4) : iters == 2 ? 2 : 1;
+// Three blocks with 2 vectors (40 registers) for a float32 backward of dx alone: it fits them
+// without spilling (ptxas; 48-50 registers unbounded) and ran 1-3.5% faster on the H200 at
+// float32 rows of 3584 and 4096 (run 56: RMSNorm 8192x3584 frozen 89.6 -> 86.9 us, 4096x4096 53.4
+// -> 52.7; LayerNorm 8192x3584 91.5 -> 88.3, 8192x4096 101.5 -> 99.3); at rows of 128, also two
+// vectors a thread, the same (LayerNorm 99.3 -> 99.2).
+// bf16 spills there and ran slower (RMSNorm 8192x8192 dx alone 119.7 us against 100.5 with two
+// blocks and 56 registers).
+constexpr int min_blocks(int iters, bool accumulates = false, bool float_dx_alone = false) {
+  return iters <= 1 ? (accumulates ? 2 : 4) : iters == 2 ? (float_dx_alone ? 3 : 2) : 1;
 }
 
 // ------------------------------------------------------------------ element conversion
