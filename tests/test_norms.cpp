@@ -371,7 +371,8 @@ INSTANTIATE_TEST_SUITE_P(Device, Norms, ::testing::Values(Device::cpu(), Device:
 // hundreds of partial rows. float32 and bfloat16 on the GPU against float32 on the CPU on the
 // same values. dW / dB are checked from the full variant and from the dW / dB-only kernel (x
 // frozen), whose tiling differs by width (70000: more column tiles than resident blocks; 300 x
-// 16384: several unrolled row steps a thread).
+// 16384: several unrolled row steps a thread). The frozen-parameter variant (dx alone: another
+// kernel or launch shape than the full one at most widths) gives bitwise the full one's dx.
 TEST(NormsCuda, MatchesCpuOverWidthClasses) {
   TG_REQUIRE_CUDA();
   struct Case {
@@ -429,6 +430,13 @@ TEST(NormsCuda, MatchesCpuOverWidthClasses) {
         EXPECT_TENSOR_NEAR(f32(gpu.dw), cpu.dw, tol, ptol);
         if (k == Kind::Fused) EXPECT_TENSOR_NEAR(f32(gpu.dres), cpu.dres, tol, tol);
         if (k == Kind::Ln) EXPECT_TENSOR_NEAR(f32(gpu.db), cpu.db, tol, ptol);
+        {
+          SCOPED_TRACE("parameters frozen");
+          const NormRun frozen = run(p, {"parameters frozen", true, true, false, false}, Device::cuda(0), 21);
+          ASSERT_FALSE(frozen.dw.defined());
+          EXPECT_TENSOR_EQ(frozen.dx, gpu.dx);
+          if (k == Kind::Fused) EXPECT_TENSOR_EQ(frozen.dres, gpu.dres);
+        }
         // x frozen: dW (and dB) alone; for LayerNorm also dB alone.
         std::vector<Mode> param_modes = {{"x frozen", false, false, true, true}};
         if (k == Kind::Ln) param_modes.push_back({"x and weight frozen", false, false, false, true});
