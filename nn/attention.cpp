@@ -24,13 +24,6 @@ Tensor merge_heads(const Tensor& x) {
 
 }  // namespace
 
-Tensor repeat_kv(const Tensor& x, int64_t n_rep) {
-  if (n_rep == 1) return x;
-  const Shape& s = x.shape();
-  TG_CHECK(x.dim() == 4, "repeat_kv", "x must be [B, KV, T, hd], got ", s);
-  return reshape(expand(unsqueeze(x, 2), {s[0], s[1], n_rep, s[2], s[3]}), {s[0], s[1] * n_rep, s[2], s[3]});
-}
-
 CausalSelfAttention::CausalSelfAttention(int64_t h, int64_t heads, int64_t kv_heads, bool bias, Generator& gen)
     : Module("CausalSelfAttention"), hidden(h), num_heads(heads), num_kv_heads(kv_heads ? kv_heads : heads) {
   TG_CHECK(heads > 0 && h % heads == 0, "CausalSelfAttention", "hidden ", h, " must be divisible by num_heads ",
@@ -57,8 +50,9 @@ Tensor CausalSelfAttention::forward(const Tensor& x, const Tensor& cos, const Te
     q = apply_rotary(q, cos, sin);
     k = apply_rotary(k, cos, sin);
   }
-  const int64_t n_rep = num_heads / num_kv_heads;
-  Tensor a = scaled_dot_product_attention(q, repeat_kv(k, n_rep), repeat_kv(v, n_rep), /*is_causal=*/true);
+  // Grouped-query heads: the attention kernels read each kv head for its query heads in place.
+  Tensor a = scaled_dot_product_attention(q, k, v, /*is_causal=*/true, std::nullopt, 0.0, default_generator(),
+                                          /*enable_gqa=*/num_kv_heads != num_heads);
   return o_proj->forward(merge_heads(a));
 }
 

@@ -27,10 +27,6 @@ class CausalSelfAttention : public Module {
   std::string extra_repr() const override;
 };
 
-// [B, KV, T, hd] -> [B, KV * n_rep, T, hd], each kv head repeated n_rep times in place
-// (transformers' repeat_kv).
-Tensor repeat_kv(const Tensor& x, int64_t n_rep);
-
 // GPT-2 attention: one fused c_attn projection to q, k, v (hidden -> 3 hidden), c_proj out.
 // transformers stores c_attn / c_proj as Conv1D weights [in, out]; here they are Linear
 // [out, in] (a checkpoint loader transposes them).

@@ -10,6 +10,7 @@
 #include "ops/binary.h"
 #include "ops/cast.h"
 #include "ops/checks.h"
+#include "ops/dispatch.h"
 #include "ops/dropout.h"
 #include "ops/layout.h"
 #include "ops/masked_fill.h"
@@ -22,11 +23,37 @@ namespace {
 
 constexpr const char* kOp = "scaled_dot_product_attention";
 
-// t itself when its last dim has unit stride (what the fused kernels read in place), else a
-// contiguous copy.
-Tensor unit_last(const Tensor& t) {
+// What the fused kernels read in place: a unit last stride, and on CUDA every row 16-byte
+// aligned (tensor-core tiles are loaded 16 bytes at a time). Anything else is copied.
+bool readable_in_place(const Tensor& t) {
+  if (t.strides().back() != 1 && t.shape().back() != 1) return false;
+  if (!t.device().is_cuda()) return true;
+  const int64_t vec = 16 / static_cast<int64_t>(t.element_size());
+  if (reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 != 0) return false;
+  for (int64_t d = 0; d + 1 < t.dim(); ++d)
+    if (t.shape()[d] != 1 && t.strides()[d] % vec != 0) return false;
+  return true;
+}
+
+Tensor in_place_or_copy(const Tensor& t) {
   NoGradGuard g;  // internal: the attention node covers it
-  return t.strides().back() == 1 || t.shape().back() == 1 ? t : contiguous(t);
+  return readable_in_place(t) ? t : contiguous(t);
+}
+
+bool fused_cpu_applies(const Tensor& q, double dropout_p) {
+  return q.device().is_cpu() && (q.dtype() == kFloat32 || q.dtype() == kFloat64) && dropout_p == 0.0;
+}
+
+// The CUDA flash kernels' domain (ops/attention_kernels.h); the grid puts heads and batches in
+// its y and z dims.
+bool flash_cuda_applies(const Tensor& q, const Tensor& k, const Tensor& v, double dropout_p) {
+  const int64_t n = q.dim();
+  if (!q.device().is_cuda() || q.dtype() != kBFloat16 || dropout_p != 0.0 || (n != 3 && n != 4)) return false;
+  const int64_t E = q.shape()[n - 1];
+  if (v.shape()[n - 1] != E || (E != 32 && E != 64 && E != 128)) return false;
+  if (q.numel() == 0 || k.numel() == 0) return false;
+  const int64_t heads = q.shape()[n - 3], batch = n == 4 ? q.shape()[0] : 1;
+  return heads <= 65535 && batch <= 65535 && q.shape()[n - 2] <= INT32_MAX && k.shape()[n - 2] <= INT32_MAX;
 }
 
 // Saves q, k and the per-row logsumexp; v and the output only when dq or dk can be asked for
@@ -38,19 +65,21 @@ struct SdpaFusedBackward final : Node {
   Shape v_shape, v_strides;  // dv's layout (v itself may not be saved)
   const char* name() const override { return kOp; }
   std::vector<Tensor> backward(const std::vector<Tensor>& g, const GradMask& mask) override {
-    KernelTrace::record("sdpa.fused_cpu_backward");
     Tensor q = unpack(kQ), k = unpack(kK), lse = unpack(kLse);
-    Tensor v = mask[0] || mask[1] ? unpack(kV) : Tensor(), out = mask[0] || mask[1] ? unpack(kOut) : Tensor();
-    Tensor dout = unit_last(g[0]);
+    KernelTrace::record(q.device().is_cuda() ? "sdpa.flash_cuda_backward" : "sdpa.fused_cpu_backward");
+    const bool dqk = mask[0] || mask[1];
+    Tensor v = dqk ? unpack(kV) : Tensor(), out = dqk ? unpack(kOut) : Tensor();
+    Tensor dout = in_place_or_copy(g[0]);
     Tensor dq = mask[0] ? empty_with_layout(q.shape(), q.strides(), q.options()) : Tensor();
     Tensor dk = mask[1] ? empty_with_layout(k.shape(), k.strides(), k.options()) : Tensor();
     Tensor dv = mask[2] ? empty_with_layout(v_shape, v_strides, k.options()) : Tensor();
-    cpu::sdpa_backward(dq, dk, dv, dout, q, k, v, out, lse, causal, scale);
+    Tensor delta = dqk ? Tensor::empty(lse.shape(), lse.options()) : Tensor();
+    TG_DISPATCH(q.device(), sdpa_backward, dq, dk, dv, dout, q, k, v, out, lse, delta, causal, scale);
     return {dq, dk, dv};
   }
 };
 
-// The output: [B, H, L, Ev] for 4-D inputs is a view of [B, L, H, Ev] memory (as PyTorch's CPU
+// The output: [B, H, L, Ev] for 4-D inputs is a view of [B, L, H, Ev] memory (as PyTorch's
 // flash attention), so the usual merge of heads back to [B, L, H * Ev] is free.
 Tensor empty_output(const Tensor& q, int64_t Ev) {
   Shape shape = q.shape();
@@ -61,13 +90,13 @@ Tensor empty_output(const Tensor& q, int64_t Ev) {
 }
 
 Tensor sdpa_fused(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal, double s) {
-  KernelTrace::record("sdpa.fused_cpu");
-  Tensor qc = unit_last(q), kc = unit_last(k), vc = unit_last(v);
+  KernelTrace::record(q.device().is_cuda() ? "sdpa.flash_cuda" : "sdpa.fused_cpu");
+  Tensor qc = in_place_or_copy(q), kc = in_place_or_copy(k), vc = in_place_or_copy(v);
   const int64_t n = q.dim();
   Tensor out = empty_output(q, v.shape()[n - 1]);
   Shape lse_shape(q.shape().begin(), q.shape().end() - 1);
   Tensor lse = Tensor::empty(lse_shape, {q.dtype() == kFloat64 ? kFloat64 : kFloat32, q.device()});
-  cpu::sdpa_forward(out, lse, qc, kc, vc, is_causal, s);
+  TG_DISPATCH(q.device(), sdpa_forward, out, lse, qc, kc, vc, is_causal, s);
   if (auto node = record<SdpaFusedBackward>({{"q", q}, {"k", k}, {"v", v}}, {out})) {
     node->causal = is_causal;
     node->scale = s;
@@ -78,6 +107,17 @@ Tensor sdpa_fused(const Tensor& q, const Tensor& k, const Tensor& v, bool is_cau
                    SavedTensor(dqk ? out : Tensor(), "out"), SavedTensor(lse, "lse")};
   }
   return out;
+}
+
+// [..., Hkv, S, E] -> [..., Hkv * group, S, E], each kv head repeated `group` times (the
+// composition's grouped-query attention; the fused kernels index the kv heads instead).
+Tensor repeat_kv_heads(const Tensor& x, int64_t group) {
+  if (group == 1) return x;
+  Shape s = x.shape(), expanded = x.shape();
+  const int64_t h = static_cast<int64_t>(s.size()) - 3;
+  expanded.insert(expanded.begin() + h + 1, group);
+  s[h] *= group;
+  return reshape(expand(unsqueeze(x, h + 1), expanded), s);
 }
 
 }  // namespace
@@ -91,7 +131,7 @@ Tensor causal_mask(int64_t L, int64_t S, Device device) {
 }
 
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal,
-                                    std::optional<double> scale, double dropout_p, Generator& gen) {
+                                    std::optional<double> scale, double dropout_p, Generator& gen, bool enable_gqa) {
   const char* op = kOp;
   check_floating(op, "q", q);
   check_floating(op, "k", k);
@@ -104,20 +144,33 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
            ", k ", k.shape(), ")");
   TG_CHECK(v.shape()[n - 2] == S, op, "k has ", S, " keys but v has ", v.shape()[n - 2], " values (k ", k.shape(),
            ", v ", v.shape(), ")");
-  for (int64_t d = 0; d < n - 2; ++d)
-    TG_CHECK(q.shape()[d] == k.shape()[d] && q.shape()[d] == v.shape()[d], op, "leading dims differ: q ", q.shape(),
-             ", k ", k.shape(), ", v ", v.shape(), " (repeat grouped kv heads before attention)");
+  TG_CHECK(!enable_gqa || n >= 3, op, "enable_gqa wants q, k, v of 3 or more dims [..., heads, L, E], got q ",
+           q.shape());
+  int64_t group = 1;
+  for (int64_t d = 0; d < n - 2; ++d) {
+    const bool head_dim = enable_gqa && d == n - 3;
+    TG_CHECK(k.shape()[d] == v.shape()[d], op, "k and v differ in dim ", d, ": k ", k.shape(), ", v ", v.shape());
+    if (head_dim && q.shape()[d] != k.shape()[d]) {
+      TG_CHECK(k.shape()[d] > 0 && q.shape()[d] % k.shape()[d] == 0, op, "enable_gqa: q's ", q.shape()[d],
+               " heads are not a multiple of k's ", k.shape()[d], " (q ", q.shape(), ", k ", k.shape(), ")");
+      group = q.shape()[d] / k.shape()[d];
+      continue;
+    }
+    TG_CHECK(q.shape()[d] == k.shape()[d], op, "leading dims differ: q ", q.shape(), ", k ", k.shape(), ", v ",
+             v.shape(), enable_gqa ? "" : " (grouped kv heads want enable_gqa = true)");
+  }
   TG_CHECK(dropout_p >= 0.0 && dropout_p < 1.0, op, "dropout_p must be in [0, 1), got ", dropout_p);
   const double s = scale ? *scale : 1.0 / std::sqrt(static_cast<double>(E));
-  if (q.device().is_cpu() && (q.dtype() == kFloat32 || q.dtype() == kFloat64) && dropout_p == 0.0)
+  if (fused_cpu_applies(q, dropout_p) || flash_cuda_applies(q, k, v, dropout_p))
     return sdpa_fused(q, k, v, is_causal, s);
 
   KernelTrace::record("sdpa.composite");
-  Tensor scores = mul(matmul(q, transpose(k, -2, -1)), s);  // [..., L, S]
+  const Tensor kr = repeat_kv_heads(k, group), vr = repeat_kv_heads(v, group);
+  Tensor scores = mul(matmul(q, transpose(kr, -2, -1)), s);  // [..., L, S]
   if (is_causal) scores = masked_fill(scores, causal_mask(L, S, q.device()), -std::numeric_limits<double>::infinity());
   Tensor p = softmax(scores, -1);
   if (dropout_p > 0.0) p = dropout(p, dropout_p, true, gen);
-  return matmul(p, v);
+  return matmul(p, vr);
 }
 
 }  // namespace tg

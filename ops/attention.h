@@ -1,15 +1,22 @@
 // scaled_dot_product_attention(q, k, v), as torch.nn.functional.scaled_dot_product_attention:
 //   softmax(q k^T * scale  [+ causal mask]) v,   scale = 1/sqrt(head_dim) unless given.
-// q [..., L, E], k [..., S, E], v [..., S, Ev] (the same leading dims: repeat grouped kv heads
-// first). is_causal masks key j > query i (the top-left aligned lower triangle, as PyTorch).
-// dropout_p > 0 drops attention probabilities (training only; pass 0 in eval).
-// On the CPU in float32 / float64 without dropout, a fused kernel (ops/attention_kernels.h,
-// trace "sdpa.fused_cpu"): causal attention skips the masked upper triangle, and only the output
-// and a per-row logsumexp are saved for backward, which recomputes the probabilities; the
-// [L, S] matrix never reaches memory. A 4-D call returns its [B, H, L, Ev] output as a view of
-// [B, L, H, Ev] memory (as PyTorch's CPU flash attention does), so merging the heads back is a
-// free reshape. Everywhere else (CUDA, bfloat16, dropout) it is a composition of matmul /
-// masked_fill / softmax / dropout (trace "sdpa.composite"); a fused CUDA kernel is future work.
+// q [..., L, E], k [..., S, E], v [..., S, Ev] with the same leading dims, except that with
+// enable_gqa (grouped-query attention, inputs of 3+ dims) k and v may have Hkv heads in dim -3
+// where q has Hq, Hkv dividing Hq: query head h reads kv head h / (Hq / Hkv), with no copy of
+// the kv heads. is_causal masks key j > query i (the top-left aligned lower triangle, as
+// PyTorch). dropout_p > 0 drops attention probabilities (training only; pass 0 in eval).
+//
+// Which kernel runs (the trace names it):
+//   "sdpa.fused_cpu":  CPU, float32 / float64, no dropout.
+//   "sdpa.flash_cuda": CUDA, bfloat16, E == Ev in {32, 64, 128}, 3-D or 4-D, no dropout: tensor-core
+//                      flash attention (ops/cuda/attention.cu).
+//   "sdpa.composite":  everything else (CUDA float32, other head dims, dropout): matmul /
+//                      masked_fill / softmax / dropout, with the kv heads repeated for GQA.
+// The fused kernels skip the causal upper triangle and save only the output and a per-row
+// logsumexp for backward, which recomputes the probabilities: the [L, S] matrix never reaches
+// memory. Backward computes each of dq, dk, dv only when it is asked for. A 4-D call returns its
+// [B, H, L, Ev] output as a view of [B, L, H, Ev] memory (as PyTorch's flash attention), so
+// merging the heads back is a free reshape.
 #pragma once
 
 #include <cstdint>
@@ -22,7 +29,7 @@ namespace tg {
 
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal = false,
                                     std::optional<double> scale = std::nullopt, double dropout_p = 0.0,
-                                    Generator& gen = default_generator());
+                                    Generator& gen = default_generator(), bool enable_gqa = false);
 
 // The bool [L, S] mask that is true where key j > query i, on `device`.
 Tensor causal_mask(int64_t L, int64_t S, Device device = Device::cpu());

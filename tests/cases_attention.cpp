@@ -1,6 +1,6 @@
 // Op cases: scaled_dot_product_attention and apply_rotary. On the CPU these run the fused kernel (float64
 // gradcheck, and the harness freezes q, k and v in turn); on a GPU they compare the CUDA
-// composition against it. Odd sizes (L = 7, E = 5) so no vector width divides a row; L = 70
+// flash kernels (bf16, head dims 32 / 64 / 128) or the composition against it. Odd sizes (L = 7, E = 5) so no vector width divides a row; L = 70
 // spans three query blocks of the CPU kernel.
 #include "ops/attention.h"
 #include "ops/rope.h"
@@ -38,6 +38,20 @@ TG_OP_CASES({
        Tensor a = scaled_dot_product_attention(transpose(x[0], 1, 2), transpose(x[1], 1, 2), transpose(x[2], 1, 2), true);
        return reshape(transpose(a, 1, 2), {2, 7, 15});
      }},
+
+    // grouped-query heads (2 query heads per kv head): dk / dv summed over each group in the kernel
+    {"sdpa_gqa", {S{{2, 4, 9, 6}}, S{{2, 2, 9, 6}}, S{{2, 2, 9, 6}}},
+     [](const Inputs& x) {
+       return scaled_dot_product_attention(x[0], x[1], x[2], true, std::nullopt, 0.0, default_generator(), true);
+     }},
+    // head dims the CUDA flash kernels take (bf16 there), 3-D and 4-D (tests/test_attention_cuda.cpp
+    // covers many tiles; gradcheck here costs 2 forwards per element)
+    {"sdpa_flash_shapes_gqa", {S{{1, 4, 20, 32}}, S{{1, 2, 20, 32}}, S{{1, 2, 20, 32}}},
+     [](const Inputs& x) {
+       return scaled_dot_product_attention(x[0], x[1], x[2], true, std::nullopt, 0.0, default_generator(), true);
+     }},
+    {"sdpa_flash_shapes_3d", {S{{1, 17, 64}}, S{{1, 20, 64}}, S{{1, 20, 64}}},
+     [](const Inputs& x) { return scaled_dot_product_attention(x[0], x[1], x[2], false); }},
 
     // apply_rotary (fused on the CPU): tables as inputs without gradients, odd T, a head view
     {"rope", {S{{2, 3, 7, 6}}, S{{7, 6}, S::Normal, 0, false}, S{{7, 6}, S::Normal, 0, false}},

@@ -18,6 +18,7 @@
 #include "ops/shape.h"
 #include "ops/softmax.h"
 #include "testing/testing.h"
+#include "tests/test_support.h"
 
 namespace tg {
 namespace {
@@ -83,6 +84,46 @@ TEST(Attention, FusedMatchesCompositeInFloat32) {
       if (wants[2]) EXPECT_TENSOR_NEAR(fused.dv, want.dv, 1e-5, 1e-5);
     }
   }
+}
+
+TEST(Attention, GroupedQueryHeadsMatchRepeatedKvHeads) {
+  // enable_gqa: query head h reads kv head h / 3, as if each kv head were repeated 3 times.
+  Generator gen(11);
+  const int64_t B = 2, H = 6, Hkv = 2, T = 45, E = 8;
+  auto repeated = [&](const Tensor& x) {
+    return reshape(expand(unsqueeze(x, 2), {B, Hkv, H / Hkv, T, E}), {B, H, T, E});
+  };
+  AttnRun fused = run([&](auto& q, auto& k, auto& v) {
+    return scaled_dot_product_attention(q, k, v, true, std::nullopt, 0.0, default_generator(), true);
+  }, {B, H, T, E}, {B, Hkv, T, E}, {B, Hkv, T, E}, {true, true, true});
+  AttnRun want = run([&](auto& q, auto& k, auto& v) {
+    return composite(q, repeated(k), repeated(v), true, 1.0 / std::sqrt(double(E)));
+  }, {B, H, T, E}, {B, Hkv, T, E}, {B, Hkv, T, E}, {true, true, true});
+  EXPECT_TENSOR_NEAR(fused.out, want.out, 1e-5, 1e-5);
+  EXPECT_TENSOR_NEAR(fused.dq, want.dq, 1e-5, 1e-5);
+  EXPECT_TENSOR_NEAR(fused.dk, want.dk, 1e-5, 1e-5);
+  EXPECT_TENSOR_NEAR(fused.dv, want.dv, 1e-5, 1e-5);
+  // The composition (bfloat16 on the CPU) repeats the kv heads itself.
+  Tensor q = randn({B, H, T, E}, gen), k = randn({B, Hkv, T, E}, gen), v = randn({B, Hkv, T, E}, gen);
+  KernelTrace trace;
+  Tensor bf = scaled_dot_product_attention(to(q, kBFloat16), to(k, kBFloat16), to(v, kBFloat16), true,
+                                           std::nullopt, 0.0, default_generator(), true);
+  EXPECT_TRUE(trace.contains("sdpa.composite"));
+  EXPECT_TENSOR_NEAR(to(bf, kFloat32), composite(q, repeated(k), repeated(v), true, 1.0 / std::sqrt(double(E))), 3e-2,
+                     3e-2);
+}
+
+TEST(Attention, GroupedQueryHeadsAreCheckedAndAskedFor) {
+  Generator gen(12);
+  Tensor q = randn({1, 6, 5, 4}, gen), k = randn({1, 4, 5, 4}, gen), k2 = randn({1, 2, 5, 4}, gen);
+  EXPECT_ERROR_HAS(scaled_dot_product_attention(q, k2, k2, true), "leading dims differ", "enable_gqa = true");
+  EXPECT_ERROR_HAS(scaled_dot_product_attention(q, k, k, true, std::nullopt, 0.0, default_generator(), true),
+                   "q's 6 heads are not a multiple of k's 4");
+  EXPECT_ERROR_HAS(scaled_dot_product_attention(q, k2, k, true, std::nullopt, 0.0, default_generator(), true),
+                   "k and v differ in dim 1");
+  Tensor q2 = randn({5, 4}, gen);
+  EXPECT_ERROR_HAS(scaled_dot_product_attention(q2, q2, q2, true, std::nullopt, 0.0, default_generator(), true),
+                   "enable_gqa wants q, k, v of 3 or more dims");
 }
 
 TEST(Attention, CompositionWhereTheFusedKernelDoesNotApply) {

@@ -7,10 +7,11 @@
 // O_blk = P V. Memory traffic: q, k, v read once per block (k, v once per block of queries),
 // out and lse written once; nothing of size L x S reaches memory.
 //
-// Backward, per batch*head (dk and dv accumulate over query blocks, so one thread owns a head):
-// D = rowsum(dO * O), then per query block P is recomputed from the scores and lse, and
-// dv += P^T dO, dP = dO V^T, dS = P (dP - D) scale, dq = dS K, dk += dS^T Q. Traffic: q, k, v,
-// out, dout read once per block, dq written once, dk / dv of a head stay in cache.
+// Backward, per kv head (dk and dv accumulate over query blocks and over the query heads of a
+// grouped-query group, so one thread owns a kv head): per query head D = rowsum(dO * O), then
+// per query block P is recomputed from the scores and lse, and dv += P^T dO, dP = dO V^T,
+// dS = P (dP - D) scale, dq = dS K, dk += dS^T Q. Traffic: q, k, v, out, dout read once per
+// block, dq written once, dk / dv of a kv head stay in cache.
 //
 // The small products go through Eigen (packed GEMM kernels); the row loops are straight-line so
 // they vectorise, with fast_exp for float (std::exp for float64, the gradcheck reference).
@@ -81,6 +82,17 @@ struct Operand {
   }
 };
 
+// Grouped-query attention: matrix b of q (one query head) reads matrix kv(b) of k and v.
+struct HeadMap {
+  int64_t hq = 1, hkv = 1;
+  HeadMap(const Tensor& q, const Tensor& k) {
+    if (q.dim() >= 3) hq = q.shape()[q.dim() - 3], hkv = k.shape()[k.dim() - 3];
+  }
+  int64_t group() const { return hq / hkv; }
+  int64_t kv(int64_t b) const { return (b / hq) * hkv + (b % hq) / group(); }
+  int64_t first_q(int64_t c) const { return (c / hkv) * hq + (c % hkv) * group(); }  // of kv matrix c
+};
+
 // Keys query i of a block sees: all S, or (causal) keys 0..i.
 inline int64_t visible(int64_t i, int64_t S, bool causal) { return causal ? std::min(S, i + 1) : S; }
 
@@ -92,6 +104,7 @@ void forward_typed(const Tensor& out, const Tensor& lse, const Tensor& q, const 
                 Ev = v.shape()[n - 1];
   const Operand<T> Q(q), K(k), V(v), O(out);
   const int64_t BH = static_cast<int64_t>(Q.off.size());
+  const HeadMap heads(q, k);
   A* plse = lse.data_ptr<A>();
   const T scale = static_cast<T>(scale_d);
   const int64_t blocks = (L + kBlockQ - 1) / kBlockQ;
@@ -104,10 +117,10 @@ void forward_typed(const Tensor& out, const Tensor& lse, const Tensor& q, const 
     Mat<T> P(kBlockQ, S);  // this thread's scores / probabilities of one block
     std::vector<T> inv(kBlockQ);
     for (int64_t u = u0; u < u1; ++u) {
-      const int64_t b = u / blocks, i0 = (u % blocks) * kBlockQ, m = std::min(kBlockQ, L - i0);
+      const int64_t b = u / blocks, c = heads.kv(b), i0 = (u % blocks) * kBlockQ, m = std::min(kBlockQ, L - i0);
       const int64_t nk = visible(i0 + m - 1, S, causal);  // keys the block's last query sees
       auto Pb = P.topLeftCorner(m, nk);
-      Pb.noalias() = Q.crows(b, i0, m, E) * K.crows(b, 0, nk, E).transpose();
+      Pb.noalias() = Q.crows(b, i0, m, E) * K.crows(c, 0, nk, E).transpose();
       for (int64_t r = 0; r < m; ++r) {
         T* p = P.data() + r * S;
         const int64_t vis = visible(i0 + r, S, causal);
@@ -120,7 +133,7 @@ void forward_typed(const Tensor& out, const Tensor& lse, const Tensor& q, const 
         plse[b * L + i0 + r] = static_cast<A>(mx + std::log(sum));
       }
       auto Ob = O.rows(b, i0, m, Ev);
-      Ob.noalias() = Pb * V.crows(b, 0, nk, Ev);
+      Ob.noalias() = Pb * V.crows(c, 0, nk, Ev);
       for (int64_t r = 0; r < m; ++r) Ob.row(r) *= inv[r];
     }
   });
@@ -128,59 +141,63 @@ void forward_typed(const Tensor& out, const Tensor& lse, const Tensor& q, const 
 
 template <class T>
 void backward_typed(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout, const Tensor& q,
-                    const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse, bool causal,
-                    double scale_d) {
+                    const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse, const Tensor& delta,
+                    bool causal, double scale_d) {
   using A = acc_t<T>;
   const int64_t n = q.dim(), L = q.shape()[n - 2], S = k.shape()[n - 2], E = q.shape()[n - 1],
                 Ev = dout.shape()[n - 1];
   const Operand<T> Q(q), K(k), V(v), O(out), dO(dout), dQ(dq), dK(dk), dV(dv);
-  const int64_t BH = static_cast<int64_t>(Q.off.size());
+  const int64_t BKV = static_cast<int64_t>(K.off.size());
+  const HeadMap heads(q, k);
   const A* plse = lse.data_ptr<A>();
   const T scale = static_cast<T>(scale_d);
   const bool want_ds = dQ || dK;  // dP and dS are needed only for dq and dk
-  parallel_for(0, BH, 1, [&](int64_t b0, int64_t b1) {
+  A* pdelta = want_ds ? delta.data_ptr<A>() : nullptr;
+  parallel_for(0, BKV, 1, [&](int64_t c0, int64_t c1) {
     Mat<T> P(kBlockQ, S), dP(want_ds ? kBlockQ : 0, S);
-    std::vector<T> D(want_ds ? L : 0);
-    for (int64_t b = b0; b < b1; ++b) {
-      if (dK) dK.rows(b, 0, S, E).setZero();
-      if (dV) dV.rows(b, 0, S, Ev).setZero();
-      if (want_ds)  // D_i = sum_e dO[i, e] O[i, e] = sum_j P[i, j] dP[i, j]
-        for (int64_t i = 0; i < L; ++i) {
-          const T *g = dO.row(b, i), *o = O.row(b, i);
-          T acc = 0;
-          for (int64_t e = 0; e < Ev; ++e) acc += g[e] * o[e];
-          D[i] = acc;
+    for (int64_t c = c0; c < c1; ++c) {
+      if (dK) dK.rows(c, 0, S, E).setZero();
+      if (dV) dV.rows(c, 0, S, Ev).setZero();
+      for (int64_t b = heads.first_q(c); b < heads.first_q(c) + heads.group(); ++b) {
+        A* D = pdelta ? pdelta + b * L : nullptr;
+        if (want_ds)  // D_i = sum_e dO[i, e] O[i, e] = sum_j P[i, j] dP[i, j]
+          for (int64_t i = 0; i < L; ++i) {
+            const T *g = dO.row(b, i), *o = O.row(b, i);
+            T acc = 0;
+            for (int64_t e = 0; e < Ev; ++e) acc += g[e] * o[e];
+            D[i] = acc;
+          }
+        if (S == 0) {
+          if (dQ) dQ.rows(b, 0, L, E).setZero();
+          continue;
         }
-      if (S == 0) {
-        if (dQ) dQ.rows(b, 0, L, E).setZero();
-        continue;
-      }
-      for (int64_t i0 = 0; i0 < L; i0 += kBlockQ) {
-        const int64_t m = std::min(kBlockQ, L - i0), nk = visible(i0 + m - 1, S, causal);
-        const auto Qb = Q.crows(b, i0, m, E);
-        const auto Kb = K.crows(b, 0, nk, E);
-        const auto dOb = dO.crows(b, i0, m, Ev);
-        auto Pb = P.topLeftCorner(m, nk);
-        Pb.noalias() = Qb * Kb.transpose();
-        for (int64_t r = 0; r < m; ++r) {
-          T* p = P.data() + r * S;
-          const int64_t vis = visible(i0 + r, S, causal);
-          const T l = static_cast<T>(plse[b * L + i0 + r]);
-          for (int64_t j = 0; j < vis; ++j) p[j] = exp_of(p[j] * scale - l);
-          std::fill(p + vis, p + nk, T(0));
+        for (int64_t i0 = 0; i0 < L; i0 += kBlockQ) {
+          const int64_t m = std::min(kBlockQ, L - i0), nk = visible(i0 + m - 1, S, causal);
+          const auto Qb = Q.crows(b, i0, m, E);
+          const auto Kb = K.crows(c, 0, nk, E);
+          const auto dOb = dO.crows(b, i0, m, Ev);
+          auto Pb = P.topLeftCorner(m, nk);
+          Pb.noalias() = Qb * Kb.transpose();
+          for (int64_t r = 0; r < m; ++r) {
+            T* p = P.data() + r * S;
+            const int64_t vis = visible(i0 + r, S, causal);
+            const T l = static_cast<T>(plse[b * L + i0 + r]);
+            for (int64_t j = 0; j < vis; ++j) p[j] = exp_of(p[j] * scale - l);
+            std::fill(p + vis, p + nk, T(0));
+          }
+          if (dV) dV.rows(c, 0, nk, Ev).noalias() += Pb.transpose() * dOb;
+          if (!want_ds) continue;
+          auto dPb = dP.topLeftCorner(m, nk);
+          dPb.noalias() = dOb * V.crows(c, 0, nk, Ev).transpose();
+          for (int64_t r = 0; r < m; ++r) {  // dS, in place of dP
+            T* ds = dP.data() + r * S;
+            const T* p = P.data() + r * S;
+            const T d = static_cast<T>(D[i0 + r]);
+            for (int64_t j = 0; j < nk; ++j) ds[j] = p[j] * (ds[j] - d) * scale;
+          }
+          if (dQ) dQ.rows(b, i0, m, E).noalias() = dPb * Kb;
+          if (dK) dK.rows(c, 0, nk, E).noalias() += dPb.transpose() * Qb;
         }
-        if (dV) dV.rows(b, 0, nk, Ev).noalias() += Pb.transpose() * dOb;
-        if (!want_ds) continue;
-        auto dPb = dP.topLeftCorner(m, nk);
-        dPb.noalias() = dOb * V.crows(b, 0, nk, Ev).transpose();
-        for (int64_t r = 0; r < m; ++r) {  // dS, in place of dP
-          T* ds = dP.data() + r * S;
-          const T* p = P.data() + r * S;
-          const T d = D[i0 + r];
-          for (int64_t j = 0; j < nk; ++j) ds[j] = p[j] * (ds[j] - d) * scale;
-        }
-        if (dQ) dQ.rows(b, i0, m, E).noalias() = dPb * Kb;
-        if (dK) dK.rows(b, 0, nk, E).noalias() += dPb.transpose() * Qb;
       }
     }
   });
@@ -198,10 +215,11 @@ void sdpa_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const T
 }
 
 void sdpa_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout, const Tensor& q,
-                   const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse, bool causal, double scale) {
+                   const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse, const Tensor& delta,
+                   bool causal, double scale) {
   switch (q.dtype()) {
-    case kFloat32: return backward_typed<float>(dq, dk, dv, dout, q, k, v, out, lse, causal, scale);
-    case kFloat64: return backward_typed<double>(dq, dk, dv, dout, q, k, v, out, lse, causal, scale);
+    case kFloat32: return backward_typed<float>(dq, dk, dv, dout, q, k, v, out, lse, delta, causal, scale);
+    case kFloat64: return backward_typed<double>(dq, dk, dv, dout, q, k, v, out, lse, delta, causal, scale);
     default: fail("scaled_dot_product_attention", "the fused CPU kernel wants float32 or float64, got ", q.dtype());
   }
 }

@@ -1,0 +1,616 @@
+// Flash attention on tensor cores for bfloat16 q, k, v of head dim 32, 64 or 128, read in any
+// row-aligned strided layout ([B, H, T, hd] views of [B, T, H, hd] projections in place), with
+// grouped-query heads (query head h reads kv head h / (H / Hkv)). FlashAttention-2's scheme with
+// mma.sync m16n8k16 (bf16 operands, float32 accumulation); tiles move global -> shared by
+// cp.async (two stages) and shared -> registers by ldmatrix. Every block has 4 warps; a warp owns
+// 16 rows of its block's 64 (queries, or keys in the dk / dv pass).
+//
+// forward: a block per (batch, head, 64 queries) streams 64-key tiles of K and V: S = Q K^T,
+//   online softmax in registers, O += P V; tiles above the causal diagonal are never loaded.
+//   Writes out and the float32 logsumexp. Traffic: q once, k and v once per query block, out + lse.
+// backward: delta = rowsum(dO * O) (one pass over dO and O), then one kernel per wanted
+//   gradient family, each summing in a fixed order (deterministic, no atomics):
+//   dk / dv: a block per (batch, kv head, 64 keys) walks the query blocks of every query head of
+//     its group: S^T = K Q^T, P^T, dV += P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - delta),
+//     dK += dS^T Q. K and V stay in shared memory; Q, dO, lse and delta stream.
+//   dq: a block per (batch, head, 64 queries) walks the key blocks: S, P, dP = dO V^T, dS,
+//     dQ += dS K. It recomputes S and dP (7 tile products in all, FlashAttention-2 has 5) in
+//     exchange for no float32 dq accumulator and no atomics.
+#include <cuda_bf16.h>
+
+#include <cmath>
+
+#include "core/cuda/cuda_utils.cuh"
+#include "core/trace.h"
+#include "ops/attention_kernels.h"
+
+namespace tg::cuda {
+namespace {
+
+constexpr int kThreads = 128;  // 4 warps
+constexpr int kBlock = 64;     // rows of a block: 4 warps x 16
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// Shared-memory tiles keep rows of HD bf16 padded by 16 bytes, so the 8 row addresses of one
+// ldmatrix fall in 8 different bank groups.
+template <int HD>
+constexpr int kLd = HD + 8;
+
+using bf16x2 = __nv_bfloat162;
+
+// Rows of a [B, H, T, hd] operand (3-D tensors are [1, H, T, hd]): row (b, h, t) at
+// p + b * sb + h * sh + t * st, unit stride along hd.
+struct Rows {
+  __nv_bfloat16* p = nullptr;
+  int64_t sb = 0, sh = 0, st = 0;
+  __device__ __nv_bfloat16* at(int b, int h, int t) const { return p + b * sb + h * sh + int64_t(t) * st; }
+};
+
+struct Params {
+  Rows q, k, v, o, dout, dq, dk, dv;
+  float* lse = nullptr;    // [B, H, L] (natural log, of the scaled scores)
+  float* delta = nullptr;  // [B, H, L]
+  int B = 0, H = 0, Hkv = 0, L = 0, S = 0;
+  float scale = 0.f, scale_log2 = 0.f;  // scale * log2(e): softmax in base 2
+  bool causal = false;
+};
+
+// ---------------------------------------------------------------- PTX wrappers
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared, zero-filled when !valid (src must still be a mapped address).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async4(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_u32(dst)), "l"(src), "r"(valid ? 4 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// Four 8x8 bf16 matrices; lane l gives the address of row l % 8 of matrix l / 8 and receives
+// (row l / 4, cols 2 (l % 4) + {0, 1}) of each (transposed with _t).
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const __nv_bfloat16* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_u32(p)));
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const __nv_bfloat16* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_u32(p)));
+}
+
+// d += a b for a 16x16 (row-major) and b 16x8 (column-major) bf16 tile, float32 d.
+__device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ float exp2_approx(float x) {  // ex2.approx: exp2(-inf) = 0
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  bf16x2 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+// ---------------------------------------------------------------- fragments
+// A warp's m16n8 accumulator tile c[4]: lane (g = lane / 4, t = lane % 4) holds rows g (c[0..1])
+// and g + 8 (c[2..3]), cols 2t and 2t + 1. Two neighbouring n-tiles of a row block are, rounded
+// to bf16, the A fragment of a k16 product: the P V and dS K products take S's registers as is.
+__device__ __forceinline__ void to_a_fragment(uint32_t (&a)[4], const float (&lo)[4], const float (&hi)[4]) {
+  a[0] = pack_bf16(lo[0], lo[1]);
+  a[1] = pack_bf16(lo[2], lo[3]);
+  a[2] = pack_bf16(hi[0], hi[1]);
+  a[3] = pack_bf16(hi[2], hi[3]);
+}
+
+// Lane addresses for ldmatrix.x4 on a row-major [rows][kLd] tile at (row0, col0):
+//   a_rows: the A fragment of rows row0..+15, cols col0..+15;
+//   b_rows: the B fragments of two n-tiles whose n runs along the tile's rows (row0..+7, +8..+15)
+//           and k along its cols (col0..+15): x4 gives {b0, b1} of n-tile 0 then of n-tile 1;
+//   b_cols: the same with k along the rows and n along the cols (for ldsm_x4_t).
+template <int LD>
+__device__ __forceinline__ const __nv_bfloat16* a_rows(const __nv_bfloat16* s, int row0, int col0, int lane) {
+  return s + (row0 + (lane % 8) + 8 * ((lane / 8) % 2)) * LD + col0 + 8 * (lane / 16);
+}
+template <int LD>
+__device__ __forceinline__ const __nv_bfloat16* b_rows(const __nv_bfloat16* s, int row0, int col0, int lane) {
+  return s + (row0 + (lane % 8) + 8 * (lane / 16)) * LD + col0 + 8 * ((lane / 8) % 2);
+}
+template <int LD>
+__device__ __forceinline__ const __nv_bfloat16* b_cols(const __nv_bfloat16* s, int row0, int col0, int lane) {
+  return a_rows<LD>(s, row0, col0, lane);
+}
+
+// acc[NT][4] (16 rows x NT*8) += A (16 x 16*KT, fragments a[KT]) times B^T, B's rows the n
+// dim in a shared tile of NT*8 rows starting at `rows`.
+template <int LD, int KT, int NT>
+__device__ __forceinline__ void mma_abt(float (&acc)[NT][4], const uint32_t (&a)[KT][4], const __nv_bfloat16* rows,
+                                        int lane) {
+#pragma unroll
+  for (int kt = 0; kt < KT; ++kt)
+#pragma unroll
+    for (int np = 0; np < NT / 2; ++np) {
+      uint32_t b[4];
+      ldsm_x4(b, b_rows<LD>(rows, np * 16, kt * 16, lane));
+      mma(acc[2 * np], a[kt], b[0], b[1]);
+      mma(acc[2 * np + 1], a[kt], b[2], b[3]);
+    }
+}
+
+// acc[HD/8][4] (16 rows x HD) += P (16 x 16*KT, as accumulator tiles p[2*KT]) times V, V's rows
+// the k dim in a shared tile of 16*KT rows x HD.
+template <int LD, int HD, int NP>
+__device__ __forceinline__ void mma_pv(float (&acc)[HD / 8][4], const float (&p)[NP][4], const __nv_bfloat16* v,
+                                       int lane) {
+#pragma unroll
+  for (int kt = 0; kt < NP / 2; ++kt) {
+    uint32_t a[4];
+    to_a_fragment(a, p[2 * kt], p[2 * kt + 1]);
+#pragma unroll
+    for (int dp = 0; dp < HD / 16; ++dp) {
+      uint32_t b[4];
+      ldsm_x4_t(b, b_cols<LD>(v, kt * 16, dp * 16, lane));
+      mma(acc[2 * dp], a, b[0], b[1]);
+      mma(acc[2 * dp + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+// A fragments of 16 rows x HD of a shared tile.
+template <int LD, int KT>
+__device__ __forceinline__ void load_a(uint32_t (&a)[KT][4], const __nv_bfloat16* s, int row0, int lane) {
+#pragma unroll
+  for (int kt = 0; kt < KT; ++kt) ldsm_x4(a[kt], a_rows<LD>(s, row0, kt * 16, lane));
+}
+
+// ROWS x HD rows [t0, t0 + ROWS) of head (b, h) into a shared tile; rows at or past `limit` are
+// zeros (their products vanish, so edges need masks only where a softmax sees them).
+template <int HD, int ROWS>
+__device__ __forceinline__ void load_tile(__nv_bfloat16* s, const Rows& g, int b, int h, int t0, int limit) {
+  constexpr int kChunks = HD / 8;
+#pragma unroll
+  for (int c = threadIdx.x; c < ROWS * kChunks; c += kThreads) {
+    const int r = c / kChunks, col = (c % kChunks) * 8, t = t0 + r;
+    const bool ok = t < limit;
+    cp_async16(s + r * kLd<HD> + col, g.at(b, h, ok ? t : 0) + col, ok);
+  }
+}
+
+// n floats of a [B, H, L] row statistic from index i0 (zeros past L).
+__device__ __forceinline__ void load_stat(float* s, const float* g, int64_t row_base, int i0, int n, int L) {
+  for (int i = threadIdx.x; i < n; i += kThreads) {
+    const bool ok = i0 + i < L;
+    cp_async4(s + i, g + row_base + (ok ? i0 + i : 0), ok);
+  }
+}
+
+template <int NT>
+__device__ __forceinline__ void zero(float (&a)[NT][4]) {
+#pragma unroll
+  for (int i = 0; i < NT; ++i) a[i][0] = a[i][1] = a[i][2] = a[i][3] = 0.f;
+}
+
+// Rows g and g + 8 of a 16 x HD accumulator, times `mul`, to two bf16 rows (skipped past `limit`).
+template <int HD>
+__device__ __forceinline__ void store_rows(const Rows& dst, int b, int h, int row0, int limit, const float (&acc)[HD / 8][4],
+                                           float mul0, float mul1, int lane) {
+  const int g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = row0 + g + 8 * r;
+    if (row >= limit) continue;
+    __nv_bfloat16* out = dst.at(b, h, row) + 2 * t;
+    const float m = r ? mul1 : mul0;
+#pragma unroll
+    for (int dt = 0; dt < HD / 8; ++dt)
+      *reinterpret_cast<bf16x2*>(out + dt * 8) = __floats2bfloat162_rn(acc[dt][2 * r] * m, acc[dt][2 * r + 1] * m);
+  }
+}
+
+// Number of key tiles of `bn` keys that queries [m0, m0 + 64) see.
+__device__ __forceinline__ int key_tiles(const Params& p, int m0, int bn) {
+  const int keys = p.causal ? min(m0 + kBlock, p.S) : p.S;
+  return (keys + bn - 1) / bn;
+}
+
+// ---------------------------------------------------------------- forward
+
+template <int HD>
+__global__ void __launch_bounds__(kThreads) flash_forward(const Params p) {
+  constexpr int LD = kLd<HD>, KT = HD / 16, NT = kBlock / 8;
+  extern __shared__ __align__(16) unsigned char smem[];
+  __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(smem);
+  __nv_bfloat16* sK = sQ + kBlock * LD;      // two stages
+  __nv_bfloat16* sV = sK + 2 * kBlock * LD;  // two stages
+  const int mb = gridDim.x - 1 - blockIdx.x;  // the longest causal blocks start first
+  const int h = blockIdx.y, b = blockIdx.z, hk = h / (p.H / p.Hkv);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int m0 = mb * kBlock, row0 = m0 + warp * 16 + g;  // this thread's rows: row0, row0 + 8
+  const int tiles = key_tiles(p, m0, kBlock);
+
+  load_tile<HD, kBlock>(sQ, p.q, b, h, m0, p.L);
+  load_tile<HD, kBlock>(sK, p.k, b, hk, 0, p.S);
+  load_tile<HD, kBlock>(sV, p.v, b, hk, 0, p.S);
+  cp_async_commit();
+
+  uint32_t qf[KT][4];
+  float o[HD / 8][4];
+  zero(o);
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+  for (int nb = 0; nb < tiles; ++nb) {
+    const int stage = nb & 1;
+    if (nb + 1 < tiles) {
+      load_tile<HD, kBlock>(sK + (stage ^ 1) * kBlock * LD, p.k, b, hk, (nb + 1) * kBlock, p.S);
+      load_tile<HD, kBlock>(sV + (stage ^ 1) * kBlock * LD, p.v, b, hk, (nb + 1) * kBlock, p.S);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    if (nb == 0) load_a<LD, KT>(qf, sQ, warp * 16, lane);
+
+    float s[NT][4];
+    zero(s);
+    mma_abt<LD, KT, NT>(s, qf, sK + stage * kBlock * LD, lane);
+
+    // Scores in base-2 units; keys past S and (causal) past the query are -inf.
+    const int n0 = nb * kBlock;
+    const bool edge = n0 + kBlock > p.S || (p.causal && n0 + kBlock - 1 > m0);
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float x = s[nt][e] * p.scale_log2;
+        const int key = n0 + nt * 8 + 2 * t + (e & 1), row = row0 + 8 * (e >> 1);
+        if (edge && (key >= p.S || (p.causal && key > row))) x = -INFINITY;
+        s[nt][e] = x;
+      }
+    // Online softmax: the 4 lanes of a row group share its max; sums stay per lane until the end.
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = m[r];
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float base = mx == -INFINITY ? 0.f : mx;  // a row that has seen no key yet
+      const float alpha = exp2_approx(m[r] - base);
+      m[r] = mx;
+      float sum = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        s[nt][2 * r] = exp2_approx(s[nt][2 * r] - base);
+        s[nt][2 * r + 1] = exp2_approx(s[nt][2 * r + 1] - base);
+        sum += s[nt][2 * r] + s[nt][2 * r + 1];
+      }
+      l[r] = l[r] * alpha + sum;
+#pragma unroll
+      for (int dt = 0; dt < HD / 8; ++dt) o[dt][2 * r] *= alpha, o[dt][2 * r + 1] *= alpha;
+    }
+    mma_pv<LD, HD, NT>(o, s, sV + stage * kBlock * LD, lane);
+    __syncthreads();  // this stage is refilled next iteration
+  }
+
+  float inv[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float sum = l[r];
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    inv[r] = sum > 0.f ? 1.f / sum : 0.f;
+    const int row = row0 + 8 * r;
+    if (t == 0 && row < p.L)
+      p.lse[(int64_t(b) * p.H + h) * p.L + row] = sum > 0.f ? (m[r] + __log2f(sum)) * kLn2 : -INFINITY;
+  }
+  store_rows<HD>(p.o, b, h, m0 + warp * 16, p.L, o, inv[0], inv[1], lane);
+}
+
+// ---------------------------------------------------------------- backward
+
+// delta[b, h, i] = sum_d dout[b, h, i, d] * out[b, h, i, d]: a warp per row.
+template <int HD>
+__global__ void attention_delta(const Params p) {
+  const int64_t row = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  if (row >= int64_t(p.B) * p.H * p.L) return;
+  const int i = static_cast<int>(row % p.L), h = static_cast<int>((row / p.L) % p.H);
+  const int b = static_cast<int>(row / (int64_t(p.L) * p.H)), lane = threadIdx.x % 32;
+  const __nv_bfloat16 *go = p.dout.at(b, h, i), *oo = p.o.at(b, h, i);
+  float acc = 0.f;
+  for (int d = 2 * lane; d < HD; d += 64) {
+    const float2 x = __bfloat1622float2(*reinterpret_cast<const bf16x2*>(go + d));
+    const float2 y = __bfloat1622float2(*reinterpret_cast<const bf16x2*>(oo + d));
+    acc += x.x * y.x + x.y * y.y;
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  if (lane == 0) p.delta[row] = acc;
+}
+
+// dK and / or dV of 64 keys of one kv head; BQ queries a step.
+template <int HD, int BQ, bool kDK, bool kDV>
+__global__ void __launch_bounds__(kThreads) flash_backward_dkdv(const Params p) {
+  constexpr int LD = kLd<HD>, KT = HD / 16, QT = BQ / 8;
+  extern __shared__ __align__(16) unsigned char smem[];
+  __nv_bfloat16* sK = reinterpret_cast<__nv_bfloat16*>(smem);
+  __nv_bfloat16* sV = sK + kBlock * LD;
+  __nv_bfloat16* sQ = sV + kBlock * LD;  // two stages
+  __nv_bfloat16* sO = sQ + 2 * BQ * LD;  // dO, two stages
+  float* sL = reinterpret_cast<float*>(sO + 2 * BQ * LD);  // lse, two stages
+  float* sD = sL + 2 * BQ;                                 // delta, two stages
+  const int nb = blockIdx.x, hk = blockIdx.y, b = blockIdx.z, group = p.H / p.Hkv;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int n0 = nb * kBlock, key0 = n0 + warp * 16 + g;  // this thread's keys: key0, key0 + 8
+  const int first = p.causal ? n0 / BQ : 0, blocks = (p.L + BQ - 1) / BQ;
+  const int steps = blocks > first ? group * (blocks - first) : 0;
+
+  float dk[HD / 8][4], dv[HD / 8][4];
+  zero(dk);
+  zero(dv);
+  auto load_step = [&](int step, int stage) {
+    const int h = hk * group + step / (blocks - first), i0 = (first + step % (blocks - first)) * BQ;
+    const int64_t stat = (int64_t(b) * p.H + h) * p.L;
+    load_tile<HD, BQ>(sQ + stage * BQ * LD, p.q, b, h, i0, p.L);
+    load_tile<HD, BQ>(sO + stage * BQ * LD, p.dout, b, h, i0, p.L);
+    load_stat(sL + stage * BQ, p.lse, stat, i0, BQ, p.L);
+    if (kDK) load_stat(sD + stage * BQ, p.delta, stat, i0, BQ, p.L);
+  };
+  if (steps > 0) {
+    load_tile<HD, kBlock>(sK, p.k, b, hk, n0, p.S);
+    if (kDK) load_tile<HD, kBlock>(sV, p.v, b, hk, n0, p.S);
+    load_step(0, 0);
+    cp_async_commit();
+  }
+  for (int step = 0; step < steps; ++step) {
+    const int stage = step & 1;
+    if (step + 1 < steps) {
+      load_step(step + 1, stage ^ 1);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const int i0 = (first + step % (blocks - first)) * BQ;
+    const __nv_bfloat16 *q_s = sQ + stage * BQ * LD, *do_s = sO + stage * BQ * LD;
+    const float *l_s = sL + stage * BQ, *d_s = sD + stage * BQ;
+
+    uint32_t a[KT][4];  // K rows, then V rows
+    float pt[QT][4];    // S^T, then P^T
+    zero(pt);
+    load_a<LD, KT>(a, sK, warp * 16, lane);
+    mma_abt<LD, KT, QT>(pt, a, q_s, lane);
+    const bool edge = p.causal && i0 < n0 + kBlock - 1;  // some query of the step precedes some key
+#pragma unroll
+    for (int nt = 0; nt < QT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int qi = nt * 8 + 2 * t + (e & 1), key = key0 + 8 * (e >> 1);
+        const float x = exp2_approx(pt[nt][e] * p.scale_log2 - l_s[qi] * kLog2e);
+        pt[nt][e] = edge && key > i0 + qi ? 0.f : x;
+      }
+    if (kDV) mma_pv<LD, HD, QT>(dv, pt, do_s, lane);
+    if (kDK) {
+      float ds[QT][4];  // dP^T, then dS^T
+      zero(ds);
+      load_a<LD, KT>(a, sV, warp * 16, lane);
+      mma_abt<LD, KT, QT>(ds, a, do_s, lane);
+#pragma unroll
+      for (int nt = 0; nt < QT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) ds[nt][e] = pt[nt][e] * (ds[nt][e] - d_s[nt * 8 + 2 * t + (e & 1)]);
+      mma_pv<LD, HD, QT>(dk, ds, q_s, lane);
+    }
+    __syncthreads();  // this stage is refilled next step
+  }
+  if (kDK) store_rows<HD>(p.dk, b, hk, n0 + warp * 16, p.S, dk, p.scale, p.scale, lane);
+  if (kDV) store_rows<HD>(p.dv, b, hk, n0 + warp * 16, p.S, dv, 1.f, 1.f, lane);
+}
+
+// dQ of 64 queries of one head; BN keys a step.
+template <int HD, int BN>
+__global__ void __launch_bounds__(kThreads) flash_backward_dq(const Params p) {
+  constexpr int LD = kLd<HD>, KT = HD / 16, NT = BN / 8;
+  extern __shared__ __align__(16) unsigned char smem[];
+  __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(smem);
+  __nv_bfloat16* sO = sQ + kBlock * LD;  // dO
+  __nv_bfloat16* sK = sO + kBlock * LD;  // two stages
+  __nv_bfloat16* sV = sK + 2 * BN * LD;  // two stages
+  const int mb = gridDim.x - 1 - blockIdx.x;
+  const int h = blockIdx.y, b = blockIdx.z, hk = h / (p.H / p.Hkv);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int m0 = mb * kBlock, row0 = m0 + warp * 16 + g;
+  const int tiles = key_tiles(p, m0, BN);
+
+  load_tile<HD, kBlock>(sQ, p.q, b, h, m0, p.L);
+  load_tile<HD, kBlock>(sO, p.dout, b, h, m0, p.L);
+  load_tile<HD, BN>(sK, p.k, b, hk, 0, p.S);
+  load_tile<HD, BN>(sV, p.v, b, hk, 0, p.S);
+  cp_async_commit();
+  float lse2[2], dl[2];  // this thread's rows' lse in base 2 and delta (zeros past L)
+  const int64_t stat = (int64_t(b) * p.H + h) * p.L;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = row0 + 8 * r;
+    lse2[r] = row < p.L ? p.lse[stat + row] * kLog2e : 0.f;
+    dl[r] = row < p.L ? p.delta[stat + row] : 0.f;
+  }
+
+  uint32_t qf[KT][4], of[KT][4];
+  float dq[HD / 8][4];
+  zero(dq);
+  for (int nb = 0; nb < tiles; ++nb) {
+    const int stage = nb & 1;
+    if (nb + 1 < tiles) {
+      load_tile<HD, BN>(sK + (stage ^ 1) * BN * LD, p.k, b, hk, (nb + 1) * BN, p.S);
+      load_tile<HD, BN>(sV + (stage ^ 1) * BN * LD, p.v, b, hk, (nb + 1) * BN, p.S);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    if (nb == 0) {
+      load_a<LD, KT>(qf, sQ, warp * 16, lane);
+      load_a<LD, KT>(of, sO, warp * 16, lane);
+    }
+    const __nv_bfloat16 *k_s = sK + stage * BN * LD, *v_s = sV + stage * BN * LD;
+    float pr[NT][4], ds[NT][4];  // P; dP, then dS
+    zero(pr);
+    zero(ds);
+    mma_abt<LD, KT, NT>(pr, qf, k_s, lane);
+    mma_abt<LD, KT, NT>(ds, of, v_s, lane);
+    const int n0 = nb * BN;
+    const bool edge = n0 + BN > p.S || (p.causal && n0 + BN - 1 > m0);
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = n0 + nt * 8 + 2 * t + (e & 1), r = e >> 1, row = row0 + 8 * r;
+        float x = exp2_approx(pr[nt][e] * p.scale_log2 - lse2[r]);
+        if (edge && (key >= p.S || (p.causal && key > row))) x = 0.f;
+        ds[nt][e] = x * (ds[nt][e] - dl[r]);
+      }
+    mma_pv<LD, HD, NT>(dq, ds, k_s, lane);
+    __syncthreads();
+  }
+  store_rows<HD>(p.dq, b, h, m0 + warp * 16, p.L, dq, p.scale, p.scale, lane);
+}
+
+// ---------------------------------------------------------------- host side
+
+Rows rows_of(const Tensor& t) {
+  if (!t.defined()) return {};
+  const int64_t n = t.dim();
+  Rows r;
+  r.p = static_cast<__nv_bfloat16*>(t.data_ptr());
+  r.sb = n == 4 ? t.strides()[0] : 0;
+  r.sh = t.strides()[n - 3];
+  r.st = t.strides()[n - 2];
+  return r;
+}
+
+Params params_of(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale) {
+  const char* op = "scaled_dot_product_attention (CUDA)";
+  const int64_t n = q.dim();
+  TG_CHECK((n == 3 || n == 4) && q.dtype() == kBFloat16 && k.dtype() == kBFloat16 && v.dtype() == kBFloat16, op,
+           "the flash kernels want bfloat16 3-D or 4-D q, k, v, got ", q.dtype(), " ", q.shape());
+  const int64_t E = q.shape()[n - 1];
+  TG_CHECK(v.shape()[n - 1] == E && (E == 32 || E == 64 || E == 128), op, "the flash kernels want head_dim 32, 64 or ",
+           "128 for q, k and v, got q ", q.shape(), ", v ", v.shape());
+  Params p;
+  p.q = rows_of(q), p.k = rows_of(k), p.v = rows_of(v);
+  p.B = n == 4 ? static_cast<int>(q.shape()[0]) : 1;
+  p.H = static_cast<int>(q.shape()[n - 3]);
+  p.Hkv = static_cast<int>(k.shape()[n - 3]);
+  p.L = static_cast<int>(q.shape()[n - 2]);
+  p.S = static_cast<int>(k.shape()[n - 2]);
+  p.scale = static_cast<float>(scale);
+  p.scale_log2 = static_cast<float>(scale * 1.4426950408889634);
+  p.causal = causal;
+  return p;
+}
+
+// Runs kernel<<<grid, 128, smem>>>(p), raising its dynamic shared-memory limit first when it
+// needs more than the default 48 KB.
+template <class Kernel>
+void launch(Kernel kernel, dim3 grid, size_t smem, const Params& p, cudaStream_t s) {
+  if (smem > 48 * 1024)
+    TG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  kernel<<<grid, kThreads, smem, s>>>(p);
+  TG_CUDA_CHECK_LAUNCH("flash attention");
+}
+
+template <int HD>
+constexpr size_t tile_bytes(int rows) {
+  return size_t(rows) * kLd<HD> * sizeof(__nv_bfloat16);
+}
+
+// Queries per dk / dv step and keys per dq step: 64, or 32 at head dim 128 (register budget:
+// the two 16 x 128 float32 accumulators of dk and dv leave room for 16 x 32 score tiles only).
+template <int HD>
+constexpr int kStep = HD == 128 ? 32 : 64;
+
+template <int HD>
+void forward_hd(const Params& p, cudaStream_t s) {
+  const dim3 grid((p.L + kBlock - 1) / kBlock, p.H, p.B);
+  launch(flash_forward<HD>, grid, tile_bytes<HD>(5 * kBlock), p, s);
+}
+
+template <int HD>
+void backward_hd(const Params& p, bool want_dq, bool want_dk, bool want_dv, cudaStream_t s) {
+  constexpr int BQ = kStep<HD>;
+  if (want_dq || want_dk) {
+    const int64_t rows = int64_t(p.B) * p.H * p.L;
+    attention_delta<HD><<<blocks_for(rows, 256 / 32), 256, 0, s>>>(p);
+    TG_CUDA_CHECK_LAUNCH("attention_delta");
+  }
+  if (want_dk || want_dv) {
+    const dim3 grid((p.S + kBlock - 1) / kBlock, p.Hkv, p.B);
+    const size_t smem = tile_bytes<HD>(2 * kBlock + 4 * BQ) + 4 * BQ * sizeof(float);
+    if (want_dk && want_dv) {
+      KernelTrace::record("sdpa.flash_cuda.dk_dv");
+      launch(flash_backward_dkdv<HD, BQ, true, true>, grid, smem, p, s);
+    } else if (want_dk) {
+      KernelTrace::record("sdpa.flash_cuda.dk");
+      launch(flash_backward_dkdv<HD, BQ, true, false>, grid, smem, p, s);
+    } else {
+      KernelTrace::record("sdpa.flash_cuda.dv");
+      launch(flash_backward_dkdv<HD, BQ, false, true>, grid, smem, p, s);
+    }
+  }
+  if (want_dq) {
+    KernelTrace::record("sdpa.flash_cuda.dq");
+    const dim3 grid((p.L + kBlock - 1) / kBlock, p.H, p.B);
+    launch(flash_backward_dq<HD, BQ>, grid, tile_bytes<HD>(2 * kBlock + 4 * BQ), p, s);
+  }
+}
+
+}  // namespace
+
+void sdpa_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+                  bool causal, double scale) {
+  Params p = params_of(q, k, v, causal, scale);
+  p.o = rows_of(out);
+  p.lse = lse.data_ptr<float>();
+  cudaStream_t s = stream_for(q);
+  switch (q.shape().back()) {
+    case 32: return forward_hd<32>(p, s);
+    case 64: return forward_hd<64>(p, s);
+    default: return forward_hd<128>(p, s);
+  }
+}
+
+void sdpa_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout, const Tensor& q,
+                   const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse, const Tensor& delta,
+                   bool causal, double scale) {
+  Params p = params_of(q, k, v, causal, scale);
+  p.o = rows_of(out), p.dout = rows_of(dout), p.dq = rows_of(dq), p.dk = rows_of(dk), p.dv = rows_of(dv);
+  p.lse = lse.data_ptr<float>();
+  p.delta = delta.defined() ? delta.data_ptr<float>() : nullptr;
+  cudaStream_t s = stream_for(q);
+  const bool wq = dq.defined(), wk = dk.defined(), wv = dv.defined();
+  switch (q.shape().back()) {
+    case 32: return backward_hd<32>(p, wq, wk, wv, s);
+    case 64: return backward_hd<64>(p, wq, wk, wv, s);
+    default: return backward_hd<128>(p, wq, wk, wv, s);
+  }
+}
+
+}  // namespace tg::cuda

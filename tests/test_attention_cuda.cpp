@@ -1,0 +1,235 @@
+// The CUDA flash-attention kernels (ops/cuda/attention.cu) against the CPU fused kernel in
+// float64 on the same bf16-rounded inputs, over awkward shapes (T not a multiple of the 64-row
+// tiles, one query, grouped-query ratios 1, 2, 4, causal and not), in the layout the model
+// gives them ([B, H, T, hd] views of [B, T, H, hd] projections); which gradients each mask
+// computes; determinism; and where the composition still runs. GPU tests skip without a device.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <optional>
+
+#include "core/autograd.h"
+#include "core/factory.h"
+#include "core/trace.h"
+#include "nn/llama.h"
+#include "nn/loss.h"
+#include "ops/attention.h"
+#include "ops/cast.h"
+#include "ops/shape.h"
+#include "testing/testing.h"
+#include "tests/test_support.h"
+
+namespace tg {
+namespace {
+
+const Device kGpu = Device::cuda(0);
+
+struct Case {
+  int64_t B, H, Hkv, L, S, hd;
+  bool causal;
+};
+
+std::string name_of(const Case& c) {
+  return "B" + std::to_string(c.B) + " H" + std::to_string(c.H) + " Hkv" + std::to_string(c.Hkv) + " L" +
+         std::to_string(c.L) + " S" + std::to_string(c.S) + " hd" + std::to_string(c.hd) +
+         (c.causal ? " causal" : " full");
+}
+
+struct Grads {
+  Tensor out, dq, dk, dv;
+};
+
+// [B, heads, T, hd] as the transpose of a [B, T, heads, hd] tensor (how the model splits heads).
+Tensor head_view(const Tensor& projection) { return transpose(projection, 1, 2); }
+
+// Forward and backward of sdpa on leaves (q, k, v in [B, T, heads, hd] memory) against `dout`.
+Grads run(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, bool causal,
+          std::array<bool, 3> wants = {true, true, true}) {
+  Tensor lq = q.detach().requires_grad_(wants[0]), lk = k.detach().requires_grad_(wants[1]),
+         lv = v.detach().requires_grad_(wants[2]);
+  const bool gqa = q.shape()[2] != k.shape()[2];
+  Tensor out = scaled_dot_product_attention(head_view(lq), head_view(lk), head_view(lv), causal, std::nullopt, 0.0,
+                                            default_generator(), gqa);
+  if (wants[0] || wants[1] || wants[2]) out.backward(dout);
+  return {out.detach(), lq.grad(), lk.grad(), lv.grad()};
+}
+
+// ||got - want|| / ||want|| and max |got - want| / max |want|, both in float64 on the CPU.
+std::pair<double, double> errors(const Tensor& got, const Tensor& want) {
+  const std::vector<double> g = contiguous(to(got, kFloat64, Device::cpu())).to_vector<double>();
+  const std::vector<double> w = contiguous(to(want, kFloat64, Device::cpu())).to_vector<double>();
+  double norm = 0, diff = 0, wmax = 0, dmax = 0;
+  for (size_t i = 0; i < w.size(); ++i) {
+    const double d = std::abs(g[i] - w[i]);
+    norm += w[i] * w[i], diff += d * d;
+    wmax = std::max(wmax, std::abs(w[i]));
+    dmax = std::isnan(d) ? d : std::max(dmax, d);
+  }
+  return {std::sqrt(diff / norm), dmax / wmax};
+}
+
+// bf16 operands and outputs: a relative error of a few 2^-9 roundings per element.
+constexpr double kRelTol = 1e-2, kMaxTol = 3e-2;
+
+void expect_close(const Tensor& got, const Tensor& want, const char* what) {
+  ASSERT_TRUE(got.defined()) << what;
+  auto [rel, mx] = errors(got, want);
+  EXPECT_LT(rel, kRelTol) << what << ": relative error " << rel;
+  EXPECT_LT(mx, kMaxTol) << what << ": max error / max " << mx;
+  EXPECT_FALSE(std::isnan(rel) || std::isnan(mx)) << what << " has NaN (an element not written?)";
+}
+
+// Leaves the caching allocator holding NaN-filled blocks of the sizes the op will ask for, so an
+// element a kernel forgets to write shows up as NaN.
+void poison_allocator(const Case& c) {
+  NoGradGuard g;
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (int64_t n : {c.B * c.L * c.H * c.hd, c.B * c.S * c.Hkv * c.hd, c.B * c.H * c.L})
+    for (DType dt : {kBFloat16, kFloat32}) full({n}, nan, {dt, kGpu});
+}
+
+void check_case(const Case& c, uint64_t seed) {
+  SCOPED_TRACE(name_of(c));
+  Generator gen(seed);
+  // Inputs drawn on the CPU, rounded to bf16; the reference runs in float64 on those values.
+  Tensor q = to(randn({c.B, c.L, c.H, c.hd}, gen), kBFloat16), k = to(randn({c.B, c.S, c.Hkv, c.hd}, gen), kBFloat16);
+  Tensor v = to(randn({c.B, c.S, c.Hkv, c.hd}, gen), kBFloat16), dout = to(randn({c.B, c.H, c.L, c.hd}, gen), kBFloat16);
+  Grads want = run(to(q, kFloat64), to(k, kFloat64), to(v, kFloat64), to(dout, kFloat64), c.causal);
+  poison_allocator(c);
+  KernelTrace trace;
+  Grads got = run(to(q, kGpu), to(k, kGpu), to(v, kGpu), to(dout, kGpu), c.causal);
+  EXPECT_TRUE(trace.contains("sdpa.flash_cuda"));
+  EXPECT_FALSE(trace.contains("sdpa.composite"));
+  expect_close(got.out, want.out, "out");
+  expect_close(got.dq, want.dq, "dq");
+  expect_close(got.dk, want.dk, "dk");
+  expect_close(got.dv, want.dv, "dv");
+}
+
+TEST(AttentionCuda, FlashMatchesFloat64OnShortSequences) {
+  TG_REQUIRE_CUDA();
+  uint64_t seed = 100;
+  for (int64_t T : {1, 17, 127})
+    for (int64_t hd : {32, 64, 128})
+      for (int64_t group : {1, 2, 4})
+        for (bool causal : {true, false}) check_case({2, 4, 4 / group, T, T, hd, causal}, seed++);
+}
+
+TEST(AttentionCuda, FlashMatchesFloat64OnLongSequences) {
+  TG_REQUIRE_CUDA();
+  uint64_t seed = 200;
+  for (int64_t T : {1000, 1024})
+    for (int64_t hd : {64, 128})
+      for (int64_t group : {1, 4})
+        for (bool causal : {true, false}) check_case({1, 4, 4 / group, T, T, hd, causal}, seed++);
+}
+
+TEST(AttentionCuda, FlashMatchesFloat64WithMoreOrFewerKeysThanQueries) {
+  TG_REQUIRE_CUDA();
+  // causal with S != L: top-left aligned (query i sees keys j <= i), as the CPU kernel.
+  uint64_t seed = 300;
+  for (auto [L, S] : {std::pair<int64_t, int64_t>{70, 130}, {130, 70}, {1, 65}, {65, 1}})
+    for (bool causal : {true, false}) check_case({1, 2, 2, L, S, 64, causal}, seed++);
+}
+
+TEST(AttentionCuda, EachMaskComputesOnlyItsGradientsAndTheOthersBitwise) {
+  TG_REQUIRE_CUDA();
+  Generator gen(400);
+  const int64_t B = 2, T = 150, H = 4, Hkv = 2, hd = 64;
+  Tensor q = to(randn({B, T, H, hd}, gen), kBFloat16, kGpu), k = to(randn({B, T, Hkv, hd}, gen), kBFloat16, kGpu);
+  Tensor v = to(randn({B, T, Hkv, hd}, gen), kBFloat16, kGpu), dout = to(randn({B, H, T, hd}, gen), kBFloat16, kGpu);
+  const Grads all = run(q, k, v, dout, true);
+  const Grads again = run(q, k, v, dout, true);  // deterministic: no atomics
+  EXPECT_TENSOR_EQ(again.dq, all.dq);
+  EXPECT_TENSOR_EQ(again.dk, all.dk);
+  EXPECT_TENSOR_EQ(again.dv, all.dv);
+  struct Mask {
+    std::array<bool, 3> wants;
+    const char* ran;
+    std::vector<const char*> skipped;
+  };
+  const Mask masks[] = {
+      {{false, true, true}, "sdpa.flash_cuda.dk_dv", {"sdpa.flash_cuda.dq"}},
+      {{true, false, true}, "sdpa.flash_cuda.dv", {"sdpa.flash_cuda.dk_dv", "sdpa.flash_cuda.dk"}},
+      {{true, true, false}, "sdpa.flash_cuda.dk", {"sdpa.flash_cuda.dk_dv", "sdpa.flash_cuda.dv"}},
+      {{true, false, false}, "sdpa.flash_cuda.dq", {"sdpa.flash_cuda.dk_dv", "sdpa.flash_cuda.dk", "sdpa.flash_cuda.dv"}},
+  };
+  for (const Mask& m : masks) {
+    SCOPED_TRACE(std::to_string(m.wants[0]) + std::to_string(m.wants[1]) + std::to_string(m.wants[2]));
+    KernelTrace trace;
+    const Grads part = run(q, k, v, dout, true, m.wants);
+    EXPECT_TRUE(trace.contains(m.ran));
+    for (const char* s : m.skipped) EXPECT_FALSE(trace.contains(s)) << s;
+    EXPECT_TENSOR_EQ(part.out, all.out);
+    if (m.wants[0]) EXPECT_TENSOR_EQ(part.dq, all.dq);
+    else EXPECT_FALSE(part.dq.defined());
+    if (m.wants[1]) EXPECT_TENSOR_EQ(part.dk, all.dk);
+    else EXPECT_FALSE(part.dk.defined());
+    if (m.wants[2]) EXPECT_TENSOR_EQ(part.dv, all.dv);
+    else EXPECT_FALSE(part.dv.defined());
+  }
+}
+
+TEST(AttentionCuda, ReadsHeadViewsInPlaceAndKeepsTheirLayout) {
+  TG_REQUIRE_CUDA();
+  Generator gen(500);
+  Tensor x = to(randn({2, 40, 3, 64}, gen), kBFloat16, kGpu).requires_grad_(true);
+  Tensor h = head_view(x);
+  Tensor out = scaled_dot_product_attention(h, h, h, true);
+  EXPECT_EQ(out.strides(), Shape({40 * 3 * 64, 64, 3 * 64, 1}));  // [B, H, T, hd] view of [B, T, H, hd]
+  EXPECT_EQ(out.grad_fn()->saved_bytes(), 3 * x.nbytes() + out.nbytes() + 2 * 3 * 40 * sizeof(float));
+  std::vector<Tensor> grads = out.grad_fn()->backward({full(out.shape(), 1.0, {kBFloat16, kGpu})}, {true, true, true});
+  for (const Tensor& g : grads) EXPECT_EQ(g.strides(), h.strides());
+}
+
+TEST(AttentionCuda, MisalignedRowsAreCopiedNotMisread) {
+  TG_REQUIRE_CUDA();
+  // A view starting one element into its storage: rows not 16-byte aligned.
+  Generator gen(600);
+  const Case c{1, 2, 2, 33, 33, 64, true};
+  Tensor buf = to(randn({1 + c.B * c.L * c.H * c.hd}, gen), kBFloat16);
+  Tensor q = reshape(slice(buf, 0, 1, 1 + c.B * c.L * c.H * c.hd), {c.B, c.L, c.H, c.hd});
+  Tensor dout = to(randn({c.B, c.H, c.L, c.hd}, gen), kBFloat16);
+  Grads want = run(to(q, kFloat64), to(q, kFloat64), to(q, kFloat64), to(dout, kFloat64), true);
+  Tensor gq = reshape(slice(to(buf, kGpu), 0, 1, 1 + c.B * c.L * c.H * c.hd), {c.B, c.L, c.H, c.hd});
+  Grads got = run(gq, gq, gq, to(dout, kGpu), true);
+  expect_close(got.out, want.out, "out");
+  expect_close(got.dq, want.dq, "dq");
+}
+
+TEST(AttentionCuda, CompositionWhereTheFlashKernelsDoNotApply) {
+  TG_REQUIRE_CUDA();
+  Generator gen(700);
+  auto trace_of = [&](DType dt, int64_t hd, double dropout) {
+    Tensor q = to(randn({1, 2, 9, hd}, gen), dt, kGpu);
+    KernelTrace trace;
+    scaled_dot_product_attention(q, q, q, true, std::nullopt, dropout, gen);
+    return trace.contains("sdpa.composite") && !trace.contains("sdpa.flash_cuda");
+  };
+  EXPECT_TRUE(trace_of(kFloat32, 64, 0.0));   // float32: matmul / softmax composition
+  EXPECT_TRUE(trace_of(kBFloat16, 80, 0.0));  // a head dim without a kernel
+  EXPECT_TRUE(trace_of(kBFloat16, 64, 0.1));  // dropout needs the probabilities
+  EXPECT_FALSE(trace_of(kBFloat16, 64, 0.0));
+}
+
+TEST(AttentionCuda, LlamaWithGroupedQueryHeadsUsesTheFlashKernels) {
+  TG_REQUIRE_CUDA();
+  nn::LlamaConfig cfg = nn::LlamaConfig::tiny();  // head_dim 32
+  cfg.num_key_value_heads = 2;
+  Generator gen(800);
+  auto model = std::make_shared<nn::LlamaForCausalLM>(cfg, gen);
+  Tensor ids = randint(0, cfg.vocab_size, {2, 100}, gen, {kInt64});
+  Tensor want = model->loss(ids, ids);  // float32 on the CPU
+  model->to(kBFloat16, kGpu);
+  KernelTrace trace;
+  Tensor got = model->loss(to(ids, kGpu), to(ids, kGpu));
+  got.backward();
+  EXPECT_EQ(trace.count("sdpa.flash_cuda"), static_cast<size_t>(cfg.num_hidden_layers));
+  EXPECT_EQ(trace.count("sdpa.flash_cuda.dk_dv"), static_cast<size_t>(cfg.num_hidden_layers));
+  EXPECT_FALSE(trace.contains("sdpa.composite"));
+  EXPECT_NEAR(got.item<double>(), want.item<double>(), 2e-2 * want.item<double>());
+}
+
+}  // namespace
+}  // namespace tg
