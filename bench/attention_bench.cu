@@ -1,0 +1,146 @@
+// scaled_dot_product_attention on the GPU, causal, bf16: forward, backward (all of dq, dk, dv)
+// and forward + backward, for the shapes the issue names (bench-135m's 8x12x1024x64, two hd-128
+// shapes, a grouped-query one). q, k, v are the [B, H, T, hd] views of [B, T, H, hd] projections
+// the model passes. Each call is bracketed by CUDA events after a 256 MB L2 flush; median of
+// --reps. TFLOP/s counts causal FLOPs halved: forward 4 B H T^2 hd / 2, backward 2.5x forward
+// (the work FlashAttention-2 does; ours does 3.5x, see ops/cuda/attention.cu).
+//   attention_bench [--reps N] [--json path --commit sha]
+// bench/torch_attention_ref.py times PyTorch's SDPA backends on the same shapes and merges both
+// into bench/results/attention.json (bench/run_attention_bench.sh runs the two).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <string>
+#include <vector>
+
+#include "core/autograd.h"
+#include "core/cuda/cuda_utils.cuh"
+#include "core/factory.h"
+#include "core/tensor.h"
+#include "ops/attention.h"
+#include "ops/cast.h"
+#include "ops/shape.h"
+
+using namespace tg;
+
+namespace {
+
+struct Shape4 {
+  int64_t B, H, Hkv, T, hd;
+  std::string name() const {
+    std::string s = std::to_string(B) + "x" + std::to_string(H) + "x" + std::to_string(T) + "x" + std::to_string(hd);
+    return Hkv == H ? s : s + "-kv" + std::to_string(Hkv);
+  }
+  double fwd_flops() const { return 4.0 * B * H * double(T) * T * hd / 2; }
+};
+
+struct Timer {
+  void* flush = nullptr;
+  size_t flush_bytes = size_t(256) << 20;
+  cudaEvent_t a, b;
+  Timer() {
+    TG_CUDA_CHECK(cudaMalloc(&flush, flush_bytes));
+    TG_CUDA_CHECK(cudaEventCreate(&a));
+    TG_CUDA_CHECK(cudaEventCreate(&b));
+  }
+  ~Timer() {
+    cudaFree(flush);
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+  }
+  // Median ms of f() over reps, each after an L2 flush (a 256 MB memset), after 3 warm-up calls.
+  template <class F>
+  double median_ms(F&& f, int reps) {
+    cudaStream_t s = cuda::stream(0);
+    for (int i = 0; i < 3; ++i) f();
+    std::vector<float> t;
+    for (int i = 0; i < reps; ++i) {
+      TG_CUDA_CHECK(cudaMemsetAsync(flush, i & 0xff, flush_bytes, s));
+      TG_CUDA_CHECK(cudaEventRecord(a, s));
+      f();
+      TG_CUDA_CHECK(cudaEventRecord(b, s));
+      TG_CUDA_CHECK(cudaEventSynchronize(b));
+      float ms = 0;
+      TG_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+      t.push_back(ms);
+    }
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+  }
+};
+
+std::string today() {
+  char buf[16];
+  std::time_t now = std::time(nullptr);
+  std::strftime(buf, sizeof buf, "%Y-%m-%d", std::gmtime(&now));
+  return buf;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int reps = 50;
+  const char* json = nullptr;
+  std::string commit = "unknown";
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) reps = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
+    else if (!std::strcmp(argv[i], "--commit") && i + 1 < argc) commit = argv[++i];
+    else return std::fprintf(stderr, "usage: attention_bench [--reps N] [--json path --commit sha]\n"), 2;
+  }
+  if (!cuda_is_available()) return std::fprintf(stderr, "attention_bench: no CUDA device\n"), 1;
+  cudaDeviceProp prop;
+  TG_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  const Device dev = Device::cuda(0);
+  const std::vector<Shape4> shapes = {
+      {8, 12, 12, 1024, 64}, {4, 32, 32, 2048, 128}, {1, 16, 16, 8192, 128}, {4, 32, 8, 2048, 128}};
+  Timer timer;
+  std::FILE* out = json ? std::fopen(json, "w") : nullptr;
+  if (json && !out) return std::fprintf(stderr, "attention_bench: cannot write %s\n", json), 1;
+  if (out) std::fprintf(out, "[\n");
+  std::printf("%-22s %9s %9s %11s %9s\n", "shape (BxHxTxhd)", "fwd ms", "bwd ms", "fwd+bwd ms", "TFLOP/s");
+  for (size_t si = 0; si < shapes.size(); ++si) {
+    const Shape4& s = shapes[si];
+    Generator gen(1);
+    auto projection = [&](int64_t heads) {
+      return to(randn({s.B, s.T, heads, s.hd}, gen), kBFloat16, dev).requires_grad_(true);
+    };
+    Tensor pq = projection(s.H), pk = projection(s.Hkv), pv = projection(s.Hkv);
+    Tensor dout = to(randn({s.B, s.H, s.T, s.hd}, gen), kBFloat16, dev);
+    const bool gqa = s.H != s.Hkv;
+    auto forward = [&] {
+      return scaled_dot_product_attention(transpose(pq, 1, 2), transpose(pk, 1, 2), transpose(pv, 1, 2), true,
+                                          std::nullopt, 0.0, default_generator(), gqa);
+    };
+    Tensor o = forward();
+    auto node = o.grad_fn();
+    const GradMask all = {true, true, true};
+    auto backward = [&] {
+      NoGradGuard g;
+      node->backward({dout}, all);
+    };
+    const double fwd = timer.median_ms([&] { forward(); }, reps);
+    const double bwd = timer.median_ms(backward, reps);
+    const double both = timer.median_ms(
+        [&] {
+          Tensor y = forward();
+          NoGradGuard g;
+          y.grad_fn()->backward({dout}, all);
+        },
+        reps);
+    const double tflops = 3.5 * s.fwd_flops() / (both * 1e-3) / 1e12;
+    std::printf("%-22s %9.3f %9.3f %11.3f %9.1f\n", s.name().c_str(), fwd, bwd, both, tflops);
+    if (out)
+      std::fprintf(out,
+                   "  {\"shape\": \"%s\", \"impl\": \"tapegrad\", \"fwd_ms\": %.4f, \"bwd_ms\": %.4f, \"fwdbwd_ms\": %.4f, "
+                   "\"tflops\": %.1f, \"machine\": \"%s\", \"date\": \"%s\", \"commit\": \"%s\"}%s\n",
+                   s.name().c_str(), fwd, bwd, both, tflops, prop.name, today().c_str(), commit.c_str(),
+                   si + 1 < shapes.size() ? "," : "");
+  }
+  if (out) std::fprintf(out, "]\n"), std::fclose(out);
+  return 0;
+}
