@@ -324,23 +324,25 @@ __global__ void __launch_bounds__(kThreads) flash_forward(const Params p) {
 
 // ---------------------------------------------------------------- backward
 
-// delta[b, h, i] = sum_d dout[b, h, i, d] * out[b, h, i, d]: a warp per row.
+// delta[b, h, i] = sum_d dout[b, h, i, d] * out[b, h, i, d]: a warp per row (grid-stride).
 template <int HD>
 __global__ void attention_delta(const Params p) {
-  const int64_t row = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
-  if (row >= int64_t(p.B) * p.H * p.L) return;
-  const int i = static_cast<int>(row % p.L), h = static_cast<int>((row / p.L) % p.H);
-  const int b = static_cast<int>(row / (int64_t(p.L) * p.H)), lane = threadIdx.x % 32;
-  const __nv_bfloat16 *go = p.dout.at(b, h, i), *oo = p.o.at(b, h, i);
-  float acc = 0.f;
-  for (int d = 2 * lane; d < HD; d += 64) {
-    const float2 x = __bfloat1622float2(*reinterpret_cast<const bf16x2*>(go + d));
-    const float2 y = __bfloat1622float2(*reinterpret_cast<const bf16x2*>(oo + d));
-    acc += x.x * y.x + x.y * y.y;
-  }
+  const int64_t rows = int64_t(p.B) * p.H * p.L, warps = int64_t(gridDim.x) * (blockDim.x / 32);
+  const int lane = threadIdx.x % 32;
+  for (int64_t row = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; row < rows; row += warps) {
+    const int i = static_cast<int>(row % p.L), h = static_cast<int>((row / p.L) % p.H);
+    const int b = static_cast<int>(row / (int64_t(p.L) * p.H));
+    const __nv_bfloat16 *go = p.dout.at(b, h, i), *oo = p.o.at(b, h, i);
+    float acc = 0.f;
+    for (int d = 2 * lane; d < HD; d += 64) {
+      const float2 x = __bfloat1622float2(*reinterpret_cast<const bf16x2*>(go + d));
+      const float2 y = __bfloat1622float2(*reinterpret_cast<const bf16x2*>(oo + d));
+      acc += x.x * y.x + x.y * y.y;
+    }
 #pragma unroll
-  for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-  if (lane == 0) p.delta[row] = acc;
+    for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+    if (lane == 0) p.delta[row] = acc;
+  }
 }
 
 // dK and / or dV of 64 keys of one kv head; BQ queries a step.
