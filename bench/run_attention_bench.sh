@@ -5,7 +5,7 @@
 set -euo pipefail
 build=$1
 out=${2:-bench/results/attention.json}
-commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+commit=${TG_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 mkdir -p "$(dirname "$out")"
 ours=$(mktemp)
 "$build/bench/attention_bench" --json "$ours" --commit "$commit"
