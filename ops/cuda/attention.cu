@@ -112,6 +112,8 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
 // A warp's m16n8 accumulator tile c[4]: lane (g = lane / 4, t = lane % 4) holds rows g (c[0..1])
 // and g + 8 (c[2..3]), cols 2t and 2t + 1. Two neighbouring n-tiles of a row block are, rounded
 // to bf16, the A fragment of a k16 product: the P V and dS K products take S's registers as is.
+// A warp owns MT such 16-row tiles (rows 16 MT warp + 16 mt + ...), so every B fragment it
+// loads from shared memory feeds MT products.
 __device__ __forceinline__ void to_a_fragment(uint32_t (&a)[4], const float (&lo)[4], const float (&hi)[4]) {
   a[0] = pack_bf16(lo[0], lo[1]);
   a[1] = pack_bf16(lo[2], lo[3]);
@@ -119,7 +121,7 @@ __device__ __forceinline__ void to_a_fragment(uint32_t (&a)[4], const float (&lo
   a[3] = pack_bf16(hi[2], hi[3]);
 }
 
-// Lane addresses for ldmatrix.x4 on a row-major [rows][kLd] tile at (row0, col0):
+// Lane addresses for ldmatrix.x4 on a row-major [rows][LD] tile at (row0, col0):
 //   a_rows: the A fragment of rows row0..+15, cols col0..+15;
 //   b_rows: the B fragments of two n-tiles whose n runs along the tile's rows (row0..+7, +8..+15)
 //           and k along its cols (col0..+15): x4 gives {b0, b1} of n-tile 0 then of n-tile 1;
@@ -137,46 +139,49 @@ __device__ __forceinline__ const __nv_bfloat16* b_cols(const __nv_bfloat16* s, i
   return a_rows<LD>(s, row0, col0, lane);
 }
 
-// acc[NT][4] (16 rows x NT*8) += A (16 x 16*KT, fragments a[KT]) times B^T, B's rows the n
-// dim in a shared tile of NT*8 rows starting at `rows`.
-template <int LD, int KT, int NT>
-__device__ __forceinline__ void mma_abt(float (&acc)[NT][4], const uint32_t (&a)[KT][4], const __nv_bfloat16* rows,
-                                        int lane) {
+// acc[mt] (16 rows x 8 NT) += A_mt (16 x 16 KT) B^T, B's rows the n dim of a shared tile of
+// 8 NT rows at `rows`. a_of(frag, mt, kt) yields A_mt's k-tile kt (registers or ldmatrix).
+template <int LD, int KT, int NT, int MT, class AOf>
+__device__ __forceinline__ void mma_abt(float (&acc)[MT][NT][4], AOf&& a_of, const __nv_bfloat16* rows, int lane) {
 #pragma unroll
-  for (int kt = 0; kt < KT; ++kt)
+  for (int kt = 0; kt < KT; ++kt) {
+    uint32_t a[MT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) a_of(a[mt], mt, kt);
 #pragma unroll
     for (int np = 0; np < NT / 2; ++np) {
       uint32_t b[4];
       ldsm_x4(b, b_rows<LD>(rows, np * 16, kt * 16, lane));
-      mma(acc[2 * np], a[kt], b[0], b[1]);
-      mma(acc[2 * np + 1], a[kt], b[2], b[3]);
-    }
-}
-
-// acc[HD/8][4] (16 rows x HD) += P (16 x 16*KT, as accumulator tiles p[2*KT]) times V, V's rows
-// the k dim in a shared tile of 16*KT rows x HD.
-template <int LD, int HD, int NP>
-__device__ __forceinline__ void mma_pv(float (&acc)[HD / 8][4], const float (&p)[NP][4], const __nv_bfloat16* v,
-                                       int lane) {
 #pragma unroll
-  for (int kt = 0; kt < NP / 2; ++kt) {
-    uint32_t a[4];
-    to_a_fragment(a, p[2 * kt], p[2 * kt + 1]);
-#pragma unroll
-    for (int dp = 0; dp < HD / 16; ++dp) {
-      uint32_t b[4];
-      ldsm_x4_t(b, b_cols<LD>(v, kt * 16, dp * 16, lane));
-      mma(acc[2 * dp], a, b[0], b[1]);
-      mma(acc[2 * dp + 1], a, b[2], b[3]);
+      for (int mt = 0; mt < MT; ++mt) {
+        mma(acc[mt][2 * np], a[mt], b[0], b[1]);
+        mma(acc[mt][2 * np + 1], a[mt], b[2], b[3]);
+      }
     }
   }
 }
 
-// A fragments of 16 rows x HD of a shared tile.
-template <int LD, int KT>
-__device__ __forceinline__ void load_a(uint32_t (&a)[KT][4], const __nv_bfloat16* s, int row0, int lane) {
+// acc[mt] (16 rows x HD) += P_mt (16 x 8 NP, accumulator tiles p[mt]) V, V's rows the k dim of a
+// shared tile of 8 NP rows x HD.
+template <int LD, int HD, int NP, int MT>
+__device__ __forceinline__ void mma_pv(float (&acc)[MT][HD / 8][4], const float (&p)[MT][NP][4],
+                                       const __nv_bfloat16* v, int lane) {
 #pragma unroll
-  for (int kt = 0; kt < KT; ++kt) ldsm_x4(a[kt], a_rows<LD>(s, row0, kt * 16, lane));
+  for (int kt = 0; kt < NP / 2; ++kt) {
+    uint32_t a[MT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) to_a_fragment(a[mt], p[mt][2 * kt], p[mt][2 * kt + 1]);
+#pragma unroll
+    for (int dp = 0; dp < HD / 16; ++dp) {
+      uint32_t b[4];
+      ldsm_x4_t(b, b_cols<LD>(v, kt * 16, dp * 16, lane));
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        mma(acc[mt][2 * dp], a[mt], b[0], b[1]);
+        mma(acc[mt][2 * dp + 1], a[mt], b[2], b[3]);
+      }
+    }
+  }
 }
 
 // ROWS x HD rows [t0, t0 + ROWS) of head (b, h) into a shared tile; rows at or past `limit` are
@@ -184,7 +189,6 @@ __device__ __forceinline__ void load_a(uint32_t (&a)[KT][4], const __nv_bfloat16
 template <int HD, int ROWS>
 __device__ __forceinline__ void load_tile(__nv_bfloat16* s, const Rows& g, int b, int h, int t0, int limit) {
   constexpr int kChunks = HD / 8;
-#pragma unroll
   for (int c = threadIdx.x; c < ROWS * kChunks; c += kThreads) {
     const int r = c / kChunks, col = (c % kChunks) * 8, t = t0 + r;
     const bool ok = t < limit;
@@ -200,126 +204,163 @@ __device__ __forceinline__ void load_stat(float* s, const float* g, int64_t row_
   }
 }
 
-template <int NT>
-__device__ __forceinline__ void zero(float (&a)[NT][4]) {
+template <int MT, int NT>
+__device__ __forceinline__ void zero(float (&a)[MT][NT][4]) {
 #pragma unroll
-  for (int i = 0; i < NT; ++i) a[i][0] = a[i][1] = a[i][2] = a[i][3] = 0.f;
+  for (int m = 0; m < MT; ++m)
+#pragma unroll
+    for (int i = 0; i < NT; ++i) a[m][i][0] = a[m][i][1] = a[m][i][2] = a[m][i][3] = 0.f;
 }
 
-// Rows g and g + 8 of a 16 x HD accumulator, times `mul`, to two bf16 rows (skipped past `limit`).
-template <int HD>
-__device__ __forceinline__ void store_rows(const Rows& dst, int b, int h, int row0, int limit, const float (&acc)[HD / 8][4],
-                                           float mul0, float mul1, int lane) {
+// The warp's MT x 16 rows (from row0) of an accumulator, row r times mul[mt][r / 8], as bf16 rows
+// (skipped from `limit` on).
+template <int HD, int MT>
+__device__ __forceinline__ void store_rows(const Rows& dst, int b, int h, int row0, int limit,
+                                           const float (&acc)[MT][HD / 8][4], const float (&mul)[MT][2], int lane) {
   const int g = lane / 4, t = lane % 4;
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int row = row0 + g + 8 * r;
-    if (row >= limit) continue;
-    __nv_bfloat16* out = dst.at(b, h, row) + 2 * t;
-    const float m = r ? mul1 : mul0;
+  for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-    for (int dt = 0; dt < HD / 8; ++dt)
-      *reinterpret_cast<bf16x2*>(out + dt * 8) = __floats2bfloat162_rn(acc[dt][2 * r] * m, acc[dt][2 * r + 1] * m);
-  }
+    for (int r = 0; r < 2; ++r) {
+      const int row = row0 + 16 * mt + g + 8 * r;
+      if (row >= limit) continue;
+      __nv_bfloat16* out = dst.at(b, h, row) + 2 * t;
+#pragma unroll
+      for (int dt = 0; dt < HD / 8; ++dt)
+        *reinterpret_cast<bf16x2*>(out + dt * 8) =
+            __floats2bfloat162_rn(acc[mt][dt][2 * r] * mul[mt][r], acc[mt][dt][2 * r + 1] * mul[mt][r]);
+    }
 }
 
-// Number of key tiles of `bn` keys that queries [m0, m0 + 64) see.
-__device__ __forceinline__ int key_tiles(const Params& p, int m0, int bn) {
-  const int keys = p.causal ? min(m0 + kBlock, p.S) : p.S;
+template <int MT>
+__device__ __forceinline__ void fill(float (&a)[MT][2], float v) {
+#pragma unroll
+  for (int m = 0; m < MT; ++m) a[m][0] = a[m][1] = v;
+}
+
+// Number of key tiles of `bn` keys that queries [m0, m0 + bm) see.
+__device__ __forceinline__ int key_tiles(const Params& p, int m0, int bm, int bn) {
+  const int keys = p.causal ? min(m0 + bm, p.S) : p.S;
   return (keys + bn - 1) / bn;
 }
 
+// Q-like operands (16 x HD a warp) stay in registers for one row tile; with two, the accumulators
+// take the register budget and they are read from shared memory for each product.
+template <int HD, int MT>
+constexpr bool kInRegisters = MT == 1;
+
 // ---------------------------------------------------------------- forward
 
-template <int HD>
+template <int HD, int MT>
 __global__ void __launch_bounds__(kThreads) flash_forward(const Params p) {
-  constexpr int LD = kLd<HD>, KT = HD / 16, NT = kBlock / 8;
+  constexpr int LD = kLd<HD>, KT = HD / 16, BM = kBlock * MT, BN = kBlock, NT = BN / 8;
   extern __shared__ __align__(16) unsigned char smem[];
   __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(smem);
-  __nv_bfloat16* sK = sQ + kBlock * LD;      // two stages
-  __nv_bfloat16* sV = sK + 2 * kBlock * LD;  // two stages
+  __nv_bfloat16* sK = sQ + BM * LD;      // two stages
+  __nv_bfloat16* sV = sK + 2 * BN * LD;  // two stages
   const int mb = gridDim.x - 1 - blockIdx.x;  // the longest causal blocks start first
   const int h = blockIdx.y, b = blockIdx.z, hk = h / (p.H / p.Hkv);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int m0 = mb * kBlock, row0 = m0 + warp * 16 + g;  // this thread's rows: row0, row0 + 8
-  const int tiles = key_tiles(p, m0, kBlock);
+  const int m0 = mb * BM, wrow = warp * 16 * MT;  // the warp's rows: m0 + wrow + 16 mt + g (+ 8)
+  const int tiles = key_tiles(p, m0, BM, BN);
 
-  load_tile<HD, kBlock>(sQ, p.q, b, h, m0, p.L);
-  load_tile<HD, kBlock>(sK, p.k, b, hk, 0, p.S);
-  load_tile<HD, kBlock>(sV, p.v, b, hk, 0, p.S);
+  load_tile<HD, BM>(sQ, p.q, b, h, m0, p.L);
+  load_tile<HD, BN>(sK, p.k, b, hk, 0, p.S);
+  load_tile<HD, BN>(sV, p.v, b, hk, 0, p.S);
   cp_async_commit();
 
-  uint32_t qf[KT][4];
-  float o[HD / 8][4];
+  uint32_t qf[kInRegisters<HD, MT> ? MT : 1][KT][4];
+  auto q_of = [&](uint32_t (&f)[4], int mt, int kt) {
+    if constexpr (kInRegisters<HD, MT>) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) f[i] = qf[mt][kt][i];
+    } else {
+      ldsm_x4(f, a_rows<LD>(sQ, wrow + 16 * mt, kt * 16, lane));
+    }
+  };
+  float o[MT][HD / 8][4];
   zero(o);
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+  float m[MT][2], l[MT][2];
+  fill(m, -INFINITY);
+  fill(l, 0.f);
   for (int nb = 0; nb < tiles; ++nb) {
     const int stage = nb & 1;
     if (nb + 1 < tiles) {
-      load_tile<HD, kBlock>(sK + (stage ^ 1) * kBlock * LD, p.k, b, hk, (nb + 1) * kBlock, p.S);
-      load_tile<HD, kBlock>(sV + (stage ^ 1) * kBlock * LD, p.v, b, hk, (nb + 1) * kBlock, p.S);
+      load_tile<HD, BN>(sK + (stage ^ 1) * BN * LD, p.k, b, hk, (nb + 1) * BN, p.S);
+      load_tile<HD, BN>(sV + (stage ^ 1) * BN * LD, p.v, b, hk, (nb + 1) * BN, p.S);
       cp_async_commit();
       cp_async_wait<1>();
     } else {
       cp_async_wait<0>();
     }
     __syncthreads();
-    if (nb == 0) load_a<LD, KT>(qf, sQ, warp * 16, lane);
+    if constexpr (kInRegisters<HD, MT>)
+      if (nb == 0)
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int kt = 0; kt < KT; ++kt) ldsm_x4(qf[mt][kt], a_rows<LD>(sQ, wrow + 16 * mt, kt * 16, lane));
 
-    float s[NT][4];
+    float s[MT][NT][4];
     zero(s);
-    mma_abt<LD, KT, NT>(s, qf, sK + stage * kBlock * LD, lane);
+    mma_abt<LD, KT, NT, MT>(s, q_of, sK + stage * BN * LD, lane);
 
     // Scores in base-2 units; keys past S and (causal) past the query are -inf.
-    const int n0 = nb * kBlock;
-    const bool edge = n0 + kBlock > p.S || (p.causal && n0 + kBlock - 1 > m0);
+    const int n0 = nb * BN;
+    const bool edge = n0 + BN > p.S || (p.causal && n0 + BN - 1 > m0);
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
+    for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float x = s[nt][e] * p.scale_log2;
-        const int key = n0 + nt * 8 + 2 * t + (e & 1), row = row0 + 8 * (e >> 1);
-        if (edge && (key >= p.S || (p.causal && key > row))) x = -INFINITY;
-        s[nt][e] = x;
-      }
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float x = s[mt][nt][e] * p.scale_log2;
+          const int key = n0 + nt * 8 + 2 * t + (e & 1), row = m0 + wrow + 16 * mt + g + 8 * (e >> 1);
+          if (edge && (key >= p.S || (p.causal && key > row))) x = -INFINITY;
+          s[mt][nt][e] = x;
+        }
     // Online softmax: the 4 lanes of a row group share its max; sums stay per lane until the end.
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float mx = m[r];
+    for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float base = mx == -INFINITY ? 0.f : mx;  // a row that has seen no key yet
-      const float alpha = exp2_approx(m[r] - base);
-      m[r] = mx;
-      float sum = 0.f;
+      for (int r = 0; r < 2; ++r) {
+        float mx = m[mt][r];
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        s[nt][2 * r] = exp2_approx(s[nt][2 * r] - base);
-        s[nt][2 * r + 1] = exp2_approx(s[nt][2 * r + 1] - base);
-        sum += s[nt][2 * r] + s[nt][2 * r + 1];
+        for (int nt = 0; nt < NT; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * r], s[mt][nt][2 * r + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float base = mx == -INFINITY ? 0.f : mx;  // a row that has seen no key yet
+        const float alpha = exp2_approx(m[mt][r] - base);
+        m[mt][r] = mx;
+        float sum = 0.f;
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          s[mt][nt][2 * r] = exp2_approx(s[mt][nt][2 * r] - base);
+          s[mt][nt][2 * r + 1] = exp2_approx(s[mt][nt][2 * r + 1] - base);
+          sum += s[mt][nt][2 * r] + s[mt][nt][2 * r + 1];
+        }
+        l[mt][r] = l[mt][r] * alpha + sum;
+#pragma unroll
+        for (int dt = 0; dt < HD / 8; ++dt) o[mt][dt][2 * r] *= alpha, o[mt][dt][2 * r + 1] *= alpha;
       }
-      l[r] = l[r] * alpha + sum;
-#pragma unroll
-      for (int dt = 0; dt < HD / 8; ++dt) o[dt][2 * r] *= alpha, o[dt][2 * r + 1] *= alpha;
-    }
-    mma_pv<LD, HD, NT>(o, s, sV + stage * kBlock * LD, lane);
+    mma_pv<LD, HD, NT, MT>(o, s, sV + stage * BN * LD, lane);
     __syncthreads();  // this stage is refilled next iteration
   }
 
-  float inv[2];
+  float inv[MT][2];
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float sum = l[r];
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    inv[r] = sum > 0.f ? 1.f / sum : 0.f;
-    const int row = row0 + 8 * r;
-    if (t == 0 && row < p.L)
-      p.lse[(int64_t(b) * p.H + h) * p.L + row] = sum > 0.f ? (m[r] + __log2f(sum)) * kLn2 : -INFINITY;
-  }
-  store_rows<HD>(p.o, b, h, m0 + warp * 16, p.L, o, inv[0], inv[1], lane);
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float sum = l[mt][r];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      inv[mt][r] = sum > 0.f ? 1.f / sum : 0.f;
+      const int row = m0 + wrow + 16 * mt + g + 8 * r;
+      if (t == 0 && row < p.L)
+        p.lse[(int64_t(b) * p.H + h) * p.L + row] = sum > 0.f ? (m[mt][r] + __log2f(sum)) * kLn2 : -INFINITY;
+    }
+  store_rows<HD, MT>(p.o, b, h, m0 + wrow, p.L, o, inv, lane);
 }
 
 // ---------------------------------------------------------------- backward
@@ -345,24 +386,24 @@ __global__ void attention_delta(const Params p) {
   }
 }
 
-// dK and / or dV of 64 keys of one kv head; BQ queries a step.
-template <int HD, int BQ, bool kDK, bool kDV>
+// dK and / or dV of 64 MT keys of one kv head; BQ queries a step.
+template <int HD, int BQ, int MT, bool kDK, bool kDV>
 __global__ void __launch_bounds__(kThreads) flash_backward_dkdv(const Params p) {
-  constexpr int LD = kLd<HD>, KT = HD / 16, QT = BQ / 8;
+  constexpr int LD = kLd<HD>, KT = HD / 16, QT = BQ / 8, BK = kBlock * MT;
   extern __shared__ __align__(16) unsigned char smem[];
   __nv_bfloat16* sK = reinterpret_cast<__nv_bfloat16*>(smem);
-  __nv_bfloat16* sV = sK + kBlock * LD;
-  __nv_bfloat16* sQ = sV + kBlock * LD;  // two stages
+  __nv_bfloat16* sV = sK + BK * LD;
+  __nv_bfloat16* sQ = sV + BK * LD;      // two stages
   __nv_bfloat16* sO = sQ + 2 * BQ * LD;  // dO, two stages
   float* sL = reinterpret_cast<float*>(sO + 2 * BQ * LD);  // lse, two stages
   float* sD = sL + 2 * BQ;                                 // delta, two stages
   const int nb = blockIdx.x, hk = blockIdx.y, b = blockIdx.z, group = p.H / p.Hkv;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int n0 = nb * kBlock, key0 = n0 + warp * 16 + g;  // this thread's keys: key0, key0 + 8
+  const int n0 = nb * BK, wrow = warp * 16 * MT;  // the warp's keys: n0 + wrow + 16 mt + g (+ 8)
   const int first = p.causal ? n0 / BQ : 0, blocks = (p.L + BQ - 1) / BQ;
   const int steps = blocks > first ? group * (blocks - first) : 0;
 
-  float dk[HD / 8][4], dv[HD / 8][4];
+  float dk[MT][HD / 8][4], dv[MT][HD / 8][4];
   zero(dk);
   zero(dv);
   auto load_step = [&](int step, int stage) {
@@ -374,11 +415,13 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dkdv(const Params p) 
     if (kDK) load_stat(sD + stage * BQ, p.delta, stat, i0, BQ, p.L);
   };
   if (steps > 0) {
-    load_tile<HD, kBlock>(sK, p.k, b, hk, n0, p.S);
-    if (kDK) load_tile<HD, kBlock>(sV, p.v, b, hk, n0, p.S);
+    load_tile<HD, BK>(sK, p.k, b, hk, n0, p.S);
+    if (kDK) load_tile<HD, BK>(sV, p.v, b, hk, n0, p.S);
     load_step(0, 0);
     cp_async_commit();
   }
+  auto k_of = [&](uint32_t (&f)[4], int mt, int kt) { ldsm_x4(f, a_rows<LD>(sK, wrow + 16 * mt, kt * 16, lane)); };
+  auto v_of = [&](uint32_t (&f)[4], int mt, int kt) { ldsm_x4(f, a_rows<LD>(sV, wrow + 16 * mt, kt * 16, lane)); };
   for (int step = 0; step < steps; ++step) {
     const int stage = step & 1;
     if (step + 1 < steps) {
@@ -393,69 +436,93 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dkdv(const Params p) 
     const __nv_bfloat16 *q_s = sQ + stage * BQ * LD, *do_s = sO + stage * BQ * LD;
     const float *l_s = sL + stage * BQ, *d_s = sD + stage * BQ;
 
-    uint32_t a[KT][4];  // K rows, then V rows
-    float pt[QT][4];    // S^T, then P^T
+    float pt[MT][QT][4];  // S^T, then P^T
     zero(pt);
-    load_a<LD, KT>(a, sK, warp * 16, lane);
-    mma_abt<LD, KT, QT>(pt, a, q_s, lane);
-    const bool edge = p.causal && i0 < n0 + kBlock - 1;  // some query of the step precedes some key
+    mma_abt<LD, KT, QT, MT>(pt, k_of, q_s, lane);
+    const bool edge = p.causal && i0 < n0 + BK - 1;  // some query of the step precedes some key
 #pragma unroll
-    for (int nt = 0; nt < QT; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int qi = nt * 8 + 2 * t + (e & 1), key = key0 + 8 * (e >> 1);
-        const float x = exp2_approx(pt[nt][e] * p.scale_log2 - l_s[qi] * kLog2e);
-        pt[nt][e] = edge && key > i0 + qi ? 0.f : x;
-      }
-    if (kDV) mma_pv<LD, HD, QT>(dv, pt, do_s, lane);
-    if (kDK) {
-      float ds[QT][4];  // dP^T, then dS^T
-      zero(ds);
-      load_a<LD, KT>(a, sV, warp * 16, lane);
-      mma_abt<LD, KT, QT>(ds, a, do_s, lane);
+    for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
       for (int nt = 0; nt < QT; ++nt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) ds[nt][e] = pt[nt][e] * (ds[nt][e] - d_s[nt * 8 + 2 * t + (e & 1)]);
-      mma_pv<LD, HD, QT>(dk, ds, q_s, lane);
+        for (int e = 0; e < 4; ++e) {
+          const int qi = nt * 8 + 2 * t + (e & 1), key = n0 + wrow + 16 * mt + g + 8 * (e >> 1);
+          const float x = exp2_approx(pt[mt][nt][e] * p.scale_log2 - l_s[qi] * kLog2e);
+          pt[mt][nt][e] = edge && key > i0 + qi ? 0.f : x;
+        }
+    if (kDV) mma_pv<LD, HD, QT, MT>(dv, pt, do_s, lane);
+    if (kDK) {
+      float ds[MT][QT][4];  // dP^T, then dS^T
+      zero(ds);
+      mma_abt<LD, KT, QT, MT>(ds, v_of, do_s, lane);
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < QT; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            ds[mt][nt][e] = pt[mt][nt][e] * (ds[mt][nt][e] - d_s[nt * 8 + 2 * t + (e & 1)]);
+      mma_pv<LD, HD, QT, MT>(dk, ds, q_s, lane);
     }
     __syncthreads();  // this stage is refilled next step
   }
-  if (kDK) store_rows<HD>(p.dk, b, hk, n0 + warp * 16, p.S, dk, p.scale, p.scale, lane);
-  if (kDV) store_rows<HD>(p.dv, b, hk, n0 + warp * 16, p.S, dv, 1.f, 1.f, lane);
+  float scale[MT][2], one[MT][2];
+  fill(scale, p.scale);
+  fill(one, 1.f);
+  if (kDK) store_rows<HD, MT>(p.dk, b, hk, n0 + wrow, p.S, dk, scale, lane);
+  if (kDV) store_rows<HD, MT>(p.dv, b, hk, n0 + wrow, p.S, dv, one, lane);
 }
 
-// dQ of 64 queries of one head; BN keys a step.
-template <int HD, int BN>
+// dQ of 64 MT queries of one head; BN keys a step.
+template <int HD, int BN, int MT>
 __global__ void __launch_bounds__(kThreads) flash_backward_dq(const Params p) {
-  constexpr int LD = kLd<HD>, KT = HD / 16, NT = BN / 8;
+  constexpr int LD = kLd<HD>, KT = HD / 16, NT = BN / 8, BM = kBlock * MT;
+  constexpr bool kRegs = kInRegisters<HD, MT>;
   extern __shared__ __align__(16) unsigned char smem[];
   __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(smem);
-  __nv_bfloat16* sO = sQ + kBlock * LD;  // dO
-  __nv_bfloat16* sK = sO + kBlock * LD;  // two stages
+  __nv_bfloat16* sO = sQ + BM * LD;      // dO
+  __nv_bfloat16* sK = sO + BM * LD;      // two stages
   __nv_bfloat16* sV = sK + 2 * BN * LD;  // two stages
   const int mb = gridDim.x - 1 - blockIdx.x;
   const int h = blockIdx.y, b = blockIdx.z, hk = h / (p.H / p.Hkv);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int m0 = mb * kBlock, row0 = m0 + warp * 16 + g;
-  const int tiles = key_tiles(p, m0, BN);
+  const int m0 = mb * BM, wrow = warp * 16 * MT;
+  const int tiles = key_tiles(p, m0, BM, BN);
 
-  load_tile<HD, kBlock>(sQ, p.q, b, h, m0, p.L);
-  load_tile<HD, kBlock>(sO, p.dout, b, h, m0, p.L);
+  load_tile<HD, BM>(sQ, p.q, b, h, m0, p.L);
+  load_tile<HD, BM>(sO, p.dout, b, h, m0, p.L);
   load_tile<HD, BN>(sK, p.k, b, hk, 0, p.S);
   load_tile<HD, BN>(sV, p.v, b, hk, 0, p.S);
   cp_async_commit();
-  float lse2[2], dl[2];  // this thread's rows' lse in base 2 and delta (zeros past L)
+  float lse2[MT][2], dl[MT][2];  // this thread's rows' lse in base 2 and delta (zeros past L)
   const int64_t stat = (int64_t(b) * p.H + h) * p.L;
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int row = row0 + 8 * r;
-    lse2[r] = row < p.L ? p.lse[stat + row] * kLog2e : 0.f;
-    dl[r] = row < p.L ? p.delta[stat + row] : 0.f;
-  }
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = m0 + wrow + 16 * mt + g + 8 * r;
+      lse2[mt][r] = row < p.L ? p.lse[stat + row] * kLog2e : 0.f;
+      dl[mt][r] = row < p.L ? p.delta[stat + row] : 0.f;
+    }
 
-  uint32_t qf[KT][4], of[KT][4];
-  float dq[HD / 8][4];
+  uint32_t qf[kRegs ? MT : 1][KT][4], of[kRegs ? MT : 1][KT][4];
+  auto q_of = [&](uint32_t (&f)[4], int mt, int kt) {
+    if constexpr (kRegs) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) f[i] = qf[mt][kt][i];
+    } else {
+      ldsm_x4(f, a_rows<LD>(sQ, wrow + 16 * mt, kt * 16, lane));
+    }
+  };
+  auto o_of = [&](uint32_t (&f)[4], int mt, int kt) {
+    if constexpr (kRegs) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) f[i] = of[mt][kt][i];
+    } else {
+      ldsm_x4(f, a_rows<LD>(sO, wrow + 16 * mt, kt * 16, lane));
+    }
+  };
+  float dq[MT][HD / 8][4];
   zero(dq);
   for (int nb = 0; nb < tiles; ++nb) {
     const int stage = nb & 1;
@@ -468,31 +535,40 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dq(const Params p) {
       cp_async_wait<0>();
     }
     __syncthreads();
-    if (nb == 0) {
-      load_a<LD, KT>(qf, sQ, warp * 16, lane);
-      load_a<LD, KT>(of, sO, warp * 16, lane);
-    }
+    if constexpr (kRegs)
+      if (nb == 0)
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int kt = 0; kt < KT; ++kt) {
+            ldsm_x4(qf[mt][kt], a_rows<LD>(sQ, wrow + 16 * mt, kt * 16, lane));
+            ldsm_x4(of[mt][kt], a_rows<LD>(sO, wrow + 16 * mt, kt * 16, lane));
+          }
     const __nv_bfloat16 *k_s = sK + stage * BN * LD, *v_s = sV + stage * BN * LD;
-    float pr[NT][4], ds[NT][4];  // P; dP, then dS
+    float pr[MT][NT][4], ds[MT][NT][4];  // P; dP, then dS
     zero(pr);
     zero(ds);
-    mma_abt<LD, KT, NT>(pr, qf, k_s, lane);
-    mma_abt<LD, KT, NT>(ds, of, v_s, lane);
+    mma_abt<LD, KT, NT, MT>(pr, q_of, k_s, lane);
+    mma_abt<LD, KT, NT, MT>(ds, o_of, v_s, lane);
     const int n0 = nb * BN;
     const bool edge = n0 + BN > p.S || (p.causal && n0 + BN - 1 > m0);
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
+    for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int key = n0 + nt * 8 + 2 * t + (e & 1), r = e >> 1, row = row0 + 8 * r;
-        float x = exp2_approx(pr[nt][e] * p.scale_log2 - lse2[r]);
-        if (edge && (key >= p.S || (p.causal && key > row))) x = 0.f;
-        ds[nt][e] = x * (ds[nt][e] - dl[r]);
-      }
-    mma_pv<LD, HD, NT>(dq, ds, k_s, lane);
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int key = n0 + nt * 8 + 2 * t + (e & 1), r = e >> 1, row = m0 + wrow + 16 * mt + g + 8 * r;
+          float x = exp2_approx(pr[mt][nt][e] * p.scale_log2 - lse2[mt][r]);
+          if (edge && (key >= p.S || (p.causal && key > row))) x = 0.f;
+          ds[mt][nt][e] = x * (ds[mt][nt][e] - dl[mt][r]);
+        }
+    mma_pv<LD, HD, NT, MT>(dq, ds, k_s, lane);
     __syncthreads();
   }
-  store_rows<HD>(p.dq, b, h, m0 + warp * 16, p.L, dq, p.scale, p.scale, lane);
+  float scale[MT][2];
+  fill(scale, p.scale);
+  store_rows<HD, MT>(p.dq, b, h, m0 + wrow, p.L, dq, scale, lane);
 }
 
 // ---------------------------------------------------------------- host side
@@ -544,43 +620,53 @@ constexpr size_t tile_bytes(int rows) {
   return size_t(rows) * kLd<HD> * sizeof(__nv_bfloat16);
 }
 
-// Queries per dk / dv step and keys per dq step: 64, or 32 at head dim 128 (register budget:
-// the two 16 x 128 float32 accumulators of dk and dv leave room for 16 x 32 score tiles only).
+// Tile shapes per head dim, within the 255-register budget of a thread (ptxas: no spills):
+//   forward: 16 MT rows a warp;  dk / dv: 16 MT keys a warp, BQ queries a step;
+//   dq: 16 MT queries a warp, BN keys a step.
+#ifndef TG_ATTN_MT
+#define TG_ATTN_MT 2
+#endif
 template <int HD>
-constexpr int kStep = HD == 128 ? 32 : 64;
+struct Tiles {
+  static constexpr int kFwdMT = TG_ATTN_MT;
+  static constexpr int kKvMT = HD == 128 ? 1 : TG_ATTN_MT, kBQ = HD == 128 || TG_ATTN_MT == 2 ? 32 : 64;
+  static constexpr int kDqMT = HD == 128 ? 1 : TG_ATTN_MT, kBN = HD == 128 || TG_ATTN_MT == 2 ? 32 : 64;
+};
 
 template <int HD>
 void forward_hd(const Params& p, cudaStream_t s) {
-  const dim3 grid((p.L + kBlock - 1) / kBlock, p.H, p.B);
-  launch(flash_forward<HD>, grid, tile_bytes<HD>(5 * kBlock), p, s);
+  constexpr int MT = Tiles<HD>::kFwdMT;
+  const dim3 grid((p.L + kBlock * MT - 1) / (kBlock * MT), p.H, p.B);
+  launch(flash_forward<HD, MT>, grid, tile_bytes<HD>(kBlock * MT + 4 * kBlock), p, s);
 }
 
 template <int HD>
 void backward_hd(const Params& p, bool want_dq, bool want_dk, bool want_dv, cudaStream_t s) {
-  constexpr int BQ = kStep<HD>;
   if (want_dq || want_dk) {
     const int64_t rows = int64_t(p.B) * p.H * p.L;
     attention_delta<HD><<<blocks_for(rows, 256 / 32), 256, 0, s>>>(p);
     TG_CUDA_CHECK_LAUNCH("attention_delta");
   }
   if (want_dk || want_dv) {
-    const dim3 grid((p.S + kBlock - 1) / kBlock, p.Hkv, p.B);
-    const size_t smem = tile_bytes<HD>(2 * kBlock + 4 * BQ) + 4 * BQ * sizeof(float);
+    constexpr int MT = Tiles<HD>::kKvMT, BQ = Tiles<HD>::kBQ;
+    const dim3 grid((p.S + kBlock * MT - 1) / (kBlock * MT), p.Hkv, p.B);
+    const size_t smem = tile_bytes<HD>(2 * kBlock * MT + 4 * BQ) + 4 * BQ * sizeof(float);
     if (want_dk && want_dv) {
       KernelTrace::record("sdpa.flash_cuda.dk_dv");
-      launch(flash_backward_dkdv<HD, BQ, true, true>, grid, smem, p, s);
+      launch(flash_backward_dkdv<HD, BQ, MT, true, true>, grid, smem, p, s);
     } else if (want_dk) {
       KernelTrace::record("sdpa.flash_cuda.dk");
-      launch(flash_backward_dkdv<HD, BQ, true, false>, grid, smem, p, s);
+      launch(flash_backward_dkdv<HD, BQ, MT, true, false>, grid, smem, p, s);
     } else {
       KernelTrace::record("sdpa.flash_cuda.dv");
-      launch(flash_backward_dkdv<HD, BQ, false, true>, grid, smem, p, s);
+      launch(flash_backward_dkdv<HD, BQ, MT, false, true>, grid, smem, p, s);
     }
   }
   if (want_dq) {
+    constexpr int MT = Tiles<HD>::kDqMT, BN = Tiles<HD>::kBN;
     KernelTrace::record("sdpa.flash_cuda.dq");
-    const dim3 grid((p.L + kBlock - 1) / kBlock, p.H, p.B);
-    launch(flash_backward_dq<HD, BQ>, grid, tile_bytes<HD>(2 * kBlock + 4 * BQ), p, s);
+    const dim3 grid((p.L + kBlock * MT - 1) / (kBlock * MT), p.H, p.B);
+    launch(flash_backward_dq<HD, BN, MT>, grid, tile_bytes<HD>(2 * kBlock * MT + 4 * BN), p, s);
   }
 }
 
