@@ -2,7 +2,8 @@
 //   c[i] = alpha * a[i] @ b[i] + beta * c[i]
 // a [B, M, K], b [B, K, N], c [B, M, N], all 3-D (a 2-D product is B = 1). Each matrix has unit
 // stride along one of its two last dims, so a transposed view costs no copy; a batch stride of 0
-// reuses one matrix for every i. Same dtype for all three; float32/bfloat16 accumulate in float32.
+// reuses one matrix for every i. Same dtype for all three, except float32 c with bfloat16 a and b (the
+// products accumulated and stored in float32); float32/bfloat16 accumulate in float32.
 #pragma once
 
 #include "core/tensor.h"

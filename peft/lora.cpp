@@ -16,6 +16,7 @@
 #include "nn/pretrained.h"
 #include "ops/binary.h"
 #include "ops/cast.h"
+#include "ops/lora_linear.h"
 #include "ops/matmul.h"
 
 namespace tg::peft {
@@ -107,16 +108,15 @@ LoRALinear::LoRALinear(const nn::Linear& base, int64_t rank, double alpha, doubl
 }
 
 Tensor LoRALinear::forward(const Tensor& x) {
-  Tensor y = nn::Linear::forward(x);
-  if (merged_) return y;
-  // Mixed precision (float32 adapters, bfloat16 x and W), as peft does: x is cast to the adapters'
-  // dtype and the LoRA path runs in float32, so dA and dB come out of float32 GEMMs in float32
-  // (casting A and B to bfloat16 instead would round x A and the gradients to 8 bits). The [N, out]
-  // LoRA term is rounded to bfloat16 before the add (binary ops want one dtype; that rounding is
-  // small beside the sum's own), and the cast's backward rounds the LoRA part of dx to bfloat16,
-  // x's own precision. With equal dtypes both casts return their input.
+  if (merged_) return nn::Linear::forward(x);
+  // One op for the layer (ops/lora_linear.h): the LoRA products on x's dtype (bf16 adapters' tensor
+  // cores for a bf16 layer, as autocast), LoRA-B accumulated into the base GEMM's output.
+  if (lora_dropout->p == 0.0 || !is_training())
+    return lora_linear(x, weight, bias, lora_A->weight, lora_B->weight, scaling);
+  // With dropout the adapters see another x than the base layer: the composition, as peft. x is
+  // cast to the adapters' dtype (float32 for a bf16 layer), the LoRA term rounded back to y's.
   Tensor lora = lora_B->forward(lora_A->forward(lora_dropout->forward(tg::to(x, lora_A->weight.dtype()))));
-  return add(y, tg::to(mul(lora, scaling), y.dtype()));
+  return add(nn::Linear::forward(x), tg::to(mul(lora, scaling), x.dtype()));
 }
 
 Tensor LoRALinear::delta_weight() const {

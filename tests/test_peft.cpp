@@ -117,9 +117,12 @@ TEST_F(PeftTest, BackwardTouchesOnlyAdaptersAndSkipsFrozenKernels) {
     const bool lora = name.find(".lora_") != std::string::npos;
     EXPECT_EQ(p.grad().defined(), lora) << name;
   }
-  // One dW GEMM per adapter matrix (A and B of each wrapped layer), none for the 7 frozen base
-  // Linears per layer or the head.
-  EXPECT_EQ(trace.count("linear.dweight_gemm"), 2 * r.wrapped.size()) << trace.str();
+  // One dW GEMM per adapter matrix (A and B of each wrapped layer, inside lora_linear), none for
+  // the 7 frozen base Linears per layer or the head.
+  EXPECT_EQ(trace.count("lora_linear.dA"), r.wrapped.size()) << trace.str();
+  EXPECT_EQ(trace.count("lora_linear.dB"), r.wrapped.size()) << trace.str();
+  EXPECT_FALSE(trace.contains("linear.dweight_gemm")) << trace.str();
+  EXPECT_FALSE(trace.contains("lora_linear.dweight_gemm")) << trace.str();
   EXPECT_FALSE(trace.contains("embedding.dweight_scatter"));
   EXPECT_FALSE(trace.contains("rms_norm.dw_reduce")) << trace.str();
   EXPECT_FALSE(trace.contains("fused_add_rms_norm.dw_reduce")) << trace.str();
@@ -131,7 +134,9 @@ TEST_F(PeftTest, BackwardTouchesOnlyAdaptersAndSkipsFrozenKernels) {
   model.requires_grad_(true);
   KernelTrace full;
   model.loss(ids_2x6(), ids_2x6()).backward();
-  EXPECT_EQ(full.count("linear.dweight_gemm"), 2 * r.wrapped.size() + 2 * 7 + 1);
+  EXPECT_EQ(full.count("lora_linear.dweight_gemm"), r.wrapped.size());  // the wrapped base weights
+  EXPECT_EQ(full.count("linear.dweight_gemm"), 2 * 7 + 1 - r.wrapped.size());  // the other Linears, the head
+  EXPECT_EQ(full.count("lora_linear.dA") + full.count("lora_linear.dB"), 2 * r.wrapped.size());
   EXPECT_TRUE(full.contains("embedding.dweight_scatter"));
   EXPECT_TRUE(full.contains("rms_norm.backward<dx,dw>")) << full.str();
 }

@@ -161,15 +161,17 @@ void gemm_typed(const Tensor& c, const Tensor& a, const Tensor& b, T alpha, T be
 }  // namespace
 
 void gemm(const Tensor& c, const Tensor& a, const Tensor& b, double alpha, double beta) {
+  auto widen = [](const Tensor& t) {
+    if (t.dtype() == kFloat32) return t;
+    Tensor f = Tensor::empty(t.shape(), {kFloat32, Device::cpu()});
+    copy_(f, t);
+    return f;
+  };
   switch (c.dtype()) {
-    case kFloat32: return gemm_typed<float>(c, a, b, static_cast<float>(alpha), static_cast<float>(beta));
+    case kFloat32:  // a and b float32, or bfloat16 (widened: Eigen has no bf16 kernels)
+      return gemm_typed<float>(c, widen(a), widen(b), static_cast<float>(alpha), static_cast<float>(beta));
     case kFloat64: return gemm_typed<double>(c, a, b, alpha, beta);
     case kBFloat16: {
-      auto widen = [](const Tensor& t) {
-        Tensor f = Tensor::empty(t.shape(), {kFloat32, Device::cpu()});
-        copy_(f, t);
-        return f;
-      };
       Tensor c32 = widen(c);  // beta may read c
       gemm_typed<float>(c32, widen(a), widen(b), static_cast<float>(alpha), static_cast<float>(beta));
       copy_(c, c32);

@@ -620,17 +620,15 @@ constexpr size_t tile_bytes(int rows) {
   return size_t(rows) * kLd<HD> * sizeof(__nv_bfloat16);
 }
 
-// Tile shapes per head dim, within the 255-register budget of a thread (ptxas: no spills):
-//   forward: 16 MT rows a warp;  dk / dv: 16 MT keys a warp, BQ queries a step;
-//   dq: 16 MT queries a warp, BN keys a step.
-#ifndef TG_ATTN_MT
-#define TG_ATTN_MT 2
-#endif
+// Tile shapes per head dim, within the 255-register budget of a thread (ptxas: no spills but
+// the forward at 128, 76 bytes): forward 16 MT rows a warp; dk / dv 16 MT keys a warp and BQ
+// queries a step; dq 16 MT queries a warp and BN keys a step. Two row tiles a warp measured
+// faster only for the head-dim-128 forward on the H200 (dev/cuda/NOTES.md).
 template <int HD>
 struct Tiles {
-  static constexpr int kFwdMT = TG_ATTN_MT;
-  static constexpr int kKvMT = HD == 128 ? 1 : TG_ATTN_MT, kBQ = HD == 128 || TG_ATTN_MT == 2 ? 32 : 64;
-  static constexpr int kDqMT = HD == 128 ? 1 : TG_ATTN_MT, kBN = HD == 128 || TG_ATTN_MT == 2 ? 32 : 64;
+  static constexpr int kFwdMT = HD == 128 ? 2 : 1;
+  static constexpr int kKvMT = 1, kBQ = HD == 128 ? 32 : 64;
+  static constexpr int kDqMT = 1, kBN = HD == 128 ? 32 : 64;
 };
 
 template <int HD>

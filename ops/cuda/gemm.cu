@@ -2,6 +2,7 @@
 //   float32:  CUBLAS_COMPUTE_32F, or CUBLAS_COMPUTE_32F_FAST_TF32 when tg::allow_tf32()
 //   bfloat16: CUDA_R_16BF operands, CUBLAS_COMPUTE_32F (float32 accumulation)
 //   float64:  CUBLAS_COMPUTE_64F
+//   float32 c from bfloat16 a, b: CUDA_R_16BF operands, CUDA_R_32F c, CUBLAS_COMPUTE_32F
 // Our matrices are row-major views; cuBLAS is column-major. A row-major C [M, N] with row stride
 // ldc is the column-major C^T [N, M] with leading dim ldc, so we ask cuBLAS for
 // C^T = B^T A^T: m = N, n = M, k = K, its "A" is our b and its "B" is our a. An operand whose
@@ -89,7 +90,7 @@ int checked_int(const char* what, int64_t v) {
 }
 
 // c (row-major, unit column stride) = alpha * a @ b + beta * c via C^T = B^T A^T.
-void gemm_rowmajor_c(const Tensor& ct, const Mat& c, const Mat& a, const Mat& b, int64_t batch,
+void gemm_rowmajor_c(const Tensor& ct, DType a_dtype, const Mat& c, const Mat& a, const Mat& b, int64_t batch,
                      double alpha, double beta) {
   const int64_t M = c.rows, N = c.cols, K = a.cols;
   int64_t ldc = 0, lda = 0, ldb = 0;
@@ -99,7 +100,7 @@ void gemm_rowmajor_c(const Tensor& ct, const Mat& c, const Mat& a, const Mat& b,
   const cublasOperation_t op_b = lb == Layout::RowMajor ? CUBLAS_OP_N : CUBLAS_OP_T;
   const cublasOperation_t op_a = la == Layout::RowMajor ? CUBLAS_OP_N : CUBLAS_OP_T;
 
-  cudaDataType_t dt;
+  cudaDataType_t dt, dt_ab;
   cublasComputeType_t compute;
   const float alpha_f = static_cast<float>(alpha), beta_f = static_cast<float>(beta);
   const void* pa = &alpha_f;
@@ -107,8 +108,13 @@ void gemm_rowmajor_c(const Tensor& ct, const Mat& c, const Mat& a, const Mat& b,
   switch (ct.dtype()) {
     case kFloat32:
       dt = CUDA_R_32F;
-      compute = tg::allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-      KernelTrace::record(tg::allow_tf32() ? "gemm.cublas_tf32" : "gemm.cublas_f32");
+      if (a_dtype == kBFloat16) {
+        compute = CUBLAS_COMPUTE_32F;
+        KernelTrace::record("gemm.cublas_bf16_f32out");
+      } else {
+        compute = tg::allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+        KernelTrace::record(tg::allow_tf32() ? "gemm.cublas_tf32" : "gemm.cublas_f32");
+      }
       break;
     case kBFloat16:
       dt = CUDA_R_16BF;
@@ -123,15 +129,16 @@ void gemm_rowmajor_c(const Tensor& ct, const Mat& c, const Mat& a, const Mat& b,
       break;
     default: fail("gemm", "wants floating-point operands, got ", ct.dtype());
   }
+  dt_ab = a_dtype == kBFloat16 ? CUDA_R_16BF : dt;
   cublasHandle_t h = cublas_handle(ct.device().index);
   const int m = checked_int("N", N), n = checked_int("M", M), k = checked_int("K", K);
   const int lda_ = checked_int("leading dim of b", ldb), ldb_ = checked_int("leading dim of a", lda);
   const int ldc_ = checked_int("leading dim of c", ldc);
   if (batch == 1) {
-    TG_CUBLAS_CHECK(cublasGemmEx(h, op_b, op_a, m, n, k, pa, b.ptr, dt, lda_, a.ptr, dt, ldb_, pb, c.ptr, dt, ldc_,
+    TG_CUBLAS_CHECK(cublasGemmEx(h, op_b, op_a, m, n, k, pa, b.ptr, dt_ab, lda_, a.ptr, dt_ab, ldb_, pb, c.ptr, dt, ldc_,
                                  compute, CUBLAS_GEMM_DEFAULT));
   } else {
-    TG_CUBLAS_CHECK(cublasGemmStridedBatchedEx(h, op_b, op_a, m, n, k, pa, b.ptr, dt, lda_, b.bs, a.ptr, dt, ldb_,
+    TG_CUBLAS_CHECK(cublasGemmStridedBatchedEx(h, op_b, op_a, m, n, k, pa, b.ptr, dt_ab, lda_, b.bs, a.ptr, dt_ab, ldb_,
                                                a.bs, pb, c.ptr, dt, ldc_, c.bs, checked_int("batch", batch),
                                                compute, CUBLAS_GEMM_DEFAULT));
   }
@@ -145,8 +152,10 @@ void gemm(const Tensor& c, const Tensor& a, const Tensor& b, double alpha, doubl
   const int64_t B = c.shape()[0], M = c.shape()[1], N = c.shape()[2], K = a.shape()[2];
   TG_CHECK(a.shape() == Shape({B, M, K}) && b.shape() == Shape({B, K, N}), "gemm", "shapes do not match: c ",
            c.shape(), ", a ", a.shape(), ", b ", b.shape());
-  TG_CHECK(a.dtype() == c.dtype() && b.dtype() == c.dtype(), "gemm", "wants one dtype, got c ", c.dtype(), ", a ",
-           a.dtype(), ", b ", b.dtype());
+  const bool widening = c.dtype() == kFloat32 && a.dtype() == kBFloat16 && b.dtype() == kBFloat16;
+  TG_CHECK((a.dtype() == c.dtype() && b.dtype() == c.dtype()) || widening, "gemm",
+           "wants one dtype (or float32 c from bfloat16 a and b), got c ", c.dtype(), ", a ", a.dtype(), ", b ",
+           b.dtype());
   TG_CHECK(a.device() == c.device() && b.device() == c.device(), "gemm", "wants one device, got c on ", c.device(),
            ", a on ", a.device(), ", b on ", b.device());
   if (B == 0 || M == 0 || N == 0) return;
@@ -166,12 +175,12 @@ void gemm(const Tensor& c, const Tensor& a, const Tensor& b, double alpha, doubl
   if (layout_of(mat_of(tb), ld) == Layout::None) tb = contiguous_copy(tb);
   Mat ma = mat_of(ta), mb = mat_of(tb);
   const Layout lc = layout_of(mc, ld);
-  if (lc == Layout::RowMajor) return gemm_rowmajor_c(c, mc, ma, mb, B, alpha, beta);
+  if (lc == Layout::RowMajor) return gemm_rowmajor_c(c, a.dtype(), mc, ma, mb, B, alpha, beta);
   if (lc == Layout::ColMajor)  // C^T = B^T A^T, C^T row-major
-    return gemm_rowmajor_c(c, transposed(mc), transposed(mb), transposed(ma), B, alpha, beta);
+    return gemm_rowmajor_c(c, a.dtype(), transposed(mc), transposed(mb), transposed(ma), B, alpha, beta);
   // c itself cannot be written by cuBLAS: compute into a contiguous buffer, then copy back.
   tc = beta == 0.0 ? Tensor::empty(c.shape(), c.options()) : contiguous_copy(c);
-  gemm_rowmajor_c(tc, mat_of(tc), ma, mb, B, alpha, beta);
+  gemm_rowmajor_c(tc, a.dtype(), mat_of(tc), ma, mb, B, alpha, beta);
   copy_strided(c, tc);
 }
 
