@@ -93,6 +93,10 @@ GPT2LMHeadModel::GPT2LMHeadModel(const GPT2Config& c, Generator& gen) : Module("
 
 Tensor GPT2LMHeadModel::forward(const Tensor& ids) { return lm_head->forward(transformer->forward(ids)); }
 
-Tensor GPT2LMHeadModel::loss(const Tensor& ids, const Tensor& labels) { return causal_lm_loss(forward(ids), labels); }
+// As LlamaForCausalLM::loss: the fused loss for a plain bias-free head.
+Tensor GPT2LMHeadModel::loss(const Tensor& ids, const Tensor& labels) {
+  if (lm_head->type_name() != "Linear" || lm_head->bias.defined()) return causal_lm_loss(forward(ids), labels);
+  return causal_lm_loss_from_hidden(transformer->forward(ids), lm_head->weight, labels);
+}
 
 }  // namespace tg::nn

@@ -125,6 +125,11 @@ LlamaForCausalLM::LlamaForCausalLM(const LlamaConfig& c, Generator& gen) : Modul
 
 Tensor LlamaForCausalLM::forward(const Tensor& ids) { return lm_head->forward(model->forward(ids)); }
 
-Tensor LlamaForCausalLM::loss(const Tensor& ids, const Tensor& labels) { return causal_lm_loss(forward(ids), labels); }
+// A plain bias-free head takes the fused loss (no [B, T, V] logits); a wrapped one (LoRA on
+// lm_head) computes its logits.
+Tensor LlamaForCausalLM::loss(const Tensor& ids, const Tensor& labels) {
+  if (lm_head->type_name() != "Linear" || lm_head->bias.defined()) return causal_lm_loss(forward(ids), labels);
+  return causal_lm_loss_from_hidden(model->forward(ids), lm_head->weight, labels);
+}
 
 }  // namespace tg::nn

@@ -1,7 +1,9 @@
 #include "nn/loss.h"
 
 #include "ops/cast.h"
+#include "core/factory.h"
 #include "ops/cross_entropy.h"
+#include "ops/linear_cross_entropy.h"
 #include "ops/shape.h"
 
 namespace tg::nn {
@@ -21,6 +23,20 @@ Tensor causal_lm_loss(const Tensor& logits, const Tensor& labels, int64_t ignore
   pred = reshape(logits.dtype() == kBFloat16 ? to(pred, kFloat32) : pred, {-1, V});
   Tensor target = reshape(slice(labels, 1, 1, T), {-1});
   return cross_entropy(pred, target, ignore_index);
+}
+
+Tensor causal_lm_loss_from_hidden(const Tensor& hidden, const Tensor& head_weight, const Tensor& labels,
+                                  int64_t ignore_index) {
+  TG_CHECK(hidden.defined() && labels.defined() && head_weight.defined() && hidden.dim() == 3 && labels.dim() == 2 &&
+               labels.shape()[0] == hidden.shape()[0] && labels.shape()[1] == hidden.shape()[1],
+           "causal_lm_loss_from_hidden", "wants hidden [B, T, H] and labels [B, T], got ",
+           hidden.defined() ? shape_str(hidden.shape()) : "undefined", " and ",
+           labels.defined() ? shape_str(labels.shape()) : "undefined");
+  const int64_t B = hidden.shape()[0], T = hidden.shape()[1];
+  TG_CHECK(T >= 2, "causal_lm_loss_from_hidden", "needs at least 2 positions to predict a next token, got T = ", T);
+  Tensor last = full({B, 1}, static_cast<double>(ignore_index), {labels.dtype(), labels.device()});
+  Tensor target = reshape(cat({slice(labels, 1, 1, T), last}, 1), {-1});
+  return linear_cross_entropy(reshape(hidden, {B * T, hidden.shape()[2]}), head_weight, target, ignore_index);
 }
 
 }  // namespace tg::nn

@@ -12,4 +12,11 @@ namespace tg::nn {
 // first), labels [B, T] int32/int64.
 Tensor causal_lm_loss(const Tensor& logits, const Tensor& labels, int64_t ignore_index = -100);
 
+// The same loss from the final hidden states [B, T, H] and a bias-free head's weight [V, H],
+// without the [B, T, V] logits (ops/linear_cross_entropy.h): the labels are shifted instead of
+// the hidden states (the last position predicts nothing), so every row of `hidden` is read in
+// place. The loss is float32 for bfloat16 hidden states, as above.
+Tensor causal_lm_loss_from_hidden(const Tensor& hidden, const Tensor& head_weight, const Tensor& labels,
+                                  int64_t ignore_index = -100);
+
 }  // namespace tg::nn

@@ -16,7 +16,7 @@ SwiGLUMLP::SwiGLUMLP(int64_t hidden, int64_t intermediate, bool bias, Generator&
 }
 
 Tensor SwiGLUMLP::forward(const Tensor& x) {
-  return down_proj->forward(silu_mul(gate_proj->forward(x), up_proj->forward(x)));  // fused on the CPU
+  return down_proj->forward(silu_mul(gate_proj->forward(x), up_proj->forward(x)));
 }
 
 GELUMLP::GELUMLP(int64_t hidden, int64_t intermediate, bool bias, double p, Generator& gen) : Module("GELUMLP") {

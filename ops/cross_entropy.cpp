@@ -35,17 +35,15 @@ struct CrossEntropyBackward final : Node {
   }
 };
 
-// CPU targets are checked here, before any kernel runs (CUDA kernels report theirs through the
-// index-error flag, see ops/cuda/index_check.cuh).
-void check_targets_on_host(const Tensor& targets, int64_t classes, int64_t ignore_index) {
+}  // namespace
+
+void check_targets_on_host(const char* op, const Tensor& targets, int64_t classes, int64_t ignore_index) {
   std::vector<int64_t> t = targets.to_vector<int64_t>();
   for (size_t i = 0; i < t.size(); ++i)
-    TG_CHECK(t[i] == ignore_index || (t[i] >= 0 && t[i] < classes), kOp, "target ", t[i], " (row ", i,
+    TG_CHECK(t[i] == ignore_index || (t[i] >= 0 && t[i] < classes), op, "target ", t[i], " (row ", i,
              ") is out of range for ", classes, " classes, wants 0 <= target < ", classes,
              " or ignore_index (", ignore_index, ")");
 }
-
-}  // namespace
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index, Reduction reduction) {
   check_floating(kOp, "logits", logits);
@@ -65,7 +63,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
     lg = logits.strides()[1] == 1 || classes == 1 ? logits : contiguous(logits);
     tgt = contiguous(targets);
   }
-  if (tgt.device().is_cpu()) check_targets_on_host(tgt, classes, ignore_index);
+  if (tgt.device().is_cpu()) check_targets_on_host(kOp, tgt, classes, ignore_index);
 
   const DType acc = logits.dtype() == kFloat64 ? kFloat64 : kFloat32;
   Tensor loss_rows = Tensor::empty({rows}, {acc, logits.device()});

@@ -8,6 +8,11 @@
 #include "core/tensor.h"
 
 namespace tg {
+
+// The ops' check of CPU targets before any kernel runs (CUDA kernels report theirs through the
+// index-error flag, see ops/cuda/index_check.cuh): tg::Error naming `op` and the first bad row.
+void check_targets_on_host(const char* op, const Tensor& targets, int64_t classes, int64_t ignore_index);
+
 namespace cpu {
 // Per row i with target t: lse[i] = logsumexp(logits[i]) and loss_rows[i] = lse[i] - logits[i, t];
 // loss_rows[i] = 0 where t == ignore_index and nan where t is outside [0, V) (the op rejects
@@ -20,7 +25,8 @@ void cross_entropy_reduce(const Tensor& out, const Tensor& count, const Tensor& 
                           const Tensor& targets, int64_t ignore_index, bool mean);
 // dlogits[i, j] = g_i * (exp(logits[i, j] - lse[i]) - [j == t_i]), a zero row where t_i is
 // ignored or out of range. g_i = grad[i] when grad is [N] (Reduction::None), else the 0-d grad,
-// divided by count when count is defined (Reduction::Mean). dlogits is contiguous.
+// divided by count when count is defined (Reduction::Mean). dlogits is contiguous; it may be
+// logits itself (in place: linear_cross_entropy's chunks).
 void cross_entropy_backward(const Tensor& dlogits, const Tensor& grad, const Tensor& lse,
                             const Tensor& logits, const Tensor& targets, int64_t ignore_index,
                             const Tensor& count);

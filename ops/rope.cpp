@@ -9,6 +9,7 @@
 #include "ops/binary.h"
 #include "ops/cast.h"
 #include "ops/checks.h"
+#include "ops/dispatch.h"
 #include "ops/layout.h"
 #include "ops/rope_kernels.h"
 #include "ops/shape.h"
@@ -27,13 +28,19 @@ Tensor unit_last(const Tensor& t) {
 struct RopeFusedBackward final : Node {
   const char* name() const override { return "apply_rotary"; }
   std::vector<Tensor> backward(const std::vector<Tensor>& g, const GradMask&) override {
-    KernelTrace::record("rope.fused_cpu_backward");
     Tensor gc = unit_last(g[0]);
+    KernelTrace::record(gc.device().is_cuda() ? "rope.fused_cuda_backward" : "rope.fused_cpu_backward");
     Tensor dx = empty_like_layout(gc);
-    cpu::rope_backward(dx, gc, unpack(0), unpack(1));
+    if (dx.numel() > 0) TG_DISPATCH(gc.device(), rope_backward, dx, gc, unpack(0), unpack(1));
     return {dx};
   }
 };
+
+// The fused kernels' dtypes (ops/rope_kernels.h).
+bool fused_applies(const Tensor& x) {
+  if (x.device().is_cpu()) return x.dtype() == kFloat32 || x.dtype() == kFloat64;
+  return x.dtype() == kFloat32 || x.dtype() == kBFloat16;
+}
 
 }  // namespace
 
@@ -55,16 +62,15 @@ Tensor apply_rotary(const Tensor& x, const Tensor& cos, const Tensor& sin) {
   TG_CHECK(cos.shape() == Shape({T, hd}) && sin.shape() == Shape({T, hd}), "apply_rotary", "cos and sin must be [",
            T, ", ", hd, "] for x ", x.shape(), ", got cos ", cos.shape(), ", sin ", sin.shape());
   TG_CHECK(hd % 2 == 0, "apply_rotary", "head_dim (the last dim of x) must be even, got shape ", x.shape());
-  if (x.device().is_cpu() && (x.dtype() == kFloat32 || x.dtype() == kFloat64) && !cos.requires_grad() &&
-      !sin.requires_grad()) {
-    KernelTrace::record("rope.fused_cpu");
+  if (fused_applies(x) && !cos.requires_grad() && !sin.requires_grad()) {
+    KernelTrace::record(x.device().is_cuda() ? "rope.fused_cuda" : "rope.fused_cpu");
     Tensor xc = unit_last(x), c, s;
     {
       NoGradGuard g;
       c = unit_last(to(cos, x.dtype())), s = unit_last(to(sin, x.dtype()));
     }
     Tensor out = empty_like_layout(xc);  // keeps a head-split view's layout (see ops/layout.h)
-    if (out.numel() > 0) cpu::rope_forward(out, xc, c, s);
+    if (out.numel() > 0) TG_DISPATCH(x.device(), rope_forward, out, xc, c, s);
     if (auto node = record<RopeFusedBackward>({{"x", x}}, {out})) node->saved = {SavedTensor(c, "cos"), SavedTensor(s, "sin")};
     return out;
   }

@@ -2,11 +2,11 @@
 //   apply_rotary(x, cos, sin) = x * cos + rotate_half(x) * sin,
 //   rotate_half(u) = cat(-u[..., hd/2:], u[..., :hd/2])
 // x [B, H, T, hd]; cos, sin [T, hd] (broadcast over B and H; cast to x's dtype).
-// On the CPU in float32 / float64 (tables without requires_grad) one fused pass forward and one
-// backward (ops/rope_kernels.h, trace "rope.fused_cpu"); the output keeps x's memory layout (a
-// [B, H, T, hd] view of [B, T, H, hd] memory stays one) and backward saves only the tables.
-// Elsewhere (CUDA, bfloat16, tables that require grad) a composition of slice / cat / neg / mul
-// / add (trace "rope.composite"); a fused CUDA kernel is future work.
+// With tables that do not require grad, one fused pass forward and one backward (ops/rope_kernels.h;
+// CPU float32 / float64, trace "rope.fused_cpu"; CUDA float32 / bfloat16, "rope.fused_cuda"); the
+// output keeps x's memory layout (a [B, H, T, hd] view of [B, T, H, hd] memory stays one) and
+// backward saves only the tables. Otherwise (CPU bfloat16, tables that require grad) a
+// composition of slice / cat / neg / mul / add (trace "rope.composite").
 #pragma once
 
 #include <cstdint>

@@ -1,14 +1,14 @@
-// Backend contract for the fused rotary embedding (ops/rope.h). CPU only for now: on CUDA
-// apply_rotary keeps its composition of slice / cat / neg / mul / add (a fused CUDA kernel is
-// future work and would add the same two functions in tg::cuda).
+// Backend contract for the fused rotary embedding (ops/rope.h).
 //
 // x, out, g, dx are [..., T, hd] with a unit stride in the last dim and any other strides; cos
-// and sin are [T, hd] of the same dtype (float32 or float64) with a unit last stride. h = hd / 2.
+// and sin are [T, hd] of the same dtype with a unit last stride (CPU: float32 or float64, CUDA:
+// float32 or bfloat16, computed in float32). h = hd / 2.
 #pragma once
 
 #include "core/tensor.h"
 
-namespace tg::cpu {
+namespace tg {
+namespace cpu {
 
 // out[.., t, i] = x[t, i] cos[t, i] + r[t, i] sin[t, i],  r[i] = -x[i + h] (i < h), x[i - h] (i >= h).
 // Reads x once and writes out once (cos and sin stay in cache).
@@ -18,4 +18,9 @@ void rope_forward(const Tensor& out, const Tensor& x, const Tensor& cos, const T
 // Reads g once and writes dx once; x itself is not needed.
 void rope_backward(const Tensor& dx, const Tensor& g, const Tensor& cos, const Tensor& sin);
 
-}  // namespace tg::cpu
+}  // namespace cpu
+namespace cuda {
+void rope_forward(const Tensor& out, const Tensor& x, const Tensor& cos, const Tensor& sin);
+void rope_backward(const Tensor& dx, const Tensor& g, const Tensor& cos, const Tensor& sin);
+}  // namespace cuda
+}  // namespace tg

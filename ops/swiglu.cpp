@@ -4,6 +4,7 @@
 #include "core/trace.h"
 #include "ops/binary.h"
 #include "ops/checks.h"
+#include "ops/dispatch.h"
 #include "ops/shape.h"
 #include "ops/swiglu_kernels.h"
 #include "ops/unary.h"
@@ -18,11 +19,11 @@ constexpr const char* kOp = "silu_mul";
 struct SiluMulBackward final : Node {
   const char* name() const override { return kOp; }
   std::vector<Tensor> backward(const std::vector<Tensor>& g, const GradMask& mask) override {
-    KernelTrace::record("silu_mul.fused_cpu_backward");
     Tensor gate = unpack(0), up = unpack(1), gc = contiguous(g[0]);
+    KernelTrace::record(gc.device().is_cuda() ? "silu_mul.fused_cuda_backward" : "silu_mul.fused_cpu_backward");
     Tensor dgate = mask[0] ? Tensor::empty(gate.shape(), gate.options()) : Tensor();
     Tensor dup = mask[1] ? Tensor::empty(gate.shape(), gate.options()) : Tensor();
-    if (gc.numel() > 0) cpu::silu_mul_backward(dgate, dup, gc, gate, up);
+    if (gc.numel() > 0) TG_DISPATCH(gc.device(), silu_mul_backward, dgate, dup, gc, gate, up);
     return {dgate, dup};
   }
 };
@@ -35,18 +36,20 @@ Tensor silu_mul(const Tensor& gate, const Tensor& up) {
   check_same(kOp, {{"gate", gate}, {"up", up}});
   TG_CHECK(gate.shape() == up.shape(), kOp, "gate and up must have one shape, got gate ", gate.shape(), ", up ",
            up.shape());
-  if (!gate.device().is_cpu() || (gate.dtype() != kFloat32 && gate.dtype() != kFloat64)) {
+  const bool fused = gate.device().is_cpu() ? gate.dtype() == kFloat32 || gate.dtype() == kFloat64
+                                           : gate.dtype() == kFloat32 || gate.dtype() == kBFloat16;
+  if (!fused) {
     KernelTrace::record("silu_mul.composite");
     return mul(silu(gate), up);
   }
-  KernelTrace::record("silu_mul.fused_cpu");
+  KernelTrace::record(gate.device().is_cuda() ? "silu_mul.fused_cuda" : "silu_mul.fused_cpu");
   Tensor a, b;
   {
     NoGradGuard no_grad;  // internal copies: the silu_mul node covers them
     a = contiguous(gate), b = contiguous(up);
   }
   Tensor out = Tensor::empty(gate.shape(), gate.options());
-  if (out.numel() > 0) cpu::silu_mul(out, a, b);
+  if (out.numel() > 0) TG_DISPATCH(gate.device(), silu_mul, out, a, b);
   if (auto node = record<SiluMulBackward>({{"gate", gate}, {"up", up}}, {out}))
     node->saved = {SavedTensor(a, "gate"), SavedTensor(b, "up")};
   return out;

@@ -1,4 +1,4 @@
-// Op cases: softmax, log_softmax, cross_entropy, embedding, masked_fill, dropout.
+// Op cases: softmax, log_softmax, cross_entropy, linear_cross_entropy, embedding, masked_fill, dropout.
 #include <limits>
 
 #include "core/factory.h"
@@ -6,6 +6,7 @@
 #include "ops/cross_entropy.h"
 #include "ops/dropout.h"
 #include "ops/embedding.h"
+#include "ops/linear_cross_entropy.h"
 #include "ops/masked_fill.h"
 #include "ops/softmax.h"
 #include "tests/op_harness.h"
@@ -35,6 +36,9 @@ Tensor causal_mask(int64_t T, Device device) {
 }
 
 TG_OP_CASES({
+    // x [7, 5], weight [33, 5]: one chunk here (tests/test_linear_cross_entropy.cpp has several)
+    {"linear_cross_entropy", {S{{7, 5}}, S{{33, 5}}, kTargets},
+     [](const Inputs& x) { return linear_cross_entropy(x[0], x[1], with_ignored(x[2], -100)); }},
     // softmax / log_softmax: rows (last dim), columns (an earlier dim), strided views, a row
     // longer than one CUDA warp handles, and a column tile wider than the CPU's 64.
     {"softmax_last", {kOdd}, [](const Inputs& x) { return softmax(x[0], -1); }},

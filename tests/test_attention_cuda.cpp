@@ -241,6 +241,11 @@ TEST(AttentionCuda, LlamaWithGroupedQueryHeadsUsesTheFlashKernels) {
   EXPECT_EQ(trace.count("sdpa.flash_cuda"), static_cast<size_t>(cfg.num_hidden_layers));
   EXPECT_EQ(trace.count("sdpa.flash_cuda.dk_dv"), static_cast<size_t>(cfg.num_hidden_layers));
   EXPECT_FALSE(trace.contains("sdpa.composite"));
+  // and the other fused CUDA kernels of the block
+  EXPECT_TRUE(trace.contains("rope.fused_cuda") && trace.contains("rope.fused_cuda_backward"));
+  EXPECT_TRUE(trace.contains("silu_mul.fused_cuda") && trace.contains("silu_mul.fused_cuda_backward"));
+  EXPECT_FALSE(trace.contains("rope.composite") || trace.contains("silu_mul.composite"));
+  EXPECT_TRUE(trace.contains("linear_cross_entropy.dx_dweight"));
   EXPECT_NEAR(got.item<double>(), want.item<double>(), 2e-2 * want.item<double>());
 }
 

@@ -123,6 +123,8 @@ TEST_F(PeftTest, BackwardTouchesOnlyAdaptersAndSkipsFrozenKernels) {
   EXPECT_EQ(trace.count("lora_linear.dB"), r.wrapped.size()) << trace.str();
   EXPECT_FALSE(trace.contains("linear.dweight_gemm")) << trace.str();
   EXPECT_FALSE(trace.contains("lora_linear.dweight_gemm")) << trace.str();
+  EXPECT_TRUE(trace.contains("linear_cross_entropy.dx")) << trace.str();  // the frozen head: no dW
+  EXPECT_FALSE(trace.contains("linear_cross_entropy.dx_dweight")) << trace.str();
   EXPECT_FALSE(trace.contains("embedding.dweight_scatter"));
   EXPECT_FALSE(trace.contains("rms_norm.dw_reduce")) << trace.str();
   EXPECT_FALSE(trace.contains("fused_add_rms_norm.dw_reduce")) << trace.str();
@@ -135,7 +137,8 @@ TEST_F(PeftTest, BackwardTouchesOnlyAdaptersAndSkipsFrozenKernels) {
   KernelTrace full;
   model.loss(ids_2x6(), ids_2x6()).backward();
   EXPECT_EQ(full.count("lora_linear.dweight_gemm"), r.wrapped.size());  // the wrapped base weights
-  EXPECT_EQ(full.count("linear.dweight_gemm"), 2 * 7 + 1 - r.wrapped.size());  // the other Linears, the head
+  EXPECT_EQ(full.count("linear.dweight_gemm"), 2 * 7 - r.wrapped.size());  // the other Linears
+  EXPECT_TRUE(full.contains("linear_cross_entropy.dx_dweight"));               // the head, in the loss
   EXPECT_EQ(full.count("lora_linear.dA") + full.count("lora_linear.dB"), 2 * r.wrapped.size());
   EXPECT_TRUE(full.contains("embedding.dweight_scatter"));
   EXPECT_TRUE(full.contains("rms_norm.backward<dx,dw>")) << full.str();

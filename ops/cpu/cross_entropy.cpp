@@ -115,9 +115,9 @@ void cross_entropy_backward(const Tensor& dlogits, const Tensor& grad, const Ten
           std::fill(drow, drow + classes, convert<T>(0.0));
           return;
         }
-        const A scale = convert<A>(pg[i * gstep]) * inv_count, l = ps[i];
-        for (int64_t j = 0; j < classes; ++j) drow[j] = convert<T>(scale * exp_of(convert<A>(row[j]) - l));
-        drow[t] = convert<T>(scale * (exp_of(convert<A>(row[t]) - l) - A(1)));
+        const A scale = convert<A>(pg[i * gstep]) * inv_count, l = ps[i], xt = convert<A>(row[t]);  // before
+        for (int64_t j = 0; j < classes; ++j) drow[j] = convert<T>(scale * exp_of(convert<A>(row[j]) - l));  // in place
+        drow[t] = convert<T>(scale * (exp_of(xt - l) - A(1)));
       });
     });
   });

@@ -1,0 +1,116 @@
+#include "ops/linear_cross_entropy.h"
+
+#include <algorithm>
+
+#include "core/autograd.h"
+#include "core/factory.h"
+#include "core/primitives.h"
+#include "core/trace.h"
+#include "ops/binary.h"
+#include "ops/cast.h"
+#include "ops/checks.h"
+#include "ops/cross_entropy_kernels.h"
+#include "ops/dispatch.h"
+#include "ops/gemm_kernels.h"
+#include "ops/shape.h"
+
+namespace tg {
+namespace {
+
+constexpr const char* kOp = "linear_cross_entropy";
+constexpr int64_t kChunkBytes = int64_t{64} << 20;  // of logits per chunk
+
+Tensor as3d(const Tensor& m) {
+  return m.as_strided({1, m.shape()[0], m.shape()[1]}, {0, m.strides()[0], m.strides()[1]}, m.storage_offset());
+}
+
+void gemm(const Tensor& c, const Tensor& a, const Tensor& b, double beta) {
+  TG_DISPATCH(c.device(), gemm, as3d(c), as3d(a), as3d(b), 1.0, beta);
+}
+
+// dx and dW for a unit incoming gradient (computed with the loss); backward scales them.
+struct LinearCrossEntropyBackward final : Node {
+  enum { kDx, kDw, kCount };
+  DType w_dtype = kFloat32;
+  const char* name() const override { return kOp; }
+  std::vector<Tensor> backward(const std::vector<Tensor>& g, const GradMask& mask) override {
+    Tensor scale = g[0];  // 0-d, in the loss's dtype
+    Tensor count = unpack(kCount);
+    if (count.defined()) scale = div(scale, count);
+    Tensor dx;
+    if (mask[0]) {
+      Tensor unit = unpack(kDx);
+      dx = mul(unit, to(scale, unit.dtype()));
+    }
+    Tensor dw;
+    if (mask[1]) {
+      Tensor unit = unpack(kDw);
+      dw = to(mul(unit, to(scale, unit.dtype())), w_dtype);
+    }
+    return {dx, dw};
+  }
+};
+
+}  // namespace
+
+Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& targets, int64_t ignore_index,
+                            Reduction reduction) {
+  check_floating(kOp, "x", x);
+  check_floating(kOp, "weight", weight);
+  check_defined(kOp, "targets", targets);
+  check_same(kOp, {{"x", x}, {"weight", weight}});
+  check_same(kOp, {{"x", x}, {"targets", targets}}, /*same_dtype=*/false);
+  TG_CHECK(targets.dtype() == kInt32 || targets.dtype() == kInt64, kOp,
+           "'targets' must hold class indices as int32 or int64, got ", targets.dtype());
+  TG_CHECK(x.dim() == 2 && weight.dim() == 2 && x.shape()[1] == weight.shape()[1], kOp,
+           "wants x [N, H] and weight [V, H], got x ", x.shape(), ", weight ", weight.shape());
+  const int64_t N = x.shape()[0], V = weight.shape()[0];
+  TG_CHECK(V >= 1, kOp, "the weight has no classes (shape ", weight.shape(), ")");
+  TG_CHECK(targets.dim() == 1 && targets.shape()[0] == N, kOp, "'targets' must be [", N, "] (one class per row of x ",
+           x.shape(), "), got ", targets.shape());
+  TG_CHECK(reduction != Reduction::None, kOp, "wants Reduction::Mean or Sum (None needs the per-row logits: use ",
+           "linear and cross_entropy)");
+  const Device dev = x.device();
+  Tensor xc, w, tgt;
+  {
+    NoGradGuard g;  // internal: the op's node covers them
+    xc = x.strides()[1] == 1 ? x : contiguous(x);
+    w = weight.detach();
+    tgt = contiguous(targets);
+  }
+  if (dev.is_cpu()) check_targets_on_host(kOp, tgt, V, ignore_index);
+
+  const bool want_dx = x.requires_grad() && grad_mode_enabled(),
+             want_dw = weight.requires_grad() && grad_mode_enabled();
+  KernelTrace::record(want_dw ? "linear_cross_entropy.dx_dweight" : want_dx ? "linear_cross_entropy.dx"
+                                                                            : "linear_cross_entropy.loss");
+  const DType acc = x.dtype() == kFloat64 ? kFloat64 : kFloat32;
+  Tensor loss_rows = Tensor::empty({N}, {acc, dev}), lse = Tensor::empty({N}, {acc, dev});
+  Tensor dx = want_dx ? Tensor::empty({N, x.shape()[1]}, x.options()) : Tensor();
+  Tensor dw = want_dw ? Tensor::empty(w.shape(), {acc, dev}) : Tensor();
+  Tensor one = full({}, 1.0, x.options());  // the unit gradient of each row's loss
+  const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(N, kChunkBytes / (V * int64_t(x.element_size()))));
+  Tensor buf = Tensor::empty({std::min(chunk, std::max<int64_t>(N, 1)), V}, x.options());
+  for (int64_t r0 = 0; r0 < N; r0 += chunk) {
+    const int64_t rows = std::min(chunk, N - r0);
+    Tensor logits = slice(buf, 0, 0, rows), xr = slice(xc, 0, r0, r0 + rows), tr = slice(tgt, 0, r0, r0 + rows);
+    Tensor lr = slice(loss_rows, 0, r0, r0 + rows), sr = slice(lse, 0, r0, r0 + rows);
+    gemm(logits, xr, transpose(w, 0, 1), 0.0);
+    TG_DISPATCH(dev, cross_entropy, lr, sr, logits, tr, ignore_index);
+    if (!want_dx && !want_dw) continue;
+    // dlogits = softmax - onehot over the logits themselves (each element read, then written)
+    TG_DISPATCH(dev, cross_entropy_backward, logits, one, sr, logits, tr, ignore_index, Tensor());
+    if (want_dx) gemm(slice(dx, 0, r0, r0 + rows), logits, w, 0.0);
+    if (want_dw) gemm(dw, transpose(logits, 0, 1), xr, r0 == 0 ? 0.0 : 1.0);
+  }
+  Tensor out = Tensor::empty({}, {acc, dev}), count;
+  if (reduction == Reduction::Mean) count = Tensor::empty({}, {acc, dev});
+  TG_DISPATCH(dev, cross_entropy_reduce, out, count, loss_rows, tgt, ignore_index, reduction == Reduction::Mean);
+  if (auto node = record<LinearCrossEntropyBackward>({{"x", x}, {"weight", weight}}, {out})) {
+    node->w_dtype = weight.dtype();
+    node->saved = {SavedTensor(dx, "dx"), SavedTensor(dw, "dweight"), SavedTensor(count, "count")};
+  }
+  return out;
+}
+
+}  // namespace tg

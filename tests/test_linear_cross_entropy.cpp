@@ -1,0 +1,116 @@
+// linear_cross_entropy against linear + cross_entropy (several chunks, ignore_index, frozen
+// weight: no dW), the models' loss through it, and its argument checks. GPU parity: the op
+// harness (cases_nn_ops.cpp) and the bf16 case here.
+#include <gtest/gtest.h>
+
+#include "core/autograd.h"
+#include "core/factory.h"
+#include "core/trace.h"
+#include "nn/gpt2.h"
+#include "nn/llama.h"
+#include "nn/loss.h"
+#include "ops/cast.h"
+#include "ops/cross_entropy.h"
+#include "ops/linear.h"
+#include "ops/linear_cross_entropy.h"
+#include "ops/shape.h"
+#include "ops/unary.h"
+#include "testing/testing.h"
+#include "tests/test_support.h"
+
+namespace tg {
+namespace {
+
+struct LossRun {
+  Tensor loss, dx, dw;
+};
+
+template <class F>
+LossRun run(F&& f, const Tensor& x, const Tensor& w, const Tensor& t, bool w_grad) {
+  Tensor lx = x.detach().requires_grad_(true), lw = w.detach().requires_grad_(w_grad);
+  Tensor loss = f(lx, lw, t);
+  loss.backward(full({}, 1.7, loss.options()));  // a gradient other than 1 reaches the scale
+  return {loss.detach(), lx.grad(), lw.grad()};
+}
+
+Tensor reference(const Tensor& x, const Tensor& w, const Tensor& t) { return cross_entropy(to(linear(x, w), kFloat32), t); }
+
+TEST(LinearCrossEntropy, MatchesLinearThenCrossEntropyOverSeveralChunks) {
+  // V = 70000 float32: 64 MB of logits is 239 rows, so 600 rows take three chunks.
+  Generator gen(1);
+  const int64_t N = 600, H = 8, V = 70000;
+  Tensor x = randn({N, H}, gen), w = randn({V, H}, gen);
+  std::vector<int64_t> tv = randint(0, V, {N}, gen).to_vector<int64_t>();
+  tv[3] = tv[500] = -100;  // ignored rows add no loss and no gradient
+  Tensor t = from_vector(tv, {N});
+  for (bool w_grad : {true, false}) {
+    SCOPED_TRACE(w_grad ? "trainable weight" : "frozen weight");
+    KernelTrace trace;
+    LossRun got = run([](const auto& x, const auto& w, const auto& t) { return linear_cross_entropy(x, w, t); }, x, w, t, w_grad);
+    EXPECT_EQ(trace.contains("linear_cross_entropy.dx_dweight"), w_grad);
+    EXPECT_EQ(trace.contains("linear_cross_entropy.dx"), !w_grad);
+    LossRun want = run([](const auto& x, const auto& w, const auto& t) { return reference(x, w, t); }, x, w, t, w_grad);
+    EXPECT_TENSOR_NEAR(got.loss, want.loss, 1e-5, 1e-5);
+    EXPECT_TENSOR_NEAR(got.dx, want.dx, 1e-5, 1e-6);
+    EXPECT_EQ(got.dw.defined(), w_grad);
+    if (w_grad) EXPECT_TENSOR_NEAR(got.dw, want.dw, 1e-5, 1e-6);
+  }
+}
+
+TEST(LinearCrossEntropy, SumReductionAndNoGradMode) {
+  Generator gen(2);
+  Tensor x = randn({9, 5}, gen), w = randn({11, 5}, gen), t = randint(0, 11, {9}, gen);
+  EXPECT_TENSOR_NEAR(linear_cross_entropy(x, w, t, -100, Reduction::Sum),
+                     cross_entropy(linear(x, w), t, -100, Reduction::Sum), 1e-5, 1e-5);
+  NoGradGuard g;
+  KernelTrace trace;
+  Tensor xg = x.detach().requires_grad_(true);
+  linear_cross_entropy(xg, w, t);
+  EXPECT_TRUE(trace.contains("linear_cross_entropy.loss"));  // no gradient work without grad mode
+}
+
+TEST(LinearCrossEntropy, BadArgumentsAreNamed) {
+  Generator gen(3);
+  Tensor x = randn({4, 5}, gen), w = randn({7, 5}, gen), t = randint(0, 7, {4}, gen);
+  EXPECT_ERROR_HAS(linear_cross_entropy(x, randn({7, 6}, gen), t), "linear_cross_entropy", "x [N, H] and weight [V, H]");
+  EXPECT_ERROR_HAS(linear_cross_entropy(x, w, randint(0, 7, {3}, gen)), "'targets' must be [4]");
+  EXPECT_ERROR_HAS(linear_cross_entropy(x, w, from_vector(std::vector<int64_t>{0, 9, 1, 2}, {4})), "target 9 (row 1)",
+                   "out of range for 7 classes");
+  EXPECT_ERROR_HAS(linear_cross_entropy(x, w, t, -100, Reduction::None), "Reduction::Mean or Sum");
+}
+
+TEST(LinearCrossEntropy, ModelsLossTakesItAndMatchesTheLogitsPath) {
+  Generator gen(4);
+  nn::LlamaConfig cfg = nn::LlamaConfig::tiny();
+  cfg.num_hidden_layers = 1;
+  nn::LlamaForCausalLM llama(cfg, gen);
+  Tensor ids = randint(0, cfg.vocab_size, {2, 9}, gen);
+  KernelTrace trace;
+  Tensor fused = llama.loss(ids, ids);
+  EXPECT_TRUE(trace.contains("linear_cross_entropy.dx_dweight"));
+  EXPECT_TENSOR_NEAR(fused, nn::causal_lm_loss(llama.forward(ids), ids), 1e-5, 1e-6);
+  nn::GPT2Config gc = nn::GPT2Config::tiny();
+  nn::GPT2LMHeadModel gpt2(gc, gen);
+  Tensor gids = randint(0, gc.vocab_size, {2, 9}, gen);
+  EXPECT_TENSOR_NEAR(gpt2.loss(gids, gids), nn::causal_lm_loss(gpt2.forward(gids), gids), 1e-5, 1e-6);
+}
+
+TEST(LinearCrossEntropy, Bf16OnTheGpuMatchesTheFloat32Logits) {
+  TG_REQUIRE_CUDA();
+  Generator gen(5);
+  const int64_t N = 3000, H = 64, V = 32000;  // bf16: 1048 rows a chunk, three chunks
+  Tensor x = to(mul(randn({N, H}, gen), 0.3), kBFloat16, Device::cuda());
+  Tensor w = to(mul(randn({V, H}, gen), 0.3), kBFloat16, Device::cuda());
+  Tensor t = to(randint(0, V, {N}, gen), Device::cuda());
+  for (bool w_grad : {false, true}) {
+    LossRun got = run([](const auto& x, const auto& w, const auto& t) { return linear_cross_entropy(x, w, t); }, x, w, t, w_grad);
+    LossRun want = run([](const auto& x, const auto& w, const auto& t) { return reference(x, w, t); }, x, w, t, w_grad);
+    EXPECT_EQ(got.loss.dtype(), kFloat32);
+    EXPECT_TENSOR_NEAR(got.loss, want.loss, 1e-3, 1e-3);
+    EXPECT_TENSOR_NEAR(to(got.dx, kFloat32), to(want.dx, kFloat32), 2e-2, 1e-4);
+    if (w_grad) EXPECT_TENSOR_NEAR(to(got.dw, kFloat32), to(want.dw, kFloat32), 2e-2, 1e-4);
+  }
+}
+
+}  // namespace
+}  // namespace tg
