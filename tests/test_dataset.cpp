@@ -106,7 +106,8 @@ TEST(Dataset, AFileThatIsNotTextIsAnErrorUnlessAllowed) {
   const Tokenizer tok = byte_tokenizer(dir);
   write(dir / "bin.txt", std::string("line\nok\xff\xfe", 9));
   EXPECT_ERROR_HAS(tokenize_text_file(dir / "bin.txt", tok), "bin.txt' is not text", "invalid UTF-8 (byte 0xff) at byte 7, line 2");
-X
+  // Allowed, each invalid byte reads as U+FFFD (3 bytes each here), then EOS.
+  EXPECT_EQ(tokenize_text_file(dir / "bin.txt", tok, {.allow_binary = true})->size(), 7 + 2 * 3 + 1);
   write(dir / "nul.jsonl", std::string("{\"text\": \"a\"}\n\0", 15));
   EXPECT_ERROR_HAS(tokenize_jsonl_file(dir / "nul.jsonl", tok), "a NUL byte at byte 14, line 2");
   EXPECT_FALSE(text_problem("plain text, café 東京").has_value());
