@@ -14,18 +14,14 @@
 
 namespace examples {
 
-std::string generate(tg::nn::LlamaForCausalLM& model, const std::string& prompt, int new_bytes, double temperature,
-                     tg::Generator& gen, int top_k) {
+std::vector<int64_t> generate_ids(tg::nn::Module& model, std::vector<int64_t> ids, int new_tokens, int64_t context,
+                                  tg::Device device, double temperature, tg::Generator& gen, int top_k) {
   tg::NoGradGuard no_grad;
   const bool was_training = model.is_training();
   model.eval();
-  const tg::Device device = model.lm_head->weight.device();
-  const int64_t window = model.config.max_position_embeddings;
-  std::vector<int64_t> ids;
-  for (unsigned char c : prompt) ids.push_back(c);
-  std::string out;
-  for (int i = 0; i < new_bytes; ++i) {
-    int64_t t = std::min<int64_t>(window, static_cast<int64_t>(ids.size()));
+  std::vector<int64_t> out;
+  for (int i = 0; i < new_tokens && !ids.empty(); ++i) {
+    int64_t t = std::min<int64_t>(context, static_cast<int64_t>(ids.size()));
     std::vector<int64_t> ctx(ids.end() - t, ids.end());
     tg::Tensor logits = model.forward(tg::from_vector(ctx, {1, t}, device));
     std::vector<float> last = tg::to(tg::slice(logits, 1, t - 1, t), tg::kFloat32).to_vector<float>();
@@ -46,9 +42,20 @@ std::string generate(tg::nn::LlamaForCausalLM& model, const std::string& prompt,
       for (next = 0; next + 1 < static_cast<int64_t>(p.size()) && u >= p[next]; ++next) u -= p[next];
     }
     ids.push_back(next);
-    out += static_cast<char>(next);
+    out.push_back(next);
   }
   model.train(was_training);
+  return out;
+}
+
+std::string generate(tg::nn::LlamaForCausalLM& model, const std::string& prompt, int new_bytes, double temperature,
+                     tg::Generator& gen, int top_k) {
+  std::vector<int64_t> ids(prompt.begin(), prompt.end());
+  for (int64_t& v : ids) v = static_cast<unsigned char>(v);
+  std::string out;
+  for (int64_t b : generate_ids(model, ids, new_bytes, model.config.max_position_embeddings,
+                                model.lm_head->weight.device(), temperature, gen, top_k))
+    out += static_cast<char>(b);
   return out;
 }
 
