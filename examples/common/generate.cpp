@@ -9,6 +9,7 @@
 #include "core/autograd.h"
 #include "core/factory.h"
 #include "core/philox.h"
+#include "data/utf8.h"
 #include "ops/cast.h"
 #include "ops/shape.h"
 
@@ -61,16 +62,25 @@ std::string generate(tg::nn::LlamaForCausalLM& model, const std::string& prompt,
 
 std::string printable(const std::string& text) {
   std::string out;
-  for (unsigned char c : text) {
+  for (size_t i = 0; i < text.size();) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    const size_t valid = c >= 0x80 ? tg::data::utf8::valid_prefix(std::string_view(text).substr(i, 4)) : 0;
+    const size_t n = c >= 0x80 ? tg::data::utf8::char_len(c) : 1;
+    if (c >= 0x80 && valid >= n) {  // a whole UTF-8 character
+      out.append(text, i, n);
+      i += n;
+      continue;
+    }
     if (c == '\n') {
       out += "\\n";
-    } else if (c < 32 || c > 126 || c == '\\') {
+    } else if (c < 32 || c >= 127 || c == '\\') {
       char buf[8];
       std::snprintf(buf, sizeof buf, "\\x%02x", c);
       out += buf;
     } else {
       out += static_cast<char>(c);
     }
+    ++i;
   }
   return out;
 }

@@ -22,8 +22,8 @@ std::vector<int64_t> generate_ids(tg::nn::Module& model, std::vector<int64_t> pr
 std::string generate(tg::nn::LlamaForCausalLM& model, const std::string& prompt, int new_bytes, double temperature,
                      tg::Generator& gen, int top_k = 0);
 
-// The text as one printable line: newlines as \n, other control or non-ASCII bytes as \xNN
-// (a byte-level model can sample any byte).
+// The text as one printable line: newlines as \n, other control bytes and bytes that are not
+// part of a UTF-8 character as \xNN (a byte-level model can sample any byte).
 std::string printable(const std::string& text);
 
 }  // namespace examples
