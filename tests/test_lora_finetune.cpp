@@ -225,7 +225,7 @@ TEST(LoraFinetune, AnUnknownFlagSuggestsTheNearestOne) {
   EXPECT_EQ(log.find("did you mean"), std::string::npos) << log;
 }
 
-TEST(LoraFinetune, TheFirstStepsThroughputIsMeasuredOverTheStep) {
+TEST(LoraFinetune, TheFirstStepsThroughputIsMeasuredOverTheStepAndALoneValidationPointShows) {
   const fs::path base = fixtures() / "tiny_llama";
   ASSERT_TRUE(fs::exists(base / "config.json"));
   TempDir dir;
@@ -236,6 +236,11 @@ TEST(LoraFinetune, TheFirstStepsThroughputIsMeasuredOverTheStep) {
   // Before, the clock started after the first step: its tokens/s came out thousands of times too high.
   EXPECT_LT(rows[0].tok_s, 10 * rows[7].tok_s);
   EXPECT_GT(rows[0].tok_s, 0);
+  // The one validation (at the end) is a marker in the SVG: a line of one point would not show.
+  const std::string svg = read(dir / "o/loss.svg");
+  size_t circles = 0;
+  for (size_t at = svg.find("<circle"); at != std::string::npos; at = svg.find("<circle", at + 1)) ++circles;
+  EXPECT_EQ(circles, 1u);
 }
 
 }  // namespace
