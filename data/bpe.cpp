@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 
 #include "core/error.h"
 #include "data/hf_pipeline.h"
@@ -11,7 +12,7 @@ namespace tg::data::hf {
 namespace {
 
 constexpr size_t kMaxCachedWord = 256;      // tokenizers caches words shorter than this
-constexpr size_t kMaxCacheEntries = 1 << 17;
+constexpr size_t kMaxCacheEntries = 1 << 15;  // then it stops adding: the frequent words come early
 
 uint64_t pair_key(int32_t a, int32_t b) { return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b); }
 
@@ -28,15 +29,46 @@ bool alphabet_to_bytes(const std::string& token, std::string& bytes) {
 
 }  // namespace
 
-const std::vector<int32_t>* WordCache::find(std::string_view word) const {
-  auto it = map_.find(word);
-  return it == map_.end() ? nullptr : &it->second;
+uint64_t WordCache::hash_of(std::string_view w) {
+  uint64_t h = 1469598103934665603ull ^ w.size();  // FNV-1a, 8 bytes a round
+  size_t i = 0;
+  for (; i + 8 <= w.size(); i += 8) {
+    uint64_t v;
+    std::memcpy(&v, w.data() + i, 8);
+    h = (h ^ v) * 1099511628211ull;
+    h ^= h >> 29;
+  }
+  for (; i < w.size(); ++i) h = (h ^ static_cast<unsigned char>(w[i])) * 1099511628211ull;
+  h ^= h >> 32;
+  return h | 1;  // never 0, the empty mark
+}
+
+bool WordCache::find(std::string_view word, std::vector<int32_t>& out) const {
+  if (slots_.empty()) return false;
+  const uint64_t h = hash_of(word);
+  const size_t mask = slots_.size() - 1;
+  for (size_t i = h & mask;; i = (i + 1) & mask) {
+    const Slot& s = slots_[i];
+    if (s.hash == 0) return false;
+    if (s.hash == h && s.key_len == word.size() && std::memcmp(keys_.data() + s.key, word.data(), word.size()) == 0) {
+      out.insert(out.end(), ids_.begin() + s.ids, ids_.begin() + s.ids + s.n_ids);
+      return true;
+    }
+  }
 }
 
 void WordCache::insert(std::string_view word, const std::vector<int32_t>& ids, size_t from) {
-  if (word.size() >= kMaxCachedWord) return;
-  if (map_.size() >= kMaxCacheEntries) map_.clear();
-  map_.emplace(std::string(word), std::vector<int32_t>(ids.begin() + static_cast<std::ptrdiff_t>(from), ids.end()));
+  if (word.size() >= kMaxCachedWord || used_ >= kMaxCacheEntries) return;
+  if (slots_.empty()) slots_.resize(2 * kMaxCacheEntries);  // at most half full
+  const uint64_t h = hash_of(word);
+  const size_t mask = slots_.size() - 1;
+  size_t i = h & mask;
+  while (slots_[i].hash != 0) i = (i + 1) & mask;
+  slots_[i] = {h, static_cast<uint32_t>(keys_.size()), static_cast<uint32_t>(word.size()),
+               static_cast<uint32_t>(ids_.size()), static_cast<uint32_t>(ids.size() - from)};
+  keys_.append(word);
+  ids_.insert(ids_.end(), ids.begin() + static_cast<std::ptrdiff_t>(from), ids.end());
+  ++used_;
 }
 
 BpeModel::BpeModel(const json::Value& model, bool byte_level) : byte_level_(byte_level) {
@@ -79,6 +111,8 @@ BpeModel::BpeModel(const json::Value& model, bool byte_level) : byte_level_(byte
     const int32_t* id = id_of_token(name);
     byte_token_[b] = id ? *id : -1;
     if (byte_level_) utf8::append(byte_char_[b], byte_to_char(static_cast<uint8_t>(b)));
+    const char raw = static_cast<char>(b);
+    byte_unit_[b] = byte_level_ ? unit_id(std::string_view(&raw, 1)) : -1;
   }
   if (const json::Value* unk = model.find("unk_token"); unk && !unk->is_null()) {
     unk_token_ = unk->as_string("unk_token");
@@ -126,8 +160,7 @@ void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out, Wor
   if (word.empty()) return;
   if (ignore_merges_)
     if (auto it = by_bytes_.find(word); it != by_bytes_.end()) return out.push_back(it->second);
-  if (cache)
-    if (const std::vector<int32_t>* hit = cache->find(word)) return void(out.insert(out.end(), hit->begin(), hit->end()));
+  if (cache && cache->find(word, out)) return;
   const size_t from = out.size();
   merge(word, out);
   if (cache) cache->insert(word, out, from);
@@ -146,7 +179,7 @@ void BpeModel::merge(std::string_view word, std::vector<int32_t>& out) const {
     const size_t n = byte_level_ ? 1 : utf8::char_len(static_cast<unsigned char>(word[i]));
     const std::string_view unit = word.substr(i, n);
     i += n;
-    const int32_t id = unit_id(unit);
+    const int32_t id = byte_level_ ? byte_unit_[static_cast<unsigned char>(unit[0])] : unit_id(unit);
     if (id >= 0) {
       flush_unk();
       ids.push_back(id);
