@@ -71,6 +71,8 @@ void split_piece(Piece&& p, const std::vector<Match>& matches, Behavior behavior
       std::reverse(merged.begin(), merged.end());
       break;
   }
+  // Room for all of them at once: a whole document's words, not a move of every piece per doubling.
+  if (out.capacity() < out.size() + merged.size()) out.reserve(std::max(2 * out.capacity(), out.size() + merged.size()));
   for (const Span& s : merged)
     if (!s.flag && s.end > s.start) out.push_back({p.text.substr(s.start, s.end - s.start), -1, p.at_start && s.start == 0});
 }
