@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "data/tokenizer.h"
+#include "data/regex.h"
 #include "data/utf8.h"
 #include "io/json.h"
 #include "tests/test_support.h"
@@ -128,5 +129,69 @@ TEST_P(TokenizerFixture, MatchesTheReferenceOnEveryCase) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, TokenizerFixture,
                          ::testing::Values("gpt2", "roberta", "llama3", "qwen2", "spm_legacy", "spm_metaspace",
                                            "spm_bpe_model", "spm_unigram_model"));
+
+}  // namespace
+
+namespace {
+
+// A tokenizer.json from the gpt2 fixture with one stage replaced.
+std::string with_stage(const std::string& key, const std::string& stage_json) {
+  tg::json::Value root = tg::json::parse(read(fixtures() / "gpt2" / "tokenizer.json"));
+  root.set(key, tg::json::parse(stage_json));
+  return tg::json::dump(root);
+}
+
+TEST(Tokenizer, AStageTapegradDoesNotImplementIsAnErrorNamingIt) {
+  tg::test::TempDir dir;
+  auto load = [&](const std::string& key, const std::string& stage) {
+    std::ofstream(dir / "tokenizer.json") << with_stage(key, stage);
+    Tokenizer::from_file(dir / "tokenizer.json");
+  };
+  EXPECT_ERROR_HAS(load("pre_tokenizer", R"({"type": "BertPreTokenizer"})"), "pre_tokenizer 'BertPreTokenizer' is not supported");
+  EXPECT_ERROR_HAS(load("normalizer", R"({"type": "Lowercase"})"), "normalizer 'Lowercase' is not supported");
+  EXPECT_ERROR_HAS(load("decoder", R"({"type": "WordPiece", "prefix": "##"})"), "decoder 'WordPiece' is not supported");
+  EXPECT_ERROR_HAS(load("model", R"({"type": "Unigram", "vocab": []})"), "model 'Unigram' is not supported");
+  EXPECT_ERROR_HAS(load("truncation", R"({"max_length": 8})"), "\"truncation\" is set");
+  EXPECT_ERROR_HAS(load("pre_tokenizer", R"({"type": "Sequence", "pretokenizers": [{"type": "ByteLevel"}, {"type": "Digits"}]})"),
+                   "ByteLevel followed by other pre-tokenizers");
+  EXPECT_ERROR_HAS(load("pre_tokenizer", R"({"type": "Split", "pattern": {"Regex": "(unclosed"}, "behavior": "Isolated"})"),
+                   "cannot compile '(unclosed'");
+}
+
+TEST(Tokenizer, FolderAndIdErrorsSayWhatIsMissing) {
+  tg::test::TempDir dir;
+  std::ofstream(dir / "vocab.json") << "{}";
+  EXPECT_ERROR_HAS(Tokenizer::from_pretrained(dir.str()), "has neither tokenizer.json nor tokenizer.model", "vocab.json");
+  EXPECT_ERROR_HAS(Tokenizer::from_pretrained(dir / "nope"), "is not a directory");
+  const Tokenizer tok = Tokenizer::from_pretrained((fixtures() / "gpt2").string());
+  const std::vector<int32_t> bad = {1, 99999};
+  EXPECT_ERROR_HAS(tok.decode(bad), "id 99999 is not in the vocabulary (514 tokens)");
+  EXPECT_ERROR_HAS(tok.id_to_token(-1), "id -1 is not in the vocabulary");
+  EXPECT_EQ(tok.eos_token_id(), tok.token_to_id("<|endoftext|>"));
+  EXPECT_FALSE(tok.token_to_id("no such token").has_value());
+}
+
+TEST(Tokenizer, OnigurumaClassesAreRewrittenForPcre2) {
+  // \s is Unicode White_Space (U+0085 too, U+180E not), \w Oniguruma's word, \d decimal digits.
+  EXPECT_EQ(tg::data::Regex::translate(R"(\s+(?!\S))").substr(0, 4), "[\\t\\");
+  tg::data::Regex space(R"(\s)"), word(R"(\w+)");
+  std::vector<tg::data::Match> m;
+  space.find_all("a\xC2\x85" "b\xE1\xA0\x8E" "c", m);  // NEL is white space, MONGOLIAN VOWEL SEPARATOR is not
+  ASSERT_EQ(m.size(), 1u);
+  EXPECT_EQ(m[0].start, 1u);
+  m.clear();
+  word.find_all("e\xCC\x81t\xC3\xA9_1", m);  // a combining mark is part of a word
+  ASSERT_EQ(m.size(), 1u);
+  EXPECT_EQ(m[0].end, 8u);
+}
+
+TEST(Tokenizer, EncodeBatchEqualsOneAtATime) {
+  const Tokenizer tok = Tokenizer::from_pretrained((fixtures() / "llama3").string());
+  std::vector<std::string> texts;
+  for (const auto& [name, text] : corpus()) texts.push_back(text);
+  const auto batch = tok.encode_batch(texts);
+  ASSERT_EQ(batch.size(), texts.size());
+  for (size_t i = 0; i < texts.size(); ++i) EXPECT_EQ(batch[i], tok.encode(texts[i])) << i;
+}
 
 }  // namespace
