@@ -29,6 +29,8 @@
 #include "io/checkpoint.h"
 #include "io/json.h"
 #include "io/safetensors.h"
+#include "data/dataset.h"
+#include "data/tokenizer.h"
 #include "nn/nn.h"
 #include "optim/clip_grad.h"
 #include "optim/lr_scheduler.h"

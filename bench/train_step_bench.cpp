@@ -10,6 +10,7 @@
 #include <iostream>
 #include <vector>
 
+#include "examples/common/data.h"
 #include "examples/common/flags.h"
 #include "examples/common/precision.h"
 #include "nn/llama.h"
@@ -34,7 +35,7 @@ int main(int argc, char** argv) {
     Device device = flags.str("device") == "cuda" ? Device::cuda() : Device::cpu();
     const DType dtype = examples::dtype_flag(flags);
     nn::LlamaConfig c = nn::LlamaConfig::by_name(flags.str("config"));
-    const int64_t B = c.batch_size, T = c.max_position_embeddings;
+    const int64_t B = examples::default_batch_size(flags.str("config")), T = c.max_position_embeddings;
     std::printf("%-12s %-5s %-7s %-5s %10s %10s %10s %8s %10s\n", "config", "mode", "device", "dtype", "ms/step",
                 "min ms", "tok/s", "threads", "peak MiB");
     for (const std::string& mode : flags.list("modes")) {

@@ -37,6 +37,15 @@ std::string cat(const Args&... args) {
 
 }  // namespace detail
 
+// Names for an error message: all of them when few, else the first `shown` and how many more
+// ("a, b, c, ... and 290 more"), so a model that misses every tensor does not print kilobytes.
+inline std::string name_list(const std::vector<std::string>& names, size_t shown = 6) {
+  std::string s;
+  for (size_t i = 0; i < names.size() && i < shown; ++i) s += (i ? ", " : "") + names[i];
+  if (names.size() > shown) s += ", ... and " + std::to_string(names.size() - shown) + " more";
+  return s;
+}
+
 // Throws tg::Error("<op>: <message pieces>").
 template <class... Args>
 [[noreturn]] void fail(const char* op, const Args&... args) {

@@ -1,29 +1,37 @@
-// LoRA fine-tuning of a Llama checkpoint: the script to copy and adapt.
+// LoRA fine-tuning of a causal LM: the script to copy and adapt.
 //
-//   lora_finetune --base out/toy/base.safetensors --config tiny --data my_text.txt --steps 300
+//   lora_finetune --base TinyLlama-folder --data train.jsonl --steps 300
+//   lora_finetune --base out/toy/base.safetensors --data my_text.txt      # the toy, bytes as tokens
 //
-// Loads the base weights (safetensors, transformers' names), wraps the target Linear layers
-// with LoRA (everything else frozen, norms included), trains the adapters with AdamW, linear
-// warmup + cosine decay and gradient clipping, evaluates, and saves a peft adapter. Along the
-// way: a live progress line, a CSV + SVG loss log, a checkpoint every --save-every steps (and
-// on Ctrl-C), --resume that continues bit-exactly, and optionally the merged model. With
-// --dtype bf16 the frozen base runs in bfloat16 and the adapters train in float32; on a GPU the
-// report ends with the peak GPU memory.
+// --base is a Hugging Face folder (Llama or GPT-2 of any shape from config.json, its tokenizer)
+// or a toy_transformer checkpoint. The data: JSONL ({"text"} or {"prompt", "completion"}, the
+// prompt not learned), an llm.c token file (.bin) or text. Wraps the target Linear layers with
+// LoRA (everything else frozen, norms included), trains the adapters with AdamW, linear warmup
+// + cosine decay, gradient clipping and optional gradient accumulation, evaluates (with a
+// generated sample), and saves a peft adapter. Along the way: a live progress line, a CSV + SVG
+// loss log, a checkpoint every --save-every steps (and on Ctrl-C), --resume that continues
+// bit-exactly (and refuses changed training flags), and with --merge the merged model (a folder
+// transformers loads, for a Hugging Face base). With --dtype bf16 the frozen base runs in
+// bfloat16 and the adapters train in float32; on a GPU the report ends with the peak GPU memory.
 #include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
 
+#include "data/dataset.h"
+#include "examples/common/base_model.h"
 #include "examples/common/checkpoint.h"
 #include "examples/common/data.h"
 #include "examples/common/evaluate.h"
 #include "examples/common/flags.h"
+#include "examples/common/generate.h"
 #include "examples/common/precision.h"
 #include "examples/common/train_log.h"
 #include "io/checkpoint.h"
-#include "io/safetensors.h"
-#include "nn/llama.h"
+#include "io/json.h"
+#include "nn/loss.h"
+#include "nn/pretrained.h"
 #include "optim/clip_grad.h"
 #include "optim/lr_scheduler.h"
 #include "optim/optimizer.h"
@@ -38,31 +46,97 @@ namespace {
 std::atomic<bool> interrupted{false};
 void on_sigint(int) { interrupted = true; }
 
+// Flags a resumed run may change; every other flag must be as the checkpoint recorded it.
+const std::vector<std::string> kResumeMayChange = {"out",     "device",      "threads", "eval-every", "eval-batches",
+                                                   "save-every", "stop-at",  "resume",  "merge",      "sample-tokens"};
+
+std::string training_flags_json(const examples::Flags& flags) {
+  json::Value v = json::Value::object();
+  for (const auto& name : flags.names())
+    if (std::find(kResumeMayChange.begin(), kResumeMayChange.end(), name) == kResumeMayChange.end())
+      v.set(name, flags.str(name));
+  return json::dump(v);
+}
+
+// --resume with a flag that changes training is refused, naming each such flag.
+void check_resume_flags(const examples::Flags& flags, const examples::CheckpointMetadata& saved, const std::string& ckpt) {
+  auto it = saved.find("training_flags");
+  if (it == saved.end()) return;  // written before flags were recorded
+  const json::Value then = json::parse(it->second);
+  std::string changed;
+  for (const auto& name : then.keys()) {
+    const std::string was = then.at(name).as_string();
+    const std::string now = flags.names().end() != std::find(flags.names().begin(), flags.names().end(), name)
+                                ? flags.str(name) : "(no such flag now)";
+    if (was != now) changed += "\n  --" + name + ": '" + was + "' then, '" + now + "' now";
+  }
+  if (changed.empty()) return;
+  std::string may_change;
+  for (const auto& n : kResumeMayChange) may_change += (may_change.empty() ? "--" : ", --") + n;
+  throw examples::UsageError("--resume: " + ckpt + " was written with other training flags:" + changed +
+                             "\nresume with the same values (these may change: " + may_change +
+                             "), or start afresh in another --out\n");
+}
+
+// "\n" and "\t" in a flag value (--doc-separator '\n\n').
+std::string unescape(const std::string& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '\\' && i + 1 < s.size() && (s[i + 1] == 'n' || s[i + 1] == 't')) out += s[++i] == 'n' ? '\n' : '\t';
+    else out += s[i];
+  }
+  return out;
+}
+
+std::string sample_text(const examples::BaseModel& base, const std::vector<int64_t>& ids) {
+  if (!base.tokenizer) {
+    std::string bytes;
+    for (int64_t b : ids) bytes += static_cast<char>(b);
+    return examples::printable(bytes);
+  }
+  std::vector<int32_t> i32(ids.begin(), ids.end());
+  return examples::printable(base.tokenizer->decode(i32, /*skip_special_tokens=*/true));
+}
+
 int run(int argc, char** argv) {
-  examples::Flags flags("lora_finetune", "LoRA fine-tuning of a Llama checkpoint on a text file (bytes as tokens).");
-  flags.add("base", "out/toy/base.safetensors", "base model weights (safetensors; examples/toy_transformer writes one)")
-      .add("config", "auto", "model shape of the base: tiny | small | bench-135m (auto: the one the base records)")
-      .add("data", "", "training text (default: the generated 'logbook' corpus); the last 10% validates")
+  examples::Flags flags("lora_finetune", "LoRA fine-tuning of a Llama or GPT-2 model (a Hugging Face folder, or the "
+                                         "toy transformer's checkpoint) on your data.");
+  flags.add("base", "out/toy/base.safetensors", "a Hugging Face model folder (config.json, model.safetensors, "
+                                                "tokenizer) or a toy_transformer checkpoint (.safetensors)")
+      .add("config", "auto", "toy checkpoints only: tiny | small | bench-135m (auto: the one the checkpoint records)")
+      .add("data", "", "training data: .jsonl ({\"text\"} or {\"prompt\", \"completion\"}), .bin (llm.c token file) "
+                       "or text (default, toy base only: a generated 'logbook' corpus)")
+      .add("val", "", "validation data, as --data (default: the last --val-fraction of --data)")
+      .add("val-fraction", "0.1", "the share of --data that validates when there is no --val")
+      .add("doc-separator", "", "text files: the string between documents (\\n and \\t escapes; default: one document)")
+      .add("layout", "pack", "pack (windows of the concatenated examples) | pad (one example a row, padded)")
+      .add("bytes", "false", "train on --data / --val files that are not UTF-8 text (invalid bytes, NUL) anyway")
       .add("out", "out/lora", "directory for the adapter, logs and checkpoints")
       .add("device", "auto", "cpu | cuda | auto")
       .add("dtype", "f32", examples::kDtypeHelp)
       .add("rank", "8", "LoRA rank r")
       .add("alpha", "16", "LoRA alpha (scale alpha / r)")
       .add("dropout", "0", "dropout on the LoRA path")
-      .add("targets", "q_proj,k_proj,v_proj,o_proj", "comma-separated module names to adapt")
+      .add("targets", "auto", "comma-separated module names to adapt (auto: q_proj,k_proj,v_proj,o_proj for Llama, "
+                              "c_attn,c_proj for GPT-2)")
       .add("lr", "2e-3", "peak learning rate")
       .add("weight-decay", "0.01", "AdamW weight decay")
       .add("warmup", "30", "linear warmup steps")
       .add("steps", "300", "optimizer steps in all")
-      .add("batch", "8", "sequences per step")
-      .add("seq", "128", "bytes per sequence (at most the config's context)")
+      .add("batch", "8", "sequences per micro-batch")
+      .add("grad-accum", "1", "micro-batches per optimizer step (gradient accumulation)")
+      .add("seq", "128", "tokens per sequence (at most the model's context)")
       .add("clip", "1.0", "gradient clipping by global norm (0: off)")
-      .add("eval-every", "100", "validate every N steps (0: only at the end)")
+      .add("eval-every", "100", "validate (and print a sample) every N steps (0: only at the end)")
       .add("eval-batches", "8", "validation batches")
+      .add("sample-tokens", "32", "tokens generated as a sample at each validation (0: none)")
       .add("save-every", "100", "write a checkpoint every N steps (0: only at the end and on Ctrl-C)")
       .add("stop-at", "0", "stop after this step as if interrupted (checkpoint written); 0: run to the end")
-      .add("resume", "false", "continue from <out>/checkpoint.safetensors")
-      .add("merge", "false", "also write <out>/merged.safetensors (LoRA folded into the base weights, in --dtype)")
+      .add("resume", "false", "continue from <out>/checkpoint.safetensors (training flags must be unchanged; "
+                              "these may change: --out, --device, --threads, --eval-every, --eval-batches, "
+                              "--save-every, --stop-at, --merge, --sample-tokens)")
+      .add("merge", "false", "also write the merged model (LoRA folded into the base weights, in --dtype): "
+                             "<out>/merged (a Hugging Face folder) or <out>/merged.safetensors (toy)")
       .add("threads", "0", "CPU threads (0: all cores)")
       .add("seed", "0", "seed of the LoRA init and the data order");
   if (!flags.parse(argc, argv)) return std::cout << flags.usage(), 0;
@@ -72,72 +146,143 @@ int run(int argc, char** argv) {
   Device device = dev == "auto" ? default_device() : dev == "cuda" ? Device::cuda() : Device::cpu();
   const DType dtype = examples::dtype_flag(flags);
   if (flags.integer("threads") > 0) set_num_threads(static_cast<int>(flags.integer("threads")));
-  const int64_t steps = flags.integer("steps"), batch = flags.integer("batch"), seq = flags.integer("seq");
-  if (steps < 1 || batch < 1 || seq < 2)
-    throw examples::UsageError("--steps and --batch want at least 1, --seq at least 2\n" + flags.usage());
+  const int64_t steps = flags.integer("steps"), batch = flags.integer("batch"), seq = flags.integer("seq"),
+                accum = flags.integer("grad-accum");
+  for (const char* name : {"steps", "batch", "grad-accum"})
+    if (flags.integer(name) < 1)
+      throw examples::UsageError(std::string("--") + name + " wants at least 1, got " + flags.str(name) + "\n" + flags.usage());
+  if (seq < 2) throw examples::UsageError("--seq wants at least 2 (one next-token target), got " + flags.str("seq") + "\n" + flags.usage());
+  const std::string layout_name = flags.str("layout");
+  if (layout_name != "pack" && layout_name != "pad")
+    throw examples::UsageError("--layout wants pack or pad, got '" + layout_name + "'\n" + flags.usage());
+  const data::Layout layout = layout_name == "pack" ? data::Layout::Pack : data::Layout::Pad;
   const std::string out = flags.str("out"), ckpt = out + "/checkpoint.safetensors";
-  fs::create_directories(out);
-
-  peft::LoraConfig lora{.r = flags.integer("rank"), .lora_alpha = flags.number("alpha"),
-                        .lora_dropout = flags.number("dropout"), .target_modules = flags.list("targets")};
+  const uint64_t seed = static_cast<uint64_t>(flags.integer("seed"));
+  // Every numeric flag read now: a bad value is reported before any file is touched.
+  const int64_t rank = flags.integer("rank"), warmup = flags.integer("warmup"), eval_every = flags.integer("eval-every"),
+                save_every = flags.integer("save-every"), stop_at = flags.integer("stop-at"),
+                sample_tokens = flags.integer("sample-tokens");
+  const double alpha = flags.number("alpha"), lora_dropout = flags.number("dropout"), lr = flags.number("lr"),
+               weight_decay = flags.number("weight-decay"), clip = flags.number("clip"),
+               val_fraction = flags.number("val-fraction");
+  const int eval_batches = static_cast<int>(flags.integer("eval-batches"));
+  const bool allow_binary = flags.boolean("bytes"), resume = flags.boolean("resume"), merge = flags.boolean("merge");
 
   // The base model, frozen, with LoRA on the targets.
-  if (!fs::exists(flags.str("base")))
-    throw Error("lora_finetune: no base checkpoint at '" + flags.str("base") +
-                "' (run examples/toy_transformer first, or pass --base)");
-  std::string config_name = flags.str("config");
-  if (config_name == "auto") {  // toy_transformer records the config in the checkpoint's metadata
-    auto meta = safetensors::load_file_with_metadata(flags.str("base")).metadata;
-    config_name = meta.count("config") ? meta["config"] : "tiny";
+  examples::BaseModel base = examples::load_base(flags.str("base"), flags.str("config"));
+  if (seq > base.context)
+    throw examples::UsageError("--seq " + std::to_string(seq) + " exceeds the model's context of " +
+                               std::to_string(base.context) + " tokens\n" + flags.usage());
+  std::vector<std::string> targets = flags.str("targets") == "auto" ? base.default_targets : flags.list("targets");
+  peft::LoraConfig lora{.r = rank, .lora_alpha = alpha, .lora_dropout = lora_dropout, .target_modules = targets,
+                        .base_model_name_or_path = base.hf_folder ? flags.str("base") : ""};
+  nn::Module& model = *base.model;
+  model.to(dtype);  // before apply_lora, which then makes float32 adapters for a bfloat16 base
+  Generator init(seed);
+  peft::apply_lora(model, lora, init);
+  model.to(device);
+  std::printf("base: %s (%s%s), %lld-token context\n", flags.str("base").c_str(), base.architecture.c_str(),
+              base.tokenizer ? (", " + base.tokenizer->description()).c_str() : ", bytes as tokens",
+              static_cast<long long>(base.context));
+  peft::print_trainable_parameters(model);
+
+  // The data: rows of --seq tokens, validation from --val or the end of --data.
+  const std::string separator = unescape(flags.str("doc-separator"));
+  std::shared_ptr<const data::TokenCorpus> corpus;
+  if (flags.str("data").empty()) {
+    if (base.tokenizer) throw examples::UsageError("--data is needed with a Hugging Face base\n" + flags.usage());
+    const std::string text = examples::generate_corpus("logbook", 1, 1 << 20);
+    corpus = data::corpus_from_examples({std::vector<int32_t>(text.begin(), text.end())});
+  } else {
+    corpus = examples::load_corpus(flags.str("data"), "data", base, separator, allow_binary);
   }
-  nn::LlamaConfig config = nn::LlamaConfig::by_name(config_name);
-  if (seq > config.max_position_embeddings)
-    throw examples::UsageError("--seq " + std::to_string(seq) + " exceeds the config's context of " +
-                               std::to_string(config.max_position_embeddings) + "\n" + flags.usage());
-  auto model = std::make_shared<nn::LlamaForCausalLM>(config);
-  io::load_state_dict_file(*model, flags.str("base"));
-  model->to(dtype);  // before apply_lora, which then makes float32 adapters for a bfloat16 base
-  Generator init(static_cast<uint64_t>(flags.integer("seed")));
-  peft::apply_lora(*model, lora, init);
-  model->to(device);
-  peft::print_trainable_parameters(*model);
+  const int32_t pad_id = base.tokenizer && base.tokenizer->pad_token_id() ? *base.tokenizer->pad_token_id()
+                         : base.tokenizer && base.tokenizer->eos_token_id() ? *base.tokenizer->eos_token_id() : 0;
+  data::SequenceDataset all(corpus, seq, layout, pad_id);
+  std::optional<data::SequenceDataset> train_rows, val_rows;
+  if (!flags.str("val").empty()) {
+    train_rows = all;
+    val_rows = data::SequenceDataset(examples::load_corpus(flags.str("val"), "val", base, separator, allow_binary), seq,
+                                     layout, pad_id);
+  } else {
+    auto [v, t] = all.split(val_fraction);
+    train_rows = t, val_rows = v;
+  }
+  const std::string data_name = flags.str("data").empty() ? "the generated corpus" : "--data '" + flags.str("data") + "'";
+  if (train_rows->rows() == 0)
+    throw examples::UsageError(data_name + " holds " + std::to_string(corpus->size()) + " tokens: no training row of --seq " +
+                               std::to_string(seq) + " tokens" + (flags.str("val").empty() ? " after the validation split" : "") +
+                               " (lower --seq or give more data)\n");
+  if (val_rows->rows() == 0)
+    throw examples::UsageError(flags.str("val").empty()
+                                   ? "the validation split (--val-fraction " + flags.str("val-fraction") + " of " + data_name +
+                                         ") holds no row of --seq " + std::to_string(seq) +
+                                         " tokens (raise --val-fraction, lower --seq or pass --val)\n"
+                                   : "--val '" + flags.str("val") + "' holds no row of --seq " + std::to_string(seq) +
+                                         " tokens (lower --seq or give more validation data)\n");
+  std::printf("data: %lld training rows, %lld validation rows of %lld tokens (%s)%s\n",
+              static_cast<long long>(train_rows->rows()), static_cast<long long>(val_rows->rows()),
+              static_cast<long long>(seq), layout_name.c_str(),
+              train_rows->truncated() ? (", " + std::to_string(train_rows->truncated()) + " examples cut at --seq").c_str() : "");
 
-  std::string text = flags.str("data").empty() ? examples::generate_corpus("logbook", 1, 1 << 20)
-                                               : examples::read_text_file(flags.str("data"));
-  examples::ByteDataset data(text);
-  Generator data_gen(static_cast<uint64_t>(flags.integer("seed")) + 100);
-
-  optim::AdamW opt(model->named_trainable_parameters(),
-                   {.lr = flags.number("lr"), .weight_decay = flags.number("weight-decay")});
-  optim::WarmupCosineLR schedule(opt, std::min(flags.integer("warmup"), steps), steps, 0.1);
+  optim::AdamW opt(model.named_trainable_parameters(), {.lr = lr, .weight_decay = weight_decay});
+  optim::WarmupCosineLR schedule(opt, std::min(warmup, steps), steps, 0.1);
+  const examples::CheckpointMetadata run_meta = {{"training_flags", training_flags_json(flags)}};
   int64_t start = 0;
-  if (flags.boolean("resume")) {
-    start = examples::load_training_checkpoint(ckpt, *model, opt, data_gen);
+  if (resume) {
+    if (!fs::exists(ckpt)) throw examples::UsageError("--resume: no checkpoint at " + ckpt + "\n");
+    // Flags first: a changed --rank would otherwise fail as a shape mismatch.
+    check_resume_flags(flags, examples::checkpoint_metadata(ckpt), ckpt);
+    start = examples::load_training_checkpoint(ckpt, model, opt);
     schedule.set_step(start);
     std::printf("resumed from %s at step %lld\n", ckpt.c_str(), static_cast<long long>(start));
   }
+  fs::create_directories(out);
 
   std::signal(SIGINT, on_sigint);
   if (device.is_cuda()) reset_peak_memory_stats(device);  // the peak of training, model included
-  examples::TrainLog log("lora", steps, batch * seq, out + "/loss.csv", /*append=*/start > 0);
-  const int64_t eval_every = flags.integer("eval-every"), save_every = flags.integer("save-every"),
-                stop_at = flags.integer("stop-at");
-  const int eval_batches = static_cast<int>(flags.integer("eval-batches"));
-  const double clip = flags.number("clip");
+  examples::TrainLog log("lora", steps, out + "/loss.csv", start);
+  // The sample's prompt: the start of the first validation row.
+  std::vector<int64_t> prompt = val_rows->rows_batch(0, 1, Device::cpu()).ids.to_vector<int64_t>();
+  prompt.resize(static_cast<size_t>(std::min<int64_t>(16, seq / 2)));
+  auto validate = [&](int64_t step) {
+    log.eval(step, "validation", examples::evaluate(model, *val_rows, batch, eval_batches, device));
+    if (sample_tokens <= 0) return;
+    Generator gen(seed + 7);
+    const std::vector<int64_t> more =
+        examples::generate_ids(model, prompt, static_cast<int>(sample_tokens), base.context, device, 0.0, gen);
+    log.note("  sample (greedy): \"" + sample_text(base, prompt) + "\" -> \"" + sample_text(base, more) + "\"");
+  };
+  log.start();
   for (int64_t step = start + 1; step <= steps; ++step) {
-    Tensor ids = data.batch(true, batch, seq, data_gen, device);
+    // A step's micro-batches weigh by their target tokens: the loss is the mean over all of them.
+    std::vector<data::Batch> micro;
+    int64_t targets = 0;
+    for (int64_t k = 0; k < accum; ++k) {
+      micro.push_back(train_rows->batch((step - 1) * accum + k, batch, seed, device));
+      targets += micro.back().targets;
+    }
     opt.zero_grad();
-    Tensor loss = model->loss(ids, ids);
-    loss.backward();
-    if (clip > 0) optim::clip_grad_norm_(model->trainable_parameters(), clip);
-    opt.step();
+    double step_loss = 0;
+    for (const data::Batch& b : micro) {
+      if (b.targets == 0) continue;
+      Tensor loss = nn::causal_lm_loss(model.forward(b.ids), b.labels);
+      const double weight = static_cast<double>(b.targets) / static_cast<double>(targets);
+      step_loss += loss.item() * weight;
+      (accum == 1 ? loss : loss * weight).backward();
+    }
+    if (targets == 0) {
+      log.note("lora step " + std::to_string(step) + ": every label of the batch is -100 (prompt or padding); no update");
+    } else {
+      if (clip > 0) optim::clip_grad_norm_(model.trainable_parameters(), clip);
+      opt.step();
+    }
     schedule.step();
-    log.step(step, loss.item(), opt.lr());
-    if (eval_every > 0 && step % eval_every == 0 && step < steps)
-      log.eval(step, "validation", examples::evaluate(*model, data, batch, seq, eval_batches, device));
+    log.step(step, step_loss, opt.lr(), accum * batch * seq);
+    if (eval_every > 0 && step % eval_every == 0 && step < steps) validate(step);
     bool stop = interrupted || step == stop_at;
     if (stop || (save_every > 0 && step % save_every == 0) || step == steps)
-      examples::save_training_checkpoint(ckpt, *model, opt, step, data_gen);
+      examples::save_training_checkpoint(ckpt, model, opt, step, run_meta);
     if (stop) {
       log.finish();
       std::printf("stopped at step %lld; checkpoint in %s (continue with --resume)\n", static_cast<long long>(step),
@@ -145,16 +290,22 @@ int run(int argc, char** argv) {
       return interrupted ? 130 : 0;
     }
   }
-  log.eval(steps, "validation", examples::evaluate(*model, data, batch, seq, eval_batches, device));
+  validate(steps);
   log.finish();
 
-  peft::save_adapter(*model, out + "/adapter", lora);
+  peft::save_adapter(model, out + "/adapter", lora);
   std::printf("adapter: %s/adapter (adapter_model.safetensors + adapter_config.json)\n", out.c_str());
   if (device.is_cuda()) std::printf("%s\n", examples::peak_memory_line(device).c_str());
-  if (flags.boolean("merge")) {
-    peft::merge_and_unload(*model);
-    io::save_state_dict(*model, out + "/merged.safetensors");
-    std::printf("merged model: %s/merged.safetensors\n", out.c_str());
+  if (merge) {
+    peft::merge_and_unload(model);
+    if (base.hf_folder) {
+      nn::save_pretrained(model, out + "/merged");
+      examples::copy_tokenizer_files(flags.str("base"), out + "/merged");
+      std::printf("merged model: %s/merged (transformers' from_pretrained loads it)\n", out.c_str());
+    } else {
+      io::save_state_dict(model, out + "/merged.safetensors");
+      std::printf("merged model: %s/merged.safetensors\n", out.c_str());
+    }
   }
   return 0;
 }

@@ -33,7 +33,8 @@ void train(nn::LlamaForCausalLM& model, const examples::ByteDataset& data, const
            double lr, int64_t batch, int64_t seq, Device device, Generator& data_gen, const std::string& csv) {
   optim::AdamW opt(model.named_trainable_parameters(), {.lr = lr, .weight_decay = 0.01});
   optim::WarmupCosineLR schedule(opt, std::max<int64_t>(1, steps / 10), steps, 0.1);
-  examples::TrainLog log(label, steps, batch * seq, csv);
+  examples::TrainLog log(label, steps, csv);
+  log.start();
   for (int64_t step = 1; step <= steps; ++step) {
     Tensor ids = data.batch(/*train=*/true, batch, seq, data_gen, device);
     opt.zero_grad();
@@ -42,7 +43,7 @@ void train(nn::LlamaForCausalLM& model, const examples::ByteDataset& data, const
     optim::clip_grad_norm_(model.trainable_parameters(), 1.0);
     opt.step();
     schedule.step();
-    log.step(step, loss.item(), opt.lr());
+    log.step(step, loss.item(), opt.lr(), batch * seq);
   }
   log.finish();
 }
@@ -90,7 +91,7 @@ int run(int argc, char** argv) {
   if (flags.integer("threads") > 0) set_num_threads(static_cast<int>(flags.integer("threads")));
   std::string config_name = flags.str("config") == "auto" ? (device.is_cuda() ? "small" : "tiny") : flags.str("config");
   nn::LlamaConfig config = nn::LlamaConfig::by_name(config_name);
-  const int64_t batch = flags.integer("batch") > 0 ? flags.integer("batch") : config.batch_size;
+  const int64_t batch = flags.integer("batch") > 0 ? flags.integer("batch") : examples::default_batch_size(config_name);
   const int64_t seq = flags.integer("seq") > 0 ? flags.integer("seq") : config.max_position_embeddings;
   const uint64_t seed = static_cast<uint64_t>(flags.integer("seed"));
   const std::string out = flags.str("out");

@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cmath>
 #include <numeric>
+#include <unordered_set>
 
 #include "core/error.h"
 
@@ -115,6 +116,10 @@ namespace {
 // Deep nesting is the one way a small input could exhaust the stack; nothing we read needs more.
 constexpr int kMaxDepth = 64;
 
+}  // namespace
+
+namespace detail {
+
 class Parser {
  public:
   explicit Parser(std::string_view s) : s_(s) {}
@@ -167,6 +172,7 @@ class Parser {
   Value parse_object(int depth) {
     expect('{');
     Value obj = Value::object();
+    std::unordered_set<std::string> seen;
     skip_ws();
     if (peek() == '}') {
       ++pos_;
@@ -177,14 +183,15 @@ class Parser {
       if (peek() != '"') error("expected a string key");
       size_t key_pos = pos_;
       std::string key = parse_string();
-      if (obj.find(key) != nullptr) {
+      if (!seen.insert(key).second) {
         pos_ = key_pos;
         error("duplicate key \"" + key + "\"");
       }
       skip_ws();
       expect(':');
       skip_ws();
-      obj.set(key, parse_value(depth + 1));
+      obj.keys_.push_back(std::move(key));
+      obj.items_.push_back(parse_value(depth + 1));
       skip_ws();
       if (peek() == ',') {
         ++pos_;
@@ -337,6 +344,10 @@ class Parser {
   size_t pos_ = 0;
 };
 
+}  // namespace detail
+
+namespace {
+
 // ---------------------------------------------------------------- writer
 
 void dump_string(std::string& out, const std::string& s) {
@@ -429,7 +440,7 @@ void dump_value(std::string& out, const Value& v, int indent, bool sort_keys, in
 
 }  // namespace
 
-Value parse(std::string_view text) { return Parser(text).parse_document(); }
+Value parse(std::string_view text) { return detail::Parser(text).parse_document(); }
 
 std::string dump(const Value& v, int indent, bool sort_keys) {
   std::string out;

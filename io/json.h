@@ -18,6 +18,10 @@
 
 namespace tg::json {
 
+namespace detail {
+class Parser;
+}
+
 class Value {
  public:
   enum class Type { Null, Bool, Int, Double, String, Array, Object };
@@ -61,6 +65,7 @@ class Value {
   static const char* type_name(Type t);
 
  private:
+  friend class detail::Parser;  // appends members it has checked itself (a tokenizer.json vocabulary: 10^5 keys)
   Type type_ = Type::Null;
   bool bool_ = false;
   int64_t int_ = 0;

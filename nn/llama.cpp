@@ -41,7 +41,6 @@ LlamaConfig LlamaConfig::small() {
   c.num_hidden_layers = 6;
   c.num_attention_heads = 6;
   c.max_position_embeddings = 256;
-  c.batch_size = 16;
   return c;
 }
 
@@ -53,7 +52,6 @@ LlamaConfig LlamaConfig::bench_135m() {
   c.num_hidden_layers = 12;
   c.num_attention_heads = 12;
   c.max_position_embeddings = 1024;
-  c.batch_size = 8;
   return c;
 }
 

@@ -33,8 +33,6 @@ struct LlamaConfig {
   double rms_norm_eps = 1e-5;
   bool tie_word_embeddings = false;
   double initializer_range = 0.02;  // every Linear and embedding weight ~ N(0, 0.02)
-  // The training shape the examples and benchmarks use with this config (not part of the model).
-  int64_t batch_size = 8;
 
   int64_t head_dim() const { return hidden_size / num_attention_heads; }
   int64_t kv_heads() const { return num_key_value_heads ? num_key_value_heads : num_attention_heads; }
@@ -43,9 +41,9 @@ struct LlamaConfig {
   int64_t num_parameters() const;
 
   // The spec's configurations.
-  static LlamaConfig tiny();        // 256 / 128 / 4 layers / 4 heads / 344, seq 128, batch 8
-  static LlamaConfig small();       // 256 / 384 / 6 layers / 6 heads / 1024, seq 256, batch 16
-  static LlamaConfig bench_135m();  // 32000 / 768 / 12 layers / 12 heads / 2048, seq 1024, batch 8
+  static LlamaConfig tiny();        // 256 / 128 / 4 layers / 4 heads / 344, seq 128
+  static LlamaConfig small();       // 256 / 384 / 6 layers / 6 heads / 1024, seq 256
+  static LlamaConfig bench_135m();  // 32000 / 768 / 12 layers / 12 heads / 2048, seq 1024
   // "tiny", "small", "bench-135m"; tg::Error for other names.
   static LlamaConfig by_name(const std::string& name);
 };

@@ -22,12 +22,6 @@ void set_data(const Tensor& t, const Tensor& value) {
   d.dtype = s.dtype;
 }
 
-std::string join(const std::vector<std::string>& xs) {
-  std::string s;
-  for (size_t i = 0; i < xs.size(); ++i) s += (i ? ", " : "") + xs[i];
-  return s;
-}
-
 }  // namespace
 
 Module::Module(std::string type_name) : type_name_(std::move(type_name)) {}
@@ -249,10 +243,10 @@ LoadResult Module::load_state_dict(const StateDict& state, bool strict) {
     std::ostringstream os;
     os << problems << " problem(s) loading a state dict into " << type_name_ << ":";
     if (strict && !r.missing_keys.empty())
-      os << "\n  missing keys (" << r.missing_keys.size() << "): " << join(r.missing_keys);
+      os << "\n  missing keys (" << r.missing_keys.size() << "): " << name_list(r.missing_keys);
     if (strict && !r.unexpected_keys.empty())
-      os << "\n  unexpected keys (" << r.unexpected_keys.size() << "): " << join(r.unexpected_keys);
-    if (!mismatched.empty()) os << "\n  shape mismatches (" << mismatched.size() << "): " << join(mismatched);
+      os << "\n  unexpected keys (" << r.unexpected_keys.size() << "): " << name_list(r.unexpected_keys);
+    if (!mismatched.empty()) os << "\n  shape mismatches (" << mismatched.size() << "): " << name_list(mismatched);
     fail("load_state_dict", os.str());
   }
   NoGradGuard no_grad;

@@ -250,12 +250,6 @@ std::string tied_head(const StateDict& own, const Arch& arch) {
   return head != own.end() && emb != own.end() && head->second.same(emb->second) ? kHead : "";
 }
 
-std::string join(const std::vector<std::string>& xs) {
-  std::string s;
-  for (size_t i = 0; i < xs.size(); ++i) s += (i ? ", " : "") + xs[i];
-  return s;
-}
-
 bool is_shard_name(const std::string& name) {
   return name.starts_with("model-") && name.ends_with(".safetensors") && name.find("-of-") != std::string::npos;
 }
@@ -333,9 +327,9 @@ void load_weights(Module& model, const Arch& arch, const std::string& dir) {
     if (!loaded.count(name) && name != tied) missing.push_back(name);
   if (missing.empty() && unexpected.empty() && mismatched.empty()) return;
   std::string msg = "the weights in '" + dir + "' do not fit the " + arch.architecture + " of its config.json:";
-  if (!missing.empty()) msg += "\n  missing (" + std::to_string(missing.size()) + "): " + join(missing);
-  if (!unexpected.empty()) msg += "\n  unexpected (" + std::to_string(unexpected.size()) + "): " + join(unexpected);
-  if (!mismatched.empty()) msg += "\n  wrong shape (" + std::to_string(mismatched.size()) + "): " + join(mismatched);
+  if (!missing.empty()) msg += "\n  missing (" + std::to_string(missing.size()) + "): " + name_list(missing);
+  if (!unexpected.empty()) msg += "\n  unexpected (" + std::to_string(unexpected.size()) + "): " + name_list(unexpected);
+  if (!mismatched.empty()) msg += "\n  wrong shape (" + std::to_string(mismatched.size()) + "): " + name_list(mismatched);
   fail("from_pretrained", msg);
 }
 

@@ -352,9 +352,9 @@ LoraConfig load_adapter(nn::Module& model, const std::string& dir, Generator& ge
     if (!want.count(key)) unexpected.push_back(key);
   if (!missing.empty() || !unexpected.empty() || !mismatched.empty()) {
     std::string msg = "'" + st_path + "' does not fit " + model.type_name() + ":";
-    if (!missing.empty()) msg += "\n  missing keys (" + std::to_string(missing.size()) + "): " + join(missing);
-    if (!unexpected.empty()) msg += "\n  unexpected keys (" + std::to_string(unexpected.size()) + "): " + join(unexpected);
-    if (!mismatched.empty()) msg += "\n  shape mismatches (" + std::to_string(mismatched.size()) + "): " + join(mismatched);
+    if (!missing.empty()) msg += "\n  missing keys (" + std::to_string(missing.size()) + "): " + name_list(missing);
+    if (!unexpected.empty()) msg += "\n  unexpected keys (" + std::to_string(unexpected.size()) + "): " + name_list(unexpected);
+    if (!mismatched.empty()) msg += "\n  shape mismatches (" + std::to_string(mismatched.size()) + "): " + name_list(mismatched);
     fail("load_adapter", msg);
   }
   NoGradGuard g;

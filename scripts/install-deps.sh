@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what building tapegrad needs and this machine lacks: a C++20 compiler, CMake >= 3.25,
-# Eigen 3.4, GoogleTest (and ninja/make). Uses apt-get as root (or through sudo); otherwise
+# Eigen 3.4, GoogleTest (and ninja/make), PCRE2, sentencepiece and utf8proc. Uses apt-get as root (or through sudo); otherwise
 # says exactly what to install. Does nothing when everything is present.
 set -euo pipefail
 
@@ -20,6 +20,10 @@ fi
 [ -d /usr/src/googletest ] || [ -d "$root/.deps/googletest" ] || [ -f /usr/include/gtest/gtest.h ] ||
   missing+=(googletest libgtest-dev)
 have ninja || missing+=(ninja-build)
+# data/'s tokenizers (or unpacked under .deps/sysroot: scripts/stage-text-deps.sh)
+for pkg in libpcre2-dev:pcre2.h libsentencepiece-dev:sentencepiece_processor.h libutf8proc-dev:utf8proc.h; do
+  [ -f "/usr/include/${pkg#*:}" ] || [ -f "$root/.deps/sysroot/usr/include/${pkg#*:}" ] || missing+=("${pkg%%:*}")
+done
 
 [ ${#missing[@]} -eq 0 ] && exit 0
 

@@ -9,6 +9,18 @@ trap 'rm -rf "$work"' EXIT
 cmake --install "$build" --prefix "$work/prefix" >/dev/null
 cmake -S "$src/examples/user_project" -B "$work/b" -DCMAKE_PREFIX_PATH="$work/prefix" -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$work/b" -j2 >/dev/null
+# The README's fine-tune of a Hugging Face folder, on the tiny Llama fixture and a small task.
+folder=${TG_TOKENIZER_FIXTURES:-$src/tests/fixtures/tokenizers}/tiny_llama
+for i in $(seq 1 60); do
+  echo "{\"prompt\": \"Q: what does bob like?\\nA:\", \"completion\": \" bob likes blue.\"}"
+done >"$work/train.jsonl"
+"$work/b/finetune_folder" "$folder" "$work/train.jsonl" "$work" >"$work/finetune.log"
+grep -q "^step 0 loss" "$work/finetune.log" && [ -f "$work/adapter/adapter_model.safetensors" ] || {
+  echo "finetune_folder: no loss or no adapter" >&2
+  cat "$work/finetune.log" >&2
+  exit 1
+}
+echo "finetune_folder: $(head -1 "$work/finetune.log"), then $(sed -n 3p "$work/finetune.log"); adapter written"
 if [ -x "$work/b/gate_test" ]; then
   "$work/b/gate_test" --gtest_brief=1
 else

@@ -1,27 +1,36 @@
 #include "examples/common/checkpoint.h"
 
 #include "core/autograd.h"
+#include "core/generator.h"
 #include "core/primitives.h"
 #include "io/safetensors.h"
 
 namespace examples {
+namespace {
+constexpr const char* kExtra = "extra/";  // the caller's metadata keys
+}
 
 void save_training_checkpoint(const std::string& path, const tg::nn::Module& model, const tg::optim::Optimizer& opt,
-                              int64_t step, const tg::Generator& data_gen) {
+                              int64_t step, const CheckpointMetadata& extra) {
   tg::safetensors::TensorMap tensors;
   for (const auto& [name, p] : model.named_trainable_parameters()) tensors["param/" + name] = p;
   for (const auto& [key, t] : opt.state_dict()) tensors["optim/" + key] = t;
-  tg::safetensors::save_file(tensors, path,
-                             {{"step", std::to_string(step)},
-                              {"data_seed", std::to_string(data_gen.seed())},
-                              {"data_offset", std::to_string(data_gen.offset())},
-                              // dropout draws from the default generator
-                              {"rng_seed", std::to_string(tg::default_generator().seed())},
-                              {"rng_offset", std::to_string(tg::default_generator().offset())}});
+  tg::safetensors::Metadata meta = {{"step", std::to_string(step)},
+                                    // dropout draws from the default generator
+                                    {"rng_seed", std::to_string(tg::default_generator().seed())},
+                                    {"rng_offset", std::to_string(tg::default_generator().offset())}};
+  for (const auto& [k, v] : extra) meta[kExtra + k] = v;
+  tg::safetensors::save_file(tensors, path, meta);
 }
 
-int64_t load_training_checkpoint(const std::string& path, tg::nn::Module& model, tg::optim::Optimizer& opt,
-                                 tg::Generator& data_gen) {
+CheckpointMetadata checkpoint_metadata(const std::string& path) {
+  CheckpointMetadata extra;
+  for (const auto& [k, v] : tg::safetensors::load_file_with_metadata(path).metadata)
+    if (k.rfind(kExtra, 0) == 0) extra[k.substr(std::string(kExtra).size())] = v;
+  return extra;
+}
+
+int64_t load_training_checkpoint(const std::string& path, tg::nn::Module& model, tg::optim::Optimizer& opt) {
   auto loaded = tg::safetensors::load_file_with_metadata(path);
   tg::optim::OptimizerState optim_state;
   tg::NoGradGuard no_grad;
@@ -42,7 +51,6 @@ int64_t load_training_checkpoint(const std::string& path, tg::nn::Module& model,
              "' in its metadata: not a training checkpoint");
     return it->second;
   };
-  data_gen.set_state(std::stoull(meta("data_seed")), std::stoull(meta("data_offset")));
   tg::default_generator().set_state(std::stoull(meta("rng_seed")), std::stoull(meta("rng_offset")));
   return std::stoll(meta("step"));
 }

@@ -67,6 +67,8 @@ std::string log_line(Picker& p) {
 
 }  // namespace
 
+int64_t default_batch_size(const std::string& config_name) { return config_name == "small" ? 16 : 8; }
+
 std::string read_text_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   TG_CHECK(in.good(), "read_text_file", "cannot open '", path, "'");

@@ -11,6 +11,10 @@
 
 namespace examples {
 
+// The spec's training batch for a LlamaConfig::by_name config (tiny 8, small 16, bench-135m 8):
+// a training setting, not the model's.
+int64_t default_batch_size(const std::string& config_name);
+
 // The whole file as bytes; a clear tg::Error when it cannot be read or is empty.
 std::string read_text_file(const std::string& path);
 

@@ -1,8 +1,9 @@
-// Validation loss of a causal LM on a dataset's held-out split.
+// Validation loss of a causal LM on held-out data.
 #pragma once
 
 #include <cstdint>
 #include "core/device.h"
+#include "data/dataset.h"
 #include "examples/common/data.h"
 #include "nn/llama.h"
 
@@ -11,6 +12,11 @@ namespace examples {
 // Mean loss over `batches` fixed validation batches (the same ones every call), without
 // recording a graph; the model is left in training mode.
 double evaluate(tg::nn::LlamaForCausalLM& model, const ByteDataset& data, int64_t batch, int64_t seq, int batches,
+                tg::Device device);
+
+// The loss over the first `batches` batches of `batch` rows of `data` (fewer when it has fewer
+// rows), weighted by their target tokens: the mean over every token scored.
+double evaluate(tg::nn::Module& model, const tg::data::SequenceDataset& data, int64_t batch, int batches,
                 tg::Device device);
 
 }  // namespace examples

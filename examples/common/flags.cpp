@@ -1,9 +1,38 @@
 #include "examples/common/flags.h"
 
+#include <algorithm>
 #include <iostream>
 #include <sstream>
 
 namespace examples {
+namespace {
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] != b[j - 1])});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+}  // namespace
+
+std::string Flags::nearest(const std::string& name) const {
+  std::string best;
+  size_t best_d = std::max<size_t>(2, name.size() / 3) + 1;  // further than this is no suggestion
+  for (const auto& n : order_) {
+    const size_t d = n.find(name) == 0 || name.find(n) == 0 ? 1 : edit_distance(name, n);
+    if (d < best_d) best_d = d, best = n;
+  }
+  return best;
+}
 
 Flags& Flags::add(const std::string& name, const std::string& default_value, const std::string& help) {
   flags_[name] = {default_value, default_value, help, false};
@@ -22,7 +51,10 @@ bool Flags::parse(int argc, char** argv) {
       value = name.substr(eq + 1);
       name = name.substr(0, eq);
     }
-    if (!flags_.count(name)) throw UsageError("unknown flag --" + name + "\n" + usage());
+    if (!flags_.count(name)) {
+      const std::string guess = nearest(name);
+      throw UsageError("unknown flag --" + name + (guess.empty() ? "" : " (did you mean --" + guess + "?)") + "\n" + usage());
+    }
     if (eq == std::string::npos) {
       const std::string& d = flags_[name].default_value;
       bool boolean = d == "false" || d == "true";

@@ -1,5 +1,6 @@
 // Command-line flags for the examples: --name value or --name=value, each declared with a
-// default and a help line. An unknown flag or a bad value throws UsageError carrying the usage.
+// default and a help line. An unknown flag (with the nearest declared one suggested) or a bad
+// value throws UsageError carrying the usage.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +31,10 @@ class Flags {
   std::vector<std::string> list(const std::string& name) const;
   bool was_set(const std::string& name) const;
   std::string usage() const;
+  // The declared flag closest to `name` (a prefix or a few typos away), "" when none is close.
+  std::string nearest(const std::string& name) const;
+  // Every flag's name and value, in declaration order.
+  const std::vector<std::string>& names() const { return order_; }
 
  private:
   struct Flag {

@@ -18,7 +18,7 @@ int main() {
   optim::WarmupCosineLR sched(opt, /*warmup_steps=*/2, /*total_steps=*/20);
   Generator gen(0);
   for (int step = 0; step < 20; ++step) {
-    Tensor ids = to(randint(0, cfg.vocab_size, {cfg.batch_size, 64}, gen), dev);  // your tokens here
+    Tensor ids = to(randint(0, cfg.vocab_size, {8, 64}, gen), dev);  // your tokens here: batch 8 x 64
     opt.zero_grad();
     Tensor loss = model->loss(ids, ids);                          // next-token cross entropy
     loss.backward();

@@ -1,0 +1,350 @@
+#include "data/dataset.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "core/error.h"
+#include "core/factory.h"
+#include "core/philox.h"
+#include "data/utf8.h"
+#include "io/file.h"
+#include "io/json.h"
+
+namespace tg::data {
+namespace {
+
+class MemoryCorpus : public TokenCorpus {
+ public:
+  MemoryCorpus(std::vector<std::vector<int32_t>> ids, std::vector<std::vector<int32_t>> labels) {
+    TG_CHECK(labels.empty() || labels.size() == ids.size(), "corpus_from_examples", ids.size(), " examples, ",
+             labels.size(), " label lists");
+    starts_.push_back(0);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      TG_CHECK(labels.empty() || labels[i].size() == ids[i].size(), "corpus_from_examples", "example ", i, " has ",
+               ids[i].size(), " ids, ", labels[i].size(), " labels");
+      ids_.insert(ids_.end(), ids[i].begin(), ids[i].end());
+      const auto& l = labels.empty() ? ids[i] : labels[i];
+      labels_.insert(labels_.end(), l.begin(), l.end());
+      starts_.push_back(static_cast<int64_t>(ids_.size()));
+    }
+  }
+  int64_t size() const override { return static_cast<int64_t>(ids_.size()); }
+  int64_t examples() const override { return static_cast<int64_t>(starts_.size()) - 1; }
+  std::pair<int64_t, int64_t> example(int64_t i) const override { return {starts_[i], starts_[i + 1]}; }
+  void read(int64_t begin, int64_t n, int32_t* ids, int32_t* labels) const override {
+    if (ids) std::copy_n(ids_.begin() + begin, n, ids);
+    if (labels) std::copy_n(labels_.begin() + begin, n, labels);
+  }
+
+ private:
+  std::vector<int32_t> ids_, labels_;
+  std::vector<int64_t> starts_;
+};
+
+constexpr int32_t kMagicU16 = 20240520, kMagicU32 = 20240801;  // llm.c's GPT-2 and Llama-3 shards
+constexpr size_t kHeaderBytes = 256 * sizeof(int32_t);
+
+class MappedTokenFile : public TokenCorpus {
+ public:
+  MappedTokenFile(const std::string& path, TokenWidth width) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    TG_CHECK(fd >= 0, "open_token_file", "cannot open '", path, "': ", std::strerror(errno));
+    struct stat st {};
+    ::fstat(fd, &st);
+    bytes_ = static_cast<size_t>(st.st_size);
+    if (bytes_ > 0) map_ = ::mmap(nullptr, bytes_, PROT_READ, MAP_PRIVATE, fd, 0);
+    ::close(fd);
+    TG_CHECK(bytes_ == 0 || map_ != MAP_FAILED, "open_token_file", "cannot map '", path, "': ", std::strerror(errno));
+    const auto* base = static_cast<const uint8_t*>(map_);
+    int32_t header[3] = {0, 0, 0};
+    if (bytes_ >= kHeaderBytes) std::memcpy(header, base, sizeof header);
+    const bool llmc = header[0] == kMagicU16 || header[0] == kMagicU32;
+    if (width == TokenWidth::Auto) {
+      TG_CHECK(llmc, "open_token_file", "'", path, "' has no llm.c header (magic ", kMagicU16, " or ", kMagicU32,
+               "); for a headerless token array say its width (uint16 or uint32)");
+      width = header[0] == kMagicU16 ? TokenWidth::U16 : TokenWidth::U32;
+    }
+    width_ = width == TokenWidth::U16 ? 2 : 4;
+    data_ = base + (llmc ? kHeaderBytes : 0);
+    const size_t payload = bytes_ - (llmc ? kHeaderBytes : 0);
+    TG_CHECK(payload % width_ == 0, "open_token_file", "'", path, "' holds ", payload, " bytes of tokens, not a whole "
+             "number of ", width_, "-byte tokens");
+    tokens_ = static_cast<int64_t>(payload / width_);
+    if (llmc)
+      TG_CHECK(header[2] == tokens_, "open_token_file", "'", path, "': its header counts ", header[2],
+               " tokens, the file holds ", tokens_, " (truncated or not an llm.c shard)");
+  }
+  ~MappedTokenFile() override {
+    if (map_ && map_ != MAP_FAILED) ::munmap(map_, bytes_);
+  }
+  int64_t size() const override { return tokens_; }
+  int64_t examples() const override { return 1; }
+  std::pair<int64_t, int64_t> example(int64_t) const override { return {0, tokens_}; }
+  void read(int64_t begin, int64_t n, int32_t* ids, int32_t* labels) const override {
+    for (int64_t i = 0; i < n; ++i) {
+      const uint8_t* p = data_ + (begin + i) * width_;
+      uint32_t v = 0;
+      if (width_ == 2) {
+        uint16_t w;
+        std::memcpy(&w, p, 2);
+        v = w;
+      } else {
+        std::memcpy(&v, p, 4);
+      }
+      if (ids) ids[i] = static_cast<int32_t>(v);
+      if (labels) labels[i] = static_cast<int32_t>(v);
+    }
+  }
+
+ private:
+  void* map_ = nullptr;
+  size_t bytes_ = 0;
+  const uint8_t* data_ = nullptr;
+  int64_t tokens_ = 0;
+  int width_ = 2;
+};
+
+std::string read_bytes(const std::string& path) {
+  std::vector<uint8_t> b = io::read_file(path);
+  return std::string(b.begin(), b.end());
+}
+
+void check_text(const std::string& bytes, const std::string& path, const TextOptions& options, const char* op) {
+  if (options.allow_binary) return;
+  if (auto problem = text_problem(bytes)) fail(op, "'", path, "' is not text: ", *problem, " (allow_binary reads it anyway)");
+}
+
+int32_t eos_of(const Tokenizer& tok, const char* op) {
+  std::optional<int32_t> eos = tok.eos_token_id();
+  TG_CHECK(eos.has_value(), op, "the tokenizer (", tok.description(), ") has no EOS token to end documents with "
+           "(tokenizer_config.json's eos_token)");
+  return *eos;
+}
+
+}  // namespace
+
+std::shared_ptr<const TokenCorpus> corpus_from_examples(std::vector<std::vector<int32_t>> ids,
+                                                        std::vector<std::vector<int32_t>> labels) {
+  return std::make_shared<MemoryCorpus>(std::move(ids), std::move(labels));
+}
+
+std::optional<std::string> text_problem(std::string_view bytes) {
+  const size_t valid = utf8::valid_prefix(bytes);
+  const size_t nul = bytes.substr(0, valid).find('\0');
+  const size_t at = std::min(valid, nul);
+  if (at == bytes.size()) return std::nullopt;
+  const int64_t line = 1 + std::count(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(at), '\n');
+  char what[64];
+  if (at == nul) std::snprintf(what, sizeof what, "a NUL byte");
+  else std::snprintf(what, sizeof what, "invalid UTF-8 (byte 0x%02x)", static_cast<unsigned char>(bytes[at]));
+  return std::string(what) + " at byte " + std::to_string(at) + ", line " + std::to_string(line);
+}
+
+std::shared_ptr<const TokenCorpus> tokenize_text_file(const std::string& path, const Tokenizer& tok,
+                                                      const TextOptions& options) {
+  const std::string text = read_bytes(path);
+  check_text(text, path, options, "tokenize_text_file");
+  const int32_t eos = eos_of(tok, "tokenize_text_file");
+  std::vector<std::string> docs;
+  if (options.separator.empty()) {
+    docs.push_back(text);
+  } else {
+    for (size_t at = 0;;) {
+      const size_t next = text.find(options.separator, at);
+      std::string doc = text.substr(at, next == std::string::npos ? std::string::npos : next - at);
+      if (!doc.empty()) docs.push_back(std::move(doc));
+      if (next == std::string::npos) break;
+      at = next + options.separator.size();
+    }
+  }
+  std::vector<std::vector<int32_t>> ids = tok.encode_batch(docs);
+  for (auto& d : ids) d.push_back(eos);
+  return corpus_from_examples(std::move(ids));
+}
+
+std::shared_ptr<const TokenCorpus> tokenize_jsonl_file(const std::string& path, const Tokenizer& tok,
+                                                       const TextOptions& options) {
+  const std::string text = read_bytes(path);
+  check_text(text, path, options, "tokenize_jsonl_file");
+  const int32_t eos = eos_of(tok, "tokenize_jsonl_file");
+  std::vector<std::string> prompts, completions;
+  std::vector<bool> has_prompt;
+  size_t line_no = 0;
+  for (size_t at = 0; at < text.size();) {
+    size_t end = text.find('\n', at);
+    if (end == std::string::npos) end = text.size();
+    const std::string_view line(text.data() + at, end - at);
+    at = end + 1;
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+    const std::string where = "'" + path + "' line " + std::to_string(line_no);
+    json::Value v;
+    try {
+      v = json::parse(line);
+    } catch (const Error& e) {
+      fail("tokenize_jsonl_file", where, ": ", e.what());
+    }
+    TG_CHECK(v.is_object(), "tokenize_jsonl_file", where, " wants a JSON object, got ", json::Value::type_name(v.type()));
+    auto str = [&](const char* key) -> const std::string& {
+      const json::Value& f = v.at(key);
+      TG_CHECK(f.is_string(), "tokenize_jsonl_file", where, ": \"", key, "\" wants a string, got ",
+               json::Value::type_name(f.type()));
+      return f.as_string();
+    };
+    if (v.find("prompt") || v.find("completion")) {
+      TG_CHECK(v.find("prompt") && v.find("completion"), "tokenize_jsonl_file", where, " has \"",
+               v.find("prompt") ? "prompt" : "completion", "\" without \"", v.find("prompt") ? "completion" : "prompt", "\"");
+      prompts.push_back(str("prompt"));
+      completions.push_back(str("completion"));
+      has_prompt.push_back(true);
+    } else {
+      TG_CHECK(v.find("text"), "tokenize_jsonl_file", where, " has neither \"text\" nor \"prompt\" and \"completion\"");
+      prompts.emplace_back();
+      completions.push_back(str("text"));
+      has_prompt.push_back(false);
+    }
+  }
+  TG_CHECK(!completions.empty(), "tokenize_jsonl_file", "'", path, "' holds no examples");
+  // A completion follows its prompt, without special tokens of its own; a "text" document has them.
+  std::vector<std::string> with_prompt, alone;
+  for (size_t i = 0; i < completions.size(); ++i) (has_prompt[i] ? with_prompt : alone).push_back(completions[i]);
+  std::vector<std::string> prompt_texts;
+  for (size_t i = 0; i < prompts.size(); ++i)
+    if (has_prompt[i]) prompt_texts.push_back(prompts[i]);
+  const auto p = tok.encode_batch(prompt_texts), c = tok.encode_batch(with_prompt, false), d = tok.encode_batch(alone);
+  std::vector<std::vector<int32_t>> ids(completions.size()), labels(completions.size());
+  for (size_t i = 0, ip = 0, id = 0; i < completions.size(); ++i) {
+    const std::vector<int32_t>& body = has_prompt[i] ? c[ip] : d[id];
+    if (has_prompt[i]) {
+      ids[i] = p[ip];
+      labels[i].assign(p[ip].size(), kIgnoreIndex);
+      ++ip;
+    } else {
+      ++id;
+    }
+    ids[i].insert(ids[i].end(), body.begin(), body.end());
+    ids[i].push_back(eos);
+    labels[i].insert(labels[i].end(), body.begin(), body.end());
+    labels[i].push_back(eos);
+  }
+  return corpus_from_examples(std::move(ids), std::move(labels));
+}
+
+std::shared_ptr<const TokenCorpus> open_token_file(const std::string& path, TokenWidth width) {
+  return std::make_shared<MappedTokenFile>(path, width);
+}
+
+void write_token_file(const std::string& path, const std::vector<int32_t>& ids) {
+  const bool narrow = std::all_of(ids.begin(), ids.end(), [](int32_t v) { return v >= 0 && v < 65536; });
+  for (int32_t v : ids) TG_CHECK(v >= 0, "write_token_file", "token id ", v, " is negative");
+  int32_t header[256] = {};
+  header[0] = narrow ? kMagicU16 : kMagicU32;
+  header[1] = narrow ? 1 : 7;  // llm.c's versions for the two widths
+  header[2] = static_cast<int32_t>(ids.size());
+  TG_CHECK(ids.size() < (size_t{1} << 31), "write_token_file", ids.size(), " tokens do not fit an llm.c header");
+  io::write_file_atomic(path, [&](const io::ChunkWriter& write) {
+    write(header, sizeof header);
+    std::vector<uint8_t> chunk;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const uint32_t v = static_cast<uint32_t>(ids[i]);
+      if (narrow) chunk.push_back(v & 0xFF), chunk.push_back(v >> 8);
+      else for (int k = 0; k < 4; ++k) chunk.push_back((v >> (8 * k)) & 0xFF);
+      if (chunk.size() >= (1 << 20)) write(chunk.data(), chunk.size()), chunk.clear();
+    }
+    write(chunk.data(), chunk.size());
+  });
+}
+
+SequenceDataset::SequenceDataset(std::shared_ptr<const TokenCorpus> corpus, int64_t seq, Layout layout, int32_t pad_id)
+    : corpus_(std::move(corpus)), seq_(seq), layout_(layout), pad_id_(pad_id), order_(std::make_shared<Order>()) {
+  TG_CHECK(seq_ >= 2, "SequenceDataset", "seq must be at least 2 (one next-token target), got ", seq_);
+  if (layout_ == Layout::Pack) {
+    row_end_ = corpus_->size() / seq_;
+  } else {
+    row_end_ = corpus_->examples();
+    for (int64_t i = 0; i < row_end_; ++i) {
+      auto [b, e] = corpus_->example(i);
+      truncated_ += e - b > seq_;
+    }
+  }
+}
+
+std::pair<SequenceDataset, SequenceDataset> SequenceDataset::split(double fraction) const {
+  TG_CHECK(fraction > 0 && fraction < 1, "SequenceDataset::split", "fraction must be in (0, 1), got ", fraction);
+  const int64_t tail = static_cast<int64_t>(static_cast<double>(rows()) * fraction + 0.5);
+  SequenceDataset head = *this, last = *this;
+  head.row_end_ = row_end_ - tail;
+  last.row_begin_ = row_end_ - tail;
+  head.order_ = std::make_shared<Order>();
+  last.order_ = std::make_shared<Order>();
+  return {last, head};
+}
+
+void SequenceDataset::fill(int64_t row, int64_t* ids, int64_t* labels) const {
+  std::vector<int32_t> i32(static_cast<size_t>(seq_)), l32(static_cast<size_t>(seq_));
+  int64_t n = seq_;
+  if (layout_ == Layout::Pack) {
+    corpus_->read(row * seq_, seq_, i32.data(), l32.data());
+  } else {
+    auto [b, e] = corpus_->example(row);
+    n = std::min(seq_, e - b);
+    corpus_->read(b, n, i32.data(), l32.data());
+  }
+  for (int64_t t = 0; t < seq_; ++t) {
+    ids[t] = t < n ? i32[t] : pad_id_;
+    labels[t] = t < n ? l32[t] : kIgnoreIndex;
+  }
+}
+
+Batch SequenceDataset::make(const std::vector<int64_t>& rows, Device device) const {
+  const int64_t b = static_cast<int64_t>(rows.size());
+  std::vector<int64_t> ids(static_cast<size_t>(b * seq_)), labels(ids.size());
+  Batch out;
+  for (int64_t r = 0; r < b; ++r) {
+    fill(row_begin_ + rows[r], ids.data() + r * seq_, labels.data() + r * seq_);
+    for (int64_t t = 1; t < seq_; ++t) out.targets += labels[r * seq_ + t] != kIgnoreIndex;
+  }
+  out.ids = from_vector(ids, {b, seq_}, device);
+  out.labels = from_vector(labels, {b, seq_}, device);
+  return out;
+}
+
+Batch SequenceDataset::batch(int64_t index, int64_t batch_size, uint64_t seed, Device device) const {
+  const int64_t n = rows();
+  TG_CHECK(n > 0, "SequenceDataset::batch", "no rows of ", seq_, " tokens");
+  std::vector<int64_t> picked;
+  std::lock_guard<std::mutex> lock(order_->mutex);
+  for (int64_t k = 0; k < batch_size; ++k) {
+    const int64_t pos = index * batch_size + k, epoch = pos / n;
+    if (order_->epoch != epoch || order_->seed != seed) {
+      // Fisher-Yates from Philox(seed, epoch): the order depends on nothing else.
+      order_->perm.resize(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) order_->perm[i] = i;
+      for (int64_t i = n - 1; i > 0; --i) {
+        const Philox4 r = philox(seed, static_cast<uint64_t>(i), static_cast<uint64_t>(epoch) + 1);
+        const uint64_t u = (static_cast<uint64_t>(r.v[0]) << 32) | r.v[1];
+        std::swap(order_->perm[i], order_->perm[u % static_cast<uint64_t>(i + 1)]);
+      }
+      order_->epoch = epoch;
+      order_->seed = seed;
+    }
+    picked.push_back(order_->perm[pos % n]);
+  }
+  return make(picked, device);
+}
+
+Batch SequenceDataset::rows_batch(int64_t first, int64_t n, Device device) const {
+  TG_CHECK(first >= 0 && n >= 0 && first + n <= rows(), "SequenceDataset::rows_batch", "rows [", first, ", ", first + n,
+           ") outside the ", rows(), " rows");
+  std::vector<int64_t> picked(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) picked[i] = first + i;
+  return make(picked, device);
+}
+
+}  // namespace tg::data

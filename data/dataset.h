@@ -1,0 +1,120 @@
+// Training data for causal language models: text, JSONL or pre-tokenized files turned into
+// rows of token ids and labels (-100 where nothing is learned), packed or padded, in a seeded
+// shuffled order.
+//
+//   auto tok = tg::data::Tokenizer::from_pretrained("folder");
+//   auto corpus = tg::data::tokenize_jsonl_file("train.jsonl", tok);     // prompt tokens: -100
+//   tg::data::SequenceDataset train(corpus, /*seq=*/256, tg::data::Layout::Pack, *tok.pad_token_id());
+//   tg::data::Batch b = train.batch(step, /*batch_size=*/8, /*seed=*/0, device);
+//   tg::Tensor loss = model->loss(b.ids, b.labels);
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "core/device.h"
+#include "core/tensor.h"
+#include "data/tokenizer.h"
+
+namespace tg::data {
+
+inline constexpr int32_t kIgnoreIndex = -100;  // transformers' label that adds no loss
+
+// Token ids with their labels, as a sequence of examples (documents, JSONL lines).
+class TokenCorpus {
+ public:
+  virtual ~TokenCorpus() = default;
+  virtual int64_t size() const = 0;  // tokens in all
+  virtual int64_t examples() const = 0;
+  virtual std::pair<int64_t, int64_t> example(int64_t i) const = 0;  // its [begin, end) tokens
+  // Tokens [begin, begin + n): ids and labels (either may be null).
+  virtual void read(int64_t begin, int64_t n, int32_t* ids, int32_t* labels) const = 0;
+};
+
+// Examples in memory. labels empty: every token is learned.
+std::shared_ptr<const TokenCorpus> corpus_from_examples(std::vector<std::vector<int32_t>> ids,
+                                                        std::vector<std::vector<int32_t>> labels = {});
+
+// What makes `bytes` not text: the first invalid UTF-8 sequence or NUL byte, with its byte
+// offset and line ("invalid UTF-8 (byte 0xff) at byte 1234, line 5"); nullopt for text.
+std::optional<std::string> text_problem(std::string_view bytes);
+
+struct TextOptions {
+  // A text file holds documents separated by this string ("": the whole file is one).
+  std::string separator;
+  // Read a file that is not text (text_problem) anyway; otherwise it is a tg::Error.
+  bool allow_binary = false;
+};
+
+// Each document as the tokenizer encodes it (its BOS, if any), then EOS; every token learned.
+// tg::Error when the tokenizer has no EOS token, or the file is not text (see TextOptions).
+std::shared_ptr<const TokenCorpus> tokenize_text_file(const std::string& path, const Tokenizer& tokenizer,
+                                                      const TextOptions& options = {});
+// One JSON object a line: {"text": ...} (a document, as above) or {"prompt": ..., "completion":
+// ...}: the prompt encoded with special tokens and labelled -100, then the completion without
+// them and EOS, learned. Errors name the file and line.
+std::shared_ptr<const TokenCorpus> tokenize_jsonl_file(const std::string& path, const Tokenizer& tokenizer,
+                                                       const TextOptions& options = {});
+
+// Pre-tokenized files, memory-mapped (larger than memory is fine): llm.c's shards (a 256 x int32
+// header: magic 20240520 with uint16 tokens, or 20240801 with uint32, then the token count) or
+// headerless token arrays (nanoGPT's train.bin) of the given width. One example, every token
+// learned.
+enum class TokenWidth { Auto, U16, U32 };  // Auto: the llm.c header says
+std::shared_ptr<const TokenCorpus> open_token_file(const std::string& path, TokenWidth width = TokenWidth::Auto);
+// Writes an llm.c shard (uint16 when every id fits, else uint32), atomically.
+void write_token_file(const std::string& path, const std::vector<int32_t>& ids);
+
+enum class Layout {
+  Pack,  // rows are consecutive windows of the concatenated examples
+  Pad,   // one example a row, cut at seq, padded with pad_id (labels -100)
+};
+
+struct Batch {
+  Tensor ids, labels;     // [batch, seq] int64
+  int64_t targets = 0;    // positions whose next-token label counts (the loss's denominator)
+};
+
+// Rows of `seq` tokens over a corpus (or a range of its rows), drawn in a shuffled order that
+// depends only on the seed and the batch index: a resumed run draws the same batches.
+class SequenceDataset {
+ public:
+  SequenceDataset(std::shared_ptr<const TokenCorpus> corpus, int64_t seq, Layout layout, int32_t pad_id = 0);
+
+  int64_t rows() const { return row_end_ - row_begin_; }
+  int64_t seq() const { return seq_; }
+  int64_t truncated() const { return truncated_; }  // Pad: examples longer than seq, cut
+
+  // The last `fraction` of the rows, and the rows before them.
+  std::pair<SequenceDataset, SequenceDataset> split(double fraction) const;
+
+  // Batch `index` of the epoch-by-epoch shuffled order (epoch e: a Philox permutation of seed, e).
+  Batch batch(int64_t index, int64_t batch_size, uint64_t seed, Device device) const;
+  // Rows [first, first + n) in order (validation).
+  Batch rows_batch(int64_t first, int64_t n, Device device) const;
+
+ private:
+  void fill(int64_t row, int64_t* ids, int64_t* labels) const;
+  Batch make(const std::vector<int64_t>& rows, Device device) const;
+
+  std::shared_ptr<const TokenCorpus> corpus_;
+  int64_t seq_;
+  Layout layout_;
+  int32_t pad_id_;
+  int64_t row_begin_ = 0, row_end_ = 0, truncated_ = 0;
+  struct Order {
+    std::mutex mutex;
+    int64_t epoch = -1;
+    uint64_t seed = 0;
+    std::vector<int64_t> perm;
+  };
+  std::shared_ptr<Order> order_;  // the current epoch's permutation, made once
+};
+
+}  // namespace tg::data

@@ -1,0 +1,84 @@
+#include "examples/common/base_model.h"
+
+#include <filesystem>
+
+#include "core/error.h"
+#include "io/checkpoint.h"
+#include "io/file.h"
+#include "io/safetensors.h"
+#include "nn/pretrained.h"
+
+namespace examples {
+namespace fs = std::filesystem;
+
+BaseModel load_base(const std::string& base, const std::string& toy_config) {
+  BaseModel out;
+  if (fs::is_directory(base)) {
+    TG_CHECK(fs::exists(fs::path(base) / "config.json"), "lora_finetune", "--base '", base,
+             "' is a folder without config.json (wants a Hugging Face model folder)");
+    out.model = tg::nn::from_pretrained(base);
+    out.model->train();
+    out.hf_folder = true;
+    if (auto llama = std::dynamic_pointer_cast<tg::nn::LlamaForCausalLM>(out.model)) {
+      out.architecture = "LlamaForCausalLM";
+      out.context = llama->config.max_position_embeddings;
+      out.default_targets = {"q_proj", "k_proj", "v_proj", "o_proj"};
+    } else if (auto gpt2 = std::dynamic_pointer_cast<tg::nn::GPT2LMHeadModel>(out.model)) {
+      out.architecture = "GPT2LMHeadModel";
+      out.context = gpt2->config.n_positions;
+      out.default_targets = {"c_attn", "c_proj"};
+    }
+    try {
+      out.tokenizer = tg::data::Tokenizer::from_pretrained(base);
+    } catch (const tg::Error& e) {
+      tg::fail("lora_finetune", "--base '", base, "': no usable tokenizer: ", e.what());
+    }
+    return out;
+  }
+  TG_CHECK(fs::exists(base), "lora_finetune", "no base checkpoint at '", base,
+           "' (run examples/toy_transformer first, or pass --base a Hugging Face folder)");
+  std::string name = toy_config;
+  if (name == "auto") {  // toy_transformer records the config in the checkpoint's metadata
+    auto meta = tg::safetensors::load_file_with_metadata(base).metadata;
+    name = meta.count("config") ? meta["config"] : "tiny";
+  }
+  auto model = std::make_shared<tg::nn::LlamaForCausalLM>(tg::nn::LlamaConfig::by_name(name));
+  tg::io::load_state_dict_file(*model, base);
+  out.model = model;
+  out.architecture = "LlamaForCausalLM";
+  out.context = model->config.max_position_embeddings;
+  out.default_targets = {"q_proj", "k_proj", "v_proj", "o_proj"};
+  return out;
+}
+
+std::shared_ptr<const tg::data::TokenCorpus> load_corpus(const std::string& path, const std::string& flag,
+                                                        const BaseModel& base, const std::string& separator,
+                                                        bool allow_binary) {
+  TG_CHECK(fs::is_regular_file(path), "lora_finetune", "--", flag, " '", path, "' is not a file");
+  const std::string ext = fs::path(path).extension().string();
+  if (ext == ".bin") return tg::data::open_token_file(path);
+  std::vector<uint8_t> bytes = tg::io::read_file(path);
+  const std::string_view view(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  if (!allow_binary)
+    if (auto problem = tg::data::text_problem(view))
+      tg::fail("lora_finetune", "--", flag, " '", path, "' is not text: ", *problem,
+               " (pass --bytes to train on it anyway, or give a .bin token file)");
+  const tg::data::TextOptions options{.separator = separator, .allow_binary = true};  // checked above
+  if (base.tokenizer) {
+    if (ext == ".jsonl") return tg::data::tokenize_jsonl_file(path, *base.tokenizer, options);
+    return tg::data::tokenize_text_file(path, *base.tokenizer, options);
+  }
+  TG_CHECK(ext != ".jsonl", "lora_finetune", "--", flag, " '", path,
+           "': JSONL data needs a tokenizer; the toy base reads text as bytes (pass --base a Hugging Face folder)");
+  return tg::data::corpus_from_examples({std::vector<int32_t>(bytes.begin(), bytes.end())});
+}
+
+void copy_tokenizer_files(const std::string& from_dir, const std::string& to_dir) {
+  for (const char* name : {"tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json",
+                           "generation_config.json", "vocab.json", "merges.txt"}) {
+    const fs::path from = fs::path(from_dir) / name;
+    if (fs::exists(from)) fs::copy_file(from, fs::path(to_dir) / name, fs::copy_options::overwrite_existing);
+  }
+}
+
+}  // namespace examples

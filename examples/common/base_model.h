@@ -1,0 +1,42 @@
+// What lora_finetune starts from: a Hugging Face folder (Llama or GPT-2 of any shape, with its
+// tokenizer) or a toy_transformer checkpoint (bytes as tokens), and the data files it reads.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "data/dataset.h"
+#include "data/tokenizer.h"
+#include "nn/module.h"
+
+namespace examples {
+
+struct BaseModel {
+  std::shared_ptr<tg::nn::Module> model;  // float32, eval mode off (training)
+  std::string architecture;               // "LlamaForCausalLM" or "GPT2LMHeadModel"
+  bool hf_folder = false;                 // false: a toy_transformer checkpoint
+  int64_t context = 0;                    // the longest sequence the model takes
+  std::optional<tg::data::Tokenizer> tokenizer;  // none: bytes are the tokens
+  std::vector<std::string> default_targets;      // peft's usual LoRA targets for the architecture
+};
+
+// A folder: config.json + weights (nn::from_pretrained) + its tokenizer (tg::Error when it has
+// none). A file: a toy_transformer checkpoint of the named config ("auto": the one it records).
+BaseModel load_base(const std::string& base, const std::string& toy_config);
+
+// The tokens of a data file by its kind: .jsonl ({"text"} or {"prompt", "completion"}), .bin (an
+// llm.c token shard) or anything else as text (documents split at `separator`). Without a
+// tokenizer (the toy) text files only, as bytes. A file that is not text is an error naming
+// --`flag` and --bytes, unless allow_binary.
+std::shared_ptr<const tg::data::TokenCorpus> load_corpus(const std::string& path, const std::string& flag,
+                                                        const BaseModel& base, const std::string& separator,
+                                                        bool allow_binary);
+
+// The files of a Hugging Face folder that describe its tokenizer (and generation defaults),
+// copied next to a merged model so transformers loads it whole.
+void copy_tokenizer_files(const std::string& from_dir, const std::string& to_dir);
+
+}  // namespace examples

@@ -1,0 +1,186 @@
+// data/dataset.h: text, JSONL and token files to rows of ids and labels; packing, padding,
+// the seeded order, the errors.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <set>
+
+#include "data/dataset.h"
+#include "data/tokenizer.h"
+#include "io/json.h"
+#include "tests/test_support.h"
+
+using namespace tg::data;
+using tg::test::TempDir;
+
+namespace {
+
+void write(const std::string& path, const std::string& content) { std::ofstream(path, std::ios::binary) << content; }
+
+// A byte-level BPE without merges: every byte is its own token (id = the byte), EOS 256.
+Tokenizer byte_tokenizer(const TempDir& dir) {
+  tg::json::Value vocab = tg::json::Value::object();
+  const std::string printable = "!\"#$%&'()*+,-./0123456789:;<=>?@ABCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_`abcdefghijklmnopqrstuvwxyz{|}~";
+  int n = 0;
+  for (int b = 0; b < 256; ++b) {  // GPT-2's byte alphabet
+    const bool p = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
+    const char32_t c = p ? static_cast<char32_t>(b) : static_cast<char32_t>(256 + n++);
+    std::string s;
+    if (c < 0x80) s += static_cast<char>(c);
+    else s += static_cast<char>(0xC0 | (c >> 6)), s += static_cast<char>(0x80 | (c & 0x3F));
+    vocab.set(s, b);
+  }
+  tg::json::Value model = tg::json::Value::object();
+  model.set("type", "BPE").set("vocab", vocab).set("merges", tg::json::Value::array());
+  tg::json::Value eos = tg::json::Value::object();
+  eos.set("id", 256).set("content", "<|endoftext|>").set("special", true).set("normalized", false);
+  tg::json::Value pre = tg::json::Value::object();
+  pre.set("type", "ByteLevel").set("add_prefix_space", false).set("use_regex", true);
+  tg::json::Value dec = tg::json::Value::object();
+  dec.set("type", "ByteLevel");
+  tg::json::Value root = tg::json::Value::object();
+  root.set("added_tokens", tg::json::Value::array({eos})).set("pre_tokenizer", pre).set("model", model).set("decoder", dec);
+  std::filesystem::create_directories(dir / "tok");
+  write(dir / "tok/tokenizer.json", tg::json::dump(root));
+  write(dir / "tok/tokenizer_config.json", R"({"eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>"})");
+  return Tokenizer::from_pretrained(dir / "tok");
+}
+
+std::vector<int32_t> read_all(const TokenCorpus& c, bool labels) {
+  std::vector<int32_t> out(static_cast<size_t>(c.size()));
+  c.read(0, c.size(), labels ? nullptr : out.data(), labels ? out.data() : nullptr);
+  return out;
+}
+
+std::vector<int32_t> bytes(const std::string& s) { return std::vector<int32_t>(s.begin(), s.end()); }
+
+TEST(Dataset, JsonlPromptTokensAreLabelledIgnoreAndEachExampleEndsInEos) {
+  TempDir dir;
+  const Tokenizer tok = byte_tokenizer(dir);
+  write(dir / "d.jsonl", "{\"prompt\": \"Q: hi\", \"completion\": \" A: yo\"}\n\n{\"text\": \"doc\"}\n");
+  auto c = tokenize_jsonl_file(dir / "d.jsonl", tok);
+  ASSERT_EQ(c->examples(), 2);
+  std::vector<int32_t> want = bytes("Q: hi A: yo");
+  want.push_back(256);
+  for (int32_t v : bytes("doc")) want.push_back(v);
+  want.push_back(256);
+  EXPECT_EQ(read_all(*c, false), want);
+  std::vector<int32_t> labels(5, kIgnoreIndex);
+  for (int32_t v : bytes(" A: yo")) labels.push_back(v);
+  labels.push_back(256);
+  for (int32_t v : bytes("doc")) labels.push_back(v);
+  labels.push_back(256);
+  EXPECT_EQ(read_all(*c, true), labels);
+}
+
+TEST(Dataset, JsonlErrorsNameTheFileAndLine) {
+  TempDir dir;
+  const Tokenizer tok = byte_tokenizer(dir);
+  write(dir / "a.jsonl", "{\"text\": \"ok\"}\n{\"prompt\": \"x\"}\n");
+  EXPECT_ERROR_HAS(tokenize_jsonl_file(dir / "a.jsonl", tok), "a.jsonl' line 2", "\"prompt\" without \"completion\"");
+  write(dir / "b.jsonl", "{\"text\": \"ok\"}\n\n{\"txt\": 1}\n");
+  EXPECT_ERROR_HAS(tokenize_jsonl_file(dir / "b.jsonl", tok), "line 3", "neither \"text\" nor");
+  write(dir / "c.jsonl", "{\"text\": 5}\n");
+  EXPECT_ERROR_HAS(tokenize_jsonl_file(dir / "c.jsonl", tok), "line 1", "\"text\" wants a string");
+  write(dir / "d.jsonl", "not json\n");
+  EXPECT_ERROR_HAS(tokenize_jsonl_file(dir / "d.jsonl", tok), "d.jsonl' line 1", "json");
+}
+
+TEST(Dataset, TextDocumentsAreSplitAtTheSeparatorWithEosAfterEach) {
+  TempDir dir;
+  const Tokenizer tok = byte_tokenizer(dir);
+  write(dir / "t.txt", "one\n\ntwo\n\n\n\nthree");
+  auto c = tokenize_text_file(dir / "t.txt", tok, {.separator = "\n\n"});
+  EXPECT_EQ(c->examples(), 3);
+  std::vector<int32_t> want;
+  for (const char* d : {"one", "two", "three"}) {
+    for (int32_t v : bytes(d)) want.push_back(v);
+    want.push_back(256);
+  }
+  EXPECT_EQ(read_all(*c, false), want);
+  EXPECT_EQ(tokenize_text_file(dir / "t.txt", tok)->examples(), 1);
+}
+
+TEST(Dataset, AFileThatIsNotTextIsAnErrorUnlessAllowed) {
+  TempDir dir;
+  const Tokenizer tok = byte_tokenizer(dir);
+  write(dir / "bin.txt", std::string("line\nok\xff\xfe", 9));
+  EXPECT_ERROR_HAS(tokenize_text_file(dir / "bin.txt", tok), "bin.txt' is not text", "invalid UTF-8 (byte 0xff) at byte 7, line 2");
+  // Allowed, each invalid byte reads as U+FFFD (3 bytes each here), then EOS.
+  EXPECT_EQ(tokenize_text_file(dir / "bin.txt", tok, {.allow_binary = true})->size(), 7 + 2 * 3 + 1);
+  write(dir / "nul.jsonl", std::string("{\"text\": \"a\"}\n\0", 15));
+  EXPECT_ERROR_HAS(tokenize_jsonl_file(dir / "nul.jsonl", tok), "a NUL byte at byte 14, line 2");
+  EXPECT_FALSE(text_problem("plain text, café 東京").has_value());
+}
+
+TEST(Dataset, TokenFilesRoundTripInBothWidthsMemoryMapped) {
+  TempDir dir;
+  const std::vector<int32_t> narrow = {0, 1, 65535, 7}, wide = {0, 70000, 3};
+  write_token_file(dir / "n.bin", narrow);
+  write_token_file(dir / "w.bin", wide);
+  EXPECT_EQ(std::filesystem::file_size(dir / "n.bin"), 1024u + 2 * narrow.size());
+  EXPECT_EQ(std::filesystem::file_size(dir / "w.bin"), 1024u + 4 * wide.size());
+  EXPECT_EQ(read_all(*open_token_file(dir / "n.bin"), false), narrow);
+  EXPECT_EQ(read_all(*open_token_file(dir / "w.bin"), true), wide);
+  write(dir / "raw.bin", std::string("\x01\x00\x02\x00\x03\x01", 6));  // nanoGPT: headerless uint16
+  EXPECT_EQ(read_all(*open_token_file(dir / "raw.bin", TokenWidth::U16), false), (std::vector<int32_t>{1, 2, 259}));
+  EXPECT_ERROR_HAS(open_token_file(dir / "raw.bin"), "no llm.c header");
+  write(dir / "odd.bin", "abc");
+  EXPECT_ERROR_HAS(open_token_file(dir / "odd.bin", TokenWidth::U16), "not a whole number of 2-byte tokens");
+  std::filesystem::resize_file(dir / "n.bin", 1024 + 4);
+  EXPECT_ERROR_HAS(open_token_file(dir / "n.bin"), "its header counts 4 tokens, the file holds 2");
+}
+
+TEST(Dataset, PackedRowsAreConsecutiveWindowsAndAnEpochVisitsEachOnce) {
+  std::vector<int32_t> ids(103);
+  for (int i = 0; i < 103; ++i) ids[i] = i;
+  SequenceDataset ds(corpus_from_examples({ids}), 10, Layout::Pack);
+  ASSERT_EQ(ds.rows(), 10);
+  std::set<int64_t> firsts;
+  for (int64_t b = 0; b < 5; ++b) {
+    Batch batch = ds.batch(b, 2, /*seed=*/3, tg::Device::cpu());
+    std::vector<int64_t> v = batch.ids.to_vector<int64_t>();
+    ASSERT_EQ(v.size(), 20u);
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_EQ(v[r * 10] % 10, 0);
+      for (int t = 1; t < 10; ++t) EXPECT_EQ(v[r * 10 + t], v[r * 10] + t);
+      firsts.insert(v[r * 10]);
+    }
+    EXPECT_EQ(batch.targets, 18);
+  }
+  EXPECT_EQ(firsts.size(), 10u) << "one epoch draws every row once";
+  EXPECT_EQ(ds.batch(7, 3, 3, tg::Device::cpu()).ids.to_vector<int64_t>(),
+            ds.batch(7, 3, 3, tg::Device::cpu()).ids.to_vector<int64_t>());
+  std::vector<int64_t> seed3, seed4;
+  for (int64_t b = 0; b < 5; ++b) {
+    for (int64_t v : ds.batch(b, 2, 3, tg::Device::cpu()).ids.to_vector<int64_t>()) seed3.push_back(v);
+    for (int64_t v : ds.batch(b, 2, 4, tg::Device::cpu()).ids.to_vector<int64_t>()) seed4.push_back(v);
+  }
+  EXPECT_NE(seed3, seed4) << "another seed, another order";
+}
+
+TEST(Dataset, PaddedRowsArePaddedWithIgnoredLabelsAndLongExamplesCut) {
+  auto c = corpus_from_examples({{5, 6, 7}, {1, 2, 3, 4, 5, 6}}, {{-100, 6, 7}, {1, 2, 3, 4, 5, 6}});
+  SequenceDataset ds(c, 4, Layout::Pad, /*pad_id=*/9);
+  EXPECT_EQ(ds.rows(), 2);
+  EXPECT_EQ(ds.truncated(), 1);
+  Batch b = ds.rows_batch(0, 2, tg::Device::cpu());
+  EXPECT_EQ(b.ids.to_vector<int64_t>(), (std::vector<int64_t>{5, 6, 7, 9, 1, 2, 3, 4}));
+  EXPECT_EQ(b.labels.to_vector<int64_t>(), (std::vector<int64_t>{-100, 6, 7, -100, 1, 2, 3, 4}));
+  EXPECT_EQ(b.targets, 2 + 3);
+}
+
+TEST(Dataset, SplitTakesTheLastRowsForValidation) {
+  std::vector<int32_t> ids(100);
+  for (int i = 0; i < 100; ++i) ids[i] = i;
+  SequenceDataset ds(corpus_from_examples({ids}), 10, Layout::Pack);
+  auto [val, train] = ds.split(0.2);
+  EXPECT_EQ(val.rows(), 2);
+  EXPECT_EQ(train.rows(), 8);
+  EXPECT_EQ(val.rows_batch(0, 1, tg::Device::cpu()).ids.to_vector<int64_t>()[0], 80);
+  for (int64_t b = 0; b < 8; ++b) EXPECT_LT(train.batch(b, 1, 0, tg::Device::cpu()).ids.to_vector<int64_t>()[0], 80);
+  EXPECT_ERROR_HAS(ds.split(1.0), "fraction must be in (0, 1)");
+  EXPECT_ERROR_HAS(SequenceDataset(corpus_from_examples({ids}), 1, Layout::Pack), "seq must be at least 2");
+}
+
+}  // namespace

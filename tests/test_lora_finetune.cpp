@@ -1,0 +1,246 @@
+// examples/lora_finetune end to end on the tiny transformers folders of tests/fixtures/tokenizers
+// (tiny_llama, tiny_gpt2: save_pretrained with their tokenizers): a JSONL fine-tune whose loss
+// falls, the adapter loaded back (its logits those of the merged folder), and each error the
+// loop promises, named by its flag.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/autograd.h"
+#include "core/factory.h"
+#include "data/tokenizer.h"
+#include "io/json.h"
+#include "nn/pretrained.h"
+#include "peft/lora.h"
+#include "tests/test_support.h"
+
+namespace fs = std::filesystem;
+using tg::test::TempDir;
+
+namespace {
+
+fs::path fixtures() {
+  const char* env = std::getenv("TG_TOKENIZER_FIXTURES");
+  return env && *env ? fs::path(env) : fs::path(__FILE__).parent_path() / "fixtures" / "tokenizers";
+}
+
+std::string read(const std::string& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void write(const std::string& path, const std::string& content) { std::ofstream(path, std::ios::binary) << content; }
+
+// Runs lora_finetune; returns its exit status, its output in `log`.
+int finetune(const std::string& args, const TempDir& dir, std::string* log = nullptr) {
+  const std::string out = dir / "log.txt";
+  const int rc = std::system((std::string(TG_LORA_FINETUNE) + " " + args + " >" + out + " 2>&1").c_str());
+  if (log) *log = read(out);
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+// A small JSONL task: the completion follows from the prompt.
+std::string write_task(const TempDir& dir, int lines = 120) {
+  const char* names[] = {"alice", "bob", "carol", "dave", "erin"};
+  const char* colours[] = {"red", "green", "blue", "black"};
+  std::string text;
+  for (int i = 0; i < lines; ++i)
+    text += std::string("{\"prompt\": \"Q: what does ") + names[i % 5] + " like?\\nA:\", \"completion\": \" " +
+            names[i % 5] + " likes " + colours[(i * 7) % 4] + ".\"}\n";
+  write(dir / "train.jsonl", text);
+  return dir / "train.jsonl";
+}
+
+struct LossRow {
+  int64_t step;
+  std::string split;
+  double loss, tok_s;
+};
+std::vector<LossRow> losses(const std::string& csv) {
+  std::vector<LossRow> rows;
+  std::istringstream in(read(csv));
+  std::string line;
+  std::getline(in, line);
+  while (std::getline(in, line)) {
+    std::stringstream ss(line);
+    std::string phase, step, split, loss, lr, tok;
+    std::getline(ss, phase, ',');
+    std::getline(ss, step, ',');
+    std::getline(ss, split, ',');
+    std::getline(ss, loss, ',');
+    std::getline(ss, lr, ',');
+    std::getline(ss, tok, ',');
+    rows.push_back({std::stoll(step), split, std::stod(loss), tok.empty() ? 0 : std::stod(tok)});
+  }
+  return rows;
+}
+
+std::vector<float> logits(tg::nn::Module& m, const std::vector<int64_t>& ids) {
+  tg::NoGradGuard g;
+  m.eval();
+  return m.forward(tg::from_vector(ids, {1, static_cast<int64_t>(ids.size())})).to_vector<float>();
+}
+
+class LoraFinetuneHf : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(LoraFinetuneHf, JsonlFineTuneLowersTheLossAndItsAdapterLoadsBack) {
+  const fs::path base = fixtures() / GetParam();
+  ASSERT_TRUE(fs::exists(base / "config.json")) << "no fixture " << base << " (make_fixtures.py writes it)";
+  TempDir dir;
+  const std::string data = write_task(dir), out = dir / "out";
+  std::string log;
+  ASSERT_EQ(finetune("--base " + base.string() + " --data " + data + " --steps 40 --warmup 2 --batch 4 --seq 48 "
+                     "--lr 1e-2 --eval-every 20 --sample-tokens 4 --threads 2 --merge --out " + out, dir, &log), 0) << log;
+  EXPECT_NE(log.find("sample (greedy)"), std::string::npos) << log;
+
+  const std::vector<LossRow> rows = losses(out + "/loss.csv");
+  std::vector<double> train, val;
+  for (const auto& r : rows) (r.split == "train" ? train : val).push_back(r.loss);
+  ASSERT_EQ(train.size(), 40u);
+  ASSERT_EQ(val.size(), 2u);
+  double first = 0, last = 0;
+  for (int i = 0; i < 5; ++i) first += train[i] / 5, last += train[train.size() - 1 - i] / 5;
+  EXPECT_LT(last, first - 0.2) << "the training loss did not fall";
+  EXPECT_LT(val[1], val[0]);
+
+  // The adapter: peft's files, this base, the architecture's default targets.
+  const tg::json::Value cfg = tg::json::parse(read(out + "/adapter/adapter_config.json"));
+  EXPECT_EQ(cfg.at("base_model_name_or_path").as_string(), base.string());
+  std::vector<std::string> targets;
+  for (const auto& t : cfg.at("target_modules").as_array()) targets.push_back(t.as_string());
+  std::sort(targets.begin(), targets.end());
+  const bool gpt2 = GetParam() == "tiny_gpt2";
+  const std::vector<std::string> want = gpt2 ? std::vector<std::string>{"c_attn", "c_proj"}
+                                             : std::vector<std::string>{"k_proj", "o_proj", "q_proj", "v_proj"};
+  EXPECT_EQ(targets, want);
+  EXPECT_EQ(cfg.at("fan_in_fan_out").as_bool(), gpt2);
+
+  // Loaded back onto the base, it computes what the merged folder computes, which is not the base.
+  const std::vector<int64_t> ids = {1, 5, 9, 2, 7, 3};
+  auto plain = tg::nn::from_pretrained(base.string());
+  const std::vector<float> before = logits(*plain, ids);
+  tg::peft::load_adapter(*plain, out + "/adapter");
+  const std::vector<float> adapted = logits(*plain, ids);
+  auto merged = tg::nn::from_pretrained(out + "/merged");
+  const std::vector<float> folded = logits(*merged, ids);
+  ASSERT_EQ(adapted.size(), folded.size());
+  double diff = 0, change = 0, scale = 0;
+  for (size_t i = 0; i < adapted.size(); ++i) {
+    diff = std::max(diff, std::abs(double(adapted[i]) - folded[i]));
+    change = std::max(change, std::abs(double(adapted[i]) - before[i]));
+    scale = std::max(scale, std::abs(double(adapted[i])));
+  }
+  EXPECT_LT(diff, 1e-5 * scale);
+  EXPECT_GT(change, 1e-3 * scale) << "the adapter changed nothing";
+  // The merged folder carries the tokenizer.
+  const auto tok = tg::data::Tokenizer::from_pretrained(base.string());
+  EXPECT_EQ(tg::data::Tokenizer::from_pretrained(out + "/merged").encode("Q: what does bob like?"),
+            tok.encode("Q: what does bob like?"));
+}
+
+TEST_P(LoraFinetuneHf, GradientAccumulationMatchesTheLargerBatch) {
+  const fs::path base = fixtures() / GetParam();
+  ASSERT_TRUE(fs::exists(base / "config.json"));
+  TempDir dir;
+  const std::string common = "--base " + base.string() + " --data " + write_task(dir) +
+                             " --steps 3 --warmup 1 --seq 48 --eval-every 0 --sample-tokens 0 --threads 1 ";
+  ASSERT_EQ(finetune(common + "--batch 4 --out " + (dir / "big"), dir), 0);
+  ASSERT_EQ(finetune(common + "--batch 2 --grad-accum 2 --out " + (dir / "accum"), dir), 0);
+  const auto big = losses(dir / "big/loss.csv"), accum = losses(dir / "accum/loss.csv");
+  ASSERT_EQ(big.size(), accum.size());
+  for (size_t i = 0; i < big.size(); ++i) EXPECT_NEAR(big[i].loss, accum[i].loss, 1e-4 * big[i].loss) << "row " << i;
+}
+
+INSTANTIATE_TEST_SUITE_P(Folders, LoraFinetuneHf, ::testing::Values("tiny_llama", "tiny_gpt2"));
+
+TEST(LoraFinetune, ResumeRefusesAChangedTrainingFlagByName) {
+  const fs::path base = fixtures() / "tiny_gpt2";
+  ASSERT_TRUE(fs::exists(base / "config.json"));
+  TempDir dir;
+  const std::string common = "--base " + base.string() + " --data " + write_task(dir) +
+                             " --steps 6 --warmup 1 --batch 2 --seq 32 --eval-every 3 --sample-tokens 0 --out " + (dir / "o");
+  ASSERT_EQ(finetune(common + " --stop-at 3", dir), 0);
+  std::string log;
+  EXPECT_EQ(finetune(common + " --resume --lr 5e-3 --rank 4", dir, &log), 2);
+  EXPECT_NE(log.find("--lr: '2e-3' then, '5e-3' now"), std::string::npos) << log;
+  EXPECT_NE(log.find("--rank: '8' then, '4' now"), std::string::npos) << log;
+  EXPECT_NE(log.find("these may change: --out, --device"), std::string::npos) << log;
+  // Cadence flags may change; the resumed run's SVG shows the whole run (steps 1-6).
+  ASSERT_EQ(finetune(common + " --resume --eval-every 2", dir, &log), 0) << log;
+  const auto rows = losses(dir / "o/loss.csv");
+  int64_t train_rows = 0;
+  for (const auto& r : rows) train_rows += r.split == "train";
+  EXPECT_EQ(train_rows, 6);
+  const std::string svg = read(dir / "o/loss.svg");
+  EXPECT_NE(svg.find("optimizer step"), std::string::npos);
+  EXPECT_NE(svg.find("loss (cross-entropy, nats per token)"), std::string::npos);
+  size_t points = 0;
+  const std::string line = svg.substr(svg.find("<polyline"));
+  for (size_t at = line.find("points='") + 8; line[at] != '\''; ++at) points += line[at] == ',';
+  EXPECT_EQ(points, 6u) << "the train line covers steps 1-6";
+}
+
+TEST(LoraFinetune, DataTooShortOrNotTextIsAnErrorBeforeStepOneNamingTheFlag) {
+  const fs::path base = fixtures() / "tiny_llama";
+  ASSERT_TRUE(fs::exists(base / "config.json"));
+  TempDir dir;
+  write(dir / "short.jsonl", "{\"text\": \"tiny\"}\n");
+  std::string log;
+  const std::string b = "--base " + base.string() + " --steps 2 --out " + (dir / "o") + " ";
+  EXPECT_EQ(finetune(b + "--data " + (dir / "short.jsonl") + " --seq 64", dir, &log), 2);
+  EXPECT_NE(log.find("no training row of --seq 64 tokens"), std::string::npos) << log;
+  EXPECT_NE(log.find("lower --seq"), std::string::npos) << log;
+  EXPECT_FALSE(fs::exists(dir / "o/loss.csv")) << "the error comes before step 1";
+  const std::string data = write_task(dir, 12);
+  EXPECT_EQ(finetune(b + "--data " + data + " --seq 48 --val-fraction 0.01", dir, &log), 2);
+  EXPECT_NE(log.find("--val-fraction 0.01"), std::string::npos) << log;
+  EXPECT_NE(log.find("pass --val"), std::string::npos) << log;
+  write(dir / "v.jsonl", "{\"text\": \"a\"}\n");
+  EXPECT_EQ(finetune(b + "--data " + data + " --seq 48 --val " + (dir / "v.jsonl"), dir, &log), 2);
+  EXPECT_NE(log.find("--val '"), std::string::npos) << log;
+
+  write(dir / "bin.txt", std::string("some text\n\xff\xfe\x00 more", 16));
+  EXPECT_EQ(finetune(b + "--data " + (dir / "bin.txt") + " --seq 4", dir, &log), 1);
+  EXPECT_NE(log.find("--data '" + (dir / "bin.txt") + "' is not text: invalid UTF-8 (byte 0xff) at byte 10, line 2"),
+            std::string::npos) << log;
+  EXPECT_NE(log.find("pass --bytes"), std::string::npos) << log;
+  EXPECT_EQ(finetune(b + "--data " + (dir / "bin.txt") + " --seq 4 --bytes --val-fraction 0.3 --sample-tokens 0", dir,
+                     &log), 0) << log;
+}
+
+TEST(LoraFinetune, AnUnknownFlagSuggestsTheNearestOne) {
+  TempDir dir;
+  std::string log;
+  EXPECT_EQ(finetune("--lrr 1e-3", dir, &log), 2);
+  EXPECT_NE(log.find("unknown flag --lrr (did you mean --lr?)"), std::string::npos) << log;
+  EXPECT_EQ(finetune("--grad-acum 2", dir, &log), 2);
+  EXPECT_NE(log.find("(did you mean --grad-accum?)"), std::string::npos) << log;
+  EXPECT_EQ(finetune("--zzzzzz 1", dir, &log), 2);
+  EXPECT_EQ(log.find("did you mean"), std::string::npos) << log;
+}
+
+TEST(LoraFinetune, TheFirstStepsThroughputIsMeasuredOverTheStepAndALoneValidationPointShows) {
+  const fs::path base = fixtures() / "tiny_llama";
+  ASSERT_TRUE(fs::exists(base / "config.json"));
+  TempDir dir;
+  ASSERT_EQ(finetune("--base " + base.string() + " --data " + write_task(dir) + " --steps 8 --warmup 1 --batch 2 "
+                     "--seq 32 --eval-every 0 --sample-tokens 0 --threads 1 --out " + (dir / "o"), dir), 0);
+  const auto rows = losses(dir / "o/loss.csv");
+  ASSERT_GE(rows.size(), 8u);
+  // Before, the clock started after the first step: its tokens/s came out thousands of times too high.
+  EXPECT_LT(rows[0].tok_s, 10 * rows[7].tok_s);
+  EXPECT_GT(rows[0].tok_s, 0);
+  // The one validation (at the end) is a marker in the SVG: a line of one point would not show.
+  const std::string svg = read(dir / "o/loss.svg");
+  size_t circles = 0;
+  for (size_t at = svg.find("<circle"); at != std::string::npos; at = svg.find("<circle", at + 1)) ++circles;
+  EXPECT_EQ(circles, 1u);
+}
+
+}  // namespace
