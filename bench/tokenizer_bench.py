@@ -160,7 +160,8 @@ def main():
         for a, b in zip(ours, hf):
             print(f"{name:10s} {a['mode']:13s} tapegrad {a['mb_per_s']:8.2f} MB/s  tokenizers {b['mb_per_s']:8.2f} MB/s"
                   f"  ({a['mb_per_s'] / b['mb_per_s']:.2f}x)  ids {'match' if a['ids_match'] else 'DIFFER'}")
-    commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    commit = os.environ.get("TG_COMMIT") or subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
+                                                           capture_output=True, text=True).stdout.strip()
     report = {"machine": f"{cpu_name()}, {os.cpu_count()} CPUs",
               "date": datetime.datetime.now().isoformat(timespec="seconds"), "commit": commit,
               "text": docs_path if args.docs else f"Python {platform.python_version()} standard library, {args.mb} MB",
