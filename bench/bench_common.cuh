@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/cuda/cuda_utils.cuh"
+#include "core/cuda/device_utils.cuh"
 #include "core/cuda/runtime.h"
 #include "core/tensor.h"
 #include "core/type_dispatch.h"

@@ -21,7 +21,7 @@
 #include "examples/common/flags.h"
 #include "examples/common/precision.h"
 #include "examples/common/train_log.h"
-#include "io/checkpoint.h"
+#include "nn/checkpoint.h"
 #include "io/safetensors.h"
 #include "nn/llama.h"
 #include "optim/clip_grad.h"
@@ -95,7 +95,7 @@ int run(int argc, char** argv) {
     throw examples::UsageError("--seq " + std::to_string(seq) + " exceeds the config's context of " +
                                std::to_string(config.max_position_embeddings) + "\n" + flags.usage());
   auto model = std::make_shared<nn::LlamaForCausalLM>(config);
-  io::load_state_dict_file(*model, flags.str("base"));
+  nn::load_state_dict_file(*model, flags.str("base"));
   model->to(dtype);  // before apply_lora, which then makes float32 adapters for a bfloat16 base
   Generator init(static_cast<uint64_t>(flags.integer("seed")));
   peft::apply_lora(*model, lora, init);
@@ -153,7 +153,7 @@ int run(int argc, char** argv) {
   if (device.is_cuda()) std::printf("%s\n", examples::peak_memory_line(device).c_str());
   if (flags.boolean("merge")) {
     peft::merge_and_unload(*model);
-    io::save_state_dict(*model, out + "/merged.safetensors");
+    nn::save_state_dict(*model, out + "/merged.safetensors");
     std::printf("merged model: %s/merged.safetensors\n", out.c_str());
   }
   return 0;
