@@ -1,7 +1,7 @@
 // Memory-bound kernels: elementwise, conversions, reductions, the primitives. Each row's rate
 // counts the bytes that must move (inputs read once, outputs written once) over the median
 // time, against the device-to-device copy bandwidth measured first in the same run.
-// Usage: elementwise_bench [out.csv]
+// Usage: elementwise_bench [out.csv] [--json out.json]
 #include <cstdio>
 
 #include "bench/bench_common.cuh"
@@ -53,6 +53,7 @@ std::vector<Result> run_dtype(DType dt) {
 
 int main(int argc, char** argv) {
   try {
+    const bench::Outputs outputs = bench::parse_outputs(argc, argv);
     if (cuda_device_count() == 0) {
       std::fprintf(stderr, "elementwise_bench: no CUDA device\n");
       return 1;
@@ -67,10 +68,11 @@ int main(int argc, char** argv) {
       for (const Result& x : run_dtype(dt)) {
         const double gbs = x.bytes / (x.ms * 1e-3) / 1e9;
         std::printf("%-16s %-9s %-12s %10.4f %9.0f %8.1f%%\n", x.name, dtype_name(dt), shape, x.ms, gbs, 100 * gbs / bw);
-        rows.push_back({"ew", x.name, dtype_name(dt), shape, x.bytes, x.ms});
+        rows.push_back({"ew", x.name, dtype_name(dt), shape, x.bytes, x.ms, bw});
       }
     }
-    bench::write_csv(argc > 1 ? argv[1] : nullptr, rows);
+    bench::write_csv(outputs.csv, rows);
+    bench::write_json(outputs.json, "elementwise_bench", rows, "gbs", 1e9, "copy_gbs");
   } catch (const Error& e) {
     std::fprintf(stderr, "elementwise_bench: %s\n", e.what());
     return 1;
