@@ -81,16 +81,16 @@ __device__ __forceinline__ uint4 load_l2(const void* p, uint64_t pol) {
                : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p), "l"(pol));
   return r;
 }
-__device__ __forceinline__ uint4 load_evict_last(const void* p, uint64_t pol) {
+// A 16-byte load under L2 policy `pol`, kept in L1 at evict-last (EVICT_LAST) or evict-first priority.
+template <bool EVICT_LAST>
+__device__ __forceinline__ uint4 load_l1_l2(const void* p, uint64_t pol) {
   uint4 r;
-  asm volatile("ld.global.L1::evict_last.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
-               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p), "l"(pol));
-  return r;
-}
-__device__ __forceinline__ uint4 load_evict_first(const void* p, uint64_t pol) {
-  uint4 r;
-  asm volatile("ld.global.L1::evict_first.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
-               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p), "l"(pol));
+  if constexpr (EVICT_LAST)
+    asm volatile("ld.global.L1::evict_last.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p), "l"(pol));
+  else
+    asm volatile("ld.global.L1::evict_first.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p), "l"(pol));
   return r;
 }
 
@@ -171,8 +171,8 @@ __global__ void __launch_bounds__(ITERS >= 16 ? 256 : 512) rmsnorm_backward_regi
         xv[i] = load_l2(x + off + v, first);
         dyv[i] = load_l2(dy + off + v, first);
       } else {
-        xv[i] = load_evict_last(x + off + v, last);
-        dyv[i] = load_evict_last(dy + off + v, last);
+        xv[i] = load_l1_l2<true>(x + off + v, last);
+        dyv[i] = load_l1_l2<true>(dy + off + v, last);
       }
       wv[i] = __ldg(w + v);
     }
@@ -189,8 +189,8 @@ __global__ void __launch_bounds__(ITERS >= 16 ? 256 : 512) rmsnorm_backward_regi
       if (!in[i]) continue;
       const int v = lane + i * a.tpr;
       if (H == kCompile) {  // the second read, demoted after use, instead of registers
-        xv[i] = load_evict_first(x + off + v, first);
-        dyv[i] = load_evict_first(dy + off + v, first);
+        xv[i] = load_l1_l2<false>(x + off + v, first);
+        dyv[i] = load_l1_l2<false>(dy + off + v, first);
       }
       float out[N];
       #pragma unroll
