@@ -142,22 +142,23 @@ const void* kernel_of(const Config& c, Pick&& pick) {
 }
 template <class T, bool LN>
 const void* fwd_kernel(const Config& c) {
-  return kernel_of<T>(c, [](auto n, auto it) { return fwd_instance<T, decltype(n)::value, decltype(it)::value, LN>(); });
+  return kernel_of<T>(c, [](auto n, auto it) { return fwd_instance<T, n(), it(), LN>(); });
 }
 template <class T, bool LN, bool DW, bool DB, bool RES>
 const void* bwd_kernel(const Config& c) {
-  return kernel_of<T>(c, [](auto n, auto it) { return dx_instance<T, decltype(n)::value, decltype(it)::value, LN, DW, DB, RES>(); });
+  return kernel_of<T>(c, [](auto n, auto it) { return dx_instance<T, n(), it(), LN, DW, DB, RES>(); });
 }
 template <class T, bool LN, bool DW, bool DB, bool RES>
 const void* staged_kernel(const Config& c) {
   return kernel_of<T>(c, [](auto n, auto it) -> const void* {
-    if constexpr (staged_fits<T, decltype(n)::value, decltype(it)::value>) return reinterpret_cast<const void*>(&norm_bwd_staged_kernel<T, decltype(n)::value, decltype(it)::value, LN, DW, DB, RES>);
+    if constexpr (staged_fits<T, n(), it()>) return reinterpret_cast<const void*>(
+        &norm_bwd_staged_kernel<T, n(), it(), LN, DW, DB, RES>);
     else return nullptr;
   });
 }
 template <class T, bool LN, bool DW, bool DB>
 const void* param_kernel(const Config& c) {
-  return kernel_of<T>(c, [](auto n, auto) { return &norm_bwd_param_kernel<T, decltype(n)::value, LN, DW, DB>; });
+  return kernel_of<T>(c, [](auto n, auto) { return &norm_bwd_param_kernel<T, n(), LN, DW, DB>; });
 }
 
 // Launches kernel<<<grid, block, smem, s>>>(args...), as a cooperative launch when `coop` (the
@@ -211,7 +212,7 @@ void launch_forward(const Tensor& y, const Tensor& r, const Tensor& mean, const 
   const int device = x.device().index;
   const int grid = grid_for(rows, c, fwd_kernel<T, LN>(c), 0, device);
   with_shape<T>(c, [&](auto n, auto it) {
-    launch(false, fwd_instance<T, decltype(n)::value, decltype(it)::value, LN>(), grid, c.block, 0, stream_for(x), a);
+    launch(false, fwd_instance<T, n(), it(), LN>(), grid, c.block, 0, stream_for(x), a);
   });
   TG_CUDA_CHECK_LAUNCH(LN ? "layer_norm.forward" : "rms_norm.forward");
 }
@@ -357,7 +358,7 @@ template <class T, bool LN, bool DW, bool DB>
 void launch_param_backward(const BwdArgs<T>& a, const Config& c, int64_t partial_rows, cudaStream_t s, int device) {
   const ParamLaunch p = param_plan<T, LN, DW, DB>(c, a.rows, device, partial_rows);
   with_shape<T>(c, [&](auto n, auto) {
-    launch(true, norm_bwd_param_kernel<T, decltype(n)::value, LN, DW, DB>, p.grid, kParamBlock, p.smem, s, a, p.g);
+    launch(true, norm_bwd_param_kernel<T, n(), LN, DW, DB>, p.grid, kParamBlock, p.smem, s, a, p.g);
   });
 }
 
@@ -374,8 +375,8 @@ void launch_dx_backward(const BwdArgs<T>& a, const Config& c, int64_t partial_ro
     const int resident = staged_grid<T, LN, DW, DB, RES>(a.rows, c, st, device);
     const int grid = (DW || DB) ? reducing_grid(resident) : resident;
     with_shape<T>(c, [&](auto n, auto it) {
-      if constexpr (staged_fits<T, decltype(n)::value, decltype(it)::value>)
-        launch(DW || DB, norm_bwd_staged_kernel<T, decltype(n)::value, decltype(it)::value, LN, DW, DB, RES>, grid, c.block, st.smem, s, a, st.stages);
+      if constexpr (staged_fits<T, n(), it()>)
+        launch(DW || DB, norm_bwd_staged_kernel<T, n(), it(), LN, DW, DB, RES>, grid, c.block, st.smem, s, a, st.stages);
     });
     return;
   }
@@ -389,7 +390,7 @@ void launch_dx_backward(const BwdArgs<T>& a, const Config& c, int64_t partial_ro
                                            : resident;
   allow_smem(fn, smem, device);
   with_shape<T>(c, [&](auto n, auto it) {
-    launch(DW || DB, dx_instance<T, decltype(n)::value, decltype(it)::value, LN, DW, DB, RES>(), grid, c.block, smem, s, a);
+    launch(DW || DB, dx_instance<T, n(), it(), LN, DW, DB, RES>(), grid, c.block, smem, s, a);
   });
 }
 
