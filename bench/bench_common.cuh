@@ -105,6 +105,23 @@ inline Outputs parse_outputs(int argc, char** argv) {
   return o;
 }
 
+// A benchmark's main: body(outputs) with the command line's outputs; no CUDA device or a
+// tg::Error is exit status 1 with a message naming the benchmark.
+inline int run_main(int argc, char** argv, const char* name, const std::function<void(const Outputs&)>& body) {
+  try {
+    const Outputs outputs = parse_outputs(argc, argv);
+    if (cuda_device_count() == 0) {
+      std::fprintf(stderr, "%s: no CUDA device\n", name);
+      return 1;
+    }
+    body(outputs);
+    return 0;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "%s: %s\n", name, e.what());
+    return 1;
+  }
+}
+
 inline std::string gpu_name() {
   cudaDeviceProp p;
   TG_CUDA_CHECK(cudaGetDeviceProperties(&p, 0));

@@ -52,12 +52,7 @@ std::vector<Result> run_dtype(DType dt) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    const bench::Outputs outputs = bench::parse_outputs(argc, argv);
-    if (cuda_device_count() == 0) {
-      std::fprintf(stderr, "elementwise_bench: no CUDA device\n");
-      return 1;
-    }
+  return bench::run_main(argc, argv, "elementwise_bench", [](const bench::Outputs& outputs) {
     const double bw = bench::copy_bandwidth_gbs();
     std::printf("ceiling (measured now): device-to-device copy %.0f GB/s (read + write)\n\n", bw);
     std::printf("%-16s %-9s %-12s %10s %9s %9s\n", "case", "dtype", "shape", "ours ms", "GB/s", "% copy");
@@ -73,9 +68,5 @@ int main(int argc, char** argv) {
     }
     bench::write_csv(outputs.csv, rows);
     bench::write_json(outputs.json, "elementwise_bench", rows, "gbs", 1e9, "copy_gbs");
-  } catch (const Error& e) {
-    std::fprintf(stderr, "elementwise_bench: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+  });
 }

@@ -39,12 +39,7 @@ double tflops(const Case& c, double ms) { return 2.0 * c.B * c.M * c.N * c.K / (
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    const bench::Outputs outputs = bench::parse_outputs(argc, argv);
-    if (cuda_device_count() == 0) {
-      std::fprintf(stderr, "gemm_bench: no CUDA device\n");
-      return 1;
-    }
+  return bench::run_main(argc, argv, "gemm_bench", [](const bench::Outputs& outputs) {
     const Case peak_bf16{"peak_bf16", kBFloat16, 1, 8192, 8192, 8192, false, false, false};
     const Case peak_f32{"peak_f32", kFloat32, 1, 8192, 8192, 8192, false, false, false};
     const double bf16_rate = tflops(peak_bf16, time_gemm(peak_bf16));
@@ -84,9 +79,5 @@ int main(int argc, char** argv) {
     std::printf("\n%% ceiling: of the bf16 rate for bf16/tf32 rows, of the f32 rate for f32 rows\n");
     bench::write_csv(outputs.csv, rows);
     bench::write_json(outputs.json, "gemm_bench", rows, "tflops", 1e12, "ceiling_tflops");
-  } catch (const Error& e) {
-    std::fprintf(stderr, "gemm_bench: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+  });
 }
