@@ -57,19 +57,20 @@ __global__ void __launch_bounds__(kThreads) adamw_multi_tensor_kernel(LaunchArgs
   float* v = a.v + i;
   if (i + 4 <= a.n && aligned(p, sizeof(Pack<T, 4>)) && aligned(g, sizeof(Pack<T, 4>)) && aligned(m, 16) &&
       aligned(v, 16)) {
-    const Pack<T, 4> pv = *reinterpret_cast<const Pack<T, 4>*>(p), gv = *reinterpret_cast<const Pack<T, 4>*>(g);
+    Pack<T, 4> pv = *reinterpret_cast<const Pack<T, 4>*>(p);
+    const Pack<T, 4> gv = *reinterpret_cast<const Pack<T, 4>*>(g);
     Pack<float, 4> mv = *reinterpret_cast<const Pack<float, 4>*>(m), vv = *reinterpret_cast<const Pack<float, 4>*>(v);
-    float pf[4], mf[4], vf[4];
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-      pf[k] = elem(pv, k);
-      mf[k] = elem(mv, k);
-      vf[k] = elem(vv, k);
-      adamw_update(pf[k], mf[k], vf[k], elem(gv, k), h, a.scale);
+      float pf = cvt<float>(pv.get(k)), mf = mv.get(k), vf = vv.get(k);
+      adamw_update(pf, mf, vf, cvt<float>(gv.get(k)), h, a.scale);
+      pv.set(k, cvt<T>(pf));
+      mv.set(k, mf);
+      vv.set(k, vf);
     }
-    *reinterpret_cast<Pack<T, 4>*>(p) = pack_of<T, 4>(pf);
-    *reinterpret_cast<Pack<float, 4>*>(m) = pack_of<float, 4>(mf);
-    *reinterpret_cast<Pack<float, 4>*>(v) = pack_of<float, 4>(vf);
+    *reinterpret_cast<Pack<T, 4>*>(p) = pv;
+    *reinterpret_cast<Pack<float, 4>*>(m) = mv;
+    *reinterpret_cast<Pack<float, 4>*>(v) = vv;
     return;
   }
   const int64_t len = a.n - i < 4 ? a.n - i : 4;

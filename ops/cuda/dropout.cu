@@ -22,10 +22,10 @@ __global__ void dropout_kernel(T* out, const T* x, StridedIndex xi, int64_t n, u
     const unsigned keep = dropout_keep4(seed, first, static_cast<uint64_t>(c), p);
     if (L == kQuads && 4 * c + 3 < n) {
       const Pack<T, 4> in = reinterpret_cast<const Pack<T, 4>*>(x)[c];
-      float o[4];
+      Pack<T, 4> o;
 #pragma unroll
-      for (int k = 0; k < 4; ++k) o[k] = (keep >> k) & 1u ? elem(in, k) * scale : 0.f;
-      reinterpret_cast<Pack<T, 4>*>(out)[c] = pack_of<T, 4>(o);
+      for (int k = 0; k < 4; ++k) o.set(k, cvt<T>((keep >> k) & 1u ? cvt<float>(in.get(k)) * scale : 0.f));
+      reinterpret_cast<Pack<T, 4>*>(out)[c] = o;
       continue;
     }
 #pragma unroll

@@ -123,7 +123,7 @@ __device__ __forceinline__ void for_row(const T* row, int64_t n, int t, int nt, 
   for (int64_t k = t; k < sp.packs; k += nt) {
     const Pack<T, P> pk = packs[k];
 #pragma unroll
-    for (int q = 0; q < P; ++q) f(sp.head + k * P + q, elem(pk, q));
+    for (int q = 0; q < P; ++q) f(sp.head + k * P + q, cvt<float>(pk.get(q)));
   }
   for (int64_t j = sp.head + sp.packs * P + t; j < n; j += nt) f(j, cvt<float>(row[j]));
 }
@@ -140,7 +140,7 @@ __device__ __forceinline__ OnlineSoftmax<float> row_stats(const T* row, int64_t 
     const Pack<T, P> pk = packs[k];
     float v[P];
 #pragma unroll
-    for (int q = 0; q < P; ++q) v[q] = elem(pk, q);
+    for (int q = 0; q < P; ++q) v[q] = cvt<float>(pk.get(q));
     online_add(st, v);
   }
   for (int64_t j = sp.head + sp.packs * P + t; j < n; j += nt) online_add(st, cvt<float>(row[j]));
@@ -158,7 +158,7 @@ __device__ __forceinline__ void for_row2(const T* a, const T* b, int64_t n, int 
   for (int64_t k = t; k < sp.packs; k += nt) {
     const Pack<T, P> va = pa[k], vb = pb[k];
 #pragma unroll
-    for (int q = 0; q < P; ++q) f(sp.head + k * P + q, elem(va, q), elem(vb, q));
+    for (int q = 0; q < P; ++q) f(sp.head + k * P + q, cvt<float>(va.get(q)), cvt<float>(vb.get(q)));
   }
   for (int64_t j = sp.head + sp.packs * P + t; j < n; j += nt) f(j, cvt<float>(a[j]), cvt<float>(b[j]));
 }
@@ -177,7 +177,7 @@ __device__ __forceinline__ void map_row(T* out, const T* a, const T* b, int64_t 
     const Pack<T, P> va = pa[k], vb = pb[k];
     float vo[P];
 #pragma unroll
-    for (int q = 0; q < P; ++q) vo[q] = f(sp.head + k * P + q, elem(va, q), elem(vb, q));
+    for (int q = 0; q < P; ++q) vo[q] = f(sp.head + k * P + q, cvt<float>(va.get(q)), cvt<float>(vb.get(q)));
     po[k] = pack_of<T, P>(vo);
   }
   for (int64_t j = sp.head + sp.packs * P + t; j < n; j += nt)
