@@ -26,11 +26,10 @@
 #include "ops/swiglu.h"
 #include "ops/unary.h"
 // models, LoRA, optimizers, checkpoints
-#include "io/checkpoint.h"
-#include "io/json.h"
 #include "io/safetensors.h"
 #include "data/dataset.h"
 #include "data/tokenizer.h"
+#include "nn/checkpoint.h"
 #include "nn/nn.h"
 #include "optim/clip_grad.h"
 #include "optim/lr_scheduler.h"

@@ -11,7 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_json.h"
 #include "core/cuda/cuda_utils.cuh"
+#include "core/cuda/device_utils.cuh"
 #include "core/cuda/runtime.h"
 #include "core/tensor.h"
 #include "core/type_dispatch.h"
@@ -82,14 +84,71 @@ inline double copy_bandwidth_gbs() {
 
 // One result row: printed to stdout and, when a CSV file is open, written as
 //   kind,name,dtype,shape,work,ms   (work = FLOPs for gemm, bytes moved for the others)
+// `ceiling` is the rate the row is compared with (TFLOP/s or GB/s, measured in the same run).
 struct Row {
   std::string kind, name, dtype, shape;
-  double work = 0, ms = 0;
+  double work = 0, ms = 0, ceiling = 0;
 };
 
-inline void write_csv(const char* path, const std::vector<Row>& rows) {
-  if (!path) return;
-  FILE* f = std::fopen(path, "w");
+// Where the rows go: `bench [out.csv] [--json out.json]`.
+struct Outputs {
+  std::string csv, json;
+};
+inline Outputs parse_outputs(int argc, char** argv) {
+  Outputs o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--json" && i + 1 < argc) o.json = argv[++i];
+    else if (a[0] != '-' && o.csv.empty()) o.csv = a;
+    else throw Error(std::string("usage: ") + argv[0] + " [out.csv] [--json out.json], got " + a);
+  }
+  return o;
+}
+
+// A benchmark's main: body(outputs) with the command line's outputs; no CUDA device or a
+// tg::Error is exit status 1 with a message naming the benchmark.
+inline int run_main(int argc, char** argv, const char* name, const std::function<void(const Outputs&)>& body) {
+  try {
+    const Outputs outputs = parse_outputs(argc, argv);
+    if (cuda_device_count() == 0) {
+      std::fprintf(stderr, "%s: no CUDA device\n", name);
+      return 1;
+    }
+    body(outputs);
+    return 0;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "%s: %s\n", name, e.what());
+    return 1;
+  }
+}
+
+inline std::string gpu_name() {
+  cudaDeviceProp p;
+  TG_CUDA_CHECK(cudaGetDeviceProperties(&p, 0));
+  return p.name;
+}
+
+// The rows as bench/results/<name>.json rows: the CSV's fields, the rate (work / ms, in
+// `rate_key`'s unit: 1e12 FLOP/s for gemm, 1e9 B/s for the others) and the row's ceiling.
+inline void write_json(const std::string& path, const char* bench, const std::vector<Row>& rows, const char* rate_key,
+                       double rate_unit, const char* ceiling_key) {
+  if (path.empty()) return;
+  JsonRows out(bench, gpu_name());
+  for (const Row& r : rows)
+    out.add()
+        .str("kind", r.kind)
+        .str("name", r.name)
+        .str("dtype", r.dtype)
+        .str("shape", r.shape)
+        .num("ms", r.ms, 5)
+        .num(rate_key, r.work / (r.ms * 1e-3) / rate_unit, 4)
+        .num(ceiling_key, r.ceiling, 4);
+  out.write(path);
+}
+
+inline void write_csv(const std::string& path, const std::vector<Row>& rows) {
+  if (path.empty()) return;
+  FILE* f = std::fopen(path.c_str(), "w");
   if (!f) {
     std::fprintf(stderr, "cannot write %s\n", path);
     return;

@@ -1,7 +1,7 @@
 // Memory-bound kernels: elementwise, conversions, reductions, the primitives. Each row's rate
 // counts the bytes that must move (inputs read once, outputs written once) over the median
 // time, against the device-to-device copy bandwidth measured first in the same run.
-// Usage: elementwise_bench [out.csv]
+// Usage: elementwise_bench [out.csv] [--json out.json]
 #include <cstdio>
 
 #include "bench/bench_common.cuh"
@@ -52,11 +52,7 @@ std::vector<Result> run_dtype(DType dt) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    if (cuda_device_count() == 0) {
-      std::fprintf(stderr, "elementwise_bench: no CUDA device\n");
-      return 1;
-    }
+  return bench::run_main(argc, argv, "elementwise_bench", [](const bench::Outputs& outputs) {
     const double bw = bench::copy_bandwidth_gbs();
     std::printf("ceiling (measured now): device-to-device copy %.0f GB/s (read + write)\n\n", bw);
     std::printf("%-16s %-9s %-12s %10s %9s %9s\n", "case", "dtype", "shape", "ours ms", "GB/s", "% copy");
@@ -67,13 +63,10 @@ int main(int argc, char** argv) {
       for (const Result& x : run_dtype(dt)) {
         const double gbs = x.bytes / (x.ms * 1e-3) / 1e9;
         std::printf("%-16s %-9s %-12s %10.4f %9.0f %8.1f%%\n", x.name, dtype_name(dt), shape, x.ms, gbs, 100 * gbs / bw);
-        rows.push_back({"ew", x.name, dtype_name(dt), shape, x.bytes, x.ms});
+        rows.push_back({"ew", x.name, dtype_name(dt), shape, x.bytes, x.ms, bw});
       }
     }
-    bench::write_csv(argc > 1 ? argv[1] : nullptr, rows);
-  } catch (const Error& e) {
-    std::fprintf(stderr, "elementwise_bench: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+    bench::write_csv(outputs.csv, rows);
+    bench::write_json(outputs.json, "elementwise_bench", rows, "gbs", 1e9, "copy_gbs");
+  });
 }

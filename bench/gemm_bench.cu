@@ -1,6 +1,6 @@
 // GEMM benchmark: our gemm (cuBLAS underneath) on training shapes, against the matrix rate of
 // this machine measured first through the same path (an 8192^3 bfloat16 product; 8192^3 float32
-// for the float32 rows). Usage: gemm_bench [out.csv]
+// for the float32 rows). Usage: gemm_bench [out.csv] [--json out.json]
 #include <cstdio>
 
 #include "bench/bench_common.cuh"
@@ -39,11 +39,7 @@ double tflops(const Case& c, double ms) { return 2.0 * c.B * c.M * c.N * c.K / (
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    if (cuda_device_count() == 0) {
-      std::fprintf(stderr, "gemm_bench: no CUDA device\n");
-      return 1;
-    }
+  return bench::run_main(argc, argv, "gemm_bench", [](const bench::Outputs& outputs) {
     const Case peak_bf16{"peak_bf16", kBFloat16, 1, 8192, 8192, 8192, false, false, false};
     const Case peak_f32{"peak_f32", kFloat32, 1, 8192, 8192, 8192, false, false, false};
     const double bf16_rate = tflops(peak_bf16, time_gemm(peak_bf16));
@@ -78,13 +74,10 @@ int main(int argc, char** argv) {
                     c.ta ? 't' : 'n', c.tb ? 't' : 'n');
       std::printf("%-20s %-9s %-26s %10.4f %10.1f %8.1f%%\n", c.name, dtype_name(c.dtype), shape, ms, rate,
                   100.0 * rate / ceiling);
-      rows.push_back({"gemm", c.name, dtype_name(c.dtype), shape, 2.0 * c.B * c.M * c.N * c.K, ms});
+      rows.push_back({"gemm", c.name, dtype_name(c.dtype), shape, 2.0 * c.B * c.M * c.N * c.K, ms, ceiling});
     }
     std::printf("\n%% ceiling: of the bf16 rate for bf16/tf32 rows, of the f32 rate for f32 rows\n");
-    bench::write_csv(argc > 1 ? argv[1] : nullptr, rows);
-  } catch (const Error& e) {
-    std::fprintf(stderr, "gemm_bench: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+    bench::write_csv(outputs.csv, rows);
+    bench::write_json(outputs.json, "gemm_bench", rows, "tflops", 1e12, "ceiling_tflops");
+  });
 }

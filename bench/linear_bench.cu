@@ -2,15 +2,17 @@
 // full (dX and dW GEMMs) against a frozen weight (the dX GEMM only, what LoRA's base layer
 // runs). Each call is the autograd node's backward, bracketed by CUDA events after a 256 MB L2
 // flush; median of --reps (default 100) in microseconds, and TFLOP/s (2 * M * N * K per GEMM).
-//   linear_bench [--reps N]
+//   linear_bench [--reps N] [--json out.json]      (--json: the rows of bench/results/linear.json)
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
+#include "bench/bench_json.h"
 #include "core/autograd.h"
 #include "core/cuda/cuda_utils.cuh"
 #include "core/factory.h"
@@ -21,8 +23,15 @@ using namespace tg;
 
 int main(int argc, char** argv) {
   int reps = 100;
-  for (int i = 1; i < argc; ++i)
+  std::string json;
+  for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) reps = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
+    else {
+      std::fprintf(stderr, "usage: %s [--reps N] [--json out.json]\n", argv[0]);
+      return 2;
+    }
+  }
   if (!cuda_is_available()) {
     std::fprintf(stderr, "linear_bench: no CUDA device\n");
     return 1;
@@ -35,6 +44,9 @@ int main(int argc, char** argv) {
   TG_CUDA_CHECK(cudaEventCreate(&a));
   TG_CUDA_CHECK(cudaEventCreate(&b));
   cudaStream_t s = cuda::stream(0);
+  cudaDeviceProp prop;
+  TG_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  bench::JsonRows rows("linear_bench", prop.name);
   std::printf("%-6s %-22s %-13s %10s %9s %8s\n", "dtype", "shape", "mode", "time us", "TFLOP/s", "vs full");
   for (DType dt : {kBFloat16, kFloat32}) {
     Generator gen(1);
@@ -72,7 +84,16 @@ int main(int argc, char** argv) {
       std::printf("%-6s x[%lld,%lld] W[%lld,%lld] %-13s %10.1f %9.1f %8.3f\n", dt == kBFloat16 ? "bf16" : "fp32",
                   (long long)M, (long long)K, (long long)N, (long long)K, frozen ? "frozen_weight" : "full", us,
                   flop / (us * 1e-6) / 1e12, us / full_us);
+      rows.add()
+          .str("dtype", dt == kBFloat16 ? "bf16" : "fp32")
+          .num("m", double(M))
+          .num("k", double(K))
+          .num("n", double(N))
+          .str("mode", frozen ? "frozen_weight" : "full")
+          .num("us", us, 5)
+          .num("tflops", flop / (us * 1e-6) / 1e12, 4);
     }
   }
+  rows.write(json);
   return 0;
 }

@@ -6,24 +6,24 @@
 // one is asked), captured once in a CUDA graph and replayed between CUDA events, after a 256 MB
 // memset that flushes the L2, so host overhead is not counted; the median of --reps replays
 // (default 100) is reported in microseconds. --no-graph times direct calls instead (events
-// around the call; host time counts where it exceeds the flush). TG_BENCH_FLUSH=kernel flushes
-// with a fill kernel, as PyTorch's `fill_` in bench/torch_norm_ref.py does (on the H200 our times
-// were the same either way, within 1 us). TG_BENCH_FLUSH=clean follows the memset with a read of
-// another 256 MB, so the timed call starts from an L2 of clean lines (nothing of the flush left
-// to write back); bench/torch_norm_ref.py takes the same variable.
+// around the call; host time counts where it exceeds the flush). --flush kernel flushes with a
+// fill kernel, as PyTorch's `fill_` in bench/torch_norm_ref.py does; --flush clean follows the
+// memset with a read of another 256 MB, so the timed call starts from an L2 of clean lines
+// (nothing of the flush left to write back); bench/torch_norm_ref.py takes the same flag.
 //
 // "min bytes" is the traffic no implementation can avoid: read x (when dx or dW is computed),
 // dy, w (dx), the saved statistics (dx or dW); write dx, and dW / dB when computed.
 // "copy" is that over the time, as a fraction of cudaMemcpy device-to-device bandwidth (bytes
 // read + written). "vs full" is the mode's time over the full backward of the same problem.
 //
-//   norm_bench [--reps N] [--csv out.csv] [--quick] [--only rms|ln] [--dtype bf16|fp32]
-//              [--shape ROWSxDIM] [--mode NAME] [--no-graph]
+//   norm_bench [--reps N] [--csv out.csv] [--json out.json] [--quick] [--only rms|ln]
+//              [--dtype bf16|fp32] [--shape ROWSxDIM] [--mode NAME] [--no-graph]
+//              [--flush memset|kernel|clean] [--dot DIR]
 // (--shape times one problem of any size instead of the list, --mode one mask mode: for a
-// profiler or a sweep.) TG_BENCH_DOT=DIR writes each captured graph there as DOT (what one
-// timed call launched: a frozen backward is one kernel node).
-// The CSV has one row per case; bench/torch_norm_ref.py --ours out.csv prints PyTorch's times
-// for the same cases beside ours (bench/norm_run.sh runs both).
+// profiler or a sweep.) --dot DIR writes each captured graph there as DOT (what one timed call
+// launched: a frozen backward is one kernel node). The CSV has one row per case;
+// bench/torch_norm_ref.py --ours out.csv prints PyTorch's times for the same cases beside ours
+// (bench/norm_run.sh runs both); --json writes the rows of bench/results/norm.json.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "core/autograd.h"
+#include "bench/bench_json.h"
 #include "core/cuda/cuda_utils.cuh"
 #include "core/memory.h"
 #include "core/tensor.h"
@@ -74,13 +75,13 @@ Tensor random_tensor(const Shape& shape, DType dt, uint32_t seed, float scale = 
 }
 
 // The flush as a kernel (what PyTorch's `flush.fill_(v)` runs in bench/torch_norm_ref.py):
-// TG_BENCH_FLUSH=kernel uses it instead of cudaMemsetAsync, to compare the two harnesses.
+// --flush kernel uses it instead of cudaMemsetAsync, to compare the two harnesses.
 __global__ void fill_words(uint4* p, size_t n, unsigned v) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
     p[i] = make_uint4(v, v, v, v);
 }
 
-// Reads n words (for TG_BENCH_FLUSH=clean); the store, never taken, keeps the reads.
+// Reads n words (for --flush clean); the store, never taken, keeps the reads.
 __global__ void read_words(const uint4* p, size_t n, unsigned* never) {
   unsigned acc = 0;
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
@@ -91,19 +92,17 @@ __global__ void read_words(const uint4* p, size_t n, unsigned* never) {
 }
 
 struct Timer {
-  const char* flush_mode = [] {
-    const char* e = std::getenv("TG_BENCH_FLUSH");
-    return e ? e : "memset";
-  }();
-  const bool kernel_flush = !std::strcmp(flush_mode, "kernel");
-  const bool clean_flush = !std::strcmp(flush_mode, "clean");
+  std::string flush_mode;  // memset, kernel or clean (--flush)
+  const bool kernel_flush = flush_mode == "kernel";
+  const bool clean_flush = flush_mode == "clean";
+  std::string dot_dir;  // --dot: each captured graph written there
   void* flush = nullptr;
   void* clean = nullptr;  // clean_flush: read after the memset
   size_t flush_bytes = size_t(256) << 20;
   cudaEvent_t a, b;
   cudaStream_t s;
-  Timer() {
-    TG_CUDA_CHECK(cudaMalloc(&flush, flush_bytes));
+  Timer(std::string flush, std::string dot) : flush_mode(std::move(flush)), dot_dir(std::move(dot)) {
+    TG_CUDA_CHECK(cudaMalloc(&this->flush, flush_bytes));
     if (clean_flush) {
       TG_CUDA_CHECK(cudaMalloc(&clean, flush_bytes + 16));
       TG_CUDA_CHECK(cudaMemset(clean, 0, flush_bytes + 16));
@@ -127,9 +126,9 @@ struct Timer {
       TG_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
       f();
       TG_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
-      if (const char* dot = std::getenv("TG_BENCH_DOT")) {
+      if (!dot_dir.empty()) {
         static int k = 0;
-        const std::string path = std::string(dot) + "/g" + std::to_string(k++) + ".dot";
+        const std::string path = dot_dir + "/g" + std::to_string(k++) + ".dot";
         TG_CUDA_CHECK(cudaGraphDebugDotPrint(graph, path.c_str(), 0));
       }
       TG_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
@@ -194,6 +193,7 @@ struct Result {
 int main(int argc, char** argv) {
   int reps = 100;
   const char* csv = nullptr;
+  std::string json, flush_mode = "memset", dot_dir;
   bool quick = false, graph = true;
   std::string only, only_dtype, only_shape, only_mode;
   for (int i = 1; i < argc; ++i) {
@@ -205,17 +205,20 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--shape") && i + 1 < argc) only_shape = argv[++i];
     else if (!std::strcmp(argv[i], "--mode") && i + 1 < argc) only_mode = argv[++i];
     else if (!std::strcmp(argv[i], "--no-graph")) graph = false;
+    else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
+    else if (!std::strcmp(argv[i], "--flush") && i + 1 < argc) flush_mode = argv[++i];
+    else if (!std::strcmp(argv[i], "--dot") && i + 1 < argc) dot_dir = argv[++i];
     else {
       std::fprintf(stderr,
-                   "usage: %s [--reps N] [--csv out.csv] [--quick] [--only rms|ln] [--dtype bf16|fp32] "
-                   "[--shape ROWSxDIM] [--mode NAME] [--no-graph]\n",
+                   "usage: %s [--reps N] [--csv out.csv] [--json out.json] [--quick] [--only rms|ln] "
+                   "[--dtype bf16|fp32] [--shape ROWSxDIM] [--mode NAME] [--no-graph] "
+                   "[--flush memset|kernel|clean] [--dot DIR]\n",
                    argv[0]);
       return 2;
     }
   }
-  if (const char* f = std::getenv("TG_BENCH_FLUSH");
-      f && std::strcmp(f, "memset") && std::strcmp(f, "kernel") && std::strcmp(f, "clean")) {
-    std::fprintf(stderr, "norm_bench: TG_BENCH_FLUSH wants memset, kernel or clean, got %s\n", f);
+  if (flush_mode != "memset" && flush_mode != "kernel" && flush_mode != "clean") {
+    std::fprintf(stderr, "norm_bench: --flush wants memset, kernel or clean, got %s\n", flush_mode.c_str());
     return 2;
   }
   if (!cuda_is_available()) {
@@ -224,14 +227,13 @@ int main(int argc, char** argv) {
   }
   cudaDeviceProp prop;
   TG_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  Timer timer;
+  Timer timer(flush_mode, dot_dir);
   timer.use_graph = false;  // the copy is one call
   const double copy_bw = copy_bandwidth(timer);
   timer.use_graph = graph;
   std::printf("device: %s, %d SMs, L2 %.0f MB; copy bandwidth (read + write): %.0f GB/s; timing: %s; flush: %s\n",
               prop.name, prop.multiProcessorCount, prop.l2CacheSize / 1e6, copy_bw / 1e9,
-              graph ? "CUDA graph replay" : "direct calls", timer.flush_mode);
-  if (const char* t = std::getenv("TG_NORM_TPR")) std::printf("TG_NORM_TPR=%s\n", t);
+              graph ? "CUDA graph replay" : "direct calls", timer.flush_mode.c_str());
 
   std::vector<std::pair<int64_t, int64_t>> shapes = {{2048, 4096}, {4096, 4096}, {4096, 8192}, {8192, 4096},
                                                      {8192, 8192}, {16384, 8192}, {8192, 1500}, {8192, 3584},
@@ -311,6 +313,22 @@ int main(int argc, char** argv) {
                    (long long)r.dim, r.mode.c_str(), r.us, r.bytes, copy_bw);
     std::fclose(f);
     std::printf("\nwrote %s\n", csv);
+  }
+  if (!json.empty()) {
+    bench::JsonRows out("norm_bench", prop.name);
+    for (const auto& r : results)
+      out.add()
+          .str("op", r.op)
+          .str("dtype", r.dtype)
+          .num("rows", double(r.rows))
+          .num("dim", double(r.dim))
+          .str("mode", r.mode)
+          .num("us", r.us, 5)
+          .num("min_bytes", r.bytes, 10)
+          .num("copy_gbs", copy_bw / 1e9, 5)
+          .str("flush", timer.flush_mode);
+    out.write(json);
+    std::printf("wrote %s\n", json.c_str());
   }
   return 0;
 }

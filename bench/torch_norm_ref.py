@@ -8,22 +8,24 @@ flushes the L2 (as norm_bench times ours); median of --reps replays, in microsec
 decides what backward computes (frozen weight: no dW).
 
   python3 bench/torch_norm_ref.py [--reps N] [--quick] [--no-compile] [--ours norm.csv] [--csv out.csv]
-                                  [--only rms|ln] [--dtype bf16|fp32] [--shape ROWSxDIM] [--mode NAME]
-                                  [--backend eager|compile]
+                                  [--json out.json] [--only rms|ln] [--dtype bf16|fp32] [--shape ROWSxDIM]
+                                  [--mode NAME] [--backend eager|compile] [--flush memset|kernel|clean]
 
-TG_BENCH_FLUSH=clean (as for norm_bench) reads another 256 MB after the memset, so each call starts
-from an L2 of clean lines.
+--flush clean (as for norm_bench) reads another 256 MB after the memset, so each call starts from
+an L2 of clean lines ("kernel": PyTorch's flush is a fill kernel either way).
 
-With --ours (norm_bench --csv output) every row also shows our time and torch / ours.
+With --ours (norm_bench --csv output) every row also shows our time and torch / ours. --json
+writes the rows of bench/results/torch_norm.json.
 """
 import argparse
 import csv
-import os
 import statistics
 import sys
 
 import torch
 import torch.nn.functional as F
+
+from result_rows import write_rows
 
 SHAPES = [(2048, 4096), (4096, 4096), (4096, 8192), (8192, 4096), (8192, 8192), (16384, 8192),
           (8192, 1500), (8192, 3584), (262144, 128)]
@@ -32,13 +34,6 @@ RMS_MODES = [("full", True, True, False), ("frozen", True, False, False), ("dw_o
 LN_MODES = [("full", True, True, True), ("w_frozen", True, False, True), ("b_frozen", True, True, False),
             ("both_frozen", True, False, False), ("dw_only", False, True, True)]
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
-
-
-def flush_mode():
-    mode = os.environ.get("TG_BENCH_FLUSH", "memset")
-    if mode not in ("memset", "kernel", "clean"):
-        sys.exit(f"torch_norm_ref.py: TG_BENCH_FLUSH wants memset, kernel or clean, got {mode}")
-    return mode  # "kernel": PyTorch's flush is a fill kernel either way
 
 
 def shape_arg(s):
@@ -51,11 +46,11 @@ def shape_arg(s):
     return rows, dim
 
 
-def timer(reps, warmup=5):
+def timer(reps, flush_mode, warmup=5):
     flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
-    # TG_BENCH_FLUSH=clean (as in norm_bench): a read of another 256 MB after the memset, so
-    # the timed call starts from an L2 of clean lines.
-    clean = torch.zeros(64 << 20, dtype=torch.float32, device="cuda") if flush_mode() == "clean" else None
+    # --flush clean (as in norm_bench): a read of another 256 MB after the memset, so the timed
+    # call starts from an L2 of clean lines.
+    clean = torch.zeros(64 << 20, dtype=torch.float32, device="cuda") if flush_mode == "clean" else None
     start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
 
     def run(fn):
@@ -122,6 +117,8 @@ def main():
     ap.add_argument("--shape", type=shape_arg, help="ROWSxDIM: this problem instead of the list")
     ap.add_argument("--mode", choices=sorted({m[0] for m in RMS_MODES + LN_MODES}), help="one mask mode")
     ap.add_argument("--backend", choices=["eager", "compile"], help="one backend")
+    ap.add_argument("--flush", choices=["memset", "kernel", "clean"], default="memset")
+    ap.add_argument("--json", help="write our rows here as bench/results/torch_norm.json rows")
     args = ap.parse_args()
 
     ours, copy_bw = {}, None
@@ -131,11 +128,11 @@ def main():
                 ours[(r["op"], r["dtype"], int(r["rows"]), int(r["dim"]), r["mode"])] = float(r["us"])
                 copy_bw = float(r["copy_bw"])
 
-    run = timer(args.reps)
+    run = timer(args.reps, args.flush)
     backends = ["eager"] + ([] if args.no_compile else ["compile"])
     if args.backend:
         backends = [args.backend]
-    print(f"torch {torch.__version__} on {torch.cuda.get_device_name()}, flush: {flush_mode()}")
+    print(f"torch {torch.__version__} on {torch.cuda.get_device_name()}, flush: {args.flush}")
     hdr = f"{'backend':8} {'op':10} {'dtype':5} {'shape':13} {'mode':11} {'torch us':>9} {'GB/s':>7}"
     if ours:
         hdr += f" {'ours us':>9} {'torch/ours':>10}"
@@ -190,6 +187,11 @@ def main():
             wr = csv.writer(f)
             wr.writerow(["backend", "op", "dtype", "rows", "dim", "mode", "us", "min_bytes"])
             wr.writerows(rows_out)
+    if args.json:
+        write_rows(args.json, "torch_norm_ref", torch.cuda.get_device_name(),
+                   [{"backend": be, "op": op, "dtype": dn, "rows": r, "dim": d, "mode": m, "us": round(us, 2),
+                     "min_bytes": nb, "flush": args.flush, "torch": torch.__version__}
+                    for be, op, dn, r, d, m, us, nb in rows_out])
     if copy_bw:
         print(f"(our run's copy bandwidth: {copy_bw / 1e9:.0f} GB/s)")
     return 0

@@ -5,7 +5,9 @@ Reads the CSV files our benchmarks wrote (kind,name,dtype,shape,work,ms), times 
 in PyTorch on the same GPU (CUDA events around each call, warm-up, median of 50) and prints one
 table: ours vs torch, with the rate of each.
 
-    python3 bench/torch_ref_gemm_elementwise.py gemm.csv elementwise.csv
+    python3 bench/torch_ref_gemm_elementwise.py gemm.csv elementwise.csv [--json out.json]
+
+--json writes PyTorch's rows as bench/results/torch_gemm_elementwise.json holds them.
 """
 import csv
 import statistics
@@ -14,6 +16,8 @@ import time
 
 import torch
 import torch.nn.functional as F
+
+from result_rows import write_rows
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float64}
 
@@ -80,7 +84,7 @@ def ew_case(name, dtype, shape):
     return median_ms(cases[name])
 
 
-def main(paths):
+def main(paths, json_path=None):
     # Same numerics as ours: float32 GEMMs in full precision, float32 split-K reductions for bf16.
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
@@ -92,6 +96,7 @@ def main(paths):
     hdr = f"{'kind':<5} {'case':<20} {'dtype':<9} {'shape':<26} {'ours ms':>10} {'torch ms':>10} {'torch/ours':>10} {'ours rate':>12} {'torch rate':>12}"
     print(hdr)
     print("-" * len(hdr))
+    out = []
     for r in rows:
         dtype = DTYPES[r["dtype"]]
         work, ours = float(r["work"]), float(r["ms"])
@@ -104,11 +109,23 @@ def main(paths):
             continue
         print(f"{r['kind']:<5} {r['name']:<20} {r['dtype']:<9} {r['shape']:<26} {ours:>10.4f} {theirs:>10.4f} "
               f"{theirs / ours:>10.2f} {rate(ours):>8.1f} {unit:<4} {rate(theirs):>7.1f} {unit}")
+        out.append({"kind": r["kind"], "name": r["name"], "dtype": r["dtype"], "shape": r["shape"],
+                    "ms": round(theirs, 5), "torch": torch.__version__})
         torch.cuda.empty_cache()
     print("torch/ours > 1: ours is faster")
+    if json_path:
+        write_rows(json_path, "torch_ref_gemm_elementwise", torch.cuda.get_device_name(), out)
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 2:
+    argv = sys.argv[1:]
+    json_path = None
+    if "--json" in argv:
+        at = argv.index("--json")
+        if at + 1 >= len(argv):
+            sys.exit(__doc__)
+        json_path = argv[at + 1]
+        del argv[at:at + 2]
+    if not argv:
         sys.exit(__doc__)
-    main(sys.argv[1:])
+    main(argv, json_path)

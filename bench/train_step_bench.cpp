@@ -10,6 +10,8 @@
 #include <iostream>
 #include <vector>
 
+#include "bench/bench_json.h"
+#include "core/cuda/runtime.h"
 #include "examples/common/data.h"
 #include "examples/common/flags.h"
 #include "examples/common/precision.h"
@@ -20,6 +22,16 @@
 
 using namespace tg;
 
+namespace {
+// What the rows name as the machine: the GPU, or the CPU.
+std::string machine(Device device) {
+#ifdef TG_WITH_CUDA
+  if (device.is_cuda()) return cuda::device_name(device.index);
+#endif
+  return bench::cpu_name();
+}
+}  // namespace
+
 int main(int argc, char** argv) {
   examples::Flags flags("train_step_bench", "Times one training step of a toy-transformer config.");
   flags.add("config", "tiny", "tiny | small | bench-135m")
@@ -28,7 +40,8 @@ int main(int argc, char** argv) {
       .add("threads", "2", "CPU threads")
       .add("warmup", "3", "untimed steps")
       .add("steps", "20", "timed steps (the median is reported)")
-      .add("modes", "full,lora", "full and/or lora");
+      .add("modes", "full,lora", "full and/or lora")
+      .add("json", "", "also write the rows to this file (bench/results/train_step.json's rows)");
   try {
     if (!flags.parse(argc, argv)) return std::cout << flags.usage(), 0;
     set_num_threads(static_cast<int>(flags.integer("threads")));
@@ -38,6 +51,7 @@ int main(int argc, char** argv) {
     const int64_t B = examples::default_batch_size(flags.str("config")), T = c.max_position_embeddings;
     std::printf("%-12s %-5s %-7s %-5s %10s %10s %10s %8s %10s\n", "config", "mode", "device", "dtype", "ms/step",
                 "min ms", "tok/s", "threads", "peak MiB");
+    bench::JsonRows rows("train_step_bench", machine(device));
     for (const std::string& mode : flags.list("modes")) {
       Generator gen(0);
       auto model = std::make_shared<nn::LlamaForCausalLM>(c, gen);
@@ -68,7 +82,18 @@ int main(int argc, char** argv) {
       std::printf("%-12s %-5s %-7s %-5s %10.2f %10.2f %10.0f %8d %10.1f\n", flags.str("config").c_str(), mode.c_str(),
                   device.str().c_str(), flags.str("dtype").c_str(), med, ms.front(),
                   static_cast<double>(B * T) / (med / 1e3), get_num_threads(), peak_mib);
+      rows.add()
+          .str("config", flags.str("config"))
+          .str("mode", mode)
+          .str("device", device.is_cuda() ? "cuda" : "cpu")
+          .str("dtype", flags.str("dtype"))
+          .num("ms", med, 5)
+          .num("min_ms", ms.front(), 5)
+          .num("tok_s", static_cast<double>(B * T) / (med / 1e3), 5)
+          .num("threads", get_num_threads())
+          .num("peak_mib", peak_mib, 5);
     }
+    rows.write(flags.str("json"));
   } catch (const std::exception& e) {
     std::cerr << "error: " << e.what() << "\n";
     return 1;

@@ -28,7 +28,7 @@
 #include "examples/common/generate.h"
 #include "examples/common/precision.h"
 #include "examples/common/train_log.h"
-#include "io/checkpoint.h"
+#include "nn/checkpoint.h"
 #include "io/json.h"
 #include "nn/loss.h"
 #include "nn/pretrained.h"
@@ -303,7 +303,7 @@ int run(int argc, char** argv) {
       examples::copy_tokenizer_files(flags.str("base"), out + "/merged");
       std::printf("merged model: %s/merged (transformers' from_pretrained loads it)\n", out.c_str());
     } else {
-      io::save_state_dict(model, out + "/merged.safetensors");
+      nn::save_state_dict(model, out + "/merged.safetensors");
       std::printf("merged model: %s/merged.safetensors\n", out.c_str());
     }
   }

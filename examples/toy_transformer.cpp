@@ -16,7 +16,7 @@
 #include "examples/common/generate.h"
 #include "examples/common/precision.h"
 #include "examples/common/train_log.h"
-#include "io/checkpoint.h"
+#include "nn/checkpoint.h"
 #include "nn/llama.h"
 #include "optim/clip_grad.h"
 #include "optim/lr_scheduler.h"
@@ -115,7 +115,7 @@ int run(int argc, char** argv) {
   std::printf("== 1. pre-training on corpus A ==\n");
   train(*model, data_a, "pretrain", flags.integer("pretrain-steps"), flags.number("lr"), batch, seq, device, data_gen,
         out + "/pretrain_loss.csv");
-  io::save_state_dict(*model, out + "/base.safetensors", {{"config", config_name}});  // lora_finetune reads it
+  nn::save_state_dict(*model, out + "/base.safetensors", {{"config", config_name}});  // lora_finetune reads it
   model->to(dtype);  // the base LoRA adapts, evaluated in the same precision before and after
   const int eval_batches = static_cast<int>(flags.integer("eval-batches"));
   double a_before = examples::evaluate(*model, data_a, batch, seq, eval_batches, device);

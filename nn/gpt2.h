@@ -4,9 +4,9 @@
 //   transformer.h.{i}.ln_1.{weight,bias}, .attn.c_attn.{weight,bias}, .attn.c_proj.{weight,bias},
 //   .ln_2.{weight,bias}, .mlp.c_fc.{weight,bias}, .mlp.c_proj.{weight,bias},
 //   transformer.ln_f.{weight,bias}, lm_head.weight (= transformer.wte.weight)
-// NOTE: transformers stores c_attn, c_proj and c_fc as Conv1D with weights [in, out]; tapegrad
-// keeps them as Linear [out, in]. Loading a Hugging Face checkpoint must transpose those four
-// weights per block (a later loader does it).
+// transformers stores c_attn, c_proj and c_fc as Conv1D with weights [in, out]; tapegrad keeps
+// them as Linear [out, in], and nn/pretrained.h transposes those four weights per block when it
+// reads or writes a transformers folder.
 #pragma once
 
 #include <cstdint>

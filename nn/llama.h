@@ -1,5 +1,5 @@
-// The toy transformer: the Llama architecture with Hugging Face's parameter names
-// (shared/spec/toy-transformer.md), so checkpoints and peft adapters carry over.
+// The Llama architecture with transformers' parameter names (LlamaForCausalLM), so checkpoints
+// and peft adapters carry over.
 //
 //   tg::manual_seed(0);
 //   auto model = std::make_shared<tg::nn::LlamaForCausalLM>(tg::nn::LlamaConfig::tiny());

@@ -17,7 +17,7 @@ struct LayerNormBackward final : Node {
   bool has_weight = false;
 
   const char* name() const override { return "layer_norm"; }
-  std::string variant(const GradMask& m) const override { return variant_of(m[0], m[1], m[2]); }
+  std::string variant(const GradMask& m) const override { return norm_variant({m[0], m[1], m[2]}); }
 
   std::vector<Tensor> backward(const std::vector<Tensor>& g, const GradMask& mask) override {
     const bool dx_on = mask[0], dw_on = mask[1], db_on = mask[2];

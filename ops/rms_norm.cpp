@@ -21,7 +21,7 @@ struct RmsNormBackward final : Node {
   const char* name() const override { return fused ? "fused_add_rms_norm" : "rms_norm"; }
   bool wants_dx(const GradMask& m) const { return fused ? (m[0] || m[1]) : m[0]; }
   bool wants_dw(const GradMask& m) const { return m[fused ? 2 : 1]; }
-  std::string variant(const GradMask& m) const override { return variant_of(wants_dx(m), wants_dw(m), false); }
+  std::string variant(const GradMask& m) const override { return norm_variant({wants_dx(m), wants_dw(m), false}); }
 
   std::vector<Tensor> backward(const std::vector<Tensor>& g, const GradMask& mask) override {
     const bool dx_on = wants_dx(mask), dw_on = wants_dw(mask);

@@ -79,13 +79,4 @@ inline void finish_param_grads(const char* op, const Tensor& dw, const Tensor& d
   }
 }
 
-// "dx,dw,db" for the gradients a mask selects (what plans print and the kernel traces name).
-inline std::string variant_of(bool dx, bool dw, bool db) {
-  std::string v;
-  if (dx) v += "dx";
-  if (dw) v += v.empty() ? "dw" : ",dw";
-  if (db) v += v.empty() ? "db" : ",db";
-  return v.empty() ? "none" : v;
-}
-
 }  // namespace tg::norm_internal

@@ -18,19 +18,46 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <type_traits>
+#include <utility>
 
 #include "core/bfloat16.h"  // TG_HOST_DEVICE
 #include "core/tensor.h"
 
 namespace tg {
 
-// The KernelTrace event of a backward variant, e.g. "rms_norm.backward<dx,dw>".
-inline std::string norm_backward_event(const char* op, bool dx, bool dw, bool db) {
+// ---- the mask -> kernel variant mechanism of both norm ops, on both backends ----
+// The gradients one norm backward computes; the op derives it from the engine's mask, the
+// backends from which outputs are defined.
+struct NormGrads {
+  bool dx = false, dw = false, db = false;
+};
+// "dx,dw,db" for the gradients computed ("none" for none): what plans print and traces name.
+inline std::string norm_variant(NormGrads g) {
   std::string v;
-  if (dx) v += "dx";
-  if (dw) v += v.empty() ? "dw" : ",dw";
-  if (db) v += v.empty() ? "db" : ",db";
-  return std::string(op) + ".backward<" + (v.empty() ? "none" : v) + ">";
+  for (const auto& [on, name] : {std::pair{g.dx, "dx"}, std::pair{g.dw, "dw"}, std::pair{g.db, "db"}})
+    if (on) v += (v.empty() ? "" : ",") + std::string(name);
+  return v.empty() ? "none" : v;
+}
+// The KernelTrace event of a backward variant, e.g. "rms_norm.backward<dx,dw>".
+inline std::string norm_backward_event(const char* op, NormGrads g) {
+  return std::string(op) + ".backward<" + norm_variant(g) + ">";
+}
+// Calls f(bool_constant<DX>, bool_constant<DW>, bool_constant<DB>) for g: every variant is its
+// own instantiation, so a frozen parameter runs code without its gradient. Nothing for none.
+template <class F>
+void with_norm_variant(NormGrads g, F&& f) {
+  using std::bool_constant;
+  auto db = [&](auto dx, auto dw) {
+    if (g.db) f(dx, dw, bool_constant<true>{});
+    else if constexpr (decltype(dx)::value || decltype(dw)::value) f(dx, dw, bool_constant<false>{});
+  };
+  auto dw = [&](auto dx) {
+    if (g.dw) db(dx, bool_constant<true>{});
+    else db(dx, bool_constant<false>{});
+  };
+  if (g.dx) dw(bool_constant<true>{});
+  else dw(bool_constant<false>{});
 }
 
 // ---- row math shared by the CPU and CUDA kernels (A is float or double) ----

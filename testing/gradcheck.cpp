@@ -21,6 +21,8 @@ int64_t offset_of(const Tensor& t, int64_t i) {
   return off;
 }
 
+}  // namespace
+
 std::string index_str(const Shape& shape, int64_t i) {
   Shape idx(shape.size());
   for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) {
@@ -29,8 +31,6 @@ std::string index_str(const Shape& shape, int64_t i) {
   }
   return detail::to_text(idx);
 }
-
-}  // namespace
 
 GradcheckResult gradcheck(const std::function<Tensor()>& fn, const std::vector<Tensor>& wrt,
                           GradcheckOptions opts) {

@@ -34,4 +34,7 @@ struct GradcheckResult {
 GradcheckResult gradcheck(const std::function<Tensor()>& fn, const std::vector<Tensor>& wrt,
                           GradcheckOptions opts = {});
 
+// The multi-index of row-major element i of `shape` as text, e.g. "[1, 2]" (what the reports name).
+std::string index_str(const Shape& shape, int64_t i);
+
 }  // namespace tg::testing

@@ -7,15 +7,6 @@
 namespace tg::testing {
 namespace {
 
-std::string index_str(const Shape& shape, int64_t i) {
-  Shape idx(shape.size());
-  for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) {
-    idx[d] = i % shape[d];
-    i /= shape[d];
-  }
-  return detail::to_text(idx);
-}
-
 ::testing::AssertionResult mismatch_header(const char* got_expr, const char* want_expr, const Tensor& got,
                                            const Tensor& want) {
   if (!got.defined() || !want.defined())

@@ -60,6 +60,7 @@ TG_OP_CASES({
      [](const Inputs& x) { return apply_rotary(transpose(x[0], 1, 2), x[1], x[2]); }},
     {"rope_strided", {S{{4, 6}, S::Normal, 0, true, true}, S{{4, 6}, S::Normal, 0, false}, S{{4, 6}, S::Normal, 0, false}},
      [](const Inputs& x) { return apply_rotary(x[0], x[1], x[2]); }},
+    {"rotate_half", {S{{2, 3, 6}}}, [](const Inputs& x) { return rotate_half(x[0]); }},
 });
 
 }  // namespace

@@ -26,9 +26,9 @@ TG_OP_CASES({
     {"silu", {kOdd}, [](const Inputs& x) { return silu(x[0]); }},
     {"pow_2_5", {kPos}, [](const Inputs& x) { return pow(x[0], 2.5); }},
     {"pow_neg1", {kPos}, [](const Inputs& x) { return pow(x[0], -1.0); }},
-    {"scalar_arith", {kOdd}, [](const Inputs& x) { return (x[0] * 3.0 + 1.5) / 2.0 - 0.25; }},
-    {"scalar_over_tensor", {kPos}, [](const Inputs& x) { return 2.0 / x[0]; }},
-    {"unary_strided", {kStrided}, [](const Inputs& x) { return silu(x[0]); }},
+    {"mul_add_div_sub_scalars", {kOdd}, [](const Inputs& x) { return (x[0] * 3.0 + 1.5) / 2.0 - 0.25; }},
+    {"div_scalar_by_tensor", {kPos}, [](const Inputs& x) { return 2.0 / x[0]; }},
+    {"silu_strided", {kStrided}, [](const Inputs& x) { return silu(x[0]); }},
     {"add", {kOdd, kOdd}, [](const Inputs& x) { return x[0] + x[1]; }},
     {"sub", {kOdd, kOdd}, [](const Inputs& x) { return x[0] - x[1]; }},
     {"mul", {kOdd, kOdd}, [](const Inputs& x) { return x[0] * x[1]; }},
@@ -37,8 +37,8 @@ TG_OP_CASES({
     {"add_broadcast_row", {S{{4, 3, 17}}, S{{17}}}, [](const Inputs& x) { return x[0] + x[1]; }},
     {"mul_broadcast_both", {S{{4, 1, 5}}, S{{3, 1}}}, [](const Inputs& x) { return x[0] * x[1]; }},
     {"div_broadcast", {S{{3, 5}}, S{{3, 1}, S::Positive}}, [](const Inputs& x) { return x[0] / x[1]; }},
-    {"binary_strided", {kStrided, S{{6, 9}}}, [](const Inputs& x) { return x[0] * x[1] - x[0]; }},
-    {"same_input_twice", {kOdd}, [](const Inputs& x) { return x[0] * x[0] + x[0]; }},
+    {"mul_sub_strided", {kStrided, S{{6, 9}}}, [](const Inputs& x) { return x[0] * x[1] - x[0]; }},
+    {"mul_same_input_twice", {kOdd}, [](const Inputs& x) { return x[0] * x[0] + x[0]; }},
 });
 
 }  // namespace

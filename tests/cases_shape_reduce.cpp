@@ -13,8 +13,10 @@ const S k3d{{3, 4, 5}};
 TG_OP_CASES({
     {"reshape", {k3d}, [](const Inputs& x) { return reshape(x[0], {4, -1}) * 2.0; }},
     {"reshape_copy", {S{{4, 6}, S::Normal, 0, true, true}}, [](const Inputs& x) { return reshape(x[0], {3, 8}) * 2.0; }},
-    {"view_flatten", {k3d}, [](const Inputs& x) { return flatten(x[0], 1) * 2.0; }},
+    {"view", {k3d}, [](const Inputs& x) { return view(x[0], {5, -1}) * 2.0; }},
+    {"flatten", {k3d}, [](const Inputs& x) { return flatten(x[0], 1) * 2.0; }},
     {"squeeze_unsqueeze", {S{{3, 1, 5}}}, [](const Inputs& x) { return unsqueeze(squeeze(x[0], 1), 0) * 2.0; }},
+    {"unsqueeze", {S{{3, 5}}}, [](const Inputs& x) { return unsqueeze(x[0], -1) * 2.0; }},
     {"transpose", {k3d}, [](const Inputs& x) { return transpose(x[0], 0, 2) * 2.0; }},
     {"permute", {k3d}, [](const Inputs& x) { return permute(x[0], {2, 0, 1}) * 2.0; }},
     {"slice_step", {S{{9, 5}}}, [](const Inputs& x) { return slice(x[0], 0, 1, 8, 3) * 2.0; }},
@@ -38,6 +40,7 @@ TG_OP_CASES({
     {"max_dim", {k3d}, [](const Inputs& x) { return max(x[0], 1); }},
     {"max_keepdim_last", {k3d}, [](const Inputs& x) { return max(x[0], -1, true); }},
     {"max_all", {k3d}, [](const Inputs& x) { return max(x[0]); }},
+    {"sum_to", {k3d}, [](const Inputs& x) { return sum_to(x[0], {4, 1}); }},
 });
 
 }  // namespace

@@ -41,6 +41,13 @@ int register_op_cases(std::vector<OpCase> cases);
 const std::vector<OpCase>& op_cases();
 const OpCase& op_case(const std::string& name);
 
+// The public functions of the op headers under `ops_dir` (ops/<op>.h with an ops/<op>.cpp): the
+// names declared at namespace tg scope, operators included, each once (overloads are one name).
+std::vector<std::string> public_op_functions(const std::string& ops_dir);
+// The public function a case exercises: the longest of `functions` that the case's name equals or
+// starts with followed by '_' ("log_softmax_last": log_softmax, not log); empty if none.
+std::string op_of_case(const std::string& case_name, const std::vector<std::string>& functions);
+
 // A fresh random input for `spec` (float inputs in `dtype`), on `device`.
 Tensor make_input(const InputSpec& spec, Generator& gen, DType dtype, Device device);
 

@@ -20,6 +20,7 @@
 #include "ops/layer_norm.h"
 #include "ops/reduce.h"
 #include "ops/rms_norm.h"
+#include "ops/rms_norm_kernels.h"
 #include "ops/unary.h"
 #include "testing/testing.h"
 #include "tests/test_support.h"
@@ -136,33 +137,23 @@ class Norms : public ::testing::TestWithParam<Device> {
   Device dev() const { return GetParam(); }
 };
 
-// The kernel-variant flags a mode selects.
-struct Flags {
-  bool dx, dw, db;
-};
-Flags flags_of(const Problem& p, const Mode& m) {
+// The kernel variant a mode selects.
+NormGrads grads_of(const Problem& p, const Mode& m) {
   return {m.x || (p.kind == Kind::Fused && m.res), p.has_w && m.w, p.kind == Kind::Ln && p.has_b && m.b};
-}
-std::string variant_of(Flags f) {
-  std::string v;
-  if (f.dx) v += "dx";
-  if (f.dw) v += v.empty() ? "dw" : ",dw";
-  if (f.db) v += v.empty() ? "db" : ",db";
-  return v;
 }
 
 // Checks one mode against the all run of the same problem.
 void check_mode(const Problem& p, const Mode& m, const NormRun& all, const NormRun& part) {
   const std::string op = op_name(p.kind);
-  const Flags f = flags_of(p, m);
+  const NormGrads f = grads_of(p, m);
   SCOPED_TRACE(op + " mode " + m.name + "\nevents:\n" + str_of(part.events) + "plan:\n" + part.plan);
   // The pruned variant ran, and only it.
-  EXPECT_TRUE(has_event(part, op + ".backward<" + variant_of(f) + ">"));
+  EXPECT_TRUE(has_event(part, op + ".backward<" + norm_variant(f) + ">"));
   EXPECT_EQ(count_prefix(part, op + ".backward<"), 1u);
   EXPECT_EQ(has_event(part, op + ".dw_reduce"), f.dw);
   EXPECT_EQ(has_event(part, op + ".db_reduce"), f.db);
   // The plan names it too.
-  EXPECT_NE(part.plan.find(op + "[" + variant_of(f) + "]"), std::string::npos);
+  EXPECT_NE(part.plan.find(op + "[" + norm_variant(f) + "]"), std::string::npos);
   // Frozen inputs get nothing; the rest match the all run (dx bitwise).
   EXPECT_EQ(part.dx.defined(), m.x);
   EXPECT_EQ(part.dres.defined(), p.kind == Kind::Fused && m.res);
@@ -235,6 +226,26 @@ TEST_P(Norms, WeightGradientIsBitwiseReproducible) {
 }
 
 // Against the same function composed of basic differentiable ops, in float64 on the CPU.
+TEST(NormVariant, NamesEachMaskAndInstantiatesItOnce) {
+  EXPECT_EQ(norm_variant({true, false, false}), "dx");
+  EXPECT_EQ(norm_variant({true, true, true}), "dx,dw,db");
+  EXPECT_EQ(norm_variant({false, false, true}), "db");
+  EXPECT_EQ(norm_variant({}), "none");
+  EXPECT_EQ(norm_backward_event("layer_norm", {false, true, true}), "layer_norm.backward<dw,db>");
+  // with_norm_variant calls f once with the mask as compile-time flags, and not at all for none.
+  for (int m = 0; m < 8; ++m) {
+    const NormGrads g{bool(m & 1), bool(m & 2), bool(m & 4)};
+    int calls = 0;
+    NormGrads seen;
+    with_norm_variant(g, [&](auto dx, auto dw, auto db) {
+      ++calls;
+      seen = {dx(), dw(), db()};
+    });
+    EXPECT_EQ(calls, m ? 1 : 0) << norm_variant(g);
+    if (m) EXPECT_EQ(norm_variant(seen), norm_variant(g));
+  }
+}
+
 TEST(NormsReference, MatchesComposedOpsInFloat64) {
   Generator gen(11);
   const TensorOptions o{kFloat64, Device::cpu()};

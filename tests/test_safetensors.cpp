@@ -11,7 +11,7 @@
 
 #include "core/factory.h"
 #include "core/primitives.h"
-#include "io/checkpoint.h"
+#include "nn/checkpoint.h"
 #include "io/file.h"
 #include "io/json.h"
 #include "io/safetensors.h"
@@ -327,16 +327,16 @@ TEST_F(SafetensorsTest, SaveIntoReadOnlyDirectoryFailsCleanly) {
 TEST_F(SafetensorsTest, ModuleCheckpointRoundTrip) {
   TempDir dir;
   nn::Linear a(5, 3, true, gen), b(5, 3, true, gen);
-  io::save_state_dict(a, dir / "lin.safetensors");
+  nn::save_state_dict(a, dir / "lin.safetensors");
   auto names = safetensors::load_file(dir / "lin.safetensors");
   EXPECT_EQ(names.size(), 2u);
   EXPECT_TRUE(names.count("weight") && names.count("bias"));
-  io::load_state_dict_file(b, dir / "lin.safetensors");
+  nn::load_state_dict_file(b, dir / "lin.safetensors");
   EXPECT_TENSOR_EQ(b.weight, a.weight);
   EXPECT_TENSOR_EQ(b.bias, a.bias);
   nn::Linear c(5, 4, true, gen);
   try {
-    io::load_state_dict_file(c, dir / "lin.safetensors");
+    nn::load_state_dict_file(c, dir / "lin.safetensors");
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("lin.safetensors"), std::string::npos) << e.what();

@@ -1,14 +1,12 @@
-// Helpers for .cu files: return-code checks that raise tg::Error naming the call, the current
-// stream, launch sizing, strided indexing and float32 loads/stores of any element type.
+// Host-side helpers for .cu files: return-code checks that raise tg::Error naming the call, the
+// current stream, device properties, launch sizing and strided indexing. What kernels share on
+// the device (packs, conversions, alignment, dtype dispatch) is core/cuda/device_utils.cuh.
 #pragma once
 
-#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <type_traits>
 
-#include "core/bfloat16.h"
 #include "core/error.h"
 #include "core/tensor.h"
 
@@ -56,43 +54,5 @@ struct StridedIndex {
 };
 // Index of `t` iterated in the shape `shape` with `strides` (defaults: t's own).
 StridedIndex strided_index(const Shape& shape, const Shape& strides);
-
-template <class T>
-__device__ __forceinline__ float to_float(T v) {
-  return static_cast<float>(v);
-}
-template <class T>
-__device__ __forceinline__ T from_float(float v) {
-  if constexpr (std::is_same_v<T, bf16>) return bf16(v);
-  else return static_cast<T>(v);
-}
-
-// Value conversion on the device with the CPU's semantics (tg::convert): bf16 goes through
-// float, float -> bf16 rounds to nearest even in one instruction (NaN stays NaN).
-template <class D, class S>
-__device__ __forceinline__ D cvt(S v) {
-  if constexpr (std::is_same_v<D, S>) {
-    return v;
-  } else if constexpr (std::is_same_v<S, bf16>) {
-    return static_cast<D>(__uint_as_float(static_cast<unsigned>(v.bits) << 16));
-  } else if constexpr (std::is_same_v<D, bf16>) {
-    bf16 r;
-    r.bits = __bfloat16_as_ushort(__float2bfloat16_rn(static_cast<float>(v)));
-    return r;
-  } else {
-    return static_cast<D>(v);
-  }
-}
-
-// N elements of T with the alignment of their total size: one 16-byte load/store when
-// N * sizeof(T) == 16 (LDG.128 / STG.128), several when larger.
-template <class T, int N>
-struct alignas(sizeof(T) * N) Vec {
-  T v[N];
-};
-
-inline bool aligned_to(const void* p, size_t bytes) {
-  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
-}
 
 }  // namespace tg::cuda

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/cuda/cuda_utils.cuh"
+#include "core/cuda/device_utils.cuh"
 
 namespace tg::cuda {
 
@@ -107,18 +108,18 @@ __global__ void ew_vec_kernel(EwArgs<TO, TI, NI> a, int64_t n, F f) {
   const int64_t nvec = n / V;
   const int64_t tid = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   for (int64_t v = tid; v < nvec; v += int64_t(gridDim.x) * blockDim.x) {
-    Vec<TI, V> x[NI > 0 ? NI : 1];
+    Pack<TI, V> x[NI > 0 ? NI : 1];
 #pragma unroll
-    for (int k = 0; k < NI; ++k) x[k] = reinterpret_cast<const Vec<TI, V>*>(a.in[k])[v];
-    Vec<TO, V> y;
+    for (int k = 0; k < NI; ++k) x[k] = reinterpret_cast<const Pack<TI, V>*>(a.in[k])[v];
+    Pack<TO, V> y;
 #pragma unroll
     for (int j = 0; j < V; ++j) {
       TI xs[NI > 0 ? NI : 1];
 #pragma unroll
-      for (int k = 0; k < NI; ++k) xs[k] = x[k].v[j];
-      y.v[j] = ew_apply<F, TI, NI>(f, xs);
+      for (int k = 0; k < NI; ++k) xs[k] = x[k].get(j);
+      y.set(j, ew_apply<F, TI, NI>(f, xs));
     }
-    reinterpret_cast<Vec<TO, V>*>(a.out)[v] = y;
+    reinterpret_cast<Pack<TO, V>*>(a.out)[v] = y;
   }
   const int64_t t = nvec * V + tid;
   if (t < n) {
@@ -140,26 +141,26 @@ __global__ void ew_vec_strided_kernel(EwArgs<TO, TI, NI> a, OffsetCalc<NI + 1> o
   for (I i = blockIdx.x * I(blockDim.x) + threadIdx.x; i < nvec; i += I(gridDim.x) * blockDim.x) {
     int64_t off[NI + 1];
     oc.get(i, off);
-    Vec<TI, V> x[NI > 0 ? NI : 1];
+    Pack<TI, V> x[NI > 0 ? NI : 1];
 #pragma unroll
     for (int k = 0; k < NI; ++k) {
       if (bcast >> k & 1u) {
         const TI v = a.in[k][off[k + 1]];
 #pragma unroll
-        for (int j = 0; j < V; ++j) x[k].v[j] = v;
+        for (int j = 0; j < V; ++j) x[k].set(j, v);
       } else {
-        x[k] = *reinterpret_cast<const Vec<TI, V>*>(a.in[k] + off[k + 1]);
+        x[k] = *reinterpret_cast<const Pack<TI, V>*>(a.in[k] + off[k + 1]);
       }
     }
-    Vec<TO, V> y;
+    Pack<TO, V> y;
 #pragma unroll
     for (int j = 0; j < V; ++j) {
       TI xs[NI > 0 ? NI : 1];
 #pragma unroll
-      for (int k = 0; k < NI; ++k) xs[k] = x[k].v[j];
-      y.v[j] = ew_apply<F, TI, NI>(f, xs);
+      for (int k = 0; k < NI; ++k) xs[k] = x[k].get(j);
+      y.set(j, ew_apply<F, TI, NI>(f, xs));
     }
-    *reinterpret_cast<Vec<TO, V>*>(a.out + off[0]) = y;
+    *reinterpret_cast<Pack<TO, V>*>(a.out + off[0]) = y;
   }
 }
 
@@ -201,16 +202,16 @@ void launch_elementwise(const char* op, const Tensor& out, const std::array<Tens
   OffsetCalc<NI + 1> oc = make_offset_calc<NI + 1>(op, out.shape(), strides);
 
   constexpr int V = 16 / (sizeof(TO) > sizeof(TI) ? sizeof(TO) : sizeof(TI));
-  bool aligned = aligned_to(args.out, V * sizeof(TO));
-  for (int k = 0; k < NI; ++k) aligned = aligned && aligned_to(args.in[k], V * sizeof(TI));
-  if (oc.contiguous() && aligned) {
+  bool all_aligned = aligned(args.out, V * sizeof(TO));
+  for (int k = 0; k < NI; ++k) all_aligned = all_aligned && aligned(args.in[k], V * sizeof(TI));
+  if (oc.contiguous() && all_aligned) {
     int64_t work = std::max<int64_t>(n / V, n % V);
     ew_vec_kernel<V, TO, TI, NI, F><<<blocks_for(work, kThreads), kThreads, 0, s>>>(args, n, f);
     TG_CUDA_CHECK_LAUNCH(op);
     return;
   }
   // Whole-vector rows (see ew_vec_strided_kernel)?
-  bool rows_of_vectors = aligned && oc.ndim >= 1 && oc.sizes[0] % V == 0 && oc.strides[0][0] == 1;
+  bool rows_of_vectors = all_aligned && oc.ndim >= 1 && oc.sizes[0] % V == 0 && oc.strides[0][0] == 1;
   unsigned bcast = 0;
   for (int k = 0; k <= NI && rows_of_vectors; ++k) {
     const int64_t inner = oc.strides[0][k];

@@ -109,6 +109,13 @@ int64_t l2_bytes(int device) {
   return st.l2_bytes;
 }
 
+std::string device_name(int device) {
+  state(device);  // checks the device exists
+  cudaDeviceProp prop;
+  TG_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  return prop.name;
+}
+
 void* allocate(int device, size_t nbytes) {
   DeviceState& st = state(device);  // a missing device is an error even for an empty tensor
   if (nbytes == 0) return nullptr;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 
 #include "core/device.h"
 #include "core/memory.h"
@@ -13,6 +14,8 @@
 namespace tg::cuda {
 
 int device_count();
+// The device's product name, e.g. "NVIDIA H200".
+std::string device_name(int device);
 
 // Caching allocator: freed blocks go to per-size-class free lists and are handed out again
 // without cudaMalloc, so a training step reaches a steady state with no device allocations.

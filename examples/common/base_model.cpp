@@ -3,7 +3,8 @@
 #include <filesystem>
 
 #include "core/error.h"
-#include "io/checkpoint.h"
+#include "nn/checkpoint.h"
+#include "io/file.h"
 #include "io/file.h"
 #include "io/safetensors.h"
 #include "nn/pretrained.h"
@@ -43,7 +44,7 @@ BaseModel load_base(const std::string& base, const std::string& toy_config) {
     name = meta.count("config") ? meta["config"] : "tiny";
   }
   auto model = std::make_shared<tg::nn::LlamaForCausalLM>(tg::nn::LlamaConfig::by_name(name));
-  tg::io::load_state_dict_file(*model, base);
+  tg::nn::load_state_dict_file(*model, base);
   out.model = model;
   out.architecture = "LlamaForCausalLM";
   out.context = model->config.max_position_embeddings;

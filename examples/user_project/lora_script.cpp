@@ -8,7 +8,7 @@ int main() {
   manual_seed(0);
   nn::LlamaConfig cfg = nn::LlamaConfig::tiny();
   auto model = std::make_shared<nn::LlamaForCausalLM>(cfg);
-  // io::load_state_dict_file(*model, "base.safetensors");      // start from a pretrained base
+  // nn::load_state_dict_file(*model, "base.safetensors");      // start from a pretrained base
   peft::LoraConfig lora;                                          // r 8, alpha 16, q/k/v/o_proj
   peft::apply_lora(*model, lora);                                 // everything else frozen
   peft::print_trainable_parameters(*model);

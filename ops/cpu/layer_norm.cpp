@@ -14,21 +14,11 @@ void layer_norm_forward(const Tensor& y, const Tensor& mean, const Tensor& rstd,
 
 void layer_norm_backward(const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& partial,
                          const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd) {
-  // The seven variants, each its own instantiation.
   dispatch_floating(dy.dtype(), "layer_norm", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    const Tensor none;
-#define TG_LN_BWD(DX, DW, DB)                                                                \
-  if (dx.defined() == DX && dw.defined() == DW && db.defined() == DB)                        \
-    return norm_detail::backward<T, true, DX, DW, DB>("layer_norm", dx, dw, db, partial, dy, x, w, mean, rstd, none);
-    TG_LN_BWD(true, true, true)
-    TG_LN_BWD(true, false, true)
-    TG_LN_BWD(true, true, false)
-    TG_LN_BWD(true, false, false)
-    TG_LN_BWD(false, true, true)
-    TG_LN_BWD(false, true, false)
-    TG_LN_BWD(false, false, true)
-#undef TG_LN_BWD
+    with_norm_variant({dx.defined(), dw.defined(), db.defined()}, [&](auto DX, auto DW, auto DB) {
+      norm_detail::backward<typename decltype(tag)::type, true, DX(), DW(), DB()>("layer_norm", dx, dw, db, partial, dy,
+                                                                                 x, w, mean, rstd, Tensor());
+    });
   });
 }
 

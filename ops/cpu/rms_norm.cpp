@@ -1,6 +1,5 @@
 // CPU rms_norm / fused_add_rms_norm kernels, and the partial-buffer query layer_norm shares (the
 // templates are in ops/cpu/rms_norm_common.h).
-#include "core/trace.h"
 #include "ops/cpu/rms_norm_common.h"
 #include "ops/rms_norm_kernels.h"
 
@@ -17,14 +16,11 @@ void rms_norm_forward(const Tensor& y, const Tensor& r, const Tensor& rstd, cons
 void rms_norm_backward(const char* op, const Tensor& dx, const Tensor& dw, const Tensor& partial, const Tensor& dy,
                        const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dres) {
   dispatch_floating(dy.dtype(), op, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    const Tensor none;
-    if (dx.defined() && dw.defined())
-      norm_detail::backward<T, false, true, true, false>(op, dx, dw, none, partial, dy, x, w, none, rstd, dres);
-    else if (dx.defined())
-      norm_detail::backward<T, false, true, false, false>(op, dx, dw, none, partial, dy, x, w, none, rstd, dres);
-    else if (dw.defined())
-      norm_detail::backward<T, false, false, true, false>(op, dx, dw, none, partial, dy, x, w, none, rstd, dres);
+    with_norm_variant({dx.defined(), dw.defined(), false}, [&](auto DX, auto DW, auto DB) {
+      if constexpr (!DB())
+        norm_detail::backward<typename decltype(tag)::type, false, DX(), DW(), false>(op, dx, dw, Tensor(), partial,
+                                                                                     dy, x, w, Tensor(), rstd, dres);
+    });
   });
 }
 

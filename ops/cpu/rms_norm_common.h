@@ -100,7 +100,7 @@ void backward(const char* op, const Tensor& dx, const Tensor& dw, const Tensor& 
               const Tensor& dres) {
   using A = acc_t<T>;
   constexpr bool kNeedX = DX || DW;  // db alone reads only dy
-  KernelTrace::record(norm_backward_event(op, DX, DW, DB));
+  KernelTrace::record(norm_backward_event(op, {DX, DW, DB}));
   const int64_t dim = dy.shape().back(), rows = dim ? dy.numel() / dim : 0;
   const T* pdy = dy.data_ptr<T>();
   const T* px = kNeedX ? x.data_ptr<T>() : nullptr;

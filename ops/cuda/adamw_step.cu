@@ -5,9 +5,9 @@
 #include <climits>
 
 #include "core/cuda/cuda_utils.cuh"
+#include "core/cuda/device_utils.cuh"
 #include "core/trace.h"
 #include "ops/adamw_step_kernels.h"
-#include "ops/cuda/nn_common.cuh"
 
 namespace tg::cuda {
 namespace {
@@ -32,10 +32,6 @@ struct LaunchArgs {
 // The kernel-parameter limit every toolkit and architecture accepts.
 static_assert(sizeof(LaunchArgs) + sizeof(AdamWHyper<float>) <= 4096, "AdamW launch arguments exceed 4 KiB");
 
-__device__ __forceinline__ bool aligned(const void* p, size_t bytes) {
-  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
-}
-
 // adamw_update (ops/adamw_step_kernels.h) on every element of the launch's tensors. Block b
 // updates elements [kChunk c, kChunk (c + 1)) of the tensor that holds block b (c: b's index among
 // that tensor's blocks), found by a binary search over first_block; each thread updates four
@@ -59,26 +55,28 @@ __global__ void __launch_bounds__(kThreads) adamw_multi_tensor_kernel(LaunchArgs
   const T* g = static_cast<const T*>(a.g) + i;
   float* m = a.m + i;
   float* v = a.v + i;
-  if (i + 4 <= a.n && aligned(p, sizeof(Vec<T, 4>)) && aligned(g, sizeof(Vec<T, 4>)) && aligned(m, 16) &&
+  if (i + 4 <= a.n && aligned(p, sizeof(Pack<T, 4>)) && aligned(g, sizeof(Pack<T, 4>)) && aligned(m, 16) &&
       aligned(v, 16)) {
-    Vec<T, 4> pv = *reinterpret_cast<const Vec<T, 4>*>(p);
-    const Vec<T, 4> gv = *reinterpret_cast<const Vec<T, 4>*>(g);
-    Vec<float, 4> mv = *reinterpret_cast<const Vec<float, 4>*>(m), vv = *reinterpret_cast<const Vec<float, 4>*>(v);
+    Pack<T, 4> pv = *reinterpret_cast<const Pack<T, 4>*>(p);
+    const Pack<T, 4> gv = *reinterpret_cast<const Pack<T, 4>*>(g);
+    Pack<float, 4> mv = *reinterpret_cast<const Pack<float, 4>*>(m), vv = *reinterpret_cast<const Pack<float, 4>*>(v);
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-      float pf = to_float(pv.v[k]);
-      adamw_update(pf, mv.v[k], vv.v[k], to_float(gv.v[k]), h, a.scale);
-      pv.v[k] = cvt<T>(pf);
+      float pf = cvt<float>(pv.get(k)), mf = mv.get(k), vf = vv.get(k);
+      adamw_update(pf, mf, vf, cvt<float>(gv.get(k)), h, a.scale);
+      pv.set(k, cvt<T>(pf));
+      mv.set(k, mf);
+      vv.set(k, vf);
     }
-    *reinterpret_cast<Vec<T, 4>*>(p) = pv;
-    *reinterpret_cast<Vec<float, 4>*>(m) = mv;
-    *reinterpret_cast<Vec<float, 4>*>(v) = vv;
+    *reinterpret_cast<Pack<T, 4>*>(p) = pv;
+    *reinterpret_cast<Pack<float, 4>*>(m) = mv;
+    *reinterpret_cast<Pack<float, 4>*>(v) = vv;
     return;
   }
   const int64_t len = a.n - i < 4 ? a.n - i : 4;
   for (int64_t k = 0; k < len; ++k) {
-    float pf = to_float(p[k]);
-    adamw_update(pf, m[k], v[k], to_float(g[k]), h, a.scale);
+    float pf = cvt<float>(p[k]);
+    adamw_update(pf, m[k], v[k], cvt<float>(g[k]), h, a.scale);
     p[k] = cvt<T>(pf);
   }
 }
@@ -87,7 +85,7 @@ __global__ void __launch_bounds__(kThreads) adamw_multi_tensor_kernel(LaunchArgs
 
 void adamw_step(const std::vector<AdamWSlot>& slots, const AdamWHyper<double>& hyper) {
   if (slots.empty()) return;
-  nn::dispatch_float(slots[0].param.dtype(), "adamw_step_", [&](auto tag) {
+  dispatch_gpu_float(slots[0].param.dtype(), "adamw_step_", [&](auto tag) {
     using T = typename decltype(tag)::type;
     cudaStream_t stream = stream_for(slots[0].param);
     const AdamWHyper<float> h{static_cast<float>(hyper.one_minus_beta1), static_cast<float>(hyper.beta2),

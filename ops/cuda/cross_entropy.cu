@@ -36,7 +36,7 @@ __global__ void cross_entropy_forward(float* loss, float* lse, const T* logits, 
       loss[row] = std::numeric_limits<float>::quiet_NaN();
       index_check::report(flag, index_check::kCrossEntropy, t, classes);
     } else {
-      loss[row] = l - to_float(x[t]);
+      loss[row] = l - cvt<float>(x[t]);
     }
   }
 }
@@ -53,7 +53,7 @@ __global__ void cross_entropy_reduce_kernel(T* out, float* count, const float* l
   sum = nn::block_sum(sum);
   n = nn::block_sum(n);
   if (threadIdx.x == 0) {
-    out[0] = nn::store<T>(mean ? sum / n : sum);  // all ignored: 0 / 0 = nan, as in PyTorch
+    out[0] = cvt<T>(mean ? sum / n : sum);  // all ignored: 0 / 0 = nan, as in PyTorch
     if (count) count[0] = n;
   }
 }
@@ -66,11 +66,11 @@ __global__ void cross_entropy_backward_kernel(T* dlogits, const T* grad, int64_t
   const int64_t t = static_cast<int64_t>(targets[row]);
   T* d = dlogits + row * classes;
   if (t == ignore_index || t < 0 || t >= classes) {
-    const T zero = nn::store<T>(0.f);
+    const T zero = cvt<T>(0.f);
     for (int64_t j = threadIdx.x; j < classes; j += blockDim.x) d[j] = zero;
     return;
   }
-  const float scale = to_float(grad[row * grad_step]) / (count ? count[0] : 1.f), ll = lse[row] * nn::kLog2e;
+  const float scale = cvt<float>(grad[row * grad_step]) / (count ? count[0] : 1.f), ll = lse[row] * nn::kLog2e;
   const T* x = logits + row * ld;
   nn::map_row(d, x, x, classes, threadIdx.x, blockDim.x,
               [=](int64_t j, float v, float) { return scale * (nn::exp_sub(v, ll) - (j == t ? 1.f : 0.f)); });
@@ -82,9 +82,9 @@ void cross_entropy(const Tensor& loss_rows, const Tensor& lse, const Tensor& log
                    int64_t ignore_index) {
   const int device = logits.device().index;
   index_check::raise_pending(device);
-  nn::dispatch_float(logits.dtype(), "cross_entropy", [&](auto tag) {
+  dispatch_gpu_float(logits.dtype(), "cross_entropy", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    nn::dispatch_index(targets.dtype(), "cross_entropy", [&](auto itag) {
+    dispatch_index(targets.dtype(), "cross_entropy", [&](auto itag) {
       using I = typename decltype(itag)::type;
       cudaStream_t s = stream_for(logits);
       const T* px = logits.data_ptr<T>();
@@ -100,9 +100,9 @@ void cross_entropy(const Tensor& loss_rows, const Tensor& lse, const Tensor& log
 
 void cross_entropy_reduce(const Tensor& out, const Tensor& count, const Tensor& loss_rows, const Tensor& targets,
                           int64_t ignore_index, bool mean) {
-  nn::dispatch_float(out.dtype(), "cross_entropy", [&](auto tag) {
+  dispatch_gpu_float(out.dtype(), "cross_entropy", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    nn::dispatch_index(targets.dtype(), "cross_entropy", [&](auto itag) {
+    dispatch_index(targets.dtype(), "cross_entropy", [&](auto itag) {
       using I = typename decltype(itag)::type;
       cross_entropy_reduce_kernel<T, I><<<1, kReduceThreads, 0, stream_for(out)>>>(
           out.data_ptr<T>(), count.defined() ? count.data_ptr<float>() : nullptr, loss_rows.data_ptr<float>(),
@@ -115,9 +115,9 @@ void cross_entropy_reduce(const Tensor& out, const Tensor& count, const Tensor& 
 void cross_entropy_backward(const Tensor& dlogits, const Tensor& grad, const Tensor& lse, const Tensor& logits,
                             const Tensor& targets, int64_t ignore_index, const Tensor& count) {
   index_check::raise_pending(logits.device().index);
-  nn::dispatch_float(logits.dtype(), "cross_entropy", [&](auto tag) {
+  dispatch_gpu_float(logits.dtype(), "cross_entropy", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    nn::dispatch_index(targets.dtype(), "cross_entropy", [&](auto itag) {
+    dispatch_index(targets.dtype(), "cross_entropy", [&](auto itag) {
       using I = typename decltype(itag)::type;
       const T* px = logits.data_ptr<T>();
       T* pd = dlogits.data_ptr<T>();

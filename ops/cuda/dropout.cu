@@ -4,18 +4,13 @@
 // A contiguous, aligned x moves its four elements with one load and one store per thread.
 // Memory traffic: each element of x read once, each of out written once; no mask is stored.
 #include "core/cuda/cuda_utils.cuh"
-#include "ops/cuda/nn_common.cuh"
+#include "core/cuda/device_utils.cuh"
 #include "ops/dropout_kernels.h"
 
 namespace tg::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-
-template <class T>
-struct alignas(4 * sizeof(T)) Quad {
-  T v[4];
-};
 
 enum Layout { kQuads, kContiguous, kStrided };
 
@@ -26,19 +21,19 @@ __global__ void dropout_kernel(T* out, const T* x, StridedIndex xi, int64_t n, u
   for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < blocks; c += int64_t(gridDim.x) * blockDim.x) {
     const unsigned keep = dropout_keep4(seed, first, static_cast<uint64_t>(c), p);
     if (L == kQuads && 4 * c + 3 < n) {
-      const Quad<T> in = reinterpret_cast<const Quad<T>*>(x)[c];
-      Quad<T> o;
+      const Pack<T, 4> in = reinterpret_cast<const Pack<T, 4>*>(x)[c];
+      Pack<T, 4> o;
 #pragma unroll
-      for (int k = 0; k < 4; ++k) o.v[k] = nn::store<T>((keep >> k) & 1u ? to_float(in.v[k]) * scale : 0.f);
-      reinterpret_cast<Quad<T>*>(out)[c] = o;
+      for (int k = 0; k < 4; ++k) o.set(k, cvt<T>((keep >> k) & 1u ? cvt<float>(in.get(k)) * scale : 0.f));
+      reinterpret_cast<Pack<T, 4>*>(out)[c] = o;
       continue;
     }
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       const int64_t i = 4 * c + k;
       if (i >= n) break;
-      const float v = to_float(x[L == kStrided ? xi.offset(i) : i]);
-      out[i] = nn::store<T>((keep >> k) & 1u ? v * scale : 0.f);
+      const float v = cvt<float>(x[L == kStrided ? xi.offset(i) : i]);
+      out[i] = cvt<T>((keep >> k) & 1u ? v * scale : 0.f);
     }
   }
 }
@@ -46,7 +41,7 @@ __global__ void dropout_kernel(T* out, const T* x, StridedIndex xi, int64_t n, u
 }  // namespace
 
 void dropout(const Tensor& out, const Tensor& x, uint64_t seed, uint64_t first_counter, float p, double scale) {
-  nn::dispatch_float(x.dtype(), "dropout", [&](auto tag) {
+  dispatch_gpu_float(x.dtype(), "dropout", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const int64_t n = out.numel();
     const unsigned grid = blocks_for((n + 3) / 4, kThreads);
@@ -54,8 +49,7 @@ void dropout(const Tensor& out, const Tensor& x, uint64_t seed, uint64_t first_c
     T* po = out.data_ptr<T>();
     const T* px = x.data_ptr<T>();
     const float sc = static_cast<float>(scale);
-    auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % (4 * sizeof(T)) == 0; };
-    if (x.is_contiguous() && aligned(px) && aligned(po))
+    if (x.is_contiguous() && aligned(px, sizeof(Pack<T, 4>)) && aligned(po, sizeof(Pack<T, 4>)))
       dropout_kernel<T, kQuads><<<grid, kThreads, 0, s>>>(po, px, StridedIndex{}, n, seed, first_counter, p, sc);
     else if (x.is_contiguous())
       dropout_kernel<T, kContiguous><<<grid, kThreads, 0, s>>>(po, px, StridedIndex{}, n, seed, first_counter, p, sc);

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "core/cuda/cuda_utils.cuh"
-#include "ops/cuda/nn_common.cuh"
+#include "core/cuda/device_utils.cuh"
 #include "ops/masked_fill_kernels.h"
 
 namespace tg::cuda {
@@ -85,7 +85,7 @@ void dispatch_mask(DType t, F&& f) {
 }  // namespace
 
 void masked_fill(const Tensor& out, const Tensor& x, const Tensor& mask, double value) {
-  nn::dispatch_float(x.dtype(), "masked_fill", [&](auto tag) {
+  dispatch_gpu_float(x.dtype(), "masked_fill", [&](auto tag) {
     using T = typename decltype(tag)::type;
     dispatch_mask(mask.dtype(), [&](auto mtag) {
       using M = typename decltype(mtag)::type;

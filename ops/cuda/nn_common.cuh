@@ -1,6 +1,6 @@
-// Helpers shared by the CUDA kernels of softmax, cross_entropy, embedding, dropout and
-// masked_fill: the float32/bfloat16 dispatch, 16-byte packs and row walks that use them, and
-// warp/block reductions of sums and online-softmax states. Everything accumulates in float32.
+// Helpers shared by the CUDA kernels of softmax, cross_entropy and masked_fill: row walks in
+// 16-byte packs (core/cuda/device_utils.cuh) and warp / block reductions of sums and
+// online-softmax states. Everything accumulates in float32.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -8,62 +8,10 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "core/cuda/cuda_utils.cuh"
-#include "core/type_dispatch.h"
+#include "core/cuda/device_utils.cuh"
 #include "ops/softmax_math.h"
 
 namespace tg::cuda::nn {
-
-// float32 and bfloat16 only: float64 exists for the CPU's gradient checks.
-template <class F>
-void dispatch_float(DType t, const char* op, F&& f) {
-  switch (t) {
-    case kFloat32: f(type_tag<float>{}); return;
-    case kBFloat16: f(type_tag<bf16>{}); return;
-    case kFloat64:
-      fail(op, "float64 is not supported on CUDA (float64 is CPU-only, for gradient checks); use "
-           "float32 or bfloat16");
-    default: fail(op, "wants a floating-point tensor (float32 or bfloat16 on CUDA), got ", t);
-  }
-}
-
-template <class F>
-void dispatch_index(DType t, const char* op, F&& f) {
-  switch (t) {
-    case kInt32: f(type_tag<int32_t>{}); return;
-    case kInt64: f(type_tag<int64_t>{}); return;
-    default: fail(op, "wants an integer index tensor (int32 or int64), got ", t);
-  }
-}
-
-// 16 bytes of T, loaded or stored with one instruction: 4 floats or 8 bfloat16s.
-template <class T>
-struct alignas(16) Pack {
-  static constexpr int kSize = 16 / sizeof(T);
-  T v[kSize];
-};
-
-inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
-// Whether rows of n elements starting at base, base + ld, ... are all whole 16-byte packs.
-template <class T>
-bool packable(const void* base, int64_t n, int64_t ld) {
-  constexpr int P = Pack<T>::kSize;
-  return aligned16(base) && n % P == 0 && ld % P == 0;
-}
-
-// float -> T for stores: bfloat16 rounds to nearest even in one instruction (the CPU's bf16(float)
-// rounds the same way, so finite values match bit for bit).
-template <class T>
-__device__ __forceinline__ T store(float v) {
-  if constexpr (std::is_same_v<T, bf16>) {
-    bf16 r;
-    r.bits = __bfloat16_as_ushort(__float2bfloat16_rn(v));
-    return r;
-  } else {
-    return static_cast<T>(v);
-  }
-}
 
 // exp(v - m) as exp2(v * log2(e) - m * log2(e)), given m_log2e = m * log2(e): one FMA and one
 // MUFU.EX2 instead of expf's range reduction. The extra relative error, about |m| * 2^-24, is far
@@ -152,7 +100,7 @@ struct RowSplit {
 };
 template <class T>
 __device__ __forceinline__ RowSplit split_row(const T* p, int64_t n, bool vec = true) {
-  constexpr int P = Pack<T>::kSize;
+  constexpr int P = kPack16<T>;
   const uintptr_t mis = reinterpret_cast<uintptr_t>(p) % 16;
   if (!vec || mis % sizeof(T) != 0) return {n, 0};
   const int64_t head = mis == 0 ? 0 : min(n, static_cast<int64_t>((16 - mis) / sizeof(T)));
@@ -168,72 +116,72 @@ __device__ __forceinline__ bool same_phase(const void* a, const void* b) {
 // consecutive addresses throughout (coalesced).
 template <class T, class F>
 __device__ __forceinline__ void for_row(const T* row, int64_t n, int t, int nt, F&& f) {
-  constexpr int P = Pack<T>::kSize;
+  constexpr int P = kPack16<T>;
   const RowSplit sp = split_row(row, n);
-  for (int64_t j = t; j < sp.head; j += nt) f(j, to_float(row[j]));
-  const Pack<T>* packs = reinterpret_cast<const Pack<T>*>(row + sp.head);
+  for (int64_t j = t; j < sp.head; j += nt) f(j, cvt<float>(row[j]));
+  const Pack<T, P>* packs = reinterpret_cast<const Pack<T, P>*>(row + sp.head);
   for (int64_t k = t; k < sp.packs; k += nt) {
-    const Pack<T> pk = packs[k];
+    const Pack<T, P> pk = packs[k];
 #pragma unroll
-    for (int q = 0; q < P; ++q) f(sp.head + k * P + q, to_float(pk.v[q]));
+    for (int q = 0; q < P; ++q) f(sp.head + k * P + q, cvt<float>(pk.get(q)));
   }
-  for (int64_t j = sp.head + sp.packs * P + t; j < n; j += nt) f(j, to_float(row[j]));
+  for (int64_t j = sp.head + sp.packs * P + t; j < n; j += nt) f(j, cvt<float>(row[j]));
 }
 
 // This thread's online-softmax state over its share of a row (see for_row).
 template <class T>
 __device__ __forceinline__ OnlineSoftmax<float> row_stats(const T* row, int64_t n, int t, int nt) {
-  constexpr int P = Pack<T>::kSize;
+  constexpr int P = kPack16<T>;
   OnlineSoftmax<float> st;
   const RowSplit sp = split_row(row, n);
-  for (int64_t j = t; j < sp.head; j += nt) online_add(st, to_float(row[j]));
-  const Pack<T>* packs = reinterpret_cast<const Pack<T>*>(row + sp.head);
+  for (int64_t j = t; j < sp.head; j += nt) online_add(st, cvt<float>(row[j]));
+  const Pack<T, P>* packs = reinterpret_cast<const Pack<T, P>*>(row + sp.head);
   for (int64_t k = t; k < sp.packs; k += nt) {
-    const Pack<T> pk = packs[k];
+    const Pack<T, P> pk = packs[k];
     float v[P];
 #pragma unroll
-    for (int q = 0; q < P; ++q) v[q] = to_float(pk.v[q]);
+    for (int q = 0; q < P; ++q) v[q] = cvt<float>(pk.get(q));
     online_add(st, v);
   }
-  for (int64_t j = sp.head + sp.packs * P + t; j < n; j += nt) online_add(st, to_float(row[j]));
+  for (int64_t j = sp.head + sp.packs * P + t; j < n; j += nt) online_add(st, cvt<float>(row[j]));
   return st;
 }
 
 // f(j, a[j], b[j]) over this thread's share of two rows read together.
 template <class T, class F>
 __device__ __forceinline__ void for_row2(const T* a, const T* b, int64_t n, int t, int nt, F&& f) {
-  constexpr int P = Pack<T>::kSize;
+  constexpr int P = kPack16<T>;
   const RowSplit sp = split_row(a, n, same_phase(a, b));
-  for (int64_t j = t; j < sp.head; j += nt) f(j, to_float(a[j]), to_float(b[j]));
-  const Pack<T>* pa = reinterpret_cast<const Pack<T>*>(a + sp.head);
-  const Pack<T>* pb = reinterpret_cast<const Pack<T>*>(b + sp.head);
+  for (int64_t j = t; j < sp.head; j += nt) f(j, cvt<float>(a[j]), cvt<float>(b[j]));
+  const Pack<T, P>* pa = reinterpret_cast<const Pack<T, P>*>(a + sp.head);
+  const Pack<T, P>* pb = reinterpret_cast<const Pack<T, P>*>(b + sp.head);
   for (int64_t k = t; k < sp.packs; k += nt) {
-    const Pack<T> va = pa[k], vb = pb[k];
+    const Pack<T, P> va = pa[k], vb = pb[k];
 #pragma unroll
-    for (int q = 0; q < P; ++q) f(sp.head + k * P + q, to_float(va.v[q]), to_float(vb.v[q]));
+    for (int q = 0; q < P; ++q) f(sp.head + k * P + q, cvt<float>(va.get(q)), cvt<float>(vb.get(q)));
   }
-  for (int64_t j = sp.head + sp.packs * P + t; j < n; j += nt) f(j, to_float(a[j]), to_float(b[j]));
+  for (int64_t j = sp.head + sp.packs * P + t; j < n; j += nt) f(j, cvt<float>(a[j]), cvt<float>(b[j]));
 }
 
 // out[j] = f(j, a[j], b[j]) over this thread's share of a row (b may equal a: then f ignores
 // its third argument). Packs when out, a and b share a split, else element by element.
 template <class T, class F>
 __device__ __forceinline__ void map_row(T* out, const T* a, const T* b, int64_t n, int t, int nt, F&& f) {
-  constexpr int P = Pack<T>::kSize;
+  constexpr int P = kPack16<T>;
   const RowSplit sp = split_row(a, n, same_phase(out, a) && same_phase(b, a));
-  for (int64_t j = t; j < sp.head; j += nt) out[j] = store<T>(f(j, to_float(a[j]), to_float(b[j])));
-  const Pack<T>* pa = reinterpret_cast<const Pack<T>*>(a + sp.head);
-  const Pack<T>* pb = reinterpret_cast<const Pack<T>*>(b + sp.head);
-  Pack<T>* po = reinterpret_cast<Pack<T>*>(out + sp.head);
+  for (int64_t j = t; j < sp.head; j += nt) out[j] = cvt<T>(f(j, cvt<float>(a[j]), cvt<float>(b[j])));
+  const Pack<T, P>* pa = reinterpret_cast<const Pack<T, P>*>(a + sp.head);
+  const Pack<T, P>* pb = reinterpret_cast<const Pack<T, P>*>(b + sp.head);
+  Pack<T, P>* po = reinterpret_cast<Pack<T, P>*>(out + sp.head);
   for (int64_t k = t; k < sp.packs; k += nt) {
-    const Pack<T> va = pa[k], vb = pb[k];
-    Pack<T> vo;
+    const Pack<T, P> va = pa[k], vb = pb[k];
+    float vo[P];
 #pragma unroll
-    for (int q = 0; q < P; ++q) vo.v[q] = store<T>(f(sp.head + k * P + q, to_float(va.v[q]), to_float(vb.v[q])));
-    po[k] = vo;
+    for (int q = 0; q < P; ++q) vo[q] = f(sp.head + k * P + q, cvt<float>(va.get(q)), cvt<float>(vb.get(q)));
+    po[k] = pack_of<T, P>(vo);
   }
   for (int64_t j = sp.head + sp.packs * P + t; j < n; j += nt)
-    out[j] = store<T>(f(j, to_float(a[j]), to_float(b[j])));
+    out[j] = cvt<T>(f(j, cvt<float>(a[j]), cvt<float>(b[j])));
 }
 
 }  // namespace tg::cuda::nn

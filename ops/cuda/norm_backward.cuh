@@ -21,22 +21,16 @@ namespace tg::cuda::normk {
 // bitwise the same dx.
 template <class T, int N, int ITERS, bool LN, bool DW, bool DB, bool RES>
 __global__ void __launch_bounds__(max_tpr(ITERS), min_blocks(ITERS, DW || DB, std::is_same_v<T, float> && !(DW || DB)))
-    norm_bwd_kernel(BwdArgs a) {
+    norm_bwd_kernel(BwdArgs<T> a) {
   using P = Pack<T, N>;
   __shared__ float smem[2 * 32 * 2];
-  const T* dy = static_cast<const T*>(a.dy);
-  const T* x = static_cast<const T*>(a.x);
-  const T* w = static_cast<const T*>(a.w);
-  const T* dres = static_cast<const T*>(a.dres);
-  T* dx = static_cast<T*>(a.dx);
   const GroupLane gl = group_lane(a.tpr, a.gpb);
   const int group = gl.group, lane = gl.lane;
   const RowRead rr = row_read(a.evict_first);
   int phase = 0;
-  // dW / dB accumulators: shared memory, each thread its own slots (no atomics, no conflicts:
-  // slot (part, i, q) of the group's region is an array over the group's lanes).
+  // dW / dB accumulators: few per thread in registers, more in the thread's own shared-memory
+  // slots (slot (part, i, q) of the group's region is an array over its lanes: no conflicts).
   constexpr int PARTS = int(DW) + int(DB), C = N < 4 ? N : 4, NC = N / C;
-  // Few accumulated elements per thread: registers; more: the shared-memory slots.
   constexpr bool kRegAcc = ITERS * N * PARTS <= 8;
   [[maybe_unused]] float wreg[DW && kRegAcc ? ITERS : 1][DW && kRegAcc ? N : 1] = {};
   [[maybe_unused]] float breg[DB && kRegAcc ? ITERS : 1][DB && kRegAcc ? N : 1] = {};
@@ -58,15 +52,15 @@ __global__ void __launch_bounds__(max_tpr(ITERS), min_blocks(ITERS, DW || DB, st
     const int64_t off = row * a.dim;
     P dyv[ITERS], xv[ITERS], wv[ITERS];
     bool in[ITERS];
-    // Issue every load of the row before the first use; zeros outside it add nothing.
+    // Every load of the row before the first use; zeros outside it add nothing.
 #pragma unroll
     for (int i = 0; i < ITERS; ++i) {
       const int v = lane + i * a.tpr;
       in[i] = valid && v < a.nv;
       if (in[i]) {
-        load_row(dyv[i], dy + off + v * N, rr);
-        load_row(xv[i], x + off + v * N, rr);
-        load_weight(wv[i], w, v);
+        load_row(dyv[i], a.dy + off + v * N, rr);
+        load_row(xv[i], a.x + off + v * N, rr);
+        load_weight(wv[i], a.w, v);
       } else {
         zero_pack(dyv[i]);
         zero_pack(xv[i]);
@@ -78,7 +72,6 @@ __global__ void __launch_bounds__(max_tpr(ITERS), min_blocks(ITERS, DW || DB, st
       rs = a.rstd[row];
       if (LN) mu = a.mean[row];
     }
-    // Pass 1 over the registers: the sums dx needs, and this row's dW / dB terms.
     float sums[LN ? 2 : 1] = {};
 #pragma unroll
     for (int i = 0; i < ITERS; ++i)
@@ -93,14 +86,10 @@ __global__ void __launch_bounds__(max_tpr(ITERS), min_blocks(ITERS, DW || DB, st
         if constexpr (DB && kRegAcc)
 #pragma unroll
           for (int k = 0; k < C; ++k) ab.v[k] = breg[i][q * C + k];
-#pragma unroll
-        for (int k = 0; k < C; ++k) {
-          const int e = q * C + k;
-          const float d = elem(dyv[i], e), xc = centered<LN>(elem(xv[i], e), mu);
-          add_dx_sums<LN>(sums, __fmul_rn(d, elem(wv[i], e)), xc);
-          if constexpr (DW) aw.v[k] = dw_term(aw.v[k], d, xc, rs);
-          if constexpr (DB) ab.v[k] = __fadd_rn(ab.v[k], d);
-        }
+        add_row_terms<LN>(sums, dyv[i], xv[i], wv[i], mu, q * C, q * C + C, [&](int e, float d, float xc) {
+          if constexpr (DW) aw.v[e - q * C] = dw_term(aw.v[e - q * C], d, xc, rs);
+          if constexpr (DB) ab.v[e - q * C] = __fadd_rn(ab.v[e - q * C], d);
+        });
         if constexpr (DW && !kRegAcc) acc_store(&slot(0, i, q), aw);
         if constexpr (DB && !kRegAcc) acc_store(&slot(PARTS - 1, i, q), ab);
         if constexpr (DW && kRegAcc)
@@ -110,7 +99,6 @@ __global__ void __launch_bounds__(max_tpr(ITERS), min_blocks(ITERS, DW || DB, st
 #pragma unroll
           for (int k = 0; k < C; ++k) breg[i][q * C + k] = ab.v[k];
       }
-    // Pass 2: dx from the row's sums.
     group_sum(sums, a.tpr, smem, phase);
     const DxCoef kc = dx_coef<LN>(sums, rs, a.inv_dim);
 #pragma unroll
@@ -118,15 +106,10 @@ __global__ void __launch_bounds__(max_tpr(ITERS), min_blocks(ITERS, DW || DB, st
       if (!in[i]) continue;
       const int v = lane + i * a.tpr;
       P rv;
-      if constexpr (RES) load_row(rv, dres + off + v * N, rr);
+      if constexpr (RES) load_row(rv, a.dres + off + v * N, rr);
       float out[N];
-#pragma unroll
-      for (int e = 0; e < N; ++e) {
-        const float d = elem(dyv[i], e);
-        out[e] = dx_of<LN>(__fmul_rn(d, elem(wv[i], e)), centered<LN>(elem(xv[i], e), mu), kc);
-        if constexpr (RES) out[e] = __fadd_rn(out[e], elem(rv, e));
-      }
-      store<Access::plain>(dx + off + v * N, pack_of<T, N>(out));
+      dx_values<LN>(out, dyv[i], xv[i], wv[i], mu, kc, rv, RES);
+      store_pack<Access::plain>(a.dx + off + v * N, pack_of<T, N>(out));
     }
   }
 
@@ -215,10 +198,8 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, unsigned parity) {
       "r"(parity)
       : "memory");
 }
-// Global -> shared bulk copy of `bytes` (a multiple of 16, both addresses 16-byte aligned).
-// No L2 policy here: with an evict-first policy the staged kernel took LayerNorm bf16 8192x3584
-// 86 us instead of 66 (H200, runs 25 and 27), and so it did with a plain copy chosen at run time
-// beside the hinted one; the gain elsewhere was at most 2.5% (bf16 RMSNorm 2048x4096).
+// Global -> shared bulk copy of `bytes` (a multiple of 16, both addresses 16-byte aligned). No
+// L2 policy: a hinted copy slowed this kernel by 30% at one shape, even beside a plain one.
 __device__ __forceinline__ void bulk_load(void* dst, const void* src, unsigned bytes, uint64_t* bar) {
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
                    smem_u32(dst)),
@@ -233,10 +214,8 @@ constexpr int kMaxStages = 8;
 constexpr int kStagedMaxElems = 16;
 // Two blocks per multiprocessor (64 registers a thread) when a thread holds one vector of the
 // row and keeps at most 16 floats beyond it (dW / dB accumulators, the residual gradient's
-// elements), or two vectors and fewer than 16 floats; otherwise one block, rather than spilling
-// more. (LayerNorm bf16 with dW and dB at one vector a thread: 64 registers and 16 bytes of
-// spill; left to 72 registers it ran one 512-thread block a multiprocessor. H200: 8192x4096 full
-// 86 -> 73 us; 8192x3584, whose 448-thread blocks already fitted two, 62 -> 67.)
+// elements), or two vectors and fewer than 16 floats; otherwise one block rather than spilling
+// more (a small spill at two blocks still beat one block of 72 registers).
 constexpr int staged_min_blocks(int iters, int kept) {
   return (iters == 1 ? kept <= 16 : iters == 2 && kept < 16) ? 2 : 1;
 }
@@ -244,7 +223,7 @@ constexpr int kStageHeader = 128;  // the mbarriers, before the first stage
 
 template <class T, int N, int ITERS, bool LN, bool DW, bool DB, bool RES>
 __global__ void __launch_bounds__(kMaxTpr, staged_min_blocks(ITERS, ITERS * N * (int(DW) + int(DB) + int(RES))))
-    norm_bwd_staged_kernel(BwdArgs a, int stages) {
+    norm_bwd_staged_kernel(BwdArgs<T> a, int stages) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
   // Compiled for a GPU without the bulk-copy engine: staged_supported() keeps the planner away.
   __trap();
@@ -253,11 +232,6 @@ __global__ void __launch_bounds__(kMaxTpr, staged_min_blocks(ITERS, ITERS * N * 
   extern __shared__ __align__(128) unsigned char staged_smem[];
   __shared__ float smem[2 * 32 * 2];
   uint64_t* bars = reinterpret_cast<uint64_t*>(staged_smem);
-  const T* dy = static_cast<const T*>(a.dy);
-  const T* x = static_cast<const T*>(a.x);
-  const T* w = static_cast<const T*>(a.w);
-  const T* dres = static_cast<const T*>(a.dres);
-  T* dx = static_cast<T*>(a.dx);
   const int lane = threadIdx.x;  // one row per block: the group is the block
   const unsigned row_bytes = unsigned(a.dim) * sizeof(T);
   const unsigned stage_bytes = 2 * row_bytes;  // x, then dy
@@ -270,8 +244,8 @@ __global__ void __launch_bounds__(kMaxTpr, staged_min_blocks(ITERS, ITERS * N * 
     const int64_t row = first + k * step;
     unsigned char* dst = stage(s);
     mbar_expect_tx(&bars[s], stage_bytes);
-    bulk_load(dst, x + row * a.dim, row_bytes, &bars[s]);
-    bulk_load(dst + row_bytes, dy + row * a.dim, row_bytes, &bars[s]);
+    bulk_load(dst, a.x + row * a.dim, row_bytes, &bars[s]);
+    bulk_load(dst + row_bytes, a.dy + row * a.dim, row_bytes, &bars[s]);
   };
   if (threadIdx.x == 0) {
     for (int s = 0; s < stages; ++s) mbar_init(&bars[s], 1);
@@ -285,7 +259,7 @@ __global__ void __launch_bounds__(kMaxTpr, staged_min_blocks(ITERS, ITERS * N * 
 #pragma unroll
   for (int i = 0; i < ITERS; ++i) {
     const int v = lane + i * a.tpr;
-    if (v < a.nv) load_weight(wv[i], w, v);
+    if (v < a.nv) load_weight(wv[i], a.w, v);
     else zero_pack(wv[i]);
   }
   [[maybe_unused]] float wacc[DW ? ITERS : 1][DW ? N : 1] = {};
@@ -310,7 +284,7 @@ __global__ void __launch_bounds__(kMaxTpr, staged_min_blocks(ITERS, ITERS * N * 
 #pragma unroll
       for (int i = 0; i < ITERS; ++i) {
         const int v = lane + i * a.tpr;
-        if (v < a.nv) load<Access::plain>(rv[i], dres + off + v * N);
+        if (v < a.nv) load_pack<Access::plain>(rv[i], a.dres + off + v * N);
       }
     mbar_wait(&bars[s], unsigned((k / stages) & 1));
     const T* xs = reinterpret_cast<const T*>(stage(s));
@@ -332,13 +306,10 @@ __global__ void __launch_bounds__(kMaxTpr, staged_min_blocks(ITERS, ITERS * N * 
     float sums[LN ? 2 : 1] = {};
 #pragma unroll
     for (int i = 0; i < ITERS; ++i)
-#pragma unroll
-      for (int e = 0; e < N; ++e) {
-        const float d = elem(dyv[i], e), xc = centered<LN>(elem(xv[i], e), mu);
-        add_dx_sums<LN>(sums, __fmul_rn(d, elem(wv[i], e)), xc);
+      add_row_terms<LN>(sums, dyv[i], xv[i], wv[i], mu, 0, N, [&](int e, float d, float xc) {
         if constexpr (DW) wacc[i][e] = dw_term(wacc[i][e], d, xc, rs);
         if constexpr (DB) bacc[i][e] = __fadd_rn(bacc[i][e], d);
-      }
+      });
     // The reduction's barrier also means every thread has its vectors: the stage is refilled.
     group_sum(sums, a.tpr, smem, phase);
     if (threadIdx.x == 0 && k + stages < mine) {
@@ -350,13 +321,8 @@ __global__ void __launch_bounds__(kMaxTpr, staged_min_blocks(ITERS, ITERS * N * 
     for (int i = 0; i < ITERS; ++i) {
       if (!in[i]) continue;
       float out[N];
-#pragma unroll
-      for (int e = 0; e < N; ++e) {
-        const float d = elem(dyv[i], e);
-        out[e] = dx_of<LN>(__fmul_rn(d, elem(wv[i], e)), centered<LN>(elem(xv[i], e), mu), kc);
-        if constexpr (RES) out[e] = __fadd_rn(out[e], elem(rv[i], e));
-      }
-      store<Access::plain>(dx + off + (lane + i * a.tpr) * N, pack_of<T, N>(out));
+      dx_values<LN>(out, dyv[i], xv[i], wv[i], mu, kc, rv[i], RES);
+      store_pack<Access::plain>(a.dx + off + (lane + i * a.tpr) * N, pack_of<T, N>(out));
     }
   }
   if constexpr (DW || DB) {
@@ -385,20 +351,13 @@ __global__ void __launch_bounds__(kMaxTpr, staged_min_blocks(ITERS, ITERS * N * 
 }
 
 // Looping backward for rows too wide for registers (gpb == 1), dx alone: pass 1 the sums dx
-// needs, pass 2 dx. Pass 2 re-reads x and dy (mostly from L2). dW / dB of such rows come from
-// the tiled kernel in a second launch (launch_backward). Accumulating them here needed a
-// partial row as wide as the row for every block, a buffer as large as the input (H200,
-// LayerNorm bf16 256x65536 with dW and dB: 460 us that way, 80 in two launches, 51 for dx
-// alone).
+// needs, pass 2 dx, re-reading x and dy (mostly from L2). dW / dB of such rows come from the
+// tiled kernel in a second launch: accumulating them here needs a row-wide partial row for
+// every block, a buffer as large as the input.
 template <class T, int N, bool LN>
-__global__ void __launch_bounds__(1024) norm_bwd_loop_kernel(BwdArgs a) {
+__global__ void __launch_bounds__(1024) norm_bwd_loop_kernel(BwdArgs<T> a) {
   using P = Pack<T, N>;
   __shared__ float smem[2 * 32 * 2];
-  const T* dy = static_cast<const T*>(a.dy);
-  const T* x = static_cast<const T*>(a.x);
-  const T* w = static_cast<const T*>(a.w);
-  const T* dres = static_cast<const T*>(a.dres);
-  T* dx = static_cast<T*>(a.dx);
   const int lane = threadIdx.x;
   int phase = 0;
   for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
@@ -407,30 +366,22 @@ __global__ void __launch_bounds__(1024) norm_bwd_loop_kernel(BwdArgs a) {
     float sums[LN ? 2 : 1] = {};
     for (int v = lane; v < a.nv; v += a.tpr) {
       P xv, dyv, wv;
-      load<Access::cached>(xv, x + off + v * N);
-      load<Access::cached>(dyv, dy + off + v * N);
-      load_weight(wv, w, v);
-#pragma unroll
-      for (int e = 0; e < N; ++e) {
-        const float d = elem(dyv, e);
-        add_dx_sums<LN>(sums, __fmul_rn(d, elem(wv, e)), centered<LN>(elem(xv, e), mu));
-      }
+      load_pack<Access::cached>(xv, a.x + off + v * N);
+      load_pack<Access::cached>(dyv, a.dy + off + v * N);
+      load_weight(wv, a.w, v);
+      add_row_terms<LN>(sums, dyv, xv, wv, mu, 0, N, [](int, float, float) {});
     }
     group_sum(sums, a.tpr, smem, phase);
     const DxCoef kc = dx_coef<LN>(sums, rs, a.inv_dim);
     for (int v = lane; v < a.nv; v += a.tpr) {
       P xv, dyv, wv, rv;
-      load<Access::plain>(dyv, dy + off + v * N);
-      load<Access::plain>(xv, x + off + v * N);
-      load_weight(wv, w, v);
-      if (dres) load<Access::plain>(rv, dres + off + v * N);
+      load_pack<Access::plain>(dyv, a.dy + off + v * N);
+      load_pack<Access::plain>(xv, a.x + off + v * N);
+      load_weight(wv, a.w, v);
+      if (a.dres) load_pack<Access::plain>(rv, a.dres + off + v * N);
       float out[N];
-#pragma unroll
-      for (int e = 0; e < N; ++e) {
-        out[e] = dx_of<LN>(__fmul_rn(elem(dyv, e), elem(wv, e)), centered<LN>(elem(xv, e), mu), kc);
-        if (dres) out[e] = __fadd_rn(out[e], elem(rv, e));
-      }
-      store<Access::plain>(dx + off + v * N, pack_of<T, N>(out));
+      dx_values<LN>(out, dyv, xv, wv, mu, kc, rv, a.dres);
+      store_pack<Access::plain>(a.dx + off + v * N, pack_of<T, N>(out));
     }
   }
 }
@@ -444,8 +395,7 @@ __global__ void __launch_bounds__(1024) norm_bwd_loop_kernel(BwdArgs a) {
 // arithmetic. The block then adds its row lanes in order (shared memory) into row s of the
 // partial buffer; after the grid barrier reduce_partial_rows sums the `splits` rows. The planner
 // takes as many splits as fill the GPU once, so the partial buffer is a few rows per column
-// tile rather than one per block (bf16 2048x4096: 33 rows, 0.5 MB; a block per row group made
-// 528, 8.7 MB, written and read back in a pass that must move 34 MB).
+// tile rather than one per block (a block per row group wrote and read back 17x the bytes).
 // Memory: reads dy (rows * dim * T), x and the statistics (DW); writes splits * (DW + DB) *
 // dim * 4 bytes of partials (read back from L2) and dim * T for each of dW, dB.
 constexpr int kParamBlock = 256;
@@ -453,7 +403,7 @@ struct ParamGrid {
   int cv, tiles, splits;
 };
 template <class T, int N, bool LN, bool DW, bool DB>
-__global__ void __launch_bounds__(kParamBlock, 4) norm_bwd_param_kernel(BwdArgs a, ParamGrid g) {
+__global__ void __launch_bounds__(kParamBlock, 4) norm_bwd_param_kernel(BwdArgs<T> a, ParamGrid g) {
   using P = Pack<T, N>;
   constexpr int PARTS = int(DW) + int(DB);
   // Rows whose loads a thread issues before their arithmetic: 4, or 2 where the thread holds 16
@@ -462,8 +412,7 @@ __global__ void __launch_bounds__(kParamBlock, 4) norm_bwd_param_kernel(BwdArgs 
   constexpr int U = PARTS * N >= 16 ? 2 : 4;
   extern __shared__ float4 param_smem[];
   float* lanes = reinterpret_cast<float*>(param_smem);  // [RL][PARTS * N][cv]: the row lanes' sums
-  const T* dy = static_cast<const T*>(a.dy);
-  const T* x = static_cast<const T*>(a.x);
+  const T *dy = a.dy, *x = a.x;
   const RowRead rr = row_read(a.evict_first);
   const int shift = __ffs(g.cv) - 1, RL = kParamBlock >> shift;
   const int cl = threadIdx.x & (g.cv - 1), rl = threadIdx.x >> shift;

@@ -10,16 +10,33 @@ namespace tg::cuda::normk {
 // (RMSNorm: mean = 0). Fused add first writes r = x + residual (rounded to T) and normalises r.
 // Memory per row: reads dim * sizeof(T) (x; twice that with a residual), writes dim * sizeof(T)
 // (y; twice with r) + 4 or 8 bytes of statistics. w and b are read once per thread, not per row.
+// The fused add of one vector: x + residual, rounded to T (what gets normalised).
+template <class T, int N>
+__device__ __forceinline__ Pack<T, N> sum_pack(const Pack<T, N>& x, const Pack<T, N>& res) {
+  float sum[N];
+#pragma unroll
+  for (int e = 0; e < N; ++e) sum[e] = elem(x, e) + elem(res, e);
+  return pack_of<T, N>(sum);
+}
+// y of one vector: (x - mean) * rstd * w + b (w, b read only when present).
+template <bool LN, class T, int N>
+__device__ __forceinline__ void y_values(float (&out)[N], const Pack<T, N>& x, float mu, float rs,
+                                         const Pack<T, N>& w, bool has_w, const Pack<T, N>& b, bool has_b) {
+#pragma unroll
+  for (int e = 0; e < N; ++e) {
+    float f = (elem(x, e) - mu) * rs;
+    if (has_w) f = f * elem(w, e);
+    if (LN && has_b) f = f + elem(b, e);
+    out[e] = f;
+  }
+}
+
 template <class T, int N, int ITERS, bool LN>
-__global__ void __launch_bounds__(max_tpr(ITERS), min_blocks(ITERS)) norm_fwd_kernel(FwdArgs a) {
+__global__ void __launch_bounds__(max_tpr(ITERS), min_blocks(ITERS)) norm_fwd_kernel(FwdArgs<T> a) {
   using P = Pack<T, N>;
   __shared__ float smem[2 * 32];
-  const T* x = static_cast<const T*>(a.x);
-  const T* res = static_cast<const T*>(a.res);
-  const T* w = static_cast<const T*>(a.w);
-  const T* b = static_cast<const T*>(a.b);
-  T* y = static_cast<T*>(a.y);
-  T* r = static_cast<T*>(a.r);
+  const T *x = a.x, *res = a.res, *w = a.w, *b = a.b;
+  T *y = a.y, *r = a.r;
   const GroupLane gl = group_lane(a.tpr, a.gpb);
   const int group = gl.group, lane = gl.lane;
   int phase = 0;
@@ -33,7 +50,7 @@ __global__ void __launch_bounds__(max_tpr(ITERS), min_blocks(ITERS)) norm_fwd_ke
     for (int i = 0; i < ITERS; ++i) {
       const int v = lane + i * a.tpr;
       in[i] = valid && v < a.nv;
-      if (in[i]) load<Access::stream>(xv[i], x + off + v * N);
+      if (in[i]) load_pack<Access::stream>(xv[i], x + off + v * N);
       else zero_pack(xv[i]);
     }
     if (res) {
@@ -41,7 +58,7 @@ __global__ void __launch_bounds__(max_tpr(ITERS), min_blocks(ITERS)) norm_fwd_ke
 #pragma unroll
       for (int i = 0; i < ITERS; ++i) {
         const int v = lane + i * a.tpr;
-        if (in[i]) load<Access::stream>(rv[i], res + off + v * N);
+        if (in[i]) load_pack<Access::stream>(rv[i], res + off + v * N);
         else zero_pack(rv[i]);
       }
 #pragma unroll
@@ -50,7 +67,7 @@ __global__ void __launch_bounds__(max_tpr(ITERS), min_blocks(ITERS)) norm_fwd_ke
 #pragma unroll
         for (int e = 0; e < N; ++e) sum[e] = elem(xv[i], e) + elem(rv[i], e);
         xv[i] = pack_of<T, N>(sum);
-        if (in[i]) store<Access::stream>(r + off + (lane + i * a.tpr) * N, xv[i]);
+        if (in[i]) store_pack<Access::stream>(r + off + (lane + i * a.tpr) * N, xv[i]);
       }
     }
     float mu = 0.f;
@@ -83,17 +100,11 @@ __global__ void __launch_bounds__(max_tpr(ITERS), min_blocks(ITERS)) norm_fwd_ke
       if (!in[i]) continue;
       const int v = lane + i * a.tpr;
       P wv, bv;
-      if (w) load<Access::cached>(wv, w + v * N);
-      if (LN && b) load<Access::cached>(bv, b + v * N);
+      if (w) load_pack<Access::cached>(wv, w + v * N);
+      if (LN && b) load_pack<Access::cached>(bv, b + v * N);
       float out[N];
-#pragma unroll
-      for (int e = 0; e < N; ++e) {
-        float f = (elem(xv[i], e) - mu) * rs;
-        if (w) f = f * elem(wv, e);
-        if (LN && b) f = f + elem(bv, e);
-        out[e] = f;
-      }
-      store<Access::stream>(y + off + v * N, pack_of<T, N>(out));
+      y_values<LN>(out, xv[i], mu, rs, wv, w, bv, b);
+      store_pack<Access::stream>(y + off + v * N, pack_of<T, N>(out));
     }
   }
 }
@@ -102,34 +113,23 @@ __global__ void __launch_bounds__(max_tpr(ITERS), min_blocks(ITERS)) norm_fwd_ke
 // r), pass 2 (LayerNorm) the squared deviations, pass 3 writes y. Later passes re-read the row
 // (mostly from L2): per row reads 2-3 * dim * sizeof(T) from cache, dim * sizeof(T) from memory.
 template <class T, int N, bool LN>
-__global__ void __launch_bounds__(1024) norm_fwd_loop_kernel(FwdArgs a) {
+__global__ void __launch_bounds__(1024) norm_fwd_loop_kernel(FwdArgs<T> a) {
   using P = Pack<T, N>;
   __shared__ float smem[2 * 32];
-  const T* x = static_cast<const T*>(a.x);
-  const T* res = static_cast<const T*>(a.res);
-  const T* w = static_cast<const T*>(a.w);
-  const T* b = static_cast<const T*>(a.b);
-  T* y = static_cast<T*>(a.y);
-  T* r = static_cast<T*>(a.r);
-  const GroupLane gl = group_lane(a.tpr, a.gpb);
-  const int group = gl.group, lane = gl.lane;
+  const T *x = a.x, *res = a.res, *w = a.w, *b = a.b;
+  T *y = a.y, *r = a.r;
   int phase = 0;
-  for (int64_t base = int64_t(blockIdx.x) * a.gpb; base < a.rows; base += int64_t(gridDim.x) * a.gpb) {
-    const int64_t row = base + group;
-    const bool valid = row < a.rows;
+  for_each_row(a, [&](int64_t row, bool valid, int lane) {
     const int64_t off = row * a.dim;
     const T* src = res ? r : x;  // what gets normalised
     float s[1] = {0.f};
     for (int v = lane; valid && v < a.nv; v += a.tpr) {
       P xv;
-      load<Access::stream>(xv, x + off + v * N);
+      load_pack<Access::stream>(xv, x + off + v * N);
       if (res) {
         P rv;
-        load<Access::stream>(rv, res + off + v * N);
-        float sum[N];
-#pragma unroll
-        for (int e = 0; e < N; ++e) sum[e] = elem(xv, e) + elem(rv, e);
-        xv = pack_of<T, N>(sum);
+        load_pack<Access::stream>(rv, res + off + v * N);
+        xv = sum_pack(xv, rv);
         *reinterpret_cast<P*>(r + off + v * N) = xv;
       }
 #pragma unroll
@@ -162,19 +162,13 @@ __global__ void __launch_bounds__(1024) norm_fwd_loop_kernel(FwdArgs a) {
     for (int v = lane; valid && v < a.nv; v += a.tpr) {
       const P xv = *reinterpret_cast<const P*>(src + off + v * N);
       P wv, bv;
-      if (w) load<Access::cached>(wv, w + v * N);
-      if (LN && b) load<Access::cached>(bv, b + v * N);
+      if (w) load_pack<Access::cached>(wv, w + v * N);
+      if (LN && b) load_pack<Access::cached>(bv, b + v * N);
       float out[N];
-#pragma unroll
-      for (int e = 0; e < N; ++e) {
-        float f = (elem(xv, e) - mu) * rs;
-        if (w) f = f * elem(wv, e);
-        if (LN && b) f = f + elem(bv, e);
-        out[e] = f;
-      }
-      store<Access::stream>(y + off + v * N, pack_of<T, N>(out));
+      y_values<LN>(out, xv, mu, rs, wv, w, bv, b);
+      store_pack<Access::stream>(y + off + v * N, pack_of<T, N>(out));
     }
-  }
+  });
 }
 
 }  // namespace tg::cuda::normk

@@ -37,29 +37,12 @@ inline int blocks_per_sm(const void* fn, int block, size_t smem, int device) {
   return cache[key] = n;
 }
 
-// Threads per row the planner aims for at most (then more vectors per thread, up to
-// kMaxIters): 512; for a backward, 256 over rows of 8-byte vectors and 16 over rows of at most
-// 32 vectors. On the H200, same run each: for rows of 16-byte vectors 512 and 256 ran the same
-// for dx alone (bf16 RMSNorm 8192x8192: 100.1 / 101.4 us) and 512 was faster with dW (110.0 /
-// 115.4); 1024 (one vector a thread) was slower at rows of 1024 vectors in every mode with dx,
-// 1-6% frozen and up to 25% with dW / dB (bf16 RMSNorm 8192x8192 frozen 100.8 -> 104.1,
-// LayerNorm full 112.7 -> 137.1; run 47). For
-// 8-byte vectors (bf16 8192x1500) 256 was faster in every variant but dW alone (RMS frozen
-// 29.5 -> 27.5, full 42.4 -> 39.0; LayerNorm full 55.6 -> 42.0; dW alone 29.0 -> 29.6; 128:
-// frozen 25.5 but full 44.5). For rows of 32 vectors (float32 262144x128) 16 threads, two
-// vectors each, were faster with dW / dB than 32 (RMS full 109.2 -> 107.5, LayerNorm full 111.0
-// -> 109.0, weight frozen 110.1 -> 106.4) and the same for dx alone; 8 ran as 16 with dW / dB
-// and up to 1% slower for dx alone, 4 slower in every mode (run 50). The choice never depends
-// on the mask, so frozen and unfrozen variants reduce a row in the same order (bitwise-identical
-// dx). TG_NORM_TPR overrides it (benchmarks sweep it).
+// Threads per row the planner aims for at most (then more vectors per thread, up to kMaxIters):
+// 512; for a backward, 256 over rows of 8-byte vectors and 16 over rows of at most 32 vectors
+// (the H200 sweeps behind them: dev/NOTES.md). It never depends on the mask, so frozen and
+// unfrozen variants reduce a row in the same order (bitwise-identical dx).
 enum class Pass { forward, backward };
 inline int preferred_tpr(int vb, int64_t nv, Pass pass) {
-  static const int forced = [] {
-    const char* s = std::getenv("TG_NORM_TPR");
-    const int t = s ? std::atoi(s) : 0;
-    return t >= 1 && t <= kLoopTpr ? t : 0;
-  }();
-  if (forced) return forced;
   if (pass == Pass::backward) {
     if (vb == 8) return 256;
     if (nv <= 32) return 16;
@@ -73,8 +56,6 @@ struct Config {
   int tpr = 0, gpb = 0, block = 0;
   int64_t nv = 0;  // vectors per row
 };
-
-inline bool aligned(const void* p, int bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
 // The launch shape of `pass` for rows of `dim` elements of `esize` bytes whose pointers are
 // `ptrs` (null entries ignored), aiming at preferred_tpr threads per row.
@@ -137,108 +118,117 @@ void with_shape(const Config& c, F&& f) {
   return by_iters(std::integral_constant<int, 1>{});
 }
 
+// The kernel instantiations of a shape: forward, backward with dx (register-resident, or looping
+// for dx alone), staged (where staged_fits), and dW / dB alone.
+template <class T, int N, int IT, bool LN>
+constexpr auto fwd_instance() {
+  if constexpr (IT == 0) return &norm_fwd_loop_kernel<T, N, LN>;
+  else return &norm_fwd_kernel<T, N, IT, LN>;
+}
+template <class T, int N, int IT, bool LN, bool DW, bool DB, bool RES>
+constexpr auto dx_instance() {
+  if constexpr (IT == 0) return &norm_bwd_loop_kernel<T, N, LN>;
+  else return &norm_bwd_kernel<T, N, IT, LN, DW, DB, RES>;
+}
+template <class T, int N, int IT>
+constexpr bool staged_fits = IT != 0 && N * sizeof(T) == 16 && IT * N <= kStagedMaxElems;
+
+// The kernel `pick(n, it)` gives for the config's shape, as the pointer occupancy queries take.
+template <class T, class Pick>
+const void* kernel_of(const Config& c, Pick&& pick) {
+  const void* fn = nullptr;
+  with_shape<T>(c, [&](auto n, auto it) { fn = reinterpret_cast<const void*>(pick(n, it)); });
+  return fn;
+}
 template <class T, bool LN>
 const void* fwd_kernel(const Config& c) {
-  const void* fn = nullptr;
-  with_shape<T>(c, [&](auto n, auto it) {
-    constexpr int N = decltype(n)::value, IT = decltype(it)::value;
-    if constexpr (IT == 0) fn = reinterpret_cast<const void*>(&norm_fwd_loop_kernel<T, N, LN>);
-    else fn = reinterpret_cast<const void*>(&norm_fwd_kernel<T, N, IT, LN>);
-  });
-  return fn;
+  return kernel_of<T>(c, [](auto n, auto it) { return fwd_instance<T, n(), it(), LN>(); });
 }
-
-// The backward kernel with dx of a config: register-resident or looping (dx alone: rows too
-// wide for registers get dW / dB from the tiled kernel, launch_backward).
 template <class T, bool LN, bool DW, bool DB, bool RES>
 const void* bwd_kernel(const Config& c) {
-  const void* fn = nullptr;
-  with_shape<T>(c, [&](auto n, auto it) {
-    constexpr int N = decltype(n)::value, IT = decltype(it)::value;
-    if constexpr (IT == 0) fn = reinterpret_cast<const void*>(&norm_bwd_loop_kernel<T, N, LN>);
-    else fn = reinterpret_cast<const void*>(&norm_bwd_kernel<T, N, IT, LN, DW, DB, RES>);
+  return kernel_of<T>(c, [](auto n, auto it) { return dx_instance<T, n(), it(), LN, DW, DB, RES>(); });
+}
+template <class T, bool LN, bool DW, bool DB, bool RES>
+const void* staged_kernel(const Config& c) {
+  return kernel_of<T>(c, [](auto n, auto it) -> const void* {
+    if constexpr (staged_fits<T, n(), it()>) return reinterpret_cast<const void*>(
+        &norm_bwd_staged_kernel<T, n(), it(), LN, DW, DB, RES>);
+    else return nullptr;
   });
-  return fn;
+}
+template <class T, bool LN, bool DW, bool DB>
+const void* param_kernel(const Config& c) {
+  return kernel_of<T>(c, [](auto n, auto) { return &norm_bwd_param_kernel<T, n(), LN, DW, DB>; });
 }
 
-// ------------------------------------------------------------------ host side: launches
-template <class T, bool LN>
-void launch_forward(const Tensor& y, const Tensor& r, const Tensor& mean, const Tensor& rstd, const Tensor& x,
-                    const Tensor& res, const Tensor& w, const Tensor& b, double eps) {
-  const int64_t dim = x.shape()[1], rows = x.shape()[0];
-  if (rows == 0) return;
-  FwdArgs a{};
-  a.y = y.data_ptr();
-  a.r = r.defined() ? r.data_ptr() : nullptr;
-  a.mean = mean.defined() ? mean.data_ptr<float>() : nullptr;
-  a.rstd = rstd.defined() ? rstd.data_ptr<float>() : nullptr;
-  a.x = x.data_ptr();
-  a.res = res.defined() ? res.data_ptr() : nullptr;
-  a.w = w.defined() ? w.data_ptr() : nullptr;
-  a.b = b.defined() ? b.data_ptr() : nullptr;
-  const Config c = plan(dim, sizeof(T), {a.y, a.r, a.x, a.res, a.w, a.b}, Pass::forward);
+// Launches kernel<<<grid, block, smem, s>>>(args...), as a cooperative launch when `coop` (the
+// grid must be co-resident: the kernel ends with a grid barrier; grids sized by occupancy are).
+template <class... Params, class... Args>
+void launch(bool coop, void (*kernel)(Params...), int grid, int block, size_t smem, cudaStream_t s, Args... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(grid);
+  cfg.blockDim = dim3(block);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeCooperative;
+  attr[0].val.cooperative = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = coop ? 1 : 0;
+  TG_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
+}
+
+// The row shape fields FwdArgs and BwdArgs share.
+template <class Args>
+void set_shape(Args& a, int64_t rows, int64_t dim, const Config& c) {
   a.rows = rows;
   a.dim = static_cast<int>(dim);
   a.nv = static_cast<int>(c.nv);
   a.tpr = c.tpr;
   a.gpb = c.gpb;
   a.inv_dim = 1.f / static_cast<float>(dim);
+}
+
+// ------------------------------------------------------------------ forward
+template <class T, bool LN>
+void launch_forward(const Tensor& y, const Tensor& r, const Tensor& mean, const Tensor& rstd, const Tensor& x,
+                    const Tensor& res, const Tensor& w, const Tensor& b, double eps) {
+  const int64_t dim = x.shape()[1], rows = x.shape()[0];
+  if (rows == 0) return;
+  auto ptr = [](const Tensor& t) { return t.defined() ? t.data_ptr<T>() : nullptr; };
+  auto stat = [](const Tensor& t) { return t.defined() ? t.data_ptr<float>() : nullptr; };
+  FwdArgs<T> a{};
+  a.y = y.data_ptr<T>();
+  a.r = ptr(r);
+  a.mean = stat(mean);
+  a.rstd = stat(rstd);
+  a.x = x.data_ptr<T>();
+  a.res = ptr(res);
+  a.w = ptr(w);
+  a.b = ptr(b);
+  const Config c = plan(dim, sizeof(T), {a.y, a.r, a.x, a.res, a.w, a.b}, Pass::forward);
+  set_shape(a, rows, dim, c);
   a.eps = static_cast<float>(eps);
   const int device = x.device().index;
-  cudaStream_t s = stream_for(x);
   const int grid = grid_for(rows, c, fwd_kernel<T, LN>(c), 0, device);
   with_shape<T>(c, [&](auto n, auto it) {
-    constexpr int N = decltype(n)::value, IT = decltype(it)::value;
-    if constexpr (IT == 0) norm_fwd_loop_kernel<T, N, LN><<<grid, c.block, 0, s>>>(a);
-    else norm_fwd_kernel<T, N, IT, LN><<<grid, c.block, 0, s>>>(a);
+    launch(false, fwd_instance<T, n(), it(), LN>(), grid, c.block, 0, stream_for(x), a);
   });
   TG_CUDA_CHECK_LAUNCH(LN ? "layer_norm.forward" : "rms_norm.forward");
 }
 
-// The staged kernel's shape for a launch: stages per block and blocks per multiprocessor, or
-// stages == 0 when it does not apply (dW / dB alone; dx alone where the register kernel fits
-// two blocks per multiprocessor; rows not 16-byte vectors, several rows per block, more than
-// kStagedMaxElems elements per thread, rows too large for two stages; TG_NORM_STAGED=0).
+// ------------------------------------------------------------------ staged kernel plan
+// Stages per block and blocks per multiprocessor of a staged launch; stages == 0 where the
+// kernel does not apply (dW / dB alone; dx alone where the register kernel fits two blocks per
+// multiprocessor; rows not of 16-byte vectors, several rows a block, more than kStagedMaxElems
+// elements a thread, rows too large for two stages; a build without Hopper's bulk copies).
 struct Staged {
   int stages = 0, blocks_per_sm = 0;
   size_t smem = 0;
 };
-inline bool staged_enabled() {
-  static const bool on = [] {
-    const char* s = std::getenv("TG_NORM_STAGED");
-    return !(s && s[0] == '0');
-  }();
-  return on;
-}
-// Benchmark knobs, read once (0: not set): TG_NORM_STAGED_BLOCKS forces the staged kernel's
-// blocks per multiprocessor (1 or 2), TG_NORM_STAGES caps its stages (and lifts the
-// kStagedInFlight budget: TG_NORM_STAGES=8 is the plan that filled the shared memory).
-inline int env_knob(const char* name) {
-  const char* s = std::getenv(name);
-  return s ? std::atoi(s) : 0;
-}
-inline int staged_blocks_knob() {
-  static const int v = env_knob("TG_NORM_STAGED_BLOCKS");
-  return v;
-}
-inline int stages_knob() {
-  static const int v = env_knob("TG_NORM_STAGES");
-  return v;
-}
-template <class T, bool LN, bool DW, bool DB, bool RES>
-const void* staged_kernel(const Config& c) {
-  const void* fn = nullptr;
-  with_shape<T>(c, [&](auto n, auto it) {
-    constexpr int N = decltype(n)::value, IT = decltype(it)::value;
-    if constexpr (IT != 0 && N * sizeof(T) == 16 && IT * N <= kStagedMaxElems)
-      fn = reinterpret_cast<const void*>(&norm_bwd_staged_kernel<T, N, IT, LN, DW, DB, RES>);
-  });
-  return fn;
-}
 
-// Whether the staged kernel `fn` has its body on `device`: it was compiled from PTX for Hopper
-// or newer. A build for an older architecture (CMAKE_CUDA_ARCHITECTURES=80) runs the other
-// kernels, also where the driver compiles its PTX for a newer GPU.
+// Whether the staged kernel `fn` has its body on `device` (compiled for Hopper or newer; a build
+// for an older GPU runs the other kernels, also where the driver compiles its PTX for a newer one).
 inline bool staged_supported(const void* fn, int device) {
   static std::mutex mu;
   static std::map<std::pair<const void*, int>, bool> cache;
@@ -250,26 +240,18 @@ inline bool staged_supported(const void* fn, int device) {
   return cache[{fn, device}] = attr.ptxVersion >= 90;
 }
 
-// Bytes of rows a multiprocessor's staged blocks keep in flight: about what its share of the
-// memory bandwidth needs over the latency under load (4.3 TB/s / 132 SMs x ~3 us). Filling the
-// shared memory instead (up to 8 stages, 224 KB a multiprocessor) made every block's first row
-// wait behind the whole grid's prefetch (H200 timeline, bf16 RMSNorm 2048x4096: the first row's
-// sums at 8.4 us against 2.4 in the register kernel) and the launch slower: bf16 RMSNorm
-// 2048x4096 full 26.8 us with 6 stages, 23.7 with 3 (bench/RESULTS.md, session 7, run 32).
-// Two blocks a multiprocessor only where each still gets 3 stages within it; else one block.
+// Bytes of rows a multiprocessor's staged blocks keep in flight: its share of the bandwidth over
+// the loaded latency (4.3 TB/s / 132 SMs x ~3 us). Filling the shared memory instead made every
+// block's first row wait behind the whole grid's prefetch. Two blocks a multiprocessor only
+// where each still gets 3 stages; else one.
 constexpr size_t kStagedInFlight = 96 * 1024;
 
-// The staged kernel's shape for a backward with dx (dW / dB alone have their own kernel).
 template <class T, bool LN, bool DW, bool DB, bool RES>
 Staged staged_plan(const Config& c, int64_t dim, int device) {
   Staged st;
-  // dx alone runs the register kernel with a block per row while two or more such blocks fit
-  // on a multiprocessor (on the H200 as fast or faster: bf16 8192x8192 98 us against 102 for
-  // the lab's staged kernel); with fewer (float32 rows of 8192: 82 registers a thread, one
-  // block) too few rows are in flight, and staging keeps them coming.
-  if (!staged_enabled() || c.vb != 16 || c.gpb != 1 || c.iters == 0 ||
-      c.iters * 16 / int(sizeof(T)) > kStagedMaxElems)
-    return st;
+  // dx alone keeps the register kernel while two or more of its blocks share a multiprocessor
+  // (as fast or faster); with fewer (float32 rows of 8192) staging keeps enough rows in flight.
+  if (c.vb != 16 || c.gpb != 1 || c.iters == 0 || c.iters * 16 / int(sizeof(T)) > kStagedMaxElems) return st;
   if (!(DW || DB) && blocks_per_sm(bwd_kernel<T, LN, DW, DB, RES>(c), c.block, 0, device) * c.block >= 1024)
     return st;
   const void* fn = staged_kernel<T, LN, DW, DB, RES>(c);
@@ -292,13 +274,11 @@ Staged staged_plan(const Config& c, int64_t dim, int device) {
   }
   const size_t stage_bytes = 2 * dim * sizeof(T);
   const size_t reserve = 2048;  // static shared memory and the per-block reservation
-  const int max_stages = stages_knob() >= 2 ? std::min(stages_knob(), kMaxStages) : kMaxStages;
   for (int blocks : {2, 1}) {
-    if (blocks > reg_fit || (staged_blocks_knob() && blocks != staged_blocks_knob())) continue;
+    if (blocks > reg_fit) continue;
     const size_t avail = std::min<size_t>(per_sm / blocks - reserve, per_block - reserve) - kStageHeader;
-    const size_t budget =
-        stages_knob() >= 2 ? kMaxStages : std::max<size_t>(2, kStagedInFlight / (blocks * stage_bytes));
-    const int stages = static_cast<int>(std::min<size_t>({size_t(max_stages), avail / stage_bytes, budget}));
+    const size_t budget = std::max<size_t>(2, kStagedInFlight / (blocks * stage_bytes));
+    const int stages = static_cast<int>(std::min<size_t>({size_t(kMaxStages), avail / stage_bytes, budget}));
     if (stages >= (blocks == 2 ? 3 : 2)) {
       st.stages = stages;
       st.blocks_per_sm = blocks;
@@ -318,6 +298,7 @@ int staged_grid(int64_t rows, const Config& c, const Staged& st, int device) {
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(rows, resident)));
 }
 
+// ------------------------------------------------------------------ backward plans
 // Dynamic shared memory of a backward variant: its dW / dB accumulator slots, at least the
 // final reduction's scratch.
 template <class T, bool DW, bool DB>
@@ -327,33 +308,8 @@ size_t bwd_smem(const Config& c) {
   return std::max(slots, kReduceScratch);
 }
 
-// Launches kernel<<<grid, block, smem, s>>>(args...), as a cooperative launch when `coop` (the
-// grid must be co-resident: the kernel ends with a grid barrier; grids sized by occupancy are).
-template <class... Params, class... Args>
-void launch(bool coop, void (*kernel)(Params...), int grid, int block, size_t smem, cudaStream_t s, Args... args) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(grid);
-  cfg.blockDim = dim3(block);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = s;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeCooperative;
-  attr[0].val.cooperative = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = coop ? 1 : 0;
-  TG_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
-}
-
-// The dW / dB-only kernel of a config, and its launch: column tiles of cv vectors, as many row
-// splits as fill the GPU once (at most max_splits, and no more than the row lanes need).
-template <class T, bool LN, bool DW, bool DB>
-const void* param_kernel(const Config& c) {
-  const void* fn = nullptr;
-  with_shape<T>(c, [&](auto n, auto) {
-    fn = reinterpret_cast<const void*>(&norm_bwd_param_kernel<T, decltype(n)::value, LN, DW, DB>);
-  });
-  return fn;
-}
+// The dW / dB-only launch: column tiles of cv vectors, as many row splits as fill the GPU once
+// (at most max_splits, and no more than the row lanes need).
 struct ParamLaunch {
   ParamGrid g;
   int grid;
@@ -383,33 +339,26 @@ int64_t partial_rows(const Tensor& x) {
   const int64_t dim = x.shape()[1], rows = x.shape()[0];
   const int device = x.device().index;
   const Config c = plan(dim, sizeof(T), {x.data_ptr()}, Pass::backward);
-  if (!DX || c.iters == 0) {
-    return param_plan<T, LN, DW, DB>(c, rows, device, INT32_MAX).g.splits;
-  } else {
-    const Staged st = staged_plan<T, LN, DW, DB, false>(c, dim, device);
-    if (st.stages) return staged_grid<T, LN, DW, DB, false>(rows, c, st, device);
-    return grid_for(rows, c, bwd_kernel<T, LN, DW, DB, false>(c), bwd_smem<T, DW, DB>(c), device);
-  }
+  if (!DX || c.iters == 0) return param_plan<T, LN, DW, DB>(c, rows, device, INT32_MAX).g.splits;
+  const Staged st = staged_plan<T, LN, DW, DB, false>(c, dim, device);
+  if (st.stages) return staged_grid<T, LN, DW, DB, false>(rows, c, st, device);
+  return grid_for(rows, c, bwd_kernel<T, LN, DW, DB, false>(c), bwd_smem<T, DW, DB>(c), device);
 }
 
 // Whether a launch that moves `bytes` reads its rows with the L2 evict-first policy (RowRead;
-// the register and dW / dB kernels, not the staged kernel's bulk copies): up to `l2_multiple`
-// times the L2's size. Measured on the H200 (63 MB L2, full of a flush's dirty lines before each
-// call; bench/RESULTS.md, session 6, run 25, every load evict-first against none): with dx,
-// 2.6-7% faster at 50 and 74 MB of traffic (bf16 RMSNorm 8192x1500 dx alone 27.5 -> 25.8 us),
-// even at 100 MB, 3-11% slower from 200 MB up; dW / dB alone, 7-11% faster up to 235 MB read
-// (bf16 RMSNorm 4096x4096 29.9 -> 26.8 us), 1.6% at 268 MB, 3.5% slower at 537 MB. Hence 1.5
-// L2s of traffic with dx, 5 L2s of reads without.
+// not the staged kernel's bulk copies): up to `l2_multiple` times the L2's size. On the H200 it
+// was faster up to 1.5 L2s of traffic with dx and 5 L2s of reads without, slower above.
 inline bool read_evict_first(int64_t bytes, double l2_multiple, int device) {
   return static_cast<double>(bytes) <= l2_multiple * static_cast<double>(l2_bytes(device));
 }
 
+// ------------------------------------------------------------------ backward launches
 // dW / dB alone: the tiled kernel (a cooperative launch: it ends with the partial rows' sum).
 template <class T, bool LN, bool DW, bool DB>
-void launch_param_backward(const BwdArgs& a, const Config& c, int64_t partial_rows, cudaStream_t s, int device) {
+void launch_param_backward(const BwdArgs<T>& a, const Config& c, int64_t partial_rows, cudaStream_t s, int device) {
   const ParamLaunch p = param_plan<T, LN, DW, DB>(c, a.rows, device, partial_rows);
   with_shape<T>(c, [&](auto n, auto) {
-    launch(true, norm_bwd_param_kernel<T, decltype(n)::value, LN, DW, DB>, p.grid, kParamBlock, p.smem, s, a, p.g);
+    launch(true, norm_bwd_param_kernel<T, n(), LN, DW, DB>, p.grid, kParamBlock, p.smem, s, a, p.g);
   });
 }
 
@@ -417,7 +366,7 @@ void launch_param_backward(const BwdArgs& a, const Config& c, int64_t partial_ro
 // kernel, or for dx alone the looping kernel. With dW / dB the grid is persistent and
 // co-resident (a cooperative launch) and at most the partial buffer's rows.
 template <class T, bool LN, bool DW, bool DB, bool RES>
-void launch_dx_backward(const BwdArgs& a, const Config& c, int64_t partial_rows, cudaStream_t s, int device) {
+void launch_dx_backward(const BwdArgs<T>& a, const Config& c, int64_t partial_rows, cudaStream_t s, int device) {
   TG_CHECK(c.iters != 0 || !(DW || DB), "norm backward", "internal: the looping kernel computes dx alone");
   auto reducing_grid = [&](int resident) { return static_cast<int>(std::min<int64_t>(resident, partial_rows)); };
   const Staged st = staged_plan<T, LN, DW, DB, RES>(c, a.dim, device);
@@ -426,28 +375,22 @@ void launch_dx_backward(const BwdArgs& a, const Config& c, int64_t partial_rows,
     const int resident = staged_grid<T, LN, DW, DB, RES>(a.rows, c, st, device);
     const int grid = (DW || DB) ? reducing_grid(resident) : resident;
     with_shape<T>(c, [&](auto n, auto it) {
-      constexpr int N = decltype(n)::value, IT = decltype(it)::value;
-      if constexpr (IT != 0 && N * sizeof(T) == 16 && IT * N <= kStagedMaxElems)
-        launch(DW || DB, norm_bwd_staged_kernel<T, N, IT, LN, DW, DB, RES>, grid, c.block, st.smem, s, a, st.stages);
+      if constexpr (staged_fits<T, n(), it()>)
+        launch(DW || DB, norm_bwd_staged_kernel<T, n(), it(), LN, DW, DB, RES>, grid, c.block, st.smem, s, a, st.stages);
     });
     return;
   }
   const void* fn = bwd_kernel<T, LN, DW, DB, RES>(c);
   const size_t smem = bwd_smem<T, DW, DB>(c);
-  // dx alone over rows of 16-byte vectors: a block per row group (the hardware schedules
-  // them, several in flight per multiprocessor, no tail of unequal loops); rows of 8-byte or
-  // scalar accesses: a persistent grid. H200: bf16 8192x1500 33.9 us persistent, 38.4 a block
-  // per row; 262144x128 frozen, 16 or 32 rows a block, a block per group against persistent
-  // (run 50): RMS bf16 55.0 -> 52.5, float32 103.1 -> 98.7, LayerNorm 55.3 -> 53.9, 103.2 -> 99.0.
+  // dx alone over rows of 16-byte vectors: a block per row group (several in flight per
+  // multiprocessor, no tail of unequal loops); 8-byte or scalar rows: a persistent grid.
   const int resident = grid_for(a.rows, c, fn, smem, device);
   const int grid = (DW || DB) ? reducing_grid(resident)
                    : c.iters && c.vb == 16 ? static_cast<int>(std::min<int64_t>((a.rows + c.gpb - 1) / c.gpb, INT32_MAX))
                                            : resident;
   allow_smem(fn, smem, device);
   with_shape<T>(c, [&](auto n, auto it) {
-    constexpr int N = decltype(n)::value, IT = decltype(it)::value;
-    if constexpr (IT == 0) launch(false, norm_bwd_loop_kernel<T, N, LN>, grid, c.block, smem, s, a);
-    else launch(DW || DB, norm_bwd_kernel<T, N, IT, LN, DW, DB, RES>, grid, c.block, smem, s, a);
+    launch(DW || DB, dx_instance<T, n(), it(), LN, DW, DB, RES>(), grid, c.block, smem, s, a);
   });
 }
 
@@ -457,27 +400,22 @@ template <class T, bool LN, bool DX, bool DW, bool DB>
 void launch_backward(const char* op, const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& partial,
                      const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
                      const Tensor& dres) {
-  KernelTrace::record(norm_backward_event(op, DX, DW, DB));
+  KernelTrace::record(norm_backward_event(op, {DX, DW, DB}));
   const int64_t dim = dy.shape()[1], rows = dy.shape()[0];
   if (rows == 0) return;
-  BwdArgs a{};
-  a.dx = DX ? dx.data_ptr() : nullptr;
-  a.dw = DW ? dw.data_ptr() : nullptr;
-  a.db = DB ? db.data_ptr() : nullptr;
+  BwdArgs<T> a{};
+  a.dx = DX ? dx.data_ptr<T>() : nullptr;
+  a.dw = DW ? dw.data_ptr<T>() : nullptr;
+  a.db = DB ? db.data_ptr<T>() : nullptr;
   a.partial = (DW || DB) ? partial.data_ptr<float>() : nullptr;
-  a.dy = dy.data_ptr();
-  a.x = (DX || DW) ? x.data_ptr() : nullptr;
-  a.w = DX && w.defined() ? w.data_ptr() : nullptr;
+  a.dy = dy.data_ptr<T>();
+  a.x = (DX || DW) ? x.data_ptr<T>() : nullptr;
+  a.w = DX && w.defined() ? w.data_ptr<T>() : nullptr;
   a.mean = LN && (DX || DW) ? mean.data_ptr<float>() : nullptr;
   a.rstd = (DX || DW) ? rstd.data_ptr<float>() : nullptr;
-  a.dres = DX && dres.defined() ? dres.data_ptr() : nullptr;
+  a.dres = DX && dres.defined() ? dres.data_ptr<T>() : nullptr;
   const Config c = plan(dim, sizeof(T), {a.dx, a.dy, a.x, a.w, a.dres}, Pass::backward);
-  a.rows = rows;
-  a.dim = static_cast<int>(dim);
-  a.nv = static_cast<int>(c.nv);
-  a.tpr = c.tpr;
-  a.gpb = c.gpb;
-  a.inv_dim = 1.f / static_cast<float>(dim);
+  set_shape(a, rows, dim, c);
   cudaStream_t s = stream_for(dy);
   const int device = dy.device().index;
   const int64_t prows = (DW || DB) ? partial.shape()[0] : 0;
@@ -487,9 +425,9 @@ void launch_backward(const char* op, const Tensor& dx, const Tensor& dw, const T
   if constexpr (!DX) {
     launch_param_backward<T, LN, DW, DB>(a, c, prows, s, device);
   } else if (c.iters == 0 && (DW || DB)) {
-    // Rows too wide for registers: dx by the looping kernel, then dW / dB by the tiled kernel,
-    // a second read of x and dy (the looping kernel reads them twice already) for a partial
-    // buffer of a few rows rather than one as wide as a row for every block.
+    // Rows too wide for registers: dx by the looping kernel, then dW / dB by the tiled kernel
+    // (a second read of x and dy, for a partial buffer of a few rows rather than a row-wide one
+    // for every block).
     if constexpr (DW || DB) {
       launch_dx_backward<T, LN, false, false, false>(a, c, 0, s, device);
       launch_param_backward<T, LN, DW, DB>(a, c, prows, s, device);
@@ -502,14 +440,6 @@ void launch_backward(const char* op, const Tensor& dx, const Tensor& dw, const T
     launch_dx_backward<T, LN, DW, DB, false>(a, c, prows, s, device);
   }
   TG_CUDA_CHECK_LAUNCH("norm backward");
-}
-
-// Calls f(type_tag<T>) for the float32 / bfloat16 dtypes the CUDA kernels support.
-template <class F>
-void dispatch_gpu_float(DType t, const char* op, F&& f) {
-  if (t == kFloat32) return f(static_cast<float*>(nullptr));
-  if (t == kBFloat16) return f(static_cast<bf16*>(nullptr));
-  fail(op, "on the GPU wants float32 or bfloat16, got ", t);
 }
 
 }  // namespace tg::cuda::normk

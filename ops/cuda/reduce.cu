@@ -67,12 +67,12 @@ __global__ void reduce_rows_kernel(const TI* x, OffsetCalc<1> kept, OffsetCalc<1
     int64_t j = j0;
     if constexpr (V > 1) {
       const int64_t nv = (j1 - j0) / V;
-      const Vec<TI, V>* pv = reinterpret_cast<const Vec<TI, V>*>(p + j0);
+      const Pack<TI, V>* pv = reinterpret_cast<const Pack<TI, V>*>(p + j0);
 #pragma unroll 4
       for (int64_t v = lane; v < nv; v += TPR) {
-        Vec<TI, V> w = pv[v];
+        Pack<TI, V> w = pv[v];
 #pragma unroll
-        for (int e = 0; e < V; ++e) acc += cvt<A>(w.v[e]);
+        for (int e = 0; e < V; ++e) acc += cvt<A>(w.get(e));
       }
       j = j0 + nv * V;
     }
@@ -97,7 +97,7 @@ template <class TI, class TO, int V>
 __global__ void reduce_cols_kernel(const TI* x, OffsetCalc<1> kept, OffsetCalc<1> red, int64_t K, int64_t R,
                                    int64_t L, TO* out) {
   using A = acc_t<TI>;
-  using VI = Vec<TI, V>;
+  using VI = Pack<TI, V>;
   const int64_t k = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) * V;
   if (k >= K) return;
   const int64_t chunk = blockIdx.y, j0 = chunk * L, j1 = min(R, j0 + L);
@@ -109,7 +109,7 @@ __global__ void reduce_cols_kernel(const TI* x, OffsetCalc<1> kept, OffsetCalc<1
   for (int e = 0; e < V; ++e) acc[e] = 0;
   auto add = [&](const VI& w) {
 #pragma unroll
-    for (int e = 0; e < V; ++e) acc[e] += cvt<A>(w.v[e]);
+    for (int e = 0; e < V; ++e) acc[e] += cvt<A>(w.get(e));
   };
   if (red.ndim <= 1) {
     const int64_t s = red.ndim == 1 ? red.strides[0][0] : 0;
@@ -130,10 +130,10 @@ __global__ void reduce_cols_kernel(const TI* x, OffsetCalc<1> kept, OffsetCalc<1
       add(*reinterpret_cast<const VI*>(p + o[0]));
     }
   }
-  Vec<TO, V> r;
+  Pack<TO, V> r;
 #pragma unroll
-  for (int e = 0; e < V; ++e) r.v[e] = cvt<TO>(acc[e]);
-  *reinterpret_cast<Vec<TO, V>*>(out + chunk * K + k) = r;
+  for (int e = 0; e < V; ++e) r.set(e, cvt<TO>(acc[e]));
+  *reinterpret_cast<Pack<TO, V>*>(out + chunk * K + k) = r;
 }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -197,7 +197,7 @@ void launch_cols(const TI* x, const Split& sp, bool vec, int64_t L, int64_t S, T
 // Whether the columns kernel can read V adjacent outputs with one aligned vector load: unit
 // innermost kept stride, every size/stride a multiple of V, aligned pointers.
 bool cols_vectorisable(const Split& sp, const void* x, const void* out, int V) {
-  if (!aligned_to(x, 16) || !aligned_to(out, 16) || sp.kept.ndim == 0) return false;
+  if (!aligned(x, 16) || !aligned(out, 16) || sp.kept.ndim == 0) return false;
   if (sp.kept.strides[0][0] != 1 || sp.kept.sizes[0] % V != 0) return false;
   for (int d = 1; d < sp.kept.ndim; ++d)
     if (sp.kept.strides[d][0] % V != 0) return false;
@@ -221,7 +221,7 @@ void sum_typed(const Tensor& out, const Tensor& x, const Split& sp) {
     // Contiguous reduced elements; vector loads if every row start is 16-byte aligned.
     constexpr int V = 16 / sizeof(T);
     const bool contig = sp.red.ndim == 1;
-    bool vec = contig && aligned_to(px, 16);
+    bool vec = contig && aligned(px, 16);
     for (int d = 0; d < sp.kept.ndim; ++d) vec = vec && sp.kept.strides[d][0] % V == 0;
     // Threads per row: the fewest (32 to 256) that leave each about 16 vectors.
     int tpr = 32;
@@ -275,7 +275,7 @@ void sum_typed(const Tensor& out, const Tensor& x, const Split& sp) {
   sp2.kept = calc_1d(sp.K, 1);
   sp2.red = calc_1d(S, sp.K);
   constexpr int VA = 16 / sizeof(A);
-  launch_cols<A, T>(pp, sp2, sp.K % VA == 0 && aligned_to(po, 16), S, 1, po, st);
+  launch_cols<A, T>(pp, sp2, sp.K % VA == 0 && aligned(po, 16), S, 1, po, st);
 }
 
 // ---- max ----
@@ -306,13 +306,13 @@ __global__ void max_rows_kernel(const T* x, OffsetCalc<1> kept, int64_t K, int64
   int64_t j = 0;
   if constexpr (V > 1) {
     const int64_t nv = n / V;
-    const Vec<T, V>* pv = reinterpret_cast<const Vec<T, V>*>(p);
+    const Pack<T, V>* pv = reinterpret_cast<const Pack<T, V>*>(p);
 #pragma unroll 2
     for (int64_t v = lane; v < nv; v += TPR) {
-      Vec<T, V> w = pv[v];
+      Pack<T, V> w = pv[v];
 #pragma unroll
       for (int e = 0; e < V; ++e) {
-        A val = cvt<A>(w.v[e]);
+        A val = cvt<A>(w.get(e));
         if (beats(val, v * V + e, best, arg)) best = val, arg = v * V + e;
       }
     }
@@ -400,7 +400,7 @@ void max(const Tensor& values, const Tensor& indices, const Tensor& x, int64_t d
     KernelTrace::record(stride == 1 && n >= 32 ? "max.rows" : "max.columns");
     if (stride == 1 && n >= 32) {
       constexpr int V = 16 / sizeof(T);
-      bool vec = aligned_to(px, 16);
+      bool vec = aligned(px, 16);
       for (int d = 0; d < sp.kept.ndim; ++d) vec = vec && sp.kept.strides[d][0] % V == 0;
       const bool warp = n < 1024 || (n <= int64_t(32) * 32 * V && sp.K >= int64_t(sm_count(x.device().index)) * 32);
       const unsigned blocks = unsigned(warp ? ceil_div(sp.K, kThreads / 32) : sp.K);

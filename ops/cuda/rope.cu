@@ -6,7 +6,7 @@
 #include <algorithm>
 
 #include "core/cuda/cuda_utils.cuh"
-#include "ops/cuda/nn_common.cuh"
+#include "core/cuda/device_utils.cuh"
 #include "ops/rope_kernels.h"
 
 namespace tg::cuda {
@@ -30,10 +30,10 @@ __global__ void rope_kernel(T* dst, const T* src, const T* cos, const T* sin, St
       const T *x = xm + t * srs, *c = cos + int64_t(t) * 2 * h, *s = sin + int64_t(t) * 2 * h;
       T* o = om + t * drs;
       for (int i = lane; i < h; i += 32) {
-        const float a = to_float(x[i]), b = to_float(x[i + h]);
-        const float c0 = to_float(c[i]), c1 = to_float(c[i + h]), s0 = to_float(s[i]), s1 = to_float(s[i + h]);
-        o[i] = nn::store<T>(kBackward ? a * c0 + b * s1 : a * c0 - b * s0);
-        o[i + h] = nn::store<T>(kBackward ? b * c1 - a * s0 : b * c1 + a * s1);
+        const float a = cvt<float>(x[i]), b = cvt<float>(x[i + h]);
+        const float c0 = cvt<float>(c[i]), c1 = cvt<float>(c[i + h]), s0 = cvt<float>(s[i]), s1 = cvt<float>(s[i + h]);
+        o[i] = cvt<T>(kBackward ? a * c0 + b * s1 : a * c0 - b * s0);
+        o[i + h] = cvt<T>(kBackward ? b * c1 - a * s0 : b * c1 + a * s1);
       }
     }
   }
@@ -47,7 +47,7 @@ StridedIndex lead_index(const Tensor& t) {
 
 template <bool kBackward>
 void rope(const Tensor& dst, const Tensor& src, const Tensor& cos, const Tensor& sin) {
-  nn::dispatch_float(src.dtype(), "apply_rotary", [&](auto tag) {
+  dispatch_gpu_float(src.dtype(), "apply_rotary", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const int64_t n = src.dim(), T_ = src.shape()[n - 2], hd = src.shape()[n - 1];
     const int64_t lead = src.numel() / (T_ * hd);

@@ -79,11 +79,11 @@ __global__ void softmax_columns(T* out, const T* x, int64_t outer, int64_t n, in
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < outer * inner; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t base = (i / inner) * n * inner + i % inner;
     OnlineSoftmax<float> st;
-    for (int64_t j = 0; j < n; ++j) nn::online_add(st, to_float(x[base + j * inner]));
+    for (int64_t j = 0; j < n; ++j) nn::online_add(st, cvt<float>(x[base + j * inner]));
     const float lse = st.logsumexp(), ml = st.m * nn::kLog2e, inv = 1.f / st.s;
     for (int64_t j = 0; j < n; ++j) {
-      const float v = to_float(x[base + j * inner]);
-      out[base + j * inner] = nn::store<T>(log ? v - lse : nn::exp_sub(v, ml) * inv);
+      const float v = cvt<float>(x[base + j * inner]);
+      out[base + j * inner] = cvt<T>(log ? v - lse : nn::exp_sub(v, ml) * inv);
     }
   }
 }
@@ -95,12 +95,12 @@ __global__ void softmax_backward_columns(T* dx, const T* g, const T* y, int64_t 
     float acc = 0.f;
     for (int64_t j = 0; j < n; ++j) {
       const int64_t k = base + j * inner;
-      acc += log ? to_float(g[k]) : to_float(g[k]) * to_float(y[k]);
+      acc += log ? cvt<float>(g[k]) : cvt<float>(g[k]) * cvt<float>(y[k]);
     }
     for (int64_t j = 0; j < n; ++j) {
       const int64_t k = base + j * inner;
-      const float gv = to_float(g[k]), yv = to_float(y[k]);
-      dx[k] = nn::store<T>(log ? gv - nn::exp_sub(yv, 0.f) * acc : yv * (gv - acc));
+      const float gv = cvt<float>(g[k]), yv = cvt<float>(y[k]);
+      dx[k] = cvt<T>(log ? gv - nn::exp_sub(yv, 0.f) * acc : yv * (gv - acc));
     }
   }
 }
@@ -113,7 +113,7 @@ unsigned warp_rows_grid(int64_t rows) {
 }  // namespace
 
 void softmax(const Tensor& out, const Tensor& x, SoftmaxGeometry geo, bool log) {
-  nn::dispatch_float(x.dtype(), log ? "log_softmax" : "softmax", [&](auto tag) {
+  dispatch_gpu_float(x.dtype(), log ? "log_softmax" : "softmax", [&](auto tag) {
     using T = typename decltype(tag)::type;
     cudaStream_t s = stream_for(x);
     const T* px = x.data_ptr<T>();
@@ -132,7 +132,7 @@ void softmax(const Tensor& out, const Tensor& x, SoftmaxGeometry geo, bool log) 
 }
 
 void softmax_backward(const Tensor& dx, const Tensor& g, const Tensor& y, SoftmaxGeometry geo, bool log) {
-  nn::dispatch_float(dx.dtype(), log ? "log_softmax" : "softmax", [&](auto tag) {
+  dispatch_gpu_float(dx.dtype(), log ? "log_softmax" : "softmax", [&](auto tag) {
     using T = typename decltype(tag)::type;
     cudaStream_t s = stream_for(dx);
     const T* pg = g.data_ptr<T>();

@@ -80,7 +80,7 @@ int main(int argc, char** argv) {
   c.num_key_value_heads = 2;
   c.max_position_embeddings = 32;
   nn::LlamaForCausalLM model(c, gen);
-  io::save_state_dict(model, dir + "/llama.safetensors");
+  nn::save_state_dict(model, dir + "/llama.safetensors");
   Tensor ids = randint(0, 256, {2, 16}, gen);
   std::vector<int64_t> lab = ids.to_vector<int64_t>();
   lab[3] = -100;
@@ -129,7 +129,7 @@ int main(int argc, char** argv) {
   gc.n_layer = 2;
   gc.n_positions = 32;
   nn::GPT2LMHeadModel gpt(gc, gen);
-  io::save_state_dict(gpt, dir + "/gpt2.safetensors");
+  nn::save_state_dict(gpt, dir + "/gpt2.safetensors");
   out["gpt2_logits"] = gpt.forward(ids).detach();
   out["gpt2_loss"] = gpt.loss(ids, labels).detach();
   safetensors::save_file(out, dir + "/io.safetensors");

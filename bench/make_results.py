@@ -1,0 +1,253 @@
+#!/usr/bin/env python3
+"""Writes bench/RESULTS.md from the rows in bench/results/*.json: one current table per benchmark,
+each saying where, when and on which commit its rows were measured and how to measure them again.
+
+    python3 bench/make_results.py            # rewrites bench/RESULTS.md
+    python3 bench/make_results.py --check    # fails when RESULTS.md is not what the rows give
+
+A results file is one benchmark run (bench/bench_json.h, bench/result_rows.py): an array of flat
+objects, each with bench, machine, date and commit. A new run replaces its file; earlier figures
+stay in git history. Python 3 standard library only.
+"""
+import glob
+import json
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RESULTS_DIR = os.path.join(HERE, "results")
+OUT = os.path.join(HERE, "RESULTS.md")
+
+
+def load(results_dir):
+    """Rows by benchmark name, in file then row order."""
+    by_bench = {}
+    for path in sorted(glob.glob(os.path.join(results_dir, "*.json"))):
+        with open(path) as f:
+            rows = json.load(f)
+        for r in rows:
+            missing = [k for k in ("bench", "machine", "date", "commit") if k not in r]
+            if missing:
+                sys.exit(f"make_results.py: a row of {os.path.relpath(path, HERE)} has no {', '.join(missing)}")
+            by_bench.setdefault(r["bench"], []).append(r)
+    return by_bench
+
+
+def measured(rows):
+    """'NVIDIA H200, 2026-12-01, commit e98798c' for each distinct (machine, date, commit)."""
+    seen = []
+    for r in rows:
+        key = (r["machine"], r["date"], r["commit"])
+        if key not in seen:
+            seen.append(key)
+    return "; ".join(f"{m}, {d}, commit {c}" for m, d, c in seen)
+
+
+def table(header, rows):
+    """A markdown table; header cells ending in ':' are right-aligned."""
+    names = [h.rstrip(":") for h in header]
+    align = ["---:" if h.endswith(":") else "---" for h in header]
+    lines = ["| " + " | ".join(names) + " |", "| " + " | ".join(align) + " |"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def f1(v):
+    return "–" if v is None else f"{v:.1f}"
+
+
+def ratio(a, b):
+    return "–" if a is None or b is None else f"{a / b:.2f}"
+
+
+# ------------------------------------------------------------------------------------------ norms
+def norm_section(ours, torch_rows):
+    ref = {(r["backend"], r["op"], r["dtype"], r["rows"], r["dim"], r["mode"]): r["us"] for r in torch_rows}
+    frozen = {(r["op"], r["dtype"], r["rows"], r["dim"]): r["us"] for r in ours if r["mode"] in ("frozen", "both_frozen")}
+    out, missed = [], 0
+    for r in ours:
+        key = (r["op"], r["dtype"], r["rows"], r["dim"])
+        us, mb = r["us"], r["min_bytes"] / 1e6
+        frac = r["min_bytes"] / (us * 1e-6) / (r["copy_gbs"] * 1e9)
+        eager, comp = ref.get(("eager",) + key + (r["mode"],)), ref.get(("compile",) + key + (r["mode"],))
+        misses = [name for name, t in (("eager", eager), ("compile", comp)) if t is not None and t < us]
+        full_frozen = ""
+        if r["mode"] in ("frozen", "both_frozen"):
+            if mb >= 200 and frac < 0.90:
+                misses.append("BW<0.90")
+            elif 50 <= mb < 200 and frac < 0.70:
+                misses.append("BW<0.70")
+        if r["mode"] == "full":
+            if mb >= 200 and frac < 0.85:
+                misses.append("BW<0.85")
+            f = frozen.get(key)
+            if f:
+                full_frozen = f"{us / f:.2f}"
+                if us > 1.10 * f:
+                    misses.append(f"full {us / f:.2f}x frozen")
+        missed += bool(misses)
+        out.append([r["op"], r["dtype"], f"{r['rows']}x{r['dim']}", r["mode"], f1(us), f1(eager), f1(comp),
+                    ratio(eager, us), ratio(comp, us), f"{mb:.0f}", f"{frac:.2f}", full_frozen, ", ".join(misses)])
+    header = ["op", "dtype", "rows x dim", "mode", "ours µs:", "eager µs:", "compile µs:", "eager/ours:",
+              "compile/ours:", "min MB:", "fraction of copy BW:", "full/frozen:", "misses"]
+    return f"""## Norm backward (RMSNorm, LayerNorm) against PyTorch eager and torch.compile
+
+Measured: ours {measured(ours)}; PyTorch {measured(torch_rows)}
+(torch {torch_rows[0].get('torch', '?') if torch_rows else '?'}).
+
+Each call is one backward of the op's autograd node (frozen: the weight needs no gradient; LayerNorm
+w_frozen / b_frozen / both_frozen likewise; dw_only: x needs none), captured in a CUDA graph and
+replayed after a 256 MB memset that flushes the L2; median of 100 replays. "min MB" is the traffic
+no implementation avoids; its fraction of the device-to-device copy bandwidth measured in the same
+run ({ours[0]['copy_gbs']:.0f} GB/s). A row misses a target when PyTorch is faster, when a frozen
+backward is below 0.90 of copy bandwidth from 200 MB (0.70 from 50 MB), or a full one below 0.85
+from 200 MB or over 1.10x the frozen time. {missed} of {len(ours)} rows miss a target; dev/NOTES.md
+says why for each kind.
+
+Reproduce (the GPU machine, PyTorch with CUDA): `bench/norm_run.sh build-gpu out`, then
+`cp out/norm.json out/torch_norm.json out/linear.json bench/results/ && python3 bench/make_results.py`.
+
+{table(header, out)}
+"""
+
+
+# ------------------------------------------------------------------------------------------ linear
+def linear_section(rows):
+    full = {r["dtype"]: r["us"] for r in rows if r["mode"] == "full"}
+    out = [[r["dtype"], f"x [{r['m']}, {r['k']}], W [{r['n']}, {r['k']}]", r["mode"], f1(r["us"]),
+            f"{r['tflops']:.1f}", ratio(r["us"], full.get(r["dtype"]))] for r in rows]
+    return f"""## Linear backward, full against a frozen weight
+
+Measured: {measured(rows)}.
+
+The autograd node's backward after a 256 MB L2 flush, median of 100 calls: full runs the dX and dW
+GEMMs, a frozen weight (LoRA's base layer) the dX GEMM only.
+
+Reproduce: `build-gpu/bench/linear_bench --json bench/results/linear.json` (or `bench/norm_run.sh`).
+
+{table(["dtype", "shape", "mode", "µs:", "TFLOP/s:", "vs full:"], out)}
+"""
+
+
+# ------------------------------------------------------------------------------------------ gemm, elementwise
+def ours_vs_torch(ours, torch_rows, rate_key, unit, ceiling_key, ceiling_name):
+    ref = {(r["kind"], r["name"], r["dtype"], r["shape"]): r["ms"] for r in torch_rows}
+    out = []
+    for r in ours:
+        t = ref.get((r["kind"], r["name"], r["dtype"], r["shape"]))
+        out.append([r["name"], r["dtype"], r["shape"], f"{r['ms']:.4f}", "–" if t is None else f"{t:.4f}",
+                    ratio(t, r["ms"]), f"{r[rate_key]:.1f} {unit}", f"{100 * r[rate_key] / r[ceiling_key]:.0f}%"])
+    return table(["case", "dtype", "shape", "ours ms:", "torch ms:", "torch/ours:", "ours rate:", f"{ceiling_name}:"], out)
+
+
+def gemm_section(ours, torch_rows):
+    return f"""## GEMM (cuBLAS through our gemm) against torch.matmul
+
+Measured: ours {measured(ours)}; PyTorch {measured(torch_rows)}.
+
+CUDA events around each call after a warm-up of at least 200 ms, median of 50. Shapes are B x M x N x K
+and whether a / b are stored transposed; rates count 2·B·M·N·K FLOPs. "% ceiling": of the 8192³ rate
+of the same dtype measured first in the same run (bf16 for tf32 rows). Rows under ~30 µs measure
+launch overhead (PyTorch's includes Python), not kernels.
+
+Reproduce: `bench/run_bench.sh build-gpu out`, then
+`cp out/gemm.json out/elementwise.json out/torch_gemm_elementwise.json bench/results/`.
+
+{ours_vs_torch(ours, torch_rows, "tflops", "TFLOP/s", "ceiling_tflops", "% ceiling")}
+"""
+
+
+def elementwise_section(ours, torch_rows):
+    return f"""## Memory-bound kernels (elementwise, conversions, reductions) against PyTorch
+
+Measured: ours {measured(ours)}; PyTorch {measured(torch_rows)}.
+
+Rates count the bytes that must move (inputs read once, outputs written once); "% copy": of the
+device-to-device copy bandwidth measured in the same run ({ours[0]['copy_gbs']:.0f} GB/s).
+
+Reproduce: as the GEMM table (`bench/run_bench.sh`).
+
+{ours_vs_torch(ours, torch_rows, "gbs", "GB/s", "copy_gbs", "% copy")}
+"""
+
+
+# ------------------------------------------------------------------------------------------ train step
+def train_section(ours, torch_rows):
+    def cells(r):
+        return [r["machine"], r["config"], r["device"], r["dtype"], r["mode"], r.get("threads", "–"),
+                f"{r['ms']:.1f}", f1(r.get("min_ms")), r.get("tok_s", "–"),
+                f"{r['peak_mib']:.0f}" if "peak_mib" in r else "–"]
+    header = ["machine", "config", "device", "dtype", "mode", "threads:", "ms/step:", "min ms:", "tok/s:", "peak MiB:"]
+    scripts = sorted({r.get("script", "") for r in torch_rows} - {""})
+    return f"""## A training step (forward, backward, AdamW) of a Llama config
+
+Measured: {measured(ours)}.
+
+`bench/train_step_bench`: the median of the timed steps on the host clock after warm-up; peak = the
+allocator's peak bytes in use. LoRA: r 8, alpha 16 on q/k/v/o. dtype bf16: the frozen base in
+bfloat16, LoRA weights and their AdamW moments in float32 (full: bf16 parameters, float32 moments).
+`tiny` is batch 8 x 128 tokens, `bench-135m` batch 8 x 1024.
+
+Reproduce: `build/bench/train_step_bench --config tiny --threads 2 --steps 20 --json
+bench/results/train_step-<machine>.json` (CPU); `build-gpu/bench/train_step_bench --device cuda
+--config bench-135m --dtype bf16 --steps 10 --json bench/results/train_step-h200-bf16.json` (and
+`--dtype f32`).
+
+{table(header, [cells(r) for r in ours])}
+
+PyTorch on the same machines, in the same calls (bf16 autocast over float32 weights on the GPU,
+SDPA attention):
+
+{table(header, [cells(r) for r in torch_rows])}
+
+These were measured with {', '.join(scripts) if scripts else 'a reference script'}: the PyTorch side of
+this table cannot be reproduced from this repository yet.
+"""
+
+
+def render(by_bench):
+    parts = ["""# Benchmark results
+
+The current figures, one table per benchmark, generated by `python3 bench/make_results.py` from the
+rows the benchmarks write to `bench/results/*.json` (each row names its machine, date and commit).
+Do not edit this file: run the benchmark, copy its JSON into `bench/results/`, regenerate. Earlier
+figures are in git history; what the measurements taught is in `dev/NOTES.md`.
+"""]
+    get = lambda name: by_bench.get(name, [])
+    if get("train_step_bench"):
+        parts.append(train_section(get("train_step_bench"), get("torch_toy_lora")))
+    if get("norm_bench"):
+        parts.append(norm_section(get("norm_bench"), get("torch_norm_ref")))
+    if get("linear_bench"):
+        parts.append(linear_section(get("linear_bench")))
+    if get("gemm_bench"):
+        parts.append(gemm_section(get("gemm_bench"), [r for r in get("torch_ref_gemm_elementwise") if r["kind"] == "gemm"]))
+    if get("elementwise_bench"):
+        parts.append(elementwise_section(get("elementwise_bench"),
+                                         [r for r in get("torch_ref_gemm_elementwise") if r["kind"] == "ew"]))
+    known = {"train_step_bench", "torch_toy_lora", "norm_bench", "torch_norm_ref", "linear_bench", "gemm_bench",
+             "elementwise_bench", "torch_ref_gemm_elementwise"}
+    unknown = sorted(set(by_bench) - known)
+    if unknown:
+        sys.exit(f"make_results.py: no table for the rows of {', '.join(unknown)}: add a section")
+    return "\n".join(parts)
+
+
+def main(argv):
+    if argv not in ([], ["--check"]):
+        sys.exit(__doc__)
+    text = render(load(RESULTS_DIR))
+    if argv == ["--check"]:
+        with open(OUT) as f:
+            if f.read() != text:
+                sys.exit("make_results.py: bench/RESULTS.md differs from bench/results/*.json: run bench/make_results.py")
+        return 0
+    tmp = OUT + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, OUT)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
