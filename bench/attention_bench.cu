@@ -4,19 +4,19 @@
 // the model passes. Each call is bracketed by CUDA events after a 256 MB L2 flush; median of
 // --reps. TFLOP/s counts causal FLOPs halved: forward 4 B H T^2 hd / 2, backward 2.5x forward
 // (the work FlashAttention-2 does; ours does 3.5x, see ops/cuda/attention.cu).
-//   attention_bench [--reps N] [--json path --commit sha]
-// bench/torch_attention_ref.py times PyTorch's SDPA backends on the same shapes and merges both
-// into bench/results/attention.json (bench/run_attention_bench.sh runs the two).
+//   attention_bench [--reps N] [--json path]
+// bench/torch_attention_ref.py times PyTorch's SDPA backends on the same shapes in the same call
+// (bench/run_attention_bench.sh runs the two; rows to bench/results/{attention,torch_attention}.json).
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <ctime>
 #include <string>
 #include <vector>
 
+#include "bench/bench_json.h"
 #include "core/autograd.h"
 #include "core/cuda/cuda_utils.cuh"
 #include "core/factory.h"
@@ -73,24 +73,15 @@ struct Timer {
   }
 };
 
-std::string today() {
-  char buf[16];
-  std::time_t now = std::time(nullptr);
-  std::strftime(buf, sizeof buf, "%Y-%m-%d", std::gmtime(&now));
-  return buf;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   int reps = 50;
-  const char* json = nullptr;
-  std::string commit = "unknown";
+  std::string json;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) reps = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
-    else if (!std::strcmp(argv[i], "--commit") && i + 1 < argc) commit = argv[++i];
-    else return std::fprintf(stderr, "usage: attention_bench [--reps N] [--json path --commit sha]\n"), 2;
+    else return std::fprintf(stderr, "usage: attention_bench [--reps N] [--json path]\n"), 2;
   }
   if (!cuda_is_available()) return std::fprintf(stderr, "attention_bench: no CUDA device\n"), 1;
   cudaDeviceProp prop;
@@ -99,12 +90,9 @@ int main(int argc, char** argv) {
   const std::vector<Shape4> shapes = {
       {8, 12, 12, 1024, 64}, {4, 32, 32, 2048, 128}, {1, 16, 16, 8192, 128}, {4, 32, 8, 2048, 128}};
   Timer timer;
-  std::FILE* out = json ? std::fopen(json, "w") : nullptr;
-  if (json && !out) return std::fprintf(stderr, "attention_bench: cannot write %s\n", json), 1;
-  if (out) std::fprintf(out, "[\n");
+  bench::JsonRows rows("attention_bench", prop.name);
   std::printf("%-22s %9s %9s %11s %9s\n", "shape (BxHxTxhd)", "fwd ms", "bwd ms", "fwd+bwd ms", "TFLOP/s");
-  for (size_t si = 0; si < shapes.size(); ++si) {
-    const Shape4& s = shapes[si];
+  for (const Shape4& s : shapes) {
     Generator gen(1);
     auto projection = [&](int64_t heads) {
       return to(randn({s.B, s.T, heads, s.hd}, gen), kBFloat16, dev).requires_grad_(true);
@@ -134,13 +122,14 @@ int main(int argc, char** argv) {
         reps);
     const double tflops = 3.5 * s.fwd_flops() / (both * 1e-3) / 1e12;
     std::printf("%-22s %9.3f %9.3f %11.3f %9.1f\n", s.name().c_str(), fwd, bwd, both, tflops);
-    if (out)
-      std::fprintf(out,
-                   "  {\"shape\": \"%s\", \"impl\": \"tapegrad\", \"fwd_ms\": %.4f, \"bwd_ms\": %.4f, \"fwdbwd_ms\": %.4f, "
-                   "\"tflops\": %.1f, \"machine\": \"%s\", \"date\": \"%s\", \"commit\": \"%s\"}%s\n",
-                   s.name().c_str(), fwd, bwd, both, tflops, prop.name, today().c_str(), commit.c_str(),
-                   si + 1 < shapes.size() ? "," : "");
+    rows.add()
+        .str("shape", s.name())
+        .str("impl", "tapegrad")
+        .num("fwd_ms", fwd, 4)
+        .num("bwd_ms", bwd, 4)
+        .num("fwdbwd_ms", both, 4)
+        .num("tflops", tflops, 4);
   }
-  if (out) std::fprintf(out, "]\n"), std::fclose(out);
+  rows.write(json);
   return 0;
 }

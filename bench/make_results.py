@@ -174,10 +174,12 @@ Reproduce: as the GEMM table (`bench/run_bench.sh`).
 # ------------------------------------------------------------------------------------------ train step
 def train_section(ours, torch_rows):
     def cells(r):
-        return [r["machine"], r["config"], r["device"], r["dtype"], r["mode"], r.get("threads", "–"),
+        impl = "tapegrad" if r["bench"] == "train_step_bench" else "torch " + r.get("exec", "eager")
+        return [impl, r["machine"], r["config"], r["device"], r["dtype"], r["mode"], r.get("threads", "–"),
                 f"{r['ms']:.1f}", f1(r.get("min_ms")), r.get("tok_s", "–"),
-                f"{r['peak_mib']:.0f}" if "peak_mib" in r else "–"]
-    header = ["machine", "config", "device", "dtype", "mode", "threads:", "ms/step:", "min ms:", "tok/s:", "peak MiB:"]
+                f"{r['peak_mib']:.0f}" if r.get("peak_mib") is not None else "–"]
+    header = ["impl", "machine", "config", "device", "dtype", "mode", "threads:", "ms/step:", "min ms:", "tok/s:",
+              "peak MiB:"]
     scripts = sorted({r.get("script", "") for r in torch_rows} - {""})
     return f"""## A training step (forward, backward, AdamW) of a Llama config
 
@@ -189,9 +191,8 @@ bfloat16, LoRA weights and their AdamW moments in float32 (full: bf16 parameters
 `tiny` is batch 8 x 128 tokens, `bench-135m` batch 8 x 1024.
 
 Reproduce: `build/bench/train_step_bench --config tiny --threads 2 --steps 20 --json
-bench/results/train_step-<machine>.json` (CPU); `build-gpu/bench/train_step_bench --device cuda
---config bench-135m --dtype bf16 --steps 10 --json bench/results/train_step-h200-bf16.json` (and
-`--dtype f32`).
+bench/results/train_step-<machine>.json` (CPU); on the GPU `bench/run_step_gpu.sh build-gpu`
+(tapegrad bf16 and f32, then `bench/torch_toy_lora.py` eager and torch.compile in the same call).
 
 {table(header, [cells(r) for r in ours])}
 
@@ -200,8 +201,44 @@ SDPA attention):
 
 {table(header, [cells(r) for r in torch_rows])}
 
-These were measured with {', '.join(scripts) if scripts else 'a reference script'}: the PyTorch side of
-this table cannot be reproduced from this repository yet.
+PyTorch rows measured with {', '.join(scripts) if scripts else 'a reference script'}{
+    "" if all(s.startswith("bench/") for s in scripts) else ": rows naming a script outside this repository cannot be reproduced from it"}.
+"""
+
+
+def attention_section(ours, torch_rows):
+    by_shape = {}
+    for r in torch_rows:
+        by_shape.setdefault(r["shape"], {})[r["impl"]] = r
+    rows = []
+    for r in ours:
+        ref = by_shape.get(r["shape"], {})
+        fa2, cudnn = ref.get("torch_flash", {}).get("fwdbwd_ms"), ref.get("torch_cudnn", {}).get("fwdbwd_ms")
+        rows.append([r["shape"], f"{r['fwd_ms']:.3f}", f"{r['bwd_ms']:.3f}", f"{r['fwdbwd_ms']:.3f}", f1(r["tflops"]),
+                     "–" if fa2 is None else f"{fa2:.3f}", "–" if cudnn is None else f"{cudnn:.3f}",
+                     ratio(fa2, r["fwdbwd_ms"]), ratio(cudnn, r["fwdbwd_ms"])])
+    header = ["B x H x T x hd", "fwd ms:", "bwd ms:", "fwd+bwd ms:", "TFLOP/s:", "FA2 fwd+bwd:", "cuDNN fwd+bwd:",
+              "speed vs FA2:", "speed vs cuDNN:"]
+    torch_table = table(["shape", "backend", "fwd ms:", "bwd ms:", "fwd+bwd ms:", "TFLOP/s:"],
+                        [[r["shape"], r["impl"], f"{r['fwd_ms']:.3f}", f"{r['bwd_ms']:.3f}", f"{r['fwdbwd_ms']:.3f}",
+                          f1(r["tflops"])] for r in torch_rows])
+    return f"""## Attention (scaled_dot_product_attention), causal, bf16, forward + backward
+
+Measured: {measured(ours)}; PyTorch: {measured(torch_rows)}.
+
+`bench/attention_bench`: q, k, v as the [B, H, T, hd] views of [B, T, H, hd] projections (as the
+models pass them; `-kv8`: 8 kv heads, grouped-query); each call after a 256 MB L2 flush, CUDA
+events, median. TFLOP/s count causal FLOPs halved, backward at 2.5x forward (FlashAttention-2's
+work; ours does 3.5x: a deterministic two-kernel backward, dev/cuda/attention.md). PyTorch's SDPA
+backends timed the same way in the same call by `bench/torch_attention_ref.py`.
+
+Reproduce: `bench/run_attention_bench.sh build-gpu`.
+
+{table(header, rows)}
+
+PyTorch's backends:
+
+{torch_table}
 """
 
 
@@ -216,6 +253,8 @@ figures are in git history; what the measurements taught is in `dev/NOTES.md`.
     get = lambda name: by_bench.get(name, [])
     if get("train_step_bench"):
         parts.append(train_section(get("train_step_bench"), get("torch_toy_lora")))
+    if get("attention_bench"):
+        parts.append(attention_section(get("attention_bench"), get("torch_attention_ref")))
     if get("norm_bench"):
         parts.append(norm_section(get("norm_bench"), get("torch_norm_ref")))
     if get("linear_bench"):
@@ -225,7 +264,7 @@ figures are in git history; what the measurements taught is in `dev/NOTES.md`.
     if get("elementwise_bench"):
         parts.append(elementwise_section(get("elementwise_bench"),
                                          [r for r in get("torch_ref_gemm_elementwise") if r["kind"] == "ew"]))
-    known = {"train_step_bench", "torch_toy_lora", "norm_bench", "torch_norm_ref", "linear_bench", "gemm_bench",
+    known = {"train_step_bench", "torch_toy_lora", "attention_bench", "torch_attention_ref", "norm_bench", "torch_norm_ref", "linear_bench", "gemm_bench",
              "elementwise_bench", "torch_ref_gemm_elementwise"}
     unknown = sorted(set(by_bench) - known)
     if unknown:

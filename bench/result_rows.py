@@ -21,7 +21,7 @@ def commit():
                                  capture_output=True, text=True, check=True).stdout.strip()
         return sha + ("-dirty" if changes else "")
     except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+        return os.environ.get("TG_COMMIT", "unknown")  # a copy of the tree without .git (the GPU machine)
 
 
 def write_rows(path, bench, machine, rows):

@@ -1,20 +1,21 @@
 #!/usr/bin/env bash
 # The bench-135m training step on the GPU, tapegrad against PyTorch eager and torch.compile in the
 # same call (bench/torch_toy_lora.py, the reference model): bf16 LoRA and full, float32 LoRA.
-# Rows to bench/results/train_step.json (bench/step_rows.py).
-#   bench/run_step_gpu.sh <build dir> [results json]
+# Rows to bench/results/train_step-h200-{bf16,f32}.json and torch_train_step-h200.json.
+#   bench/run_step_gpu.sh <build dir> [results dir]
 set -euo pipefail
 build=$1
-out=${2:-bench/results/train_step.json}
+out=${2:-bench/results}
 here=$(cd "$(dirname "$0")" && pwd)
-commit=${TG_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 tmp=$(mktemp -d)
-"$build/bench/train_step_bench" --config bench-135m --device cuda --dtype bf16 --warmup 5 --steps 20 | tee "$tmp/bf16.txt"
-"$build/bench/train_step_bench" --config bench-135m --device cuda --dtype f32 --warmup 2 --steps 5 --modes lora | tee "$tmp/f32.txt"
+mkdir -p "$out"
+"$build/bench/train_step_bench" --config bench-135m --device cuda --dtype bf16 --warmup 5 --steps 20 \
+  --json "$out/train_step-h200-bf16.json"
+"$build/bench/train_step_bench" --config bench-135m --device cuda --dtype f32 --warmup 2 --steps 5 --modes lora \
+  --json "$out/train_step-h200-f32.json"
 python3 "$here/torch_toy_lora.py" --configs llama-bench-135m --precs bf16 --modes full,lora --attns sdpa \
-  --exec eager,compile --n-warm 3 --n-time 10 --budget-s 240 --out "$tmp" --jsonl torch.jsonl | grep -E "^(llama|TOY|config)" || true
+  --exec eager,compile --n-warm 3 --n-time 10 --budget-s 220 --out "$tmp" --jsonl torch.jsonl | grep -E "^(llama|TOY|config)" || true
 python3 "$here/torch_toy_lora.py" --configs llama-bench-135m --precs fp32 --modes lora --attns sdpa \
   --exec eager --n-warm 2 --n-time 5 --budget-s 60 --out "$tmp" --jsonl torch.jsonl | grep -E "^(llama|TOY|config)" || true
-mkdir -p "$(dirname "$out")"
-python3 "$here/step_rows.py" --ours "$tmp/bf16.txt" "$tmp/f32.txt" --torch "$tmp/torch.jsonl" \
-  --machine "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" --commit "$commit" --out "$out"
+python3 "$here/torch_step_rows.py" "$tmp/torch.jsonl" "$out/torch_train_step-h200.json"
+cat "$out/torch_train_step-h200.json"

@@ -2,17 +2,18 @@
 """PyTorch's scaled_dot_product_attention on the shapes of bench/attention_bench.cu, timed the
 same way (causal, bf16, q/k/v as [B, H, T, hd] views of [B, T, H, hd] projections; CUDA events
 after a 256 MB L2 flush; median), once per SDPA backend PyTorch offers (FlashAttention-2, cuDNN,
-memory-efficient). Merges its rows with attention_bench's JSON rows into one file:
+memory-efficient). Prints the ratio to attention_bench's rows of the same call:
 
-    python3 bench/torch_attention_ref.py --ours ours.json --out bench/results/attention.json --commit SHA
+    python3 bench/torch_attention_ref.py --ours bench/results/attention.json --out bench/results/torch_attention.json
 """
 import argparse
-import datetime
 import json
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from result_rows import write_rows
 
 SHAPES = [(8, 12, 12, 1024, 64), (4, 32, 32, 2048, 128), (1, 16, 16, 8192, 128), (4, 32, 8, 2048, 128)]
 BACKENDS = {"torch_flash": SDPBackend.FLASH_ATTENTION, "torch_cudnn": SDPBackend.CUDNN_ATTENTION,
@@ -42,16 +43,15 @@ def median_ms(fn, reps, flush):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--ours", help="attention_bench --json output to merge")
+    ap.add_argument("--ours", help="attention_bench's rows of this call, to print the ratios")
     ap.add_argument("--out", required=True)
-    ap.add_argument("--commit", default="unknown")
     ap.add_argument("--reps", type=int, default=50)
     args = ap.parse_args()
     torch.manual_seed(1)
     dev = torch.device("cuda")
     flush = torch.empty(256 << 20, dtype=torch.uint8, device=dev)
-    machine, date = torch.cuda.get_device_name(), datetime.date.today().isoformat()
-    rows = json.load(open(args.ours)) if args.ours else []
+    machine = torch.cuda.get_device_name()
+    rows = []
     print(f"{'shape':22} {'impl':16} {'fwd ms':>9} {'bwd ms':>9} {'fwd+bwd':>9} {'TFLOP/s':>8}")
     for B, H, Hkv, T, hd in SHAPES:
         proj = lambda heads: torch.randn(B, T, heads, hd, device=dev, dtype=torch.bfloat16).requires_grad_(True)
@@ -77,16 +77,14 @@ def main():
                 continue
             tflops = 3.5 * fwd_flops / (both * 1e-3) / 1e12
             print(f"{name(B, H, Hkv, T, hd):22} {impl:16} {fwd:9.3f} {bwd:9.3f} {both:9.3f} {tflops:8.1f}")
-            rows.append({"shape": name(B, H, Hkv, T, hd), "impl": impl, "fwd_ms": round(fwd, 4),
-                         "bwd_ms": round(bwd, 4), "fwdbwd_ms": round(both, 4), "tflops": round(tflops, 1),
-                         "machine": machine, "date": date, "commit": args.commit})
-    ours = {r["shape"]: r for r in rows if r["impl"] == "tapegrad"}
+            rows.append({"shape": name(B, H, Hkv, T, hd), "impl": impl, "torch": torch.__version__,
+                         "fwd_ms": round(fwd, 4), "bwd_ms": round(bwd, 4), "fwdbwd_ms": round(both, 4),
+                         "tflops": round(tflops, 1)})
+    ours = {r["shape"]: r for r in json.load(open(args.ours))} if args.ours else {}
     for r in rows:
-        if r["impl"] != "tapegrad" and r["shape"] in ours:
+        if r["shape"] in ours:
             print(f"{r['shape']:22} tapegrad / {r['impl']:16} speed {r['fwdbwd_ms'] / ours[r['shape']]['fwdbwd_ms']:.2f}x")
-    with open(args.out, "w") as f:
-        json.dump(rows, f, indent=1)
-        f.write("\n")
+    write_rows(args.out, "torch_attention_ref", machine, rows)
 
 
 if __name__ == "__main__":
