@@ -13,8 +13,9 @@ namespace tg {
 Tensor Tensor::empty(const Shape& shape, TensorOptions opts) {
   for (int64_t s : shape) TG_CHECK(s >= 0, "empty", "negative size in shape ", shape);
   auto impl = std::make_shared<TensorImpl>();
-  impl->strides = contiguous_strides(shape);  // checks the sizes before anything is allocated
-  impl->storage = std::make_shared<Storage>(nbytes_of(shape, tg::element_size(opts.dtype)), opts.device);
+  const size_t nbytes = nbytes_of(shape, tg::element_size(opts.dtype));  // sizes checked before allocating
+  impl->strides = contiguous_strides(shape);
+  impl->storage = std::make_shared<Storage>(nbytes, opts.device);
   impl->shape = shape;
   impl->dtype = opts.dtype;
   Tensor t(std::move(impl));

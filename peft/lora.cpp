@@ -258,8 +258,9 @@ void merge_and_unload(nn::Module& model) {
 
 std::string adapter_config_json(const LoraConfig& c, bool fan_in_fan_out) {
   using json::Value;
-  Value targets = Value::array();
+  Value targets = Value::array(), saved = Value::array();
   for (const auto& t : c.target_modules) targets.push_back(t);
+  for (const auto& m : c.modules_to_save) saved.push_back(m);
   Value cfg = Value::object();
   const double alpha = c.lora_alpha;
   // peft writes an integral alpha as an integer; the range check keeps the cast defined.
@@ -279,7 +280,7 @@ std::string adapter_config_json(const LoraConfig& c, bool fan_in_fan_out) {
       .set("lora_dropout", c.lora_dropout)
       .set("megatron_config", Value())
       .set("megatron_core", "megatron.core")
-      .set("modules_to_save", Value())
+      .set("modules_to_save", c.modules_to_save.empty() ? Value() : saved)
       .set("peft_type", "LORA")
       .set("r", c.r)
       .set("rank_pattern", Value::object())
@@ -341,15 +342,7 @@ void save_adapter(nn::Module& model, const std::string& dir, const LoraConfig& c
   written.freeze_norms = true;  // trained norms travel as modules_to_save
   bool conv1d = false;  // peft wants fan_in_fan_out for layers transformers stores as Conv1D
   for (auto& [path, l] : lora_layers(model)) conv1d = conv1d || nn::is_hf_conv1d(model, path);
-  std::string cfg = adapter_config_json(written, conv1d);
-  if (!saved.empty()) {
-    // adapter_config_json writes null; peft wants the list here.
-    json::Value v = json::parse(cfg);
-    json::Value list = json::Value::array();
-    for (const auto& s : saved) list.push_back(s);
-    v.set("modules_to_save", list);
-    cfg = json::dump(v, 2, true);
-  }
+  const std::string cfg = adapter_config_json(written, conv1d);
   // Both files as one unit: a reader never sees new weights beside the old config (its alpha).
   io::write_folder_atomic(dir, [&](io::FolderWriter& out) {
     safetensors::write_file(out, kWeightsFile, adapter_tensors(model, saved), {{"format", "pt"}});

@@ -2,6 +2,8 @@
 # Installs what building tapegrad needs and this machine lacks: a C++20 compiler, CMake >= 3.25,
 # Eigen 3.4, GoogleTest (and ninja/make). Uses apt-get as root (or through sudo); otherwise
 # says exactly what to install. Does nothing when everything is present.
+#   scripts/install-deps.sh --sanitizers   also clang, its sanitizer/libFuzzer runtimes and
+#                                          llvm-symbolizer (.ci/run's sanitizer suite and fuzzers)
 set -euo pipefail
 
 missing=()
@@ -20,6 +22,11 @@ fi
 [ -d /usr/src/googletest ] || [ -d "$root/.deps/googletest" ] || [ -f /usr/include/gtest/gtest.h ] ||
   missing+=(googletest libgtest-dev)
 have ninja || missing+=(ninja-build)
+if [ "${1:-}" = "--sanitizers" ]; then
+  have clang++ || missing+=(clang)
+  compgen -G "/usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a" >/dev/null || missing+=(libclang-rt-dev)
+  have llvm-symbolizer || missing+=(llvm)
+fi
 
 [ ${#missing[@]} -eq 0 ] && exit 0
 
