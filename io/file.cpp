@@ -212,8 +212,9 @@ void FolderWriter::write(const std::string& name, const std::string& content) {
 }
 
 void write_folder_atomic(const std::string& dir, const std::function<void(FolderWriter&)>& produce,
-                         const std::function<bool(const std::string&)>& replaces) {
-  const fs::path target = fs::weakly_canonical(fs::absolute(dir));
+                         const std::function<bool(const std::string&)>& replaces) try {
+  fs::path target = fs::weakly_canonical(fs::absolute(dir));
+  if (target.filename().empty()) target = target.parent_path();  // "out/adapter/"
   const std::string parent = target.parent_path().string(), name = target.filename().string();
   TG_CHECK(!name.empty() && target != target.root_path(), "save", "cannot write '", dir, "' as a folder");
   std::error_code ec;
@@ -254,6 +255,8 @@ void write_folder_atomic(const std::string& dir, const std::function<void(Folder
   if (cwd_inside) std::filesystem::current_path(cwd, ec);
   fsync_dir(parent, "the new '" + dir + "'");
   // After an exchange the temporary name holds the old folder, which ~Temp removes.
+} catch (const fs::filesystem_error& e) {  // from carrying entries over: a tg::Error like the rest
+  fail("save", "cannot write folder '", dir, "': ", e.what(), " ('", dir, "' is left unchanged)");
 }
 
 Folder::Folder(const std::string& path) : path_(path) {

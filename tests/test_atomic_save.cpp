@@ -141,6 +141,8 @@ TEST_F(AtomicSaveTest, FolderIsSwappedInWholeAndKeepsOtherFiles) {
       w.write("b.txt", b);
     }, [](const std::string& name) { return name == "stale.txt"; });
   };
+  io::write_folder_atomic(folder + "/", [&](io::FolderWriter& w) { w.write("a.txt", "a0"); });  // a trailing slash
+  EXPECT_EQ(text_of(folder + "/a.txt"), "a0");
   save("a1", "b1");
   EXPECT_EQ(fs::status(folder).permissions() & fs::perms::all,
             fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec | fs::perms::others_read |

@@ -9,6 +9,7 @@
 
 #include "core/factory.h"
 #include "core/memory.h"
+#include "io/file.h"
 #include "io/json.h"
 #include "io/safetensors.h"
 #include "nn/nn.h"
@@ -19,7 +20,21 @@
 namespace tg::test {
 namespace {
 
-using nn::parse_pretrained_config;
+// What from_pretrained says of a folder holding only this config.json (the config is checked
+// before any weight is looked for).
+std::string config_error(const std::string& config_json) {
+  TempDir dir;
+  io::write_file_atomic(dir / "config.json", config_json);
+  return error_of([&] { nn::from_pretrained(dir.str()); });
+}
+
+#define EXPECT_CONFIG_ERROR_HAS(text, ...)                                                     \
+  do {                                                                                        \
+    const std::string tg_cfg_msg = config_error(text);                                        \
+    for (const char* tg_part : {__VA_ARGS__})                                                 \
+      EXPECT_NE(tg_cfg_msg.find(tg_part), std::string::npos) << "message: " << tg_cfg_msg     \
+                                                             << "\nmissing: " << tg_part;     \
+  } while (0)
 
 // A small Llama config.json with `field` set to the JSON `value`.
 std::string llama_with(const std::string& field, const std::string& value) {
@@ -31,13 +46,13 @@ std::string llama_with(const std::string& field, const std::string& value) {
 // Finding 2: nn/pretrained.cpp divided by num_attention_heads (-1: INT64_MIN / -1) before
 // validating, and head_dim * num_attention_heads overflowed.
 TEST(UntrustedConfig, TheIssuesSigfpeConfigIsAnError) {
-  EXPECT_ERROR_HAS(parse_pretrained_config(
-                       R"({"model_type":"llama","hidden_size":-9223372036854775808,"num_attention_heads":-1,"head_dim":1})"),
+  EXPECT_CONFIG_ERROR_HAS(
+                       R"({"model_type":"llama","hidden_size":-9223372036854775808,"num_attention_heads":-1,"head_dim":1})",
                    "hidden_size is -9223372036854775808", "wants an integer in [1, ");
-  EXPECT_ERROR_HAS(parse_pretrained_config(R"({"model_type":"llama","hidden_size":4096,"num_attention_heads":4,
-                                               "head_dim":4611686018427387904})"),
+  EXPECT_CONFIG_ERROR_HAS(R"({"model_type":"llama","hidden_size":4096,"num_attention_heads":4,
+                                               "head_dim":4611686018427387904})",
                    "head_dim is 4611686018427387904");
-  EXPECT_ERROR_HAS(parse_pretrained_config(llama_with("num_attention_heads", "-1")), "num_attention_heads is -1");
+  EXPECT_CONFIG_ERROR_HAS(llama_with("num_attention_heads", "-1"), "num_attention_heads is -1");
 }
 
 TEST(UntrustedConfig, EveryNumericFieldIsRangeCheckedByName) {
@@ -45,28 +60,32 @@ TEST(UntrustedConfig, EveryNumericFieldIsRangeCheckedByName) {
                             "max_position_embeddings"})
     for (const char* value : {"0", "-3", "1099511627776", "2.5", "\"8\"", "true"}) {
       SCOPED_TRACE(std::string(field) + " = " + value);
-      EXPECT_ERROR_HAS(parse_pretrained_config(llama_with(field, value)), field, "wants an integer in [1, 2147483647]");
+      EXPECT_CONFIG_ERROR_HAS(llama_with(field, value), field, "wants an integer in [1, 2147483647]");
     }
   for (const char* field : {"num_key_value_heads", "head_dim"})
-    EXPECT_ERROR_HAS(parse_pretrained_config(llama_with(field, "-1")), field, "wants an integer in [0, ");
+    EXPECT_CONFIG_ERROR_HAS(llama_with(field, "-1"), field, "wants an integer in [0, ");
   for (const char* field : {"rms_norm_eps", "initializer_range"})
-    EXPECT_ERROR_HAS(parse_pretrained_config(llama_with(field, "-1e-6")), field, "wants a finite number in [0.0, inf]");
-  EXPECT_ERROR_HAS(parse_pretrained_config(llama_with("rope_theta", "0")), "rope_theta");
-  EXPECT_ERROR_HAS(parse_pretrained_config(llama_with("rope_parameters", R"({"rope_type": "default", "rope_theta": -1})")),
+    EXPECT_CONFIG_ERROR_HAS(llama_with(field, "-1e-6"), field, "wants a finite number in [0.0, inf]");
+  EXPECT_CONFIG_ERROR_HAS(llama_with("rope_theta", "0"), "rope_theta");
+  EXPECT_CONFIG_ERROR_HAS(llama_with("rope_parameters", R"({"rope_type": "default", "rope_theta": -1})"),
                    "rope_parameters.rope_theta is -1");
-  EXPECT_ERROR_HAS(parse_pretrained_config(llama_with("attention_dropout", "1.5")), "attention_dropout");
+  EXPECT_CONFIG_ERROR_HAS(llama_with("attention_dropout", "1.5"), "attention_dropout");
   const std::string gpt2 = R"({"model_type": "gpt2", "n_embd": 8, "n_head": 2, )";
   for (const char* field : {"embd_pdrop", "attn_pdrop", "resid_pdrop"})
-    EXPECT_ERROR_HAS(parse_pretrained_config(gpt2 + "\"" + field + "\": 2}"), field, "wants a finite number in [0.0, 1.0]");
+    EXPECT_CONFIG_ERROR_HAS(gpt2 + "\"" + field + "\": 2}", field, "wants a finite number in [0.0, 1.0]");
   for (const char* field : {"vocab_size", "n_positions", "n_layer", "n_head", "n_embd"})
-    EXPECT_ERROR_HAS(parse_pretrained_config(R"({"model_type": "gpt2", ")" + std::string(field) + "\": -2}"), field);
-  EXPECT_ERROR_HAS(parse_pretrained_config(gpt2 + R"("n_inner": -1})"), "n_inner");
+    EXPECT_CONFIG_ERROR_HAS(R"({"model_type": "gpt2", ")" + std::string(field) + "\": -2}", field);
+  EXPECT_CONFIG_ERROR_HAS(gpt2 + R"("n_inner": -1})", "n_inner");
 
-  // What transformers writes parses to what it says.
-  const auto c = std::get<nn::LlamaConfig>(parse_pretrained_config(llama_with("num_key_value_heads", "1")));
+}
+
+TEST(UntrustedConfig, ParsePretrainedConfigChecksAsFromPretrainedDoes) {
+  const auto c = std::get<nn::LlamaConfig>(nn::parse_pretrained_config(llama_with("num_key_value_heads", "1")));
   EXPECT_EQ(c.vocab_size, 32);
   EXPECT_EQ(c.kv_heads(), 1);
-  EXPECT_EQ(std::get<nn::GPT2Config>(parse_pretrained_config(gpt2 + R"("n_inner": null})")).inner(), 32);
+  const std::string gpt2 = R"({"model_type": "gpt2", "n_embd": 8, "n_head": 2, "n_inner": null})";
+  EXPECT_EQ(std::get<nn::GPT2Config>(nn::parse_pretrained_config(gpt2)).inner(), 32);
+  EXPECT_ERROR_HAS(nn::parse_pretrained_config(llama_with("head_dim", "-4"), "my.json"), "'my.json'", "head_dim is -4");
 }
 
 // Finding 3: zeros({2^62 + 1, 4}) had numel 4 and 16 bytes of storage.
@@ -94,7 +113,7 @@ TEST(UntrustedShapes, SizeArithmeticThatOverflowsIsAnError) {
 }
 
 TEST(UntrustedShapes, FromFilesTheyAreErrorsNamingTheField) {
-  EXPECT_ERROR_HAS(parse_pretrained_config(llama_with("vocab_size", "1099511627776")), "vocab_size");
+  EXPECT_CONFIG_ERROR_HAS(llama_with("vocab_size", "1099511627776"), "vocab_size");
   EXPECT_ERROR_HAS(peft::parse_adapter_config(
                        R"({"peft_type": "LORA", "r": 4611686018427387904, "lora_alpha": 8, "target_modules": ["q_proj"]})"),
                    "r is 4611686018427387904", "wants an integer in [1, 2147483647]");
