@@ -64,6 +64,12 @@ class Fields {
       bad(key, "a finite number in [" + json::dump(lo) + ", " + (std::isinf(hi) ? "inf" : json::dump(hi)) + "]");
     return f ? f->as_double() : fallback;
   }
+  // A dropout probability: [0, 1), as the attention kernels take it (1 would drop everything).
+  double probability(const std::string& key, double fallback) const {
+    const double p = number(key, fallback, 0, 1);
+    if (p == 1) bad(key, "a probability in [0, 1)");
+    return p;
+  }
   bool boolean(const std::string& key, bool fallback) const {
     const json::Value* f = get(key);
     if (f && !f->is_bool()) bad(key, "true or false");
@@ -184,7 +190,7 @@ LlamaConfig llama_config(const Fields& f) {
   if (f.boolean("attention_bias", false)) f.unsupported("attention_bias", "wants false: q/k/v/o_proj have no bias here");
   if (f.boolean("mlp_bias", false)) f.unsupported("mlp_bias", "wants false: gate/up/down_proj have no bias here");
   if (f.string("hidden_act", "silu") != "silu") f.unsupported("hidden_act", "wants \"silu\"");
-  if (f.number("attention_dropout", 0.0, 0, 1) != 0.0) f.unsupported("attention_dropout", "wants 0.0");
+  if (f.probability("attention_dropout", 0.0) != 0.0) f.unsupported("attention_dropout", "wants 0.0");
   // Both factors are at most kMaxSize and num_attention_heads >= 1: no overflow, no division by 0.
   const int64_t head_dim = f.integer("head_dim", 0, /*lo=*/0);
   if (head_dim != 0 && head_dim * c.num_attention_heads != c.hidden_size)
@@ -203,9 +209,9 @@ GPT2Config gpt2_config(const Fields& f) {
   c.n_inner = f.integer("n_inner", 0, /*lo=*/0);  // 0: 4 n_embd
   c.layer_norm_epsilon = f.number("layer_norm_epsilon", c.layer_norm_epsilon);
   c.initializer_range = f.number("initializer_range", c.initializer_range);
-  c.embd_pdrop = f.number("embd_pdrop", c.embd_pdrop, 0, 1);
-  c.attn_pdrop = f.number("attn_pdrop", c.attn_pdrop, 0, 1);
-  c.resid_pdrop = f.number("resid_pdrop", c.resid_pdrop, 0, 1);
+  c.embd_pdrop = f.probability("embd_pdrop", c.embd_pdrop);
+  c.attn_pdrop = f.probability("attn_pdrop", c.attn_pdrop);
+  c.resid_pdrop = f.probability("resid_pdrop", c.resid_pdrop);
   const std::string act = f.string("activation_function", "gelu_new");
   if (act != "gelu_new" && act != "gelu_pytorch_tanh")
     f.unsupported("activation_function", "wants \"gelu_new\" or \"gelu_pytorch_tanh\" (GELU, tanh approximation)");

@@ -71,8 +71,11 @@ TEST(UntrustedConfig, EveryNumericFieldIsRangeCheckedByName) {
                    "rope_parameters.rope_theta is -1");
   EXPECT_CONFIG_ERROR_HAS(llama_with("attention_dropout", "1.5"), "attention_dropout");
   const std::string gpt2 = R"({"model_type": "gpt2", "n_embd": 8, "n_head": 2, )";
-  for (const char* field : {"embd_pdrop", "attn_pdrop", "resid_pdrop"})
+  for (const char* field : {"embd_pdrop", "attn_pdrop", "resid_pdrop"}) {
     EXPECT_CONFIG_ERROR_HAS(gpt2 + "\"" + field + "\": 2}", field, "wants a finite number in [0.0, 1.0]");
+    // libFuzzer: 1 passed the parser and failed in the attention kernel at the first forward.
+    EXPECT_CONFIG_ERROR_HAS(gpt2 + "\"" + field + "\": 1.0}", field, "wants a probability in [0, 1)");
+  }
   for (const char* field : {"vocab_size", "n_positions", "n_layer", "n_head", "n_embd"})
     EXPECT_CONFIG_ERROR_HAS(R"({"model_type": "gpt2", ")" + std::string(field) + "\": -2}", field);
   EXPECT_CONFIG_ERROR_HAS(gpt2 + R"("n_inner": -1})", "n_inner");
@@ -215,33 +218,26 @@ TEST_F(AdapterLoadTest, AFailedLoadLeavesTheModelUnwrapped) {
   EXPECT_ERROR_HAS(peft::load_adapter(model, dir / "nowhere", gen), "no adapter folder");
 }
 
-// Finding 6: every key of a parsed object was looked up in a list (80k keys: 22 s).
+// Finding 6: every key of a parsed object was looked up in a list (80k keys: 22-50 s).
 TEST(UntrustedJson, ObjectsParseInLinearTime) {
-  auto seconds_for = [](int keys) {
-    std::string text = "{";
-    for (int i = 0; i < keys; ++i) text += (i ? ",\"k" : "\"k") + std::to_string(i) + "\":" + std::to_string(i);
-    text += "}";
-    double best = 1e9;
-    for (int rep = 0; rep < 3; ++rep) {
-      const auto t0 = std::chrono::steady_clock::now();
-      const json::Value v = json::parse(text);
-      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      EXPECT_EQ(v.size(), static_cast<size_t>(keys));
-      EXPECT_EQ(v.at("k" + std::to_string(keys - 1)).as_int(), keys - 1);
-      best = std::min(best, s);
-    }
-    return best;
-  };
-  const double small = seconds_for(10000), large = seconds_for(80000);
-  // Linear: about 8x; the quadratic parser took 64x (and 22 s at 80k keys).
-  EXPECT_LT(large / small, 24) << small << " s for 10k keys, " << large << " s for 80k";
+  constexpr int kKeys = 100000;
+  std::string text = "{";
+  for (int i = 0; i < kKeys; ++i) text += (i ? ",\"k" : "\"k") + std::to_string(i) + "\":" + std::to_string(i);
+  text += "}";
+  const auto t0 = std::chrono::steady_clock::now();
+  const json::Value v = json::parse(text);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(v.size(), static_cast<size_t>(kKeys));
+  EXPECT_EQ(v.at("k" + std::to_string(kKeys - 1)).as_int(), kKeys - 1);
+  // About 0.1 s here (0.5 s under ASan); the quadratic parser took over a minute.
+  EXPECT_LT(seconds, 5.0) << kKeys << " keys";
   EXPECT_ERROR_HAS(json::parse(R"({"a": 1, "b": 2, "a": 3})"), "duplicate key \"a\"");
-  json::Value v = json::Value::object();
-  for (int i = 0; i < 40; ++i) v.set("k" + std::to_string(i), i);
-  v.set("k7", "seven");  // replaces, indexed or not
-  EXPECT_EQ(v.size(), 40u);
-  EXPECT_EQ(v.at("k7").as_string(), "seven");
-  EXPECT_EQ(v.keys()[7], "k7");
+  json::Value o = json::Value::object();
+  for (int i = 0; i < 40; ++i) o.set("k" + std::to_string(i), i);
+  o.set("k7", "seven");  // replaces, indexed or not
+  EXPECT_EQ(o.size(), 40u);
+  EXPECT_EQ(o.at("k7").as_string(), "seven");
+  EXPECT_EQ(o.keys()[7], "k7");
 }
 
 // Finding 8: zero-element tensors memcpy'd from a null pointer (UBSan, in the sanitizer suite).
