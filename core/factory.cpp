@@ -45,6 +45,8 @@ Tensor arange(double start, double end, double step, TensorOptions opts) {
   TG_CHECK(count < 9.2e18, "arange", "start ", start, " end ", end, " step ", step, " give ", count,
            " elements, more than a tensor can hold");  // also before the cast to int64, which would be undefined
   const int64_t n = count > 0 ? static_cast<int64_t>(count) : 0;
+  TG_CHECK(n == 0 || (fits_dtype(start, opts.dtype) && fits_dtype(start + static_cast<double>(n - 1) * step, opts.dtype)),
+           "arange", "values from ", start, " to ", end, " do not fit dtype ", opts.dtype);
   return generate({n}, opts, [&](int64_t i) { return start + static_cast<double>(i) * step; });
 }
 

@@ -102,6 +102,10 @@ TEST(UntrustedShapes, SizeArithmeticThatOverflowsIsAnError) {
   EXPECT_ERROR_HAS(randn({int64_t{1} << 40, int64_t{1} << 22}), "more than 2^63 bytes");
   EXPECT_ERROR_HAS(arange(0, 1e30), "arange", "more than a tensor can hold");
   EXPECT_ERROR_HAS(arange(0, 1, 1e-300), "arange");
+  EXPECT_ERROR_HAS(arange(1e30, 1e30 + 1e16, 1e16), "arange", "do not fit dtype int64");  // a cast to int64
+  EXPECT_ERROR_HAS(full({2}, 1e300, {.dtype = kInt64}), "fill_", "does not fit");
+  EXPECT_ERROR_HAS(full({2}, NAN, {.dtype = kInt32}), "fill_", "does not fit");
+  EXPECT_EQ(full({1}, -2147483648.0, {.dtype = kInt32}).item<int32_t>(), INT32_MIN);
 
   Tensor t = zeros({4, 4});
   EXPECT_ERROR_HAS(t.as_strided({2, 2}, {big, 1}, 0), "reaches outside its storage");
