@@ -371,6 +371,8 @@ LoraConfig load_adapter(nn::Module& model, const std::string& dir, Generator& ge
       TG_CHECK(l->r == config.r && l->lora_alpha == config.lora_alpha, "load_adapter", "'", cfg_path, "' has r ",
                config.r, " lora_alpha ", config.lora_alpha, ", but ", model.type_name(), " is wrapped with r ", l->r,
                " lora_alpha ", l->lora_alpha, " at '", path, "' (load into an unwrapped model)");
+      // Merged, W already holds the old adapter and forward skips the new one.
+      TG_CHECK(!l->merged(), "load_adapter", "'", path, "' is merged: unmerge the model before loading an adapter");
     }
     TG_CHECK(paths == plan.wrapped, "load_adapter", "'", cfg_path, "' targets [", join(plan.wrapped), "], but ",
              model.type_name(), " is wrapped at [", join(paths), "] (load into an unwrapped model)");

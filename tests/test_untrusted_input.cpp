@@ -190,6 +190,8 @@ TEST_F(AdapterLoadTest, AnotherWrappingIsRefusedAndTheModelLeftAsItWas) {
   const Tensor before = model.forward(ids());
   EXPECT_ERROR_HAS(peft::load_adapter(model, a16, gen), "has r 2 lora_alpha 16", "wrapped with r 2 lora_alpha 4");
   EXPECT_TENSOR_EQ(model.forward(ids()), before);
+  peft::merge(model);  // W holds the adapter: loading another into A and B would change nothing
+  EXPECT_ERROR_HAS(peft::load_adapter(model, a4, gen), "is merged: unmerge the model");
   peft::LoraConfig other_targets;
   other_targets.r = 2;
   other_targets.lora_alpha = 4;
