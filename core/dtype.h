@@ -26,6 +26,13 @@ inline bool is_floating_point(DType t) {
   return t == kFloat32 || t == kBFloat16 || t == kFloat64;
 }
 inline bool is_integral(DType t) { return t == kInt32 || t == kInt64 || t == kBool; }
+// Whether a double converts to `t` without undefined behaviour: inside int32's / int64's range
+// (truncated), any value for the floating types and bool. NaN fits only a floating type or bool.
+inline bool fits_dtype(double v, DType t) {
+  if (t == kInt32) return v > -2147483649.0 && v < 2147483648.0;
+  if (t == kInt64) return v >= -9223372036854775808.0 && v < 9223372036854775808.0;
+  return true;
+}
 inline std::ostream& operator<<(std::ostream& os, DType t) { return os << dtype_name(t); }
 
 template <class T>

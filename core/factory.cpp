@@ -41,7 +41,12 @@ Tensor full(const Shape& shape, double value, TensorOptions opts) {
 Tensor arange(double start, double end, double step, TensorOptions opts) {
   TG_CHECK(step != 0 && std::isfinite(start) && std::isfinite(end), "arange",
            "wants finite bounds and a non-zero step, got start ", start, " end ", end, " step ", step);
-  int64_t n = std::max<int64_t>(0, static_cast<int64_t>(std::ceil((end - start) / step)));
+  const double count = std::ceil((end - start) / step);
+  TG_CHECK(count < 9.2e18, "arange", "start ", start, " end ", end, " step ", step, " give ", count,
+           " elements, more than a tensor can hold");  // also before the cast to int64, which would be undefined
+  const int64_t n = count > 0 ? static_cast<int64_t>(count) : 0;
+  TG_CHECK(n == 0 || (fits_dtype(start, opts.dtype) && fits_dtype(start + static_cast<double>(n - 1) * step, opts.dtype)),
+           "arange", "values from ", start, " to ", end, " do not fit dtype ", opts.dtype);
   return generate({n}, opts, [&](int64_t i) { return start + static_cast<double>(i) * step; });
 }
 
@@ -69,13 +74,13 @@ Tensor uniform(const Shape& shape, double low, double high, Generator& gen, Tens
 
 Tensor randint(int64_t low, int64_t high, const Shape& shape, Generator& gen, TensorOptions opts) {
   TG_CHECK(low < high, "randint", "wants low < high, got ", low, " and ", high);
-  const uint64_t range = static_cast<uint64_t>(high - low);
+  const uint64_t range = static_cast<uint64_t>(high) - static_cast<uint64_t>(low);  // high - low overflows int64
   const uint64_t seed = gen.seed(), first = gen.reserve(static_cast<uint64_t>((numel_of(shape) + 1) / 2));
   return generate(shape, opts, [&](int64_t i) {
     Philox4 r = philox(seed, first + static_cast<uint64_t>(i / 2));
     int lane = 2 * static_cast<int>(i % 2);
     uint64_t u = (static_cast<uint64_t>(r.v[lane]) << 32) | r.v[lane + 1];
-    return static_cast<double>(low + static_cast<int64_t>(u % range));
+    return static_cast<double>(static_cast<int64_t>(static_cast<uint64_t>(low) + u % range));
   });
 }
 
@@ -88,7 +93,7 @@ Tensor from_vector(const std::vector<T>& values, Shape shape, Device device, boo
   if constexpr (std::is_same_v<T, bool>) {
     for (size_t i = 0; i < values.size(); ++i) host.data_ptr<bool>()[i] = values[i];
   } else {
-    std::memcpy(host.data_ptr(), values.data(), values.size() * sizeof(T));
+    if (!values.empty()) std::memcpy(host.data_ptr(), values.data(), values.size() * sizeof(T));
   }
   Tensor out = host;
   if (!device.is_cpu()) {

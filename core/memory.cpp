@@ -21,7 +21,19 @@ namespace {
 // faults.
 std::mutex cpu_mu;
 MemoryStats cpu_stats;
-BlockCache cpu_cache;
+
+// The cached blocks go back to the system at exit (so LeakSanitizer sees none). Tensors that
+// outlive it (other static objects) then free straight to the system.
+bool cpu_cache_closed = false;
+struct HostCache {
+  BlockCache blocks;
+  ~HostCache() {
+    std::lock_guard<std::mutex> lock(cpu_mu);
+    blocks.release_all([](void* p, size_t) { std::free(p); });
+    cpu_cache_closed = true;
+  }
+} cpu_cache_at_exit;
+BlockCache& cpu_cache = cpu_cache_at_exit.blocks;
 
 void check_cuda_built(const char* op, Device d) {
 #ifndef TG_WITH_CUDA
@@ -54,10 +66,10 @@ void* allocate(Device device, size_t nbytes) {
   if (nbytes == 0) return nullptr;
   const size_t cls = BlockCache::size_class(nbytes);
   std::lock_guard<std::mutex> lock(cpu_mu);
-  void* p = cpu_cache.take(cls);
+  void* p = cpu_cache_closed ? nullptr : cpu_cache.take(cls);
   if (!p) {
     p = std::aligned_alloc(64, cls);
-    if (!p) {  // give the cache back to the system and try once more
+    if (!p && !cpu_cache_closed) {  // give the cache back to the system and try once more
       cpu_cache.release_all([](void* q, size_t c) { std::free(q), cpu_stats.bytes_reserved -= c; });
       p = std::aligned_alloc(64, cls);
     }
@@ -76,9 +88,12 @@ void deallocate(Device device, void* ptr, size_t nbytes) {
   if (!ptr) return;
 #ifdef TG_WITH_CUDA
   if (device.is_cuda()) return cuda::deallocate(device.index, ptr, nbytes);
+#else
+  (void)device;
 #endif
   std::lock_guard<std::mutex> lock(cpu_mu);
   cpu_stats.bytes_in_use -= nbytes;
+  if (cpu_cache_closed) return std::free(ptr);
   cpu_cache.put(ptr, BlockCache::size_class(nbytes));
 }
 

@@ -41,6 +41,7 @@ void copy_(const Tensor& dst, const Tensor& src) {
 
 void fill_(const Tensor& dst, double value) {
   detail::check_writable("fill_", dst);
+  TG_CHECK(fits_dtype(value, dst.dtype()), "fill_", "value ", value, " does not fit dtype ", dst.dtype());
   dst.bump_version();
   if (dst.numel() == 0) return;
 #ifdef TG_WITH_CUDA

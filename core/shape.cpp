@@ -1,6 +1,7 @@
 #include "core/shape.h"
 
 #include <algorithm>
+#include <cstdint>
 
 #include "core/error.h"
 
@@ -8,7 +9,10 @@ namespace tg {
 
 int64_t numel_of(const Shape& shape) {
   int64_t n = 1;
-  for (int64_t s : shape) n *= s;
+  for (int64_t s : shape) {
+    TG_CHECK(s >= 0, "shape", "negative size in shape ", shape);
+    TG_CHECK(!__builtin_mul_overflow(n, s, &n), "shape", "shape ", shape, " has more than 2^63 elements");
+  }
   return n;
 }
 
@@ -17,9 +21,19 @@ Shape contiguous_strides(const Shape& shape) {
   int64_t s = 1;
   for (size_t i = shape.size(); i-- > 0;) {
     strides[i] = s;
-    s *= std::max<int64_t>(shape[i], 1);
+    // The extent ignoring zero dims must fit too: a view's offsets are computed from it.
+    TG_CHECK(shape[i] >= 0 && !__builtin_mul_overflow(s, std::max<int64_t>(shape[i], 1), &s), "shape", "shape ",
+             shape, " is too large: its strides overflow int64");
   }
   return strides;
+}
+
+size_t nbytes_of(const Shape& shape, size_t element_size) {
+  size_t n = 0;
+  TG_CHECK(!__builtin_mul_overflow(static_cast<size_t>(numel_of(shape)), element_size, &n) &&
+               n <= static_cast<size_t>(INT64_MAX),
+           "shape", "shape ", shape, " of ", element_size, "-byte elements needs more than 2^63 bytes");
+  return n;
 }
 
 std::string shape_str(const Shape& shape) { return detail::to_text(shape); }

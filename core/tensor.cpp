@@ -13,9 +13,10 @@ namespace tg {
 Tensor Tensor::empty(const Shape& shape, TensorOptions opts) {
   for (int64_t s : shape) TG_CHECK(s >= 0, "empty", "negative size in shape ", shape);
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::make_shared<Storage>(numel_of(shape) * tg::element_size(opts.dtype), opts.device);
-  impl->shape = shape;
+  const size_t nbytes = nbytes_of(shape, tg::element_size(opts.dtype));  // sizes checked before allocating
   impl->strides = contiguous_strides(shape);
+  impl->storage = std::make_shared<Storage>(nbytes, opts.device);
+  impl->shape = shape;
   impl->dtype = opts.dtype;
   Tensor t(std::move(impl));
   if (opts.requires_grad) t.requires_grad_(true);
@@ -42,13 +43,19 @@ void* Tensor::data_ptr() const {
 Tensor Tensor::as_strided(const Shape& shape, const Shape& strides, int64_t offset) const {
   TG_CHECK(shape.size() == strides.size(), "as_strided", "shape ", shape, " and strides ", strides,
            " differ in length");
-  int64_t last = offset;
-  for (size_t i = 0; i < shape.size(); ++i)
-    if (shape[i] > 0) last += (shape[i] - 1) * strides[i];
-  TG_CHECK(offset >= 0 && (numel_of(shape) == 0 ||
-                           (last + 1) * static_cast<int64_t>(element_size()) <= static_cast<int64_t>(storage()->nbytes())),
-           "as_strided", "view of shape ", shape, " strides ", strides, " offset ", offset,
-           " reaches outside its storage of ", storage()->nbytes(), " bytes");
+  // The last element's byte offset, computed without overflow; a view with a negative stride or
+  // past the storage is refused.
+  int64_t last = offset, step = 0;
+  bool fits = offset >= 0;
+  for (size_t i = 0; i < shape.size() && fits; ++i)
+    fits = strides[i] >= 0 && (shape[i] == 0 || (!__builtin_mul_overflow(shape[i] - 1, strides[i], &step) &&
+                                                  !__builtin_add_overflow(last, step, &last)));
+  int64_t end_bytes = 0;
+  fits = fits && !__builtin_add_overflow(last, 1, &last) &&
+         !__builtin_mul_overflow(last, static_cast<int64_t>(element_size()), &end_bytes);
+  TG_CHECK(fits && (numel_of(shape) == 0 || end_bytes <= static_cast<int64_t>(storage()->nbytes())), "as_strided",
+           "view of shape ", shape, " strides ", strides, " offset ", offset, " reaches outside its storage of ",
+           storage()->nbytes(), " bytes");
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = storage();
   impl->shape = shape;
@@ -96,7 +103,7 @@ void read_to_host(const Tensor& t, DType dtype, void* out) {
   Tensor tmp = Tensor::empty(t.shape(), {dtype, Device::cpu()});
   NoGradGuard g;
   copy_(tmp, t);
-  std::memcpy(out, tmp.data_ptr(), tmp.nbytes());
+  if (tmp.nbytes() > 0) std::memcpy(out, tmp.data_ptr(), tmp.nbytes());  // an empty tensor has no data pointer
 }
 
 std::ostream& operator<<(std::ostream& os, const Tensor& t) {

@@ -1,12 +1,16 @@
 #include "io/file.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <stdio.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 
 #include "core/error.h"
@@ -14,24 +18,132 @@
 namespace tg::io {
 namespace {
 
+namespace fs = std::filesystem;
+
+// A temporary unlocked and untouched this long belongs to a save that died: the only unlocked
+// moment of a live one is between its creation and its flock, microseconds.
+constexpr time_t kStaleSeconds = 10;
+const std::string kTempTag = ".tg-tmp-";
+
 std::string errno_text() { return std::strerror(errno); }
 
-// Closes the descriptor and removes the temporary file unless the write completed.
-struct TempFile {
+// Splits a path into its folder ("." when none) and its last component.
+std::pair<std::string, std::string> split(const std::string& path) {
+  fs::path p(path);
+  std::string dir = p.parent_path().string();
+  return {dir.empty() ? "." : dir, p.filename().string()};
+}
+
+std::string temp_prefix(const std::string& name) { return "." + name + kTempTag; }
+
+// Removes the temporaries of earlier saves of `name` in `dir` that no live process holds.
+void remove_stale_temps(const std::string& dir, const std::string& name) {
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return;
+  const std::string prefix = temp_prefix(name);
+  std::vector<std::string> stale;
+  while (const dirent* e = ::readdir(d)) {
+    if (std::strncmp(e->d_name, prefix.c_str(), prefix.size()) != 0) continue;
+    const std::string path = dir + "/" + e->d_name;
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0) continue;
+    struct stat st {};
+    if (::flock(fd, LOCK_EX | LOCK_NB) == 0 && ::fstat(fd, &st) == 0 && ::time(nullptr) - st.st_mtime > kStaleSeconds)
+      stale.push_back(path);
+    ::close(fd);
+  }
+  ::closedir(d);
+  std::error_code ec;  // best effort: another save may be removing the same one
+  for (const auto& p : stale) fs::remove_all(p, ec);
+}
+
+void fsync_dir(const std::string& dir, const std::string& what) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  TG_CHECK(fd >= 0, "save", "cannot open folder '", dir, "' to persist ", what, ": ", errno_text());
+  int rc = ::fsync(fd);
+  std::string why = rc == 0 ? "" : errno_text();
+  const bool unsupported = rc != 0 && (errno == EINVAL || errno == ENOTSUP);  // some filesystems refuse
+  ::close(fd);
+  TG_CHECK(rc == 0 || unsupported, "save", "fsync of folder '", dir, "' failed: ", why, " (", what,
+           " may not survive a crash)");
+}
+
+// Writes all of `produce`'s chunks to fd, then fsyncs it; `path` names it in errors.
+void write_all(int fd, const std::string& path, const std::string& target, const Producer& produce) {
+  ChunkWriter write = [&](const void* data, size_t size) {
+    const char* p = static_cast<const char*>(data);
+    while (size > 0) {
+      ssize_t n = ::write(fd, p, size);
+      if (n < 0 && errno == EINTR) continue;
+      TG_CHECK(n > 0, "save", "cannot write '", path, "': ", errno_text(), " ('", target, "' is left unchanged)");
+      p += n;
+      size -= static_cast<size_t>(n);
+    }
+  };
+  produce(write);
+  // The data must be on disk before a rename makes it visible under the real name.
+  TG_CHECK(::fsync(fd) == 0, "save", "fsync of '", path, "' failed: ", errno_text(), " ('", target,
+           "' is left unchanged)");
+}
+
+// A locked temporary file or folder beside the target, removed unless committed.
+struct Temp {
   std::string path;
   int fd = -1;
-  bool done = false;
-  ~TempFile() {
-    if (fd >= 0) ::close(fd);
-    if (!done) ::unlink(path.c_str());
+  bool folder = false, committed = false;
+  ~Temp() {
+    if (!committed && !path.empty()) {
+      std::error_code ec;
+      fs::remove_all(path, ec);
+    }
+    if (fd >= 0) ::close(fd);  // releases the lock, after the removal
   }
 };
 
-}  // namespace
+void lock(Temp& t, const std::string& target) {
+  TG_CHECK(::flock(t.fd, LOCK_EX) == 0, "save", "cannot lock '", t.path, "': ", errno_text(), " ('", target,
+           "' is left unchanged)");
+}
 
-std::vector<uint8_t> read_file(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  TG_CHECK(fd >= 0, "read_file", "cannot open '", path, "': ", errno_text());
+void create_temp_file(Temp& t, const std::string& dir, const std::string& name, const std::string& target) {
+  std::string templ = dir + "/" + temp_prefix(name) + "XXXXXX";
+  t.fd = ::mkostemp(templ.data(), O_CLOEXEC);
+  TG_CHECK(t.fd >= 0, "save", "cannot create a temporary file in '", dir, "': ", errno_text(), " ('", target,
+           "' is left unchanged)");
+  t.path = templ;
+  lock(t, target);
+}
+
+void create_temp_folder(Temp& t, const std::string& parent, const std::string& name, const std::string& target) {
+  std::string templ = parent + "/" + temp_prefix(name) + "XXXXXX";
+  TG_CHECK(::mkdtemp(templ.data()) != nullptr, "save", "cannot create a temporary folder in '", parent, "': ",
+           errno_text(), " ('", target, "' is left unchanged)");
+  t.path = templ;
+  t.folder = true;
+  t.fd = ::open(templ.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  TG_CHECK(t.fd >= 0, "save", "cannot open '", templ, "': ", errno_text());
+  lock(t, target);
+}
+
+// Makes dst (not existing) hold what src holds: hard links for files (a copy where the
+// filesystem refuses them), new folders for folders, copies of symbolic links.
+void carry_over(const fs::path& src, const fs::path& dst) {
+  const fs::file_status st = fs::symlink_status(src);
+  std::error_code ec;
+  if (fs::is_symlink(st)) {
+    fs::copy_symlink(src, dst);
+  } else if (fs::is_directory(st)) {
+    fs::create_directory(dst, src);
+    for (const auto& e : fs::directory_iterator(src)) carry_over(e.path(), dst / e.path().filename());
+  } else if (fs::is_regular_file(st)) {
+    fs::create_hard_link(src, dst, ec);
+    if (ec) fs::copy_file(src, dst);
+  } else if (fs::exists(st)) {
+    fail("save", "cannot carry '", src.string(), "' (neither a file, a folder nor a link) into the new folder");
+  }
+}
+
+std::vector<uint8_t> read_fd(int fd, const std::string& path) {
   std::vector<uint8_t> data;
   struct stat st {};
   if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) data.reserve(static_cast<size_t>(st.st_size));
@@ -51,42 +163,123 @@ std::vector<uint8_t> read_file(const std::string& path) {
   return data;
 }
 
-void write_file_atomic(const std::string& path, const std::function<void(const ChunkWriter&)>& produce) {
-  TempFile tmp{path + ".tmp"};
-  tmp.fd = ::open(tmp.path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  TG_CHECK(tmp.fd >= 0, "save", "cannot create '", tmp.path, "': ", errno_text(), " ('", path,
-           "' is left unchanged)");
-  ChunkWriter write = [&](const void* data, size_t size) {
-    const char* p = static_cast<const char*>(data);
-    while (size > 0) {
-      ssize_t n = ::write(tmp.fd, p, size);
-      if (n < 0 && errno == EINTR) continue;
-      TG_CHECK(n > 0, "save", "cannot write '", tmp.path, "': ", errno_text(), " ('", path,
-               "' is left unchanged)");
-      p += n;
-      size -= static_cast<size_t>(n);
-    }
-  };
-  produce(write);
-  // The data must be on disk before the rename makes it visible under the real name.
-  TG_CHECK(::fsync(tmp.fd) == 0, "save", "fsync of '", tmp.path, "' failed: ", errno_text());
-  int rc = ::close(tmp.fd);
-  tmp.fd = -1;
-  TG_CHECK(rc == 0, "save", "closing '", tmp.path, "' failed: ", errno_text());
-  TG_CHECK(::rename(tmp.path.c_str(), path.c_str()) == 0, "save", "cannot rename '", tmp.path, "' to '",
-           path, "': ", errno_text());
-  tmp.done = true;
-  // Persist the rename itself (best effort: some filesystems refuse fsync on directories).
-  std::string dir = std::filesystem::path(path).parent_path().string();
-  int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
+}  // namespace
+
+std::vector<uint8_t> read_file(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  TG_CHECK(fd >= 0, "read_file", "cannot open '", path, "': ", errno_text());
+  return read_fd(fd, path);
+}
+
+void write_file_atomic(const std::string& path, const Producer& produce) {
+  const auto [dir, name] = split(path);
+  TG_CHECK(!name.empty() && name != "." && name != "..", "save", "'", path, "' names no file");
+  remove_stale_temps(dir, name);
+  Temp tmp;
+  create_temp_file(tmp, dir, name, path);
+  write_all(tmp.fd, tmp.path, path, produce);
+  struct stat st {};
+  const mode_t mode = ::stat(path.c_str(), &st) == 0 ? (st.st_mode & 07777) : 0644;
+  TG_CHECK(::fchmod(tmp.fd, mode) == 0, "save", "cannot set the mode of '", tmp.path, "': ", errno_text());
+  TG_CHECK(::rename(tmp.path.c_str(), path.c_str()) == 0, "save", "cannot rename '", tmp.path, "' to '", path,
+           "': ", errno_text(), " ('", path, "' is left unchanged)");
+  tmp.committed = true;
+  fsync_dir(dir, "the rename of '" + path + "'");
 }
 
 void write_file_atomic(const std::string& path, const std::string& content) {
   write_file_atomic(path, [&](const ChunkWriter& write) { write(content.data(), content.size()); });
+}
+
+void FolderWriter::write(const std::string& name, const Producer& produce) {
+  TG_CHECK(!name.empty() && name.find('/') == std::string::npos && name != "." && name != "..", "save", "'", name,
+           "' is not a file name");
+  TG_CHECK(written_.insert(name).second, "save", "'", name, "' is written twice into '", dir_, "'");
+  const std::string path = dir_ + "/" + name;
+  int fd = ::openat(dir_fd_, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  TG_CHECK(fd >= 0, "save", "cannot create '", path, "': ", errno_text());
+  try {
+    write_all(fd, path, dir_, produce);
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  TG_CHECK(::close(fd) == 0, "save", "closing '", path, "' failed: ", errno_text());
+}
+
+void FolderWriter::write(const std::string& name, const std::string& content) {
+  write(name, [&](const ChunkWriter& w) { w(content.data(), content.size()); });
+}
+
+void write_folder_atomic(const std::string& dir, const std::function<void(FolderWriter&)>& produce,
+                         const std::function<bool(const std::string&)>& replaces) try {
+  fs::path target = fs::weakly_canonical(fs::absolute(dir));
+  if (target.filename().empty()) target = target.parent_path();  // "out/adapter/"
+  const std::string parent = target.parent_path().string(), name = target.filename().string();
+  TG_CHECK(!name.empty() && target != target.root_path(), "save", "cannot write '", dir, "' as a folder");
+  std::error_code ec;
+  fs::create_directories(parent, ec);
+  TG_CHECK(!ec, "save", "cannot create folder '", parent, "': ", ec.message());
+  const bool existed = fs::exists(fs::symlink_status(target));
+  TG_CHECK(!existed || fs::is_directory(fs::symlink_status(target)), "save", "'", dir, "' exists and is not a folder");
+  remove_stale_temps(parent, name);
+
+  Temp tmp;
+  create_temp_folder(tmp, parent, name, dir);
+  FolderWriter writer(tmp.fd, tmp.path);
+  produce(writer);
+  if (existed) {
+    for (const auto& e : fs::directory_iterator(target)) {
+      const std::string entry = e.path().filename().string();
+      if (writer.written().count(entry) || (replaces && replaces(entry))) continue;
+      carry_over(e.path(), fs::path(tmp.path) / entry);
+    }
+  }
+  struct stat st {};
+  const mode_t mode = existed && ::stat(target.c_str(), &st) == 0 ? (st.st_mode & 07777) : 0755;
+  TG_CHECK(::fchmod(tmp.fd, mode) == 0, "save", "cannot set the mode of '", tmp.path, "': ", errno_text());
+  TG_CHECK(::fsync(tmp.fd) == 0, "save", "fsync of '", tmp.path, "' failed: ", errno_text());
+  // A process working inside the old folder would be left in a removed one: it moves to the new.
+  const fs::path cwd = fs::current_path(ec);
+  const bool cwd_inside = !ec && existed && (cwd == target || cwd.string().starts_with(target.string() + "/"));
+  // A folder saved at the same moment by another process may have appeared: swap with it then.
+  const bool renamed = !existed && ::rename(tmp.path.c_str(), target.c_str()) == 0;
+  TG_CHECK(renamed || existed || errno == EEXIST || errno == ENOTEMPTY, "save", "cannot rename '", tmp.path,
+           "' to '", dir, "': ", errno_text());
+  tmp.committed = renamed;
+  if (!renamed)
+    TG_CHECK(::renameat2(AT_FDCWD, tmp.path.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) == 0, "save",
+             "cannot swap the new '", dir, "' in: ", errno_text(),
+             errno == EBUSY || errno == EXDEV ? " (a mount point cannot be swapped: save into a folder inside it)" : "",
+             " ('", dir, "' is left unchanged)");
+  if (cwd_inside) std::filesystem::current_path(cwd, ec);
+  fsync_dir(parent, "the new '" + dir + "'");
+  // After an exchange the temporary name holds the old folder, which ~Temp removes.
+} catch (const fs::filesystem_error& e) {  // from carrying entries over: a tg::Error like the rest
+  fail("save", "cannot write folder '", dir, "': ", e.what(), " ('", dir, "' is left unchanged)");
+}
+
+Folder::Folder(const std::string& path) : path_(path) {
+  fd_ = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  TG_CHECK(fd_ >= 0, "read_file", "cannot open folder '", path, "': ", errno_text());
+}
+
+Folder::~Folder() { ::close(fd_); }
+
+bool Folder::has_file(const std::string& name) const {
+  struct stat st {};
+  return ::fstatat(fd_, name.c_str(), &st, 0) == 0 && S_ISREG(st.st_mode);
+}
+
+bool Folder::exists(const std::string& name) const {
+  struct stat st {};
+  return ::fstatat(fd_, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0;
+}
+
+std::vector<uint8_t> Folder::read(const std::string& name) const {
+  int fd = ::openat(fd_, name.c_str(), O_RDONLY | O_CLOEXEC);
+  TG_CHECK(fd >= 0, "read_file", "cannot open '", path_of(name), "': ", errno_text());
+  return read_fd(fd, path_of(name));
 }
 
 }  // namespace tg::io

@@ -1,9 +1,19 @@
-// Whole-file reads and crash-safe writes.
+// Whole-file reads and crash-safe writes: every save in tapegrad goes through these.
+//
+// A file is written to a unique temporary beside it (".<name>.tg-tmp-XXXXXX", created with
+// O_EXCL and locked while it is written), fsync'ed, renamed over the target and the directory
+// fsync'ed. A folder of several files (a peft adapter, a transformers model) is written whole
+// into a temporary folder beside it and swapped in with one rename. So concurrent saves to one
+// path leave one complete save, a failed save leaves the old file or folder as it was, and a
+// reader sees the old version or the new one, never a mix. The temporaries of a save that
+// crashed are removed by the next save of the same path (those no live process holds locked).
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tg::io {
@@ -13,12 +23,60 @@ std::vector<uint8_t> read_file(const std::string& path);
 
 // Receives consecutive chunks of a file being written.
 using ChunkWriter = std::function<void(const void* data, size_t size)>;
+// Writes a file's content by calling the writer it is given once per chunk, so large files are
+// never held in memory twice.
+using Producer = std::function<void(const ChunkWriter&)>;
 
-// Writes `path` atomically: the content goes to "<path>.tmp", is fsync'ed, then renamed over
-// `path` (and the directory fsync'ed). An error at any point (or a crash) leaves an existing
-// `path` untouched; the temporary file is removed on error. `produce` calls the writer it is
-// given once per chunk, so large files are never held in memory twice.
-void write_file_atomic(const std::string& path, const std::function<void(const ChunkWriter&)>& produce);
+// Writes `path` atomically (see above). An existing file keeps its permission bits; a new one
+// gets 0644.
+void write_file_atomic(const std::string& path, const Producer& produce);
 void write_file_atomic(const std::string& path, const std::string& content);
+
+class FolderWriter;
+// Writes folder `dir` as a unit: `produce` writes its files into a fresh temporary folder beside
+// it; every entry of an existing `dir` that this save neither writes nor `replaces` (a
+// tokenizer, a README, ...) is carried over (hard links, so nothing is copied); then the new
+// folder is swapped in by one rename and the old one removed. tg::Error (and `dir` unchanged)
+// when any step fails, e.g. when `dir` is a mount point, which cannot be renamed.
+void write_folder_atomic(const std::string& dir, const std::function<void(FolderWriter&)>& produce,
+                         const std::function<bool(const std::string&)>& replaces = {});
+
+// The files of a folder being written by write_folder_atomic.
+class FolderWriter {
+ public:
+  void write(const std::string& name, const Producer& produce);
+  void write(const std::string& name, const std::string& content);
+  const std::set<std::string>& written() const { return written_; }
+
+ private:
+  friend void write_folder_atomic(const std::string&, const std::function<void(FolderWriter&)>&,
+                                  const std::function<bool(const std::string&)>&);
+  FolderWriter(int dir_fd, std::string dir) : dir_fd_(dir_fd), dir_(std::move(dir)) {}
+  int dir_fd_;
+  std::string dir_;
+  std::set<std::string> written_;
+};
+
+
+// A folder opened once: the files read through it all come from one version of it, even while
+// write_folder_atomic swaps in another (a file the swap has removed since is a tg::Error, never a
+// file of the other version).
+class Folder {
+ public:
+  explicit Folder(const std::string& path);  // tg::Error naming `what` when not a folder
+  ~Folder();
+  Folder(const Folder&) = delete;
+  Folder& operator=(const Folder&) = delete;
+
+  const std::string& path() const { return path_; }
+  std::string path_of(const std::string& name) const { return path_ + "/" + name; }  // for messages
+  bool has_file(const std::string& name) const;
+  bool exists(const std::string& name) const;
+  std::vector<uint8_t> read(const std::string& name) const;
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+};
 
 }  // namespace tg::io

@@ -77,6 +77,10 @@ size_t Value::size() const { return items_.size(); }
 
 const Value* Value::find(std::string_view key) const {
   if (type_ != Type::Object) return nullptr;
+  if (!index_.empty()) {
+    auto it = index_.find(std::string(key));
+    return it == index_.end() ? nullptr : &items_[it->second];
+  }
   for (size_t i = 0; i < keys_.size(); ++i)
     if (keys_[i] == key) return &items_[i];
   return nullptr;
@@ -92,13 +96,17 @@ const Value& Value::at(std::string_view key) const {
 Value& Value::set(const std::string& key, Value v) {
   if (type_ == Type::Null) type_ = Type::Object;
   if (type_ != Type::Object) wrong_type("value", type_, "object");
-  for (size_t i = 0; i < keys_.size(); ++i)
-    if (keys_[i] == key) {
-      items_[i] = std::move(v);
-      return *this;
-    }
+  if (const Value* old = find(key)) {
+    items_[static_cast<size_t>(old - items_.data())] = std::move(v);
+    return *this;
+  }
   keys_.push_back(key);
   items_.push_back(std::move(v));
+  if (!index_.empty()) {
+    index_.emplace(key, keys_.size() - 1);
+  } else if (keys_.size() == kIndexFrom) {
+    for (size_t i = 0; i < keys_.size(); ++i) index_.emplace(keys_[i], i);
+  }
   return *this;
 }
 

@@ -7,13 +7,15 @@
 //   tg::json::Value back = tg::json::parse(text);   // throws tg::Error on bad input
 //
 // Objects keep insertion order and reject duplicate keys when parsed (safetensors forbids
-// them). Integers without fraction or exponent are kept exactly as int64.
+// them); large objects index their keys, so parsing and find are linear in the input. Integers
+// without fraction or exponent are kept exactly as int64.
 #pragma once
 
 #include <cstdint>
 #include <initializer_list>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 namespace tg::json {
@@ -73,6 +75,9 @@ class Value {
   std::string str_;
   std::vector<Value> items_;       // array elements or object values
   std::vector<std::string> keys_;  // object keys, parallel to items_
+  // Key -> position, built once an object has kIndexFrom members (a scan is faster below).
+  std::unordered_map<std::string, size_t> index_;
+  static constexpr size_t kIndexFrom = 16;
 };
 
 // Parses exactly one JSON value (surrounding whitespace allowed). Errors name the byte offset.

@@ -242,6 +242,11 @@ void save_file(const TensorMap& tensors, const std::string& path, const Metadata
   io::write_file_atomic(path, [&](const io::ChunkWriter& w) { write_to(tensors, metadata, w); });
 }
 
+void write_file(io::FolderWriter& folder, const std::string& name, const TensorMap& tensors, const Metadata& metadata) {
+  header_json(tensors, metadata);
+  folder.write(name, [&](const io::ChunkWriter& w) { write_to(tensors, metadata, w); });
+}
+
 Loaded load_file_with_metadata(const std::string& path, Device device) {
   std::vector<uint8_t> bytes = io::read_file(path);
   return deserialize(bytes.data(), bytes.size(), path, device);

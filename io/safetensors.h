@@ -19,6 +19,10 @@
 
 #include "core/tensor.h"
 
+namespace tg::io {
+class FolderWriter;
+}
+
 namespace tg::safetensors {
 
 using TensorMap = std::map<std::string, Tensor>;  // ordered by name, as the data is written
@@ -38,6 +42,9 @@ Loaded deserialize(const uint8_t* data, size_t size, const std::string& source =
 // safetensors.torch.save_file / load_file. Tensors may live on any device.
 void save_file(const TensorMap& tensors, const std::string& path, const Metadata& metadata = {});
 TensorMap load_file(const std::string& path, Device device = Device::cpu());
+// Writes file `name` of a folder saved as a unit (io::write_folder_atomic).
+void write_file(io::FolderWriter& folder, const std::string& name, const TensorMap& tensors,
+                const Metadata& metadata = {});
 Loaded load_file_with_metadata(const std::string& path, Device device = Device::cpu());
 
 // "F32" for kFloat32, ...

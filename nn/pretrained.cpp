@@ -1,5 +1,7 @@
 #include "nn/pretrained.h"
 
+#include <climits>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -33,6 +35,10 @@ struct Arch {
 const Arch kLlama{"LlamaForCausalLM", "llama", "model.", "model.embed_tokens.weight", {".rotary_emb.inv_freq"}};
 const Arch kGPT2{"GPT2LMHeadModel", "gpt2", "transformer.", "transformer.wte.weight", {".attn.bias", ".attn.masked_bias"}};
 
+// Every size in config.json is at most this (int32's range, as in transformers' checkpoints), so
+// products of two sizes cannot overflow; tensors too large to allocate are refused when built.
+constexpr int64_t kMaxSize = INT32_MAX;
+
 // config.json's fields, with errors naming the file, the field and its value. Absent and null
 // fields take transformers' defaults: save_pretrained leaves out some values equal to them.
 class Fields {
@@ -44,15 +50,25 @@ class Fields {
     const json::Value* f = v_.find(key);
     return f && !f->is_null() ? f : nullptr;
   }
-  int64_t integer(const std::string& key, int64_t fallback) const {
+  // A size or count in [lo, kMaxSize]: checked before any arithmetic uses it.
+  int64_t integer(const std::string& key, int64_t fallback, int64_t lo = 1) const {
     const json::Value* f = get(key);
-    if (f && !f->is_int()) bad(key, "an integer");
+    if (f && !(f->is_int() && f->as_int() >= lo && f->as_int() <= kMaxSize))
+      bad(key, "an integer in [" + std::to_string(lo) + ", " + std::to_string(kMaxSize) + "]");
     return f ? f->as_int() : fallback;
   }
-  double number(const std::string& key, double fallback) const {
+  // A finite number in [lo, hi].
+  double number(const std::string& key, double fallback, double lo = 0, double hi = HUGE_VAL) const {
     const json::Value* f = get(key);
-    if (f && !f->is_number()) bad(key, "a number");
+    if (f && !(f->is_number() && std::isfinite(f->as_double()) && f->as_double() >= lo && f->as_double() <= hi))
+      bad(key, "a finite number in [" + json::dump(lo) + ", " + (std::isinf(hi) ? "inf" : json::dump(hi)) + "]");
     return f ? f->as_double() : fallback;
+  }
+  // A dropout probability: [0, 1), as the attention kernels take it (1 would drop everything).
+  double probability(const std::string& key, double fallback) const {
+    const double p = number(key, fallback, 0, 1);
+    if (p == 1) bad(key, "a probability in [0, 1)");
+    return p;
   }
   bool boolean(const std::string& key, bool fallback) const {
     const json::Value* f = get(key);
@@ -77,20 +93,29 @@ class Fields {
   std::string source_;
 };
 
-Fields read_config(const std::string& dir) {
-  const std::string path = dir + "/" + kConfig;
-  TG_CHECK(fs::is_regular_file(path), "from_pretrained", "no ", kConfig, " in '", dir,
-           "' (a transformers model folder holds config.json and model.safetensors)");
-  std::vector<uint8_t> bytes = io::read_file(path);
+Fields parse_fields(const std::vector<uint8_t>& bytes, const std::string& source) {
   json::Value v;
   try {
     v = json::parse(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
   } catch (const Error& e) {
-    fail("from_pretrained", "'", path, "': ", e.what());
+    fail("from_pretrained", "'", source, "': ", e.what());
   }
-  TG_CHECK(v.is_object(), "from_pretrained", "'", path, "' is a JSON ", json::Value::type_name(v.type()),
+  TG_CHECK(v.is_object(), "from_pretrained", "'", source, "' is a JSON ", json::Value::type_name(v.type()),
            ", wants an object");
-  return Fields(std::move(v), path);
+  return Fields(std::move(v), source);
+}
+
+// The folder, opened once so that every file comes from one save (see io::Folder).
+io::Folder open_model_folder(const std::string& dir) {
+  TG_CHECK(fs::is_directory(dir), "from_pretrained", "no ", kConfig, " in '", dir,
+           "' (a transformers model folder holds config.json and model.safetensors)");
+  return io::Folder(dir);
+}
+
+Fields read_config(const io::Folder& dir) {
+  TG_CHECK(dir.has_file(kConfig), "from_pretrained", "no ", kConfig, " in '", dir.path(),
+           "' (a transformers model folder holds config.json and model.safetensors)");
+  return parse_fields(dir.read(kConfig), dir.path_of(kConfig));
 }
 
 const Arch& architecture(const Fields& f) {
@@ -129,7 +154,11 @@ void read_rope(const Fields& f, const std::string& key, double& theta) {
   if (r->is_object() && !type) type = r->find("type");  // the name before transformers 4.45
   if (!r->is_object() || (type && !(type->is_string() && type->as_string() == "default")))
     f.unsupported(key, "only the default RoPE: scaled RoPE is not implemented");
-  if (const json::Value* t = r->find("rope_theta"); t && t->is_number()) theta = t->as_double();
+  if (const json::Value* t = r->find("rope_theta"); t && !t->is_null()) {
+    if (!t->is_number() || !std::isfinite(t->as_double()) || t->as_double() <= 0)
+      fail("from_pretrained", "'", f.source(), "': ", key, ".rope_theta is ", json::dump(*t), ", wants a finite number > 0");
+    theta = t->as_double();
+  }
 }
 
 template <class Config>
@@ -150,22 +179,23 @@ LlamaConfig llama_config(const Fields& f) {
   c.intermediate_size = f.integer("intermediate_size", 11008);
   c.num_hidden_layers = f.integer("num_hidden_layers", 32);
   c.num_attention_heads = f.integer("num_attention_heads", 32);
-  c.num_key_value_heads = f.integer("num_key_value_heads", 0);
+  c.num_key_value_heads = f.integer("num_key_value_heads", 0, /*lo=*/0);  // 0: num_attention_heads
   c.max_position_embeddings = f.integer("max_position_embeddings", 2048);
   c.rms_norm_eps = f.number("rms_norm_eps", 1e-6);
   c.initializer_range = f.number("initializer_range", 0.02);
   c.tie_word_embeddings = f.boolean("tie_word_embeddings", false);
-  c.rope_theta = f.number("rope_theta", 10000.0);
+  c.rope_theta = f.number("rope_theta", 10000.0, /*lo=*/1e-300);
   read_rope(f, "rope_scaling", c.rope_theta);
   read_rope(f, "rope_parameters", c.rope_theta);
   if (f.boolean("attention_bias", false)) f.unsupported("attention_bias", "wants false: q/k/v/o_proj have no bias here");
   if (f.boolean("mlp_bias", false)) f.unsupported("mlp_bias", "wants false: gate/up/down_proj have no bias here");
   if (f.string("hidden_act", "silu") != "silu") f.unsupported("hidden_act", "wants \"silu\"");
-  if (f.number("attention_dropout", 0.0) != 0.0) f.unsupported("attention_dropout", "wants 0.0");
-  const int64_t head_dim = f.integer("head_dim", 0);
+  if (f.probability("attention_dropout", 0.0) != 0.0) f.unsupported("attention_dropout", "wants 0.0");
+  // Both factors are at most kMaxSize and num_attention_heads >= 1: no overflow, no division by 0.
+  const int64_t head_dim = f.integer("head_dim", 0, /*lo=*/0);
   if (head_dim != 0 && head_dim * c.num_attention_heads != c.hidden_size)
     f.unsupported("head_dim", "wants hidden_size / num_attention_heads = " +
-                                  std::to_string(c.num_attention_heads ? c.hidden_size / c.num_attention_heads : 0));
+                                  std::to_string(c.hidden_size / c.num_attention_heads));
   return validated(f, c);
 }
 
@@ -176,12 +206,12 @@ GPT2Config gpt2_config(const Fields& f) {
   c.n_embd = f.integer("n_embd", c.n_embd);
   c.n_layer = f.integer("n_layer", c.n_layer);
   c.n_head = f.integer("n_head", c.n_head);
-  c.n_inner = f.integer("n_inner", 0);
+  c.n_inner = f.integer("n_inner", 0, /*lo=*/0);  // 0: 4 n_embd
   c.layer_norm_epsilon = f.number("layer_norm_epsilon", c.layer_norm_epsilon);
   c.initializer_range = f.number("initializer_range", c.initializer_range);
-  c.embd_pdrop = f.number("embd_pdrop", c.embd_pdrop);
-  c.attn_pdrop = f.number("attn_pdrop", c.attn_pdrop);
-  c.resid_pdrop = f.number("resid_pdrop", c.resid_pdrop);
+  c.embd_pdrop = f.probability("embd_pdrop", c.embd_pdrop);
+  c.attn_pdrop = f.probability("attn_pdrop", c.attn_pdrop);
+  c.resid_pdrop = f.probability("resid_pdrop", c.resid_pdrop);
   const std::string act = f.string("activation_function", "gelu_new");
   if (act != "gelu_new" && act != "gelu_pytorch_tanh")
     f.unsupported("activation_function", "wants \"gelu_new\" or \"gelu_pytorch_tanh\" (GELU, tanh approximation)");
@@ -255,15 +285,15 @@ bool is_shard_name(const std::string& name) {
 }
 
 // The weight files of `dir`, each with the tensors the index says it holds (none for a single file).
-std::map<std::string, std::vector<std::string>> weight_files(const std::string& dir) {
-  if (fs::is_regular_file(dir + "/" + kWeights)) return {{dir + "/" + kWeights, {}}};
-  const std::string index_path = dir + "/" + kIndex;
-  if (!fs::is_regular_file(index_path)) {
-    const bool bin = fs::exists(dir + "/pytorch_model.bin") || fs::exists(dir + "/pytorch_model.bin.index.json");
-    fail("from_pretrained", "'", dir, "' has neither ", kWeights, " nor ", kIndex,
+std::map<std::string, std::vector<std::string>> weight_files(const io::Folder& dir) {
+  if (dir.has_file(kWeights)) return {{kWeights, {}}};
+  const std::string index_path = dir.path_of(kIndex);
+  if (!dir.has_file(kIndex)) {
+    const bool bin = dir.exists("pytorch_model.bin") || dir.exists("pytorch_model.bin.index.json");
+    fail("from_pretrained", "'", dir.path(), "' has neither ", kWeights, " nor ", kIndex,
          bin ? " (pytorch_model.bin is not read: convert it to safetensors)" : "");
   }
-  std::vector<uint8_t> bytes = io::read_file(index_path);
+  std::vector<uint8_t> bytes = dir.read(kIndex);
   json::Value index;
   try {
     index = json::parse(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
@@ -281,26 +311,27 @@ std::map<std::string, std::vector<std::string>> weight_files(const std::string& 
                  file.as_string() != "..",
              "from_pretrained", "'", index_path, "': weight_map[\"", key, "\"] is ", json::dump(file),
              ", wants a file name in the same folder");
-    const std::string path = dir + "/" + file.as_string();
-    TG_CHECK(fs::is_regular_file(path), "from_pretrained", "'", index_path, "' puts '", key, "' in '",
-             file.as_string(), "', but '", path, "' does not exist");
-    files[path].push_back(key);
+    TG_CHECK(dir.has_file(file.as_string()), "from_pretrained", "'", index_path, "' puts '", key, "' in '",
+             file.as_string(), "', but '", dir.path_of(file.as_string()), "' does not exist");
+    files[file.as_string()].push_back(key);
   }
   return files;
 }
 
 // Reads every weight file into the model's parameters (any dtype and device), checking that the
 // files hold exactly the model's tensors.
-void load_weights(Module& model, const Arch& arch, const std::string& dir) {
+void load_weights(Module& model, const Arch& arch, const io::Folder& dir) {
   const StateDict own = model.state_dict();
   const std::string tied = tied_head(own, arch);
   std::set<std::string> loaded;
   std::vector<std::string> unexpected, mismatched, missing;
   NoGradGuard no_grad;
-  for (const auto& [path, indexed] : weight_files(dir)) {
-    const safetensors::TensorMap file = safetensors::load_file(path);
+  for (const auto& [name, indexed] : weight_files(dir)) {
+    const std::string path = dir.path_of(name);
+    const std::vector<uint8_t> bytes = dir.read(name);
+    const safetensors::TensorMap file = safetensors::deserialize(bytes.data(), bytes.size(), path).tensors;
     for (const auto& key : indexed)
-      TG_CHECK(file.count(key), "from_pretrained", "'", dir, "/", kIndex, "' puts '", key, "' in '", path,
+      TG_CHECK(file.count(key), "from_pretrained", "'", dir.path_of(kIndex), "' puts '", key, "' in '", path,
                "', which does not hold it");
     for (const auto& [key, value] : file) {
       const std::string name = own.count(key) || key == tied ? key : arch.base_prefix + key;
@@ -326,7 +357,7 @@ void load_weights(Module& model, const Arch& arch, const std::string& dir) {
   for (const auto& [name, t] : own)
     if (!loaded.count(name) && name != tied) missing.push_back(name);
   if (missing.empty() && unexpected.empty() && mismatched.empty()) return;
-  std::string msg = "the weights in '" + dir + "' do not fit the " + arch.architecture + " of its config.json:";
+  std::string msg = "the weights in '" + dir.path() + "' do not fit the " + arch.architecture + " of its config.json:";
   if (!missing.empty()) msg += "\n  missing (" + std::to_string(missing.size()) + "): " + name_list(missing);
   if (!unexpected.empty()) msg += "\n  unexpected (" + std::to_string(unexpected.size()) + "): " + name_list(unexpected);
   if (!mismatched.empty()) msg += "\n  wrong shape (" + std::to_string(mismatched.size()) + "): " + name_list(mismatched);
@@ -334,7 +365,7 @@ void load_weights(Module& model, const Arch& arch, const std::string& dir) {
 }
 
 template <class Model, class Config>
-std::shared_ptr<Model> build(const Config& config, const Arch& arch, const std::string& dir, const PretrainedOptions& o) {
+std::shared_ptr<Model> build(const Config& config, const Arch& arch, const io::Folder& dir, const PretrainedOptions& o) {
   Generator gen(0);  // the initial values are overwritten; the caller's default generator is left alone
   auto model = std::make_shared<Model>(config, gen);
   model->to(o.dtype, o.device);
@@ -344,9 +375,8 @@ std::shared_ptr<Model> build(const Config& config, const Arch& arch, const std::
 }
 
 // Writes `tensors` as model.safetensors, or as shards of at most max_shard_bytes (a larger
-// tensor gets a shard of its own) with the index written last, then removes the other layout's
-// files left by an earlier save.
-void write_weights(const safetensors::TensorMap& tensors, const std::string& dir, int64_t max_shard_bytes) {
+// tensor gets a shard of its own) and model.safetensors.index.json.
+void write_weights(io::FolderWriter& out, const safetensors::TensorMap& tensors, int64_t max_shard_bytes) {
   const safetensors::Metadata meta{{"format", "pt"}};  // transformers refuses files without it
   std::vector<safetensors::TensorMap> shards(1);
   int64_t shard_bytes = 0, total = 0;
@@ -360,29 +390,18 @@ void write_weights(const safetensors::TensorMap& tensors, const std::string& dir
     shard_bytes += n;
     total += n;
   }
-  std::set<std::string> written;
-  if (shards.size() == 1) {
-    safetensors::save_file(shards[0], dir + "/" + kWeights, meta);
-    written = {kWeights};
-  } else {
-    json::Value map = json::Value::object();
-    for (size_t i = 0; i < shards.size(); ++i) {
-      char name[64];
-      std::snprintf(name, sizeof(name), "model-%05zu-of-%05zu.safetensors", i + 1, shards.size());
-      safetensors::save_file(shards[i], dir + "/" + name, meta);
-      for (const auto& [key, t] : shards[i]) map.set(key, std::string(name));
-      written.insert(name);
-    }
-    json::Value index = json::Value::object()
-                            .set("metadata", json::Value::object().set("total_size", total))
-                            .set("weight_map", map);
-    io::write_file_atomic(dir + "/" + kIndex, json::dump(index, 2, /*sort_keys=*/true) + "\n");
-    written.insert(kIndex);
+  if (shards.size() == 1) return safetensors::write_file(out, kWeights, shards[0], meta);
+  json::Value map = json::Value::object();
+  for (size_t i = 0; i < shards.size(); ++i) {
+    char name[64];
+    std::snprintf(name, sizeof(name), "model-%05zu-of-%05zu.safetensors", i + 1, shards.size());
+    safetensors::write_file(out, name, shards[i], meta);
+    for (const auto& [key, t] : shards[i]) map.set(key, std::string(name));
   }
-  for (const auto& entry : fs::directory_iterator(dir)) {
-    const std::string name = entry.path().filename().string();
-    if ((name == kWeights || name == kIndex || is_shard_name(name)) && !written.count(name)) fs::remove(entry.path());
-  }
+  json::Value index = json::Value::object()
+                          .set("metadata", json::Value::object().set("total_size", total))
+                          .set("weight_map", map);
+  out.write(kIndex, json::dump(index, 2, /*sort_keys=*/true) + "\n");
 }
 
 }  // namespace
@@ -394,22 +413,31 @@ bool is_hf_conv1d(const Module& model, const std::string& path) {
   return false;
 }
 
+PretrainedConfig parse_pretrained_config(const std::string& json_text, const std::string& source) {
+  const Fields f = parse_fields(std::vector<uint8_t>(json_text.begin(), json_text.end()), source);
+  if (&architecture(f) == &kLlama) return llama_config(f);
+  return gpt2_config(f);
+}
+
 std::shared_ptr<LlamaForCausalLM> from_pretrained_llama(const std::string& dir, const PretrainedOptions& options) {
-  Fields f = read_config(dir);
+  const io::Folder folder = open_model_folder(dir);
+  Fields f = read_config(folder);
   expect_architecture(f, kLlama, "from_pretrained_llama");
-  return build<LlamaForCausalLM>(llama_config(f), kLlama, dir, options);
+  return build<LlamaForCausalLM>(llama_config(f), kLlama, folder, options);
 }
 
 std::shared_ptr<GPT2LMHeadModel> from_pretrained_gpt2(const std::string& dir, const PretrainedOptions& options) {
-  Fields f = read_config(dir);
+  const io::Folder folder = open_model_folder(dir);
+  Fields f = read_config(folder);
   expect_architecture(f, kGPT2, "from_pretrained_gpt2");
-  return build<GPT2LMHeadModel>(gpt2_config(f), kGPT2, dir, options);
+  return build<GPT2LMHeadModel>(gpt2_config(f), kGPT2, folder, options);
 }
 
 std::shared_ptr<Module> from_pretrained(const std::string& dir, const PretrainedOptions& options) {
-  Fields f = read_config(dir);
-  if (&architecture(f) == &kLlama) return build<LlamaForCausalLM>(llama_config(f), kLlama, dir, options);
-  return build<GPT2LMHeadModel>(gpt2_config(f), kGPT2, dir, options);
+  const io::Folder folder = open_model_folder(dir);
+  Fields f = read_config(folder);
+  if (&architecture(f) == &kLlama) return build<LlamaForCausalLM>(llama_config(f), kLlama, folder, options);
+  return build<GPT2LMHeadModel>(gpt2_config(f), kGPT2, folder, options);
 }
 
 void save_pretrained(const Module& model, const std::string& dir, const SaveOptions& options) {
@@ -439,11 +467,15 @@ void save_pretrained(const Module& model, const std::string& dir, const SaveOpti
   if (arch == &kLlama) config.set("tie_word_embeddings", !tied.empty());
   config.set("dtype", dtype_name(own.at(arch->embedding).dtype()));  // transformers 5 loads in this dtype
 
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  TG_CHECK(!ec, "save_pretrained", "cannot create directory '", dir, "': ", ec.message());
-  write_weights(tensors, dir, options.max_shard_bytes);
-  io::write_file_atomic(dir + "/" + kConfig, json::dump(config, 2, /*sort_keys=*/true) + "\n");
+  // One unit: a reader never sees the new config.json beside the old weights. Weights of the
+  // other layout left by an earlier save are dropped; everything else in the folder stays.
+  io::write_folder_atomic(
+      dir,
+      [&](io::FolderWriter& out) {
+        write_weights(out, tensors, options.max_shard_bytes);
+        out.write(kConfig, json::dump(config, 2, /*sort_keys=*/true) + "\n");
+      },
+      [](const std::string& name) { return name == kWeights || name == kIndex || is_shard_name(name); });
 }
 
 }  // namespace tg::nn

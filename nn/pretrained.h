@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <variant>
 
 #include "nn/gpt2.h"
 #include "nn/llama.h"
@@ -37,6 +38,11 @@ std::shared_ptr<GPT2LMHeadModel> from_pretrained_gpt2(const std::string& dir, co
 // AutoModelForCausalLM: whichever supported architecture config.json names.
 std::shared_ptr<Module> from_pretrained(const std::string& dir, const PretrainedOptions& options = {});
 
+// The config a config.json's text describes, checked as from_pretrained checks it (every number
+// range-checked, its field named in the error; `source` names the text).
+using PretrainedConfig = std::variant<LlamaConfig, GPT2Config>;
+PretrainedConfig parse_pretrained_config(const std::string& json_text, const std::string& source = "config.json");
+
 struct SaveOptions {
   // Above this many bytes of tensors, write model-00001-of-0000N.safetensors shards and
   // model.safetensors.index.json (transformers' max_shard_size); 0: one model.safetensors.
@@ -45,8 +51,9 @@ struct SaveOptions {
 
 // Writes config.json and the weights in the parameters' dtype (tied lm_head once, under the
 // embedding's name; GPT-2's Conv1D weights as [in, out]); files from an earlier save of the other
-// layout are removed. Every file is written atomically. tg::Error for other models and for models
-// with LoRA layers (merge_and_unload them, or save the adapter with peft::save_adapter).
+// layout are removed, anything else in `dir` stays. The folder is written as a unit
+// (io::write_folder_atomic): a reader sees the old model or the new one, never a mix. tg::Error
+// for other models and for models with LoRA layers (merge_and_unload them, or save the adapter with peft::save_adapter).
 void save_pretrained(const Module& model, const std::string& dir, const SaveOptions& options = {});
 
 // Whether transformers stores the Linear at `path` of `model` as a Conv1D, weight [in, out]

@@ -1,5 +1,7 @@
 #include "peft/lora.h"
 
+#include <climits>
+#include <cmath>
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
@@ -23,6 +25,10 @@ namespace tg::peft {
 namespace {
 
 const std::string kPrefix = "base_model.model.";
+const std::string kConfigFile = "adapter_config.json", kWeightsFile = "adapter_model.safetensors";
+// The largest r adapter_config.json may give (int32's range, as peft's checkpoints): shapes built
+// from it cannot overflow; an r too large to allocate is refused when the adapter is built.
+constexpr int64_t kMaxRank = INT32_MAX;
 
 // peft's rule: a module matches a name when its path is the name or ends with ".<name>".
 bool matches(const std::string& path, const std::vector<std::string>& names) {
@@ -165,33 +171,46 @@ std::vector<std::pair<std::string, LoRALinear*>> lora_layers(nn::Module& model) 
   return out;
 }
 
-LoraReport apply_lora(nn::Module& model, const LoraConfig& config, Generator& gen) {
+namespace {
+
+// What apply_lora will change, checked in full first so that a bad config changes nothing.
+struct LoraPlan {
+  std::vector<std::string> wrapped;        // target Linear paths
+  std::vector<std::string> saved_modules;  // modules trained whole
+};
+
+LoraPlan plan_lora(nn::Module& model, const LoraConfig& config) {
   TG_CHECK(config.r > 0, "apply_lora", "r must be positive, got ", config.r);
   TG_CHECK(!config.target_modules.empty(), "apply_lora", "target_modules is empty");
   TG_CHECK(config.lora_dropout >= 0 && config.lora_dropout <= 1, "apply_lora", "lora_dropout must be in [0, 1], got ",
            config.lora_dropout);
-  TG_CHECK(lora_layers(model).empty(), "apply_lora", model.type_name(),
-           " already has LoRA layers (merge_and_unload it first, or load the adapter into it)");
-  LoraReport report;
+  LoraPlan plan;
   for (auto& [path, m] : model.named_modules()) {
     if (path.empty() || !matches(path, config.target_modules)) continue;
     TG_CHECK(dynamic_cast<nn::Linear*>(m) != nullptr, "apply_lora", "target '", path, "' is a ", m->type_name(),
              "; LoRA wraps Linear layers only");
-    report.wrapped.push_back(path);
+    plan.wrapped.push_back(path);
   }
-  TG_CHECK(!report.wrapped.empty(), "apply_lora", "no module of ", model.type_name(), " matches target_modules [",
+  TG_CHECK(!plan.wrapped.empty(), "apply_lora", "no module of ", model.type_name(), " matches target_modules [",
            join(config.target_modules), "]");
-
-  // Check modules_to_save before changing anything, so a bad config leaves the model as it was.
   const std::vector<std::string> saved = saved_module_names(config, model);
   for (auto& [path, m] : model.named_modules())
-    if (!path.empty() && matches(path, saved)) report.saved_modules.push_back(path);
+    if (!path.empty() && matches(path, saved)) plan.saved_modules.push_back(path);
   for (const auto& name : config.modules_to_save) {
     bool found = false;
-    for (const auto& p : report.saved_modules) found = found || matches(p, {name});
+    for (const auto& p : plan.saved_modules) found = found || matches(p, {name});
     TG_CHECK(found, "apply_lora", "modules_to_save entry '", name, "' matches no module of ", model.type_name());
   }
+  return plan;
+}
 
+}  // namespace
+
+LoraReport apply_lora(nn::Module& model, const LoraConfig& config, Generator& gen) {
+  const LoraPlan plan = plan_lora(model, config);
+  TG_CHECK(lora_layers(model).empty(), "apply_lora", model.type_name(),
+           " already has LoRA layers (merge_and_unload it first, or load the adapter into it)");
+  LoraReport report{plan.wrapped, plan.saved_modules};
   model.requires_grad_(false);  // everything frozen; the adapters and saved modules train
   for (const auto& path : report.wrapped) {
     auto base = std::dynamic_pointer_cast<nn::Linear>(model.get_submodule(path));
@@ -239,10 +258,13 @@ void merge_and_unload(nn::Module& model) {
 
 std::string adapter_config_json(const LoraConfig& c, bool fan_in_fan_out) {
   using json::Value;
-  Value targets = Value::array();
+  Value targets = Value::array(), saved = Value::array();
   for (const auto& t : c.target_modules) targets.push_back(t);
+  for (const auto& m : c.modules_to_save) saved.push_back(m);
   Value cfg = Value::object();
   const double alpha = c.lora_alpha;
+  // peft writes an integral alpha as an integer; the range check keeps the cast defined.
+  const bool integral = std::abs(alpha) < 9.0e15 && std::trunc(alpha) == alpha;
   cfg.set("alpha_pattern", Value::object())
       .set("auto_mapping", Value())
       .set("base_model_name_or_path", c.base_model_name_or_path.empty() ? Value() : Value(c.base_model_name_or_path))
@@ -254,12 +276,11 @@ std::string adapter_config_json(const LoraConfig& c, bool fan_in_fan_out) {
       .set("layers_pattern", Value())
       .set("layers_to_transform", Value())
       .set("loftq_config", Value::object())
-      .set("lora_alpha", alpha == static_cast<double>(static_cast<int64_t>(alpha)) ? Value(static_cast<int64_t>(alpha))
-                                                                                    : Value(alpha))
+      .set("lora_alpha", integral ? Value(static_cast<int64_t>(alpha)) : Value(alpha))
       .set("lora_dropout", c.lora_dropout)
       .set("megatron_config", Value())
       .set("megatron_core", "megatron.core")
-      .set("modules_to_save", Value())
+      .set("modules_to_save", c.modules_to_save.empty() ? Value() : saved)
       .set("peft_type", "LORA")
       .set("r", c.r)
       .set("rank_pattern", Value::object())
@@ -279,8 +300,12 @@ LoraConfig parse_adapter_config(const std::string& text, const std::string& sour
              "' has peft_type '", v.at("peft_type").as_string(), "', wants LORA");
     LoraConfig c;
     c.r = v.at("r").as_int("r");
+    TG_CHECK(c.r >= 1 && c.r <= kMaxRank, "load_adapter", "r is ", c.r, ", wants an integer in [1, ", kMaxRank, "]");
     c.lora_alpha = v.at("lora_alpha").as_double("lora_alpha");
-    if (const auto* d = v.find("lora_dropout")) c.lora_dropout = d->as_double("lora_dropout");
+    TG_CHECK(std::isfinite(c.lora_alpha), "load_adapter", "lora_alpha is ", c.lora_alpha, ", wants a finite number");
+    if (const auto* d = v.find("lora_dropout"); d && !d->is_null()) c.lora_dropout = d->as_double("lora_dropout");
+    TG_CHECK(c.lora_dropout >= 0 && c.lora_dropout <= 1, "load_adapter", "lora_dropout is ", c.lora_dropout,
+             ", wants a number in [0, 1]");
     const json::Value& tm = v.at("target_modules");
     c.target_modules.clear();
     if (tm.is_string()) {
@@ -311,54 +336,76 @@ LoraConfig parse_adapter_config(const std::string& text, const std::string& sour
 
 void save_adapter(nn::Module& model, const std::string& dir, const LoraConfig& config) {
   TG_CHECK(!lora_layers(model).empty(), "save_adapter", model.type_name(), " has no LoRA layers (call apply_lora)");
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  TG_CHECK(!ec, "save_adapter", "cannot create directory '", dir, "': ", ec.message());
   const std::vector<std::string> saved = saved_module_names(config, model);
   LoraConfig written = config;
   written.modules_to_save = saved;
   written.freeze_norms = true;  // trained norms travel as modules_to_save
   bool conv1d = false;  // peft wants fan_in_fan_out for layers transformers stores as Conv1D
   for (auto& [path, l] : lora_layers(model)) conv1d = conv1d || nn::is_hf_conv1d(model, path);
-  std::string cfg = adapter_config_json(written, conv1d);
-  if (!saved.empty()) {
-    // adapter_config_json writes null; peft wants the list here.
-    json::Value v = json::parse(cfg);
-    json::Value list = json::Value::array();
-    for (const auto& s : saved) list.push_back(s);
-    v.set("modules_to_save", list);
-    cfg = json::dump(v, 2, true);
-  }
-  safetensors::save_file(adapter_tensors(model, saved), dir + "/adapter_model.safetensors", {{"format", "pt"}});
-  io::write_file_atomic(dir + "/adapter_config.json", cfg + "\n");
+  const std::string cfg = adapter_config_json(written, conv1d);
+  // Both files as one unit: a reader never sees new weights beside the old config (its alpha).
+  io::write_folder_atomic(dir, [&](io::FolderWriter& out) {
+    safetensors::write_file(out, kWeightsFile, adapter_tensors(model, saved), {{"format", "pt"}});
+    out.write(kConfigFile, cfg + "\n");
+  });
 }
 
 LoraConfig load_adapter(nn::Module& model, const std::string& dir, Generator& gen) {
-  const std::string cfg_path = dir + "/adapter_config.json", st_path = dir + "/adapter_model.safetensors";
-  std::vector<uint8_t> cfg_bytes = io::read_file(cfg_path);
+  TG_CHECK(std::filesystem::is_directory(dir), "load_adapter", "no adapter folder '", dir, "'");
+  const io::Folder folder(dir);  // both files from one save
+  const std::string cfg_path = folder.path_of(kConfigFile), st_path = folder.path_of(kWeightsFile);
+  std::vector<uint8_t> cfg_bytes = folder.read(kConfigFile);
   LoraConfig config = parse_adapter_config(std::string(cfg_bytes.begin(), cfg_bytes.end()), cfg_path);
-  safetensors::TensorMap file = safetensors::load_file(st_path);
-  if (lora_layers(model).empty()) apply_lora(model, config, gen);
+  const std::vector<uint8_t> st_bytes = folder.read(kWeightsFile);
+  safetensors::TensorMap file = safetensors::deserialize(st_bytes.data(), st_bytes.size(), st_path).tensors;
 
-  std::map<std::string, Tensor> want = adapter_tensors(model, config.modules_to_save);
+  // Everything is checked against the model before it changes: the config against an existing
+  // wrapping, or (unwrapped) against what apply_lora would build; then every key and shape.
+  const LoraPlan plan = plan_lora(model, config);
+  const auto layers = lora_layers(model);
+  std::map<std::string, Shape> want;
+  if (!layers.empty()) {
+    std::vector<std::string> paths;
+    for (const auto& [path, l] : layers) {
+      paths.push_back(path);
+      TG_CHECK(l->r == config.r && l->lora_alpha == config.lora_alpha, "load_adapter", "'", cfg_path, "' has r ",
+               config.r, " lora_alpha ", config.lora_alpha, ", but ", model.type_name(), " is wrapped with r ", l->r,
+               " lora_alpha ", l->lora_alpha, " at '", path, "' (load into an unwrapped model)");
+      // Merged, W already holds the old adapter and forward skips the new one.
+      TG_CHECK(!l->merged(), "load_adapter", "'", path, "' is merged: unmerge the model before loading an adapter");
+    }
+    TG_CHECK(paths == plan.wrapped, "load_adapter", "'", cfg_path, "' targets [", join(plan.wrapped), "], but ",
+             model.type_name(), " is wrapped at [", join(paths), "] (load into an unwrapped model)");
+    for (const auto& [key, t] : adapter_tensors(model, config.modules_to_save)) want[key] = t.shape();
+  } else {
+    for (const auto& path : plan.wrapped) {
+      const auto* linear = dynamic_cast<const nn::Linear*>(model.get_submodule(path).get());
+      want[kPrefix + path + ".lora_A.weight"] = {config.r, linear->in_features};
+      want[kPrefix + path + ".lora_B.weight"] = {linear->out_features, config.r};
+    }
+    for (const auto& path : plan.saved_modules)
+      for (const auto& [name, t] : model.get_submodule(path)->state_dict()) want[kPrefix + path + "." + name] = t.shape();
+  }
   std::vector<std::string> missing, unexpected, mismatched;
-  for (const auto& [key, t] : want) {
+  for (const auto& [key, shape] : want) {
     auto it = file.find(key);
     if (it == file.end()) missing.push_back(key);
-    else if (it->second.shape() != t.shape())
-      mismatched.push_back(key + " (file " + shape_str(it->second.shape()) + ", model " + shape_str(t.shape()) + ")");
+    else if (it->second.shape() != shape)
+      mismatched.push_back(key + " (file " + shape_str(it->second.shape()) + ", model " + shape_str(shape) + ")");
   }
   for (const auto& [key, t] : file)
     if (!want.count(key)) unexpected.push_back(key);
   if (!missing.empty() || !unexpected.empty() || !mismatched.empty()) {
-    std::string msg = "'" + st_path + "' does not fit " + model.type_name() + ":";
+    std::string msg = "'" + st_path + "' does not fit " + model.type_name() + " (the model is left unchanged):";
     if (!missing.empty()) msg += "\n  missing keys (" + std::to_string(missing.size()) + "): " + name_list(missing);
     if (!unexpected.empty()) msg += "\n  unexpected keys (" + std::to_string(unexpected.size()) + "): " + name_list(unexpected);
     if (!mismatched.empty()) msg += "\n  shape mismatches (" + std::to_string(mismatched.size()) + "): " + name_list(mismatched);
     fail("load_adapter", msg);
   }
+
+  if (layers.empty()) apply_lora(model, config, gen);
   NoGradGuard g;
-  for (const auto& [key, t] : want) copy_(t, file.at(key));
+  for (const auto& [key, t] : adapter_tensors(model, config.modules_to_save)) copy_(t, file.at(key));
   return config;
 }
 

@@ -1,34 +1,37 @@
 #!/usr/bin/env bash
 # shellcheck disable=SC2317  # the stage functions are called through run_stage
 # The GPU machine's check, in one script: configure a Release build with the CUDA backend in
-# build-gpu, build, run every test (GPU ones included), run the CUDA tests under
-# compute-sanitizer (memcheck and racecheck), run the benchmarks with the PyTorch reference,
+# build-gpu, build, run every test (GPU ones included), run every GPU test under
+# compute-sanitizer (memcheck, racecheck and initcheck), run the benchmarks with the PyTorch reference,
 # and print a summary table of every stage. A failing stage does not stop the later ones
 # (a stage whose input is missing is reported as skipped); the exit status is 1 if any failed.
 #
 #   scripts/gpu-check.sh                 all stages
-#   scripts/gpu-check.sh build test      only these (env configure build test memcheck racecheck bench)
+#   scripts/gpu-check.sh build test      only these (env configure build test gputests memcheck
+#                                        racecheck initcheck bench)
 #
+# The GPU tests are found, not listed: every test that ctest reports skipped with the GPU hidden
+# (CUDA_VISIBLE_DEVICES=) and not skipped with it (stage gputests, after test; the list goes to
+# gpu-tests.txt). Each sanitizer then runs all of them in one process.
 # Knobs: BUILD_DIR (build-gpu), JOBS (nproc), TG_GPU_CHECK_CMAKE_ARGS (extra configure flags),
-# SANITIZER_TIMEOUT (seconds per sanitizer run, 180), CUDA_TEST_FILTER (the gtest filter of the
-# memcheck run). Logs go to $BUILD_DIR/gpu-check-logs and, when $OUT is set, are copied there as
-# each stage ends (then summary.txt).
+# SANITIZER_TIMEOUT (seconds per sanitizer run, 1800), CUDA_TEST_FILTER (a gtest filter that
+# replaces the found list). Logs go to $BUILD_DIR/gpu-check-logs and, when $OUT is set, are
+# copied there as each stage ends (then summary.txt).
 set -uo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD_DIR:-$root/build-gpu}
 case "$build" in /*) ;; *) build=$root/$build ;; esac
 jobs=${JOBS:-$(nproc 2>/dev/null || echo 8)}
-san_timeout=${SANITIZER_TIMEOUT:-180}
+san_timeout=${SANITIZER_TIMEOUT:-1800}
 logs=$build/gpu-check-logs
 mkdir -p "$logs"
-all_stages=(env configure build test memcheck racecheck bench)
+all_stages=(env configure build test gputests memcheck racecheck initcheck bench)
 stages=("$@")
 [ ${#stages[@]} -eq 0 ] && stages=("${all_stages[@]}")
 
-# The CUDA tests (tests/test_cuda.cpp) and the per-op GPU-vs-CPU parity tests.
-cuda_filter=${CUDA_TEST_FILTER:-'Cuda*:*CudaMatchesCpu*'}
 test_bin=$build/tests/tapegrad_tests
+gpu_tests=$logs/gpu-tests.txt
 
 declare -A status seconds
 summary_rows=()
@@ -108,9 +111,22 @@ stage_build() { cmake --build "$build" -j"$jobs"; }
 
 stage_test() { ctest --test-dir "$build" --output-on-failure -j"$jobs" --timeout 600; }
 
+# The names of the tests ctest's log $1 reports skipped.
+skipped_in() { sed -nE 's/^ *[0-9]+\/[0-9]+ Test +#[0-9]+: ([^ ]+) .*Skipped.*/\1/p' "$1" | sort -u; }
+
+stage_gputests() {
+  CUDA_VISIBLE_DEVICES= ctest --test-dir "$build" -j"$jobs" --timeout 600 >"$logs/no-gpu-ctest.log" 2>&1
+  tail -3 "$logs/no-gpu-ctest.log"
+  comm -23 <(skipped_in "$logs/no-gpu-ctest.log") <(skipped_in "$logs/test.log") >"$gpu_tests"
+  echo "$(wc -l <"$gpu_tests") GPU tests (skipped without the GPU, run with it): $gpu_tests"
+  [ -s "$gpu_tests" ]
+}
+
 stage_sanitizer() {
-  local tool=$1 filter=$2
-  timeout "$san_timeout" compute-sanitizer --tool "$tool" --error-exitcode 99 --print-limit 20 \
+  local tool=$1 filter=${CUDA_TEST_FILTER:-$(paste -sd: "$gpu_tests")}
+  local extra=()
+  [ "$tool" = racecheck ] && extra=(--racecheck-report all)
+  timeout "$san_timeout" compute-sanitizer --tool "$tool" --error-exitcode 99 --print-limit 20 "${extra[@]}" \
     "$test_bin" --gtest_filter="$filter" --gtest_brief=1
 }
 
@@ -123,12 +139,15 @@ fi
 if wants test; then
   if [ -x "$test_bin" ]; then run_stage test stage_test; else skip_stage test "no test binary"; fi
 fi
-for tool in memcheck racecheck; do
+if wants gputests; then
+  if [ -f "$logs/test.log" ]; then run_stage gputests stage_gputests; else skip_stage gputests "no test log (stage test)"; fi
+fi
+for tool in memcheck racecheck initcheck; do
   wants $tool || continue
   if ! command -v compute-sanitizer >/dev/null; then skip_stage $tool "compute-sanitizer not found"
   elif [ ! -x "$test_bin" ]; then skip_stage $tool "no test binary"
-  elif [ $tool = memcheck ]; then run_stage memcheck stage_sanitizer memcheck "$cuda_filter"
-  else run_stage racecheck stage_sanitizer racecheck 'Cuda*'  # shared-memory races: our own kernels
+  elif [ -z "${CUDA_TEST_FILTER:-}" ] && [ ! -s "$gpu_tests" ]; then skip_stage $tool "no GPU test list (stage gputests)"
+  else run_stage $tool stage_sanitizer $tool
   fi
 done
 if wants bench; then
@@ -148,8 +167,8 @@ fi
     grep -E 'tests passed|tests failed|Total Test time' "$logs/test.log" || true
     grep -E '^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess aborted|Exception)' "$logs/test.log" | head -40 || true
   fi
-  for t in memcheck racecheck; do
-    [ -f "$logs/$t.log" ] && grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$logs/$t.log" | sed "s/^/$t: /"
+  for t in memcheck racecheck initcheck; do
+    [ -f "$logs/$t.log" ] && grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|tests ran|PASSED|FAILED' "$logs/$t.log" | sed "s/^/$t: /"
   done
 } | tee "$logs/summary.txt"
 

@@ -2,6 +2,8 @@
 # Installs what building tapegrad needs and this machine lacks: a C++20 compiler, CMake >= 3.25,
 # Eigen 3.4, GoogleTest (and ninja/make), PCRE2, sentencepiece and utf8proc. Uses apt-get as root (or through sudo); otherwise
 # says exactly what to install. Does nothing when everything is present.
+#   scripts/install-deps.sh --sanitizers   also clang, its sanitizer/libFuzzer runtimes and
+#                                          llvm-symbolizer (.ci/run's sanitizer suite and fuzzers)
 set -euo pipefail
 
 missing=()
@@ -24,6 +26,11 @@ have ninja || missing+=(ninja-build)
 for pkg in libpcre2-dev:pcre2.h libsentencepiece-dev:sentencepiece_processor.h libutf8proc-dev:utf8proc.h; do
   [ -f "/usr/include/${pkg#*:}" ] || [ -f "$root/.deps/sysroot/usr/include/${pkg#*:}" ] || missing+=("${pkg%%:*}")
 done
+if [ "${1:-}" = "--sanitizers" ]; then
+  have clang++ || missing+=(clang)
+  compgen -G "/usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a" >/dev/null || missing+=(libclang-rt-dev)
+  have llvm-symbolizer || missing+=(llvm)
+fi
 
 [ ${#missing[@]} -eq 0 ] && exit 0
 

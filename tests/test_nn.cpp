@@ -229,7 +229,8 @@ TEST_F(NnTest, GradcheckMlpsAttentionAndBlocks) {
   nn::RotaryEmbedding rope(2, 16);
   attn.to(kFloat64);
   rope.to(kFloat64);
-  auto [cos, sin] = rope.cos_sin(5);
+  Tensor cos, sin;  // not a structured binding: clang 14 cannot capture one in a lambda
+  std::tie(cos, sin) = rope.cos_sin(5);
   Tensor h = randn({2, 5, 8}, gen, {kFloat64, Device::cpu(), true});
   EXPECT_GRADCHECK([&] { return attn.forward(h, cos, sin); },
                    {h, attn.q_proj->weight, attn.k_proj->weight, attn.v_proj->weight, attn.o_proj->weight});
@@ -283,7 +284,8 @@ TEST_F(NnTest, SdpaCausalByHand) {
 TEST_F(NnTest, RotaryByHand) {
   // head_dim 4, theta 10000: inv_freq = [1, 1/100]; position t rotates (x0, x2) by t rad and
   // (x1, x3) by t/100 rad.
-  auto [cos, sin] = rotary_cos_sin(3, 4);
+  Tensor cos, sin;  // not a structured binding: clang 14 cannot capture one in a lambda
+  std::tie(cos, sin) = rotary_cos_sin(3, 4);
   EXPECT_EQ(cos.shape(), Shape({3, 4}));
   std::vector<float> c = cos.to_vector<float>(), s = sin.to_vector<float>();
   EXPECT_FLOAT_EQ(c[2 * 4 + 0], std::cos(2.0f));

@@ -149,7 +149,8 @@ void gemm_typed(const Tensor& c, const Tensor& a, const Tensor& b, T alpha, T be
   const int64_t len = split_rows ? M : N, align = 16;
   const int64_t panels = std::min<int64_t>(threads, (len + align - 1) / align);
   const int64_t step = ((len + panels - 1) / panels + align - 1) / align * align;
-  parallel_for(0, panels, 1, [&](int64_t lo, int64_t hi) {
+  // Captured by name: C++20 allows capturing structured bindings, clang 14 does not.
+  parallel_for(0, panels, 1, [&, cv = cv, av = av, bv = bv](int64_t lo, int64_t hi) {
     for (int64_t t = lo; t < hi; ++t) {
       const int64_t s0 = std::min(len, t * step), s1 = std::min(len, s0 + step);
       if (split_rows) gemm_panel<T>(cv, av, bv, K, s0, s1, 0, N, alpha, beta);
