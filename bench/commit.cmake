@@ -1,13 +1,12 @@
 # Writes OUT (bench_commit.h): TG_BENCH_COMMIT, the commit the benchmarks are built from ("-dirty"
-# when tracked files differ from it; $TG_COMMIT, else "unknown", outside a git checkout). Run at every build, and the
+# when tracked files differ from it; "unknown" outside a git checkout); $TG_COMMIT, when set, wins. Run at every build, and the
 # file is rewritten only when the value changes, so the rows name the code that ran.
 execute_process(COMMAND git -C "${SRC}" rev-parse --short=7 HEAD OUTPUT_VARIABLE commit
                 OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET RESULT_VARIABLE rc)
-if(NOT rc EQUAL 0 OR commit STREQUAL "")
+if(DEFINED ENV{TG_COMMIT})  # a copy of the tree whose .git is stale or missing (the GPU machine's)
+  set(commit "$ENV{TG_COMMIT}")
+elseif(NOT rc EQUAL 0 OR commit STREQUAL "")
   set(commit "unknown")
-  if(DEFINED ENV{TG_COMMIT})  # a copy of the tree without .git (the GPU machine)
-    set(commit "$ENV{TG_COMMIT}")
-  endif()
 else()
   execute_process(COMMAND git -C "${SRC}" status --porcelain --untracked-files=no OUTPUT_VARIABLE changes
                   ERROR_QUIET)

@@ -13,7 +13,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def commit():
-    """The repository's commit, '-dirty' when tracked files differ from it ('unknown' outside git)."""
+    """The repository's commit, '-dirty' when tracked files differ from it ('unknown' outside git);
+    $TG_COMMIT, when set, wins (a copy of the tree whose .git is stale or missing: the GPU machine's)."""
+    if os.environ.get("TG_COMMIT"):
+        return os.environ["TG_COMMIT"]
     try:
         sha = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short=7", "HEAD"], capture_output=True, text=True,
                              check=True).stdout.strip()
@@ -21,7 +24,7 @@ def commit():
                                  capture_output=True, text=True, check=True).stdout.strip()
         return sha + ("-dirty" if changes else "")
     except (OSError, subprocess.CalledProcessError):
-        return os.environ.get("TG_COMMIT", "unknown")  # a copy of the tree without .git (the GPU machine)
+        return "unknown"
 
 
 def write_rows(path, bench, machine, rows):
