@@ -139,6 +139,18 @@ __device__ __forceinline__ const __nv_bfloat16* b_cols(const __nv_bfloat16* s, i
   return a_rows<LD>(s, row0, col0, lane);
 }
 
+// n-tiles n and n + 1 of every row tile: acc[mt][n..n+1] += a[mt] times the two B fragments of b
+// (as ldmatrix.x4 gives them).
+template <int MT, int NT>
+__device__ __forceinline__ void mma_two_ntiles(float (&acc)[MT][NT][4], const uint32_t (&a)[MT][4],
+                                               const uint32_t (&b)[4], int n) {
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    mma(acc[mt][n], a[mt], b[0], b[1]);
+    mma(acc[mt][n + 1], a[mt], b[2], b[3]);
+  }
+}
+
 // acc[mt] (16 rows x 8 NT) += A_mt (16 x 16 KT) B^T, B's rows the n dim of a shared tile of
 // 8 NT rows at `rows`. a_of(frag, mt, kt) yields A_mt's k-tile kt (registers or ldmatrix).
 template <int LD, int KT, int NT, int MT, class AOf>
@@ -152,11 +164,7 @@ __device__ __forceinline__ void mma_abt(float (&acc)[MT][NT][4], AOf&& a_of, con
     for (int np = 0; np < NT / 2; ++np) {
       uint32_t b[4];
       ldsm_x4(b, b_rows<LD>(rows, np * 16, kt * 16, lane));
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        mma(acc[mt][2 * np], a[mt], b[0], b[1]);
-        mma(acc[mt][2 * np + 1], a[mt], b[2], b[3]);
-      }
+      mma_two_ntiles(acc, a, b, 2 * np);
     }
   }
 }
@@ -175,11 +183,7 @@ __device__ __forceinline__ void mma_pv(float (&acc)[MT][HD / 8][4], const float 
     for (int dp = 0; dp < HD / 16; ++dp) {
       uint32_t b[4];
       ldsm_x4_t(b, b_cols<LD>(v, kt * 16, dp * 16, lane));
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        mma(acc[mt][2 * dp], a[mt], b[0], b[1]);
-        mma(acc[mt][2 * dp + 1], a[mt], b[2], b[3]);
-      }
+      mma_two_ntiles(acc, a, b, 2 * dp);
     }
   }
 }
@@ -249,6 +253,50 @@ __device__ __forceinline__ int key_tiles(const Params& p, int m0, int bm, int bn
 template <int HD, int MT>
 constexpr bool kInRegisters = MT == 1;
 
+// The A fragments of a warp's MT row tiles (rows row0 + 16 mt ..) of a shared tile, for mma_abt:
+// loaded into registers once (kRegs) or read from shared memory for each product.
+template <int LD, int KT, int MT, bool kRegs>
+struct ARows {
+  const __nv_bfloat16* s;
+  int row0, lane;
+  uint32_t f[kRegs ? MT : 1][KT][4];  // filled by load()
+  __device__ __forceinline__ ARows(const __nv_bfloat16* tile, int first_row, int lane_id)
+      : s(tile), row0(first_row), lane(lane_id) {}
+  __device__ __forceinline__ void load() {
+    if constexpr (kRegs)
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int kt = 0; kt < KT; ++kt) ldsm_x4(f[mt][kt], a_rows<LD>(s, row0 + 16 * mt, kt * 16, lane));
+  }
+  __device__ __forceinline__ void operator()(uint32_t (&d)[4], int mt, int kt) const {
+    if constexpr (kRegs) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) d[i] = f[mt][kt][i];
+    } else {
+      ldsm_x4(d, a_rows<LD>(s, row0 + 16 * mt, kt * 16, lane));
+    }
+  }
+};
+
+// Starts loading key tile nb + 1 of (b, hk) into the other stage, then waits for tile nb (the
+// cp.async groups complete in order) and for every thread's copies.
+template <int HD, int BN>
+__device__ __forceinline__ void next_kv_tile(__nv_bfloat16* sK, __nv_bfloat16* sV, const Params& p, int b, int hk,
+                                             int nb, int tiles) {
+  constexpr int LD = kLd<HD>;
+  const int other = (nb & 1) ^ 1;
+  if (nb + 1 < tiles) {
+    load_tile<HD, BN>(sK + other * BN * LD, p.k, b, hk, (nb + 1) * BN, p.S);
+    load_tile<HD, BN>(sV + other * BN * LD, p.v, b, hk, (nb + 1) * BN, p.S);
+    cp_async_commit();
+    cp_async_wait<1>();
+  } else {
+    cp_async_wait<0>();
+  }
+  __syncthreads();
+}
+
 // ---------------------------------------------------------------- forward
 
 template <int HD, int MT>
@@ -269,15 +317,7 @@ __global__ void __launch_bounds__(kThreads) flash_forward(const Params p) {
   load_tile<HD, BN>(sV, p.v, b, hk, 0, p.S);
   cp_async_commit();
 
-  uint32_t qf[kInRegisters<HD, MT> ? MT : 1][KT][4];
-  auto q_of = [&](uint32_t (&f)[4], int mt, int kt) {
-    if constexpr (kInRegisters<HD, MT>) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) f[i] = qf[mt][kt][i];
-    } else {
-      ldsm_x4(f, a_rows<LD>(sQ, wrow + 16 * mt, kt * 16, lane));
-    }
-  };
+  ARows<LD, KT, MT, kInRegisters<HD, MT>> q(sQ, wrow, lane);
   float o[MT][HD / 8][4];
   zero(o);
   float m[MT][2], l[MT][2];
@@ -285,25 +325,12 @@ __global__ void __launch_bounds__(kThreads) flash_forward(const Params p) {
   fill(l, 0.f);
   for (int nb = 0; nb < tiles; ++nb) {
     const int stage = nb & 1;
-    if (nb + 1 < tiles) {
-      load_tile<HD, BN>(sK + (stage ^ 1) * BN * LD, p.k, b, hk, (nb + 1) * BN, p.S);
-      load_tile<HD, BN>(sV + (stage ^ 1) * BN * LD, p.v, b, hk, (nb + 1) * BN, p.S);
-      cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();
-    if constexpr (kInRegisters<HD, MT>)
-      if (nb == 0)
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-          for (int kt = 0; kt < KT; ++kt) ldsm_x4(qf[mt][kt], a_rows<LD>(sQ, wrow + 16 * mt, kt * 16, lane));
+    next_kv_tile<HD, BN>(sK, sV, p, b, hk, nb, tiles);
+    if (nb == 0) q.load();
 
     float s[MT][NT][4];
     zero(s);
-    mma_abt<LD, KT, NT, MT>(s, q_of, sK + stage * BN * LD, lane);
+    mma_abt<LD, KT, NT, MT>(s, q, sK + stage * BN * LD, lane);
 
     // Scores in base-2 units; keys past S and (causal) past the query are -inf.
     const int n0 = nb * BN;
@@ -420,8 +447,7 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dkdv(const Params p) 
     load_step(0, 0);
     cp_async_commit();
   }
-  auto k_of = [&](uint32_t (&f)[4], int mt, int kt) { ldsm_x4(f, a_rows<LD>(sK, wrow + 16 * mt, kt * 16, lane)); };
-  auto v_of = [&](uint32_t (&f)[4], int mt, int kt) { ldsm_x4(f, a_rows<LD>(sV, wrow + 16 * mt, kt * 16, lane)); };
+  const ARows<LD, KT, MT, false> k_rows(sK, wrow, lane), v_rows(sV, wrow, lane);
   for (int step = 0; step < steps; ++step) {
     const int stage = step & 1;
     if (step + 1 < steps) {
@@ -438,7 +464,7 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dkdv(const Params p) 
 
     float pt[MT][QT][4];  // S^T, then P^T
     zero(pt);
-    mma_abt<LD, KT, QT, MT>(pt, k_of, q_s, lane);
+    mma_abt<LD, KT, QT, MT>(pt, k_rows, q_s, lane);
     const bool edge = p.causal && i0 < n0 + BK - 1;  // some query of the step precedes some key
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
@@ -454,7 +480,7 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dkdv(const Params p) 
     if (kDK) {
       float ds[MT][QT][4];  // dP^T, then dS^T
       zero(ds);
-      mma_abt<LD, KT, QT, MT>(ds, v_of, do_s, lane);
+      mma_abt<LD, KT, QT, MT>(ds, v_rows, do_s, lane);
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -505,51 +531,19 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dq(const Params p) {
       dl[mt][r] = row < p.L ? p.delta[stat + row] : 0.f;
     }
 
-  uint32_t qf[kRegs ? MT : 1][KT][4], of[kRegs ? MT : 1][KT][4];
-  auto q_of = [&](uint32_t (&f)[4], int mt, int kt) {
-    if constexpr (kRegs) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) f[i] = qf[mt][kt][i];
-    } else {
-      ldsm_x4(f, a_rows<LD>(sQ, wrow + 16 * mt, kt * 16, lane));
-    }
-  };
-  auto o_of = [&](uint32_t (&f)[4], int mt, int kt) {
-    if constexpr (kRegs) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) f[i] = of[mt][kt][i];
-    } else {
-      ldsm_x4(f, a_rows<LD>(sO, wrow + 16 * mt, kt * 16, lane));
-    }
-  };
+  ARows<LD, KT, MT, kRegs> q(sQ, wrow, lane), o(sO, wrow, lane);
   float dq[MT][HD / 8][4];
   zero(dq);
   for (int nb = 0; nb < tiles; ++nb) {
     const int stage = nb & 1;
-    if (nb + 1 < tiles) {
-      load_tile<HD, BN>(sK + (stage ^ 1) * BN * LD, p.k, b, hk, (nb + 1) * BN, p.S);
-      load_tile<HD, BN>(sV + (stage ^ 1) * BN * LD, p.v, b, hk, (nb + 1) * BN, p.S);
-      cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();
-    if constexpr (kRegs)
-      if (nb == 0)
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-          for (int kt = 0; kt < KT; ++kt) {
-            ldsm_x4(qf[mt][kt], a_rows<LD>(sQ, wrow + 16 * mt, kt * 16, lane));
-            ldsm_x4(of[mt][kt], a_rows<LD>(sO, wrow + 16 * mt, kt * 16, lane));
-          }
+    next_kv_tile<HD, BN>(sK, sV, p, b, hk, nb, tiles);
+    if (nb == 0) q.load(), o.load();
     const __nv_bfloat16 *k_s = sK + stage * BN * LD, *v_s = sV + stage * BN * LD;
     float pr[MT][NT][4], ds[MT][NT][4];  // P; dP, then dS
     zero(pr);
     zero(ds);
-    mma_abt<LD, KT, NT, MT>(pr, q_of, k_s, lane);
-    mma_abt<LD, KT, NT, MT>(ds, o_of, v_s, lane);
+    mma_abt<LD, KT, NT, MT>(pr, q, k_s, lane);
+    mma_abt<LD, KT, NT, MT>(ds, o, v_s, lane);
     const int n0 = nb * BN;
     const bool edge = n0 + BN > p.S || (p.causal && n0 + BN - 1 > m0);
 #pragma unroll
