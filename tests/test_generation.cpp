@@ -6,16 +6,21 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include "core/autograd.h"
 #include "core/factory.h"
 #include "core/primitives.h"
+#include "data/tokenizer.h"
+#include "examples/common/printable.h"
 #include "io/file.h"
 #include "io/json.h"
 #include "nn/generation.h"
 #include "nn/gpt2.h"
+#include "nn/checkpoint.h"
 #include "nn/kv_cache.h"
 #include "nn/llama.h"
 #include "nn/logits_process.h"
@@ -416,6 +421,58 @@ TEST(GenerationConfigTest, FromPretrainedReadsTransformersFiles) {
   write(dir / "generation_config.json", R"({"eos_token_id": "x"})");
   EXPECT_ERROR_HAS(GenerationConfig::from_pretrained(dir.str()), "generation_config.json", "eos_token_id");
   EXPECT_ERROR_HAS(GenerationConfig::from_pretrained((dir / "nowhere")), "neither generation_config.json nor config.json");
+}
+
+// examples/generate: what it streams is the decode of what nn::generate returns.
+std::string run_generate_example(const std::string& args, const TempDir& dir, int* rc) {
+  const std::string out = dir / "stdout.txt";
+  const int status = std::system((std::string(TG_GENERATE_EXAMPLE) + " " + args + " >" + out + " 2>" + (dir / "err.txt")).c_str());
+  *rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream in(out, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+TEST(GenerateExample, StreamsWhatTheLibraryGeneratesFromAFolder) {
+  const fs::path here = fs::path(__FILE__).parent_path() / "fixtures" / "tokenizers";
+  TempDir dir;
+  for (const char* name : {"tiny_llama", "tiny_gpt2"}) {
+    const std::string folder = (here / name).string();
+    auto tok = data::Tokenizer::from_pretrained(folder);
+    auto model = nn::from_pretrained(folder);
+    const std::vector<int32_t> prompt = tok.encode("Once upon a time, the");
+    const auto want = nn::generate(*model, {prompt}, {.max_new_tokens = 12, .eos_token_id = GenerationConfig::from_pretrained(folder).eos_token_id})[0];
+    int rc = 0;
+    const std::string got = run_generate_example("--model " + folder + " --prompt 'Once upon a time, the' --max-new-tokens 12 --threads 1", dir, &rc);
+    EXPECT_EQ(rc, 0) << name;
+    EXPECT_EQ(got, examples::printable(tok.decode(want, /*skip_special_tokens=*/true), /*one_line=*/false) + "\n")
+        << name;
+  }
+}
+
+TEST(GenerateExample, AToyCheckpointWithAnAdapterAppliedOrMerged) {
+  TempDir dir;
+  nn::LlamaConfig cfg = nn::LlamaConfig::tiny();
+  Generator gen(5);
+  auto model = std::make_shared<nn::LlamaForCausalLM>(cfg, gen);
+  nn::save_state_dict(*model, dir / "base.safetensors", {{"config", "tiny"}});
+  lora_with_random_b(*model, {"q_proj", "v_proj"}, 6);
+  peft::save_adapter(*model, dir / "adapter", {.target_modules = {"q_proj", "v_proj"}});
+  const std::string prompt = "LOG 1";
+  const auto want = nn::generate(*model, {std::vector<int32_t>(prompt.begin(), prompt.end())}, {.max_new_tokens = 20})[0];
+  const std::string want_text = examples::printable(std::string(want.begin(), want.end()), /*one_line=*/false) + "\n";
+  for (const char* merge : {"false", "true"}) {
+    int rc = 0;
+    const std::string got = run_generate_example("--model " + (dir / "base.safetensors") + " --adapter " + (dir / "adapter") +
+                                                     " --merge " + merge + " --prompt '" + prompt + "' --max-new-tokens 20",
+                                                 dir, &rc);
+    EXPECT_EQ(rc, 0) << "--merge " << merge;
+    EXPECT_EQ(got, want_text) << "--merge " << merge;
+  }
+  int rc = 0;
+  run_generate_example("--model " + (dir / "base.safetensors") + " --prompt x --top-k 5", dir, &rc);
+  EXPECT_EQ(rc, 2);  // a usage error: top-k without sampling
+  run_generate_example("--model " + (dir / "base.safetensors") + " --prompt x --max-new-tokens 200", dir, &rc);
+  EXPECT_EQ(rc, 1);  // past the context: generate's error
 }
 
 // Greedy ids transformers' generate gave on the tokenizer fixtures' tiny models, one prompt and
