@@ -40,8 +40,9 @@ struct GenerationConfig {
   void validate() const;
   // A model folder's generation_config.json (or, without one, config.json's eos_token_id), as
   // transformers' GenerationConfig.from_pretrained. max_length is not read (max_new_tokens
-  // decides); a field that would change generation in a way tapegrad does not implement
-  // (num_beams > 1, min_new_tokens, no_repeat_ngram_size, ...) is a tg::Error naming it.
+  // decides); temperature, top_k and top_p only when the file sets do_sample (transformers
+  // ignores them otherwise); a field that would change generation in a way tapegrad does not
+  // implement (num_beams > 1, min_new_tokens, no_repeat_ngram_size, ...) is a tg::Error naming it.
   static GenerationConfig from_pretrained(const std::string& dir);
 };
 

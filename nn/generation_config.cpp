@@ -93,9 +93,11 @@ GenerationConfig GenerationConfig::from_pretrained(const std::string& dir) {
              "without beams or other constraints)");
     if (const json::Value* f = field("max_new_tokens")) c.max_new_tokens = f->as_int(where + "max_new_tokens");
     if (const json::Value* f = field("do_sample")) c.do_sample = f->as_bool(where + "do_sample");
-    if (const json::Value* f = field("temperature")) c.temperature = f->as_double(where + "temperature");
-    if (const json::Value* f = field("top_k")) c.top_k = f->as_int(where + "top_k");
-    if (const json::Value* f = field("top_p")) c.top_p = f->as_double(where + "top_p");
+    if (c.do_sample) {  // a greedy file's sampling fields are unused (transformers warns and ignores them)
+      if (const json::Value* f = field("temperature")) c.temperature = f->as_double(where + "temperature");
+      if (const json::Value* f = field("top_k")) c.top_k = f->as_int(where + "top_k");
+      if (const json::Value* f = field("top_p")) c.top_p = f->as_double(where + "top_p");
+    }
     if (const json::Value* f = field("repetition_penalty"))
       c.repetition_penalty = f->as_double(where + "repetition_penalty");
     c.validate();

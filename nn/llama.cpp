@@ -3,6 +3,7 @@
 #include "nn/init.h"
 #include "nn/loss.h"
 #include "ops/binary.h"
+#include "ops/cast.h"
 #include "ops/embedding.h"
 #include "ops/rms_norm.h"
 #include "ops/shape.h"
@@ -119,9 +120,10 @@ Tensor LlamaModel::forward(const Tensor& ids, KVCache& cache) {
   if (step.uniform) {
     cos = slice(rotary_emb->cos, 0, step.start, step.start + T);
     sin = slice(rotary_emb->sin, 0, step.start, step.start + T);
-  } else {
-    cos = unsqueeze(embedding(rotary_emb->cos, step.positions), 1);  // [B, 1, T, head_dim]
-    sin = unsqueeze(embedding(rotary_emb->sin, step.positions), 1);
+  } else {  // per sequence [B, 1, T, head_dim], in the model's dtype (as apply_rotary casts them)
+    const DType dt = embed_tokens->weight.dtype();
+    cos = unsqueeze(tg::to(embedding(rotary_emb->cos, step.positions), dt), 1);
+    sin = unsqueeze(tg::to(embedding(rotary_emb->sin, step.positions), dt), 1);
   }
   Tensor x = embed_tokens->forward(ids);
   for (size_t i = 0; i < layers->size(); ++i) {

@@ -415,9 +415,14 @@ TEST(GenerationConfigTest, FromPretrainedReadsTransformersFiles) {
   write(dir / "generation_config.json", R"({"num_beams": 4})");
   EXPECT_ERROR_HAS(GenerationConfig::from_pretrained(dir.str()), "generation_config.json", "num_beams = 4",
                    "not supported");
-  write(dir / "generation_config.json", R"({"temperature": 0.7})");
-  EXPECT_ERROR_HAS(GenerationConfig::from_pretrained(dir.str()), "generation_config.json",
-                   "temperature 0.7 is set but do_sample is false");
+  write(dir / "generation_config.json", R"({"temperature": 0.7, "top_p": 0.8, "repetition_penalty": 1.2})");
+  c = GenerationConfig::from_pretrained(dir.str());  // greedy: the sampling fields unused, as in transformers
+  EXPECT_TRUE(c.greedy());
+  EXPECT_EQ(c.temperature, 1.0);
+  EXPECT_EQ(c.top_p, 1.0);
+  EXPECT_EQ(c.repetition_penalty, 1.2);
+  write(dir / "generation_config.json", R"({"do_sample": true, "top_p": 1.5})");
+  EXPECT_ERROR_HAS(GenerationConfig::from_pretrained(dir.str()), "generation_config.json", "top_p must be in (0, 1]");
   write(dir / "generation_config.json", R"({"eos_token_id": "x"})");
   EXPECT_ERROR_HAS(GenerationConfig::from_pretrained(dir.str()), "generation_config.json", "eos_token_id");
   EXPECT_ERROR_HAS(GenerationConfig::from_pretrained((dir / "nowhere")), "neither generation_config.json nor config.json");
