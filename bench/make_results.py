@@ -242,6 +242,34 @@ PyTorch's backends:
 """
 
 
+def generate_section(ours, torch_rows):
+    header = ["impl", "variant", "machine", "config", "dtype", "batch:", "prompt:", "new tokens:", "tok/s:",
+              "ms/token:", "prefill ms:", "decode ms/token:"]
+    cells = lambda r: [r["impl"], r["variant"], r["machine"], r["config"], r["dtype"], r["batch"], r["prompt"],
+                       r["new_tokens"], f1(r["tok_s"]), f"{r['ms_per_token']:.3f}", f"{r['prefill_ms']:.2f}",
+                       f"{r['decode_ms_per_token']:.3f}"]
+    eager = {r["batch"]: r["tok_s"] for r in torch_rows if r["variant"] == "eager"}
+    speedup = [[r["batch"], ratio(r["tok_s"], eager.get(r["batch"]))] for r in ours]
+    return f"""## Generation (nn::generate), greedy, against transformers' generate
+
+Measured: {measured(ours)}{"; transformers: " + measured(torch_rows) if torch_rows else ""}.
+
+`bench/generate_bench`: random prompts, exactly the new tokens asked for (no EOS), the median of the
+timed runs on the host clock; ms/token = the whole call / new tokens; the prefill ends at the first
+streamed token. `bench/generate_bench_torch.py` times transformers' `generate` the same way in the
+same call: the default dynamic cache (eager), the static cache, and the static cache with
+`torch.compile`.
+
+Reproduce: `bench/run_generate_bench.sh build-gpu`.
+
+{table(header, [cells(r) for r in ours + torch_rows])}
+
+tapegrad's tokens/s over transformers' eager generate:
+
+{table(["batch:", "speed-up:"], speedup)}
+"""
+
+
 def render(by_bench):
     parts = ["""# Benchmark results
 
@@ -253,6 +281,8 @@ figures are in git history; what the measurements taught is in `dev/NOTES.md`.
     get = lambda name: by_bench.get(name, [])
     if get("train_step_bench"):
         parts.append(train_section(get("train_step_bench"), get("torch_toy_lora")))
+    if get("generate_bench"):
+        parts.append(generate_section(get("generate_bench"), get("generate_bench_torch")))
     if get("attention_bench"):
         parts.append(attention_section(get("attention_bench"), get("torch_attention_ref")))
     if get("norm_bench"):
@@ -265,7 +295,7 @@ figures are in git history; what the measurements taught is in `dev/NOTES.md`.
         parts.append(elementwise_section(get("elementwise_bench"),
                                          [r for r in get("torch_ref_gemm_elementwise") if r["kind"] == "ew"]))
     known = {"train_step_bench", "torch_toy_lora", "attention_bench", "torch_attention_ref", "norm_bench", "torch_norm_ref", "linear_bench", "gemm_bench",
-             "elementwise_bench", "torch_ref_gemm_elementwise"}
+             "elementwise_bench", "torch_ref_gemm_elementwise", "generate_bench", "generate_bench_torch"}
     unknown = sorted(set(by_bench) - known)
     if unknown:
         sys.exit(f"make_results.py: no table for the rows of {', '.join(unknown)}: add a section")

@@ -25,10 +25,11 @@
 #include "examples/common/data.h"
 #include "examples/common/evaluate.h"
 #include "examples/common/flags.h"
-#include "examples/common/generate.h"
+#include "examples/common/printable.h"
 #include "examples/common/precision.h"
 #include "examples/common/train_log.h"
 #include "nn/checkpoint.h"
+#include "nn/generation.h"
 #include "io/json.h"
 #include "nn/loss.h"
 #include "nn/pretrained.h"
@@ -88,14 +89,9 @@ std::string unescape(const std::string& s) {
   return out;
 }
 
-std::string sample_text(const examples::BaseModel& base, const std::vector<int64_t>& ids) {
-  if (!base.tokenizer) {
-    std::string bytes;
-    for (int64_t b : ids) bytes += static_cast<char>(b);
-    return examples::printable(bytes);
-  }
-  std::vector<int32_t> i32(ids.begin(), ids.end());
-  return examples::printable(base.tokenizer->decode(i32, /*skip_special_tokens=*/true));
+std::string sample_text(const examples::BaseModel& base, const std::vector<int32_t>& ids) {
+  if (!base.tokenizer) return examples::printable(std::string(ids.begin(), ids.end()));
+  return examples::printable(base.tokenizer->decode(ids, /*skip_special_tokens=*/true));
 }
 
 int run(int argc, char** argv) {
@@ -129,7 +125,8 @@ int run(int argc, char** argv) {
       .add("clip", "1.0", "gradient clipping by global norm (0: off)")
       .add("eval-every", "100", "validate (and print a sample) every N steps (0: only at the end)")
       .add("eval-batches", "8", "validation batches")
-      .add("sample-tokens", "32", "tokens generated as a sample at each validation (0: none)")
+      .add("sample-tokens", "32", "tokens generated (greedy, nn::generate) as a sample at each validation (0: none; at "
+                                  "most what the context leaves after the prompt of up to 16 tokens)")
       .add("save-every", "100", "write a checkpoint every N steps (0: only at the end and on Ctrl-C)")
       .add("stop-at", "0", "stop after this step as if interrupted (checkpoint written); 0: run to the end")
       .add("resume", "false", "continue from <out>/checkpoint.safetensors (training flags must be unchanged; "
@@ -242,15 +239,19 @@ int run(int argc, char** argv) {
   std::signal(SIGINT, on_sigint);
   if (device.is_cuda()) reset_peak_memory_stats(device);  // the peak of training, model included
   examples::TrainLog log("lora", steps, out + "/loss.csv", start);
-  // The sample's prompt: the start of the first validation row.
-  std::vector<int64_t> prompt = val_rows->rows_batch(0, 1, Device::cpu()).ids.to_vector<int64_t>();
+  // The sample's prompt: the start of the first validation row; greedy, up to the EOS.
+  std::vector<int32_t> prompt;
+  for (int64_t id : val_rows->rows_batch(0, 1, Device::cpu()).ids.to_vector<int64_t>())
+    prompt.push_back(static_cast<int32_t>(id));
   prompt.resize(static_cast<size_t>(std::min<int64_t>(16, seq / 2)));
+  nn::GenerationConfig sample_config{.max_new_tokens = std::min<int64_t>(
+                                         sample_tokens, base.context - static_cast<int64_t>(prompt.size()))};
+  if (base.tokenizer && base.tokenizer->eos_token_id()) sample_config.eos_token_id = {*base.tokenizer->eos_token_id()};
   auto validate = [&](int64_t step) {
     log.eval(step, "validation", examples::evaluate(model, *val_rows, batch, eval_batches, device));
     if (sample_tokens <= 0) return;
-    Generator gen(seed + 7);
-    const std::vector<int64_t> more =
-        examples::generate_ids(model, prompt, static_cast<int>(sample_tokens), base.context, device, 0.0, gen);
+    const std::vector<int32_t> out = nn::generate(model, {prompt}, sample_config)[0];
+    const std::vector<int32_t> more(out.begin() + static_cast<int64_t>(prompt.size()), out.end());
     log.note("  sample (greedy): \"" + sample_text(base, prompt) + "\" -> \"" + sample_text(base, more) + "\"");
   };
   log.start();

@@ -13,10 +13,11 @@
 #include "examples/common/data.h"
 #include "examples/common/evaluate.h"
 #include "examples/common/flags.h"
-#include "examples/common/generate.h"
+#include "examples/common/printable.h"
 #include "examples/common/precision.h"
 #include "examples/common/train_log.h"
 #include "nn/checkpoint.h"
+#include "nn/generation.h"
 #include "nn/llama.h"
 #include "optim/clip_grad.h"
 #include "optim/lr_scheduler.h"
@@ -48,13 +49,22 @@ void train(nn::LlamaForCausalLM& model, const examples::ByteDataset& data, const
   log.finish();
 }
 
-void show_samples(nn::LlamaForCausalLM& model, const char* who, int bytes) {
-  Generator gen(7);
-  for (const char* prompt : {"the ", "LOG 1"}) {
-    std::string greedy = examples::generate(model, prompt, bytes, 0.0, gen);
-    std::string sampled = examples::generate(model, prompt, bytes, 0.8, gen, /*top_k=*/10);
-    std::printf("  [%s, greedy]       \"%s%s\"\n", who, prompt, examples::printable(greedy).c_str());
-    std::printf("  [%s, T=0.8 top-10] \"%s%s\"\n", who, prompt, examples::printable(sampled).c_str());
+// The samples' prompts (at most 5 bytes: run() checks --sample-bytes for them).
+const char* const kSamplePrompts[] = {"the ", "LOG 1"};
+
+// Greedy and sampled continuations of each prompt (bytes are the tokens).
+void show_samples(nn::LlamaForCausalLM& model, const char* who, int64_t bytes) {
+  const nn::GenerationConfig greedy{.max_new_tokens = bytes};
+  const nn::GenerationConfig sampled{.max_new_tokens = bytes, .do_sample = true, .temperature = 0.8, .top_k = 10,
+                                     .seed = 7};
+  for (const char* prompt : kSamplePrompts) {
+    const std::string p = prompt;
+    auto text = [&](const nn::GenerationConfig& cfg) {
+      const std::vector<int32_t> out = nn::generate(model, {std::vector<int32_t>(p.begin(), p.end())}, cfg)[0];
+      return examples::printable(std::string(out.begin() + static_cast<int64_t>(p.size()), out.end()));
+    };
+    std::printf("  [%s, greedy]       \"%s%s\"\n", who, prompt, text(greedy).c_str());
+    std::printf("  [%s, T=0.8 top-10] \"%s%s\"\n", who, prompt, text(sampled).c_str());
   }
 }
 
@@ -94,6 +104,11 @@ int run(int argc, char** argv) {
   const int64_t batch = flags.integer("batch") > 0 ? flags.integer("batch") : examples::default_batch_size(config_name);
   const int64_t seq = flags.integer("seq") > 0 ? flags.integer("seq") : config.max_position_embeddings;
   const uint64_t seed = static_cast<uint64_t>(flags.integer("seed"));
+  const int64_t sample_bytes = flags.integer("sample-bytes"), room = config.max_position_embeddings - 5;
+  if (sample_bytes < 1 || sample_bytes > room)  // a sample continues a prompt of up to 5 bytes
+    throw examples::UsageError("--sample-bytes wants 1 to " + std::to_string(room) + " (prompt and sample within the " +
+                               std::to_string(config.max_position_embeddings) + "-byte context), got " +
+                               flags.str("sample-bytes") + "\n" + flags.usage());
   const std::string out = flags.str("out");
   std::filesystem::create_directories(out);
 
@@ -121,7 +136,7 @@ int run(int argc, char** argv) {
   double a_before = examples::evaluate(*model, data_a, batch, seq, eval_batches, device);
   double b_before = examples::evaluate(*model, data_b, batch, seq, eval_batches, device);
   std::printf("validation loss after pre-training: corpus A %.4f, corpus B %.4f\n", a_before, b_before);
-  show_samples(*model, "base", static_cast<int>(flags.integer("sample-bytes")));
+  show_samples(*model, "base", sample_bytes);
 
   // 2. LoRA fine-tuning on corpus B: only the adapters train.
   std::printf("\n== 2. LoRA fine-tuning on corpus B ==\n");
@@ -143,7 +158,7 @@ int run(int argc, char** argv) {
   std::printf("                      before LoRA   after LoRA\n");
   std::printf("  corpus B (learned)  %10.4f   %10.4f\n", b_before, b_after);
   std::printf("  corpus A (forgot)   %10.4f   %10.4f\n", a_before, a_after);
-  show_samples(*model, "adapted", static_cast<int>(flags.integer("sample-bytes")));
+  show_samples(*model, "adapted", sample_bytes);
   if (device.is_cuda()) std::printf("during LoRA, %s\n", examples::peak_memory_line(device).c_str());
   peft::save_adapter(*model, out + "/adapter", lora);
   std::printf("\nwrote %s/{pretrain,lora}_loss.{csv,svg}, %s/base.safetensors and the peft adapter in %s/adapter\n",

@@ -1,6 +1,8 @@
 #include "nn/attention.h"
 
 #include "ops/attention.h"
+#include "ops/binary.h"
+#include "ops/cast.h"
 #include "ops/rope.h"
 #include "ops/shape.h"
 
@@ -15,6 +17,23 @@ void check_input(const char* op, const Tensor& x, int64_t hidden) {
 // [B, T, heads * hd] -> [B, heads, T, hd]
 Tensor split_heads(const Tensor& x, int64_t heads, int64_t hd) {
   return transpose(reshape(x, {x.shape()[0], x.shape()[1], heads, hd}), 1, 2);
+}
+
+// Rotary embedding with shared [T, hd] tables (the fused op), or per-sequence [B, 1, T, hd] ones
+// (left-padded generation: the same formula, composed).
+Tensor rotate(const Tensor& x, const Tensor& cos, const Tensor& sin) {
+  if (cos.dim() == 2) return apply_rotary(x, cos, sin);
+  return add(mul(x, to(cos, x.dtype())), mul(rotate_half(x), to(sin, x.dtype())));
+}
+
+// Attention of q over k, v: causal for training; with a cache, over every cached column as the
+// cache step says.
+Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, const LayerCache* cache, double dropout_p,
+              Generator& gen, bool gqa, const char* who) {
+  if (!cache) return scaled_dot_product_attention(q, k, v, /*is_causal=*/true, std::nullopt, dropout_p, gen, gqa);
+  auto [keys, values] = append_to_cache(*cache, k, v, who);
+  return scaled_dot_product_attention(q, keys, values, cache->step.is_causal, std::nullopt, dropout_p, gen, gqa,
+                                      cache->step.attn_mask);
 }
 
 // [B, heads, T, hd] -> [B, T, heads * hd]
@@ -41,18 +60,17 @@ CausalSelfAttention::CausalSelfAttention(int64_t h, int64_t heads, int64_t kv_he
   register_module("o_proj", o_proj);
 }
 
-Tensor CausalSelfAttention::forward(const Tensor& x, const Tensor& cos, const Tensor& sin) {
+Tensor CausalSelfAttention::forward(const Tensor& x, const Tensor& cos, const Tensor& sin, const LayerCache* cache) {
   check_input("CausalSelfAttention", x, hidden);
   Tensor q = split_heads(q_proj->forward(x), num_heads, head_dim);
   Tensor k = split_heads(k_proj->forward(x), num_kv_heads, head_dim);
   Tensor v = split_heads(v_proj->forward(x), num_kv_heads, head_dim);
   if (cos.defined()) {
-    q = apply_rotary(q, cos, sin);
-    k = apply_rotary(k, cos, sin);
+    q = rotate(q, cos, sin);
+    k = rotate(k, cos, sin);
   }
   // Grouped-query heads: the attention kernels read each kv head for its query heads in place.
-  Tensor a = scaled_dot_product_attention(q, k, v, /*is_causal=*/true, std::nullopt, 0.0, default_generator(),
-                                          /*enable_gqa=*/num_kv_heads != num_heads);
+  Tensor a = attend(q, k, v, cache, 0.0, default_generator(), /*gqa=*/num_kv_heads != num_heads, "CausalSelfAttention");
   return o_proj->forward(merge_heads(a));
 }
 
@@ -73,14 +91,13 @@ GPT2Attention::GPT2Attention(int64_t h, int64_t heads, double attn_p, double res
   register_module("resid_dropout", resid_dropout);
 }
 
-Tensor GPT2Attention::forward(const Tensor& x) {
+Tensor GPT2Attention::forward(const Tensor& x, const LayerCache* cache) {
   check_input("GPT2Attention", x, hidden);
   std::vector<Tensor> qkv = split(c_attn->forward(x), hidden, -1);
   Tensor q = split_heads(qkv[0], num_heads, head_dim);
   Tensor k = split_heads(qkv[1], num_heads, head_dim);
   Tensor v = split_heads(qkv[2], num_heads, head_dim);
-  Tensor a = scaled_dot_product_attention(q, k, v, /*is_causal=*/true, std::nullopt, is_training() ? attn_pdrop : 0.0,
-                                          *gen_);
+  Tensor a = attend(q, k, v, cache, is_training() ? attn_pdrop : 0.0, *gen_, false, "GPT2Attention");
   return resid_dropout->forward(c_proj->forward(merge_heads(a)));
 }
 

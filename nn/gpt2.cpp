@@ -40,8 +40,8 @@ GPT2Block::GPT2Block(const GPT2Config& c, Generator& gen) : Module("GPT2Block") 
   register_module("mlp", mlp);
 }
 
-Tensor GPT2Block::forward(const Tensor& x) {
-  Tensor h = add(x, attn->forward(ln_1->forward(x)));
+Tensor GPT2Block::forward(const Tensor& x, const LayerCache* cache) {
+  Tensor h = add(x, attn->forward(ln_1->forward(x), cache));
   return add(h, mlp->forward(ln_2->forward(h)));
 }
 
@@ -68,6 +68,28 @@ Tensor GPT2Model::forward(const Tensor& ids) {
   Tensor pos = arange(T, {.dtype = kInt64, .device = ids.device()});
   Tensor x = drop->forward(add(wte->forward(ids), wpe->forward(pos)));  // [B, T, d] + [T, d]
   for (const auto& block : *h) x = block->forward(x);
+  return ln_f->forward(x);
+}
+
+Tensor GPT2Model::forward(const Tensor& ids, KVCache& cache) {
+  TG_CHECK(ids.defined() && ids.dim() == 2 && is_integral(ids.dtype()) && ids.dtype() != kBool &&
+               ids.shape()[0] == cache.batch() && cache.num_layers() == static_cast<int64_t>(h->size()),
+           "GPT2Model", "a cached forward wants ids [", cache.batch(), ", T] int32/int64 for a KVCache of ",
+           cache.num_layers(), " layers (the model has ", h->size(), "), got ",
+           ids.defined() ? shape_str(ids.shape()) : std::string("undefined"));
+  const int64_t T = ids.shape()[1];
+  const CacheStep step = cache.step(T, "GPT2Model");
+  TG_CHECK(step.max_position < config.n_positions, "GPT2Model", "position ", step.max_position,
+           " is past n_positions ", config.n_positions);
+  Tensor pos = step.uniform ? arange(static_cast<double>(step.start), static_cast<double>(step.start + T), 1,
+                                     {.dtype = kInt64, .device = ids.device()})
+                            : step.positions;  // [T] or per sequence [B, T]
+  Tensor x = drop->forward(add(wte->forward(ids), wpe->forward(pos)));
+  for (size_t i = 0; i < h->size(); ++i) {
+    const LayerCache layer_cache = cache.layer(static_cast<int64_t>(i), step);
+    x = (*h)[i].forward(x, &layer_cache);
+  }
+  cache.advance(T);
   return ln_f->forward(x);
 }
 

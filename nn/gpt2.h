@@ -43,7 +43,9 @@ struct GPT2Config {
 class GPT2Block : public Module {
  public:
   explicit GPT2Block(const GPT2Config& c, Generator& gen = default_generator());
-  Tensor forward(const Tensor& x) override;  // x + attn(ln_1(x)), then + mlp(ln_2(.))
+  Tensor forward(const Tensor& x) override { return forward(x, nullptr); }
+  // x + attn(ln_1(x)), then + mlp(ln_2(.)); cache: generation (nn/kv_cache.h).
+  Tensor forward(const Tensor& x, const LayerCache* cache);
 
   std::shared_ptr<LayerNorm> ln_1, ln_2;
   std::shared_ptr<GPT2Attention> attn;
@@ -54,6 +56,8 @@ class GPT2Model : public Module {
  public:
   explicit GPT2Model(const GPT2Config& c, Generator& gen = default_generator());
   Tensor forward(const Tensor& ids) override;  // [B, T] -> [B, T, n_embd]
+  // Generation: as LlamaModel's (positions continue the cache's sequences).
+  Tensor forward(const Tensor& ids, KVCache& cache);
 
   GPT2Config config;
   std::shared_ptr<Embedding> wte, wpe;

@@ -3,7 +3,10 @@
 #include "nn/init.h"
 #include "nn/loss.h"
 #include "ops/binary.h"
+#include "ops/cast.h"
+#include "ops/embedding.h"
 #include "ops/rms_norm.h"
+#include "ops/shape.h"
 
 namespace tg::nn {
 
@@ -73,8 +76,8 @@ LlamaDecoderLayer::LlamaDecoderLayer(const LlamaConfig& c, Generator& gen) : Mod
   register_module("post_attention_layernorm", post_attention_layernorm);
 }
 
-Tensor LlamaDecoderLayer::forward(const Tensor& x, const Tensor& cos, const Tensor& sin) {
-  Tensor a = self_attn->forward(input_layernorm->forward(x), cos, sin);
+Tensor LlamaDecoderLayer::forward(const Tensor& x, const Tensor& cos, const Tensor& sin, const LayerCache* cache) {
+  Tensor a = self_attn->forward(input_layernorm->forward(x), cos, sin, cache);
   // h = x + a and n = post_attention_layernorm(h) in one pass (one kernel instead of two).
   auto [n, h] = fused_add_rms_norm(a, x, post_attention_layernorm->weight, post_attention_layernorm->eps);
   return add(h, mlp->forward(n));
@@ -100,6 +103,34 @@ Tensor LlamaModel::forward(const Tensor& ids) {
   auto [cos, sin] = rotary_emb->cos_sin(ids.shape()[1]);
   Tensor x = embed_tokens->forward(ids);
   for (const auto& layer : *layers) x = layer->forward(x, cos, sin);
+  return norm->forward(x);
+}
+
+Tensor LlamaModel::forward(const Tensor& ids, KVCache& cache) {
+  TG_CHECK(ids.defined() && ids.dim() == 2 && is_integral(ids.dtype()) && ids.dtype() != kBool &&
+               ids.shape()[0] == cache.batch() && cache.num_layers() == static_cast<int64_t>(layers->size()),
+           "LlamaModel", "a cached forward wants ids [", cache.batch(), ", T] int32/int64 for a KVCache of ",
+           cache.num_layers(), " layers (the model has ", layers->size(), "), got ",
+           ids.defined() ? shape_str(ids.shape()) : std::string("undefined"));
+  const int64_t T = ids.shape()[1];
+  const CacheStep step = cache.step(T, "LlamaModel");
+  TG_CHECK(step.max_position < config.max_position_embeddings, "LlamaModel", "position ", step.max_position,
+           " is past max_position_embeddings ", config.max_position_embeddings);
+  Tensor cos, sin;  // the rotary tables' rows of the step's positions
+  if (step.uniform) {
+    cos = slice(rotary_emb->cos, 0, step.start, step.start + T);
+    sin = slice(rotary_emb->sin, 0, step.start, step.start + T);
+  } else {  // per sequence [B, 1, T, head_dim], in the model's dtype (as apply_rotary casts them)
+    const DType dt = embed_tokens->weight.dtype();
+    cos = unsqueeze(tg::to(embedding(rotary_emb->cos, step.positions), dt), 1);
+    sin = unsqueeze(tg::to(embedding(rotary_emb->sin, step.positions), dt), 1);
+  }
+  Tensor x = embed_tokens->forward(ids);
+  for (size_t i = 0; i < layers->size(); ++i) {
+    const LayerCache layer_cache = cache.layer(static_cast<int64_t>(i), step);
+    x = (*layers)[i].forward(x, cos, sin, &layer_cache);
+  }
+  cache.advance(T);
   return norm->forward(x);
 }
 

@@ -53,7 +53,8 @@ struct LlamaConfig {
 class LlamaDecoderLayer : public Module {
  public:
   explicit LlamaDecoderLayer(const LlamaConfig& c, Generator& gen = default_generator());
-  Tensor forward(const Tensor& x, const Tensor& cos, const Tensor& sin);
+  // cache: generation (nn/kv_cache.h); cos, sin then may be per sequence [B, 1, T, head_dim].
+  Tensor forward(const Tensor& x, const Tensor& cos, const Tensor& sin, const LayerCache* cache = nullptr);
 
   std::shared_ptr<RMSNorm> input_layernorm, post_attention_layernorm;
   std::shared_ptr<CausalSelfAttention> self_attn;
@@ -65,6 +66,9 @@ class LlamaModel : public Module {
  public:
   explicit LlamaModel(const LlamaConfig& c, Generator& gen = default_generator());
   Tensor forward(const Tensor& ids) override;
+  // Generation: ids [B, T] continue the sequences of `cache`, their keys and values join it
+  // (under NoGradGuard; nn/kv_cache.h); hidden states [B, T, hidden].
+  Tensor forward(const Tensor& ids, KVCache& cache);
 
   LlamaConfig config;
   std::shared_ptr<Embedding> embed_tokens;

@@ -15,8 +15,10 @@
 #include "ops/layout.h"
 #include "ops/masked_fill.h"
 #include "ops/matmul.h"
+#include "ops/reduce.h"
 #include "ops/shape.h"
 #include "ops/softmax.h"
+#include "ops/unary.h"
 
 namespace tg {
 namespace {
@@ -62,6 +64,7 @@ struct SdpaFusedBackward final : Node {
   enum { kQ, kK, kV, kOut, kLse };
   bool causal = false;
   double scale = 1.0;
+  Tensor attn_mask;          // as the kernel reads it (undefined: none)
   Shape v_shape, v_strides;  // dv's layout (v itself may not be saved)
   const char* name() const override { return kOp; }
   std::vector<Tensor> backward(const std::vector<Tensor>& g, const GradMask& mask) override {
@@ -74,7 +77,10 @@ struct SdpaFusedBackward final : Node {
     Tensor dk = mask[1] ? empty_with_layout(k.shape(), k.strides(), k.options()) : Tensor();
     Tensor dv = mask[2] ? empty_with_layout(v_shape, v_strides, k.options()) : Tensor();
     Tensor delta = dqk ? Tensor::empty(lse.shape(), lse.options()) : Tensor();
-    TG_DISPATCH(q.device(), sdpa_backward, dq, dk, dv, dout, q, k, v, out, lse, delta, causal, scale);
+    if (attn_mask.defined())  // only the CPU kernel takes a mask (flash_cuda_applies)
+      cpu::sdpa_backward(dq, dk, dv, dout, q, k, v, out, lse, delta, causal, scale, attn_mask);
+    else
+      TG_DISPATCH(q.device(), sdpa_backward, dq, dk, dv, dout, q, k, v, out, lse, delta, causal, scale);
     return {dq, dk, dv};
   }
 };
@@ -89,17 +95,22 @@ Tensor empty_output(const Tensor& q, int64_t Ev) {
   return Tensor::empty(shape, q.options()).as_strided(shape, {L * H * Ev, Ev, H * Ev, 1}, 0);
 }
 
-Tensor sdpa_fused(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal, double s) {
+// mask: undefined, or bool [..., L, S] over q's leading dims with a unit last stride (CPU only).
+Tensor sdpa_fused(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal, double s, const Tensor& mask) {
   KernelTrace::record(q.device().is_cuda() ? "sdpa.flash_cuda" : "sdpa.fused_cpu");
   Tensor qc = in_place_or_copy(q), kc = in_place_or_copy(k), vc = in_place_or_copy(v);
   const int64_t n = q.dim();
   Tensor out = empty_output(q, v.shape()[n - 1]);
   Shape lse_shape(q.shape().begin(), q.shape().end() - 1);
   Tensor lse = Tensor::empty(lse_shape, {q.dtype() == kFloat64 ? kFloat64 : kFloat32, q.device()});
-  TG_DISPATCH(q.device(), sdpa_forward, out, lse, qc, kc, vc, is_causal, s);
+  if (mask.defined())
+    cpu::sdpa_forward(out, lse, qc, kc, vc, is_causal, s, mask);
+  else
+    TG_DISPATCH(q.device(), sdpa_forward, out, lse, qc, kc, vc, is_causal, s);
   if (auto node = record<SdpaFusedBackward>({{"q", q}, {"k", k}, {"v", v}}, {out})) {
     node->causal = is_causal;
     node->scale = s;
+    node->attn_mask = mask;
     node->v_shape = vc.shape();
     node->v_strides = vc.strides();
     const bool dqk = q.requires_grad() || k.requires_grad();
@@ -120,6 +131,36 @@ Tensor repeat_kv_heads(const Tensor& x, int64_t group) {
   return reshape(expand(unsqueeze(x, h + 1), expanded), s);
 }
 
+// attn_mask as the kernels and the composition read it: expanded to [..., L, S] over q's
+// leading dims (a view; copied only when its last dim is broadcast), after checking it.
+Tensor expanded_mask(const Tensor& attn_mask, const Tensor& q, int64_t S, bool is_causal) {
+  const char* op = kOp;
+  TG_CHECK(attn_mask.dtype() == kBool, op, "attn_mask must be bool (true: the key takes part), got ",
+           attn_mask.dtype());
+  TG_CHECK(attn_mask.device() == q.device(), op, "attn_mask is on ", attn_mask.device(), " but q is on ", q.device());
+  TG_CHECK(!is_causal, op, "pass either attn_mask or is_causal, not both (as PyTorch)");
+  Shape want = q.shape();
+  want.back() = S;
+  const Shape& m = attn_mask.shape();
+  bool fits = m.size() <= want.size();
+  for (size_t i = 0; fits && i < m.size(); ++i) fits = m[i] == 1 || m[i] == want[want.size() - m.size() + i];
+  TG_CHECK(fits, op, "attn_mask of shape ", m, " does not broadcast to ", want, " (q's leading dims, ",
+           want[want.size() - 2], " queries, ", S, " keys)");
+  NoGradGuard g;
+  Tensor e = expand(attn_mask, want);
+  return e.strides().back() == 1 || S == 1 ? e : contiguous(e);
+}
+
+// The composition's masked softmax: masked scores -inf; a row with no key left is zero, as
+// PyTorch's _safe_softmax (its scores are left unmasked so nothing there is NaN, and `live`
+// zeroes the row and its gradient).
+Tensor masked_softmax_rows(const Tensor& scores, const Tensor& mask, Tensor& live) {
+  Tensor keep = to(mask, scores.dtype());       // 1: the key takes part
+  live = max(keep, -1, /*keepdim=*/true);       // 1: the row sees a key
+  Tensor drop = to(mul(1.0 - keep, live), kBool);
+  return softmax(masked_fill(scores, drop, -std::numeric_limits<double>::infinity()), -1);
+}
+
 }  // namespace
 
 Tensor causal_mask(int64_t L, int64_t S, Device device) {
@@ -131,7 +172,8 @@ Tensor causal_mask(int64_t L, int64_t S, Device device) {
 }
 
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal,
-                                    std::optional<double> scale, double dropout_p, Generator& gen, bool enable_gqa) {
+                                    std::optional<double> scale, double dropout_p, Generator& gen, bool enable_gqa,
+                                    const Tensor& attn_mask) {
   const char* op = kOp;
   check_floating(op, "q", q);
   check_floating(op, "k", k);
@@ -161,16 +203,19 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   }
   TG_CHECK(dropout_p >= 0.0 && dropout_p < 1.0, op, "dropout_p must be in [0, 1), got ", dropout_p);
   const double s = scale ? *scale : 1.0 / std::sqrt(static_cast<double>(E));
-  if (fused_cpu_applies(q, dropout_p) || flash_cuda_applies(q, k, v, dropout_p))
-    return sdpa_fused(q, k, v, is_causal, s);
+  const Tensor mask = attn_mask.defined() ? expanded_mask(attn_mask, q, S, is_causal) : Tensor();
+  if (fused_cpu_applies(q, dropout_p) || (!mask.defined() && flash_cuda_applies(q, k, v, dropout_p)))
+    return sdpa_fused(q, k, v, is_causal, s, mask);
 
   KernelTrace::record("sdpa.composite");
   const Tensor kr = repeat_kv_heads(k, group), vr = repeat_kv_heads(v, group);
   Tensor scores = mul(matmul(q, transpose(kr, -2, -1)), s);  // [..., L, S]
   if (is_causal) scores = masked_fill(scores, causal_mask(L, S, q.device()), -std::numeric_limits<double>::infinity());
-  Tensor p = softmax(scores, -1);
+  Tensor live;
+  Tensor p = mask.defined() ? masked_softmax_rows(scores, mask, live) : softmax(scores, -1);
   if (dropout_p > 0.0) p = dropout(p, dropout_p, true, gen);
-  return matmul(p, vr);
+  Tensor out = matmul(p, vr);
+  return live.defined() ? mul(out, live) : out;
 }
 
 }  // namespace tg

@@ -4,14 +4,18 @@
 // enable_gqa (grouped-query attention, inputs of 3+ dims) k and v may have Hkv heads in dim -3
 // where q has Hq, Hkv dividing Hq: query head h reads kv head h / (Hq / Hkv), with no copy of
 // the kv heads. is_causal masks key j > query i (the top-left aligned lower triangle, as
-// PyTorch). dropout_p > 0 drops attention probabilities (training only; pass 0 in eval).
+// PyTorch). attn_mask (bool, true: the key takes part, as PyTorch's bool mask) broadcasts to
+// [..., L, S] over q's leading dims; not together with is_causal (as PyTorch). A query whose
+// every key is masked out gets zeros (as PyTorch's safe softmax), and no gradient flows through
+// it. dropout_p > 0 drops attention probabilities (training only; pass 0 in eval).
 //
 // Which kernel runs (the trace names it):
-//   "sdpa.fused_cpu":  CPU, float32 / float64, no dropout.
-//   "sdpa.flash_cuda": CUDA, bfloat16, E == Ev in {32, 64, 128}, 3-D or 4-D, no dropout: tensor-core
-//                      flash attention (ops/cuda/attention.cu).
-//   "sdpa.composite":  everything else (CUDA float32, other head dims, dropout): matmul /
-//                      masked_fill / softmax / dropout, with the kv heads repeated for GQA.
+//   "sdpa.fused_cpu":  CPU, float32 / float64, no dropout (with or without attn_mask).
+//   "sdpa.flash_cuda": CUDA, bfloat16, E == Ev in {32, 64, 128}, 3-D or 4-D, no dropout, no
+//                      attn_mask: tensor-core flash attention (ops/cuda/attention.cu).
+//   "sdpa.composite":  everything else (CUDA float32, CUDA with attn_mask, other head dims,
+//                      dropout): matmul / masked_fill / softmax / dropout, with the kv heads
+//                      repeated for GQA.
 // The fused kernels skip the causal upper triangle and save only the output and a per-row
 // logsumexp for backward, which recomputes the probabilities: the [L, S] matrix never reaches
 // memory. Backward computes each of dq, dk, dv only when it is asked for. A 4-D call returns its
@@ -29,7 +33,8 @@ namespace tg {
 
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal = false,
                                     std::optional<double> scale = std::nullopt, double dropout_p = 0.0,
-                                    Generator& gen = default_generator(), bool enable_gqa = false);
+                                    Generator& gen = default_generator(), bool enable_gqa = false,
+                                    const Tensor& attn_mask = Tensor());
 
 // The bool [L, S] mask that is true where key j > query i, on `device`.
 Tensor causal_mask(int64_t L, int64_t S, Device device = Device::cpu());

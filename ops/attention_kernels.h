@@ -7,7 +7,9 @@
 // over the query heads of each group inside the kernel. Outputs are pre-allocated by the op. lse
 // and delta are [..., L], contiguous, in the accumulation type (float32 for float32 / bfloat16,
 // float64 for float64). With `causal`, query i sees keys j <= i (top-left aligned, as PyTorch's
-// is_causal).
+// is_causal). mask (CPU only; undefined: none) is bool [..., L, S] over q's leading dims (any
+// strides, zero ones included, except a unit last stride): false drops the key; a row with no
+// key left gives out = 0, lse = -inf.
 //
 // CPU: float32 / float64, any E and Ev. CUDA: bfloat16, 3-D or 4-D, E == Ev in {32, 64, 128},
 // every row 16-byte aligned (the op copies other inputs), L and S >= 1.
@@ -20,7 +22,7 @@ namespace cpu {
 // out = softmax(q k^T * scale [+ causal mask]) v and lse[i] = logsumexp_j(scores[i, j]) (scores
 // already scaled). The [L, S] probabilities are never stored.
 void sdpa_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
-                  bool causal, double scale);
+                  bool causal, double scale, const Tensor& mask = Tensor());
 // Gradients from dout, flash-attention style (P recomputed from q, k and lse):
 //   P = exp(q k^T * scale - lse),  dv = P^T dout,  dP = dout v^T,  delta = rowsum(dout * out),
 //   dS = P * (dP - delta) * scale,  dq = dS k,  dk = dS^T q.
@@ -28,7 +30,7 @@ void sdpa_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const T
 // are used only for dq or dk and may be undefined otherwise.
 void sdpa_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout, const Tensor& q,
                    const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse, const Tensor& delta,
-                   bool causal, double scale);
+                   bool causal, double scale, const Tensor& mask = Tensor());
 }  // namespace cpu
 namespace cuda {
 void sdpa_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,

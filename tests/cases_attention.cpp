@@ -53,6 +53,22 @@ TG_OP_CASES({
     {"sdpa_flash_shapes_3d", {S{{1, 17, 64}}, S{{1, 20, 64}}, S{{1, 20, 64}}},
      [](const Inputs& x) { return scaled_dot_product_attention(x[0], x[1], x[2], false); }},
 
+    // attn_mask (bool, true: attend): per batch and query [2, 1, 7, 9] over 3 heads, more keys
+    // than queries; broadcast [6, 6] under grouped-query heads; [7, 1] (one bit per query) leaves
+    // some rows without any key, which give zeros (the composition on a GPU)
+    {"sdpa_mask", {S{{2, 3, 7, 5}}, S{{2, 3, 9, 5}}, S{{2, 3, 9, 4}}, S{{2, 1, 7, 9}, S::Mask}},
+     [](const Inputs& x) {
+       return scaled_dot_product_attention(x[0], x[1], x[2], false, std::nullopt, 0.0, default_generator(), false, x[3]);
+     }},
+    {"sdpa_mask_gqa", {S{{2, 4, 6, 8}}, S{{2, 2, 6, 8}}, S{{2, 2, 6, 8}}, S{{6, 6}, S::Mask}},
+     [](const Inputs& x) {
+       return scaled_dot_product_attention(x[0], x[1], x[2], false, std::nullopt, 0.0, default_generator(), true, x[3]);
+     }},
+    {"sdpa_mask_empty_rows", {S{{2, 7, 5}}, S{{2, 7, 5}}, S{{2, 7, 5}}, S{{7, 1}, S::Mask}},
+     [](const Inputs& x) {
+       return scaled_dot_product_attention(x[0], x[1], x[2], false, std::nullopt, 0.0, default_generator(), false, x[3]);
+     }},
+
     // apply_rotary (fused on the CPU): tables as inputs without gradients, odd T, a head view
     {"rope", {S{{2, 3, 7, 6}}, S{{7, 6}, S::Normal, 0, false}, S{{7, 6}, S::Normal, 0, false}},
      [](const Inputs& x) { return apply_rotary(x[0], x[1], x[2]); }},

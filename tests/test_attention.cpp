@@ -177,6 +177,89 @@ TEST(Attention, NoKeysGiveZeros) {
   for (float f : out.to_vector<float>()) EXPECT_EQ(f, 0.0f);
 }
 
+// A bool mask [B, 1, 1, S] that drops the first pad[b] keys of batch b (left padding).
+Tensor key_padding_mask(const std::vector<int64_t>& pad, int64_t S) {
+  std::vector<bool> keep;
+  for (int64_t p : pad)
+    for (int64_t j = 0; j < S; ++j) keep.push_back(j >= p);
+  return from_vector(keep, {static_cast<int64_t>(pad.size()), 1, 1, S});
+}
+
+TEST(Attention, MaskedKeysAreAsIfAbsent) {
+  // Batch b with its first pad[b] keys masked out == batch b alone on the keys that are left,
+  // forward and every gradient; fused on the CPU (float32, float64), composed in bfloat16.
+  Generator gen(8);
+  const int64_t H = 2, L = 5, S = 7, E = 4;
+  const std::vector<int64_t> pad = {0, 3};
+  for (DType dt : {kFloat32, kFloat64}) {
+    Tensor q = randn({2, H, L, E}, gen, {dt, Device::cpu(), true}), k = randn({2, H, S, E}, gen, {dt, Device::cpu(), true});
+    Tensor v = randn({2, H, S, E}, gen, {dt, Device::cpu(), true}), g = randn({2, H, L, E}, gen, {dt});
+    KernelTrace trace;
+    Tensor out = scaled_dot_product_attention(q, k, v, false, std::nullopt, 0.0, default_generator(), false,
+                                              key_padding_mask(pad, S));
+    EXPECT_TRUE(trace.contains("sdpa.fused_cpu"));
+    out.backward(g);
+    for (int64_t b = 0; b < 2; ++b) {
+      Tensor qb = clone(slice(q.detach(), 0, b, b + 1)).requires_grad_(true);
+      Tensor kb = clone(slice(slice(k.detach(), 0, b, b + 1), 2, pad[b], S)).requires_grad_(true);
+      Tensor vb = clone(slice(slice(v.detach(), 0, b, b + 1), 2, pad[b], S)).requires_grad_(true);
+      Tensor want = scaled_dot_product_attention(qb, kb, vb, false);
+      want.backward(slice(g, 0, b, b + 1));
+      const double tol = dt == kFloat32 ? 1e-5 : 1e-12;
+      EXPECT_TENSOR_NEAR(slice(out, 0, b, b + 1), want, tol, tol);
+      EXPECT_TENSOR_NEAR(slice(q.grad(), 0, b, b + 1), qb.grad(), tol, tol);
+      EXPECT_TENSOR_NEAR(slice(slice(k.grad(), 0, b, b + 1), 2, pad[b], S), kb.grad(), tol, tol);
+      EXPECT_TENSOR_NEAR(slice(slice(v.grad(), 0, b, b + 1), 2, pad[b], S), vb.grad(), tol, tol);
+      for (float f : to(slice(slice(k.grad(), 0, b, b + 1), 2, 0, pad[b]), kFloat32).to_vector<float>()) EXPECT_EQ(f, 0.0f);
+    }
+    if (dt == kFloat32) {
+      KernelTrace bf;
+      Tensor composed = scaled_dot_product_attention(to(q.detach(), kBFloat16), to(k.detach(), kBFloat16),
+                                                     to(v.detach(), kBFloat16), false, std::nullopt, 0.0,
+                                                     default_generator(), false, key_padding_mask(pad, S));
+      EXPECT_TRUE(bf.contains("sdpa.composite"));
+      EXPECT_TENSOR_NEAR(to(composed, kFloat32), out, 3e-2, 3e-2);
+    }
+  }
+}
+
+TEST(Attention, QueriesWithEveryKeyMaskedGiveZerosAndNoNaN) {
+  // As PyTorch's safe softmax: a row with no key left is zero, fused and composed, and its
+  // gradients are zero (not NaN).
+  Generator gen(9);
+  Tensor mask = from_vector(std::vector<bool>{true, false, true, false}, {4, 1});  // rows 1 and 3: no key
+  for (DType dt : {kFloat32, kBFloat16}) {
+    Tensor q = randn({2, 4, 3}, gen, {dt, Device::cpu(), true}), k = randn({2, 6, 3}, gen, {dt, Device::cpu(), true});
+    Tensor v = randn({2, 6, 3}, gen, {dt, Device::cpu(), true});
+    Tensor out = scaled_dot_product_attention(q, k, v, false, std::nullopt, 0.0, default_generator(), false, mask);
+    out.backward(full(out.shape(), 1.0, {dt}));
+    const std::vector<float> o = to(out, kFloat32).to_vector<float>(), dq = to(q.grad(), kFloat32).to_vector<float>();
+    for (int64_t b = 0; b < 2; ++b)
+      for (int64_t i = 0; i < 4; ++i)
+        for (int64_t e = 0; e < 3; ++e) {
+          const size_t at = static_cast<size_t>((b * 4 + i) * 3 + e);
+          if (i % 2) EXPECT_EQ(o[at], 0.0f) << dtype_name(dt) << " row " << i;
+          if (i % 2) EXPECT_EQ(dq[at], 0.0f) << dtype_name(dt) << " row " << i;
+          EXPECT_FALSE(std::isnan(o[at]) || std::isnan(dq[at]));
+        }
+    for (const Tensor& gr : {k.grad(), v.grad()})
+      for (float f : to(gr, kFloat32).to_vector<float>()) EXPECT_FALSE(std::isnan(f));
+  }
+}
+
+TEST(Attention, MaskIsChecked) {
+  Tensor q = zeros({2, 3, 4});
+  EXPECT_ERROR_HAS(scaled_dot_product_attention(q, q, q, false, std::nullopt, 0.0, default_generator(), false,
+                                                zeros({3, 3})),
+                   "attn_mask must be bool", "float32");
+  EXPECT_ERROR_HAS(scaled_dot_product_attention(q, q, q, true, std::nullopt, 0.0, default_generator(), false,
+                                                ones({3, 3}, {kBool})),
+                   "either attn_mask or is_causal");
+  EXPECT_ERROR_HAS(scaled_dot_product_attention(q, q, q, false, std::nullopt, 0.0, default_generator(), false,
+                                                ones({3, 2}, {kBool})),
+                   "attn_mask of shape [3, 2] does not broadcast to [2, 3, 3]");
+}
+
 TEST(Attention, BackwardKeepsOnlyWhatTheWantedGradientsNeed) {
   // Only v trains: backward needs q, k and the logsumexp to rebuild the probabilities, not v
   // and the output (they feed dq and dk alone).

@@ -12,10 +12,10 @@
 namespace examples {
 namespace fs = std::filesystem;
 
-BaseModel load_base(const std::string& base, const std::string& toy_config) {
+BaseModel load_base(const std::string& base, const std::string& toy_config, const char* program, const char* flag) {
   BaseModel out;
   if (fs::is_directory(base)) {
-    TG_CHECK(fs::exists(fs::path(base) / "config.json"), "lora_finetune", "--base '", base,
+    TG_CHECK(fs::exists(fs::path(base) / "config.json"), program, flag, " '", base,
              "' is a folder without config.json (wants a Hugging Face model folder)");
     out.model = tg::nn::from_pretrained(base);
     out.model->train();
@@ -32,12 +32,12 @@ BaseModel load_base(const std::string& base, const std::string& toy_config) {
     try {
       out.tokenizer = tg::data::Tokenizer::from_pretrained(base);
     } catch (const tg::Error& e) {
-      tg::fail("lora_finetune", "--base '", base, "': no usable tokenizer: ", e.what());
+      tg::fail(program, flag, " '", base, "': no usable tokenizer: ", e.what());
     }
     return out;
   }
-  TG_CHECK(fs::exists(base), "lora_finetune", "no base checkpoint at '", base,
-           "' (run examples/toy_transformer first, or pass --base a Hugging Face folder)");
+  TG_CHECK(fs::exists(base), program, "no base checkpoint at '", base, "' (run examples/toy_transformer first, or pass ",
+           flag, " a Hugging Face folder)");
   std::string name = toy_config;
   if (name == "auto") {  // toy_transformer records the config in the checkpoint's metadata
     auto meta = tg::safetensors::load_file_with_metadata(base).metadata;

@@ -1,4 +1,4 @@
-// What lora_finetune starts from: a Hugging Face folder (Llama or GPT-2 of any shape, with its
+// What lora_finetune (and generate) start from: a Hugging Face folder (Llama or GPT-2 of any shape, with its
 // tokenizer) or a toy_transformer checkpoint (bytes as tokens), and the data files it reads.
 #pragma once
 
@@ -25,7 +25,9 @@ struct BaseModel {
 
 // A folder: config.json + weights (nn::from_pretrained) + its tokenizer (tg::Error when it has
 // none). A file: a toy_transformer checkpoint of the named config ("auto": the one it records).
-BaseModel load_base(const std::string& base, const std::string& toy_config);
+// Errors name the program and its flag.
+BaseModel load_base(const std::string& base, const std::string& toy_config, const char* program = "lora_finetune",
+                    const char* flag = "--base");
 
 // The tokens of a data file by its kind: .jsonl ({"text"} or {"prompt", "completion"}), .bin (an
 // llm.c token shard) or anything else as text (documents split at `separator`). Without a

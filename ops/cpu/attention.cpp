@@ -13,6 +13,9 @@
 // dS = P (dP - D) scale, dq = dS K, dk += dS^T Q. Traffic: q, k, v, out, dout read once per
 // block, dq written once, dk / dv of a kv head stay in cache.
 //
+// With a mask, a masked key's score is -inf before the row max (so its probability is 0), and a
+// row with no key left is zero with lse = -inf.
+//
 // The small products go through Eigen (packed GEMM kernels); the row loops are straight-line so
 // they vectorise, with fast_exp for float (std::exp for float64, the gradcheck reference).
 #include <algorithm>
@@ -98,11 +101,12 @@ inline int64_t visible(int64_t i, int64_t S, bool causal) { return causal ? std:
 
 template <class T>
 void forward_typed(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
-                   bool causal, double scale_d) {
+                   bool causal, double scale_d, const Tensor& mask) {
   using A = acc_t<T>;
   const int64_t n = q.dim(), L = q.shape()[n - 2], S = k.shape()[n - 2], E = q.shape()[n - 1],
                 Ev = v.shape()[n - 1];
   const Operand<T> Q(q), K(k), V(v), O(out);
+  const Operand<bool> M(mask);
   const int64_t BH = static_cast<int64_t>(Q.off.size());
   const HeadMap heads(q, k);
   A* plse = lse.data_ptr<A>();
@@ -125,8 +129,18 @@ void forward_typed(const Tensor& out, const Tensor& lse, const Tensor& q, const 
         T* p = P.data() + r * S;
         const int64_t vis = visible(i0 + r, S, causal);
         for (int64_t j = 0; j < vis; ++j) p[j] *= scale;
+        if (M) {
+          const bool* keep = M.row(b, i0 + r);
+          for (int64_t j = 0; j < vis; ++j) p[j] = keep[j] ? p[j] : -std::numeric_limits<T>::infinity();
+        }
         const T mx = Vec<T>(p, vis).maxCoeff();
-        for (int64_t j = 0; j < vis; ++j) p[j] = exp_of(p[j] - mx);
+        if (M && mx == -std::numeric_limits<T>::infinity()) {  // every key masked out: a zero row
+          std::fill(p, p + nk, T(0));
+          inv[r] = T(0);
+          plse[b * L + i0 + r] = -std::numeric_limits<A>::infinity();
+          continue;
+        }
+        for (int64_t j = 0; j < vis; ++j) p[j] = exp_of(p[j] - mx);  // a masked key: exp(-inf) = 0
         std::fill(p + vis, p + nk, T(0));  // the masked keys of the diagonal block
         const T sum = Vec<T>(p, vis).sum();
         inv[r] = T(1) / sum;
@@ -142,11 +156,12 @@ void forward_typed(const Tensor& out, const Tensor& lse, const Tensor& q, const 
 template <class T>
 void backward_typed(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout, const Tensor& q,
                     const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse, const Tensor& delta,
-                    bool causal, double scale_d) {
+                    bool causal, double scale_d, const Tensor& mask) {
   using A = acc_t<T>;
   const int64_t n = q.dim(), L = q.shape()[n - 2], S = k.shape()[n - 2], E = q.shape()[n - 1],
                 Ev = dout.shape()[n - 1];
   const Operand<T> Q(q), K(k), V(v), O(out), dO(dout), dQ(dq), dK(dk), dV(dv);
+  const Operand<bool> M(mask);
   const int64_t BKV = static_cast<int64_t>(K.off.size());
   const HeadMap heads(q, k);
   const A* plse = lse.data_ptr<A>();
@@ -183,6 +198,10 @@ void backward_typed(const Tensor& dq, const Tensor& dk, const Tensor& dv, const 
             const int64_t vis = visible(i0 + r, S, causal);
             const T l = static_cast<T>(plse[b * L + i0 + r]);
             for (int64_t j = 0; j < vis; ++j) p[j] = exp_of(p[j] * scale - l);
+            if (M) {  // a masked key has P = 0 (in a zero row, lse = -inf made every exp inf)
+              const bool* keep = M.row(b, i0 + r);
+              for (int64_t j = 0; j < vis; ++j) p[j] = keep[j] ? p[j] : T(0);
+            }
             std::fill(p + vis, p + nk, T(0));
           }
           if (dV) dV.rows(c, 0, nk, Ev).noalias() += Pb.transpose() * dOb;
@@ -206,20 +225,20 @@ void backward_typed(const Tensor& dq, const Tensor& dk, const Tensor& dv, const 
 }  // namespace
 
 void sdpa_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
-                  bool causal, double scale) {
+                  bool causal, double scale, const Tensor& mask) {
   switch (q.dtype()) {
-    case kFloat32: return forward_typed<float>(out, lse, q, k, v, causal, scale);
-    case kFloat64: return forward_typed<double>(out, lse, q, k, v, causal, scale);
+    case kFloat32: return forward_typed<float>(out, lse, q, k, v, causal, scale, mask);
+    case kFloat64: return forward_typed<double>(out, lse, q, k, v, causal, scale, mask);
     default: fail("scaled_dot_product_attention", "the fused CPU kernel wants float32 or float64, got ", q.dtype());
   }
 }
 
 void sdpa_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout, const Tensor& q,
                    const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse, const Tensor& delta,
-                   bool causal, double scale) {
+                   bool causal, double scale, const Tensor& mask) {
   switch (q.dtype()) {
-    case kFloat32: return backward_typed<float>(dq, dk, dv, dout, q, k, v, out, lse, delta, causal, scale);
-    case kFloat64: return backward_typed<double>(dq, dk, dv, dout, q, k, v, out, lse, delta, causal, scale);
+    case kFloat32: return backward_typed<float>(dq, dk, dv, dout, q, k, v, out, lse, delta, causal, scale, mask);
+    case kFloat64: return backward_typed<double>(dq, dk, dv, dout, q, k, v, out, lse, delta, causal, scale, mask);
     default: fail("scaled_dot_product_attention", "the fused CPU kernel wants float32 or float64, got ", q.dtype());
   }
 }

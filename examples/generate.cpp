@@ -1,0 +1,160 @@
+// Text generation from the command line with nn::generate: a Hugging Face folder (Llama or GPT-2,
+// its tokenizer and generation_config.json) or a toy_transformer checkpoint (bytes as tokens),
+// with or without a peft adapter (applied, or merged with --merge), printing the text as the
+// tokens come.
+//
+//   generate --model TinyLlama-folder --prompt "Once upon a time" --max-new-tokens 64
+//   generate --model out/toy/base.safetensors --adapter out/toy/adapter --prompt "LOG 1" --temperature 0.8 --top-k 10
+//
+// The continuation goes to stdout as it grows; what was loaded and the speed go to stderr.
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+
+#include "examples/common/base_model.h"
+#include "examples/common/flags.h"
+#include "examples/common/precision.h"
+#include "examples/common/printable.h"
+#include "nn/generation.h"
+#include "peft/lora.h"
+#include "tapegrad.h"
+
+using namespace tg;
+
+namespace {
+
+// Prints the text as it grows, from the prompt on. Each token decodes the text again (a token
+// may end inside a character, a tokenizer's decoder joins pieces and treats the first one apart),
+// and what is new is printed once it cannot change: not an unfinished character at the end, and
+// not a run of byte-fallback tokens ("<0xE6>", sentencepiece-style) still growing, since such a
+// run decodes as a whole (a U+FFFD per token unless its bytes are valid UTF-8 together).
+class TextStream {
+ public:
+  TextStream(const std::optional<data::Tokenizer>& tokenizer, std::vector<int32_t> prompt)
+      : tokenizer_(tokenizer), ids_(std::move(prompt)) {
+    print(settled());
+  }
+  void push(int32_t token) {
+    ids_.push_back(token);
+    print(settled());
+  }
+  void finish() {
+    print(text(ids_.size()));
+    std::fputs("\n", stdout);
+    std::fflush(stdout);
+  }
+
+ private:
+  std::string text(size_t n) const {
+    const std::vector<int32_t> ids(ids_.begin(), ids_.begin() + static_cast<int64_t>(n));
+    if (!tokenizer_) return std::string(ids.begin(), ids.end());  // the toy: bytes
+    return tokenizer_->decode(ids, /*skip_special_tokens=*/true);
+  }
+  bool byte_token(int32_t id) const {
+    const std::string t = tokenizer_->id_to_token(id);
+    return t.size() == 6 && t.compare(0, 3, "<0x") == 0 && t[5] == '>';
+  }
+  std::string settled() const {
+    size_t n = ids_.size();
+    while (tokenizer_ && n > 0 && byte_token(ids_[n - 1])) --n;
+    const std::string t = text(n);
+    return t.substr(0, examples::finished_prefix(t));
+  }
+  void print(const std::string& t) {
+    // What was shown stays; should a decode still rewrite it, show from where the two differ.
+    size_t same = 0;
+    while (same < shown_.size() && same < t.size() && shown_[same] == t[same]) ++same;
+    if (same == t.size()) return;
+    std::fputs(examples::printable(t.substr(same), /*one_line=*/false).c_str(), stdout);
+    std::fflush(stdout);
+    shown_ = t;
+  }
+
+  const std::optional<data::Tokenizer>& tokenizer_;
+  std::vector<int32_t> ids_;
+  std::string shown_;
+};
+
+int run(int argc, char** argv) {
+  examples::Flags flags("generate", "Continue a prompt with a Llama or GPT-2 model (a Hugging Face folder or a "
+                                    "toy_transformer checkpoint), with or without a LoRA adapter.");
+  flags.add("model", "out/toy/base.safetensors", "a Hugging Face model folder (config.json, weights, tokenizer) or a "
+                                                 "toy_transformer checkpoint (.safetensors, bytes as tokens)")
+      .add("config", "auto", "toy checkpoints only: tiny | small | bench-135m (auto: the one the checkpoint records)")
+      .add("adapter", "", "a peft adapter folder (adapter_config.json + adapter_model.safetensors) to apply")
+      .add("merge", "false", "merge the adapter into the base weights before generating")
+      .add("prompt", "", "the text to continue")
+      .add("max-new-tokens", "64", "the most tokens to generate (fewer when an EOS comes)")
+      .add("temperature", "", "0: greedy; > 0: sampling at that temperature (default: the folder's "
+                              "generation_config.json, else greedy)")
+      .add("top-k", "", "sampling: only the k most likely tokens (0: all; default: generation_config.json, else 50)")
+      .add("top-p", "", "sampling: only the most likely tokens within this probability (default: "
+                        "generation_config.json, else 1)")
+      .add("repetition-penalty", "", "> 1 discourages tokens already in the text (default: generation_config.json, "
+                                     "else 1)")
+      .add("seed", "0", "seed of the sampling draws")
+      .add("device", "auto", "cpu | cuda | auto")
+      .add("dtype", "f32", "f32 | bf16 (the base in bfloat16; an adapter stays float32)")
+      .add("threads", "0", "CPU threads (0: all cores)");
+  if (!flags.parse(argc, argv)) return std::cout << flags.usage(), 0;
+  const std::string dev = flags.str("device");
+  if (dev != "auto" && dev != "cpu" && dev != "cuda")
+    throw examples::UsageError("--device wants cpu, cuda or auto, got '" + dev + "'\n" + flags.usage());
+  const Device device = dev == "auto" ? default_device() : dev == "cuda" ? Device::cuda() : Device::cpu();
+  const DType dtype = examples::dtype_flag(flags);
+  if (flags.integer("threads") > 0) set_num_threads(static_cast<int>(flags.integer("threads")));
+
+  // The generation settings: the folder's, then the flags.
+  const std::string model_path = flags.str("model");
+  examples::BaseModel base = examples::load_base(model_path, flags.str("config"), "generate", "--model");
+  nn::GenerationConfig cfg = base.hf_folder ? nn::GenerationConfig::from_pretrained(model_path) : nn::GenerationConfig{};
+  cfg.max_new_tokens = flags.integer("max-new-tokens");
+  if (flags.was_set("temperature")) {
+    cfg.temperature = flags.number("temperature");
+    cfg.do_sample = cfg.temperature > 0;
+  }
+  if (flags.was_set("top-k")) cfg.top_k = flags.integer("top-k");
+  if (flags.was_set("top-p")) cfg.top_p = flags.number("top-p");
+  if (flags.was_set("repetition-penalty")) cfg.repetition_penalty = flags.number("repetition-penalty");
+  cfg.seed = static_cast<uint64_t>(flags.integer("seed"));
+  if (cfg.greedy() && (flags.was_set("top-k") || flags.was_set("top-p")))
+    throw examples::UsageError("--top-k and --top-p are for sampling: add --temperature > 0\n" + flags.usage());
+
+  nn::Module& model = *base.model;
+  model.to(dtype);  // before the adapter, which then stays float32 on a bfloat16 base (as peft)
+  if (!flags.str("adapter").empty()) {
+    peft::load_adapter(model, flags.str("adapter"));
+    if (flags.boolean("merge")) peft::merge_and_unload(model);
+  } else if (flags.boolean("merge")) {
+    throw examples::UsageError("--merge needs an --adapter\n" + flags.usage());
+  }
+  model.to(device);
+
+  const std::string prompt = flags.str("prompt");
+  std::vector<int32_t> ids;
+  if (base.tokenizer) ids = base.tokenizer->encode(prompt);
+  else
+    for (unsigned char c : prompt) ids.push_back(c);  // the toy: bytes are the tokens
+  if (ids.empty())
+    throw examples::UsageError("--prompt gives no token" + std::string(base.tokenizer ? " (this tokenizer adds no BOS)" : "") +
+                               ": give some text\n" + flags.usage());
+  std::fprintf(stderr, "model: %s (%s%s), %s%s on %s, %s\n", model_path.c_str(), base.architecture.c_str(),
+               base.tokenizer ? (", " + base.tokenizer->description()).c_str() : ", bytes as tokens",
+               flags.str("adapter").empty() ? "no adapter" : ("adapter " + flags.str("adapter")).c_str(),
+               flags.boolean("merge") ? " (merged)" : "", device.str().c_str(),
+               cfg.greedy() ? "greedy" : "sampling");
+
+  TextStream stream(base.tokenizer, ids);
+  const auto start = std::chrono::steady_clock::now();
+  const std::vector<int32_t> out = nn::generate(model, {ids}, cfg, [&](int64_t, int32_t token) { stream.push(token); })[0];
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  stream.finish();
+  const size_t made = out.size() - ids.size();
+  std::fprintf(stderr, "%zu tokens in %.2f s (%.1f tokens/s, prompt %zu tokens included in the time)\n", made,
+               seconds, static_cast<double>(made) / seconds, ids.size());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) { return examples::guarded_main(argc, argv, run); }

@@ -1,0 +1,156 @@
+#include "nn/generation.h"
+
+#include <algorithm>
+
+#include "core/autograd.h"
+#include "core/factory.h"
+#include "core/philox.h"
+#include "nn/gpt2.h"
+#include "nn/kv_cache.h"
+#include "nn/llama.h"
+#include "nn/logits_process.h"
+#include "ops/cast.h"
+#include "ops/reduce.h"
+#include "ops/shape.h"
+
+namespace tg::nn {
+namespace {
+
+constexpr const char* kOp = "generate";
+
+// What generation needs of a causal LM.
+struct CausalLM {
+  std::function<Tensor(const Tensor&, KVCache&)> hidden;  // the cached forward: ids -> hidden states
+  Linear* lm_head;
+  const Tensor* embedding;  // its dtype and device are the hidden states'
+  int64_t context, layers, kv_heads, head_dim;
+  const char* context_field;
+};
+
+CausalLM causal_lm(Module& model) {
+  if (auto* m = dynamic_cast<LlamaForCausalLM*>(&model)) {
+    const LlamaConfig& c = m->config;
+    return {[m](const Tensor& ids, KVCache& cache) { return m->model->forward(ids, cache); }, m->lm_head.get(),
+            &m->model->embed_tokens->weight, c.max_position_embeddings, c.num_hidden_layers, c.kv_heads(),
+            c.head_dim(), "max_position_embeddings"};
+  }
+  if (auto* m = dynamic_cast<GPT2LMHeadModel*>(&model)) {
+    const GPT2Config& c = m->config;
+    return {[m](const Tensor& ids, KVCache& cache) { return m->transformer->forward(ids, cache); }, m->lm_head.get(),
+            &m->transformer->wte->weight, c.n_positions, c.n_layer, c.n_head, c.n_embd / c.n_head, "n_positions"};
+  }
+  fail(kOp, "wants a LlamaForCausalLM or GPT2LMHeadModel, got ", model.type_name());
+}
+
+// Eval mode for the call, the caller's mode afterwards (also when generation throws).
+class EvalScope {
+ public:
+  explicit EvalScope(Module& m) : m_(m), was_training_(m.is_training()) { m_.eval(); }
+  ~EvalScope() { m_.train(was_training_); }
+  EvalScope(const EvalScope&) = delete;
+  EvalScope& operator=(const EvalScope&) = delete;
+
+ private:
+  Module& m_;
+  bool was_training_;
+};
+
+// The next-token logits [B, V] from the hidden states of the last column.
+Tensor last_logits(const CausalLM& lm, const Tensor& hidden) {
+  const int64_t T = hidden.shape()[1];
+  Tensor logits = lm.lm_head->forward(slice(hidden, 1, T - 1, T));
+  return reshape(logits, {logits.shape()[0], logits.shape()[2]});
+}
+
+// Each running sequence's next token. Greedy without a penalty: argmax on the model's device
+// (B ids come back); otherwise every running row's scores go to the host for the processors.
+std::vector<int32_t> choose(const Tensor& logits, const std::vector<std::vector<int32_t>>& seqs,
+                            const std::vector<bool>& done, const GenerationConfig& c, uint64_t draw) {
+  const int64_t B = logits.shape()[0], V = logits.shape()[1];
+  std::vector<int32_t> next(static_cast<size_t>(B), 0);
+  if (c.greedy() && c.repetition_penalty == 1.0) {
+    const std::vector<int64_t> ids = argmax(logits, -1).to_vector<int64_t>();
+    std::copy(ids.begin(), ids.end(), next.begin());
+    return next;
+  }
+  std::vector<float> all = to(logits, kFloat32).to_vector<float>();
+  for (int64_t b = 0; b < B; ++b) {
+    if (done[b]) continue;
+    std::span<float> row(all.data() + b * V, static_cast<size_t>(V));
+    apply_repetition_penalty(row, seqs[b], c.repetition_penalty);
+    if (c.greedy()) {
+      next[b] = argmax_token(row, kOp);
+      continue;
+    }
+    apply_temperature(row, c.temperature);
+    apply_top_k(row, c.top_k);
+    apply_top_p(row, c.top_p);
+    // One uniform per sequence and step: Philox block (seed, draw + b).
+    next[b] = sample_token(row, uniform01(philox(c.seed, draw + static_cast<uint64_t>(b)).v[0]), kOp);
+  }
+  return next;
+}
+
+}  // namespace
+
+std::vector<std::vector<int32_t>> generate(Module& model, const std::vector<std::vector<int32_t>>& input_ids,
+                                           const GenerationConfig& config, const TokenStreamer& streamer) {
+  config.validate();
+  const CausalLM lm = causal_lm(model);
+  const int64_t B = static_cast<int64_t>(input_ids.size()), vocab = lm.embedding->shape()[0],
+                V = lm.lm_head->out_features;
+  TG_CHECK(B >= 1, kOp, "input_ids holds no prompt");
+  int64_t P = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    const std::vector<int32_t>& p = input_ids[b];
+    TG_CHECK(!p.empty(), kOp, "prompt ", b, " is empty (it needs at least one token, e.g. the BOS)");
+    for (size_t i = 0; i < p.size(); ++i)
+      TG_CHECK(p[i] >= 0 && p[i] < vocab, kOp, "prompt ", b, " holds token ", p[i], " at ", i,
+               ", outside the vocabulary [0, ", vocab, ")");
+    P = std::max<int64_t>(P, static_cast<int64_t>(p.size()));
+  }
+  for (int32_t id : config.eos_token_id)
+    TG_CHECK(id < V, kOp, "eos_token_id ", id, " is outside the model's ", V, " logits");
+  TG_CHECK(P + config.max_new_tokens <= lm.context, kOp, "the longest prompt (", P, " tokens) + max_new_tokens ",
+           config.max_new_tokens, " = ", P + config.max_new_tokens, " exceeds the model's context (", lm.context_field,
+           " ", lm.context, ")");
+
+  NoGradGuard no_grad;
+  EvalScope eval(model);
+  const Device device = lm.embedding->device();
+  // Left padding: every prompt ends in column P - 1, so each step appends one column for all.
+  std::vector<int64_t> padding(static_cast<size_t>(B)), flat;
+  flat.reserve(static_cast<size_t>(B * P));
+  for (int64_t b = 0; b < B; ++b) {
+    padding[b] = P - static_cast<int64_t>(input_ids[b].size());
+    flat.insert(flat.end(), static_cast<size_t>(padding[b]), 0);  // any id: masked out
+    flat.insert(flat.end(), input_ids[b].begin(), input_ids[b].end());
+  }
+  // The last new token is never fed back: P + max_new_tokens - 1 columns.
+  KVCache cache(lm.layers, B, lm.kv_heads, lm.head_dim, P + config.max_new_tokens - 1,
+                {lm.embedding->dtype(), device}, padding);
+  Tensor logits = last_logits(lm, lm.hidden(from_vector(flat, {B, P}, device), cache));
+
+  std::vector<std::vector<int32_t>> seqs = input_ids;
+  std::vector<bool> done(static_cast<size_t>(B), false);
+  int64_t running = B;
+  for (int64_t step = 0; step < config.max_new_tokens; ++step) {
+    const std::vector<int32_t> next = choose(logits, seqs, done, config, static_cast<uint64_t>(step * B));
+    std::vector<int64_t> fed(static_cast<size_t>(B), 0);  // a finished sequence is fed any id
+    for (int64_t b = 0; b < B; ++b) {
+      if (done[b]) continue;
+      seqs[b].push_back(next[b]);
+      fed[b] = next[b];
+      if (streamer) streamer(b, next[b]);
+      if (std::find(config.eos_token_id.begin(), config.eos_token_id.end(), next[b]) != config.eos_token_id.end()) {
+        done[b] = true;
+        --running;
+      }
+    }
+    if (running == 0 || step + 1 == config.max_new_tokens) break;
+    logits = last_logits(lm, lm.hidden(from_vector(fed, {B, 1}, device), cache));
+  }
+  return seqs;
+}
+
+}  // namespace tg::nn
