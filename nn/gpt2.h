@@ -54,6 +54,8 @@ class GPT2Model : public Module {
  public:
   explicit GPT2Model(const GPT2Config& c, Generator& gen = default_generator());
   Tensor forward(const Tensor& ids) override;  // [B, T] -> [B, T, n_embd]
+  // With gradient_checkpointing_enable(), each block runs under tg::checkpoint while training.
+  bool supports_gradient_checkpointing() const override { return true; }
 
   GPT2Config config;
   std::shared_ptr<Embedding> wte, wpe;

@@ -65,6 +65,8 @@ class LlamaModel : public Module {
  public:
   explicit LlamaModel(const LlamaConfig& c, Generator& gen = default_generator());
   Tensor forward(const Tensor& ids) override;
+  // With gradient_checkpointing_enable(), each layer runs under tg::checkpoint while training.
+  bool supports_gradient_checkpointing() const override { return true; }
 
   LlamaConfig config;
   std::shared_ptr<Embedding> embed_tokens;
