@@ -55,18 +55,22 @@ class Rewind {
  public:
   explicit Rewind(const std::vector<Draws>& draws) {
     for (const auto& d : draws) {
-      now_.push_back({d.gen, d.gen->seed(), d.gen->offset(), 0});
+      now_.push_back({d.gen, d.gen->seed(), d.gen->offset()});
       d.gen->set_state(d.seed, d.first);
     }
   }
   ~Rewind() {
-    for (const auto& n : now_) n.gen->set_state(n.seed, n.first);
+    for (const auto& n : now_) n.gen->set_state(n.seed, n.offset);
   }
   Rewind(const Rewind&) = delete;
   Rewind& operator=(const Rewind&) = delete;
 
  private:
-  std::vector<Draws> now_;
+  struct State {
+    Generator* gen;
+    uint64_t seed, offset;
+  };
+  std::vector<State> now_;
 };
 
 class CheckpointBackward final : public Node {
@@ -165,12 +169,13 @@ std::vector<Tensor> checkpoint(const CheckpointFunction& fn, const std::vector<T
              "has a history outside it (neither one of its inputs nor a leaf): pass it as an input");
     params.push_back(t);
   }
+  std::vector<Tensor> all = inputs;
+  all.insert(all.end(), params.begin(), params.end());
   std::vector<std::string> names;
   for (size_t i = 0; i < inputs.size(); ++i) names.push_back("input" + std::to_string(i));
   for (size_t j = 0; j < params.size(); ++j) names.push_back("param" + std::to_string(j));
   std::vector<NamedInput> recorded;
-  for (size_t i = 0; i < names.size(); ++i)
-    recorded.push_back({names[i].c_str(), i < inputs.size() ? inputs[i] : params[i - inputs.size()]});
+  for (size_t i = 0; i < all.size(); ++i) recorded.push_back({names[i].c_str(), all[i]});
   // Fresh handles: an output that is an input or a parameter must not take the node as grad_fn.
   for (size_t k = 0; k < outs.size(); ++k) {
     TG_CHECK(outs[k].defined(), kOp, "the function returned an undefined tensor as output ", k);
@@ -178,7 +183,7 @@ std::vector<Tensor> checkpoint(const CheckpointFunction& fn, const std::vector<T
   }
   auto node = record<CheckpointBackward>(recorded, outs);
   if (!node) return outs;  // nothing it computes takes a gradient
-  for (size_t i = 0; i < names.size(); ++i) node->saved.emplace_back(recorded[i].tensor, names[i]);
+  for (size_t i = 0; i < all.size(); ++i) node->saved.emplace_back(all[i], names[i]);
   node->fn = fn;
   node->num_args = inputs.size();
   node->params = std::move(params);

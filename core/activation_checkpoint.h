@@ -15,7 +15,9 @@
 // The function must compute the same thing again at backward: a module switched between train
 // and eval in between is caught (other draws, other shapes), other changes are not. Tensors it
 // uses that require grad must be its inputs or leaves (parameters); a tensor with history from
-// outside is an error (pass it as an input). Without grad mode the function simply runs.
+// outside is an error (pass it as an input). An input or parameter the outputs turn out not to
+// depend on gets a zero gradient (without checkpoint: none). Without grad mode the function
+// simply runs.
 #pragma once
 
 #include <functional>
