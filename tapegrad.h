@@ -1,6 +1,7 @@
 // tapegrad: everything a training script needs, one include.
 #pragma once
 
+#include "core/activation_checkpoint.h"
 #include "core/autograd.h"
 #include "core/factory.h"
 #include "core/memory.h"

@@ -4,6 +4,8 @@
 // both in one table. --dtype bf16: LoRA steps with the frozen base in bfloat16 and float32
 // adapters (peft's mixed precision); full steps with every parameter and gradient in bfloat16
 // (AdamW keeps float32 moments for them, but there are no float32 master weights).
+// --gradient-checkpointing: each decoder layer under tg::checkpoint (rows name the mode
+// "lora+ckpt", "full+ckpt"), for the peak memory it saves and the recomputation it costs.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -41,6 +43,7 @@ int main(int argc, char** argv) {
       .add("warmup", "3", "untimed steps")
       .add("steps", "20", "timed steps (the median is reported)")
       .add("modes", "full,lora", "full and/or lora")
+      .add("gradient-checkpointing", "false", "recompute each decoder layer's activations at backward")
       .add("json", "", "also write the rows to this file (bench/results/train_step.json's rows)");
   try {
     if (!flags.parse(argc, argv)) return std::cout << flags.usage(), 0;
@@ -49,7 +52,8 @@ int main(int argc, char** argv) {
     const DType dtype = examples::dtype_flag(flags);
     nn::LlamaConfig c = nn::LlamaConfig::by_name(flags.str("config"));
     const int64_t B = examples::default_batch_size(flags.str("config")), T = c.max_position_embeddings;
-    std::printf("%-12s %-5s %-7s %-5s %10s %10s %10s %8s %10s\n", "config", "mode", "device", "dtype", "ms/step",
+    const bool checkpointing = flags.boolean("gradient-checkpointing");
+    std::printf("%-12s %-9s %-7s %-5s %10s %10s %10s %8s %10s\n", "config", "mode", "device", "dtype", "ms/step",
                 "min ms", "tok/s", "threads", "peak MiB");
     bench::JsonRows rows("train_step_bench", machine(device));
     for (const std::string& mode : flags.list("modes")) {
@@ -58,6 +62,8 @@ int main(int argc, char** argv) {
       model->to(dtype);
       if (mode == "lora") peft::apply_lora(*model, {});
       model->to(device);
+      if (checkpointing) model->gradient_checkpointing_enable();
+      const std::string mode_name = checkpointing ? mode + "+ckpt" : mode;
       reset_peak_memory_stats(device);
       optim::AdamW opt(model->named_trainable_parameters(), {.lr = 1e-3, .weight_decay = 0.01});
       Tensor ids = randint(0, c.vocab_size, {B, T}, gen, {.dtype = kInt64, .device = device});
@@ -79,12 +85,12 @@ int main(int argc, char** argv) {
       double med = ms[ms.size() / 2];
       // Peak bytes of live tensors over the steps, the model included (either allocator counts).
       const double peak_mib = memory_stats(device).peak_bytes / 1048576.0;
-      std::printf("%-12s %-5s %-7s %-5s %10.2f %10.2f %10.0f %8d %10.1f\n", flags.str("config").c_str(), mode.c_str(),
+      std::printf("%-12s %-9s %-7s %-5s %10.2f %10.2f %10.0f %8d %10.1f\n", flags.str("config").c_str(), mode_name.c_str(),
                   device.str().c_str(), flags.str("dtype").c_str(), med, ms.front(),
                   static_cast<double>(B * T) / (med / 1e3), get_num_threads(), peak_mib);
       rows.add()
           .str("config", flags.str("config"))
-          .str("mode", mode)
+          .str("mode", mode_name)
           .str("device", device.is_cuda() ? "cuda" : "cpu")
           .str("dtype", flags.str("dtype"))
           .num("ms", med, 5)

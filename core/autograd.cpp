@@ -14,12 +14,31 @@ namespace tg {
 // ---------------------------------------------------------------- grad mode
 namespace {
 thread_local bool grad_enabled = true;
+thread_local std::vector<Tensor>* observed = nullptr;  // ObservedNoGradGuard's `used`
 std::atomic<uint64_t> next_sequence_nr{0};
+
+void observe(const std::vector<NamedInput>& inputs) {
+  for (const auto& in : inputs) {
+    if (!in.tensor.defined() || !in.tensor.requires_grad()) continue;
+    if (std::none_of(observed->begin(), observed->end(), [&](const Tensor& t) { return t.same(in.tensor); }))
+      observed->push_back(in.tensor);
+  }
+}
 }  // namespace
 
 bool grad_mode_enabled() { return grad_enabled; }
-NoGradGuard::NoGradGuard() : prev_(grad_enabled) { grad_enabled = false; }
-NoGradGuard::~NoGradGuard() { grad_enabled = prev_; }
+NoGradGuard::NoGradGuard() : prev_(grad_enabled), prev_observed_(observed) {
+  grad_enabled = false;
+  observed = nullptr;
+}
+NoGradGuard::~NoGradGuard() {
+  grad_enabled = prev_;
+  observed = prev_observed_;
+}
+EnableGradGuard::EnableGradGuard() : prev_(grad_enabled) { grad_enabled = true; }
+EnableGradGuard::~EnableGradGuard() { grad_enabled = prev_; }
+ObservedNoGradGuard::ObservedNoGradGuard(std::vector<Tensor>& used) { observed = &used; }
+ObservedNoGradGuard::~ObservedNoGradGuard() { observed = nullptr; }
 
 // ---------------------------------------------------------------- saved tensors
 SavedTensor::SavedTensor(const Tensor& t, std::string name) : name_(std::move(name)) {
@@ -97,7 +116,10 @@ Edge gradient_edge(const Tensor& t) {
 }
 
 bool needs_record(const std::vector<NamedInput>& inputs) {
-  if (!grad_enabled) return false;
+  if (!grad_enabled) {
+    if (observed) observe(inputs);
+    return false;
+  }
   for (const auto& in : inputs)
     if (in.tensor.defined() && in.tensor.requires_grad()) return true;
   return false;
@@ -184,7 +206,10 @@ class Engine {
     return m;
   }
 
-  void run(const std::vector<Tensor>& root_grads, bool retain_graph) {
+  // captured: when given, the gradients that reach the targets' accumulators go there instead
+  // of into .grad (grad()).
+  void run(const std::vector<Tensor>& root_grads, bool retain_graph,
+           std::unordered_map<Node*, Tensor>* captured = nullptr) {
     std::unordered_map<Node*, std::vector<Tensor>> buffers;
     for (size_t i = 0; i < root_edges_.size(); ++i) add_to(buffers, root_edges_[i], root_grads[i]);
     NoGradGuard no_grad;
@@ -197,6 +222,10 @@ class Engine {
       for (size_t k = 0; k < n->retained_outputs_.size(); ++k)
         if (auto out = n->retained_outputs_[k].lock(); out && grads[k].defined())
           accumulate_retained(out, grads[k]);
+      if (captured && dynamic_cast<AccumulateGrad*>(n)) {
+        (*captured)[n] = grads[0];
+        continue;
+      }
       GradMask mask = mask_of(n);
       if (KernelTrace::active()) KernelTrace::record(std::string(n->name()) + ".backward[" + n->variant(mask) + "]");
       std::vector<Tensor> out = n->backward(grads, mask);
@@ -258,11 +287,12 @@ class Engine {
   std::unordered_set<Node*> needed_;
 };
 
-void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph,
-              const std::vector<Tensor>& inputs) {
+namespace {
+
+// The gradients the roots start from: `grads`, or 1 for one-element roots when it is empty.
+std::vector<Tensor> seeds_of(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads) {
   TG_CHECK(grads.empty() || grads.size() == roots.size(), "backward", "got ", grads.size(),
            " gradients for ", roots.size(), " roots");
-  Engine engine(roots, inputs);
   std::vector<Tensor> seeds;
   for (size_t i = 0; i < roots.size(); ++i) {
     const Tensor& r = roots[i];
@@ -278,7 +308,29 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
              " does not match the output ", r.shape(), " ", r.dtype(), " on ", r.device());
     seeds.push_back(g);
   }
-  engine.run(seeds, retain_graph);
+  return seeds;
+}
+
+}  // namespace
+
+void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph,
+              const std::vector<Tensor>& inputs) {
+  Engine engine(roots, inputs);
+  engine.run(seeds_of(roots, grads), retain_graph);
+}
+
+std::vector<Tensor> grad(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
+                         const std::vector<Tensor>& inputs, bool retain_graph) {
+  TG_CHECK(!inputs.empty(), "grad", "wants at least one input to differentiate with respect to");
+  Engine engine(roots, inputs);
+  std::unordered_map<Node*, Tensor> captured;
+  engine.run(seeds_of(roots, grads), retain_graph, &captured);
+  std::vector<Tensor> out;
+  for (const auto& in : inputs) {
+    auto it = captured.find(gradient_edge(in).fn.get());
+    out.push_back(it == captured.end() ? Tensor() : it->second);
+  }
+  return out;
 }
 
 std::vector<PlanStep> backward_plan(const std::vector<Tensor>& roots, const std::vector<Tensor>& inputs) {

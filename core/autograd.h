@@ -30,6 +30,34 @@ class NoGradGuard {
 
  private:
   bool prev_;
+  std::vector<Tensor>* prev_observed_;
+};
+
+// Enables recording in its scope, also inside a backward (torch::AutoGradMode(true)).
+class EnableGradGuard {
+ public:
+  EnableGradGuard();
+  ~EnableGradGuard();
+  EnableGradGuard(const EnableGradGuard&) = delete;
+  EnableGradGuard& operator=(const EnableGradGuard&) = delete;
+
+ private:
+  bool prev_;
+};
+
+// No recording in its scope, as NoGradGuard, but each tensor that requires grad and reaches an
+// op (what the op would have recorded) is added once to `used`: activation checkpointing learns
+// from it which parameters its function uses. A NoGradGuard inside (an op's internal work)
+// hides its scope.
+class ObservedNoGradGuard {
+ public:
+  explicit ObservedNoGradGuard(std::vector<Tensor>& used);
+  ~ObservedNoGradGuard();
+  ObservedNoGradGuard(const ObservedNoGradGuard&) = delete;
+  ObservedNoGradGuard& operator=(const ObservedNoGradGuard&) = delete;
+
+ private:
+  NoGradGuard no_grad_;  // also hides an observer from outside
 };
 
 using GradMask = std::vector<bool>;
@@ -130,6 +158,13 @@ Edge gradient_edge(const Tensor& t);
 // Back-propagates from several roots at once (Tensor::backward is the one-root case).
 void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads = {},
               bool retain_graph = false, const std::vector<Tensor>& inputs = {});
+
+// The gradients of `roots` (seeded with `grads`, as backward) with respect to `inputs`, leaves that
+// require grad, returned instead of added into their .grad (torch.autograd.grad): entry i is
+// undefined where no gradient reaches inputs[i]. Masks and kernels are those of
+// backward(roots, grads, retain_graph, inputs).
+std::vector<Tensor> grad(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
+                         const std::vector<Tensor>& inputs, bool retain_graph = false);
 
 // What backward(roots, inputs) would run, without running it: one entry per node, in order.
 struct PlanStep {

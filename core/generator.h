@@ -7,6 +7,20 @@
 
 namespace tg {
 
+class Generator;
+
+namespace detail {
+// Told of each draw while activation checkpointing runs a function (core/activation_checkpoint.cpp),
+// so that the recomputation at backward can draw the same numbers again.
+struct DrawObserver {
+  virtual void before_draw(Generator& gen) = 0;
+
+ protected:
+  ~DrawObserver() = default;
+};
+extern thread_local DrawObserver* draw_observer;
+}  // namespace detail
+
 class Generator {
  public:
   explicit Generator(uint64_t seed = 0) : seed_(seed) {}
@@ -23,6 +37,7 @@ class Generator {
   }
   // Reserves n Philox counters (4 random words each) and returns the first.
   uint64_t reserve(uint64_t n) {
+    if (detail::draw_observer) detail::draw_observer->before_draw(*this);
     uint64_t first = offset_;
     offset_ += n;
     return first;

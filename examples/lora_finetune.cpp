@@ -13,6 +13,7 @@
 // bit-exactly (and refuses changed training flags), and with --merge the merged model (a folder
 // transformers loads, for a Hugging Face base). With --dtype bf16 the frozen base runs in
 // bfloat16 and the adapters train in float32; on a GPU the report ends with the peak GPU memory.
+// --gradient-checkpointing keeps less of it: each layer's activations are recomputed at backward.
 #include <atomic>
 #include <csignal>
 #include <cstdio>
@@ -48,8 +49,10 @@ std::atomic<bool> interrupted{false};
 void on_sigint(int) { interrupted = true; }
 
 // Flags a resumed run may change; every other flag must be as the checkpoint recorded it.
+// --gradient-checkpointing changes memory and time only: the gradients are bitwise the same.
 const std::vector<std::string> kResumeMayChange = {"out",     "device",      "threads", "eval-every", "eval-batches",
-                                                   "save-every", "stop-at",  "resume",  "merge",      "sample-tokens"};
+                                                   "save-every", "stop-at",  "resume",  "merge",      "sample-tokens",
+                                                   "gradient-checkpointing"};
 
 std::string training_flags_json(const examples::Flags& flags) {
   json::Value v = json::Value::object();
@@ -123,6 +126,9 @@ int run(int argc, char** argv) {
       .add("grad-accum", "1", "micro-batches per optimizer step (gradient accumulation)")
       .add("seq", "128", "tokens per sequence (at most the model's context)")
       .add("clip", "1.0", "gradient clipping by global norm (0: off)")
+      .add("gradient-checkpointing", "false", "recompute each decoder layer's activations at backward instead of "
+                                              "keeping them: less memory, one more forward per step, the same "
+                                              "gradients bit for bit")
       .add("eval-every", "100", "validate (and print a sample) every N steps (0: only at the end)")
       .add("eval-batches", "8", "validation batches")
       .add("sample-tokens", "32", "tokens generated (greedy, nn::generate) as a sample at each validation (0: none; at "
@@ -131,7 +137,7 @@ int run(int argc, char** argv) {
       .add("stop-at", "0", "stop after this step as if interrupted (checkpoint written); 0: run to the end")
       .add("resume", "false", "continue from <out>/checkpoint.safetensors (training flags must be unchanged; "
                               "these may change: --out, --device, --threads, --eval-every, --eval-batches, "
-                              "--save-every, --stop-at, --merge, --sample-tokens)")
+                              "--save-every, --stop-at, --merge, --sample-tokens, --gradient-checkpointing)")
       .add("merge", "false", "also write the merged model (LoRA folded into the base weights, in --dtype): "
                              "<out>/merged (a Hugging Face folder) or <out>/merged.safetensors (toy)")
       .add("threads", "0", "CPU threads (0: all cores)")
@@ -163,7 +169,8 @@ int run(int argc, char** argv) {
                weight_decay = flags.number("weight-decay"), clip = flags.number("clip"),
                val_fraction = flags.number("val-fraction");
   const int eval_batches = static_cast<int>(flags.integer("eval-batches"));
-  const bool allow_binary = flags.boolean("bytes"), resume = flags.boolean("resume"), merge = flags.boolean("merge");
+  const bool allow_binary = flags.boolean("bytes"), resume = flags.boolean("resume"), merge = flags.boolean("merge"),
+             checkpointing = flags.boolean("gradient-checkpointing");
 
   // The base model, frozen, with LoRA on the targets.
   examples::BaseModel base = examples::load_base(flags.str("base"), flags.str("config"));
@@ -178,10 +185,12 @@ int run(int argc, char** argv) {
   Generator init(seed);
   peft::apply_lora(model, lora, init);
   model.to(device);
+  if (checkpointing) model.gradient_checkpointing_enable();
   std::printf("base: %s (%s%s), %lld-token context\n", flags.str("base").c_str(), base.architecture.c_str(),
               base.tokenizer ? (", " + base.tokenizer->description()).c_str() : ", bytes as tokens",
               static_cast<long long>(base.context));
   peft::print_trainable_parameters(model);
+  if (checkpointing) std::printf("gradient checkpointing: each decoder layer recomputed at backward\n");
 
   // The data: rows of --seq tokens, validation from --val or the end of --data.
   const std::string separator = unescape(flags.str("doc-separator"));

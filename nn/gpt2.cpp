@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "core/activation_checkpoint.h"
 #include "core/factory.h"
 #include "nn/init.h"
 #include "nn/loss.h"
@@ -9,6 +10,15 @@
 #include "ops/shape.h"
 
 namespace tg::nn {
+namespace {
+
+// The block under tg::checkpoint: its activations are recomputed at backward.
+Tensor checkpointed(const std::shared_ptr<GPT2Block>& block, const Tensor& x) {
+  auto fn = [block](const std::vector<Tensor>& in) { return std::vector<Tensor>{block->forward(in[0])}; };
+  return checkpoint(fn, {x})[0];
+}
+
+}  // namespace
 
 void GPT2Config::validate() const {
   TG_CHECK(vocab_size > 0 && n_positions > 0 && n_embd > 0 && n_layer > 0 && n_head > 0, "GPT2Config",
@@ -67,7 +77,8 @@ Tensor GPT2Model::forward(const Tensor& ids) {
   TG_CHECK(T <= config.n_positions, "GPT2Model", "sequence length ", T, " exceeds n_positions ", config.n_positions);
   Tensor pos = arange(T, {.dtype = kInt64, .device = ids.device()});
   Tensor x = drop->forward(add(wte->forward(ids), wpe->forward(pos)));  // [B, T, d] + [T, d]
-  for (const auto& block : *h) x = block->forward(x);
+  const bool checkpointing = is_gradient_checkpointing() && is_training();
+  for (const auto& block : *h) x = checkpointing ? checkpointed(block, x) : block->forward(x);
   return ln_f->forward(x);
 }
 

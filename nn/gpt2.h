@@ -58,6 +58,8 @@ class GPT2Model : public Module {
   Tensor forward(const Tensor& ids) override;  // [B, T] -> [B, T, n_embd]
   // Generation: as LlamaModel's (positions continue the cache's sequences).
   Tensor forward(const Tensor& ids, KVCache& cache);
+  // With gradient_checkpointing_enable(), each block runs under tg::checkpoint while training.
+  bool supports_gradient_checkpointing() const override { return true; }
 
   GPT2Config config;
   std::shared_ptr<Embedding> wte, wpe;

@@ -1,5 +1,6 @@
 #include "nn/llama.h"
 
+#include "core/activation_checkpoint.h"
 #include "nn/init.h"
 #include "nn/loss.h"
 #include "ops/binary.h"
@@ -9,6 +10,15 @@
 #include "ops/shape.h"
 
 namespace tg::nn {
+namespace {
+
+// The layer under tg::checkpoint: its activations are recomputed at backward.
+Tensor checkpointed(const std::shared_ptr<LlamaDecoderLayer>& layer, const Tensor& x, const Tensor& cos, const Tensor& sin) {
+  auto fn = [layer](const std::vector<Tensor>& in) { return std::vector<Tensor>{layer->forward(in[0], in[1], in[2])}; };
+  return checkpoint(fn, {x, cos, sin})[0];
+}
+
+}  // namespace
 
 void LlamaConfig::validate() const {
   auto positive = [](int64_t v, const char* name) {
@@ -102,7 +112,8 @@ Tensor LlamaModel::forward(const Tensor& ids) {
            ids.defined() ? std::string(" ") + dtype_name(ids.dtype()) : std::string());
   auto [cos, sin] = rotary_emb->cos_sin(ids.shape()[1]);
   Tensor x = embed_tokens->forward(ids);
-  for (const auto& layer : *layers) x = layer->forward(x, cos, sin);
+  const bool checkpointing = is_gradient_checkpointing() && is_training();
+  for (const auto& layer : *layers) x = checkpointing ? checkpointed(layer, x, cos, sin) : layer->forward(x, cos, sin);
   return norm->forward(x);
 }
 

@@ -69,6 +69,8 @@ class LlamaModel : public Module {
   // Generation: ids [B, T] continue the sequences of `cache`, their keys and values join it
   // (under NoGradGuard; nn/kv_cache.h); hidden states [B, T, hidden].
   Tensor forward(const Tensor& ids, KVCache& cache);
+  // With gradient_checkpointing_enable(), each layer runs under tg::checkpoint while training.
+  bool supports_gradient_checkpointing() const override { return true; }
 
   LlamaConfig config;
   std::shared_ptr<Embedding> embed_tokens;

@@ -178,6 +178,20 @@ Module& Module::train(bool on) {
   return *this;
 }
 
+Module& Module::gradient_checkpointing_enable() {
+  bool supported = false;
+  walk("", [&](const std::string&, const Module& m) { supported = supported || m.supports_gradient_checkpointing(); });
+  TG_CHECK(supported, "gradient_checkpointing_enable", type_name_, " has no module whose forward checkpoints "
+           "its layers (LlamaModel and GPT2Model do; a custom module can call tg::checkpoint itself)");
+  walk("", [](const std::string&, const Module& m) { const_cast<Module&>(m).gradient_checkpointing_ = true; });
+  return *this;
+}
+
+Module& Module::gradient_checkpointing_disable() {
+  walk("", [](const std::string&, const Module& m) { const_cast<Module&>(m).gradient_checkpointing_ = false; });
+  return *this;
+}
+
 Module& Module::convert(const std::function<Tensor(const Tensor&)>& f) {
   NoGradGuard no_grad;
   auto apply = [&](const Tensor& t) {

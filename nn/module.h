@@ -80,6 +80,17 @@ class Module {
   Module& eval() { return train(false); }
   bool is_training() const { return training_; }
 
+  // ---- activation checkpointing (transformers' gradient_checkpointing_enable) ----
+  // Sets the flag on this module and every descendant. A model whose layer loop honours it
+  // (LlamaModel, GPT2Model) then runs each layer under tg::checkpoint while training: the layer's
+  // activations are recomputed at backward instead of kept (less memory, one more forward of
+  // each layer), the gradients bitwise as without. tg::Error when nothing in the subtree honours it.
+  Module& gradient_checkpointing_enable();
+  Module& gradient_checkpointing_disable();
+  bool is_gradient_checkpointing() const { return gradient_checkpointing_; }
+  // True for the modules whose forward honours the flag.
+  virtual bool supports_gradient_checkpointing() const { return false; }
+
   // ---- placement: parameters, buffers (and existing grads) change in place ----
   Module& to(Device device);
   // Floating-point parameters and buffers only; integer buffers keep their dtype.
@@ -150,6 +161,7 @@ class Module {
 
   std::string type_name_;
   bool training_ = true;
+  bool gradient_checkpointing_ = false;
   std::vector<ParamEntry> params_;
   std::vector<BufferEntry> buffers_;
   std::vector<ChildEntry> children_;

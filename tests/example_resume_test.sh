@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# lora_finetune stopped at step 6 and resumed must log exactly the losses of an uninterrupted
-# run of 12 steps. Usage: example_resume_test.sh <build dir>
+# lora_finetune stopped at step 6 and resumed (also with --gradient-checkpointing) must log
+# exactly the losses of an uninterrupted run of 12 steps. Usage: example_resume_test.sh <build dir>
 set -euo pipefail
 bin=$1/examples
 work=$(mktemp -d)
@@ -11,10 +11,16 @@ common=(--base "$work/toy/base.safetensors" --steps 12 --warmup 3 --batch 2 --se
 "$bin/lora_finetune" "${common[@]}" --out "$work/straight" >/dev/null
 "$bin/lora_finetune" "${common[@]}" --out "$work/resumed" --stop-at 6 >/dev/null
 "$bin/lora_finetune" "${common[@]}" --out "$work/resumed" --resume >/dev/null
+# --gradient-checkpointing may change on resume: it changes no bit of the training.
+"$bin/lora_finetune" "${common[@]}" --out "$work/resumed-ckpt" --stop-at 6 >/dev/null
+"$bin/lora_finetune" "${common[@]}" --out "$work/resumed-ckpt" --resume --gradient-checkpointing >/dev/null
 # phase,step,split,loss (the throughput column differs run to run)
-if diff <(cut -d, -f1-4 "$work/straight/loss.csv") <(cut -d, -f1-4 "$work/resumed/loss.csv"); then
-  echo "resume: identical losses over $(($(wc -l <"$work/straight/loss.csv") - 1)) logged rows"
-else
-  echo "resume: losses differ from the uninterrupted run" >&2
-  exit 1
-fi
+for run in resumed resumed-ckpt; do
+  if diff <(cut -d, -f1-4 "$work/straight/loss.csv") <(cut -d, -f1-4 "$work/$run/loss.csv"); then
+    echo "$run: identical losses over $(($(wc -l <"$work/straight/loss.csv") - 1)) logged rows"
+  else
+    echo "$run: losses differ from the uninterrupted run" >&2
+    exit 1
+  fi
+  cmp "$work/straight/adapter/adapter_model.safetensors" "$work/$run/adapter/adapter_model.safetensors"
+done

@@ -280,5 +280,19 @@ TEST(AutogradGraphs, ANodeWithoutSavedTensorsMayRunTwice) {
   EXPECT_EQ(x.grad().to_vector<float>(), (std::vector<float>{4, 4}));
 }
 
+TEST_F(Autograd, GradReturnsTheGradientsWithoutTouchingDotGrad) {
+  Tensor x = randn({5}, gen, {.requires_grad = true}), w = randn({5}, gen, {.requires_grad = true});
+  Tensor unused = randn({2}, gen, {.requires_grad = true});
+  Tensor y = sum(mul(exp(x), w));
+  std::vector<Tensor> g = grad({y}, {}, {x, unused}, true);
+  ASSERT_EQ(g.size(), 2u);
+  EXPECT_FALSE(g[1].defined()) << "no path reaches it";
+  EXPECT_FALSE(x.grad().defined());
+  EXPECT_FALSE(w.grad().defined()) << "w was not asked for";
+  y.backward();
+  EXPECT_TENSOR_EQ(g[0], x.grad());
+  EXPECT_TRUE(contains(message_of([&] { grad({y}, {}, {}); }), "at least one input"));
+}
+
 }  // namespace
 }  // namespace tg

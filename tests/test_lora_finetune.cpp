@@ -157,6 +157,26 @@ TEST_P(LoraFinetuneHf, GradientAccumulationMatchesTheLargerBatch) {
   for (size_t i = 0; i < big.size(); ++i) EXPECT_NEAR(big[i].loss, accum[i].loss, 1e-4 * big[i].loss) << "row " << i;
 }
 
+// Checkpointing changes memory and time, not a bit of the training: with LoRA dropout on, the
+// losses and the trained adapter's bytes are those of the run without.
+TEST_P(LoraFinetuneHf, GradientCheckpointingTrainsTheSameAdapterBitForBit) {
+  const fs::path base = fixtures() / GetParam();
+  ASSERT_TRUE(fs::exists(base / "config.json"));
+  TempDir dir;
+  const std::string common = "--base " + base.string() + " --data " + write_task(dir) +
+                             " --steps 4 --warmup 1 --batch 2 --seq 32 --dropout 0.1 --eval-every 2 --eval-batches 1 "
+                             "--sample-tokens 0 --threads 1 ";
+  std::string log;
+  ASSERT_EQ(finetune(common + "--out " + (dir / "plain"), dir, &log), 0) << log;
+  ASSERT_EQ(finetune(common + "--gradient-checkpointing --out " + (dir / "ckpt"), dir, &log), 0) << log;
+  EXPECT_NE(log.find("gradient checkpointing: each decoder layer recomputed"), std::string::npos) << log;
+  const auto plain = losses(dir / "plain/loss.csv"), ckpt = losses(dir / "ckpt/loss.csv");
+  ASSERT_EQ(plain.size(), ckpt.size());
+  for (size_t i = 0; i < plain.size(); ++i) EXPECT_EQ(plain[i].loss, ckpt[i].loss) << "row " << i;
+  const std::string adapter = "/adapter/adapter_model.safetensors";
+  EXPECT_TRUE(read(dir / ("plain" + adapter)) == read(dir / ("ckpt" + adapter))) << "the adapters differ";
+}
+
 INSTANTIATE_TEST_SUITE_P(Folders, LoraFinetuneHf, ::testing::Values("tiny_llama", "tiny_gpt2"));
 
 TEST(LoraFinetune, ResumeRefusesAChangedTrainingFlagByName) {
