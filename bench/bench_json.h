@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "bench_commit.h"  // TG_BENCH_COMMIT, written at build time (bench/commit.cmake)
+#include "core/cuda/runtime.h"
+#include "core/device.h"
 
 namespace tg::bench {
 
@@ -71,6 +73,14 @@ inline std::string cpu_name() {
       return at == std::string::npos ? "unknown CPU" : line.substr(at);
     }
   return "unknown CPU";
+}
+
+// What the rows name as the machine: the GPU, or the CPU.
+inline std::string machine(Device device) {
+#ifdef TG_WITH_CUDA
+  if (device.is_cuda()) return cuda::device_name(device.index);
+#endif
+  return cpu_name();
 }
 
 class JsonRows {

@@ -21,12 +21,6 @@ using namespace tg;
 
 namespace {
 
-std::string machine(Device device) {
-#ifdef TG_WITH_CUDA
-  if (device.is_cuda()) return cuda::device_name(device.index);
-#endif
-  return bench::cpu_name();
-}
 
 struct Timing {
   double total_s, prefill_s;
@@ -72,7 +66,7 @@ int main(int argc, char** argv) {
     auto model = std::make_shared<nn::LlamaForCausalLM>(c, gen);
     model->to(dtype, device);
     const nn::GenerationConfig cfg{.max_new_tokens = N};  // greedy, no EOS: exactly N tokens
-    bench::JsonRows rows("generate_bench", machine(device));
+    bench::JsonRows rows("generate_bench", bench::machine(device));
     std::printf("%-10s %-6s %5s %6s %6s %10s %12s %11s %14s\n", "config", "dtype", "batch", "prompt", "new", "tok/s",
                 "ms/token", "prefill ms", "decode ms/tok");
     for (const std::string& b : flags.list("batches")) {

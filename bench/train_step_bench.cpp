@@ -24,16 +24,6 @@
 
 using namespace tg;
 
-namespace {
-// What the rows name as the machine: the GPU, or the CPU.
-std::string machine(Device device) {
-#ifdef TG_WITH_CUDA
-  if (device.is_cuda()) return cuda::device_name(device.index);
-#endif
-  return bench::cpu_name();
-}
-}  // namespace
-
 int main(int argc, char** argv) {
   examples::Flags flags("train_step_bench", "Times one training step of a toy-transformer config.");
   flags.add("config", "tiny", "tiny | small | bench-135m")
@@ -55,7 +45,7 @@ int main(int argc, char** argv) {
     const bool checkpointing = flags.boolean("gradient-checkpointing");
     std::printf("%-12s %-9s %-7s %-5s %10s %10s %10s %8s %10s\n", "config", "mode", "device", "dtype", "ms/step",
                 "min ms", "tok/s", "threads", "peak MiB");
-    bench::JsonRows rows("train_step_bench", machine(device));
+    bench::JsonRows rows("train_step_bench", bench::machine(device));
     for (const std::string& mode : flags.list("modes")) {
       Generator gen(0);
       auto model = std::make_shared<nn::LlamaForCausalLM>(c, gen);

@@ -20,8 +20,7 @@ std::string repair(std::string_view s);
 inline size_t char_len(unsigned char lead) { return lead < 0x80 ? 1 : lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : 4; }
 
 // The code point at s[i] of valid UTF-8; advances i past it.
-char32_t next(std::string_view s, size_t& i);
-void append(std::string& out, char32_t cp);
+char32_t next(std::string_view s, size_t& i);  // (encoding: tg::append_utf8, core/utf8.h)
 
 // Unicode's White_Space property (Rust's char::is_whitespace, Oniguruma's \s).
 bool is_white_space(char32_t cp);

@@ -7,6 +7,7 @@
 #include <unordered_set>
 
 #include "core/error.h"
+#include "core/utf8.h"
 
 namespace tg::json {
 
@@ -245,23 +246,7 @@ class Parser {
     return v;
   }
 
-  static void append_utf8(std::string& out, unsigned cp) {
-    if (cp < 0x80) {
-      out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      out += static_cast<char>(0xC0 | (cp >> 6));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-      out += static_cast<char>(0xE0 | (cp >> 12));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-      out += static_cast<char>(0xF0 | (cp >> 18));
-      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    }
-  }
+
 
   std::string parse_string() {
     expect('"');
@@ -299,7 +284,7 @@ class Parser {
           } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
             error("unpaired surrogate in \\u escape");
           }
-          append_utf8(out, cp);
+          append_utf8(out, static_cast<char32_t>(cp));
           break;
         }
         default: --pos_; error("bad escape character");
