@@ -4,44 +4,33 @@
 #include "core/primitives.h"
 #include "core/trace.h"
 #include "ops/checks.h"
-#include "ops/dispatch.h"
-#include "ops/gemm_kernels.h"
+#include "ops/matrix_gemm.h"
 #include "ops/reduce.h"
 #include "ops/shape.h"
 
 namespace tg {
 namespace {
 
-// [rows, cols] matrix as the 3-D [1, rows, cols] the GEMM contract wants.
-Tensor as3d(const Tensor& m) {
-  return m.as_strided({1, m.shape()[0], m.shape()[1]}, {0, m.strides()[0], m.strides()[1]}, m.storage_offset());
-}
-
-Tensor rows_of(const Tensor& x) {  // [..., in] -> [N, in] with a unit inner stride
-  Tensor x2 = reshape(x, {-1, x.shape().back()});
-  return x2.strides()[1] == 1 || x2.shape()[1] == 1 ? x2 : contiguous(x2);
-}
-
 struct LinearBackward final : Node {
   enum { kX, kWeight };
   Shape x_shape;
   const char* name() const override { return "linear"; }
   std::vector<Tensor> backward(const std::vector<Tensor>& g, const GradMask& mask) override {
-    Tensor dy = rows_of(g[0]);  // [N, out]
+    Tensor dy = matrix::rows(g[0]);  // [N, out]
     const int64_t n = dy.shape()[0], out = dy.shape()[1], in = x_shape.back();
     Tensor dx, dw, db;
     if (mask[0]) {  // dX = dY @ W
       KernelTrace::record("linear.dx_gemm");
       Tensor w = unpack(kWeight);
       dx = Tensor::empty({n, in}, dy.options());
-      TG_DISPATCH(dy.device(), gemm, as3d(dx), as3d(dy), as3d(w), 1.0, 0.0);
+      matrix::gemm(dx, dy, w, 1.0, 0.0);
       dx = reshape(dx, x_shape);
     }
     if (mask[1]) {  // dW = dY^T @ X
       KernelTrace::record("linear.dweight_gemm");
-      Tensor x = rows_of(unpack(kX));
+      Tensor x = matrix::rows(unpack(kX));
       dw = Tensor::empty({out, in}, dy.options());
-      TG_DISPATCH(dy.device(), gemm, as3d(dw), as3d(transpose(dy, 0, 1)), as3d(x), 1.0, 0.0);
+      matrix::gemm(dw, transpose(dy, 0, 1), x, 1.0, 0.0);
     }
     if (mask[2]) {  // db = sum over rows of dY
       KernelTrace::record("linear.dbias_reduce");
@@ -68,7 +57,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   Tensor x2;
   {
     NoGradGuard g;  // the reshape is internal: linear's node covers it
-    x2 = rows_of(x);
+    x2 = matrix::rows(x);
   }
   Shape y_shape = x.shape();
   y_shape.back() = out_features;
@@ -79,7 +68,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     NoGradGuard g;
     copy_(y2, expand(bias.detach(), y2.shape()));
   }
-  TG_DISPATCH(x.device(), gemm, as3d(y2), as3d(x2), as3d(wt), 1.0, bias.defined() ? 1.0 : 0.0);
+  matrix::gemm(y2, x2, wt, 1.0, bias.defined() ? 1.0 : 0.0);
   if (auto node = record<LinearBackward>({{"x", x}, {"weight", weight}, {"bias", bias}}, {y})) {
     node->x_shape = x.shape();
     // x is needed only for dW, the weight only for dX.

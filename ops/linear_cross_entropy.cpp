@@ -11,7 +11,7 @@
 #include "ops/checks.h"
 #include "ops/cross_entropy_kernels.h"
 #include "ops/dispatch.h"
-#include "ops/gemm_kernels.h"
+#include "ops/matrix_gemm.h"
 #include "ops/shape.h"
 
 namespace tg {
@@ -19,14 +19,6 @@ namespace {
 
 constexpr const char* kOp = "linear_cross_entropy";
 constexpr int64_t kChunkBytes = int64_t{64} << 20;  // of logits per chunk
-
-Tensor as3d(const Tensor& m) {
-  return m.as_strided({1, m.shape()[0], m.shape()[1]}, {0, m.strides()[0], m.strides()[1]}, m.storage_offset());
-}
-
-void gemm(const Tensor& c, const Tensor& a, const Tensor& b, double beta) {
-  TG_DISPATCH(c.device(), gemm, as3d(c), as3d(a), as3d(b), 1.0, beta);
-}
 
 // dx and dW for a unit incoming gradient (computed with the loss); backward scales them.
 struct LinearCrossEntropyBackward final : Node {
@@ -95,13 +87,13 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor&
     const int64_t rows = std::min(chunk, N - r0);
     Tensor logits = slice(buf, 0, 0, rows), xr = slice(xc, 0, r0, r0 + rows), tr = slice(tgt, 0, r0, r0 + rows);
     Tensor lr = slice(loss_rows, 0, r0, r0 + rows), sr = slice(lse, 0, r0, r0 + rows);
-    gemm(logits, xr, transpose(w, 0, 1), 0.0);
+    matrix::gemm(logits, xr, transpose(w, 0, 1));
     TG_DISPATCH(dev, cross_entropy, lr, sr, logits, tr, ignore_index);
     if (!want_dx && !want_dw) continue;
     // dlogits = softmax - onehot over the logits themselves (each element read, then written)
     TG_DISPATCH(dev, cross_entropy_backward, logits, one, sr, logits, tr, ignore_index, Tensor());
-    if (want_dx) gemm(slice(dx, 0, r0, r0 + rows), logits, w, 0.0);
-    if (want_dw) gemm(dw, transpose(logits, 0, 1), xr, r0 == 0 ? 0.0 : 1.0);
+    if (want_dx) matrix::gemm(slice(dx, 0, r0, r0 + rows), logits, w);
+    if (want_dw) matrix::gemm(dw, transpose(logits, 0, 1), xr, 1.0, r0 == 0 ? 0.0 : 1.0);
   }
   Tensor out = Tensor::empty({}, {acc, dev}), count;
   if (reduction == Reduction::Mean) count = Tensor::empty({}, {acc, dev});

@@ -5,8 +5,7 @@
 #include "core/trace.h"
 #include "ops/cast.h"
 #include "ops/checks.h"
-#include "ops/dispatch.h"
-#include "ops/gemm_kernels.h"
+#include "ops/matrix_gemm.h"
 #include "ops/reduce.h"
 #include "ops/shape.h"
 
@@ -14,21 +13,6 @@ namespace tg {
 namespace {
 
 constexpr const char* kOp = "lora_linear";
-
-// [rows, cols] matrix as the 3-D [1, rows, cols] the GEMM contract wants.
-Tensor as3d(const Tensor& m) {
-  return m.as_strided({1, m.shape()[0], m.shape()[1]}, {0, m.strides()[0], m.strides()[1]}, m.storage_offset());
-}
-
-Tensor rows_of(const Tensor& x) {  // [..., in] -> [N, in] with a unit inner stride
-  Tensor x2 = reshape(x, {-1, x.shape().back()});
-  return x2.strides()[1] == 1 || x2.shape()[1] == 1 ? x2 : contiguous(x2);
-}
-
-// c = alpha * a @ b + beta * c on the device of c.
-void gemm(const Tensor& c, const Tensor& a, const Tensor& b, double alpha, double beta) {
-  TG_DISPATCH(c.device(), gemm, as3d(c), as3d(a), as3d(b), alpha, beta);
-}
 
 // An adapter weight in the dtype the products run in (a copy only when it differs).
 Tensor compute_dtype(const Tensor& w, DType dt) {
@@ -42,7 +26,7 @@ struct LoraLinearBackward final : Node {
   double scaling = 1.0;
   const char* name() const override { return kOp; }
   std::vector<Tensor> backward(const std::vector<Tensor>& g, const GradMask& mask) override {
-    Tensor dy = rows_of(g[0]);  // [N, out]
+    Tensor dy = matrix::rows(g[0]);  // [N, out]
     const DType dt = dy.dtype();
     Tensor dx, dw, db, da, dbb;
     Tensor a = mask[0] ? compute_dtype(unpack(kA), dt) : Tensor();
@@ -50,28 +34,28 @@ struct LoraLinearBackward final : Node {
     Tensor u;  // dy B [N, r]: the gradient of x A^T, without the scaling
     if (mask[0] || mask[3]) {
       u = Tensor::empty({dy.shape()[0], bw.shape()[1]}, dy.options());
-      gemm(u, dy, bw, 1.0, 0.0);
+      matrix::gemm(u, dy, bw, 1.0, 0.0);
     }
     if (mask[0]) {  // dx = dy W + scaling u A
       KernelTrace::record("lora_linear.dx");
       Tensor w = unpack(kWeight);
       dx = Tensor::empty({dy.shape()[0], x_shape.back()}, dy.options());
-      gemm(dx, dy, w, 1.0, 0.0);
-      gemm(dx, u, a, scaling, 1.0);
+      matrix::gemm(dx, dy, w, 1.0, 0.0);
+      matrix::gemm(dx, u, a, scaling, 1.0);
       dx = reshape(dx, x_shape);
     }
     if (mask[1] || mask[3]) {
-      Tensor x = rows_of(unpack(kX));
+      Tensor x = matrix::rows(unpack(kX));
       if (mask[1]) {  // dW = dy^T x
         KernelTrace::record("lora_linear.dweight_gemm");
         dw = Tensor::empty({dy.shape()[1], x.shape()[1]}, dy.options());
-        gemm(dw, transpose(dy, 0, 1), x, 1.0, 0.0);
+        matrix::gemm(dw, transpose(dy, 0, 1), x, 1.0, 0.0);
       }
       if (mask[3]) {  // dA = scaling u^T x, in A's dtype
         KernelTrace::record("lora_linear.dA");
         Tensor A = unpack(kA);
         da = Tensor::empty(A.shape(), A.options());
-        gemm(da, transpose(u, 0, 1), x, scaling, 0.0);
+        matrix::gemm(da, transpose(u, 0, 1), x, scaling, 0.0);
       }
     }
     if (mask[2]) {  // db = sum over rows of dy
@@ -82,7 +66,7 @@ struct LoraLinearBackward final : Node {
       KernelTrace::record("lora_linear.dB");
       Tensor t = unpack(kT), B = unpack(kB);
       dbb = Tensor::empty(B.shape(), B.options());
-      gemm(dbb, transpose(dy, 0, 1), t, scaling, 0.0);
+      matrix::gemm(dbb, transpose(dy, 0, 1), t, scaling, 0.0);
     }
     return {dx, dw, db, da, dbb};
   }
@@ -118,7 +102,7 @@ Tensor lora_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, co
   Tensor x2;
   {
     NoGradGuard g;  // the reshape is internal: the op's node covers it
-    x2 = rows_of(x);
+    x2 = matrix::rows(x);
   }
   const int64_t n = x2.shape()[0];
   Shape y_shape = x.shape();
@@ -129,11 +113,11 @@ Tensor lora_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, co
     NoGradGuard g;
     copy_(y2, expand(bias.detach(), y2.shape()));
   }
-  gemm(y2, x2, transpose(weight.detach(), 0, 1), 1.0, bias.defined() ? 1.0 : 0.0);
+  matrix::gemm(y2, x2, transpose(weight.detach(), 0, 1), 1.0, bias.defined() ? 1.0 : 0.0);
   const Tensor a = compute_dtype(lora_A, x.dtype()), b = compute_dtype(lora_B, x.dtype());
   Tensor t = Tensor::empty({n, r}, x.options());  // x A^T
-  gemm(t, x2, transpose(a, 0, 1), 1.0, 0.0);
-  gemm(y2, t, transpose(b, 0, 1), scaling, 1.0);
+  matrix::gemm(t, x2, transpose(a, 0, 1), 1.0, 0.0);
+  matrix::gemm(y2, t, transpose(b, 0, 1), scaling, 1.0);
   if (auto node = record<LoraLinearBackward>(
           {{"x", x}, {"weight", weight}, {"bias", bias}, {"lora_A", lora_A}, {"lora_B", lora_B}}, {y})) {
     node->x_shape = x.shape();

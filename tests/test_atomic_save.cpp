@@ -20,6 +20,7 @@
 #include "nn/nn.h"
 #include "peft/lora.h"
 #include "testing/testing.h"
+#include "tests/test_models.h"
 #include "tests/test_support.h"
 
 namespace tg::test {
@@ -43,17 +44,6 @@ std::string text_of(const std::string& path) {
 void age(const std::string& path) {
   struct timeval old[2] = {{::time(nullptr) - 60, 0}, {::time(nullptr) - 60, 0}};
   ASSERT_EQ(::utimes(path.c_str(), old), 0);
-}
-
-nn::LlamaConfig micro() {
-  nn::LlamaConfig c;
-  c.vocab_size = 13;
-  c.hidden_size = 8;
-  c.intermediate_size = 8;
-  c.num_hidden_layers = 1;
-  c.num_attention_heads = 2;
-  c.max_position_embeddings = 4;
-  return c;
 }
 
 // Every adapter weight of the model holds `value`: which save a folder holds is then plain.
@@ -190,7 +180,7 @@ TEST_F(AtomicSaveTest, FolderIsSwappedInWholeAndKeepsOtherFiles) {
 TEST_F(AtomicSaveTest, AdapterFolderNeverMixesTwoSaves) {
   TempDir dir;
   const std::string folder = dir / "adapter";
-  nn::LlamaForCausalLM model(micro(), gen);
+  nn::LlamaForCausalLM model(test::micro_llama(), gen);
   peft::LoraConfig c;
   c.r = 2;
   c.lora_alpha = 4;
@@ -206,7 +196,7 @@ TEST_F(AtomicSaveTest, AdapterFolderNeverMixesTwoSaves) {
     peft::save_adapter(model, folder, c2);
   } catch (const Error&) {
   }
-  nn::LlamaForCausalLM fresh(micro(), gen);
+  nn::LlamaForCausalLM fresh(test::micro_llama(), gen);
   const peft::LoraConfig got = peft::load_adapter(fresh, folder, gen);
   const double weight = peft::lora_layers(fresh)[0].second->lora_A->weight.to_vector<double>()[0];
   EXPECT_TRUE((got.lora_alpha == 4 && weight == 0.25) || (got.lora_alpha == 32 && weight == 0.5))
@@ -216,7 +206,7 @@ TEST_F(AtomicSaveTest, AdapterFolderNeverMixesTwoSaves) {
 TEST_F(AtomicSaveTest, SavePretrainedSwapsLayoutsWholeAndKeepsTokenizer) {
   TempDir dir;
   const std::string folder = dir / "model";
-  nn::LlamaForCausalLM model(micro(), gen);
+  nn::LlamaForCausalLM model(test::micro_llama(), gen);
   nn::save_pretrained(model, folder, {.max_shard_bytes = 600});
   EXPECT_TRUE(fs::exists(folder + "/model.safetensors.index.json"));
   std::ofstream(folder + "/tokenizer.json") << "{}";

@@ -15,6 +15,7 @@
 #include "nn/nn.h"
 #include "peft/lora.h"
 #include "testing/testing.h"
+#include "tests/test_models.h"
 #include "tests/test_support.h"
 
 namespace tg::test {
@@ -151,24 +152,13 @@ TEST(UntrustedAdapterConfig, HugeAlphaWritesAsANumber) {
         << bad;
 }
 
-nn::LlamaConfig micro() {
-  nn::LlamaConfig c;
-  c.vocab_size = 13;
-  c.hidden_size = 8;
-  c.intermediate_size = 8;
-  c.num_hidden_layers = 1;
-  c.num_attention_heads = 2;
-  c.max_position_embeddings = 4;
-  return c;
-}
-
 Tensor ids() { return from_vector<int64_t>({1, 5, 2, 12}, {1, 4}); }
 
 class AdapterLoadTest : public testing::SeededTest {
  protected:
   // An adapter folder with r 2, lora_alpha `alpha` on q/v_proj, and non-zero B.
   std::string saved_adapter(const TempDir& dir, double alpha, const std::string& name = "adapter") {
-    nn::LlamaForCausalLM m(micro(), gen);
+    nn::LlamaForCausalLM m(test::micro_llama(), gen);
     peft::LoraConfig c;
     c.r = 2;
     c.lora_alpha = alpha;
@@ -185,7 +175,7 @@ class AdapterLoadTest : public testing::SeededTest {
 TEST_F(AdapterLoadTest, AnotherWrappingIsRefusedAndTheModelLeftAsItWas) {
   TempDir dir;
   const std::string a16 = saved_adapter(dir, 16, "a16"), a4 = saved_adapter(dir, 4, "a4");
-  nn::LlamaForCausalLM model(micro(), gen);
+  nn::LlamaForCausalLM model(test::micro_llama(), gen);
   peft::load_adapter(model, a4, gen);
   const Tensor before = model.forward(ids());
   EXPECT_ERROR_HAS(peft::load_adapter(model, a16, gen), "has r 2 lora_alpha 16", "wrapped with r 2 lora_alpha 4");
@@ -196,7 +186,7 @@ TEST_F(AdapterLoadTest, AnotherWrappingIsRefusedAndTheModelLeftAsItWas) {
   other_targets.r = 2;
   other_targets.lora_alpha = 4;
   other_targets.target_modules = {"q_proj", "k_proj"};
-  nn::LlamaForCausalLM k_model(micro(), gen);
+  nn::LlamaForCausalLM k_model(test::micro_llama(), gen);
   peft::apply_lora(k_model, other_targets, gen);
   EXPECT_ERROR_HAS(peft::load_adapter(k_model, a4, gen), "targets [model.layers.0.self_attn.q_proj, "
                    "model.layers.0.self_attn.v_proj]", "wrapped at [model.layers.0.self_attn.q_proj, "
@@ -211,7 +201,7 @@ TEST_F(AdapterLoadTest, AFailedLoadLeavesTheModelUnwrapped) {
   tensors.erase(tensors.begin());
   safetensors::save_file(tensors, bad + "/adapter_model.safetensors");
 
-  nn::LlamaForCausalLM model(micro(), gen), reference(micro(), gen);
+  nn::LlamaForCausalLM model(test::micro_llama(), gen), reference(test::micro_llama(), gen);
   reference.load_state_dict(model.state_dict());
   const Tensor before = model.forward(ids());
   EXPECT_ERROR_HAS(peft::load_adapter(model, bad, gen), "missing keys (1)", "the model is left unchanged");

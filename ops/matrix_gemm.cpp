@@ -1,0 +1,26 @@
+#include "ops/matrix_gemm.h"
+
+#include "ops/dispatch.h"
+#include "ops/gemm_kernels.h"
+#include "ops/shape.h"
+
+namespace tg::matrix {
+namespace {
+
+// [rows, cols] matrix as the 3-D [1, rows, cols] the GEMM contract wants (a view).
+Tensor as_batch(const Tensor& m) {
+  return m.as_strided({1, m.shape()[0], m.shape()[1]}, {0, m.strides()[0], m.strides()[1]}, m.storage_offset());
+}
+
+}  // namespace
+
+Tensor rows(const Tensor& x) {
+  Tensor x2 = reshape(x, {-1, x.shape().back()});
+  return x2.strides()[1] == 1 || x2.shape()[1] == 1 ? x2 : contiguous(x2);
+}
+
+void gemm(const Tensor& c, const Tensor& a, const Tensor& b, double alpha, double beta) {
+  TG_DISPATCH(c.device(), gemm, as_batch(c), as_batch(a), as_batch(b), alpha, beta);
+}
+
+}  // namespace tg::matrix
