@@ -102,14 +102,14 @@ def main():
                        "torch": torch.__version__, "transformers": transformers.__version__,
                        "script": "bench/generate_bench_torch.py"}
                 rows.append(row)
+                if args.out:  # after every row: a compile that runs out of time keeps the others
+                    write_rows(args.out, "generate_bench_torch", machine, rows)
                 print(f"{variant:<16} {b:>5} {args.prompt:>6} {n:>5} {row['tok_s']:>10.1f} {row['ms_per_token']:>10.3f}"
                       f" {row['prefill_ms']:>11.2f} {row['decode_ms_per_token']:>14.3f}")
         except Exception as e:  # torch.compile may not run here: say so, keep the other rows
             print(f"{variant}: failed ({type(e).__name__}: {e})", file=sys.stderr)
         finally:
             model.forward = forward
-    if args.out:
-        write_rows(args.out, "generate_bench_torch", machine, rows)
 
 
 if __name__ == "__main__":

@@ -2,8 +2,9 @@
 # tapegrad_dep::sentencepiece and tapegrad_dep::utf8proc. Debian: libpcre2-dev,
 # libsentencepiece-dev, libutf8proc-dev (scripts/install-deps.sh). On a machine without those
 # packages, unpack them under <source>/.deps/sysroot (scripts/stage-text-deps.sh does it) or point
-# CMAKE_PREFIX_PATH at where they are. Included by the build and by the installed package config.
-set(_tg_text_hints "${CMAKE_CURRENT_LIST_DIR}/../.deps/sysroot/usr")
+# CMAKE_PREFIX_PATH at where they are. Included by the build and by the installed package config
+# (which first sets TG_TEXT_DEP_PREFIXES to where the build found them).
+set(_tg_text_hints "${CMAKE_CURRENT_LIST_DIR}/../.deps/sysroot/usr" ${TG_TEXT_DEP_PREFIXES})
 set(_tg_text_missing "")
 foreach(dep pcre2 sentencepiece utf8proc)
   if(TARGET tapegrad_dep::${dep})
@@ -29,6 +30,8 @@ foreach(dep pcre2 sentencepiece utf8proc)
     add_library(tapegrad_dep::${dep} UNKNOWN IMPORTED)
     set_target_properties(tapegrad_dep::${dep} PROPERTIES IMPORTED_LOCATION "${TG_${dep}_LIBRARY}"
                           INTERFACE_INCLUDE_DIRECTORIES "${TG_${dep}_INCLUDE_DIR}")
+    get_filename_component(_prefix "${TG_${dep}_INCLUDE_DIR}" DIRECTORY)
+    list(APPEND TG_TEXT_DEP_PREFIXES "${_prefix}")
   else()
     list(APPEND _tg_text_missing ${_package})
   endif()
