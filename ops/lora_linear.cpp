@@ -14,7 +14,8 @@ namespace {
 
 constexpr const char* kOp = "lora_linear";
 
-// An adapter weight in the dtype the products run in (a copy only when it differs).
+// An adapter weight in the dtype the products run in (a copy only when it differs; the forward's
+// copies are what backward keeps, so each adapter is rounded once a step).
 Tensor compute_dtype(const Tensor& w, DType dt) {
   NoGradGuard g;
   return tg::to(w.detach(), dt);
@@ -23,14 +24,14 @@ Tensor compute_dtype(const Tensor& w, DType dt) {
 struct LoraLinearBackward final : Node {
   enum { kX, kWeight, kA, kB, kT };
   Shape x_shape;
+  DType adapter_dtype = kFloat32;  // of lora_A / lora_B (their saved copies are in x's dtype)
   double scaling = 1.0;
   const char* name() const override { return kOp; }
   std::vector<Tensor> backward(const std::vector<Tensor>& g, const GradMask& mask) override {
     Tensor dy = matrix::rows(g[0]);  // [N, out]
-    const DType dt = dy.dtype();
     Tensor dx, dw, db, da, dbb;
-    Tensor a = mask[0] ? compute_dtype(unpack(kA), dt) : Tensor();
-    Tensor bw = mask[0] || mask[3] ? compute_dtype(unpack(kB), dt) : Tensor();
+    Tensor a = mask[0] ? unpack(kA) : Tensor();
+    Tensor bw = mask[0] || mask[3] ? unpack(kB) : Tensor();
     Tensor u;  // dy B [N, r]: the gradient of x A^T, without the scaling
     if (mask[0] || mask[3]) {
       u = Tensor::empty({dy.shape()[0], bw.shape()[1]}, dy.options());
@@ -53,8 +54,7 @@ struct LoraLinearBackward final : Node {
       }
       if (mask[3]) {  // dA = scaling u^T x, in A's dtype
         KernelTrace::record("lora_linear.dA");
-        Tensor A = unpack(kA);
-        da = Tensor::empty(A.shape(), A.options());
+        da = Tensor::empty({u.shape()[1], x.shape()[1]}, TensorOptions{adapter_dtype, x.device()});
         matrix::gemm(da, transpose(u, 0, 1), x, scaling, 0.0);
       }
     }
@@ -64,8 +64,8 @@ struct LoraLinearBackward final : Node {
     }
     if (mask[4]) {  // dB = scaling dy^T t, t = x A^T, in B's dtype
       KernelTrace::record("lora_linear.dB");
-      Tensor t = unpack(kT), B = unpack(kB);
-      dbb = Tensor::empty(B.shape(), B.options());
+      const Tensor& t = unpack(kT);
+      dbb = Tensor::empty({dy.shape()[1], t.shape()[1]}, TensorOptions{adapter_dtype, dy.device()});
       matrix::gemm(dbb, transpose(dy, 0, 1), t, scaling, 0.0);
     }
     return {dx, dw, db, da, dbb};
@@ -121,12 +121,12 @@ Tensor lora_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, co
   if (auto node = record<LoraLinearBackward>(
           {{"x", x}, {"weight", weight}, {"bias", bias}, {"lora_A", lora_A}, {"lora_B", lora_B}}, {y})) {
     node->x_shape = x.shape();
+    node->adapter_dtype = lora_A.dtype();
     node->scaling = scaling;
     const bool dx = x.requires_grad(), dw = weight.requires_grad(), da = lora_A.requires_grad(),
                dbb = lora_B.requires_grad();
     node->saved = {SavedTensor(dw || da ? x : Tensor(), "x"), SavedTensor(dx ? weight : Tensor(), "weight"),
-                   SavedTensor(dx || da ? lora_A : Tensor(), "lora_A"),
-                   SavedTensor(dx || da || dbb ? lora_B : Tensor(), "lora_B"),
+                   SavedTensor(dx ? a : Tensor(), "lora_A"), SavedTensor(dx || da ? b : Tensor(), "lora_B"),
                    SavedTensor(dbb ? t : Tensor(), "t")};
   }
   return y;

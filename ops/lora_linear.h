@@ -6,7 +6,8 @@
 // bf16 products accumulated and stored in float32. Forward is three GEMMs, the LoRA-B product
 // accumulating into y (no separate add). Backward runs only what its mask asks for: dx = dy W +
 // scaling (dy B) A, dA = scaling (dy B)^T x, dB = scaling dy^T (x A^T), and dW / db only when the
-// base layer trains. It keeps x (for dA or dW), x A^T ([N, r], for dB) and W (for dx).
+// base layer trains. It keeps x (for dA or dW), x A^T ([N, r], for dB), W (for dx) and the adapters
+// as rounded for the forward (cast once a step).
 #pragma once
 
 #include "core/tensor.h"

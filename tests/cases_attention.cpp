@@ -76,6 +76,11 @@ TG_OP_CASES({
      [](const Inputs& x) { return apply_rotary(transpose(x[0], 1, 2), x[1], x[2]); }},
     {"rope_strided", {S{{4, 6}, S::Normal, 0, true, true}, S{{4, 6}, S::Normal, 0, false}, S{{4, 6}, S::Normal, 0, false}},
      [](const Inputs& x) { return apply_rotary(x[0], x[1], x[2]); }},
+    // rows wide enough for 16-byte packs (hd 32), and a head view of them
+    {"rope_wide", {S{{2, 2, 5, 32}}, S{{5, 32}, S::Normal, 0, false}, S{{5, 32}, S::Normal, 0, false}},
+     [](const Inputs& x) { return apply_rotary(x[0], x[1], x[2]); }},
+    {"rope_wide_head_view", {S{{2, 5, 3, 32}}, S{{5, 32}, S::Normal, 0, false}, S{{5, 32}, S::Normal, 0, false}},
+     [](const Inputs& x) { return apply_rotary(transpose(x[0], 1, 2), x[1], x[2]); }},
     {"rotate_half", {S{{2, 3, 6}}}, [](const Inputs& x) { return rotate_half(x[0]); }},
 });
 
