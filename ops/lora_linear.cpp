@@ -41,8 +41,8 @@ struct LoraLinearBackward final : Node {
       KernelTrace::record("lora_linear.dx");
       Tensor w = unpack(kWeight);
       dx = Tensor::empty({dy.shape()[0], x_shape.back()}, dy.options());
-      matrix::gemm(dx, dy, w, 1.0, 0.0);
-      matrix::gemm(dx, u, a, scaling, 1.0);
+      matrix::gemm(dx, u, a, scaling, 0.0);  // thin product first, as in the forward
+      matrix::gemm(dx, dy, w, 1.0, 1.0);
       dx = reshape(dx, x_shape);
     }
     if (mask[1] || mask[3]) {
@@ -113,11 +113,13 @@ Tensor lora_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, co
     NoGradGuard g;
     copy_(y2, expand(bias.detach(), y2.shape()));
   }
-  matrix::gemm(y2, x2, transpose(weight.detach(), 0, 1), 1.0, bias.defined() ? 1.0 : 0.0);
+  // The thin LoRA-B product first, the base GEMM accumulating onto it: y is read back once, by
+  // the GEMM that is compute-bound anyway.
   const Tensor a = compute_dtype(lora_A, x.dtype()), b = compute_dtype(lora_B, x.dtype());
   Tensor t = Tensor::empty({n, r}, x.options());  // x A^T
   matrix::gemm(t, x2, transpose(a, 0, 1), 1.0, 0.0);
-  matrix::gemm(y2, t, transpose(b, 0, 1), scaling, 1.0);
+  matrix::gemm(y2, t, transpose(b, 0, 1), scaling, bias.defined() ? 1.0 : 0.0);
+  matrix::gemm(y2, x2, transpose(weight.detach(), 0, 1), 1.0, 1.0);
   if (auto node = record<LoraLinearBackward>(
           {{"x", x}, {"weight", weight}, {"bias", bias}, {"lora_A", lora_A}, {"lora_B", lora_B}}, {y})) {
     node->x_shape = x.shape();
