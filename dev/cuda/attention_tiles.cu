@@ -131,8 +131,8 @@ void run64(const Problem& pr) {
   constexpr int HD = 64;
   {
     Group g{"forward"};
-    FWD(1, 64), FWD(1, 128), FWD(2, 64), FWD(2, 128), FWD(1, 32), FWD(2, 32);
-    forward<HD, 1, 64>(pr);  // the reference's out and lse for the backward
+    FWD(2, 64), FWD(1, 64), FWD(2, 128), FWD(1, 128), FWD(1, 32), FWD(2, 32);
+    forward<HD, 2, 64>(pr);  // the reference's out and lse for the backward
   }
   const int64_t rows = int64_t(pr.B) * pr.H * pr.T;
   attention_delta<HD><<<unsigned((rows + 7) / 8), 256>>>(pr.p);
@@ -143,7 +143,7 @@ void run64(const Problem& pr) {
   }
   {
     Group g{"dq"};
-    DQ(64, 1), DQ(32, 1), DQ(128, 1), DQ(64, 2), DQ(32, 2);
+    DQ(64, 2), DQ(64, 1), DQ(32, 1), DQ(128, 1), DQ(32, 2);
   }
 }
 
@@ -159,11 +159,11 @@ void run128(const Problem& pr) {
   CUDA_CHECK(cudaGetLastError());
   {
     Group g{"dk dv"};
-    DKDV(32, 1), DKDV(64, 1), DKDV(16, 1), DKDV(32, 2);
+    DKDV(64, 1), DKDV(32, 1), DKDV(16, 1), DKDV(32, 2);
   }
   {
     Group g{"dq"};
-    DQ(32, 1), DQ(64, 1), DQ(16, 1), DQ(32, 2);
+    DQ(32, 2), DQ(32, 1), DQ(64, 1), DQ(16, 1);
   }
 }
 

@@ -58,15 +58,15 @@ constexpr size_t tile_bytes(int rows) {
   return size_t(rows) * kLd<HD> * sizeof(__nv_bfloat16);
 }
 
-// Tile shapes per head dim, within the 255-register budget of a thread (ptxas: no spills but
-// the forward at 128, 76 bytes): forward 16 MT rows a warp; dk / dv 16 MT keys a warp and BQ
-// queries a step; dq 16 MT queries a warp and BN keys a step. Two row tiles a warp measured
-// faster only for the head-dim-128 forward on the H200 (dev/cuda/NOTES.md).
+// Tile shapes per head dim: forward 16 MT query rows a warp and BN keys a step; dk / dv 16 MT keys
+// a warp and BQ queries a step; dq 16 MT query rows a warp and BN keys a step. The fastest of
+// dev/cuda/attention_tiles.cu's on the H200 (8x12x1024x64 and 4x32x2048x128, causal; the table is
+// in dev/cuda/attention.md); head dim 32 takes 64's.
 template <int HD>
 struct Tiles {
-  static constexpr int kFwdMT = HD == 128 ? 2 : 1, kFwdBN = 64;
-  static constexpr int kKvMT = 1, kBQ = HD == 128 ? 32 : 64;
-  static constexpr int kDqMT = 1, kBN = HD == 128 ? 32 : 64;
+  static constexpr int kFwdMT = 2, kFwdBN = 64;
+  static constexpr int kKvMT = 1, kBQ = 64;
+  static constexpr int kDqMT = 2, kBN = HD == 128 ? 32 : 64;
 };
 
 template <int HD>
