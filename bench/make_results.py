@@ -270,6 +270,33 @@ tapegrad's tokens/s over transformers' eager generate:
 """
 
 
+def tokenizer_section(rows):
+    header = ["tokenizer", "mode", "threads:", "tapegrad MB/s:", "tokenizers MB/s:", "speed-up:", "ids"]
+    theirs = {(r["tokenizer_name"], r["mode"]): r for r in rows if r["impl"] != "tapegrad"}
+    cells = []
+    for r in rows:
+        if r["impl"] != "tapegrad":
+            continue
+        hf = theirs.get((r["tokenizer_name"], r["mode"]))
+        cells.append([r["tokenizer_name"], r["mode"], r["threads"], f"{r['mb_per_s']:.2f}",
+                      f"{hf['mb_per_s']:.2f}" if hf else "–", ratio(r["mb_per_s"], hf["mb_per_s"] if hf else None),
+                      "same" if r["ids_match"] else "DIFFER"])
+    impls = sorted({r["impl"] for r in rows if r["impl"] != "tapegrad"})
+    return f"""## Tokenizers (data/), encoding against Hugging Face {", ".join(impls)}
+
+Measured: {measured(rows)}; text: {rows[0]["text"]}.
+
+`bench/tokenizer_bench.py` trains three 32000-token BPE tokenizers on the text (GPT-2 byte-level,
+Llama-3 Split + ByteLevel, SentencePiece-style with byte fallback), then encodes the documents one
+after another (single-thread) and over all cores (parallel: tokenizers' `encode_batch`, our
+thread pool), the median of 3; "ids" compares the checksums of both libraries' ids.
+
+Reproduce: `cmake --build build --target tokenizer_bench && python3 bench/tokenizer_bench.py build`.
+
+{table(header, cells)}
+"""
+
+
 def render(by_bench):
     parts = ["""# Benchmark results
 
@@ -285,6 +312,8 @@ figures are in git history; what the measurements taught is in `dev/NOTES.md`.
         parts.append(generate_section(get("generate_bench"), get("generate_bench_torch")))
     if get("attention_bench"):
         parts.append(attention_section(get("attention_bench"), get("torch_attention_ref")))
+    if get("tokenizer_bench"):
+        parts.append(tokenizer_section(get("tokenizer_bench")))
     if get("norm_bench"):
         parts.append(norm_section(get("norm_bench"), get("torch_norm_ref")))
     if get("linear_bench"):
@@ -295,7 +324,8 @@ figures are in git history; what the measurements taught is in `dev/NOTES.md`.
         parts.append(elementwise_section(get("elementwise_bench"),
                                          [r for r in get("torch_ref_gemm_elementwise") if r["kind"] == "ew"]))
     known = {"train_step_bench", "torch_toy_lora", "attention_bench", "torch_attention_ref", "norm_bench", "torch_norm_ref", "linear_bench", "gemm_bench",
-             "elementwise_bench", "torch_ref_gemm_elementwise", "generate_bench", "generate_bench_torch"}
+             "elementwise_bench", "torch_ref_gemm_elementwise", "generate_bench", "generate_bench_torch",
+             "tokenizer_bench"}
     unknown = sorted(set(by_bench) - known)
     if unknown:
         sys.exit(f"make_results.py: no table for the rows of {', '.join(unknown)}: add a section")

@@ -12,10 +12,10 @@ byte fallback (Llama-2 / TinyLlama: no pre-tokenizer, each document one word). F
 Face tokenizers encodes the documents one after another (single-threaded) and with
 encode_batch (all cores), then build/bench/tokenizer_bench does the same; both report seconds
 (median of 3) and MB/s, and their ids are compared by checksum. The rows go to
-bench/results/tokenizer.json with the machine, date and commit; a mismatch of ids exits 1.
+bench/results/tokenizer.json (bench/result_rows.py: machine, date, commit in each); a mismatch of
+ids exits 1.
 """
 import argparse
-import datetime
 import glob
 import json
 import os
@@ -27,6 +27,7 @@ import tempfile
 import time
 
 import tokenizers
+from result_rows import write_rows
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -160,17 +161,10 @@ def main():
         for a, b in zip(ours, hf):
             print(f"{name:10s} {a['mode']:13s} tapegrad {a['mb_per_s']:8.2f} MB/s  tokenizers {b['mb_per_s']:8.2f} MB/s"
                   f"  ({a['mb_per_s'] / b['mb_per_s']:.2f}x)  ids {'match' if a['ids_match'] else 'DIFFER'}")
-    commit = os.environ.get("TG_COMMIT") or subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
-                                                           capture_output=True, text=True).stdout.strip()
-    report = {"machine": f"{cpu_name()}, {os.cpu_count()} CPUs",
-              "date": datetime.datetime.now().isoformat(timespec="seconds"), "commit": commit,
-              "text": docs_path if args.docs else f"Python {platform.python_version()} standard library, {args.mb} MB",
-              "rows": rows}
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    history = json.load(open(args.out)) if os.path.exists(args.out) else []
-    history.append(report)
-    with open(args.out, "w") as f:
-        json.dump(history, f, indent=1)
+    text = docs_path if args.docs else f"Python {platform.python_version()} standard library, {args.mb} MB"
+    for r in rows:
+        r["text"] = text
+    write_rows(args.out, "tokenizer_bench", f"{cpu_name()}, {os.cpu_count()} CPUs", rows)
     print(f"wrote {args.out}")
     sys.exit(0 if ok else 1)
 
