@@ -62,9 +62,10 @@ CausalSelfAttention::CausalSelfAttention(int64_t h, int64_t heads, int64_t kv_he
 
 Tensor CausalSelfAttention::forward(const Tensor& x, const Tensor& cos, const Tensor& sin, const LayerCache* cache) {
   check_input("CausalSelfAttention", x, hidden);
-  Tensor q = split_heads(q_proj->forward(x), num_heads, head_dim);
-  Tensor k = split_heads(k_proj->forward(x), num_kv_heads, head_dim);
-  Tensor v = split_heads(v_proj->forward(x), num_kv_heads, head_dim);
+  const std::vector<Tensor> qkv = forward_group({q_proj, k_proj, v_proj}, x);  // one op for the three
+  Tensor q = split_heads(qkv[0], num_heads, head_dim);
+  Tensor k = split_heads(qkv[1], num_kv_heads, head_dim);
+  Tensor v = split_heads(qkv[2], num_kv_heads, head_dim);
   if (cos.defined()) {
     q = rotate(q, cos, sin);
     k = rotate(k, cos, sin);

@@ -1,6 +1,7 @@
 #include "nn/linear.h"
 
 #include <cmath>
+#include <typeinfo>
 
 #include "core/factory.h"
 #include "nn/init.h"
@@ -38,6 +39,29 @@ Linear::Linear(const Tensor& w, const Tensor& b)
              w, b) {}
 
 Tensor Linear::forward(const Tensor& x) { return linear(x, weight, bias); }
+
+std::optional<LinearSpec> Linear::spec() const {
+  if (typeid(*this) != typeid(Linear)) return std::nullopt;
+  return LinearSpec{weight, bias};
+}
+
+std::vector<Tensor> forward_group(const std::vector<std::shared_ptr<Linear>>& layers, const Tensor& x) {
+  std::vector<LinearSpec> specs;
+  std::optional<DType> adapters;
+  for (const auto& layer : layers) {
+    std::optional<LinearSpec> s = layer->spec();
+    if (!s || s->weight.dtype() != x.dtype() || s->weight.device() != x.device()) break;
+    if (s->lora_A.defined()) {
+      if (adapters && *adapters != s->lora_A.dtype()) break;
+      adapters = s->lora_A.dtype();
+    }
+    specs.push_back(*s);
+  }
+  if (specs.size() == layers.size()) return linear_group(x, specs);
+  std::vector<Tensor> out;
+  for (const auto& layer : layers) out.push_back(layer->forward(x));
+  return out;
+}
 
 std::string Linear::extra_repr() const {
   return "in_features=" + std::to_string(in_features) + ", out_features=" + std::to_string(out_features) +

@@ -3,8 +3,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
 #include "core/generator.h"
 #include "nn/module.h"
+#include "ops/linear_group.h"
 
 namespace tg::nn {
 
@@ -14,6 +19,10 @@ class Linear : public Module {
   // Wraps existing tensors (weight [out, in], optional bias [out]), keeping their requires_grad.
   explicit Linear(const Tensor& weight, const Tensor& bias = {});
   Tensor forward(const Tensor& x) override;
+  // What forward computes as a linear_group part, or nullopt when it is not one (a subclass
+  // that does not override spec(), LoRA with dropout in training). The base returns {W, b}
+  // only for an exact nn::Linear.
+  virtual std::optional<LinearSpec> spec() const;
 
   int64_t in_features, out_features;
   Tensor weight;  // [out_features, in_features]
@@ -25,5 +34,9 @@ class Linear : public Module {
          const Tensor& bias);
   std::string extra_repr() const override;
 };
+
+// The layers' forward on one x, one linear_group when every layer has a spec of one dtype
+// (each layer's own forward otherwise).
+std::vector<Tensor> forward_group(const std::vector<std::shared_ptr<Linear>>& layers, const Tensor& x);
 
 }  // namespace tg::nn

@@ -16,7 +16,8 @@ SwiGLUMLP::SwiGLUMLP(int64_t hidden, int64_t intermediate, bool bias, Generator&
 }
 
 Tensor SwiGLUMLP::forward(const Tensor& x) {
-  return down_proj->forward(silu_mul(gate_proj->forward(x), up_proj->forward(x)));
+  const std::vector<Tensor> gate_up = forward_group({gate_proj, up_proj}, x);  // one op for the two
+  return down_proj->forward(silu_mul(gate_up[0], gate_up[1]));
 }
 
 GELUMLP::GELUMLP(int64_t hidden, int64_t intermediate, bool bias, double p, Generator& gen) : Module("GELUMLP") {

@@ -76,28 +76,9 @@ struct LoraLinearBackward final : Node {
 
 Tensor lora_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& lora_A,
                    const Tensor& lora_B, double scaling) {
-  check_floating(kOp, "x", x);
-  check_floating(kOp, "weight", weight);
-  check_floating(kOp, "lora_A", lora_A);
-  check_floating(kOp, "lora_B", lora_B);
-  check_same(kOp, {{"x", x}, {"weight", weight}, {"bias", bias}});
-  TG_CHECK(lora_A.device() == x.device() && lora_B.device() == x.device(), kOp, "lora_A and lora_B must be on ",
-           x.device(), " with x, got ", lora_A.device(), " and ", lora_B.device());
-  TG_CHECK(weight.dim() == 2, kOp, "weight must be 2-D [out, in], got ", weight.shape());
-  const int64_t out = weight.shape()[0], in = weight.shape()[1];
-  TG_CHECK(x.dim() >= 1 && x.shape().back() == in, kOp, "x has ", x.dim() ? x.shape().back() : 0,
-           " features (shape ", x.shape(), "), weight ", weight.shape(), " wants ", in);
-  TG_CHECK(lora_A.dim() == 2 && lora_A.shape()[1] == in, kOp, "lora_A must be [r, ", in, "], got ", lora_A.shape());
-  const int64_t r = lora_A.shape()[0];
-  TG_CHECK(lora_B.dim() == 2 && lora_B.shape() == Shape({out, r}), kOp, "lora_B must be [", out, ", ", r, "], got ",
-           lora_B.shape());
-  TG_CHECK(lora_A.dtype() == lora_B.dtype(), kOp, "lora_A and lora_B differ in dtype: ", lora_A.dtype(), " and ",
-           lora_B.dtype());
-  TG_CHECK(lora_A.dtype() == x.dtype() || (lora_A.dtype() == kFloat32 && x.dtype() == kBFloat16), kOp,
-           "adapters of dtype ", lora_A.dtype(), " on a ", x.dtype(), " layer (want the layer's dtype, or float32 "
-           "for bfloat16)");
-  if (bias.defined())
-    TG_CHECK(bias.dim() == 1 && bias.shape()[0] == out, kOp, "bias must be [", out, "], got ", bias.shape());
+  TG_CHECK(lora_A.defined() && lora_B.defined(), kOp, "lora_A and lora_B must be defined");
+  check_linear_args(kOp, x, weight, bias, lora_A, lora_B);
+  const int64_t out = weight.shape()[0], r = lora_A.shape()[0];
   KernelTrace::record(kOp);
   Tensor x2;
   {

@@ -125,6 +125,12 @@ Tensor LoRALinear::forward(const Tensor& x) {
   return add(nn::Linear::forward(x), tg::to(mul(lora, scaling), x.dtype()));
 }
 
+std::optional<LinearSpec> LoRALinear::spec() const {
+  if (merged_) return LinearSpec{weight, bias};
+  if (lora_dropout->p != 0.0 && is_training()) return std::nullopt;
+  return LinearSpec{weight, bias, lora_A->weight, lora_B->weight, scaling};
+}
+
 Tensor LoRALinear::delta_weight() const {
   NoGradGuard g;
   return mul(matmul(lora_B->weight, lora_A->weight), scaling);

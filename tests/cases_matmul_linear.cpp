@@ -1,7 +1,11 @@
-// Op cases: matmul (2-D, batched, broadcast, vectors, transposed operands), linear and lora_linear.
+// Op cases: matmul (2-D, batched, broadcast, vectors, transposed operands), linear, lora_linear
+// and linear_group.
+#include "ops/binary.h"
 #include "ops/linear.h"
+#include "ops/linear_group.h"
 #include "ops/lora_linear.h"
 #include "ops/matmul.h"
+#include "ops/shape.h"
 #include "tests/op_harness.h"
 
 namespace tg::test {
@@ -27,6 +31,26 @@ TG_OP_CASES({
      [](const Inputs& x) { return lora_linear(x[0], x[1], x[2], x[3], x[4], 2.0); }},
     {"lora_linear_3d_strided_x", {S{{2, 9, 4}, S::Normal, 0, true, true}, S{{4, 4}}, S{{2, 4}}, S{{4, 2}}},
      [](const Inputs& x) { return lora_linear(x[0], x[1], Tensor(), x[2], x[3], 0.5); }},
+    // q / k / v: two LoRA parts of other scalings and widths, a plain one with a bias; the outputs
+    // (column views of one buffer) joined so every gradient flows
+    {"linear_group_lora",
+     {S{{2, 3, 8}}, S{{8, 8}}, S{{2, 8}}, S{{8, 2}}, S{{4, 8}}, S{{3, 8}}, S{{4, 3}}, S{{4, 8}}, S{{4}}},
+     [](const Inputs& x) {
+       auto y = linear_group(x[0], {{x[1], Tensor(), x[2], x[3], 2.0}, {x[4], Tensor(), x[5], x[6], 0.5},
+                                    {x[7], x[8]}});
+       return cat({y[0], y[1], y[2]}, -1);
+     }},
+    // gate / up: two plain bias-free parts; and two LoRA parts of one scaling (one dA product)
+    {"linear_group_plain", {S{{5, 6}}, S{{7, 6}}, S{{3, 6}}},
+     [](const Inputs& x) {
+       auto y = linear_group(x[0], {{x[1]}, {x[2]}});
+       return cat({y[0], mul(y[1], y[1])}, -1);
+     }},
+    {"linear_group_same_scaling", {S{{4, 6}}, S{{5, 6}}, S{{2, 6}}, S{{5, 2}}, S{{3, 6}}, S{{2, 6}}, S{{3, 2}}},
+     [](const Inputs& x) {
+       auto y = linear_group(x[0], {{x[1], Tensor(), x[2], x[3], 1.5}, {x[4], Tensor(), x[5], x[6], 1.5}});
+       return cat({y[0], y[1]}, -1);
+     }},
 });
 
 }  // namespace

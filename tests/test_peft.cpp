@@ -117,12 +117,15 @@ TEST_F(PeftTest, BackwardTouchesOnlyAdaptersAndSkipsFrozenKernels) {
     const bool lora = name.find(".lora_") != std::string::npos;
     EXPECT_EQ(p.grad().defined(), lora) << name;
   }
-  // One dW GEMM per adapter matrix (A and B of each wrapped layer, inside lora_linear), none for
-  // the 7 frozen base Linears per layer or the head.
-  EXPECT_EQ(trace.count("lora_linear.dA"), r.wrapped.size()) << trace.str();
-  EXPECT_EQ(trace.count("lora_linear.dB"), r.wrapped.size()) << trace.str();
+  // The adapter matrices' GEMMs and none for the 7 frozen base Linears per layer or the head:
+  // o_proj is a lora_linear (one dA, one dB); q / k / v one linear_group (one dA product for the
+  // three, a dB each); gate / up a plain linear_group.
+  EXPECT_EQ(trace.count("linear_group"), 4u) << trace.str();  // 2 layers x (q/k/v, gate/up)
+  EXPECT_EQ(trace.count("lora_linear.dA") + 3 * trace.count("linear_group.dA"), r.wrapped.size()) << trace.str();
+  EXPECT_EQ(trace.count("lora_linear.dB") + trace.count("linear_group.dB"), r.wrapped.size()) << trace.str();
   EXPECT_FALSE(trace.contains("linear.dweight_gemm")) << trace.str();
   EXPECT_FALSE(trace.contains("lora_linear.dweight_gemm")) << trace.str();
+  EXPECT_FALSE(trace.contains("linear_group.dweight_gemm")) << trace.str();
   EXPECT_TRUE(trace.contains("linear_cross_entropy.dx")) << trace.str();  // the frozen head: no dW
   EXPECT_FALSE(trace.contains("linear_cross_entropy.dx_dweight")) << trace.str();
   EXPECT_FALSE(trace.contains("embedding.dweight_scatter"));
@@ -136,10 +139,12 @@ TEST_F(PeftTest, BackwardTouchesOnlyAdaptersAndSkipsFrozenKernels) {
   model.requires_grad_(true);
   KernelTrace full;
   model.loss(ids_2x6(), ids_2x6()).backward();
-  EXPECT_EQ(full.count("lora_linear.dweight_gemm"), r.wrapped.size());  // the wrapped base weights
-  EXPECT_EQ(full.count("linear.dweight_gemm"), 2 * 7 - r.wrapped.size());  // the other Linears
-  EXPECT_TRUE(full.contains("linear_cross_entropy.dx_dweight"));               // the head, in the loss
-  EXPECT_EQ(full.count("lora_linear.dA") + full.count("lora_linear.dB"), 2 * r.wrapped.size());
+  // every base weight: o_proj's in lora_linear, q / k / v / gate / up's in linear_group, down's
+  EXPECT_EQ(full.count("lora_linear.dweight_gemm"), 2u);
+  EXPECT_EQ(full.count("linear_group.dweight_gemm"), 2u * 5);
+  EXPECT_EQ(full.count("linear.dweight_gemm"), 2u);
+  EXPECT_TRUE(full.contains("linear_cross_entropy.dx_dweight"));  // the head, in the loss
+  EXPECT_EQ(full.count("lora_linear.dB") + full.count("linear_group.dB"), r.wrapped.size());
   EXPECT_TRUE(full.contains("embedding.dweight_scatter"));
   EXPECT_TRUE(full.contains("rms_norm.backward<dx,dw>")) << full.str();
 }

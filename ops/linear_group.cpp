@@ -1,0 +1,247 @@
+#include "ops/linear_group.h"
+
+#include <array>
+
+#include "core/autograd.h"
+#include "core/factory.h"
+#include "core/primitives.h"
+#include "core/trace.h"
+#include "ops/cast.h"
+#include "ops/checks.h"
+#include "ops/lora_linear.h"
+#include "ops/matrix_gemm.h"
+#include "ops/reduce.h"
+#include "ops/shape.h"
+
+namespace tg {
+namespace {
+
+constexpr const char* kOp = "linear_group";
+constexpr size_t kMaxParts = 8;
+
+// The node's input names: x, then weight / bias / lora_A / lora_B of each part.
+#define TG_PART_NAMES(i) {"weight[" #i "]", "bias[" #i "]", "lora_A[" #i "]", "lora_B[" #i "]"}
+constexpr std::array<std::array<const char*, 4>, kMaxParts> kNames = {
+    {TG_PART_NAMES(0), TG_PART_NAMES(1), TG_PART_NAMES(2), TG_PART_NAMES(3), TG_PART_NAMES(4), TG_PART_NAMES(5),
+     TG_PART_NAMES(6), TG_PART_NAMES(7)}};
+#undef TG_PART_NAMES
+
+// Column block [c0, c0 + cols) of a row-major [rows, ld] matrix, as a 2-D view.
+Tensor columns(const Tensor& m, int64_t c0, int64_t cols) {
+  return m.as_strided({m.shape()[0], cols}, {m.strides()[0], 1}, m.storage_offset() + c0);
+}
+// Row block [r0, r0 + rows) of a contiguous 2-D matrix (itself contiguous).
+Tensor row_block(const Tensor& m, int64_t r0, int64_t rows) {
+  return m.as_strided({rows, m.shape()[1]}, {m.shape()[1], 1}, m.storage_offset() + r0 * m.shape()[1]);
+}
+
+Tensor rounded(const Tensor& w, DType dt) {  // an adapter in the products' dtype (a copy only when it differs)
+  NoGradGuard g;
+  return tg::to(w.detach(), dt);
+}
+
+struct Part {
+  int64_t out = 0, col = 0;  // its columns of y: [col, col + out)
+  int64_t r = 0, lcol = 0;   // LoRA rank and its columns of t = x A_cat^T (r 0: plain)
+  double scaling = 1.0;
+};
+
+struct LinearGroupBackward final : Node {
+  enum { kX, kWeights };  // saved: x, each W, each rounded B, the rounded A_cat, t (see forward)
+  std::vector<Part> parts;
+  Shape x_shape;
+  TensorOptions y_options;  // of the outputs (x's)
+  DType adapter_dtype = kFloat32;
+  int64_t lora_rank = 0;  // sum of the parts' r
+  const char* name() const override { return kOp; }
+
+  Tensor saved_weight(size_t i) const { return unpack(kWeights + i); }
+  Tensor saved_b(size_t i) const { return unpack(kWeights + parts.size() + i); }
+  Tensor saved_a_cat() const { return unpack(kWeights + 2 * parts.size()); }
+  Tensor saved_t() const { return unpack(kWeights + 2 * parts.size() + 1); }
+
+  std::vector<Tensor> backward(const std::vector<Tensor>& g, const GradMask& mask) override {
+    const size_t P = parts.size();
+    auto wants = [&](size_t i, int k) { return bool(mask[1 + 4 * i + k]); };  // k: 0 W, 1 b, 2 A, 3 B
+    std::vector<Tensor> dy(P);
+    int64_t n = 1;
+    for (size_t d = 0; d + 1 < x_shape.size(); ++d) n *= x_shape[d];
+    for (size_t i = 0; i < P; ++i) {
+      if (g[i].defined()) {
+        dy[i] = matrix::rows(g[i]);
+      } else {  // an unused output: its gradient is zero
+        dy[i] = Tensor::empty({n, parts[i].out}, y_options);
+        zero_(dy[i]);
+      }
+    }
+    const TensorOptions opts = y_options;
+    std::vector<Tensor> out(1 + 4 * P);
+    bool any_da = false;
+    for (size_t i = 0; i < P; ++i) any_da = any_da || (parts[i].r > 0 && wants(i, 2));
+    // u = [dy_i B_i] (the gradient of t without the scaling) when dx or some dA wants it
+    Tensor u;
+    if (lora_rank > 0 && (mask[0] || any_da)) {
+      u = Tensor::empty({n, lora_rank}, opts);
+      for (size_t i = 0; i < P; ++i)
+        if (parts[i].r > 0) matrix::gemm(columns(u, parts[i].lcol, parts[i].r), dy[i], saved_b(i), 1.0, 0.0);
+    }
+    if (mask[0]) {  // dx = sum_i scaling_i u_i A_i + dy_i W_i, accumulated by the GEMMs
+      KernelTrace::record("linear_group.dx");
+      Tensor dx = Tensor::empty({n, x_shape.back()}, opts);
+      double beta = 0.0;
+      if (lora_rank > 0) {
+        const Tensor a_cat = saved_a_cat();
+        for (size_t i = 0; i < P; ++i) {
+          if (parts[i].r == 0) continue;
+          matrix::gemm(dx, columns(u, parts[i].lcol, parts[i].r), row_block(a_cat, parts[i].lcol, parts[i].r),
+                       parts[i].scaling, beta);
+          beta = 1.0;
+        }
+      }
+      for (size_t i = 0; i < P; ++i) {
+        matrix::gemm(dx, dy[i], saved_weight(i), 1.0, beta);
+        beta = 1.0;
+      }
+      out[0] = reshape(dx, x_shape);
+    }
+    bool any_dw = false;
+    for (size_t i = 0; i < P; ++i) any_dw = any_dw || wants(i, 0);
+    const Tensor x = any_dw || any_da ? matrix::rows(unpack(kX)) : Tensor();
+    if (any_da) {  // dA_i = scaling_i u_i^T x: row blocks of one [sum r, in] product when the scalings agree
+      KernelTrace::record("linear_group.dA");
+      bool one = true;
+      for (size_t i = 0; i < P; ++i) one = one && (parts[i].r == 0 || parts[i].scaling == parts[0].scaling);
+      Tensor da = Tensor::empty({lora_rank, x.shape()[1]}, TensorOptions{adapter_dtype, x.device()});
+      if (one) matrix::gemm(da, transpose(u, 0, 1), x, parts[0].scaling, 0.0);
+      for (size_t i = 0; i < P; ++i) {
+        if (parts[i].r == 0 || !wants(i, 2)) continue;
+        Tensor block = row_block(da, parts[i].lcol, parts[i].r);
+        if (!one) matrix::gemm(block, transpose(columns(u, parts[i].lcol, parts[i].r), 0, 1), x, parts[i].scaling, 0.0);
+        out[1 + 4 * i + 2] = block;
+      }
+    }
+    for (size_t i = 0; i < P; ++i) {
+      if (wants(i, 0)) {  // dW_i = dy_i^T x
+        KernelTrace::record("linear_group.dweight_gemm");
+        Tensor dw = Tensor::empty({parts[i].out, x.shape()[1]}, opts);
+        matrix::gemm(dw, transpose(dy[i], 0, 1), x, 1.0, 0.0);
+        out[1 + 4 * i] = dw;
+      }
+      if (wants(i, 1)) out[1 + 4 * i + 1] = sum(dy[i], {0});
+      if (parts[i].r > 0 && wants(i, 3)) {  // dB_i = scaling_i dy_i^T t_i
+        KernelTrace::record("linear_group.dB");
+        Tensor db = Tensor::empty({parts[i].out, parts[i].r}, TensorOptions{adapter_dtype, opts.device});
+        matrix::gemm(db, transpose(dy[i], 0, 1), columns(saved_t(), parts[i].lcol, parts[i].r), parts[i].scaling,
+                     0.0);
+        out[1 + 4 * i + 3] = db;
+      }
+    }
+    return out;
+  }
+};
+
+}  // namespace
+
+std::vector<Tensor> linear_group(const Tensor& x, const std::vector<LinearSpec>& specs) {
+  TG_CHECK(!specs.empty() && specs.size() <= kMaxParts, kOp, "wants 1 to ", kMaxParts, " layers, got ",
+           specs.size());
+  std::vector<Part> parts(specs.size());
+  int64_t total = 0, rank = 0;
+  DType adapter_dtype = kFloat32;
+  bool any_bias = false;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const LinearSpec& s = specs[i];
+    check_linear_args(kOp, x, s.weight, s.bias, s.lora_A, s.lora_B);
+    TG_CHECK(s.weight.shape()[1] == specs[0].weight.shape()[1], kOp, "layer ", i, "'s weight ", s.weight.shape(),
+             " takes another input width than layer 0's ", specs[0].weight.shape());
+    Part& p = parts[i];
+    p.out = s.weight.shape()[0], p.col = total, p.scaling = s.scaling;
+    total += p.out;
+    if (s.lora_A.defined()) {
+      TG_CHECK(rank == 0 || s.lora_A.dtype() == adapter_dtype, kOp, "layer ", i, "'s adapters are ",
+               s.lora_A.dtype(), ", an earlier layer's ", adapter_dtype, " (one adapter dtype for the group)");
+      adapter_dtype = s.lora_A.dtype();
+      p.r = s.lora_A.shape()[0], p.lcol = rank;
+      rank += p.r;
+    }
+    any_bias = any_bias || s.bias.defined();
+  }
+  KernelTrace::record(kOp);
+  Tensor y, a_cat, t;
+  std::vector<Tensor> b_rounded(specs.size());
+  {
+    NoGradGuard no_grad;  // the internal views and copies: the op's node covers them
+    const Tensor x2 = matrix::rows(x);
+    y = Tensor::empty({x2.shape()[0], total}, x.options());
+    // Each part's columns start as its bias and / or its LoRA-B product (the thin GEMM first, the
+    // base GEMM accumulating onto it, as lora_linear); bias-free plain ones as zeros when the
+    // base GEMM accumulates.
+    const bool accumulate = any_bias || rank > 0;
+    for (size_t i = 0; i < specs.size(); ++i) {
+      Tensor yi = columns(y, parts[i].col, parts[i].out);
+      if (specs[i].bias.defined()) copy_(yi, expand(specs[i].bias.detach(), yi.shape()));
+      else if (!specs[i].lora_A.defined() && accumulate) zero_(yi);
+    }
+    if (rank > 0) {
+      std::vector<Tensor> a_parts;
+      for (size_t i = 0; i < specs.size(); ++i)
+        if (parts[i].r > 0) {
+          a_parts.push_back(rounded(specs[i].lora_A, x.dtype()));
+          b_rounded[i] = rounded(specs[i].lora_B, x.dtype());
+        }
+      a_cat = a_parts.size() == 1 ? a_parts[0] : cat(a_parts, 0);  // [sum r, in]
+      t = Tensor::empty({x2.shape()[0], rank}, x.options());        // x A_cat^T
+      matrix::gemm(t, x2, transpose(a_cat, 0, 1), 1.0, 0.0);
+      for (size_t i = 0; i < specs.size(); ++i)
+        if (parts[i].r > 0)
+          matrix::gemm(columns(y, parts[i].col, parts[i].out), columns(t, parts[i].lcol, parts[i].r),
+                       transpose(b_rounded[i], 0, 1), parts[i].scaling, specs[i].bias.defined() ? 1.0 : 0.0);
+    }
+    std::vector<Tensor> weights;
+    for (const LinearSpec& s : specs) weights.push_back(s.weight.detach());
+    const Tensor w_cat = weights.size() == 1 ? weights[0] : cat(weights, 0);  // [sum out, in]
+    matrix::gemm(y, x2, transpose(w_cat, 0, 1), 1.0, accumulate ? 1.0 : 0.0);
+  }
+
+  // The outputs: column blocks of y under x's leading dims.
+  Shape lead(x.shape().begin(), x.shape().end() - 1), strides(lead.size() + 1, 1);
+  int64_t stride = total;
+  for (size_t d = lead.size(); d-- > 0;) strides[d] = stride, stride *= lead[d];
+  std::vector<Tensor> outs;
+  for (const Part& p : parts) {
+    Shape shape = lead;
+    shape.push_back(p.out);
+    outs.push_back(y.as_strided(shape, strides, p.col));
+  }
+
+  std::vector<NamedInput> inputs = {{"x", x}};
+  for (size_t i = 0; i < specs.size(); ++i) {
+    inputs.push_back({kNames[i][0], specs[i].weight});
+    inputs.push_back({kNames[i][1], specs[i].bias});
+    inputs.push_back({kNames[i][2], specs[i].lora_A});
+    inputs.push_back({kNames[i][3], specs[i].lora_B});
+  }
+  if (auto node = record<LinearGroupBackward>(inputs, outs)) {
+    node->parts = parts;
+    node->x_shape = x.shape();
+    node->y_options = x.options();
+    node->adapter_dtype = adapter_dtype;
+    node->lora_rank = rank;
+    const bool dx = x.requires_grad();
+    bool dw = false, da = false, dbb = false;
+    for (const LinearSpec& s : specs) {
+      dw = dw || s.weight.requires_grad();
+      da = da || (s.lora_A.defined() && s.lora_A.requires_grad());
+      dbb = dbb || (s.lora_B.defined() && s.lora_B.requires_grad());
+    }
+    node->saved.push_back(SavedTensor(dw || da ? x : Tensor(), "x"));
+    for (const LinearSpec& s : specs) node->saved.push_back(SavedTensor(dx ? s.weight : Tensor(), "weight"));
+    for (size_t i = 0; i < specs.size(); ++i)
+      node->saved.push_back(SavedTensor(dx || da ? b_rounded[i] : Tensor(), "lora_B"));
+    node->saved.push_back(SavedTensor(dx && rank > 0 ? a_cat : Tensor(), "lora_A"));
+    node->saved.push_back(SavedTensor(dbb ? t : Tensor(), "t"));
+  }
+  return outs;
+}
+
+}  // namespace tg
