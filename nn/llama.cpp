@@ -1,5 +1,7 @@
 #include "nn/llama.h"
 
+#include <tuple>
+
 #include "core/activation_checkpoint.h"
 #include "nn/init.h"
 #include "nn/loss.h"
@@ -12,10 +14,29 @@
 namespace tg::nn {
 namespace {
 
-// The layer under tg::checkpoint: its activations are recomputed at backward.
-Tensor checkpointed(const std::shared_ptr<LlamaDecoderLayer>& layer, const Tensor& x, const Tensor& cos, const Tensor& sin) {
-  auto fn = [layer](const std::vector<Tensor>& in) { return std::vector<Tensor>{layer->forward(in[0], in[1], in[2])}; };
-  return checkpoint(fn, {x, cos, sin})[0];
+// The layer's forward_unsummed under tg::checkpoint: its activations are recomputed at backward.
+std::pair<Tensor, Tensor> checkpointed(const std::shared_ptr<LlamaDecoderLayer>& layer, const Tensor& residual,
+                                       const Tensor& delta, const Tensor& cos, const Tensor& sin) {
+  std::vector<Tensor> out;
+  if (delta.defined()) {
+    auto fn = [layer](const std::vector<Tensor>& in) {
+      auto [h, m] = layer->forward_unsummed(in[0], in[1], in[2], in[3]);
+      return std::vector<Tensor>{h, m};
+    };
+    out = checkpoint(fn, {residual, delta, cos, sin});
+  } else {  // the first layer: its input is the embedding alone
+    auto fn = [layer](const std::vector<Tensor>& in) {
+      auto [h, m] = layer->forward_unsummed(in[0], Tensor(), in[1], in[2]);
+      return std::vector<Tensor>{h, m};
+    };
+    out = checkpoint(fn, {residual, cos, sin});
+  }
+  return {out[0], out[1]};
+}
+
+// The final norm of the last layer's h + m (one kernel).
+Tensor final_norm(const RMSNorm& norm, const Tensor& h, const Tensor& m) {
+  return fused_add_rms_norm(m, h, norm.weight, norm.eps).first;
 }
 
 }  // namespace
@@ -87,10 +108,22 @@ LlamaDecoderLayer::LlamaDecoderLayer(const LlamaConfig& c, Generator& gen) : Mod
 }
 
 Tensor LlamaDecoderLayer::forward(const Tensor& x, const Tensor& cos, const Tensor& sin, const LayerCache* cache) {
-  Tensor a = self_attn->forward(input_layernorm->forward(x), cos, sin, cache);
+  auto [h, m] = forward_unsummed(x, Tensor(), cos, sin, cache);
+  return add(h, m);
+}
+
+std::pair<Tensor, Tensor> LlamaDecoderLayer::forward_unsummed(const Tensor& residual, const Tensor& delta,
+                                                              const Tensor& cos, const Tensor& sin,
+                                                              const LayerCache* cache) {
+  Tensor x = residual, n;
+  if (delta.defined())
+    std::tie(n, x) = fused_add_rms_norm(delta, residual, input_layernorm->weight, input_layernorm->eps);
+  else
+    n = input_layernorm->forward(residual);
+  Tensor a = self_attn->forward(n, cos, sin, cache);
   // h = x + a and n = post_attention_layernorm(h) in one pass (one kernel instead of two).
-  auto [n, h] = fused_add_rms_norm(a, x, post_attention_layernorm->weight, post_attention_layernorm->eps);
-  return add(h, mlp->forward(n));
+  auto [n2, h] = fused_add_rms_norm(a, x, post_attention_layernorm->weight, post_attention_layernorm->eps);
+  return {h, mlp->forward(n2)};
 }
 
 LlamaModel::LlamaModel(const LlamaConfig& c, Generator& gen) : Module("LlamaModel"), config(c) {
@@ -111,10 +144,11 @@ Tensor LlamaModel::forward(const Tensor& ids) {
            "ids must be [B, T] int32/int64, got ", ids.defined() ? shape_str(ids.shape()) : std::string("undefined"),
            ids.defined() ? std::string(" ") + dtype_name(ids.dtype()) : std::string());
   auto [cos, sin] = rotary_emb->cos_sin(ids.shape()[1]);
-  Tensor x = embed_tokens->forward(ids);
+  Tensor h = embed_tokens->forward(ids), m;  // each layer's output is h + m
   const bool checkpointing = is_gradient_checkpointing() && is_training();
-  for (const auto& layer : *layers) x = checkpointing ? checkpointed(layer, x, cos, sin) : layer->forward(x, cos, sin);
-  return norm->forward(x);
+  for (const auto& layer : *layers)
+    std::tie(h, m) = checkpointing ? checkpointed(layer, h, m, cos, sin) : layer->forward_unsummed(h, m, cos, sin);
+  return m.defined() ? final_norm(*norm, h, m) : norm->forward(h);
 }
 
 Tensor LlamaModel::forward(const Tensor& ids, KVCache& cache) {
@@ -136,13 +170,13 @@ Tensor LlamaModel::forward(const Tensor& ids, KVCache& cache) {
     cos = unsqueeze(tg::to(embedding(rotary_emb->cos, step.positions), dt), 1);
     sin = unsqueeze(tg::to(embedding(rotary_emb->sin, step.positions), dt), 1);
   }
-  Tensor x = embed_tokens->forward(ids);
+  Tensor h = embed_tokens->forward(ids), m;
   for (size_t i = 0; i < layers->size(); ++i) {
     const LayerCache layer_cache = cache.layer(static_cast<int64_t>(i), step);
-    x = (*layers)[i].forward(x, cos, sin, &layer_cache);
+    std::tie(h, m) = (*layers)[i].forward_unsummed(h, m, cos, sin, &layer_cache);
   }
   cache.advance(T);
-  return norm->forward(x);
+  return m.defined() ? final_norm(*norm, h, m) : norm->forward(h);
 }
 
 LlamaForCausalLM::LlamaForCausalLM(const LlamaConfig& c, Generator& gen) : Module("LlamaForCausalLM"), config(c) {

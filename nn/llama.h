@@ -55,6 +55,11 @@ class LlamaDecoderLayer : public Module {
   explicit LlamaDecoderLayer(const LlamaConfig& c, Generator& gen = default_generator());
   // cache: generation (nn/kv_cache.h); cos, sin then may be per sequence [B, 1, T, head_dim].
   Tensor forward(const Tensor& x, const Tensor& cos, const Tensor& sin, const LayerCache* cache = nullptr);
+  // The same layer on x = residual + delta (delta undefined: x = residual), its output h + m left
+  // as {h, m}: LlamaModel's next norm adds the two in its kernel (fused_add_rms_norm), so no
+  // residual add runs on its own.
+  std::pair<Tensor, Tensor> forward_unsummed(const Tensor& residual, const Tensor& delta, const Tensor& cos,
+                                             const Tensor& sin, const LayerCache* cache = nullptr);
 
   std::shared_ptr<RMSNorm> input_layernorm, post_attention_layernorm;
   std::shared_ptr<CausalSelfAttention> self_attn;

@@ -135,7 +135,7 @@ void run64(const Problem& pr) {
     forward<HD, 2, 64>(pr);  // the reference's out and lse for the backward
   }
   const int64_t rows = int64_t(pr.B) * pr.H * pr.T;
-  attention_delta<HD><<<unsigned((rows + 7) / 8), 256>>>(pr.p);
+  attention_delta<HD><<<unsigned((rows + 63) / 64), 256>>>(pr.p);
   CUDA_CHECK(cudaGetLastError());
   {
     Group g{"dk dv"};
@@ -155,7 +155,7 @@ void run128(const Problem& pr) {
     forward<HD, 2, 64>(pr);
   }
   const int64_t rows = int64_t(pr.B) * pr.H * pr.T;
-  attention_delta<HD><<<unsigned((rows + 7) / 8), 256>>>(pr.p);
+  attention_delta<HD><<<unsigned((rows + 63) / 64), 256>>>(pr.p);
   CUDA_CHECK(cudaGetLastError());
   {
     Group g{"dk dv"};

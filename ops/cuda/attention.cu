@@ -80,7 +80,7 @@ template <int HD>
 void backward_hd(const Params& p, bool want_dq, bool want_dk, bool want_dv, cudaStream_t s) {
   if (want_dq || want_dk) {
     const int64_t rows = int64_t(p.B) * p.H * p.L;
-    attention_delta<HD><<<blocks_for(rows, 256 / 32), 256, 0, s>>>(p);
+    attention_delta<HD><<<blocks_for(rows, 256 / 32 * kDeltaRowsPerWarp<HD>), 256, 0, s>>>(p);
     TG_CUDA_CHECK_LAUNCH("attention_delta");
   }
   if (want_dk || want_dv) {

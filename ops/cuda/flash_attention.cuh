@@ -392,24 +392,36 @@ __global__ void __launch_bounds__(kThreads) flash_forward(const Params p) {
 
 // ---------------------------------------------------------------- backward
 
-// delta[b, h, i] = sum_d dout[b, h, i, d] * out[b, h, i, d]: a warp per row (grid-stride).
+// delta[b, h, i] = sum_d dout[b, h, i, d] * out[b, h, i, d]: HD / 8 lanes a row, 16 bytes of each
+// operand a lane (rows are 16-byte aligned, as cp.async wants), grid-stride over groups of rows.
+// Traffic: dout and out read once, delta written once.
+template <int HD>
+constexpr int kDeltaRowsPerWarp = 32 / (HD / 8);
 template <int HD>
 __global__ void attention_delta(const Params p) {
-  const int64_t rows = int64_t(p.B) * p.H * p.L, warps = int64_t(gridDim.x) * (blockDim.x / 32);
-  const int lane = threadIdx.x % 32;
-  for (int64_t row = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; row < rows; row += warps) {
-    const int i = static_cast<int>(row % p.L), h = static_cast<int>((row / p.L) % p.H);
-    const int b = static_cast<int>(row / (int64_t(p.L) * p.H));
-    const __nv_bfloat16 *go = p.dout.at(b, h, i), *oo = p.o.at(b, h, i);
+  constexpr int kLanes = HD / 8, kRowsPerWarp = kDeltaRowsPerWarp<HD>;
+  const int64_t rows = int64_t(p.B) * p.H * p.L;
+  const int64_t step = int64_t(gridDim.x) * (blockDim.x / 32) * kRowsPerWarp;
+  const int lane = threadIdx.x % 32, sub = lane % kLanes;
+  for (int64_t row = (int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32) * kRowsPerWarp + lane / kLanes;
+       row - lane / kLanes < rows; row += step) {
     float acc = 0.f;
-    for (int d = 2 * lane; d < HD; d += 64) {
-      const float2 x = __bfloat1622float2(*reinterpret_cast<const bf16x2*>(go + d));
-      const float2 y = __bfloat1622float2(*reinterpret_cast<const bf16x2*>(oo + d));
-      acc += x.x * y.x + x.y * y.y;
+    if (row < rows) {
+      const int i = static_cast<int>(row % p.L), h = static_cast<int>((row / p.L) % p.H);
+      const int b = static_cast<int>(row / (int64_t(p.L) * p.H));
+      const int4 x = *reinterpret_cast<const int4*>(p.dout.at(b, h, i) + 8 * sub);
+      const int4 y = *reinterpret_cast<const int4*>(p.o.at(b, h, i) + 8 * sub);
+      const bf16x2* xs = reinterpret_cast<const bf16x2*>(&x);
+      const bf16x2* ys = reinterpret_cast<const bf16x2*>(&y);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float2 a = __bfloat1622float2(xs[e]), c = __bfloat1622float2(ys[e]);
+        acc += a.x * c.x + a.y * c.y;
+      }
     }
 #pragma unroll
-    for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-    if (lane == 0) p.delta[row] = acc;
+    for (int off = kLanes / 2; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+    if (sub == 0 && row < rows) p.delta[row] = acc;
   }
 }
 
