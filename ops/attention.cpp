@@ -1,6 +1,7 @@
 #include "ops/attention.h"
 
 #include <cmath>
+#include <cstdint>
 #include <limits>
 
 #include "core/autograd.h"
@@ -56,6 +57,24 @@ bool flash_cuda_applies(const Tensor& q, const Tensor& k, const Tensor& v, doubl
   if (q.numel() == 0 || k.numel() == 0) return false;
   const int64_t heads = q.shape()[n - 3], batch = n == 4 ? q.shape()[0] : 1;
   return heads <= 65535 && batch <= 65535 && q.shape()[n - 2] <= INT32_MAX && k.shape()[n - 2] <= INT32_MAX;
+}
+
+// The CUDA decode kernel's domain (ops/attention_kernels.h): one query a row, nothing to
+// differentiate.
+bool decode_cuda_applies(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal, double dropout_p) {
+  if (!q.device().is_cuda() || q.dim() != 4 || q.shape()[2] != 1 || is_causal || dropout_p != 0.0) return false;
+  if (q.dtype() != kBFloat16 && q.dtype() != kFloat32) return false;
+  if (needs_record({{"q", q}, {"k", k}, {"v", v}})) return false;
+  const int64_t E = q.shape()[3];
+  if (v.shape()[3] != E || E < 8 || E > 256 || (E & (E - 1)) != 0 || q.numel() == 0 || k.shape()[2] < 1) return false;
+  if (q.shape()[0] > 65535 || q.shape()[1] > 65535 || k.shape()[2] > INT32_MAX) return false;
+  auto rows_aligned = [](const Tensor& t, int dims) {  // dims 0 .. dims-1 step whole 16-byte rows
+    if (t.strides()[3] != 1 || reinterpret_cast<uintptr_t>(t.data_ptr()) % 16) return false;
+    for (int d = 0; d < dims; ++d)
+      if ((t.strides()[d] * static_cast<int64_t>(t.element_size())) % 16) return false;
+    return true;
+  };
+  return rows_aligned(q, 2) && rows_aligned(k, 3) && rows_aligned(v, 3);
 }
 
 // Saves q, k and the per-row logsumexp; v and the output only when dq or dk can be asked for
@@ -204,6 +223,12 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   TG_CHECK(dropout_p >= 0.0 && dropout_p < 1.0, op, "dropout_p must be in [0, 1), got ", dropout_p);
   const double s = scale ? *scale : 1.0 / std::sqrt(static_cast<double>(E));
   const Tensor mask = attn_mask.defined() ? expanded_mask(attn_mask, q, S, is_causal) : Tensor();
+  if (decode_cuda_applies(q, k, v, is_causal, dropout_p)) {
+    KernelTrace::record("sdpa.decode_cuda");
+    Tensor out = empty_output(q, E);
+    TG_DISPATCH(q.device(), sdpa_decode, out, q, k, v, s, mask);
+    return out;
+  }
   if (fused_cpu_applies(q, dropout_p) || (!mask.defined() && flash_cuda_applies(q, k, v, dropout_p)))
     return sdpa_fused(q, k, v, is_causal, s, mask);
 

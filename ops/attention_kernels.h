@@ -31,8 +31,15 @@ void sdpa_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const T
 void sdpa_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout, const Tensor& q,
                    const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse, const Tensor& delta,
                    bool causal, double scale, const Tensor& mask = Tensor());
+// Decoding, forward only: out as sdpa_forward's for L == 1 without causal or lse (mask as
+// above, undefined: none). CUDA: bfloat16 or float32, 4-D, E == Ev a power of two in [8, 256],
+// rows 16-byte aligned (ops/attention.cpp checks); the keys split over blocks (flash-decoding).
+void sdpa_decode(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, double scale,
+                 const Tensor& mask);
 }  // namespace cpu
 namespace cuda {
+void sdpa_decode(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, double scale,
+                 const Tensor& mask);
 void sdpa_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
                   bool causal, double scale);
 void sdpa_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout, const Tensor& q,

@@ -11,6 +11,7 @@
 
 #include "core/autograd.h"
 #include "core/factory.h"
+#include "core/primitives.h"
 #include "core/trace.h"
 #include "nn/llama.h"
 #include "nn/loss.h"
@@ -247,6 +248,71 @@ TEST(AttentionCuda, LlamaWithGroupedQueryHeadsUsesTheFlashKernels) {
   EXPECT_FALSE(trace.contains("rope.composite") || trace.contains("silu_mul.composite"));
   EXPECT_TRUE(trace.contains("linear_cross_entropy.dx_dweight"));
   EXPECT_NEAR(got.item<double>(), want.item<double>(), 2e-2 * want.item<double>());
+}
+
+// ---- decoding: one query against a cache (ops/cuda/decode_attention.cu), no autograd
+
+// One decode step of B sequences: q [B, H, 1, hd] as the view of [B, 1, H, hd]; keys and values
+// the first S columns of a [B, Hkv, max, hd] cache; mask bool [B, 1, 1, S] or undefined.
+void check_decode(int64_t B, int64_t H, int64_t Hkv, int64_t S, int64_t hd, DType dt, bool masked, uint64_t seed) {
+  SCOPED_TRACE("B" + std::to_string(B) + " H" + std::to_string(H) + " Hkv" + std::to_string(Hkv) + " S" +
+               std::to_string(S) + " hd" + std::to_string(hd) + " " + dtype_name(dt) + (masked ? " masked" : ""));
+  Generator gen(seed);
+  const int64_t max = S + 7;
+  Tensor q = to(randn({B, 1, H, hd}, gen), dt), keys = to(randn({B, Hkv, max, hd}, gen), dt);
+  Tensor values = to(randn({B, Hkv, max, hd}, gen), dt);
+  Tensor mask;
+  if (masked) {  // about half of the keys dropped; sequence 0 keeps none (its output is 0)
+    mask = randint(0, 2, {B, 1, 1, S}, gen, {kBool});
+    NoGradGuard g;
+    copy_(slice(mask, 0, 0, 1), zeros({1, 1, 1, S}, {kBool}));
+  }
+  auto attend = [&](const Tensor& qq, const Tensor& kk, const Tensor& vv, const Tensor& m) {
+    NoGradGuard g;
+    return scaled_dot_product_attention(transpose(qq, 1, 2), slice(kk, 2, 0, S), slice(vv, 2, 0, S), false,
+                                        std::nullopt, 0.0, default_generator(), H != Hkv, m);
+  };
+  Tensor want = attend(to(q, kFloat64), to(keys, kFloat64), to(values, kFloat64), mask);
+  poison_allocator({B, H, Hkv, 1, S, hd, false});
+  KernelTrace trace;
+  Tensor got = attend(to(q, kGpu), to(keys, kGpu), to(values, kGpu), masked ? to(mask, kGpu) : Tensor());
+  EXPECT_TRUE(trace.contains("sdpa.decode_cuda")) << trace.str();
+  EXPECT_FALSE(trace.contains("sdpa.composite") || trace.contains("sdpa.flash_cuda")) << trace.str();
+  ASSERT_EQ(got.shape(), Shape({B, H, 1, hd}));
+  if (dt == kBFloat16) {
+    expect_close(got, want, "out");
+  } else {
+    auto [rel, mx] = errors(got, want);
+    EXPECT_LT(mx, 1e-5) << "float32 out: max error / max " << mx << " (relative " << rel << ")";
+  }
+  if (masked) EXPECT_EQ(max_abs(slice(got, 0, 0, 1)), 0.0) << "a sequence with no key left";
+}
+
+TEST(AttentionCuda, DecodeMatchesFloat64AcrossSplitsHeadDimsAndMasks) {
+  TG_REQUIRE_CUDA();
+  uint64_t seed = 900;
+  for (DType dt : {kBFloat16, kFloat32})
+    for (int64_t hd : {8, 64, 128})
+      for (int64_t S : {1, 17, 300, 5000}) check_decode(1, 4, 4, S, hd, dt, false, seed++);
+  check_decode(3, 8, 2, 257, 64, kBFloat16, true, seed++);  // grouped heads, a mask, several splits
+  check_decode(2, 4, 1, 40, 256, kFloat32, true, seed++);
+  check_decode(32, 12, 12, 384, 64, kBFloat16, false, seed++);  // a batch that fills the GPU: one split
+}
+
+TEST(AttentionCuda, DecodeOnlyWithoutGradientsAndForOneQuery) {
+  TG_REQUIRE_CUDA();
+  Generator gen(950);
+  Tensor k = to(randn({1, 2, 30, 64}, gen), kBFloat16, kGpu);
+  auto trace_of = [&](int64_t L, bool grad, bool causal) {
+    Tensor q = to(randn({1, 2, L, 64}, gen), kBFloat16, kGpu).requires_grad_(grad);
+    KernelTrace trace;
+    scaled_dot_product_attention(q, k, k, causal, std::nullopt, 0.0, gen);
+    return trace.contains("sdpa.decode_cuda");
+  };
+  EXPECT_TRUE(trace_of(1, false, false));
+  EXPECT_FALSE(trace_of(1, true, false));   // training: the flash kernels keep lse for backward
+  EXPECT_FALSE(trace_of(2, false, false));  // a chunk of queries
+  EXPECT_FALSE(trace_of(1, false, true));   // causal with one query sees key 0 only: the flash kernel
 }
 
 }  // namespace

@@ -243,4 +243,11 @@ void sdpa_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const T
   }
 }
 
+void sdpa_decode(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, double scale,
+                 const Tensor& mask) {
+  Shape lse_shape(q.shape().begin(), q.shape().end() - 1);
+  const Tensor lse = Tensor::empty(lse_shape, {q.dtype() == kFloat64 ? kFloat64 : kFloat32, q.device()});
+  sdpa_forward(out, lse, q, k, v, false, scale, mask);
+}
+
 }  // namespace tg::cpu
