@@ -163,9 +163,7 @@ int run(int argc, char** argv) {
   for (const char* name : {"steps", "batch", "grad-accum"})
     if (flags.integer(name) < 1)
       throw examples::UsageError(std::string("--") + name + " wants at least 1, got " + flags.str(name) + "\n" + flags.usage());
-  if (batch % ranks.world != 0)
-    throw examples::UsageError("--batch " + flags.str("batch") + " does not split between " + std::to_string(ranks.world) +
-                               " ranks: make it a multiple of --nproc\n");
+  examples::check_batch_splits(batch, ranks);
   if (seq < 2) throw examples::UsageError("--seq wants at least 2 (one next-token target), got " + flags.str("seq") + "\n" + flags.usage());
   const std::string layout_name = flags.str("layout");
   if (layout_name != "pack" && layout_name != "pad")

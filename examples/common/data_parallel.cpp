@@ -35,16 +35,22 @@ Ranks join_if_launched(tg::Device& device, const std::string& device_flag) {
   return ranks;
 }
 
-tg::data::Batch shard_batch(const tg::data::Batch& global, const Ranks& ranks, tg::Device device) {
-  const int64_t rows = global.ids.size(0);
-  if (rows % ranks.world != 0)
-    throw UsageError("--batch " + std::to_string(rows) + " does not split between " + std::to_string(ranks.world) +
+void check_batch_splits(int64_t batch, const Ranks& ranks) {
+  if (batch % ranks.world != 0)
+    throw UsageError("--batch " + std::to_string(batch) + " does not split between " + std::to_string(ranks.world) +
                      " ranks: make it a multiple of --nproc\n");
-  const int64_t n = rows / ranks.world, first = ranks.rank * n;
-  tg::data::Batch out{tg::to(tg::contiguous(tg::slice(global.ids, 0, first, first + n)), device),
-                      tg::to(tg::contiguous(tg::slice(global.labels, 0, first, first + n)), device), 0};
+}
+
+tg::Tensor shard_rows(const tg::Tensor& global, const Ranks& ranks, tg::Device device) {
+  check_batch_splits(global.size(0), ranks);
+  const int64_t n = global.size(0) / ranks.world;
+  return tg::to(tg::contiguous(tg::slice(global, 0, ranks.rank * n, (ranks.rank + 1) * n)), device);
+}
+
+tg::data::Batch shard_batch(const tg::data::Batch& global, const Ranks& ranks, tg::Device device) {
+  tg::data::Batch out{shard_rows(global.ids, ranks, device), shard_rows(global.labels, ranks, device), 0};
   // As the dataset counts them: positions after the first whose label is not ignored.
-  const std::vector<int64_t> labels = tg::contiguous(tg::slice(global.labels, 0, first, first + n)).to_vector<int64_t>();
+  const std::vector<int64_t> labels = shard_rows(global.labels, ranks, tg::Device::cpu()).to_vector<int64_t>();
   const int64_t seq = global.labels.size(1);
   for (size_t i = 0; i < labels.size(); ++i)
     out.targets += static_cast<int64_t>(i) % seq != 0 && labels[i] != tg::data::kIgnoreIndex;

@@ -30,8 +30,12 @@ struct Ranks {
 // single process otherwise. tg::Error when a rank is asked for the CPU.
 Ranks join_if_launched(tg::Device& device, const std::string& device_flag);
 
-// Rows [rank * B / world, (rank + 1) * B / world) of a global batch on `device`, with their
-// target count. UsageError unless world divides the batch.
+// UsageError unless the ranks split `batch` rows evenly.
+void check_batch_splits(int64_t batch, const Ranks& ranks);
+// Rows [rank * B / world, (rank + 1) * B / world) of a global batch [B, ...] on `device`.
+// UsageError unless world divides B.
+tg::Tensor shard_rows(const tg::Tensor& global, const Ranks& ranks, tg::Device device);
+// The same of a data::Batch, with the shard's target count.
 tg::data::Batch shard_batch(const tg::data::Batch& global, const Ranks& ranks, tg::Device device);
 
 // The element-wise sums over the ranks of a few numbers (one small all-reduce).
