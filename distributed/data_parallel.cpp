@@ -36,11 +36,16 @@ DataParallel::DataParallel(NamedParams params, Communicator& comm, DataParallelO
     TG_CHECK(is_floating_point(p.dtype()), kOp, "parameter '", name, "' is ", p.dtype(), ": gradients are floating point");
   }
   // Reverse order, a new bucket at a dtype change or when the bucket's cap would be passed.
+  // Gradients that fit one bucket in all (LoRA's) get one: a single fused all-reduce.
+  double total_bytes = 0;
+  for (const auto& [name, p] : params_) total_bytes += static_cast<double>(p.nbytes());
+  const double first_cap_mb = total_bytes <= options.bucket_cap_mb * 1048576.0 ? options.bucket_cap_mb
+                                                                                 : options.first_bucket_cap_mb;
   where_.resize(params_.size());
   int64_t filled = 0;  // elements in the last bucket
   for (size_t i = params_.size(); i-- > 0;) {
     const Tensor& p = params_[i].second;
-    const double cap_bytes = (buckets_.size() == 1 ? options.first_bucket_cap_mb : options.bucket_cap_mb) * 1048576.0;
+    const double cap_bytes = (buckets_.size() == 1 ? first_cap_mb : options.bucket_cap_mb) * 1048576.0;
     const bool fresh = buckets_.empty() || params_[buckets_.back().params[0]].second.dtype() != p.dtype() ||
                        static_cast<double>((filled + p.numel()) * static_cast<int64_t>(p.element_size())) > cap_bytes;
     if (fresh) buckets_.emplace_back(), filled = 0;

@@ -14,7 +14,7 @@
 //   dp.sync_gradients();                                   // the mean over the ranks in .grad
 //   opt.step();
 //
-// A LoRA model's trainable parameters fit one bucket: one fused all-reduce per step.
+// Parameters that fit one bucket in all (a LoRA model's) get one: one fused all-reduce a step.
 #pragma once
 
 #include <cstdint>
