@@ -16,6 +16,7 @@
 #include "examples/common/data.h"
 #include "examples/common/data_parallel.h"
 #include "examples/common/flags.h"
+#include "examples/common/launcher.h"
 #include "examples/common/precision.h"
 #include "nn/llama.h"
 #include "optim/optimizer.h"
@@ -35,10 +36,13 @@ int run(int argc, char** argv) {
       .add("json", "", "rank 0 writes the rows to this file");
   examples::add_nproc_flag(flags);
   if (!flags.parse(argc, argv)) return std::cout << flags.usage(), 0;
-  if (const int status = examples::launch_if_asked(flags, argc, argv); status >= 0) return status;
+  if (!distributed::launched()) {  // also one rank: the 1-GPU row goes through NCCL too
+    if (flags.integer("nproc") < 1) throw examples::UsageError("--nproc wants at least 1, got " + flags.str("nproc") + "\n");
+    return examples::launch_ranks(static_cast<int>(flags.integer("nproc")), examples::self_executable(),
+                                  std::vector<std::string>(argv + 1, argv + argc));
+  }
   Device device = Device::cuda();
   const examples::Ranks ranks = examples::join_if_launched(device, "cuda");
-  if (!ranks.comm) throw examples::UsageError("data_parallel_bench runs as ranks: pass --nproc N (N >= 1)\n");
   const DType dtype = examples::dtype_flag(flags);
   nn::LlamaConfig c = nn::LlamaConfig::by_name(flags.str("config"));
   const int64_t B = examples::default_batch_size(flags.str("config")), T = c.max_position_embeddings;

@@ -8,7 +8,8 @@
 #    the same losses and the same adapter bytes; stopped at step 6 under the launcher and resumed
 #    as a plain process: the same as straight through (a resume on another world size);
 # 4. with 2+ GPUs: --nproc 2 against one process, same global batch: loss curves within 1e-3
-#    relative (float32; a reduction order apart) and the adapters within 1e-3;
+#    relative (float32; a reduction order apart) and the adapters within 1e-3; also stopped at
+#    step 6 on 2 GPUs and resumed on 1;
 # 5. bench/run_data_parallel.sh: tokens/s rows of tapegrad and torch DDP on 1 (2, 4, 8) GPUs to
 #    <out>/data_parallel.json (copy it to bench/results/).
 # Stops at the first failure; NCCL's NVLink multicast stays off (NCCL_NVLS_ENABLE=0).
@@ -55,7 +56,11 @@ done
 if [ "$gpus" -ge 2 ]; then
   echo "== 4. two ranks against one process"
   "$bin/lora_finetune" "${common[@]}" --nproc 2 --out "$work/two" | grep "data parallel: 2 ranks over nccl"
-  python3 - "$work/plain" "$work/two" <<'PY'
+  # Stopped on 2 GPUs, resumed on 1: the same run as straight through.
+  "$bin/lora_finetune" "${common[@]}" --nproc 2 --out "$work/two-then-one" --stop-at 6 >/dev/null
+  "$bin/lora_finetune" "${common[@]}" --out "$work/two-then-one" --resume >/dev/null
+  for run in two two-then-one; do
+  python3 - "$work/plain" "$work/$run" <<'PY'
 import csv, sys
 import torch
 from safetensors.torch import load_file
@@ -69,6 +74,7 @@ diff = max((a[k] - b[k]).abs().max().item() for k in a)
 print(f"adapters: {len(a)} tensors, worst absolute difference {diff:.2e}")
 assert a.keys() == b.keys() and diff < 1e-3
 PY
+  done
 fi
 
 echo "== 5. tokens/s against torch DDP"
