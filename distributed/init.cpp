@@ -16,7 +16,6 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kOp = "distributed::init";
-constexpr auto kJoinTimeout = std::chrono::minutes(5);
 
 int int_variable(const Environment& env, const std::string& name, std::optional<int> fallback) {
   const auto v = env(name);
@@ -37,6 +36,8 @@ int int_variable(const Environment& env, const std::string& name, std::optional<
 }
 
 #ifdef TG_WITH_NCCL
+constexpr auto kJoinTimeout = std::chrono::minutes(5);
+
 // Rank 0 writes the id; the others read it once a file newer than their own start is there.
 std::string exchange_id(const LaunchInfo& info) {
   if (info.rank == 0) {
