@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <stdexcept>
@@ -17,6 +18,15 @@ namespace examples {
 namespace fs = std::filesystem;
 
 namespace {
+
+// The ranks, for the SIGTERM handler: a launcher told to stop stops its ranks (they would
+// otherwise keep their GPUs).
+std::vector<pid_t>* g_ranks = nullptr;
+void forward_sigterm(int) {
+  if (g_ranks)
+    for (pid_t p : *g_ranks)
+      if (p > 0) kill(p, SIGTERM);
+}
 
 // The exit status a shell would report.
 int status_code(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status); }
@@ -62,14 +72,19 @@ int launch_ranks(int nproc, const std::string& program, const std::vector<std::s
     ranks.push_back(pid);
   }
   // Ctrl-C goes to the whole process group: the ranks stop themselves, the launcher collects them.
-  struct sigaction ignore = {}, previous = {};
+  struct sigaction ignore = {}, previous = {}, forward = {}, previous_term = {};
   ignore.sa_handler = SIG_IGN;
   sigaction(SIGINT, &ignore, &previous);
+  g_ranks = &ranks;
+  forward.sa_handler = forward_sigterm;
+  sigaction(SIGTERM, &forward, &previous_term);
   int result = 0;
-  for (size_t left = ranks.size(); left > 0; --left) {
+  for (size_t left = ranks.size(); left > 0;) {
     int status = 0;
     const pid_t pid = waitpid(-1, &status, 0);
+    if (pid < 0 && errno == EINTR) continue;  // a forwarded SIGTERM: go on collecting
     if (pid < 0) break;
+    --left;
     for (auto& p : ranks)
       if (p == pid) p = 0;
     if (status_code(status) != 0 && result == 0) {
@@ -80,6 +95,8 @@ int launch_ranks(int nproc, const std::string& program, const std::vector<std::s
     }
   }
   sigaction(SIGINT, &previous, nullptr);
+  sigaction(SIGTERM, &previous_term, nullptr);
+  g_ranks = nullptr;
   std::error_code ec;
   fs::remove_all(dir, ec);
   return result;

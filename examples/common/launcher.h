@@ -2,7 +2,8 @@
 // data-parallel group (tg::distributed::init reads what this sets: RANK, WORLD_SIZE,
 // LOCAL_RANK, MASTER_ADDR, MASTER_PORT, TG_DIST_INIT_FILE, a fresh file per launch, and
 // NCCL_NVLS_ENABLE=0). Ranks above 0 keep stderr and drop stdout, so the output is rank 0's.
-// When a rank fails the others are stopped, since they would wait for it forever.
+// When a rank fails the others are stopped, since they would wait for it forever; a SIGTERM
+// to the launcher goes on to the ranks.
 #pragma once
 
 #include <string>
