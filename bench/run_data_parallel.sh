@@ -15,7 +15,7 @@ trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$out"
 for n in $counts; do
   "$build/bench/data_parallel_bench" --nproc "$n" --json "$tmp/tapegrad-$n.json"
-  torchrun --standalone --nproc-per-node "$n" "$here/torch_ddp_bench.py" --json "$tmp/torch-$n.json"
+  python3 -m torch.distributed.run --standalone --nproc-per-node "$n" "$here/torch_ddp_bench.py" --json "$tmp/torch-$n.json"
 done
 python3 - "$out/data_parallel.json" "$tmp"/*.json <<'PY'
 import json, sys
