@@ -37,6 +37,8 @@ int int_variable(const Environment& env, const std::string& name, std::optional<
 
 #ifdef TG_WITH_NCCL
 constexpr auto kJoinTimeout = std::chrono::minutes(5);
+// About when this process started (static initialisation): launchers start the ranks together.
+const auto process_start = fs::file_time_type::clock::now();
 
 // Rank 0 writes the id; the others read it once a file newer than their own start is there.
 std::string exchange_id(const LaunchInfo& info) {
@@ -45,7 +47,7 @@ std::string exchange_id(const LaunchInfo& info) {
     io::write_file_atomic(info.init_file, id);
     return id;
   }
-  const auto start = fs::file_time_type::clock::now() - std::chrono::seconds(60);
+  const auto start = process_start - std::chrono::seconds(60);  // older: a crashed run's
   const auto deadline = std::chrono::steady_clock::now() + kJoinTimeout;
   for (;;) {
     std::error_code ec;

@@ -2,8 +2,8 @@
 // which set RANK, WORLD_SIZE and LOCAL_RANK. Rank 0 makes the NCCL id and hands it to the others
 // through a file: TG_DIST_INIT_FILE (the launcher makes a fresh one per run), else one in the
 // temporary directory named by MASTER_ADDR, MASTER_PORT and TORCHELASTIC_RUN_ID (torchrun's).
-// A file older than the waiting rank's start (a crashed run's) is not read; rank 0 removes it
-// once every rank has joined.
+// A file written over a minute before the waiting rank's process started (a crashed run's) is
+// not read; rank 0 removes the file once every rank has joined.
 #pragma once
 
 #include <functional>
