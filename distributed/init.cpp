@@ -20,7 +20,7 @@ constexpr const char* kOp = "distributed::init";
 int int_variable(const Environment& env, const std::string& name, std::optional<int> fallback) {
   const auto v = env(name);
   if (!v) {
-    TG_CHECK(fallback.has_value(), kOp, name, " is not set: start the ranks with scripts/launch.sh or torchrun, "
+    TG_CHECK(fallback.has_value(), kOp, name, " is not set: start the ranks with --nproc N, examples/launch or torchrun, "
              "which set RANK, WORLD_SIZE and LOCAL_RANK");
     return *fallback;
   }
@@ -35,32 +35,8 @@ int int_variable(const Environment& env, const std::string& name, std::optional<
   return n;
 }
 
-#ifdef TG_WITH_NCCL
-constexpr auto kJoinTimeout = std::chrono::minutes(5);
 // About when this process started (static initialisation): launchers start the ranks together.
 const auto process_start = fs::file_time_type::clock::now();
-
-// Rank 0 writes the id; the others read it once a file newer than their own start is there.
-std::string exchange_id(const LaunchInfo& info) {
-  if (info.rank == 0) {
-    std::string id = nccl_unique_id();
-    io::write_file_atomic(info.init_file, id);
-    return id;
-  }
-  const auto start = process_start - std::chrono::seconds(60);  // older: a crashed run's
-  const auto deadline = std::chrono::steady_clock::now() + kJoinTimeout;
-  for (;;) {
-    std::error_code ec;
-    if (fs::exists(info.init_file, ec) && fs::last_write_time(info.init_file, ec) >= start && !ec) {
-      const std::vector<uint8_t> bytes = io::read_file(info.init_file);
-      if (bytes.size() == kNcclIdBytes) return std::string(bytes.begin(), bytes.end());
-    }
-    TG_CHECK(std::chrono::steady_clock::now() < deadline, kOp, "rank ", info.rank, " waited 5 minutes for rank 0's NCCL id in '",
-             info.init_file, "': is rank 0 running, with the same TG_DIST_INIT_FILE or MASTER_ADDR / MASTER_PORT?");
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-}
-#endif
 
 }  // namespace
 
@@ -95,6 +71,30 @@ LaunchInfo launch_info(const Environment& env) {
   return info;
 }
 
+std::string share_through_file(const LaunchInfo& info, const std::function<std::string()>& make,
+                               std::chrono::milliseconds timeout) {
+  TG_CHECK(!info.init_file.empty(), kOp, "WORLD_SIZE=", info.world_size, " wants an id file");
+  if (info.rank == 0) {
+    std::string bytes = make();
+    io::write_file_atomic(info.init_file, bytes);
+    return bytes;
+  }
+  const auto oldest = process_start - std::chrono::seconds(60);  // older: a crashed run's
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    std::error_code ec;
+    const auto written = fs::last_write_time(info.init_file, ec);
+    if (!ec && written >= oldest) {
+      const std::vector<uint8_t> bytes = io::read_file(info.init_file);  // complete: written by a rename
+      if (!bytes.empty()) return std::string(bytes.begin(), bytes.end());
+    }
+    TG_CHECK(std::chrono::steady_clock::now() < deadline, kOp, "rank ", info.rank, " waited ", timeout.count(),
+             " ms for rank 0's NCCL id in '", info.init_file,
+             "': is rank 0 running, with the same TG_DIST_INIT_FILE or MASTER_ADDR / MASTER_PORT?");
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
 bool nccl_available() {
 #ifdef TG_WITH_NCCL
   return true;
@@ -114,9 +114,9 @@ std::unique_ptr<Communicator> init(const LaunchInfo& info, Device* device) {
   const int gpus = cuda::device_count();
   TG_CHECK(info.local_rank < gpus, kOp, "LOCAL_RANK=", info.local_rank, " wants GPU ", info.local_rank, ", this machine has ",
            gpus, " GPU(s): start at most one rank per GPU");
-  TG_CHECK(info.world_size == 1 || !info.init_file.empty(), kOp, "WORLD_SIZE=", info.world_size, " wants an id file");
   setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);  // NVLink multicast off (the device machines' rule)
-  const std::string id = info.world_size == 1 ? nccl_unique_id() : exchange_id(info);
+  const std::string id = info.world_size == 1 ? nccl_unique_id() : share_through_file(info, nccl_unique_id);
+  TG_CHECK(id.size() == kNcclIdBytes, kOp, "'", info.init_file, "' holds ", id.size(), " bytes, an NCCL id ", kNcclIdBytes);
   auto comm = make_nccl_communicator(id, info.rank, info.world_size, info.local_rank);
   if (info.rank == 0 && info.world_size > 1) {
     std::error_code ec;

@@ -1,4 +1,4 @@
-// Joining a data-parallel group: one process per GPU, started by scripts/launch.sh or torchrun,
+// Joining a data-parallel group: one process per GPU, started by --nproc, examples/launch or torchrun,
 // which set RANK, WORLD_SIZE and LOCAL_RANK. Rank 0 makes the NCCL id and hands it to the others
 // through a file: TG_DIST_INIT_FILE (the launcher makes a fresh one per run), else one in the
 // temporary directory named by MASTER_ADDR, MASTER_PORT and TORCHELASTIC_RUN_ID (torchrun's).
@@ -6,6 +6,7 @@
 // not read; rank 0 removes the file once every rank has joined.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -30,6 +31,11 @@ bool launched(const Environment& env = process_environment());
 // RANK, WORLD_SIZE, LOCAL_RANK (default: RANK) and the id file; tg::Error naming the variable
 // that is missing or out of range.
 LaunchInfo launch_info(const Environment& env = process_environment());
+
+// What make() returns on rank 0, on every rank: rank 0 writes it to info.init_file (atomically),
+// the others wait for that file (tg::Error after `timeout`). How the NCCL id travels.
+std::string share_through_file(const LaunchInfo& info, const std::function<std::string()>& make,
+                               std::chrono::milliseconds timeout = std::chrono::minutes(5));
 
 // True when this build has NCCL (-DTG_NCCL_ROOT or the CUDA toolkit's).
 bool nccl_available();

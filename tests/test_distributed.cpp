@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <filesystem>
 #include <mutex>
 #include <thread>
 
@@ -13,6 +15,7 @@
 #include "distributed/data_parallel.h"
 #include "distributed/fake_communicator.h"
 #include "distributed/init.h"
+#include "io/file.h"
 #include "nn/llama.h"
 #include "ops/binary.h"
 #include "ops/cast.h"
@@ -373,12 +376,37 @@ TEST(LaunchInfo, ReadsTorchrunsVariables) {
 }
 
 TEST(LaunchInfo, NamesTheVariableThatIsWrong) {
-  EXPECT_ERROR_HAS(distributed::launch_info(env_of({})), "distributed::init: WORLD_SIZE is not set", "scripts/launch.sh");
+  EXPECT_ERROR_HAS(distributed::launch_info(env_of({})), "distributed::init: WORLD_SIZE is not set", "examples/launch or torchrun");
   EXPECT_ERROR_HAS(distributed::launch_info(env_of({{"WORLD_SIZE", "2"}})), "RANK is not set");
   EXPECT_ERROR_HAS(distributed::launch_info(env_of({{"WORLD_SIZE", "2"}, {"RANK", "2"}})), "RANK=2 is not in [0, WORLD_SIZE=2)");
   EXPECT_ERROR_HAS(distributed::launch_info(env_of({{"WORLD_SIZE", "two"}})), "WORLD_SIZE='two' is not an integer");
   EXPECT_ERROR_HAS(distributed::launch_info(env_of({{"WORLD_SIZE", "0"}, {"RANK", "0"}})), "WORLD_SIZE=0 wants at least 1");
   EXPECT_ERROR_HAS(distributed::launch_info(env_of({{"WORLD_SIZE", "2"}, {"RANK", "0"}})), "TG_DIST_INIT_FILE, or MASTER_ADDR");
+}
+
+// How the NCCL id travels: rank 0 writes, the others wait for the file (a stale one is not read).
+TEST(ShareThroughFile, RankZerosBytesReachTheOthers) {
+  TempDir dir;
+  const std::string file = (dir.path() / "id").string();
+  std::string got;
+  std::thread waiter([&] { got = distributed::share_through_file({.rank = 1, .world_size = 2, .init_file = file}, [] { return std::string("no"); }); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // rank 1 waits first
+  EXPECT_EQ(distributed::share_through_file({.rank = 0, .world_size = 2, .init_file = file}, [] { return std::string("id\0x", 4); }),
+            std::string("id\0x", 4));
+  waiter.join();
+  EXPECT_EQ(got, std::string("id\0x", 4));
+}
+
+TEST(ShareThroughFile, AStaleFileIsNotReadAndTheWaitEnds) {
+  TempDir dir;
+  const std::string file = (dir.path() / "id").string();
+  io::write_file_atomic(file, std::string("old"));
+  std::filesystem::last_write_time(file, std::filesystem::file_time_type::clock::now() - std::chrono::hours(2));
+  EXPECT_ERROR_HAS(distributed::share_through_file({.rank = 1, .world_size = 2, .init_file = file}, [] { return std::string(); },
+                                                   std::chrono::milliseconds(100)),
+                   "rank 1 waited 100 ms for rank 0's NCCL id in '", "MASTER_PORT");
+  EXPECT_ERROR_HAS(distributed::share_through_file({.rank = 0, .world_size = 2}, [] { return std::string("x"); }),
+                   "WORLD_SIZE=2 wants an id file");
 }
 
 TEST(DistributedInit, SaysWhatIsMissing) {
