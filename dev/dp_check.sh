@@ -6,7 +6,8 @@
 # 2. the distributed tests, the NCCL one (world size 1) included: it must run, not skip;
 # 3. lora_finetune on the GPU as one process and as one rank of examples/launch (world size 1):
 #    the same losses and the same adapter bytes; stopped at step 6 under the launcher and resumed
-#    as a plain process: the same as straight through (a resume on another world size);
+#    as a plain process: the same as straight through (a resume on another world size); --full
+#    (bf16) as one process and as one rank: the same model bytes;
 # 4. with 2+ GPUs: --nproc 2 against one process, same global batch: loss curves within 1e-3
 #    relative (float32; a reduction order apart) and the adapters within 1e-3; also stopped at
 #    step 6 on 2 GPUs and resumed on 1;
@@ -52,6 +53,12 @@ for run in rank resumed; do
   cmp "$work/plain/adapter/adapter_model.safetensors" "$work/$run/adapter/adapter_model.safetensors"
   echo "$run: the same losses and adapter as one process"
 done
+# Full fine-tuning (--full), bf16: one process and one launched rank write the same model.
+"$bin/lora_finetune" "${common[@]}" --full --dtype bf16 --out "$work/full-plain" >/dev/null
+"$bin/launch" --nproc 1 "$bin/lora_finetune" "${common[@]}" --full --dtype bf16 --out "$work/full-rank" >/dev/null
+diff <(cut -d, -f1-4 "$work/full-plain/loss.csv") <(cut -d, -f1-4 "$work/full-rank/loss.csv")
+cmp "$work/full-plain/model.safetensors" "$work/full-rank/model.safetensors"
+echo "full-rank: the same losses and model as one process"
 
 if [ "$gpus" -ge 2 ]; then
   echo "== 4. two ranks against one process"

@@ -17,7 +17,8 @@
 // --nproc N trains data-parallel on N GPUs (or start it with examples/launch or torchrun): each
 // rank takes --batch / N rows of every micro-batch, the gradients are averaged over NCCL, rank 0
 // logs, evaluates and writes; the loss curve and the checkpoints are those of one process, so a
-// run may resume on another number of GPUs.
+// run may resume on another number of GPUs. --full trains every parameter instead of adapters
+// (full fine-tuning) and writes the model.
 #include <atomic>
 #include <csignal>
 #include <cstdio>
@@ -144,6 +145,9 @@ int run(int argc, char** argv) {
       .add("resume", "false", "continue from <out>/checkpoint.safetensors (training flags must be unchanged; "
                               "these may change: --out, --device, --threads, --eval-every, --eval-batches, "
                               "--save-every, --stop-at, --merge, --sample-tokens, --gradient-checkpointing)")
+      .add("full", "false", "full fine-tuning: every parameter trains, no LoRA (--rank, --alpha, --dropout and "
+                            "--targets unused); writes <out>/model (a Hugging Face folder) or <out>/model.safetensors "
+                            "(toy) instead of an adapter")
       .add("merge", "false", "also write the merged model (LoRA folded into the base weights, in --dtype): "
                              "<out>/merged (a Hugging Face folder) or <out>/merged.safetensors (toy)")
       .add("threads", "0", "CPU threads (0: all cores)")
@@ -180,7 +184,8 @@ int run(int argc, char** argv) {
                val_fraction = flags.number("val-fraction");
   const int eval_batches = static_cast<int>(flags.integer("eval-batches"));
   const bool allow_binary = flags.boolean("bytes"), resume = flags.boolean("resume"), merge = flags.boolean("merge"),
-             checkpointing = flags.boolean("gradient-checkpointing");
+             checkpointing = flags.boolean("gradient-checkpointing"), full = flags.boolean("full");
+  if (full && merge) throw examples::UsageError("--merge folds LoRA into the base: with --full the model itself is written\n");
 
   // The base model, frozen, with LoRA on the targets.
   examples::BaseModel base = examples::load_base(flags.str("base"), flags.str("config"));
@@ -193,7 +198,7 @@ int run(int argc, char** argv) {
   nn::Module& model = *base.model;
   model.to(dtype);  // before apply_lora, which then makes float32 adapters for a bfloat16 base
   Generator init(seed);
-  peft::apply_lora(model, lora, init);
+  if (!full) peft::apply_lora(model, lora, init);
   model.to(device);
   if (checkpointing) model.gradient_checkpointing_enable();
   if (ranks.main()) std::printf("base: %s (%s%s), %lld-token context\n", flags.str("base").c_str(), base.architecture.c_str(),
@@ -260,7 +265,8 @@ int run(int argc, char** argv) {
 
   std::signal(SIGINT, on_sigint);
   if (device.is_cuda()) reset_peak_memory_stats(device);  // the peak of training, model included
-  examples::TrainLog log("lora", steps, ranks.main() ? out + "/loss.csv" : "", start);
+  const std::string phase = full ? "full" : "lora";
+  examples::TrainLog log(phase, steps, ranks.main() ? out + "/loss.csv" : "", start);
   // The sample's prompt: the start of the first validation row; greedy, up to the EOS.
   std::vector<int32_t> prompt;
   for (int64_t id : val_rows->rows_batch(0, 1, Device::cpu()).ids.to_vector<int64_t>())
@@ -308,7 +314,7 @@ int run(int argc, char** argv) {
     const std::vector<double> agreed = examples::sum_over_ranks(ranks, {step_loss, interrupted ? 1.0 : 0.0}, device);
     step_loss = agreed[0];
     if (targets == 0) {
-      log.note("lora step " + std::to_string(step) + ": every label of the batch is -100 (prompt or padding); no update");
+      log.note(phase + " step " + std::to_string(step) + ": every label of the batch is -100 (prompt or padding); no update");
     } else {
       if (dp) dp->sync_gradients();
       if (clip > 0) optim::clip_grad_norm_(model.trainable_parameters(), clip);
@@ -332,19 +338,27 @@ int run(int argc, char** argv) {
   validate(steps);
   log.finish();
 
-  peft::save_adapter(model, out + "/adapter", lora);
-  std::printf("adapter: %s/adapter (adapter_model.safetensors + adapter_config.json)\n", out.c_str());
+  // The whole model, as the base came: a Hugging Face folder (with its tokenizer) or a toy file.
+  auto save_model = [&](const std::string& name, const char* what) {
+    if (base.hf_folder) {
+      nn::save_pretrained(model, out + "/" + name);
+      examples::copy_tokenizer_files(flags.str("base"), out + "/" + name);
+      std::printf("%s model: %s/%s (transformers' from_pretrained loads it)\n", what, out.c_str(), name.c_str());
+    } else {
+      nn::save_state_dict(model, out + "/" + name + ".safetensors");
+      std::printf("%s model: %s/%s.safetensors\n", what, out.c_str(), name.c_str());
+    }
+  };
+  if (full) {
+    save_model("model", "fine-tuned");
+  } else {
+    peft::save_adapter(model, out + "/adapter", lora);
+    std::printf("adapter: %s/adapter (adapter_model.safetensors + adapter_config.json)\n", out.c_str());
+  }
   if (device.is_cuda()) std::printf("%s\n", examples::peak_memory_line(device).c_str());
   if (merge) {
     peft::merge_and_unload(model);
-    if (base.hf_folder) {
-      nn::save_pretrained(model, out + "/merged");
-      examples::copy_tokenizer_files(flags.str("base"), out + "/merged");
-      std::printf("merged model: %s/merged (transformers' from_pretrained loads it)\n", out.c_str());
-    } else {
-      nn::save_state_dict(model, out + "/merged.safetensors");
-      std::printf("merged model: %s/merged.safetensors\n", out.c_str());
-    }
+    save_model("merged", "merged");
   }
   return 0;
 }
