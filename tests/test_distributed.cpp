@@ -295,6 +295,29 @@ TEST(DataParallel, AveragedGradientsEqualTheFullBatchs) {
   }
 }
 
+// Activation checkpointing recomputes each layer inside backward (tg::grad): the hooks still see
+// each parameter's final gradient once.
+TEST(DataParallel, GradientCheckpointingGivesTheSameAveragedGradients) {
+  Generator gen(4);
+  const Tensor ids = randint(0, micro_llama().vocab_size, {4, 4}, gen);
+  auto single = micro_model(2, /*lora=*/true, kFloat64);
+  single->loss(ids, ids).backward();
+  std::mutex mu;
+  FakeGroup::run(2, [&](Communicator& comm) {
+    auto model = micro_model(2, /*lora=*/true, kFloat64);
+    model->gradient_checkpointing_enable();
+    DataParallel dp(model->named_trainable_parameters(), comm, {.bucket_cap_mb = 0.0004, .first_bucket_cap_mb = 0.0002});
+    const Tensor mine = shard(ids, comm.rank(), 2);
+    model->loss(mine, mine).backward();
+    EXPECT_EQ(dp.launched_buckets(), dp.buckets().size());  // every bucket went during backward
+    dp.sync_gradients();
+    std::lock_guard<std::mutex> lock(mu);
+    const auto want = single->named_trainable_parameters(), got = model->named_trainable_parameters();
+    for (size_t i = 0; i < want.size(); ++i)
+      EXPECT_TENSOR_NEAR(got[i].second.grad(), want[i].second.grad(), 1e-10, 1e-12) << got[i].first;
+  });
+}
+
 // The loop of examples/lora_finetune: 1 rank and 2 ranks (each with 2 micro-batches, clipping
 // and AdamW) give the same losses and the same adapter.
 std::vector<double> train(Communicator& comm, std::shared_ptr<nn::LlamaForCausalLM> model, int steps) {
