@@ -36,3 +36,6 @@
 #include "optim/lr_scheduler.h"
 #include "optim/optimizer.h"
 #include "peft/lora.h"
+// data parallelism (NCCL)
+#include "distributed/data_parallel.h"
+#include "distributed/init.h"

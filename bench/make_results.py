@@ -206,6 +206,31 @@ PyTorch rows measured with {', '.join(scripts) if scripts else 'a reference scri
 """
 
 
+def data_parallel_section(rows):
+    one = {(r["impl"], r["mode"]): r["tok_s"] for r in rows if r["gpus"] == 1}
+    torch_at = {(r["mode"], r["gpus"]): r["tok_s"] for r in rows if r["impl"] == "torch_ddp"}
+    cells = [[r["impl"], r["machine"], r["mode"], r["gpus"], f"{r['ms']:.1f}", f"{r['tok_s']:.0f}",
+              ratio(r["tok_s"], one.get((r["impl"], r["mode"]))),
+              ratio(r["tok_s"] / r["gpus"], one.get((r["impl"], r["mode"]))),
+              ratio(r["tok_s"], torch_at.get((r["mode"], r["gpus"]))) if r["impl"] == "tapegrad" else "–"]
+             for r in rows]
+    header = ["impl", "machine", "mode", "GPUs:", "ms/step:", "tok/s:", "speed-up:", "efficiency:", "vs torch DDP:"]
+    return f"""## Data-parallel training (NCCL) on several GPUs
+
+Measured: {measured(rows)}.
+
+bench-135m, bf16, batch 8 x 1024 per GPU, one process per GPU; tokens/s of all GPUs together
+(the slowest rank's median step). tapegrad: `distributed::DataParallel` (buckets all-reduced
+during backward on a stream of their own); torch: DistributedDataParallel under torchrun (bf16
+autocast over float32 weights, so it reduces float32 gradients). Speed-up and efficiency are
+against the same implementation on 1 GPU.
+
+Reproduce: `bench/run_data_parallel.sh build-gpu` (or `dev/dp_check.sh build-gpu`).
+
+{table(header, cells)}
+"""
+
+
 def attention_section(ours, torch_rows):
     by_shape = {}
     for r in torch_rows:
@@ -308,6 +333,8 @@ figures are in git history; what the measurements taught is in `dev/NOTES.md`.
     get = lambda name: by_bench.get(name, [])
     if get("train_step_bench"):
         parts.append(train_section(get("train_step_bench"), get("torch_toy_lora")))
+    if get("data_parallel"):
+        parts.append(data_parallel_section(get("data_parallel")))
     if get("generate_bench"):
         parts.append(generate_section(get("generate_bench"), get("generate_bench_torch")))
     if get("attention_bench"):
@@ -325,7 +352,7 @@ figures are in git history; what the measurements taught is in `dev/NOTES.md`.
                                          [r for r in get("torch_ref_gemm_elementwise") if r["kind"] == "ew"]))
     known = {"train_step_bench", "torch_toy_lora", "attention_bench", "torch_attention_ref", "norm_bench", "torch_norm_ref", "linear_bench", "gemm_bench",
              "elementwise_bench", "torch_ref_gemm_elementwise", "generate_bench", "generate_bench_torch",
-             "tokenizer_bench"}
+             "tokenizer_bench", "data_parallel"}
     unknown = sorted(set(by_bench) - known)
     if unknown:
         sys.exit(f"make_results.py: no table for the rows of {', '.join(unknown)}: add a section")

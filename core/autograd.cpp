@@ -88,6 +88,12 @@ class AccumulateGrad final : public Node {
     } else {
       accumulate_(Tensor(leaf_->grad), g);
     }
+    if (!leaf_->post_accumulate_grad_hooks.empty()) {
+      const Tensor leaf(leaf_);
+      // A copy: a hook may register or remove hooks.
+      const auto hooks = leaf_->post_accumulate_grad_hooks;
+      for (const auto& [id, hook] : hooks) hook(leaf);
+    }
     return {};
   }
   std::string variant(const GradMask&) const override { return "grad"; }
@@ -113,6 +119,32 @@ Edge gradient_edge(const Tensor& t) {
   if (t.grad_fn()) return {t.grad_fn(), t.output_nr()};
   if (t.requires_grad()) return {grad_accumulator(t), 0};
   return {};
+}
+
+HookHandle& HookHandle::operator=(HookHandle&& other) noexcept {
+  if (this != &other) {
+    remove();
+    leaf_ = std::move(other.leaf_), id_ = other.id_;
+    other.leaf_.reset();
+  }
+  return *this;
+}
+
+void HookHandle::remove() {
+  if (auto impl = leaf_.lock())
+    std::erase_if(impl->post_accumulate_grad_hooks, [&](const auto& h) { return h.first == id_; });
+  leaf_.reset();
+}
+
+HookHandle register_post_accumulate_grad_hook(const Tensor& leaf, std::function<void(const Tensor&)> hook) {
+  TG_CHECK(leaf.defined() && leaf.is_leaf() && leaf.requires_grad(), "register_post_accumulate_grad_hook",
+           "wants a leaf tensor that requires grad, got ",
+           !leaf.defined() ? "an undefined tensor" : !leaf.is_leaf() ? "a non-leaf (an op's output)" : "a tensor without requires_grad");
+  TG_CHECK(hook != nullptr, "register_post_accumulate_grad_hook", "got an empty hook");
+  static std::atomic<uint64_t> next_id{1};
+  const uint64_t id = next_id++;
+  leaf.impl().post_accumulate_grad_hooks.emplace_back(id, std::move(hook));
+  return HookHandle(leaf.impl_ptr(), id);
 }
 
 bool needs_record(const std::vector<NamedInput>& inputs) {

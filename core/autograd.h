@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -154,6 +155,29 @@ std::shared_ptr<N> record(const std::vector<NamedInput>& inputs, const std::vect
 
 // The edge a gradient for `t` flows along: its grad_fn, or the accumulator of a leaf.
 Edge gradient_edge(const Tensor& t);
+
+// Calls hook(leaf) each time a backward has added this pass's gradient into leaf.grad(): every
+// path's contribution is in, so the gradient is final for that backward (torch's
+// register_post_accumulate_grad_hook; data-parallel reducers launch their all-reduce from it).
+// tg::grad() does not call it (nothing is accumulated). Hooks run in registration order, under
+// no-grad, while backward runs; the hook lives until its handle is destroyed or released.
+class HookHandle {
+ public:
+  HookHandle() = default;
+  HookHandle(std::weak_ptr<TensorImpl> leaf, uint64_t id) : leaf_(std::move(leaf)), id_(id) {}
+  HookHandle(HookHandle&& other) noexcept : leaf_(std::move(other.leaf_)), id_(other.id_) { other.leaf_.reset(); }
+  HookHandle& operator=(HookHandle&& other) noexcept;
+  HookHandle(const HookHandle&) = delete;
+  HookHandle& operator=(const HookHandle&) = delete;
+  ~HookHandle() { remove(); }
+  void remove();
+
+ private:
+  std::weak_ptr<TensorImpl> leaf_;
+  uint64_t id_ = 0;
+};
+[[nodiscard]] HookHandle register_post_accumulate_grad_hook(const Tensor& leaf,
+                                                            std::function<void(const Tensor& leaf)> hook);
 
 // Back-propagates from several roots at once (Tensor::backward is the one-root case).
 void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads = {},

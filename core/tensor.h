@@ -4,9 +4,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/device.h"
@@ -40,6 +42,8 @@ struct TensorImpl {
   std::shared_ptr<Node> grad_fn;
   uint32_t output_nr = 0;                  // which output of grad_fn this tensor is
   std::weak_ptr<Node> grad_accumulator;    // leaves: the node that adds into .grad
+  // leaves: called after backward added into .grad (core/autograd.h), by registration id
+  std::vector<std::pair<uint64_t, std::function<void(const Tensor&)>>> post_accumulate_grad_hooks;
 };
 
 class Tensor {

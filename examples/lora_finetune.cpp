@@ -14,6 +14,11 @@
 // transformers loads, for a Hugging Face base). With --dtype bf16 the frozen base runs in
 // bfloat16 and the adapters train in float32; on a GPU the report ends with the peak GPU memory.
 // --gradient-checkpointing keeps less of it: each layer's activations are recomputed at backward.
+// --nproc N trains data-parallel on N GPUs (or start it with examples/launch or torchrun): each
+// rank takes --batch / N rows of every micro-batch, the gradients are averaged over NCCL, rank 0
+// logs, evaluates and writes; the loss curve and the checkpoints are those of one process, so a
+// run may resume on another number of GPUs. --full trains every parameter instead of adapters
+// (full fine-tuning) and writes the model.
 #include <atomic>
 #include <csignal>
 #include <cstdio>
@@ -24,6 +29,7 @@
 #include "examples/common/base_model.h"
 #include "examples/common/checkpoint.h"
 #include "examples/common/data.h"
+#include "examples/common/data_parallel.h"
 #include "examples/common/evaluate.h"
 #include "examples/common/flags.h"
 #include "examples/common/printable.h"
@@ -37,6 +43,7 @@
 #include "optim/clip_grad.h"
 #include "optim/lr_scheduler.h"
 #include "optim/optimizer.h"
+#include "distributed/data_parallel.h"
 #include "peft/lora.h"
 #include "tapegrad.h"
 
@@ -52,7 +59,7 @@ void on_sigint(int) { interrupted = true; }
 // --gradient-checkpointing changes memory and time only: the gradients are bitwise the same.
 const std::vector<std::string> kResumeMayChange = {"out",     "device",      "threads", "eval-every", "eval-batches",
                                                    "save-every", "stop-at",  "resume",  "merge",      "sample-tokens",
-                                                   "gradient-checkpointing"};
+                                                   "gradient-checkpointing", "nproc"};
 
 std::string training_flags_json(const examples::Flags& flags) {
   json::Value v = json::Value::object();
@@ -138,22 +145,29 @@ int run(int argc, char** argv) {
       .add("resume", "false", "continue from <out>/checkpoint.safetensors (training flags must be unchanged; "
                               "these may change: --out, --device, --threads, --eval-every, --eval-batches, "
                               "--save-every, --stop-at, --merge, --sample-tokens, --gradient-checkpointing)")
+      .add("full", "false", "full fine-tuning: every parameter trains, no LoRA (--rank, --alpha, --dropout and "
+                            "--targets unused); writes <out>/model (a Hugging Face folder) or <out>/model.safetensors "
+                            "(toy) instead of an adapter")
       .add("merge", "false", "also write the merged model (LoRA folded into the base weights, in --dtype): "
                              "<out>/merged (a Hugging Face folder) or <out>/merged.safetensors (toy)")
       .add("threads", "0", "CPU threads (0: all cores)")
       .add("seed", "0", "seed of the LoRA init and the data order");
+  examples::add_nproc_flag(flags);
   if (!flags.parse(argc, argv)) return std::cout << flags.usage(), 0;
+  if (const int status = examples::launch_if_asked(flags, argc, argv); status >= 0) return status;
   const std::string dev = flags.str("device");
   if (dev != "auto" && dev != "cpu" && dev != "cuda")
     throw examples::UsageError("--device wants cpu, cuda or auto, got '" + dev + "'\n" + flags.usage());
   Device device = dev == "auto" ? default_device() : dev == "cuda" ? Device::cuda() : Device::cpu();
   const DType dtype = examples::dtype_flag(flags);
+  const examples::Ranks ranks = examples::join_if_launched(device, dev);
   if (flags.integer("threads") > 0) set_num_threads(static_cast<int>(flags.integer("threads")));
   const int64_t steps = flags.integer("steps"), batch = flags.integer("batch"), seq = flags.integer("seq"),
                 accum = flags.integer("grad-accum");
   for (const char* name : {"steps", "batch", "grad-accum"})
     if (flags.integer(name) < 1)
       throw examples::UsageError(std::string("--") + name + " wants at least 1, got " + flags.str(name) + "\n" + flags.usage());
+  examples::check_batch_splits(batch, ranks);
   if (seq < 2) throw examples::UsageError("--seq wants at least 2 (one next-token target), got " + flags.str("seq") + "\n" + flags.usage());
   const std::string layout_name = flags.str("layout");
   if (layout_name != "pack" && layout_name != "pad")
@@ -170,7 +184,8 @@ int run(int argc, char** argv) {
                val_fraction = flags.number("val-fraction");
   const int eval_batches = static_cast<int>(flags.integer("eval-batches"));
   const bool allow_binary = flags.boolean("bytes"), resume = flags.boolean("resume"), merge = flags.boolean("merge"),
-             checkpointing = flags.boolean("gradient-checkpointing");
+             checkpointing = flags.boolean("gradient-checkpointing"), full = flags.boolean("full");
+  if (full && merge) throw examples::UsageError("--merge folds LoRA into the base: with --full the model itself is written\n");
 
   // The base model, frozen, with LoRA on the targets.
   examples::BaseModel base = examples::load_base(flags.str("base"), flags.str("config"));
@@ -183,14 +198,14 @@ int run(int argc, char** argv) {
   nn::Module& model = *base.model;
   model.to(dtype);  // before apply_lora, which then makes float32 adapters for a bfloat16 base
   Generator init(seed);
-  peft::apply_lora(model, lora, init);
+  if (!full) peft::apply_lora(model, lora, init);
   model.to(device);
   if (checkpointing) model.gradient_checkpointing_enable();
-  std::printf("base: %s (%s%s), %lld-token context\n", flags.str("base").c_str(), base.architecture.c_str(),
+  if (ranks.main()) std::printf("base: %s (%s%s), %lld-token context\n", flags.str("base").c_str(), base.architecture.c_str(),
               base.tokenizer ? (", " + base.tokenizer->description()).c_str() : ", bytes as tokens",
               static_cast<long long>(base.context));
-  peft::print_trainable_parameters(model);
-  if (checkpointing) std::printf("gradient checkpointing: each decoder layer recomputed at backward\n");
+  if (ranks.main()) peft::print_trainable_parameters(model);
+  if (checkpointing && ranks.main()) std::printf("gradient checkpointing: each decoder layer recomputed at backward\n");
 
   // The data: rows of --seq tokens, validation from --val or the end of --data.
   const std::string separator = unescape(flags.str("doc-separator"));
@@ -226,7 +241,7 @@ int run(int argc, char** argv) {
                                          " tokens (raise --val-fraction, lower --seq or pass --val)\n"
                                    : "--val '" + flags.str("val") + "' holds no row of --seq " + std::to_string(seq) +
                                          " tokens (lower --seq or give more validation data)\n");
-  std::printf("data: %lld training rows, %lld validation rows of %lld tokens (%s)%s\n",
+  if (ranks.main()) std::printf("data: %lld training rows, %lld validation rows of %lld tokens (%s)%s\n",
               static_cast<long long>(train_rows->rows()), static_cast<long long>(val_rows->rows()),
               static_cast<long long>(seq), layout_name.c_str(),
               train_rows->truncated() ? (", " + std::to_string(train_rows->truncated()) + " examples cut at --seq").c_str() : "");
@@ -241,13 +256,17 @@ int run(int argc, char** argv) {
     check_resume_flags(flags, examples::checkpoint_metadata(ckpt), ckpt);
     start = examples::load_training_checkpoint(ckpt, model, opt);
     schedule.set_step(start);
-    std::printf("resumed from %s at step %lld\n", ckpt.c_str(), static_cast<long long>(start));
+    if (ranks.main()) std::printf("resumed from %s at step %lld\n", ckpt.c_str(), static_cast<long long>(start));
   }
-  fs::create_directories(out);
+  if (ranks.main()) fs::create_directories(out);
+  // Rank 0's adapter weights (the same seed gives the same anyway), gradients averaged.
+  std::optional<distributed::DataParallel> dp;
+  if (ranks.comm) dp.emplace(model.named_trainable_parameters(), *ranks.comm);
 
   std::signal(SIGINT, on_sigint);
   if (device.is_cuda()) reset_peak_memory_stats(device);  // the peak of training, model included
-  examples::TrainLog log("lora", steps, out + "/loss.csv", start);
+  const std::string phase = full ? "full" : "lora";
+  examples::TrainLog log(phase, steps, ranks.main() ? out + "/loss.csv" : "", start);
   // The sample's prompt: the start of the first validation row; greedy, up to the EOS.
   std::vector<int32_t> prompt;
   for (int64_t id : val_rows->rows_batch(0, 1, Device::cpu()).ids.to_vector<int64_t>())
@@ -266,56 +285,80 @@ int run(int argc, char** argv) {
   log.start();
   for (int64_t step = start + 1; step <= steps; ++step) {
     // A step's micro-batches weigh by their target tokens: the loss is the mean over all of them.
+    // Each rank takes its rows of every (global) micro-batch.
     std::vector<data::Batch> micro;
     int64_t targets = 0;
     for (int64_t k = 0; k < accum; ++k) {
-      micro.push_back(train_rows->batch((step - 1) * accum + k, batch, seed, device));
-      targets += micro.back().targets;
+      const data::Batch global = train_rows->batch((step - 1) * accum + k, batch, seed, ranks.comm ? Device::cpu() : device);
+      targets += global.targets;
+      micro.push_back(ranks.comm ? examples::shard_batch(global, ranks, device) : global);
     }
     opt.zero_grad();
     double step_loss = 0;
-    for (const data::Batch& b : micro) {
-      if (b.targets == 0) continue;
+    for (int64_t k = 0; k < accum; ++k) {
+      const data::Batch& b = micro[k];
+      if (b.targets == 0) continue;  // with data parallelism sync_gradients adds zeros for it
       Tensor loss = nn::causal_lm_loss(model.forward(b.ids), b.labels);
       const double weight = static_cast<double>(b.targets) / static_cast<double>(targets);
       step_loss += loss.item() * weight;
-      (accum == 1 ? loss : loss * weight).backward();
+      // The ranks' gradients are averaged: scale this rank's share up by the world size.
+      Tensor scaled = accum == 1 && !ranks.comm ? loss : loss * (weight * ranks.world);
+      if (dp && k + 1 < accum) {
+        auto no_sync = dp->no_sync();
+        scaled.backward();
+      } else {
+        scaled.backward();
+      }
     }
+    // One small all-reduce: the loss over every rank's rows and whether any rank was interrupted.
+    const std::vector<double> agreed = examples::sum_over_ranks(ranks, {step_loss, interrupted ? 1.0 : 0.0}, device);
+    step_loss = agreed[0];
     if (targets == 0) {
-      log.note("lora step " + std::to_string(step) + ": every label of the batch is -100 (prompt or padding); no update");
+      log.note(phase + " step " + std::to_string(step) + ": every label of the batch is -100 (prompt or padding); no update");
     } else {
+      if (dp) dp->sync_gradients();
       if (clip > 0) optim::clip_grad_norm_(model.trainable_parameters(), clip);
       opt.step();
     }
     schedule.step();
     log.step(step, step_loss, opt.lr(), accum * batch * seq);
-    if (eval_every > 0 && step % eval_every == 0 && step < steps) validate(step);
-    bool stop = interrupted || step == stop_at;
-    if (stop || (save_every > 0 && step % save_every == 0) || step == steps)
+    if (ranks.main() && eval_every > 0 && step % eval_every == 0 && step < steps) validate(step);
+    bool stop = agreed[1] > 0 || step == stop_at;
+    if (ranks.main() && (stop || (save_every > 0 && step % save_every == 0) || step == steps))
       examples::save_training_checkpoint(ckpt, model, opt, step, run_meta);
     if (stop) {
       log.finish();
-      std::printf("stopped at step %lld; checkpoint in %s (continue with --resume)\n", static_cast<long long>(step),
-                  ckpt.c_str());
-      return interrupted ? 130 : 0;
+      if (ranks.main())
+        std::printf("stopped at step %lld; checkpoint in %s (continue with --resume)\n", static_cast<long long>(step),
+                    ckpt.c_str());
+      return agreed[1] > 0 ? 130 : 0;
     }
   }
+  if (!ranks.main()) return log.finish(), 0;  // rank 0 validates and writes
   validate(steps);
   log.finish();
 
-  peft::save_adapter(model, out + "/adapter", lora);
-  std::printf("adapter: %s/adapter (adapter_model.safetensors + adapter_config.json)\n", out.c_str());
+  // The whole model, as the base came: a Hugging Face folder (with its tokenizer) or a toy file.
+  auto save_model = [&](const std::string& name, const char* what) {
+    if (base.hf_folder) {
+      nn::save_pretrained(model, out + "/" + name);
+      examples::copy_tokenizer_files(flags.str("base"), out + "/" + name);
+      std::printf("%s model: %s/%s (transformers' from_pretrained loads it)\n", what, out.c_str(), name.c_str());
+    } else {
+      nn::save_state_dict(model, out + "/" + name + ".safetensors");
+      std::printf("%s model: %s/%s.safetensors\n", what, out.c_str(), name.c_str());
+    }
+  };
+  if (full) {
+    save_model("model", "fine-tuned");
+  } else {
+    peft::save_adapter(model, out + "/adapter", lora);
+    std::printf("adapter: %s/adapter (adapter_model.safetensors + adapter_config.json)\n", out.c_str());
+  }
   if (device.is_cuda()) std::printf("%s\n", examples::peak_memory_line(device).c_str());
   if (merge) {
     peft::merge_and_unload(model);
-    if (base.hf_folder) {
-      nn::save_pretrained(model, out + "/merged");
-      examples::copy_tokenizer_files(flags.str("base"), out + "/merged");
-      std::printf("merged model: %s/merged (transformers' from_pretrained loads it)\n", out.c_str());
-    } else {
-      nn::save_state_dict(model, out + "/merged.safetensors");
-      std::printf("merged model: %s/merged.safetensors\n", out.c_str());
-    }
+    save_model("merged", "merged");
   }
   return 0;
 }

@@ -6,11 +6,15 @@
 // Runs with no arguments on a CPU in a couple of minutes; picks the GPU when there is one.
 // --dtype bf16: pre-training stays float32; the frozen base is then cast to bfloat16 and the
 // adapters train in float32 (mixed precision). On a GPU the report ends with the peak memory.
+// --nproc N: both phases data-parallel on N GPUs (full training, then LoRA), each rank a share
+// of every batch; rank 0 prints and writes.
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 
 #include "examples/common/data.h"
+#include "examples/common/data_parallel.h"
 #include "examples/common/evaluate.h"
 #include "examples/common/flags.h"
 #include "examples/common/printable.h"
@@ -22,6 +26,7 @@
 #include "optim/clip_grad.h"
 #include "optim/lr_scheduler.h"
 #include "optim/optimizer.h"
+#include "distributed/data_parallel.h"
 #include "peft/lora.h"
 #include "tapegrad.h"
 
@@ -31,20 +36,26 @@ namespace {
 
 // One training phase: AdamW, linear warmup then cosine decay, gradient clipping at 1.0.
 void train(nn::LlamaForCausalLM& model, const examples::ByteDataset& data, const std::string& label, int64_t steps,
-           double lr, int64_t batch, int64_t seq, Device device, Generator& data_gen, const std::string& csv) {
+           double lr, int64_t batch, int64_t seq, Device device, Generator& data_gen, const std::string& csv,
+           const examples::Ranks& ranks) {
+  std::optional<distributed::DataParallel> dp;
+  if (ranks.comm) dp.emplace(model.named_trainable_parameters(), *ranks.comm);
   optim::AdamW opt(model.named_trainable_parameters(), {.lr = lr, .weight_decay = 0.01});
   optim::WarmupCosineLR schedule(opt, std::max<int64_t>(1, steps / 10), steps, 0.1);
-  examples::TrainLog log(label, steps, csv);
+  examples::TrainLog log(label, steps, ranks.main() ? csv : "");
   log.start();
   for (int64_t step = 1; step <= steps; ++step) {
-    Tensor ids = data.batch(/*train=*/true, batch, seq, data_gen, device);
+    // Every rank draws the same global batch and takes its rows.
+    Tensor ids = data.batch(/*train=*/true, batch, seq, data_gen, ranks.comm ? Device::cpu() : device);
+    if (ranks.comm) ids = examples::shard_rows(ids, ranks, device);
     opt.zero_grad();
     Tensor loss = model.loss(ids, ids);
     loss.backward();
+    if (dp) dp->sync_gradients();
     optim::clip_grad_norm_(model.trainable_parameters(), 1.0);
     opt.step();
     schedule.step();
-    log.step(step, loss.item(), opt.lr(), batch * seq);
+    log.step(step, examples::sum_over_ranks(ranks, {loss.item() / ranks.world}, device)[0], opt.lr(), batch * seq);
   }
   log.finish();
 }
@@ -89,15 +100,18 @@ int run(int argc, char** argv) {
       .add("threads", "0", "CPU threads (0: all cores)")
       .add("seed", "0", "seed of the initial weights and of the data order")
       .add("out", "out/toy", "directory for loss logs (CSV + SVG), the base checkpoint and the adapter");
+  examples::add_nproc_flag(flags);
   if (!flags.parse(argc, argv)) {
     std::cout << flags.usage();
     return 0;
   }
+  if (const int status = examples::launch_if_asked(flags, argc, argv); status >= 0) return status;
   Device device = flags.str("device") == "auto" ? default_device()
                   : flags.str("device") == "cuda" ? Device::cuda()
                   : flags.str("device") == "cpu" ? Device::cpu()
                   : throw examples::UsageError("--device wants cpu, cuda or auto\n" + flags.usage());
   const DType dtype = examples::dtype_flag(flags);
+  const examples::Ranks ranks = examples::join_if_launched(device, flags.str("device"));
   if (flags.integer("threads") > 0) set_num_threads(static_cast<int>(flags.integer("threads")));
   std::string config_name = flags.str("config") == "auto" ? (device.is_cuda() ? "small" : "tiny") : flags.str("config");
   nn::LlamaConfig config = nn::LlamaConfig::by_name(config_name);
@@ -110,7 +124,8 @@ int run(int argc, char** argv) {
                                std::to_string(config.max_position_embeddings) + "-byte context), got " +
                                flags.str("sample-bytes") + "\n" + flags.usage());
   const std::string out = flags.str("out");
-  std::filesystem::create_directories(out);
+  examples::check_batch_splits(batch, ranks);
+  if (ranks.main()) std::filesystem::create_directories(out);
 
   std::string text_a = flags.str("data").empty() ? examples::generate_corpus("stories", seed, 1 << 20)
                                                  : examples::read_text_file(flags.str("data"));
@@ -129,8 +144,8 @@ int run(int argc, char** argv) {
   // 1. Pre-training on corpus A.
   std::printf("== 1. pre-training on corpus A ==\n");
   train(*model, data_a, "pretrain", flags.integer("pretrain-steps"), flags.number("lr"), batch, seq, device, data_gen,
-        out + "/pretrain_loss.csv");
-  nn::save_state_dict(*model, out + "/base.safetensors", {{"config", config_name}});  // lora_finetune reads it
+        out + "/pretrain_loss.csv", ranks);
+  if (ranks.main()) nn::save_state_dict(*model, out + "/base.safetensors", {{"config", config_name}});  // lora_finetune reads it
   model->to(dtype);  // the base LoRA adapts, evaluated in the same precision before and after
   const int eval_batches = static_cast<int>(flags.integer("eval-batches"));
   double a_before = examples::evaluate(*model, data_a, batch, seq, eval_batches, device);
@@ -149,7 +164,7 @@ int run(int argc, char** argv) {
     reset_peak_memory_stats(device);
   }
   train(*model, data_b, "lora", flags.integer("lora-steps"), flags.number("lora-lr"), batch, seq, device, data_gen,
-        out + "/lora_loss.csv");
+        out + "/lora_loss.csv", ranks);
 
   // 3. What the adapter learned, and what the model forgot.
   double a_after = examples::evaluate(*model, data_a, batch, seq, eval_batches, device);
@@ -160,6 +175,7 @@ int run(int argc, char** argv) {
   std::printf("  corpus A (forgot)   %10.4f   %10.4f\n", a_before, a_after);
   show_samples(*model, "adapted", sample_bytes);
   if (device.is_cuda()) std::printf("during LoRA, %s\n", examples::peak_memory_line(device).c_str());
+  if (!ranks.main()) return 0;
   peft::save_adapter(*model, out + "/adapter", lora);
   std::printf("\nwrote %s/{pretrain,lora}_loss.{csv,svg}, %s/base.safetensors and the peft adapter in %s/adapter\n",
               out.c_str(), out.c_str(), out.c_str());

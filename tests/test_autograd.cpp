@@ -294,5 +294,51 @@ TEST_F(Autograd, GradReturnsTheGradientsWithoutTouchingDotGrad) {
   EXPECT_TRUE(contains(message_of([&] { grad({y}, {}, {}); }), "at least one input"));
 }
 
+// The hook sees the sum of every path (x is used twice), once per backward, after .grad holds it.
+TEST(PostAccumulateGradHook, SeesTheFinalGradientOncePerBackward) {
+  Tensor x = from_vector(std::vector<double>{1.0, 2.0});
+  x.requires_grad_(true);
+  std::vector<std::vector<double>> seen;
+  HookHandle h = register_post_accumulate_grad_hook(x, [&](const Tensor& leaf) {
+    EXPECT_TRUE(leaf.same(x));
+    EXPECT_FALSE(grad_mode_enabled());
+    seen.push_back(leaf.grad().to_vector<double>());
+  });
+  sum(add(mul(x, 2.0), mul(x, 3.0))).backward();
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0], (std::vector<double>{5.0, 5.0}));
+  sum(mul(x, 1.0)).backward();  // accumulates: the hook sees 5 + 1
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[1], (std::vector<double>{6.0, 6.0}));
+  grad({sum(mul(x, 4.0))}, {}, {x});  // nothing accumulated: no call
+  EXPECT_EQ(seen.size(), 2u);
+  h.remove();
+  sum(x).backward();
+  EXPECT_EQ(seen.size(), 2u);
+}
+
+TEST(PostAccumulateGradHook, RunsInRegistrationOrderUntilItsHandleGoes) {
+  Tensor x = from_vector(std::vector<double>{1.0});
+  x.requires_grad_(true);
+  std::string order;
+  HookHandle a = register_post_accumulate_grad_hook(x, [&](const Tensor&) { order += "a"; });
+  {
+    HookHandle b = register_post_accumulate_grad_hook(x, [&](const Tensor&) { order += "b"; });
+    sum(x).backward();
+  }
+  sum(x).backward();
+  EXPECT_EQ(order, "aba");
+}
+
+TEST(PostAccumulateGradHook, WantsALeafThatRequiresGrad) {
+  Tensor x = from_vector(std::vector<double>{1.0});
+  EXPECT_TRUE(contains(message_of([&] { (void)register_post_accumulate_grad_hook(x, [](const Tensor&) {}); }),
+                       "register_post_accumulate_grad_hook: wants a leaf tensor that requires grad, got a tensor without requires_grad"));
+  x.requires_grad_(true);
+  Tensor y = mul(x, 2.0);
+  EXPECT_TRUE(contains(message_of([&] { (void)register_post_accumulate_grad_hook(y, [](const Tensor&) {}); }),
+                       "a non-leaf"));
+}
+
 }  // namespace
 }  // namespace tg

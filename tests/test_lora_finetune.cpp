@@ -177,6 +177,35 @@ TEST_P(LoraFinetuneHf, GradientCheckpointingTrainsTheSameAdapterBitForBit) {
   EXPECT_TRUE(read(dir / ("plain" + adapter)) == read(dir / ("ckpt" + adapter))) << "the adapters differ";
 }
 
+// --full: every weight trains, the model (not an adapter) is written, a resume is bit-exact.
+TEST_P(LoraFinetuneHf, FullFineTuningTrainsEveryWeightAndResumesBitExactly) {
+  const fs::path base = fixtures() / GetParam();
+  ASSERT_TRUE(fs::exists(base / "config.json"));
+  TempDir dir;
+  const std::string common = "--base " + base.string() + " --data " + write_task(dir) +
+                             " --full --steps 4 --warmup 1 --batch 2 --seq 32 --eval-every 2 --eval-batches 1 "
+                             "--sample-tokens 0 --threads 1 ";
+  std::string log;
+  ASSERT_EQ(finetune(common + "--out " + (dir / "straight"), dir, &log), 0) << log;
+  EXPECT_NE(log.find("trainable%: 100.0000"), std::string::npos) << log;
+  EXPECT_NE(log.find("fine-tuned model: "), std::string::npos) << log;
+  EXPECT_FALSE(fs::exists(dir / "straight/adapter"));
+  ASSERT_EQ(finetune(common + "--out " + (dir / "resumed") + " --stop-at 2", dir, &log), 0) << log;
+  ASSERT_EQ(finetune(common + "--out " + (dir / "resumed") + " --resume", dir, &log), 0) << log;
+  EXPECT_TRUE(read(dir / "straight/model/model.safetensors") == read(dir / "resumed/model/model.safetensors"))
+      << "the resumed run trained another model";
+  auto trained = tg::nn::from_pretrained(dir / "straight/model");
+  auto orig = tg::nn::from_pretrained(base.string());
+  const auto want = orig->named_parameters();
+  const auto got = trained->named_parameters();
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    EXPECT_NE(got[i].second.template to_vector<float>(), want[i].second.template to_vector<float>())
+        << got[i].first << " did not train";
+  ASSERT_EQ(finetune(common + "--merge --out " + (dir / "merge"), dir, &log), 2) << log;
+  EXPECT_NE(log.find("--merge folds LoRA into the base: with --full the model itself is written"), std::string::npos) << log;
+}
+
 INSTANTIATE_TEST_SUITE_P(Folders, LoraFinetuneHf, ::testing::Values("tiny_llama", "tiny_gpt2"));
 
 TEST(LoraFinetune, ResumeRefusesAChangedTrainingFlagByName) {
