@@ -4,6 +4,7 @@
 
 #include "core/cuda/cuda_utils.cuh"
 #include "core/cuda/runtime.h"
+#include "core/cuda_graph.h"
 #include "ops/cuda/index_check.cuh"
 
 namespace tg::cuda::index_check {
@@ -43,6 +44,7 @@ State& state(int device) {
 long long* flag(int device) { return state(device).dev; }
 
 void raise_pending(int device) {
+  if (is_capturing(device)) return;  // no event can be queried now: the replays check (watch)
   State& s = state(device);
   long long what, index, bound;
   {
@@ -66,6 +68,12 @@ void raise_pending(int device) {
 }
 
 void watch(int device, cudaStream_t stream) {
+  if (is_capturing(device)) {
+    // The graph's kernels report into the flag at every replay: look before each replay, copy after it.
+    at_each_replay(Device::cuda(device), "index_check", [device] { raise_pending(device); },
+                   [device] { watch(device, cuda::stream(device)); });
+    return;
+  }
   State& s = state(device);
   std::lock_guard<std::mutex> lock(s.mu);
   TG_CUDA_CHECK(cudaMemcpyAsync(s.host, s.dev, kWords * sizeof(long long), cudaMemcpyDeviceToHost, stream));
