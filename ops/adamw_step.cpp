@@ -106,13 +106,14 @@ void adamw_step_(const std::vector<AdamWParamStep>& params, double beta1, double
     if (b == buckets.end()) b = buckets.insert(buckets.end(), Bucket{p.device(), p.dtype(), {}, {}});
     AdamWSlot slot{p, g, e.exp_avg, e.exp_avg_sq, {}, e.counters, e.lr_wd};
     if (p.device().is_cpu()) {
-      double lr = e.lr, wd = e.weight_decay, t = static_cast<double>(e.step);
-      if (e.counters.defined()) {  // the CPU "device" memory is the host's: count the step here
+      if (e.counters.defined()) {  // the CPU's "device" memory is the host's: as the CUDA kernel does
         double* c = e.counters.data_ptr<double>();
-        lr = e.lr_wd.data_ptr<double>()[0], wd = e.lr_wd.data_ptr<double>()[1], t = c[0] + 1;
-        c[0] = t;
+        const double* h = e.lr_wd.data_ptr<double>();
+        slot.scale = adamw_scale(h[0], h[1], c[0] + 1, beta1, beta2);
+        c[0] += 1, c[1] = slot.scale.decay, c[2] = slot.scale.step_size, c[3] = slot.scale.inv_sqrt_bc2;
+      } else {
+        slot.scale = adamw_scale(e.lr, e.weight_decay, static_cast<double>(e.step), beta1, beta2);
       }
-      slot.scale = adamw_scale(lr, wd, t, beta1, beta2);
     }
     b->slots.push_back(slot);
     if (!p.device().is_cpu() && !e.counters.defined()) b->host_scalars.push_back(&e);

@@ -23,7 +23,8 @@ struct AdamWParamStep {
   double lr = 0, weight_decay = 0;
   int64_t step = 1;  // the step being taken (1 for the first): bias corrections 1 - beta^step
   // When defined, used instead of lr, weight_decay and step: `counters` float64 [4] (element 0: the
-  // steps taken so far, incremented by this call; 1..3: scratch), `lr_wd` float64 [2] {lr, weight_decay}.
+  // steps taken so far, incremented by this call; 1..3: set to the step's AdamWScale), `lr_wd`
+  // float64 [2] {lr, weight_decay}.
   Tensor counters, lr_wd;
 };
 
