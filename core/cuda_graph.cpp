@@ -97,6 +97,8 @@ void CUDAGraph::capture(const std::function<void()>& fn) {
 
 void CUDAGraph::replay() {
   TG_CHECK(captured(), kOp, "replay() before capture(): nothing was recorded");
+  TG_CHECK(!is_current_stream_capturing(device_), kOp, "replay() while a capture runs on ", device_,
+           " (a graph cannot be replayed inside another's capture)");
   for (const Hook& h : hooks_)
     if (h.before) h.before();
 #ifdef TG_WITH_CUDA

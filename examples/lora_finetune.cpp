@@ -14,6 +14,9 @@
 // transformers loads, for a Hugging Face base). With --dtype bf16 the frozen base runs in
 // bfloat16 and the adapters train in float32; on a GPU the report ends with the peak GPU memory.
 // --gradient-checkpointing keeps less of it: each layer's activations are recomputed at backward.
+// On a GPU the step is captured as a CUDA graph after its first run and replayed (--cuda-graph:
+// the same numbers bit for bit, without the host's launch cost) where it can be: one micro-batch,
+// no LoRA dropout, no checkpointing.
 #include <atomic>
 #include <csignal>
 #include <cstdio>
@@ -26,6 +29,7 @@
 #include "examples/common/data.h"
 #include "examples/common/evaluate.h"
 #include "examples/common/flags.h"
+#include "examples/common/graphed_step.h"
 #include "examples/common/printable.h"
 #include "examples/common/precision.h"
 #include "examples/common/train_log.h"
@@ -52,7 +56,7 @@ void on_sigint(int) { interrupted = true; }
 // --gradient-checkpointing changes memory and time only: the gradients are bitwise the same.
 const std::vector<std::string> kResumeMayChange = {"out",     "device",      "threads", "eval-every", "eval-batches",
                                                    "save-every", "stop-at",  "resume",  "merge",      "sample-tokens",
-                                                   "gradient-checkpointing"};
+                                                   "gradient-checkpointing", "cuda-graph"};
 
 std::string training_flags_json(const examples::Flags& flags) {
   json::Value v = json::Value::object();
@@ -137,7 +141,10 @@ int run(int argc, char** argv) {
       .add("stop-at", "0", "stop after this step as if interrupted (checkpoint written); 0: run to the end")
       .add("resume", "false", "continue from <out>/checkpoint.safetensors (training flags must be unchanged; "
                               "these may change: --out, --device, --threads, --eval-every, --eval-batches, "
-                              "--save-every, --stop-at, --merge, --sample-tokens, --gradient-checkpointing)")
+                              "--save-every, --stop-at, --merge, --sample-tokens, --gradient-checkpointing, "
+                              "--cuda-graph)")
+      .add("cuda-graph", "auto", "auto | on | off: replay the training step as one CUDA graph on the GPU (auto: "
+                                 "when it can be, i.e. --grad-accum 1, --dropout 0, no --gradient-checkpointing)")
       .add("merge", "false", "also write the merged model (LoRA folded into the base weights, in --dtype): "
                              "<out>/merged (a Hugging Face folder) or <out>/merged.safetensors (toy)")
       .add("threads", "0", "CPU threads (0: all cores)")
@@ -171,6 +178,20 @@ int run(int argc, char** argv) {
   const int eval_batches = static_cast<int>(flags.integer("eval-batches"));
   const bool allow_binary = flags.boolean("bytes"), resume = flags.boolean("resume"), merge = flags.boolean("merge"),
              checkpointing = flags.boolean("gradient-checkpointing");
+
+  const std::string graph_flag = flags.str("cuda-graph");
+  if (graph_flag != "auto" && graph_flag != "on" && graph_flag != "off")
+    throw examples::UsageError("--cuda-graph wants auto, on or off, got '" + graph_flag + "'\n" + flags.usage());
+  // What a captured step cannot hold: a host-weighted sum of micro-batches, fresh dropout masks,
+  // checkpointing's recomputation (not validated under capture).
+  std::string graph_blocker = !device.is_cuda() ? "the device is the CPU"
+                              : accum != 1      ? "--grad-accum is " + std::to_string(accum)
+                              : lora_dropout > 0 ? "--dropout is " + flags.str("dropout")
+                              : checkpointing    ? "--gradient-checkpointing is on"
+                                                 : "";
+  if (graph_flag == "on" && !graph_blocker.empty())
+    throw examples::UsageError("--cuda-graph on: cannot capture the step, " + graph_blocker + "\n");
+  const bool use_graph = graph_flag != "off" && graph_blocker.empty();
 
   // The base model, frozen, with LoRA on the targets.
   examples::BaseModel base = examples::load_base(flags.str("base"), flags.str("config"));
@@ -263,6 +284,16 @@ int run(int argc, char** argv) {
     const std::vector<int32_t> more(out.begin() + static_cast<int64_t>(prompt.size()), out.end());
     log.note("  sample (greedy): \"" + sample_text(base, prompt) + "\" -> \"" + sample_text(base, more) + "\"");
   };
+  // The step of one micro-batch as the graph records it (the loop below is the same eagerly).
+  examples::GraphedStep graphed_step(use_graph, [&](const Tensor& ids, const Tensor& labels) {
+    opt.zero_grad();
+    Tensor loss = nn::causal_lm_loss(model.forward(ids), labels);
+    loss.backward();
+    if (clip > 0) optim::clip_grad_norm_(model.trainable_parameters(), clip);
+    opt.step();
+    return loss;
+  });
+  if (use_graph) std::printf("CUDA graph: the training step is captured after its first run and replayed\n");
   log.start();
   for (int64_t step = start + 1; step <= steps; ++step) {
     // A step's micro-batches weigh by their target tokens: the loss is the mean over all of them.
@@ -272,21 +303,25 @@ int run(int argc, char** argv) {
       micro.push_back(train_rows->batch((step - 1) * accum + k, batch, seed, device));
       targets += micro.back().targets;
     }
-    opt.zero_grad();
     double step_loss = 0;
-    for (const data::Batch& b : micro) {
-      if (b.targets == 0) continue;
-      Tensor loss = nn::causal_lm_loss(model.forward(b.ids), b.labels);
-      const double weight = static_cast<double>(b.targets) / static_cast<double>(targets);
-      step_loss += loss.item() * weight;
-      (accum == 1 ? loss : loss * weight).backward();
-    }
-    if (targets == 0) {
-      log.note("lora step " + std::to_string(step) + ": every label of the batch is -100 (prompt or padding); no update");
+    if (use_graph) {  // one micro-batch
+      if (targets > 0) step_loss = graphed_step(micro[0].ids, micro[0].labels).item();
     } else {
-      if (clip > 0) optim::clip_grad_norm_(model.trainable_parameters(), clip);
-      opt.step();
+      opt.zero_grad();
+      for (const data::Batch& b : micro) {
+        if (b.targets == 0) continue;
+        Tensor loss = nn::causal_lm_loss(model.forward(b.ids), b.labels);
+        const double weight = static_cast<double>(b.targets) / static_cast<double>(targets);
+        step_loss += loss.item() * weight;
+        (accum == 1 ? loss : loss * weight).backward();
+      }
+      if (targets > 0) {
+        if (clip > 0) optim::clip_grad_norm_(model.trainable_parameters(), clip);
+        opt.step();
+      }
     }
+    if (targets == 0)
+      log.note("lora step " + std::to_string(step) + ": every label of the batch is -100 (prompt or padding); no update");
     schedule.step();
     log.step(step, step_loss, opt.lr(), accum * batch * seq);
     if (eval_every > 0 && step % eval_every == 0 && step < steps) validate(step);
