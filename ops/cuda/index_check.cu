@@ -60,6 +60,9 @@ void raise_pending(int device) {
     TG_CUDA_CHECK(cudaMemsetAsync(s.dev, 0, kWords * sizeof(long long), stream(device)));
     for (size_t i = 0; i < kWords; ++i) s.host[i] = 0;
   }
+  if (what == kIndexCopy)
+    fail("index_copy_", "index ", index, " is out of range for a dim of size ", bound, " (wants 0 <= index < ", bound,
+         "); found on cuda:", device, " by an earlier call, which did not write that slice");
   if (what == kCrossEntropy)
     fail("cross_entropy", "target ", index, " is out of range for ", bound, " classes (wants 0 <= target < ",
          bound, " or ignore_index); found on cuda:", device, " by an earlier call, whose loss is nan");
