@@ -1,24 +1,28 @@
 #!/usr/bin/env bash
-# CUDA graph capture on the GPU machine in one call (issue 22 item 5):
-#   1. the graph tests (replayed LoRA / full steps bitwise the eager ones, the pool, the refusals)
-#      and AdamW's, also under compute-sanitizer's memcheck;
+# CUDA graph capture on the GPU machine in one call (issue 22 item 5, issue 26):
+#   1. the graph tests (replayed LoRA / full steps bitwise the eager ones, the pool, the refusals,
+#      the replayed decode step bitwise the static-cache one), AdamW's, index_copy_'s and
+#      generation's GPU tests, the graph and index_copy_ tests also under compute-sanitizer;
 #   2. train_step_bench, bench-135m bf16, LoRA and full: eager and --cuda-graph in the same call
 #      (rows to <out>/train_step_graph.json);
 #   3. the examples with the graph on and off: the same losses (toy_transformer) and the same
-#      adapter bytes (lora_finetune).
+#      adapter bytes (lora_finetune);
+#   4. generate_bench, bench-135m bf16, prompt 128, 256 new tokens, batch 1 and 32: the dynamic
+#      cache, the static one and the static one with the decode step replayed as a CUDA graph
+#      (rows to <out>/generate_graph.json).
 #   TG_COMMIT=<commit> dev/graph_check.sh <build dir> [out dir]
 set -euo pipefail
 build=${1:?usage: dev/graph_check.sh <build dir> [out dir]}
 out=${2:-out/graph_check}
 mkdir -p "$out"
 [ -f "$build/build.ninja" ] || cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTG_CUDA=ON
-cmake --build "$build" -j"$(nproc)" --target tapegrad_tests train_step_bench lora_finetune toy_transformer
+cmake --build "$build" -j"$(nproc)" --target tapegrad_tests train_step_bench lora_finetune toy_transformer generate_bench
 
 echo "== 1. tests"
-filter='CudaGraph*:OptimTest.*AdamW*:MixedPrecisionTest.*'
+filter='CudaGraph*:OptimTest.*AdamW*:MixedPrecisionTest.*:IndexCopy*:KVCache*:Generate*'
 "$build/tests/tapegrad_tests" --gtest_filter="$filter" 2>&1 | tee "$out/tests.txt" | grep -E '^\[  (PASSED|FAILED|SKIPPED) '
 if command -v compute-sanitizer >/dev/null; then
-  compute-sanitizer --tool memcheck --error-exitcode 1 "$build/tests/tapegrad_tests" --gtest_filter='CudaGraph*' \
+  compute-sanitizer --tool memcheck --error-exitcode 1 "$build/tests/tapegrad_tests" --gtest_filter='CudaGraph*:IndexCopy*:GenerateCuda.GraphReplayed*' \
     > "$out/memcheck.txt" 2>&1 && echo "memcheck: clean" || { echo "memcheck: FAILED (see $out/memcheck.txt)"; exit 1; }
 fi
 
@@ -54,4 +58,8 @@ else
   echo "lora_finetune: the adapters DIFFER with the graph"; exit 1
 fi
 grep -h "CUDA graph" "$out/lora_true.txt"
-echo "rows: $out/train_step_graph.json (copy to bench/results/ as train_step_graph.json, then python3 bench/make_results.py)"
+
+echo "== 4. generate_bench: dynamic, static, static + graph"
+"$build/bench/generate_bench" --config bench-135m --device cuda --dtype bf16 --batches 1,32 --prompt 128 \
+  --new-tokens 256 --caches dynamic,static,graph --json "$out/generate_graph.json"
+echo "rows: $out/train_step_graph.json, $out/generate_graph.json (copy to bench/results/, then python3 bench/make_results.py)"
