@@ -15,7 +15,9 @@
 // call), dropout with 0 < p < 1 refuses (its mask would repeat at every replay), and state it
 // would create (an optimizer's moments) would be re-zeroed by every replay: AdamW refuses unless
 // it has stepped once eagerly. AdamW reads its lr and step counts from device memory and uploads
-// the host's lr before each replay, so a scheduler works as in eager steps.
+// the host's lr before each replay, so a scheduler works as in eager steps. The tensors the graph
+// reads and writes (parameters, optimizer state, inputs) must stay alive and in place while it
+// is replayed: loading a state dict that replaces them means reset() and capture again.
 #pragma once
 
 #include <cstdint>
