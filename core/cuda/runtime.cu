@@ -71,7 +71,7 @@ DeviceState& state(int device) {
 class RelaxedCaptureMode {
  public:
   RelaxedCaptureMode() { TG_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode_)); }
-  ~RelaxedCaptureMode() { cudaThreadExchangeStreamCaptureMode(&mode_); }
+  ~RelaxedCaptureMode() { cudaThreadExchangeStreamCaptureMode(&mode_); }  // restores; cannot throw here
   RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
   RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
 
