@@ -86,7 +86,9 @@ int main(int argc, char** argv) {
         nn::GenerationConfig cfg{.max_new_tokens = N};  // greedy, no EOS: exactly N tokens
         cfg.cache_implementation = cache == "dynamic" ? "dynamic" : "static";
         cfg.cuda_graph = cache == "graph";
-        const char* variant = cache == "dynamic" ? "kv cache" : cache == "static" ? "static cache" : "static cache + cuda graph";
+        const char* variant = cache == "dynamic"  ? "kv cache"
+                              : cache == "static" ? "static cache"
+                                                  : "static cache + cuda graph";
         for (int64_t i = 0; i < flags.integer("warmup"); ++i) time_once(*model, prompts, cfg);
         std::vector<Timing> t;
         for (int64_t i = 0; i < flags.integer("runs"); ++i) t.push_back(time_once(*model, prompts, cfg));

@@ -188,7 +188,8 @@ std::vector<std::vector<int32_t>> generate(Module& model, const std::vector<std:
       }
     }
     if (running == 0 || step + 1 == config.max_new_tokens) break;
-    logits = static_decode ? (*static_decode)(fed) : last_logits(lm, lm.hidden(from_vector(fed, {B, 1}, device), cache));
+    logits = static_decode ? (*static_decode)(fed)
+                           : last_logits(lm, lm.hidden(from_vector(fed, {B, 1}, device), cache));
   }
   return seqs;
 }

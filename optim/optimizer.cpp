@@ -313,7 +313,8 @@ void AdamW::step() {
       Tensor g = grad_of("AdamW", name, param);
       if (!g.defined()) continue;
       const bool capturing = cuda::is_current_stream_capturing(param.device());
-      TG_CHECK(!capturing || !state_[i].buffers.empty(), "AdamW", "parameter '", name,
+      const bool has_state = !state_[i].buffers.empty() && state_[i].counters.defined();
+      TG_CHECK(!capturing || has_state, "AdamW", "parameter '", name,
                "' has no state yet while a CUDA graph captures: its moments would be zeroed again at every "
                "replay; take one step eagerly before capturing");
       ParamState& s = state_for(i);

@@ -100,7 +100,8 @@ TEST_F(CudaGraphTest, AdamWWithASchedulerMatchesHostNumbersOnTheCpu) {
 Tensor step_ids(int step) {
   std::vector<int64_t> ids(256);
   std::iota(ids.begin(), ids.end(), 0);
-  for (size_t i = 0; i < ids.size(); ++i) std::swap(ids[i], ids[(i * 37 + static_cast<size_t>(step) * 11) % ids.size()]);
+  for (size_t i = 0; i < ids.size(); ++i)
+    std::swap(ids[i], ids[(i * 37 + static_cast<size_t>(step) * 11) % ids.size()]);
   return from_vector(ids, {2, 128}, kGpu);
 }
 

@@ -260,7 +260,8 @@ void begin_capture(int device, uint64_t pool) {
   cudaStream_t s = stream(device);
   {
     std::lock_guard<std::mutex> lock(st.mu);
-    TG_CHECK(st.capture_pool == 0, "CUDAGraph", "cuda:", device, " is already capturing a graph (captures do not nest)");
+    TG_CHECK(st.capture_pool == 0, "CUDAGraph", "cuda:", device,
+             " is already capturing a graph (captures do not nest)");
     TG_CHECK(st.pools.count(pool) && !st.pools.at(pool).released, "CUDAGraph", "memory pool ", pool,
              " of cuda:", device, " does not exist");
     st.capture_pool = pool;

@@ -54,7 +54,8 @@ void index_copy(const Tensor& self, const Tensor& index, const Tensor& source, i
     case 2: return launch<uint16_t>(self, index, source, size, inner);
     case 4: return launch<uint32_t>(self, index, source, size, inner);
     case 8: return launch<uint64_t>(self, index, source, size, inner);
-    default: fail("index_copy_", "no CUDA copy for elements of ", element_size(self.dtype()), " bytes (", self.dtype(), ")");
+    default:
+      fail("index_copy_", "no CUDA copy for elements of ", element_size(self.dtype()), " bytes (", self.dtype(), ")");
   }
 }
 
