@@ -22,31 +22,12 @@ void throw_cuda_error(cudaError_t err, const char* call, const char* file, int l
 
 namespace {
 
-using FreeBlocks = std::unordered_map<size_t, std::vector<void*>>;  // size class -> cached blocks
-
-// A CUDA graph's private blocks: the graph's kernels keep their addresses, so none of them is handed
-// to anyone else while the pool lives; once released, they rejoin the device's cache.
-struct GraphPool {
-  FreeBlocks free_blocks;
-  size_t live = 0;  // blocks of the pool held by tensors
-  bool released = false;
-};
-
-struct Block {
-  size_t cls;
-  uint64_t pool;  // 0: the device's cache
-};
-
 struct DeviceState {
   std::mutex mu;
   cudaStream_t stream = nullptr;
   int sm_count = 0;
   int l2_bytes = -1;
-  FreeBlocks free_blocks;
-  std::unordered_map<void*, Block> live;
-  std::unordered_map<uint64_t, GraphPool> pools;
-  uint64_t next_pool = 1;
-  uint64_t capture_pool = 0;  // while a capture runs: the pool every allocation comes from
+  PooledBlockCache cache;  // with the pools of CUDA graphs (core/block_cache.h)
   MemoryStats stats;
 };
 
@@ -80,18 +61,16 @@ class RelaxedCaptureMode {
 };
 
 void check_not_capturing(const DeviceState& st, int device, const char* what) {
-  TG_CHECK(st.capture_pool == 0, what, "cuda:", device,
+  TG_CHECK(st.cache.capture_pool() == 0, what, "cuda:", device,
            " is capturing a CUDA graph: a host wait or host copy cannot be part of a graph (read results "
            "after replay(); copy inputs into the tensors the graph reads before replay())");
 }
 
 void release_cached(DeviceState& st) {
-  for (auto& [cls, blocks] : st.free_blocks)
-    for (void* p : blocks) {
-      TG_CUDA_CHECK(cudaFree(p));
-      st.stats.bytes_reserved -= cls;
-    }
-  st.free_blocks.clear();
+  st.cache.release_shared([&](void* p, size_t cls) {
+    TG_CUDA_CHECK(cudaFree(p));
+    st.stats.bytes_reserved -= cls;
+  });
 }
 
 }  // namespace
@@ -158,13 +137,9 @@ void* allocate(int device, size_t nbytes) {
   if (nbytes == 0) return nullptr;
   std::lock_guard<std::mutex> lock(st.mu);
   size_t cls = BlockCache::size_class(nbytes);
-  void* p = nullptr;
-  const bool capturing = st.capture_pool != 0;
-  auto& cached = capturing ? st.pools.at(st.capture_pool).free_blocks[cls] : st.free_blocks[cls];
-  if (!cached.empty()) {
-    p = cached.back();
-    cached.pop_back();
-  } else {
+  const bool capturing = st.cache.capture_pool() != 0;
+  void* p = st.cache.take(cls);
+  if (!p) {
     TG_CUDA_CHECK(cudaSetDevice(device));
     RelaxedCaptureMode relaxed;
     cudaError_t err = cudaMalloc(&p, cls);
@@ -182,8 +157,7 @@ void* allocate(int device, size_t nbytes) {
     st.stats.bytes_reserved += cls;
     ++st.stats.device_allocations;
   }
-  st.live[p] = {cls, st.capture_pool};
-  if (capturing) ++st.pools.at(st.capture_pool).live;
+  st.cache.hold(p, cls);
   st.stats.bytes_in_use += nbytes;
   st.stats.peak_bytes = std::max(st.stats.peak_bytes, st.stats.bytes_in_use);
   ++st.stats.allocations;
@@ -193,23 +167,9 @@ void* allocate(int device, size_t nbytes) {
 void deallocate(int device, void* ptr, size_t nbytes) {
   DeviceState& st = state(device);
   std::lock_guard<std::mutex> lock(st.mu);
-  auto it = st.live.find(ptr);
-  if (it == st.live.end()) return;
   // All work is ordered on the one stream, so a later kernel that reuses this block runs after
-  // every kernel that used it: no synchronisation needed. A block freed during a capture may be
-  // read by the graph, so it joins the graph's pool whichever cache it came from.
-  auto [cls, pool] = it->second;
-  if (pool != 0) {
-    GraphPool& owner = st.pools.at(pool);
-    --owner.live;
-    if (owner.released) {  // its graph is gone: back to the device's cache
-      if (owner.live == 0) st.pools.erase(pool);
-      pool = 0;
-    }
-  }
-  if (st.capture_pool != 0) pool = st.capture_pool;
-  (pool != 0 ? st.pools.at(pool).free_blocks : st.free_blocks)[cls].push_back(ptr);
-  st.live.erase(it);
+  // every kernel that used it: no synchronisation needed.
+  if (st.cache.put(ptr) == 0) return;
   st.stats.bytes_in_use -= nbytes;
 }
 
@@ -237,22 +197,15 @@ void empty_cache(int device) {
 uint64_t create_graph_pool(int device) {
   DeviceState& st = state(device);
   std::lock_guard<std::mutex> lock(st.mu);
-  const uint64_t id = st.next_pool++;
-  st.pools[id];
-  return id;
+  return st.cache.create_pool();
 }
 
 void release_graph_pool(int device, uint64_t pool) {
   DeviceState& st = state(device);
   std::lock_guard<std::mutex> lock(st.mu);
-  auto it = st.pools.find(pool);
-  if (it == st.pools.end()) return;
-  // Work queued after this on the stream runs after the graph's last replay: the free blocks can
-  // go to the device's cache at once; blocks still held by tensors follow when those are freed.
-  for (auto& [cls, blocks] : it->second.free_blocks)
-    st.free_blocks[cls].insert(st.free_blocks[cls].end(), blocks.begin(), blocks.end());
-  if (it->second.live == 0) st.pools.erase(it);
-  else it->second = GraphPool{{}, it->second.live, true};
+  // Work queued after this on the stream runs after the graph's last replay: its free blocks can
+  // serve others at once.
+  st.cache.release_pool(pool);
 }
 
 void begin_capture(int device, uint64_t pool) {
@@ -260,18 +213,17 @@ void begin_capture(int device, uint64_t pool) {
   cudaStream_t s = stream(device);
   {
     std::lock_guard<std::mutex> lock(st.mu);
-    TG_CHECK(st.capture_pool == 0, "CUDAGraph", "cuda:", device,
+    TG_CHECK(st.cache.capture_pool() == 0, "CUDAGraph", "cuda:", device,
              " is already capturing a graph (captures do not nest)");
-    TG_CHECK(st.pools.count(pool) && !st.pools.at(pool).released, "CUDAGraph", "memory pool ", pool,
-             " of cuda:", device, " does not exist");
-    st.capture_pool = pool;
+    TG_CHECK(st.cache.has_pool(pool), "CUDAGraph", "memory pool ", pool, " of cuda:", device, " does not exist");
+    st.cache.set_capture_pool(pool);
   }
   // Thread-local: a potentially unsafe call (a host wait, cudaMalloc outside the allocator) on this
   // thread invalidates the capture; other threads are not bound by it.
   const cudaError_t err = cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
   if (err != cudaSuccess) {
     std::lock_guard<std::mutex> lock(st.mu);
-    st.capture_pool = 0;
+    st.cache.set_capture_pool(0);
     TG_CUDA_CHECK(err);
   }
 }
@@ -283,7 +235,7 @@ void* end_capture(int device) {
   const cudaError_t err = cudaStreamEndCapture(s, &graph);
   {
     std::lock_guard<std::mutex> lock(st.mu);
-    st.capture_pool = 0;
+    st.cache.set_capture_pool(0);
   }
   if (err != cudaSuccess) {
     if (graph) cudaGraphDestroy(graph);
@@ -305,13 +257,13 @@ void abort_capture(int device) {
   if (graph) cudaGraphDestroy(graph);
   cudaGetLastError();
   std::lock_guard<std::mutex> lock(st.mu);
-  st.capture_pool = 0;
+  st.cache.set_capture_pool(0);
 }
 
 bool is_capturing(int device) {
   DeviceState& st = state(device);
   std::lock_guard<std::mutex> lock(st.mu);
-  return st.capture_pool != 0;
+  return st.cache.capture_pool() != 0;
 }
 
 void launch_graph(int device, void* exec) {
