@@ -3,6 +3,7 @@
 
 #include "core/activation_checkpoint.h"
 #include "core/autograd.h"
+#include "core/cuda_graph.h"
 #include "core/factory.h"
 #include "core/memory.h"
 #include "core/parallel.h"

@@ -2,7 +2,9 @@
 // --new-tokens new ones (no EOS), per batch size; the median of --runs after --warmup, on the host
 // clock (generate waits for each step's tokens). The first streamed token marks the end of the
 // prefill. bench/generate_bench_torch.py times transformers' generate the same way;
-// bench/run_generate_bench.sh runs both.
+// bench/run_generate_bench.sh runs both. --caches: the dynamic KV cache (rows "kv cache"), the
+// static one ("static cache": every decode step attends to the whole cache, masked) and the static
+// one with the decode step replayed as a CUDA graph ("static cache + cuda graph").
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -54,6 +56,7 @@ int main(int argc, char** argv) {
       .add("warmup", "1", "untimed runs per batch size")
       .add("runs", "3", "timed runs per batch size (the median is reported)")
       .add("threads", "0", "CPU threads (0: all cores)")
+      .add("caches", "dynamic", "dynamic, static and/or graph (static + a CUDA graph of the decode step)")
       .add("json", "", "also write the rows to this file (bench/results/generate.json's rows)");
   try {
     if (!flags.parse(argc, argv)) return std::cout << flags.usage(), 0;
@@ -65,40 +68,50 @@ int main(int argc, char** argv) {
     Generator gen(0);
     auto model = std::make_shared<nn::LlamaForCausalLM>(c, gen);
     model->to(dtype, device);
-    const nn::GenerationConfig cfg{.max_new_tokens = N};  // greedy, no EOS: exactly N tokens
+    for (const std::string& cache : flags.list("caches"))
+      if (cache != "dynamic" && cache != "static" && cache != "graph")
+        throw std::runtime_error("--caches wants dynamic, static or graph, got '" + cache + "'");
     bench::JsonRows rows("generate_bench", bench::machine(device));
-    std::printf("%-10s %-6s %5s %6s %6s %10s %12s %11s %14s\n", "config", "dtype", "batch", "prompt", "new", "tok/s",
-                "ms/token", "prefill ms", "decode ms/tok");
+    std::printf("%-10s %-6s %-8s %5s %6s %6s %10s %12s %11s %14s\n", "config", "dtype", "cache", "batch", "prompt", "new",
+                "tok/s", "ms/token", "prefill ms", "decode ms/tok");
     for (const std::string& b : flags.list("batches")) {
       const int64_t B = std::stoll(b);
-      std::vector<std::vector<int32_t>> prompts;
+      std::vector<std::vector<int32_t>> prompts;  // the same for every cache
       for (int64_t i = 0; i < B; ++i) {
         std::vector<int32_t> p;
         for (int64_t v : randint(0, c.vocab_size, {P}, gen).to_vector<int64_t>()) p.push_back(static_cast<int32_t>(v));
         prompts.push_back(p);
       }
-      for (int64_t i = 0; i < flags.integer("warmup"); ++i) time_once(*model, prompts, cfg);
-      std::vector<Timing> t;
-      for (int64_t i = 0; i < flags.integer("runs"); ++i) t.push_back(time_once(*model, prompts, cfg));
-      std::sort(t.begin(), t.end(), [](const Timing& a, const Timing& b) { return a.total_s < b.total_s; });
-      const Timing med = t[t.size() / 2];
-      const double tok_s = static_cast<double>(B * N) / med.total_s, ms_tok = 1e3 * med.total_s / static_cast<double>(N),
-                   decode_ms = 1e3 * (med.total_s - med.prefill_s) / static_cast<double>(std::max<int64_t>(1, N - 1));
-      std::printf("%-10s %-6s %5lld %6lld %6lld %10.1f %12.3f %11.2f %14.3f\n", flags.str("config").c_str(),
-                  flags.str("dtype").c_str(), static_cast<long long>(B), static_cast<long long>(P),
-                  static_cast<long long>(N), tok_s, ms_tok, 1e3 * med.prefill_s, decode_ms);
-      rows.add()
-          .str("impl", "tapegrad")
-          .str("variant", "kv cache")
-          .str("config", flags.str("config"))
-          .str("dtype", flags.str("dtype"))
-          .num("batch", static_cast<double>(B))
-          .num("prompt", static_cast<double>(P))
-          .num("new_tokens", static_cast<double>(N))
-          .num("tok_s", tok_s)
-          .num("ms_per_token", ms_tok)
-          .num("prefill_ms", 1e3 * med.prefill_s)
-          .num("decode_ms_per_token", decode_ms);
+      for (const std::string& cache : flags.list("caches")) {
+        nn::GenerationConfig cfg{.max_new_tokens = N};  // greedy, no EOS: exactly N tokens
+        cfg.cache_implementation = cache == "dynamic" ? "dynamic" : "static";
+        cfg.cuda_graph = cache == "graph";
+        const char* variant = cache == "dynamic"  ? "kv cache"
+                              : cache == "static" ? "static cache"
+                                                  : "static cache + cuda graph";
+        for (int64_t i = 0; i < flags.integer("warmup"); ++i) time_once(*model, prompts, cfg);
+        std::vector<Timing> t;
+        for (int64_t i = 0; i < flags.integer("runs"); ++i) t.push_back(time_once(*model, prompts, cfg));
+        std::sort(t.begin(), t.end(), [](const Timing& a, const Timing& b) { return a.total_s < b.total_s; });
+        const Timing med = t[t.size() / 2];
+        const double tok_s = static_cast<double>(B * N) / med.total_s, ms_tok = 1e3 * med.total_s / static_cast<double>(N),
+                     decode_ms = 1e3 * (med.total_s - med.prefill_s) / static_cast<double>(std::max<int64_t>(1, N - 1));
+        std::printf("%-10s %-6s %-8s %5lld %6lld %6lld %10.1f %12.3f %11.2f %14.3f\n", flags.str("config").c_str(),
+                    flags.str("dtype").c_str(), cache.c_str(), static_cast<long long>(B), static_cast<long long>(P),
+                    static_cast<long long>(N), tok_s, ms_tok, 1e3 * med.prefill_s, decode_ms);
+        rows.add()
+            .str("impl", "tapegrad")
+            .str("variant", variant)
+            .str("config", flags.str("config"))
+            .str("dtype", flags.str("dtype"))
+            .num("batch", static_cast<double>(B))
+            .num("prompt", static_cast<double>(P))
+            .num("new_tokens", static_cast<double>(N))
+            .num("tok_s", tok_s)
+            .num("ms_per_token", ms_tok)
+            .num("prefill_ms", 1e3 * med.prefill_s)
+            .num("decode_ms_per_token", decode_ms);
+      }
     }
     rows.write(flags.str("json"));
   } catch (const std::exception& e) {

@@ -6,14 +6,19 @@
 // (AdamW keeps float32 moments for them, but there are no float32 master weights).
 // --gradient-checkpointing: each decoder layer under tg::checkpoint (rows name the mode
 // "lora+ckpt", "full+ckpt"), for the peak memory it saves and the recomputation it costs.
+// --cuda-graph: after the warm-up, the step is captured once as a CUDA graph (tg::cuda::CUDAGraph)
+// and the timed steps are its replays (rows "lora+graph", "full+graph"); the loss of the last
+// eager and replayed steps are printed so a run shows the replay trains.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <memory>
 #include <vector>
 
 #include "bench/bench_json.h"
 #include "core/cuda/runtime.h"
+#include "core/cuda_graph.h"
 #include "examples/common/data.h"
 #include "examples/common/flags.h"
 #include "examples/common/precision.h"
@@ -34,6 +39,7 @@ int main(int argc, char** argv) {
       .add("steps", "20", "timed steps (the median is reported)")
       .add("modes", "full,lora", "full and/or lora")
       .add("gradient-checkpointing", "false", "recompute each decoder layer's activations at backward")
+      .add("cuda-graph", "false", "time replays of the step captured as one CUDA graph (GPU)")
       .add("json", "", "also write the rows to this file (bench/results/train_step.json's rows)");
   try {
     if (!flags.parse(argc, argv)) return std::cout << flags.usage(), 0;
@@ -42,7 +48,7 @@ int main(int argc, char** argv) {
     const DType dtype = examples::dtype_flag(flags);
     nn::LlamaConfig c = nn::LlamaConfig::by_name(flags.str("config"));
     const int64_t B = examples::default_batch_size(flags.str("config")), T = c.max_position_embeddings;
-    const bool checkpointing = flags.boolean("gradient-checkpointing");
+    const bool checkpointing = flags.boolean("gradient-checkpointing"), graphed = flags.boolean("cuda-graph");
     std::printf("%-12s %-9s %-7s %-5s %10s %10s %10s %8s %10s\n", "config", "mode", "device", "dtype", "ms/step",
                 "min ms", "tok/s", "threads", "peak MiB");
     bench::JsonRows rows("train_step_bench", bench::machine(device));
@@ -53,18 +59,33 @@ int main(int argc, char** argv) {
       if (mode == "lora") peft::apply_lora(*model, {});
       model->to(device);
       if (checkpointing) model->gradient_checkpointing_enable();
-      const std::string mode_name = checkpointing ? mode + "+ckpt" : mode;
+      const std::string mode_name = mode + (checkpointing ? "+ckpt" : "") + (graphed ? "+graph" : "");
       reset_peak_memory_stats(device);
       optim::AdamW opt(model->named_trainable_parameters(), {.lr = 1e-3, .weight_decay = 0.01});
       Tensor ids = randint(0, c.vocab_size, {B, T}, gen, {.dtype = kInt64, .device = device});
-      auto step = [&] {
+      Tensor loss;
+      auto body = [&] {
         opt.zero_grad();
-        Tensor loss = model->loss(ids, ids);
+        loss = model->loss(ids, ids);
         loss.backward();
         opt.step();
+      };
+      std::unique_ptr<cuda::CUDAGraph> graph;
+      auto step = [&] {
+        if (graph) graph->replay();
+        else body();
         synchronize(device);
       };
-      for (int64_t i = 0; i < flags.integer("warmup"); ++i) step();
+      const int64_t warmup = flags.integer("warmup");
+      for (int64_t i = 0; i < (graphed ? std::max<int64_t>(1, warmup) : warmup); ++i) step();  // a capture wants one
+      if (graphed) {
+        const double eager_loss = loss.item();
+        graph = std::make_unique<cuda::CUDAGraph>(device);
+        graph->capture(body);
+        step();
+        std::printf("%-12s %-9s captured after a step of loss %.6f; first replay's loss %.6f\n",
+                    flags.str("config").c_str(), mode_name.c_str(), eager_loss, loss.item());
+      }
       std::vector<double> ms;
       for (int64_t i = 0; i < flags.integer("steps"); ++i) {
         auto t0 = std::chrono::steady_clock::now();

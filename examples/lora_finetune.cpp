@@ -19,6 +19,9 @@
 // logs, evaluates and writes; the loss curve and the checkpoints are those of one process, so a
 // run may resume on another number of GPUs. --full trains every parameter instead of adapters
 // (full fine-tuning) and writes the model.
+// On a GPU the step is captured as a CUDA graph after its first run and replayed (--cuda-graph:
+// the same numbers bit for bit, without the host's launch cost) where it can be: one micro-batch,
+// no LoRA dropout, no checkpointing, one process.
 #include <atomic>
 #include <csignal>
 #include <cstdio>
@@ -32,6 +35,7 @@
 #include "examples/common/data_parallel.h"
 #include "examples/common/evaluate.h"
 #include "examples/common/flags.h"
+#include "examples/common/graphed_step.h"
 #include "examples/common/printable.h"
 #include "examples/common/precision.h"
 #include "examples/common/train_log.h"
@@ -59,7 +63,7 @@ void on_sigint(int) { interrupted = true; }
 // --gradient-checkpointing changes memory and time only: the gradients are bitwise the same.
 const std::vector<std::string> kResumeMayChange = {"out",     "device",      "threads", "eval-every", "eval-batches",
                                                    "save-every", "stop-at",  "resume",  "merge",      "sample-tokens",
-                                                   "gradient-checkpointing", "nproc"};
+                                                   "gradient-checkpointing", "nproc", "cuda-graph"};
 
 std::string training_flags_json(const examples::Flags& flags) {
   json::Value v = json::Value::object();
@@ -144,10 +148,14 @@ int run(int argc, char** argv) {
       .add("stop-at", "0", "stop after this step as if interrupted (checkpoint written); 0: run to the end")
       .add("resume", "false", "continue from <out>/checkpoint.safetensors (training flags must be unchanged; "
                               "these may change: --out, --device, --threads, --eval-every, --eval-batches, "
-                              "--save-every, --stop-at, --merge, --sample-tokens, --gradient-checkpointing)")
+                              "--save-every, --stop-at, --merge, --sample-tokens, --gradient-checkpointing, "
+                              "--cuda-graph)")
       .add("full", "false", "full fine-tuning: every parameter trains, no LoRA (--rank, --alpha, --dropout and "
                             "--targets unused); writes <out>/model (a Hugging Face folder) or <out>/model.safetensors "
                             "(toy) instead of an adapter")
+      .add("cuda-graph", "auto", "auto | on | off: replay the training step as one CUDA graph on the GPU (auto: "
+                                 "when it can be, i.e. --grad-accum 1, --dropout 0, no --gradient-checkpointing, "
+                                 "one process)")
       .add("merge", "false", "also write the merged model (LoRA folded into the base weights, in --dtype): "
                              "<out>/merged (a Hugging Face folder) or <out>/merged.safetensors (toy)")
       .add("threads", "0", "CPU threads (0: all cores)")
@@ -186,6 +194,21 @@ int run(int argc, char** argv) {
   const bool allow_binary = flags.boolean("bytes"), resume = flags.boolean("resume"), merge = flags.boolean("merge"),
              checkpointing = flags.boolean("gradient-checkpointing"), full = flags.boolean("full");
   if (full && merge) throw examples::UsageError("--merge folds LoRA into the base: with --full the model itself is written\n");
+
+  const std::string graph_flag = flags.str("cuda-graph");
+  if (graph_flag != "auto" && graph_flag != "on" && graph_flag != "off")
+    throw examples::UsageError("--cuda-graph wants auto, on or off, got '" + graph_flag + "'\n" + flags.usage());
+  // What a captured step cannot hold: a host-weighted sum of micro-batches, fresh dropout masks,
+  // checkpointing's recomputation (not validated under capture).
+  std::string graph_blocker = !device.is_cuda() ? "the device is the CPU"
+                              : accum != 1      ? "--grad-accum is " + std::to_string(accum)
+                              : lora_dropout > 0 ? "--dropout is " + flags.str("dropout")
+                              : checkpointing    ? "--gradient-checkpointing is on"
+                              : ranks.comm       ? "it trains data-parallel (" + std::to_string(ranks.world) + " ranks)"
+                                                 : "";
+  if (graph_flag == "on" && !graph_blocker.empty())
+    throw examples::UsageError("--cuda-graph on: cannot capture the step, " + graph_blocker + "\n");
+  const bool use_graph = graph_flag != "off" && graph_blocker.empty();
 
   // The base model, frozen, with LoRA on the targets.
   examples::BaseModel base = examples::load_base(flags.str("base"), flags.str("config"));
@@ -282,6 +305,16 @@ int run(int argc, char** argv) {
     const std::vector<int32_t> more(out.begin() + static_cast<int64_t>(prompt.size()), out.end());
     log.note("  sample (greedy): \"" + sample_text(base, prompt) + "\" -> \"" + sample_text(base, more) + "\"");
   };
+  // The step of one micro-batch as the graph records it (the loop below is the same eagerly).
+  examples::GraphedStep graphed_step(use_graph, [&](const Tensor& ids, const Tensor& labels) {
+    opt.zero_grad();
+    Tensor loss = nn::causal_lm_loss(model.forward(ids), labels);
+    loss.backward();
+    if (clip > 0) optim::clip_grad_norm_(model.trainable_parameters(), clip);
+    opt.step();
+    return loss;
+  });
+  if (use_graph) std::printf("CUDA graph: the training step is captured after its first run and replayed\n");
   log.start();
   for (int64_t step = start + 1; step <= steps; ++step) {
     // A step's micro-batches weigh by their target tokens: the loss is the mean over all of them.
@@ -293,21 +326,25 @@ int run(int argc, char** argv) {
       targets += global.targets;
       micro.push_back(ranks.comm ? examples::shard_batch(global, ranks, device) : global);
     }
-    opt.zero_grad();
     double step_loss = 0;
-    for (int64_t k = 0; k < accum; ++k) {
-      const data::Batch& b = micro[k];
-      if (b.targets == 0) continue;  // with data parallelism sync_gradients adds zeros for it
-      Tensor loss = nn::causal_lm_loss(model.forward(b.ids), b.labels);
-      const double weight = static_cast<double>(b.targets) / static_cast<double>(targets);
-      step_loss += loss.item() * weight;
-      // The ranks' gradients are averaged: scale this rank's share up by the world size.
-      Tensor scaled = accum == 1 && !ranks.comm ? loss : loss * (weight * ranks.world);
-      if (dp && k + 1 < accum) {
-        auto no_sync = dp->no_sync();
-        scaled.backward();
-      } else {
-        scaled.backward();
+    if (use_graph) {  // one micro-batch, one process
+      if (targets > 0) step_loss = graphed_step(micro[0].ids, micro[0].labels).item();
+    } else {
+      opt.zero_grad();
+      for (int64_t k = 0; k < accum; ++k) {
+        const data::Batch& b = micro[k];
+        if (b.targets == 0) continue;  // with data parallelism sync_gradients adds zeros for it
+        Tensor loss = nn::causal_lm_loss(model.forward(b.ids), b.labels);
+        const double weight = static_cast<double>(b.targets) / static_cast<double>(targets);
+        step_loss += loss.item() * weight;
+        // The ranks' gradients are averaged: scale this rank's share up by the world size.
+        Tensor scaled = accum == 1 && !ranks.comm ? loss : loss * (weight * ranks.world);
+        if (dp && k + 1 < accum) {
+          auto no_sync = dp->no_sync();
+          scaled.backward();
+        } else {
+          scaled.backward();
+        }
       }
     }
     // One small all-reduce: the loss over every rank's rows and whether any rank was interrupted.
@@ -315,7 +352,7 @@ int run(int argc, char** argv) {
     step_loss = agreed[0];
     if (targets == 0) {
       log.note(phase + " step " + std::to_string(step) + ": every label of the batch is -100 (prompt or padding); no update");
-    } else {
+    } else if (!use_graph) {  // the graph's step clips and steps itself
       if (dp) dp->sync_gradients();
       if (clip > 0) optim::clip_grad_norm_(model.trainable_parameters(), clip);
       opt.step();

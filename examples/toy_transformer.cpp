@@ -5,9 +5,10 @@
 //      and save it as a peft adapter.
 // Runs with no arguments on a CPU in a couple of minutes; picks the GPU when there is one.
 // --dtype bf16: pre-training stays float32; the frozen base is then cast to bfloat16 and the
-// adapters train in float32 (mixed precision). On a GPU the report ends with the peak memory.
-// --nproc N: both phases data-parallel on N GPUs (full training, then LoRA), each rank a share
-// of every batch; rank 0 prints and writes.
+// adapters train in float32 (mixed precision). On a GPU the report ends with the peak memory,
+// and each step after a phase's first is a replay of it captured as a CUDA graph (--cuda-graph;
+// not with --nproc). --nproc N: both phases data-parallel on N GPUs (full training, then LoRA),
+// each rank a share of every batch; rank 0 prints and writes.
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -17,6 +18,7 @@
 #include "examples/common/data_parallel.h"
 #include "examples/common/evaluate.h"
 #include "examples/common/flags.h"
+#include "examples/common/graphed_step.h"
 #include "examples/common/printable.h"
 #include "examples/common/precision.h"
 #include "examples/common/train_log.h"
@@ -34,26 +36,33 @@ using namespace tg;
 
 namespace {
 
-// One training phase: AdamW, linear warmup then cosine decay, gradient clipping at 1.0.
+// One training phase: AdamW, linear warmup then cosine decay, gradient clipping at 1.0; on the GPU
+// (with `graphed`) the step is replayed as a CUDA graph after its first run.
 void train(nn::LlamaForCausalLM& model, const examples::ByteDataset& data, const std::string& label, int64_t steps,
            double lr, int64_t batch, int64_t seq, Device device, Generator& data_gen, const std::string& csv,
-           const examples::Ranks& ranks) {
+           const examples::Ranks& ranks, bool graphed) {
   std::optional<distributed::DataParallel> dp;
   if (ranks.comm) dp.emplace(model.named_trainable_parameters(), *ranks.comm);
   optim::AdamW opt(model.named_trainable_parameters(), {.lr = lr, .weight_decay = 0.01});
   optim::WarmupCosineLR schedule(opt, std::max<int64_t>(1, steps / 10), steps, 0.1);
+  // One step; with a single process on a GPU captured after its first run and replayed.
+  examples::GraphedStep train_step(graphed && device.is_cuda() && !ranks.comm,
+                                   [&](const Tensor& ids, const Tensor& labels) {
+                                     opt.zero_grad();
+                                     Tensor loss = model.loss(ids, labels);
+                                     loss.backward();
+                                     if (dp) dp->sync_gradients();
+                                     optim::clip_grad_norm_(model.trainable_parameters(), 1.0);
+                                     opt.step();
+                                     return loss;
+                                   });
   examples::TrainLog log(label, steps, ranks.main() ? csv : "");
   log.start();
   for (int64_t step = 1; step <= steps; ++step) {
     // Every rank draws the same global batch and takes its rows.
     Tensor ids = data.batch(/*train=*/true, batch, seq, data_gen, ranks.comm ? Device::cpu() : device);
     if (ranks.comm) ids = examples::shard_rows(ids, ranks, device);
-    opt.zero_grad();
-    Tensor loss = model.loss(ids, ids);
-    loss.backward();
-    if (dp) dp->sync_gradients();
-    optim::clip_grad_norm_(model.trainable_parameters(), 1.0);
-    opt.step();
+    const Tensor loss = train_step(ids, ids);
     schedule.step();
     log.step(step, examples::sum_over_ranks(ranks, {loss.item() / ranks.world}, device)[0], opt.lr(), batch * seq);
   }
@@ -99,6 +108,7 @@ int run(int argc, char** argv) {
       .add("sample-bytes", "80", "bytes per generated sample")
       .add("threads", "0", "CPU threads (0: all cores)")
       .add("seed", "0", "seed of the initial weights and of the data order")
+      .add("cuda-graph", "true", "on the GPU, replay each training step as one CUDA graph after the first")
       .add("out", "out/toy", "directory for loss logs (CSV + SVG), the base checkpoint and the adapter");
   examples::add_nproc_flag(flags);
   if (!flags.parse(argc, argv)) {
@@ -144,7 +154,7 @@ int run(int argc, char** argv) {
   // 1. Pre-training on corpus A.
   std::printf("== 1. pre-training on corpus A ==\n");
   train(*model, data_a, "pretrain", flags.integer("pretrain-steps"), flags.number("lr"), batch, seq, device, data_gen,
-        out + "/pretrain_loss.csv", ranks);
+        out + "/pretrain_loss.csv", ranks, flags.boolean("cuda-graph"));
   if (ranks.main()) nn::save_state_dict(*model, out + "/base.safetensors", {{"config", config_name}});  // lora_finetune reads it
   model->to(dtype);  // the base LoRA adapts, evaluated in the same precision before and after
   const int eval_batches = static_cast<int>(flags.integer("eval-batches"));
@@ -164,7 +174,7 @@ int run(int argc, char** argv) {
     reset_peak_memory_stats(device);
   }
   train(*model, data_b, "lora", flags.integer("lora-steps"), flags.number("lora-lr"), batch, seq, device, data_gen,
-        out + "/lora_loss.csv", ranks);
+        out + "/lora_loss.csv", ranks, flags.boolean("cuda-graph"));
 
   // 3. What the adapter learned, and what the model forgot.
   double a_after = examples::evaluate(*model, data_a, batch, seq, eval_batches, device);

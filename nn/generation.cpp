@@ -1,10 +1,14 @@
 #include "nn/generation.h"
 
 #include <algorithm>
+#include <memory>
+#include <optional>
 
 #include "core/autograd.h"
+#include "core/cuda_graph.h"
 #include "core/factory.h"
 #include "core/philox.h"
+#include "core/primitives.h"
 #include "nn/gpt2.h"
 #include "nn/kv_cache.h"
 #include "nn/llama.h"
@@ -91,6 +95,39 @@ std::vector<int32_t> choose(const Tensor& logits, const std::vector<std::vector<
   return next;
 }
 
+// The decode steps against a static cache: the fed ids, the positions, the mask and the column in
+// fixed device tensors, so each step runs the same work on the same addresses. With a graph the
+// first step runs eagerly (the warm-up a capture needs), the second is captured, and every step
+// replays it; the logits are then the graph's tensor, overwritten by the next step.
+class StaticDecoder {
+ public:
+  StaticDecoder(const CausalLM& lm, KVCache& cache, bool graphed) : lm_(lm), cache_(cache) {
+    cache.enable_static_decode();
+    ids_ = Tensor::empty({cache.batch(), 1}, {kInt64, cache.device()});
+    if (graphed) graph_ = std::make_unique<cuda::CUDAGraph>(cache.device());
+  }
+
+  Tensor operator()(const std::vector<int64_t>& fed) {
+    cache_.upload_decode_step();
+    copy_(ids_, from_vector(fed, {cache_.batch(), 1}));
+    if (!graph_ || !warmed_up_) {
+      warmed_up_ = true;
+      return last_logits(lm_, lm_.hidden(ids_, cache_));
+    }
+    if (!graph_->captured()) graph_->capture([&] { logits_ = last_logits(lm_, lm_.hidden(ids_, cache_)); });
+    else cache_.advance(1);  // the capture's forward advanced the cache once; each replay fills a column too
+    graph_->replay();
+    return logits_;
+  }
+
+ private:
+  const CausalLM& lm_;
+  KVCache& cache_;
+  Tensor ids_, logits_;
+  std::unique_ptr<cuda::CUDAGraph> graph_;
+  bool warmed_up_ = false;
+};
+
 }  // namespace
 
 std::vector<std::vector<int32_t>> generate(Module& model, const std::vector<std::vector<int32_t>>& input_ids,
@@ -129,6 +166,9 @@ std::vector<std::vector<int32_t>> generate(Module& model, const std::vector<std:
   // The last new token is never fed back: P + max_new_tokens - 1 columns.
   KVCache cache(lm.layers, B, lm.kv_heads, lm.head_dim, P + config.max_new_tokens - 1,
                 {lm.embedding->dtype(), device}, padding);
+  TG_CHECK(!config.cuda_graph || device.is_cuda(), kOp, "cuda_graph wants the model on a GPU, it is on ", device);
+  std::optional<StaticDecoder> static_decode;
+  if (config.cache_implementation == "static") static_decode.emplace(lm, cache, config.cuda_graph);
   Tensor logits = last_logits(lm, lm.hidden(from_vector(flat, {B, P}, device), cache));
 
   std::vector<std::vector<int32_t>> seqs = input_ids;
@@ -148,7 +188,8 @@ std::vector<std::vector<int32_t>> generate(Module& model, const std::vector<std:
       }
     }
     if (running == 0 || step + 1 == config.max_new_tokens) break;
-    logits = last_logits(lm, lm.hidden(from_vector(fed, {B, 1}, device), cache));
+    logits = static_decode ? (*static_decode)(fed)
+                           : last_logits(lm, lm.hidden(from_vector(fed, {B, 1}, device), cache));
   }
   return seqs;
 }

@@ -33,6 +33,13 @@ struct GenerationConfig {
   double repetition_penalty = 1.0;  // 1: none; > 1 discourages tokens already in the sequence
   std::vector<int32_t> eos_token_id;  // a sequence ends after generating any of these
   uint64_t seed = 0;                  // the sampling draws (Philox): the same seed, the same samples
+  // "dynamic": a decode step attends to the cache's filled columns. "static" (transformers'
+  // StaticCache): to all of them, masked, with its inputs in fixed device tensors, so that every
+  // step runs the same kernels on the same addresses (nn/kv_cache.h: enable_static_decode).
+  std::string cache_implementation = "dynamic";
+  // With the static cache on a GPU: the decode step is captured as a CUDA graph at the second
+  // token and replayed for the others (the tokens and logits bitwise those of "static" alone).
+  bool cuda_graph = false;
 
   bool greedy() const { return !do_sample || temperature == 0.0; }
   // tg::Error naming the field: a value out of range, or a sampling field (temperature other than

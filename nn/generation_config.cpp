@@ -56,6 +56,11 @@ void GenerationConfig::validate() const {
   TG_CHECK(std::isfinite(repetition_penalty) && repetition_penalty > 0, kOp,
            "repetition_penalty must be > 0 (1: off), got ", repetition_penalty);
   for (int32_t id : eos_token_id) TG_CHECK(id >= 0, kOp, "eos_token_id holds ", id, ", wants token ids >= 0");
+  TG_CHECK(cache_implementation == "dynamic" || cache_implementation == "static", kOp, "cache_implementation '",
+           cache_implementation, "' is not supported, wants 'dynamic' or 'static'");
+  TG_CHECK(!cuda_graph || cache_implementation == "static", kOp,
+           "cuda_graph wants cache_implementation 'static' (a graph replays fixed shapes), got '", cache_implementation,
+           "'");
   if (do_sample) return;
   // transformers warns and ignores these; here a value that would silently do nothing is an error.
   TG_CHECK(temperature == 1.0 || temperature == 0.0, kOp, "temperature ", temperature,
@@ -98,6 +103,8 @@ GenerationConfig GenerationConfig::from_pretrained(const std::string& dir) {
       if (const json::Value* f = field("top_k")) c.top_k = f->as_int(where + "top_k");
       if (const json::Value* f = field("top_p")) c.top_p = f->as_double(where + "top_p");
     }
+    if (const json::Value* f = field("cache_implementation"))
+      c.cache_implementation = f->as_string(where + "cache_implementation");
     if (const json::Value* f = field("repetition_penalty"))
       c.repetition_penalty = f->as_double(where + "repetition_penalty");
     c.validate();

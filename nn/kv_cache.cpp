@@ -5,6 +5,7 @@
 #include "core/autograd.h"
 #include "core/factory.h"
 #include "core/primitives.h"
+#include "ops/index_copy.h"
 #include "ops/shape.h"
 
 namespace tg::nn {
@@ -48,8 +49,19 @@ CacheStep KVCache::step(int64_t T, const char* who) const {
   s.start = length_;
   s.tokens = T;
   const int64_t S = s.start + T;
-  s.uniform = std::all_of(padding_.begin(), padding_.end(), [](int64_t p) { return p == 0; });
   const int64_t min_pad = *std::min_element(padding_.begin(), padding_.end());
+  if (static_decode() && T == 1) {
+    TG_CHECK(uploaded_for_ == length_, who, "a static decode step of column ", length_, " without its inputs (",
+             uploaded_for_ < 0 ? std::string("none uploaded") : "uploaded for column " + std::to_string(uploaded_for_),
+             "): call KVCache::upload_decode_step() first");
+    s.uniform = false;
+    s.positions = decode_positions_;
+    s.max_position = S - 1 - min_pad;
+    s.attn_mask = decode_mask_;
+    s.column = decode_column_;
+    return s;
+  }
+  s.uniform = std::all_of(padding_.begin(), padding_.end(), [](int64_t p) { return p == 0; });
   s.max_position = S - 1 - min_pad;
   if (!s.uniform) {
     std::vector<int64_t> pos;
@@ -80,6 +92,34 @@ LayerCache KVCache::layer(int64_t i, const CacheStep& step) const {
   return {keys_[static_cast<size_t>(i)], values_[static_cast<size_t>(i)], step};
 }
 
+void KVCache::enable_static_decode() {
+  if (static_decode()) return;
+  TG_CHECK(length_ == 0, "KVCache", "enable_static_decode() after ", length_,
+           " columns were filled: call it before the first cached forward (it zeroes the buffers)");
+  for (auto* buffers : {&keys_, &values_})
+    for (Tensor& t : *buffers) fill_(t, 0.0);
+  decode_column_ = Tensor::empty({1}, {kInt64, device()});
+  decode_positions_ = Tensor::empty({batch_, 1}, {kInt64, device()});
+  decode_mask_ = Tensor::empty({batch_, 1, 1, max_length_}, {kBool, device()});
+}
+
+void KVCache::upload_decode_step() {
+  TG_CHECK(static_decode(), "KVCache", "upload_decode_step() wants enable_static_decode() first");
+  const int64_t c = length_;
+  TG_CHECK(c < max_length_, "KVCache", "the KVCache holds ", max_length_, " columns, all filled: no decode step fits");
+  // As step() lays out a one-token step after the cache: column c sees the columns that hold a token.
+  std::vector<int64_t> pos;
+  std::vector<bool> keep;
+  for (int64_t b = 0; b < batch_; ++b) {
+    pos.push_back(std::max<int64_t>(0, c - padding_[b]));
+    for (int64_t j = 0; j < max_length_; ++j) keep.push_back(j <= c && (j >= padding_[b] || j == c));
+  }
+  copy_(decode_column_, from_vector(std::vector<int64_t>{c}, {1}));
+  copy_(decode_positions_, from_vector(pos, {batch_, 1}));
+  copy_(decode_mask_, from_vector(keep, {batch_, 1, 1, max_length_}));
+  uploaded_for_ = c;
+}
+
 void KVCache::advance(int64_t T) {
   TG_CHECK(T >= 1 && length_ + T <= max_length_, "KVCache", "advance by ", T, " past max_length ", max_length_,
            " (", length_, " filled)");
@@ -96,6 +136,11 @@ std::pair<Tensor, Tensor> append_to_cache(const LayerCache& cache, const Tensor&
     TG_CHECK(t->dtype() == cache.keys.dtype() && t->device() == cache.keys.device(), who, "the layer computes ",
              t->dtype(), " on ", t->device(), ", the KVCache holds ", cache.keys.dtype(), " on ",
              cache.keys.device());
+  }
+  if (cache.step.column.defined()) {  // static decode: the column from device memory, every column attended
+    index_copy_(cache.keys, 2, cache.step.column, k);
+    index_copy_(cache.values, 2, cache.step.column, v);
+    return {cache.keys, cache.values};
   }
   copy_(slice(cache.keys, 2, start, start + T), k);
   copy_(slice(cache.values, 2, start, start + T), v);

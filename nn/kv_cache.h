@@ -37,6 +37,9 @@ struct CacheStep {
   // top-left aligned causal mask is the right one (start 0) or every key is visible (T 1).
   Tensor attn_mask;
   bool is_causal = false;
+  // A static decode step (KVCache::enable_static_decode): int64 [1] on the device, the column the
+  // token goes to; the step attends to every column of the cache through attn_mask.
+  Tensor column;
 };
 
 // One layer's part of a cached forward: its buffers and the step.
@@ -65,14 +68,27 @@ class KVCache {
   // After every layer ran a step of T tokens: they are part of the cache.
   void advance(int64_t T);
 
+  // Static decode (transformers' StaticCache, for a CUDA graph of the decode step): every step of
+  // one token then writes its column through index_copy_ and attends to all max_length columns,
+  // the unfilled ones masked (the buffers are zeroed here, so they hold no NaN), with its column,
+  // positions and mask in device tensors of fixed addresses. upload_decode_step() writes them for
+  // the next column (length()): call it before each such step; step(1) does not upload (a capture
+  // could not).
+  void enable_static_decode();
+  void upload_decode_step();
+  bool static_decode() const { return decode_column_.defined(); }
+
  private:
   int64_t batch_, max_length_, length_ = 0;
   std::vector<int64_t> padding_;
   std::vector<Tensor> keys_, values_;
+  Tensor decode_column_, decode_positions_, decode_mask_;  // [1], [B, 1], [B, 1, 1, max_length]
+  int64_t uploaded_for_ = -1;                              // the column they hold
 };
 
 // For an attention layer's cached forward: writes k, v [B, kv_heads, T, head_dim] into the layer's
-// columns start..start+T-1 and returns the keys and values of columns 0..start+T-1 (views).
+// columns start..start+T-1 and returns the keys and values of columns 0..start+T-1 (views; a
+// static decode step: every column).
 // tg::Error (naming `who`) under grad mode (the cache is not differentiable) or when k and v do
 // not fit the buffers.
 std::pair<Tensor, Tensor> append_to_cache(const LayerCache& cache, const Tensor& k, const Tensor& v, const char* who);

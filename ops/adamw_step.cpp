@@ -2,12 +2,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 
 #include "core/autograd.h"
+#include "core/factory.h"
 #include "core/primitives.h"
 #include "core/trace.h"
 #include "ops/adamw_step_kernels.h"
 #include "ops/dispatch.h"
+#include "ops/shape.h"
 
 namespace tg {
 namespace {
@@ -36,15 +39,42 @@ void check_entry(size_t i, const AdamWParamStep& e) {
   }
   TG_CHECK(e.exp_avg.is_contiguous() && e.exp_avg_sq.is_contiguous(), kOp, "entry ", i,
            ": exp_avg and exp_avg_sq must be contiguous");
+  TG_CHECK(e.counters.defined() == e.lr_wd.defined(), kOp, "entry ", i,
+           ": counters and lr_wd come together (one is undefined)");
+  if (e.counters.defined()) {
+    for (const auto& [name, t, n] : {std::tuple{"counters", &e.counters, 4}, std::tuple{"lr_wd", &e.lr_wd, 2}})
+      TG_CHECK(t->dtype() == kFloat64 && t->shape() == Shape{n} && t->is_contiguous() && t->device() == p.device(),
+               kOp, "entry ", i, ": ", name, " is ", t->shape(), " ", t->dtype(), " on ", t->device(), ", wants [",
+               n, "] float64 contiguous on ", p.device());
+    return;  // their values are on the device: AdamW checks the lr it uploads
+  }
   TG_CHECK(std::isfinite(e.lr) && e.lr >= 0 && std::isfinite(e.weight_decay) && e.weight_decay >= 0, kOp, "entry ",
            i, ": lr and weight_decay must be finite and >= 0, got ", e.lr, " and ", e.weight_decay);
   TG_CHECK(e.step >= 1, kOp, "entry ", i, ": step must be >= 1 (the step being taken), got ", e.step);
+}
+
+// Host numbers as the tensors the CUDA kernel reads: counters {step - 1, ...} and {lr, wd} per slot,
+// in two uploads for all of them.
+void upload_host_scalars(std::vector<AdamWSlot*>& slots, const std::vector<const AdamWParamStep*>& entries,
+                         Device device) {
+  std::vector<double> counters, lr_wd;
+  for (const AdamWParamStep* e : entries) {
+    counters.insert(counters.end(), {static_cast<double>(e->step - 1), 0, 0, 0});
+    lr_wd.insert(lr_wd.end(), {e->lr, e->weight_decay});
+  }
+  const int64_t n = static_cast<int64_t>(entries.size());
+  const Tensor c = from_vector(counters, {n, 4}, device), h = from_vector(lr_wd, {n, 2}, device);
+  for (int64_t k = 0; k < n; ++k) {
+    slots[k]->counters = reshape(slice(c, 0, k, k + 1), {4});
+    slots[k]->lr_wd = reshape(slice(h, 0, k, k + 1), {2});
+  }
 }
 
 struct Bucket {  // one kernel call: slots of one device and parameter dtype
   Device device;
   DType dtype;
   std::vector<AdamWSlot> slots;
+  std::vector<const AdamWParamStep*> host_scalars;  // GPU entries given host numbers, in slot order
 };
 
 }  // namespace
@@ -71,16 +101,31 @@ void adamw_step_(const std::vector<AdamWParamStep>& params, double beta1, double
     if (!g.is_contiguous() || g.shares_storage_with(e.param) || g.shares_storage_with(e.exp_avg) ||
         g.shares_storage_with(e.exp_avg_sq))
       g = clone_data(g);
-    const double t = static_cast<double>(e.step);
-    const AdamWScale<double> scale{1.0 - e.lr * e.weight_decay, e.lr / (1.0 - std::pow(beta1, t)),
-                                   1.0 / std::sqrt(1.0 - std::pow(beta2, t))};
     auto b = std::find_if(buckets.begin(), buckets.end(),
                           [&](const Bucket& x) { return x.device == p.device() && x.dtype == p.dtype(); });
-    if (b == buckets.end()) b = buckets.insert(buckets.end(), Bucket{p.device(), p.dtype(), {}});
-    b->slots.push_back({p, g, e.exp_avg, e.exp_avg_sq, scale});
+    if (b == buckets.end()) b = buckets.insert(buckets.end(), Bucket{p.device(), p.dtype(), {}, {}});
+    AdamWSlot slot{p, g, e.exp_avg, e.exp_avg_sq, {}, e.counters, e.lr_wd};
+    if (p.device().is_cpu()) {
+      if (e.counters.defined()) {  // the CPU's "device" memory is the host's: as the CUDA kernel does
+        double* c = e.counters.data_ptr<double>();
+        const double* h = e.lr_wd.data_ptr<double>();
+        slot.scale = adamw_scale(h[0], h[1], c[0] + 1, beta1, beta2);
+        c[0] += 1, c[1] = slot.scale.decay, c[2] = slot.scale.step_size, c[3] = slot.scale.inv_sqrt_bc2;
+      } else {
+        slot.scale = adamw_scale(e.lr, e.weight_decay, static_cast<double>(e.step), beta1, beta2);
+      }
+    }
+    b->slots.push_back(slot);
+    if (!p.device().is_cpu() && !e.counters.defined()) b->host_scalars.push_back(&e);
   }
-  const AdamWHyper<double> hyper{1.0 - beta1, beta2, 1.0 - beta2, eps};
-  for (const Bucket& b : buckets) {
+  const AdamWHyper<double> hyper{1.0 - beta1, beta2, 1.0 - beta2, eps, beta1};
+  for (Bucket& b : buckets) {
+    if (!b.host_scalars.empty()) {
+      std::vector<AdamWSlot*> missing;
+      for (AdamWSlot& s : b.slots)
+        if (!s.counters.defined()) missing.push_back(&s);
+      upload_host_scalars(missing, b.host_scalars, b.device);
+    }
     if (b.device.is_cpu()) KernelTrace::record("adamw_step.fused_cpu");
     TG_DISPATCH(b.device, adamw_step, b.slots, hyper);
   }

@@ -14,15 +14,30 @@ namespace tg {
 template <class S>
 struct AdamWHyper {
   S one_minus_beta1, beta2, one_minus_beta2, eps;
+  S beta1;  // for the bias corrections (1 - (1 - beta1) need not round back to beta1)
 };
 
-// Scalars of one tensor, computed on the host from its lr, weight decay and step count t.
+// Scalars of one tensor, from its lr, weight decay and step count t.
 template <class S>
 struct AdamWScale {
   S decay;         // 1 - lr * weight_decay (decoupled weight decay)
   S step_size;     // lr / (1 - beta1^t)
   S inv_sqrt_bc2;  // 1 / sqrt(1 - beta2^t)
 };
+
+// The scalars in float64, on the host or (from device memory, for CUDA graphs) on the GPU with
+// the same roundings: the product is rounded before the subtraction on both (no FMA).
+TG_HOST_DEVICE inline AdamWScale<double> adamw_scale(double lr, double weight_decay, double t, double beta1,
+                                                    double beta2) {
+  using std::pow;
+  using std::sqrt;
+#ifdef __CUDA_ARCH__
+  const double lr_wd = __dmul_rn(lr, weight_decay);
+#else
+  const double lr_wd = lr * weight_decay;
+#endif
+  return {1.0 - lr_wd, lr / (1.0 - pow(beta1, t)), 1.0 / sqrt(1.0 - pow(beta2, t))};
+}
 
 // The update of torch.optim.AdamW, in place:
 //   m = m + (g - m)(1 - b1)   (torch: exp_avg.lerp_(grad, 1 - beta1))
@@ -42,9 +57,14 @@ TG_HOST_DEVICE TG_MATH_INLINE void adamw_update(A& p, A& m, A& v, const G& g, co
 // One tensor of a fused step. param and grad: one dtype (float32, bfloat16; float64 on the CPU),
 // exp_avg and exp_avg_sq: float32 for a bfloat16 param, else param's dtype. All contiguous,
 // non-empty, of one shape and device; grad shares no memory with the others.
+// The CPU kernel applies `scale`. The CUDA kernel reads everything from device memory (so a CUDA
+// graph replays it with the lr and step of the moment): `counters` is float64 [4] (the steps
+// taken, then the scale of the last step), `lr_wd` float64 [2]; it counts the step into
+// counters[0] and writes adamw_scale(lr, wd, counters[0]) to counters[1..3] before the update.
 struct AdamWSlot {
   Tensor param, grad, exp_avg, exp_avg_sq;
   AdamWScale<double> scale;
+  Tensor counters, lr_wd;
 };
 
 // Both backends update every slot (all of one param dtype and device) in place.

@@ -3,6 +3,9 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 #include "core/autograd.h"
 #include "core/factory.h"
@@ -183,11 +186,20 @@ Tensor masked_softmax_rows(const Tensor& scores, const Tensor& mask, Tensor& liv
 }  // namespace
 
 Tensor causal_mask(int64_t L, int64_t S, Device device) {
+  // Made once per shape and device: a training step asks for the same one at every step, and a
+  // CUDA graph's capture cannot upload the ranges. Never destroyed: it may outlive the allocator.
+  static std::mutex mu;
+  static auto* made = new std::map<std::tuple<int64_t, int64_t, int, int>, Tensor>;
+  std::lock_guard<std::mutex> lock(mu);
+  const std::tuple<int64_t, int64_t, int, int> key{L, S, static_cast<int>(device.type), device.index};
+  auto it = made->find(key);
+  if (it != made->end()) return it->second;
   NoGradGuard g;
   // (j - i) > 0 from two broadcast ranges, without a host loop, on any device.
   Tensor i = reshape(arange(0, static_cast<double>(L), 1, {kFloat32, device}), {L, 1});
   Tensor j = reshape(arange(0, static_cast<double>(S), 1, {kFloat32, device}), {1, S});
-  return to(relu(sub(j, i)), kBool);
+  if (made->size() >= 16) made->clear();  // bounded: shapes that change every call need no cache
+  return made->emplace(key, to(relu(sub(j, i)), kBool)).first->second;
 }
 
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal,

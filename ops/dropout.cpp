@@ -1,6 +1,7 @@
 #include "ops/dropout.h"
 
 #include "core/autograd.h"
+#include "core/cuda_graph.h"
 #include "core/primitives.h"
 #include "ops/checks.h"
 #include "ops/dispatch.h"
@@ -38,6 +39,9 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
     if (auto n = record<DropoutBackward>({{"x", x}}, {out})) n->p = 1.0f;
     return out;
   }
+  TG_CHECK(!cuda::is_current_stream_capturing(x.device()), kOp, "p = ", p, " while a CUDA graph captures on ",
+           x.device(), ": the mask is drawn at capture, so every replay would drop the same elements; capture "
+           "with dropout 0 (or in eval mode)");
   const uint64_t first = gen.reserve((static_cast<uint64_t>(x.numel()) + 3) / 4);
   const double scale = 1.0 / (1.0 - p);
   if (out.numel() > 0) TG_DISPATCH(x.device(), dropout, out, x, gen.seed(), first, static_cast<float>(p), scale);

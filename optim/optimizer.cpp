@@ -1,10 +1,13 @@
 #include "optim/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <set>
 #include <tuple>
 
 #include "core/autograd.h"
+#include "core/cuda_graph.h"
 #include "core/factory.h"
 #include "core/primitives.h"
 #include "io/safetensors.h"
@@ -74,6 +77,11 @@ void Optimizer::check_groups() const {
 void Optimizer::set_lr(double lr) {
   TG_CHECK(lr >= 0 && std::isfinite(lr), type_.c_str(), "lr must be finite and >= 0, got ", lr);
   for (ParamGroup& g : groups_) g.lr = lr;
+}
+
+int64_t Optimizer::step_count(size_t i) const {
+  const ParamState& s = state_.at(i);
+  return s.counters.defined() ? static_cast<int64_t>(s.counters.to_vector<double>()[0]) : s.step;
 }
 
 void Optimizer::zero_grad() {
@@ -154,7 +162,7 @@ OptimizerState Optimizer::state_dict() const {
     const ParamState& s = state_[i];
     if (s.buffers.empty()) continue;
     const std::string& name = params_[i].first;
-    out[name + ".step"] = scalar_tensor(static_cast<double>(s.step), {.dtype = kInt64});
+    out[name + ".step"] = scalar_tensor(static_cast<double>(step_count(i)), {.dtype = kInt64});
     for (size_t b = 0; b < buffer_names_.size(); ++b) out[name + "." + buffer_names_[b]] = s.buffers[b];
   }
   for (size_t g = 0; g < groups_.size(); ++g) {
@@ -268,23 +276,59 @@ DType AdamW::state_dtype(const Tensor& param) const {
   return param.dtype() == kBFloat16 ? kFloat32 : param.dtype();  // as adamw_step_ wants
 }
 
+const Tensor& AdamW::device_lr(size_t group, Device device, bool create) {
+  auto it = std::find_if(device_lrs_.begin(), device_lrs_.end(),
+                         [&](const DeviceLr& d) { return d.group == group && d.device == device; });
+  if (it == device_lrs_.end()) {
+    TG_CHECK(create, "AdamW", "group ", group, " has no lr on ", device,
+             " yet while a CUDA graph captures; take one step eagerly before capturing");
+    const ParamGroup& g = param_groups()[group];
+    device_lrs_.push_back({group, device, from_vector(std::vector<double>{g.lr, g.weight_decay}, {2}, device), g.lr,
+                           g.weight_decay});
+    return device_lrs_.back().lr_wd;
+  }
+  if (create) upload_lrs();  // not during a capture: the replays upload
+  return it->lr_wd;
+}
+
+void AdamW::upload_lrs() {
+  check_groups();
+  for (DeviceLr& d : device_lrs_) {
+    const ParamGroup& g = param_groups()[d.group];
+    if (d.lr == g.lr && d.weight_decay == g.weight_decay) continue;
+    // Queued behind the steps that read the old values, ahead of the next one.
+    copy_(d.lr_wd, from_vector(std::vector<double>{g.lr, g.weight_decay}, {2}));
+    d.lr = g.lr, d.weight_decay = g.weight_decay;
+  }
+}
+
 void AdamW::step() {
   check_groups();
   NoGradGuard no_grad;
   std::vector<AdamWParamStep> work;  // every parameter with a grad, in one fused call
-  std::vector<size_t> stepped;
-  for (const ParamGroup& group : param_groups()) {
-    for (size_t i : group.params) {
+  std::vector<Device> captured_on;
+  for (size_t gi = 0; gi < param_groups().size(); ++gi) {
+    for (size_t i : param_groups()[gi].params) {
       const auto& [name, param] = named_params()[i];
       Tensor g = grad_of("AdamW", name, param);
       if (!g.defined()) continue;
+      const bool capturing = cuda::is_current_stream_capturing(param.device());
+      const bool has_state = !state_[i].buffers.empty() && state_[i].counters.defined();
+      TG_CHECK(!capturing || has_state, "AdamW", "parameter '", name,
+               "' has no state yet while a CUDA graph captures: its moments would be zeroed again at every "
+               "replay; take one step eagerly before capturing");
       ParamState& s = state_for(i);
-      work.push_back({param.detach(), g, s.buffers[0], s.buffers[1], group.lr, group.weight_decay, s.step + 1});
-      stepped.push_back(i);
+      if (!s.counters.defined())
+        s.counters = from_vector(std::vector<double>{static_cast<double>(s.step), 0, 0, 0}, {4}, param.device());
+      const Tensor& lr_wd = device_lr(gi, param.device(), !capturing);
+      if (capturing && std::find(captured_on.begin(), captured_on.end(), param.device()) == captured_on.end())
+        captured_on.push_back(param.device());
+      work.push_back({param.detach(), g, s.buffers[0], s.buffers[1], 0, 0, 1, s.counters, lr_wd});
     }
   }
+  const std::string key = "AdamW@" + std::to_string(reinterpret_cast<uintptr_t>(this));
+  for (Device d : captured_on) cuda::at_each_replay(d, key, [this] { upload_lrs(); });
   adamw_step_(work, options.beta1, options.beta2, options.eps);
-  for (size_t i : stepped) ++state_[i].step;  // after the update: a failed one counts no step
 }
 
 }  // namespace tg::optim

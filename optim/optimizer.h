@@ -71,8 +71,9 @@ class Optimizer {
   const std::string& type_name() const { return type_; }
   // Every group's parameters, in group order.
   const NamedParams& named_params() const { return params_; }
-  // Steps taken by parameter i (0 before its first update).
-  int64_t step_count(size_t i = 0) const { return state_.at(i).step; }
+  // Steps taken by parameter i (0 before its first update). Reads the device's count where the
+  // optimizer keeps it there (AdamW), so it waits for the device.
+  int64_t step_count(size_t i = 0) const;
 
   // "<param name>.step" (int64 scalar) and "<param name>.<buffer>" (e.g. exp_avg) for every
   // parameter that has state (the tensors alias the optimizer's buffers), and per group g
@@ -96,6 +97,9 @@ class Optimizer {
   struct ParamState {
     int64_t step = 0;
     std::vector<Tensor> buffers;  // one per buffer name; empty until the first update
+    // Where defined (AdamW): float64 [4] on the parameter's device, element 0 the steps taken
+    // (then `step` is not kept), counted by the device so that a CUDA graph's replays count too.
+    Tensor counters;
   };
   // Creates the buffers (zeros like the parameter, of state_dtype) the first time.
   ParamState& state_for(size_t i);
@@ -136,7 +140,11 @@ class SGD : public Optimizer {
 // torch.optim.AdamW: decoupled weight decay p *= 1 - lr * wd, then Adam with bias correction:
 //   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2
 //   p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
-// bfloat16 parameters keep float32 exp_avg and exp_avg_sq.
+// bfloat16 parameters keep float32 exp_avg and exp_avg_sq. The step counts and each group's lr
+// and weight decay live on the parameters' device (as torch's capturable=True), so step() can be
+// captured in a tg::cuda::CUDAGraph (core/cuda_graph.h) after one eager step: each replay uploads
+// the groups' lr set on the host since (a scheduler's) and counts its step on the device. The
+// optimizer must outlive such a graph.
 struct AdamWOptions {
   double lr = 1e-3;
   double beta1 = 0.9, beta2 = 0.999;
@@ -157,6 +165,20 @@ class AdamW : public Optimizer {
 
  protected:
   DType state_dtype(const Tensor& param) const override;
+
+ private:
+  // A group's {lr, weight_decay} on one device as last uploaded (stream-ordered, before the steps
+  // that read it).
+  struct DeviceLr {
+    size_t group;
+    Device device;
+    Tensor lr_wd;
+    double lr, weight_decay;
+  };
+  // The group's tensor on `device`, its values brought up to the group's (created if `create`).
+  const Tensor& device_lr(size_t group, Device device, bool create);
+  void upload_lrs();
+  std::vector<DeviceLr> device_lrs_;
 };
 
 }  // namespace tg::optim

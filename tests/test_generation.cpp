@@ -12,6 +12,7 @@
 #include <iterator>
 
 #include "core/autograd.h"
+#include "core/cuda_graph.h"
 #include "core/factory.h"
 #include "core/primitives.h"
 #include "data/tokenizer.h"
@@ -508,6 +509,8 @@ TEST(GenerateFixtures, GreedyEqualsTransformersGenerate) {
     for (const json::Value& p : c.at("prompts").as_array()) prompts.push_back(ids(p));
     for (const json::Value& w : c.at("sequences").as_array()) want.push_back(ids(w));
     EXPECT_EQ(nn::generate(*model, prompts, cfg), want);
+    cfg.cache_implementation = "static";
+    EXPECT_EQ(nn::generate(*model, prompts, cfg), want) << "static cache";
   }
 }
 
@@ -540,6 +543,93 @@ TEST(GenerateCuda, CachedForwardEqualsFullRecomputeBFloat16) {
     Tensor got = to(reshape(m->lm_head->forward(h), {61}), kFloat32, Device::cpu());
     Tensor full = m->forward(to(ids_tensor(std::vector<int32_t>(ids.begin(), ids.begin() + t + 1)), Device::cuda()));
     EXPECT_TENSOR_NEAR(got, to(reshape(slice(full, 1, t, t + 1), {61}), kFloat32, Device::cpu()), 0.1, 0.1);
+  }
+}
+
+
+// ---- the static cache and its CUDA graph (issue 26) ----
+
+// Every decode step against the whole cache, masked, with its inputs in device tensors: the
+// tokens of the dynamic cache, for both families, padded batches, a penalty and sampling.
+TEST(Generate, StaticCacheGivesTheDynamicCachesTokens) {
+  for (int family = 0; family < 2; ++family) {
+    std::shared_ptr<nn::Module> m = family == 0 ? std::shared_ptr<nn::Module>(llama()) : gpt2();
+    const std::vector<std::vector<int32_t>> prompts = {random_ids(3, 21), random_ids(9, 22), random_ids(1, 23)};
+    for (GenerationConfig cfg : {GenerationConfig{.max_new_tokens = 14, .repetition_penalty = 1.3},
+                                 GenerationConfig{.max_new_tokens = 14, .do_sample = true, .top_k = 8, .seed = 5}}) {
+      const auto dynamic = nn::generate(*m, prompts, cfg);
+      cfg.cache_implementation = "static";
+      EXPECT_EQ(nn::generate(*m, prompts, cfg), dynamic) << "family " << family;
+    }
+  }
+}
+
+TEST(KVCache, StaticDecodeIsChecked) {
+  auto m = llama();
+  NoGradGuard no_grad;
+  m->eval();
+  nn::KVCache cache(2, 1, 2, 8, 6, {});
+  cache.enable_static_decode();
+  m->model->forward(ids_tensor({1, 2}), cache);  // a prompt: the dynamic layout
+  EXPECT_ERROR_HAS(m->model->forward(ids_tensor({3}), cache), "LlamaModel", "static decode step of column 2",
+                   "upload_decode_step() first");
+  cache.upload_decode_step();
+  m->model->forward(ids_tensor({3}), cache);
+  EXPECT_EQ(cache.length(), 3);
+  nn::KVCache late(2, 1, 2, 8, 6, {});
+  m->model->forward(ids_tensor({1}), late);
+  EXPECT_ERROR_HAS(late.enable_static_decode(), "KVCache", "before the first cached forward");
+  EXPECT_ERROR_HAS(late.upload_decode_step(), "upload_decode_step() wants enable_static_decode() first");
+}
+
+TEST(Generate, CudaGraphWantsTheStaticCacheAndAGpu) {
+  auto m = llama();
+  EXPECT_ERROR_HAS(nn::generate(*m, {{1, 2}}, {.cuda_graph = true}), "GenerationConfig",
+                   "cuda_graph wants cache_implementation 'static'");
+  GenerationConfig cfg{.cache_implementation = "static", .cuda_graph = true};
+  EXPECT_ERROR_HAS(nn::generate(*m, {{1, 2}}, cfg), "generate", "cuda_graph wants the model on a GPU, it is on cpu");
+  EXPECT_ERROR_HAS(nn::generate(*m, {{1, 2}}, {.cache_implementation = "hybrid"}), "GenerationConfig",
+                   "cache_implementation 'hybrid' is not supported");
+}
+
+// The decode step replayed from a CUDA graph against the same steps run eagerly on a static cache:
+// the logits of every step bitwise, and generate's tokens (greedy and sampled) the same.
+TEST(GenerateCuda, GraphReplayedDecodeIsBitwiseTheStaticDecode) {
+  TG_REQUIRE_CUDA();
+  const Device gpu = Device::cuda();
+  auto m = llama();
+  m->to(kBFloat16, gpu);
+  const std::vector<std::vector<int32_t>> prompts = {random_ids(5, 71), random_ids(2, 72), random_ids(8, 73)};
+  for (GenerationConfig cfg : {GenerationConfig{.max_new_tokens = 12, .cache_implementation = "static"},
+                               GenerationConfig{.max_new_tokens = 12, .do_sample = true, .seed = 2,
+                                                .cache_implementation = "static"}}) {
+    const auto eager = nn::generate(*m, prompts, cfg);
+    cfg.cuda_graph = true;
+    EXPECT_EQ(nn::generate(*m, prompts, cfg), eager);
+  }
+
+  NoGradGuard no_grad;
+  m->eval();
+  const std::vector<int64_t> padding = {0, 2};
+  nn::KVCache eager(2, 2, 2, 8, 10, {kBFloat16, gpu}, padding), graphed(2, 2, 2, 8, 10, {kBFloat16, gpu}, padding);
+  eager.enable_static_decode();
+  graphed.enable_static_decode();
+  const Tensor prompt = to(from_vector(std::vector<int64_t>{4, 5, 6, 0, 0, 7}, {2, 3}), gpu);
+  m->model->forward(prompt, eager);
+  m->model->forward(prompt, graphed);
+  Tensor ids = Tensor::empty({2, 1}, {kInt64, gpu}), logits;
+  auto step = [&](nn::KVCache& cache) { return m->lm_head->forward(m->model->forward(ids, cache)); };
+  cuda::CUDAGraph graph;
+  for (int t = 0; t < 6; ++t) {
+    copy_(ids, from_vector(std::vector<int64_t>{10 + t, 30 - t}, {2, 1}));
+    eager.upload_decode_step();
+    const Tensor want = to(step(eager), Device::cpu());
+    graphed.upload_decode_step();
+    if (t == 0) logits = step(graphed);  // the warm-up a capture needs
+    if (t == 1) graph.capture([&] { logits = step(graphed); });
+    if (t >= 2) graphed.advance(1);
+    if (t >= 1) graph.replay();
+    EXPECT_TENSOR_EQ(to(logits, Device::cpu()), want) << "step " << t;
   }
 }
 

@@ -28,6 +28,8 @@ const std::map<std::string, std::string> kExempt = {
     {"operator+", "alias"}, {"operator-", "alias"}, {"operator*", "alias"}, {"operator/", "alias"},
     // The optimizer's in-place update: no autograd node (test_optim.cpp, CPU and GPU).
     {"adamw_step_", "no gradient"},
+    // The static KV cache's in-place write: no autograd node (test_cuda_graph.cpp, CPU and GPU).
+    {"index_copy_", "no gradient"},
     // Integer outputs or constant tables, nothing to differentiate (test_cuda.cpp, test_nn.cpp,
     // test_attention.cpp).
     {"argmax", "no gradient"}, {"causal_mask", "no gradient"}, {"rotary_cos_sin", "no gradient"},

@@ -27,8 +27,7 @@ struct DeviceState {
   cudaStream_t stream = nullptr;
   int sm_count = 0;
   int l2_bytes = -1;
-  std::unordered_map<size_t, std::vector<void*>> free_blocks;  // size class -> cached blocks
-  std::unordered_map<void*, size_t> live;                      // block -> size class
+  PooledBlockCache cache;  // with the pools of CUDA graphs (core/block_cache.h)
   MemoryStats stats;
 };
 
@@ -48,13 +47,30 @@ DeviceState& state(int device) {
   return *s[static_cast<size_t>(device)];
 }
 
+// cudaMalloc is not a stream operation, so a capture in the default mode refuses it; the pool's
+// blocks are ours to track (PyTorch's allocator does the same).
+class RelaxedCaptureMode {
+ public:
+  RelaxedCaptureMode() { TG_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode_)); }
+  ~RelaxedCaptureMode() { cudaThreadExchangeStreamCaptureMode(&mode_); }  // restores; cannot throw here
+  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
+  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
+
+ private:
+  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
+};
+
+void check_not_capturing(const DeviceState& st, int device, const char* what) {
+  TG_CHECK(st.cache.capture_pool() == 0, what, "cuda:", device,
+           " is capturing a CUDA graph: a host wait or host copy cannot be part of a graph (read results "
+           "after replay(); copy inputs into the tensors the graph reads before replay())");
+}
+
 void release_cached(DeviceState& st) {
-  for (auto& [cls, blocks] : st.free_blocks)
-    for (void* p : blocks) {
-      TG_CUDA_CHECK(cudaFree(p));
-      st.stats.bytes_reserved -= cls;
-    }
-  st.free_blocks.clear();
+  st.cache.release_shared([&](void* p, size_t cls) {
+    TG_CUDA_CHECK(cudaFree(p));
+    st.stats.bytes_reserved -= cls;
+  });
 }
 
 }  // namespace
@@ -121,15 +137,14 @@ void* allocate(int device, size_t nbytes) {
   if (nbytes == 0) return nullptr;
   std::lock_guard<std::mutex> lock(st.mu);
   size_t cls = BlockCache::size_class(nbytes);
-  void* p = nullptr;
-  auto& cached = st.free_blocks[cls];
-  if (!cached.empty()) {
-    p = cached.back();
-    cached.pop_back();
-  } else {
+  const bool capturing = st.cache.capture_pool() != 0;
+  void* p = st.cache.take(cls);
+  if (!p) {
     TG_CUDA_CHECK(cudaSetDevice(device));
+    RelaxedCaptureMode relaxed;
     cudaError_t err = cudaMalloc(&p, cls);
-    if (err == cudaErrorMemoryAllocation) {  // give back what the cache holds, then retry once
+    // Give back what the cache holds, then retry once (not during a capture: cudaFree waits).
+    if (err == cudaErrorMemoryAllocation && !capturing) {
       cudaGetLastError();
       release_cached(st);
       err = cudaMalloc(&p, cls);
@@ -142,7 +157,7 @@ void* allocate(int device, size_t nbytes) {
     st.stats.bytes_reserved += cls;
     ++st.stats.device_allocations;
   }
-  st.live[p] = cls;
+  st.cache.hold(p, cls);
   st.stats.bytes_in_use += nbytes;
   st.stats.peak_bytes = std::max(st.stats.peak_bytes, st.stats.bytes_in_use);
   ++st.stats.allocations;
@@ -152,12 +167,9 @@ void* allocate(int device, size_t nbytes) {
 void deallocate(int device, void* ptr, size_t nbytes) {
   DeviceState& st = state(device);
   std::lock_guard<std::mutex> lock(st.mu);
-  auto it = st.live.find(ptr);
-  if (it == st.live.end()) return;
   // All work is ordered on the one stream, so a later kernel that reuses this block runs after
   // every kernel that used it: no synchronisation needed.
-  st.free_blocks[it->second].push_back(ptr);
-  st.live.erase(it);
+  if (st.cache.put(ptr) == 0) return;
   st.stats.bytes_in_use -= nbytes;
 }
 
@@ -177,9 +189,90 @@ void reset_peak_memory_stats(int device) {
 
 void empty_cache(int device) {
   DeviceState& st = state(device);
-  synchronize(device);
+  synchronize(device);  // refuses during a capture (cudaFree would wait)
   std::lock_guard<std::mutex> lock(st.mu);
   release_cached(st);
+}
+
+uint64_t create_graph_pool(int device) {
+  DeviceState& st = state(device);
+  std::lock_guard<std::mutex> lock(st.mu);
+  return st.cache.create_pool();
+}
+
+void release_graph_pool(int device, uint64_t pool) {
+  DeviceState& st = state(device);
+  std::lock_guard<std::mutex> lock(st.mu);
+  // Work queued after this on the stream runs after the graph's last replay: its free blocks can
+  // serve others at once.
+  st.cache.release_pool(pool);
+}
+
+void begin_capture(int device, uint64_t pool) {
+  DeviceState& st = state(device);
+  cudaStream_t s = stream(device);
+  {
+    std::lock_guard<std::mutex> lock(st.mu);
+    TG_CHECK(st.cache.capture_pool() == 0, "CUDAGraph", "cuda:", device,
+             " is already capturing a graph (captures do not nest)");
+    TG_CHECK(st.cache.has_pool(pool), "CUDAGraph", "memory pool ", pool, " of cuda:", device, " does not exist");
+    st.cache.set_capture_pool(pool);
+  }
+  // Thread-local: a potentially unsafe call (a host wait, cudaMalloc outside the allocator) on this
+  // thread invalidates the capture; other threads are not bound by it.
+  const cudaError_t err = cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
+  if (err != cudaSuccess) {
+    std::lock_guard<std::mutex> lock(st.mu);
+    st.cache.set_capture_pool(0);
+    TG_CUDA_CHECK(err);
+  }
+}
+
+void* end_capture(int device) {
+  DeviceState& st = state(device);
+  cudaStream_t s = stream(device);
+  cudaGraph_t graph = nullptr;
+  const cudaError_t err = cudaStreamEndCapture(s, &graph);
+  {
+    std::lock_guard<std::mutex> lock(st.mu);
+    st.cache.set_capture_pool(0);
+  }
+  if (err != cudaSuccess) {
+    if (graph) cudaGraphDestroy(graph);
+    cudaGetLastError();  // the capture's error is reported here, not left for the next call
+    fail("CUDAGraph", "the capture on cuda:", device, " failed with ", cudaGetErrorName(err), " (",
+         cudaGetErrorString(err), "): a call in it cannot be captured (a host wait, a host copy, another stream)");
+  }
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
+  TG_CUDA_CHECK(cudaGraphDestroy(graph));
+  TG_CUDA_CHECK(inst);
+  return exec;
+}
+
+void abort_capture(int device) {
+  DeviceState& st = state(device);
+  cudaGraph_t graph = nullptr;
+  cudaStreamEndCapture(stream(device), &graph);  // invalidated or not: it is discarded
+  if (graph) cudaGraphDestroy(graph);
+  cudaGetLastError();
+  std::lock_guard<std::mutex> lock(st.mu);
+  st.cache.set_capture_pool(0);
+}
+
+bool is_capturing(int device) {
+  DeviceState& st = state(device);
+  std::lock_guard<std::mutex> lock(st.mu);
+  return st.cache.capture_pool() != 0;
+}
+
+void launch_graph(int device, void* exec) {
+  TG_CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec), stream(device)));
+}
+
+void destroy_graph(int device, void* exec) {
+  synchronize(device);  // the last replay may still run
+  TG_CUDA_CHECK(cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec)));
 }
 
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t n) {
@@ -202,6 +295,11 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
   }
   int device = dst_device.is_cuda() ? dst_device.index : src_device.index;
   cudaStream_t s = stream(device);
+  if (!(dst_device.is_cuda() && src_device.is_cuda())) {
+    DeviceState& st = state(device);
+    std::lock_guard<std::mutex> lock(st.mu);
+    check_not_capturing(st, device, dst_device.is_cuda() ? "copy to the GPU" : "copy to the host");
+  }
   if (dst_device.is_cuda() && src_device.is_cuda()) {
     TG_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, s));
   } else if (dst_device.is_cuda()) {
@@ -213,7 +311,14 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
   }
 }
 
-void synchronize(int device) { TG_CUDA_CHECK(cudaStreamSynchronize(stream(device))); }
+void synchronize(int device) {
+  {
+    DeviceState& st = state(device);
+    std::lock_guard<std::mutex> lock(st.mu);
+    check_not_capturing(st, device, "synchronize");
+  }
+  TG_CUDA_CHECK(cudaStreamSynchronize(stream(device)));
+}
 
 // One switch for the whole process (core/cuda_settings.h), also visible in CPU-only builds.
 void set_allow_tf32(bool allow) { tg::set_allow_tf32(allow); }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "core/device.h"
@@ -24,6 +25,22 @@ void deallocate(int device, void* ptr, size_t nbytes);
 MemoryStats memory_stats(int device);
 void reset_peak_memory_stats(int device);
 void empty_cache(int device);
+
+// CUDA graphs (the API is core/cuda_graph.h). While a capture runs on a device, its allocations
+// come from the graph's private pool, blocks freed join that pool, and host copies and waits
+// are tg::Errors. The graph handles are cudaGraphExec_t behind void*.
+uint64_t create_graph_pool(int device);
+// Hands the pool's free blocks back to the device's cache (its blocks still held by tensors follow
+// when they are freed); call once no replay of its graph will be queued again.
+void release_graph_pool(int device, uint64_t pool);
+void begin_capture(int device, uint64_t pool);
+// Ends the capture and instantiates its graph; tg::Error when the capture was invalidated.
+void* end_capture(int device);
+// Ends a capture whose function threw, discarding what it recorded.
+void abort_capture(int device);
+bool is_capturing(int device);
+void launch_graph(int device, void* exec);
+void destroy_graph(int device, void* exec);
 
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t n);
 void synchronize(int device);

@@ -23,7 +23,7 @@ using Arr = Eigen::Array<T, Eigen::Dynamic, 1>;
 template <class S>
 AdamWHyper<S> cast(const AdamWHyper<double>& h) {
   return {static_cast<S>(h.one_minus_beta1), static_cast<S>(h.beta2), static_cast<S>(h.one_minus_beta2),
-          static_cast<S>(h.eps)};
+          static_cast<S>(h.eps), static_cast<S>(h.beta1)};
 }
 template <class S>
 AdamWScale<S> cast(const AdamWScale<double>& s) {

@@ -4,6 +4,7 @@
 
 #include "core/cuda/cuda_utils.cuh"
 #include "core/cuda/runtime.h"
+#include "core/cuda_graph.h"
 #include "ops/cuda/index_check.cuh"
 
 namespace tg::cuda::index_check {
@@ -43,6 +44,7 @@ State& state(int device) {
 long long* flag(int device) { return state(device).dev; }
 
 void raise_pending(int device) {
+  if (is_capturing(device)) return;  // no event can be queried now: the replays check (watch)
   State& s = state(device);
   long long what, index, bound;
   {
@@ -58,6 +60,9 @@ void raise_pending(int device) {
     TG_CUDA_CHECK(cudaMemsetAsync(s.dev, 0, kWords * sizeof(long long), stream(device)));
     for (size_t i = 0; i < kWords; ++i) s.host[i] = 0;
   }
+  if (what == kIndexCopy)
+    fail("index_copy_", "index ", index, " is out of range for a dim of size ", bound, " (wants 0 <= index < ", bound,
+         "); found on cuda:", device, " by an earlier call, which did not write that slice");
   if (what == kCrossEntropy)
     fail("cross_entropy", "target ", index, " is out of range for ", bound, " classes (wants 0 <= target < ",
          bound, " or ignore_index); found on cuda:", device, " by an earlier call, whose loss is nan");
@@ -66,6 +71,12 @@ void raise_pending(int device) {
 }
 
 void watch(int device, cudaStream_t stream) {
+  if (is_capturing(device)) {
+    // The graph's kernels report into the flag at every replay: look before each replay, copy after it.
+    at_each_replay(Device::cuda(device), "index_check", [device] { raise_pending(device); },
+                   [device] { watch(device, cuda::stream(device)); });
+    return;
+  }
   State& s = state(device);
   std::lock_guard<std::mutex> lock(s.mu);
   TG_CUDA_CHECK(cudaMemcpyAsync(s.host, s.dev, kWords * sizeof(long long), cudaMemcpyDeviceToHost, stream));

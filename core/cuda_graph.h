@@ -1,0 +1,74 @@
+// CUDA graphs, as torch.cuda.CUDAGraph: a function's GPU work recorded once and replayed as one
+// launch, without the host cost of its kernel launches and the gaps between them.
+//
+//   step();                                  // one eager step first: cuBLAS, optimizer state
+//   tg::cuda::CUDAGraph graph;
+//   Tensor loss;
+//   graph.capture([&] { opt.zero_grad(); loss = model->loss(ids, ids); loss.backward(); opt.step(); });
+//   for (...) { copy_(ids, next_batch); graph.replay(); sched.step(); }  // loss: this replay's
+//
+// A replay runs the recorded kernels on the same addresses: inputs go into the tensors the
+// function read (copy_ into them before replay()), outputs are the tensors it left behind,
+// overwritten by every replay. Tensors allocated during the capture come from a pool private to
+// the graph, kept while the graph lives. The function's host code runs once, at capture, so:
+// nothing in it may wait for the device or copy between host and device (tg::Error naming the
+// call), dropout with 0 < p < 1 refuses (its mask would repeat at every replay), and state it
+// would create (an optimizer's moments) would be re-zeroed by every replay: AdamW refuses unless
+// it has stepped once eagerly. AdamW reads its lr and step counts from device memory and uploads
+// the host's lr before each replay, so a scheduler works as in eager steps. The tensors the graph
+// reads and writes (parameters, optimizer state, inputs) must stay alive and in place while it
+// is replayed: loading a state dict that replaces them means reset() and capture again.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/device.h"
+
+namespace tg::cuda {
+
+class CUDAGraph {
+ public:
+  // tg::Error for a CPU device or a build without CUDA.
+  explicit CUDAGraph(Device device = Device::cuda(0));
+  ~CUDAGraph();
+  CUDAGraph(const CUDAGraph&) = delete;
+  CUDAGraph& operator=(const CUDAGraph&) = delete;
+
+  // Runs fn with the device's stream recording instead of executing. tg::Error when the graph
+  // already holds a capture, another capture runs on the device, or fn does something a graph
+  // cannot hold (the capture is then discarded and fn's error rethrown).
+  void capture(const std::function<void()>& fn);
+  // Queues the recorded work once more (asynchronous, like the eager step).
+  void replay();
+  // Drops the recorded graph and its pool (a new capture may follow).
+  void reset();
+  bool captured() const { return exec_ != nullptr; }
+  Device device() const { return device_; }
+
+ private:
+  struct Hook {
+    std::string key;
+    std::function<void()> before, after;
+  };
+  friend void at_each_replay(Device, const std::string&, std::function<void()>, std::function<void()>);
+
+  Device device_;
+  uint64_t pool_ = 0;
+  void* exec_ = nullptr;
+  std::vector<Hook> hooks_;
+};
+
+// torch.cuda.is_current_stream_capturing: whether a CUDAGraph captures on `device` (false for the CPU).
+bool is_current_stream_capturing(Device device);
+
+// For library code whose host side must run at every replay of the graph now capturing on
+// `device`: `before` runs on the host before each replay is queued, `after` after it (what they
+// queue is ordered with the graph). A second call with the same key keeps the first hooks.
+// tg::Error when no capture runs on the device.
+void at_each_replay(Device device, const std::string& key, std::function<void()> before,
+                    std::function<void()> after = {});
+
+}  // namespace tg::cuda
