@@ -11,7 +11,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 tmp=$(mktemp -d)
 mkdir -p "$out"
 shape=(--batches 1,32 --prompt 128 --new-tokens 256)
-"$build/bench/generate_bench" --config bench-135m --device cuda --dtype bf16 "${shape[@]}" --json "$tmp/ours.json"
+"$build/bench/generate_bench" --config bench-135m --device cuda --dtype bf16 "${shape[@]}" --caches dynamic,static,graph \
+  --json "$tmp/ours.json"
 # torch.compile's variant may take minutes to compile: the rows written before a timeout are kept.
 timeout "${TG_TORCH_BUDGET_S:-300}" python3 "$here/generate_bench_torch.py" --device cuda --dtype bf16 "${shape[@]}" \
   --out "$tmp/torch.json" || echo "transformers' generate: stopped (rc $?); keeping its rows so far"
