@@ -274,7 +274,9 @@ def generate_section(ours, torch_rows):
                        r["new_tokens"], f1(r["tok_s"]), f"{r['ms_per_token']:.3f}", f"{r['prefill_ms']:.2f}",
                        f"{r['decode_ms_per_token']:.3f}"]
     eager = {r["batch"]: r["tok_s"] for r in torch_rows if r["variant"] == "eager"}
-    speedup = [[r["batch"], ratio(r["tok_s"], eager.get(r["batch"]))] for r in ours]
+    static = {r["batch"]: r["tok_s"] for r in torch_rows if r["variant"] == "static"}
+    speedup = [[r["variant"], r["batch"], ratio(r["tok_s"], eager.get(r["batch"])), ratio(r["tok_s"], static.get(r["batch"]))]
+               for r in ours]
     return f"""## Generation (nn::generate), greedy, against transformers' generate
 
 Measured: {measured(ours)}{"; transformers: " + measured(torch_rows) if torch_rows else ""}.
@@ -289,9 +291,9 @@ Reproduce: `bench/run_generate_bench.sh build-gpu`.
 
 {table(header, [cells(r) for r in ours + torch_rows])}
 
-tapegrad's tokens/s over transformers' eager generate:
+tapegrad's tokens/s over transformers' generate (eager; static cache):
 
-{table(["batch:", "speed-up:"], speedup)}
+{table(["tapegrad", "batch:", "over eager:", "over static:"], speedup)}
 """
 
 
