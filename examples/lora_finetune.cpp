@@ -21,7 +21,8 @@
 // (full fine-tuning) and writes the model.
 // On a GPU the step is captured as a CUDA graph after its first run and replayed (--cuda-graph:
 // the same numbers bit for bit, without the host's launch cost) where it can be: one micro-batch,
-// no LoRA dropout, no checkpointing, one process.
+// no LoRA dropout, no checkpointing, one process (auto: LoRA on a Llama-family model, what has
+// run under capture on the H200).
 #include <atomic>
 #include <csignal>
 #include <cstdio>
@@ -154,8 +155,8 @@ int run(int argc, char** argv) {
                             "--targets unused); writes <out>/model (a Hugging Face folder) or <out>/model.safetensors "
                             "(toy) instead of an adapter")
       .add("cuda-graph", "auto", "auto | on | off: replay the training step as one CUDA graph on the GPU (auto: "
-                                 "when it can be, i.e. --grad-accum 1, --dropout 0, no --gradient-checkpointing, "
-                                 "one process)")
+                                 "LoRA on a Llama-family model with --grad-accum 1, --dropout 0, no "
+                                 "--gradient-checkpointing, one process)")
       .add("merge", "false", "also write the merged model (LoRA folded into the base weights, in --dtype): "
                              "<out>/merged (a Hugging Face folder) or <out>/merged.safetensors (toy)")
       .add("threads", "0", "CPU threads (0: all cores)")
@@ -208,7 +209,7 @@ int run(int argc, char** argv) {
                                                  : "";
   if (graph_flag == "on" && !graph_blocker.empty())
     throw examples::UsageError("--cuda-graph on: cannot capture the step, " + graph_blocker + "\n");
-  const bool use_graph = graph_flag != "off" && graph_blocker.empty();
+  bool use_graph = graph_flag != "off" && graph_blocker.empty();
 
   // The base model, frozen, with LoRA on the targets.
   examples::BaseModel base = examples::load_base(flags.str("base"), flags.str("config"));
@@ -224,6 +225,16 @@ int run(int argc, char** argv) {
   if (!full) peft::apply_lora(model, lora, init);
   model.to(device);
   if (checkpointing) model.gradient_checkpointing_enable();
+  // auto captures what has run under capture on the H200 (Llama-family LoRA); on tries the rest.
+  const std::string unvalidated = full                                        ? "full fine-tuning"
+                                  : base.architecture.rfind("GPT2", 0) == 0 ? "a GPT-2 model"
+                                                                              : "";
+  if (use_graph && graph_flag == "auto" && !unvalidated.empty()) {
+    use_graph = false;
+    if (ranks.main())
+      std::printf("CUDA graph: off for %s (not validated under capture yet; --cuda-graph on tries it)\n",
+                  unvalidated.c_str());
+  }
   if (ranks.main()) std::printf("base: %s (%s%s), %lld-token context\n", flags.str("base").c_str(), base.architecture.c_str(),
               base.tokenizer ? (", " + base.tokenizer->description()).c_str() : ", bytes as tokens",
               static_cast<long long>(base.context));

@@ -75,11 +75,16 @@ Tensor GPT2Model::forward(const Tensor& ids) {
            "ids must be [B, T] int32/int64");
   const int64_t T = ids.shape()[1];
   TG_CHECK(T <= config.n_positions, "GPT2Model", "sequence length ", T, " exceeds n_positions ", config.n_positions);
-  Tensor pos = arange(T, {.dtype = kInt64, .device = ids.device()});
-  Tensor x = drop->forward(add(wte->forward(ids), wpe->forward(pos)));  // [B, T, d] + [T, d]
+  Tensor x = drop->forward(add(wte->forward(ids), wpe->forward(positions(T, ids.device()))));  // [B, T, d] + [T, d]
   const bool checkpointing = is_gradient_checkpointing() && is_training();
   for (const auto& block : *h) x = checkpointing ? checkpointed(block, x) : block->forward(x);
   return ln_f->forward(x);
+}
+
+Tensor GPT2Model::positions(int64_t T, Device device) {
+  if (!positions_.defined() || positions_.device() != device)
+    positions_ = arange(config.n_positions, {.dtype = kInt64, .device = device});
+  return slice(positions_, 0, 0, T);
 }
 
 Tensor GPT2Model::forward(const Tensor& ids, KVCache& cache) {

@@ -66,6 +66,12 @@ class GPT2Model : public Module {
   std::shared_ptr<Dropout> drop;
   std::shared_ptr<ModuleList<GPT2Block>> h;
   std::shared_ptr<LayerNorm> ln_f;
+
+ private:
+  // Positions 0 .. T-1 on `device`: a view of one table made once a device (so a training step
+  // uploads nothing and can be captured as a CUDA graph).
+  Tensor positions(int64_t T, Device device);
+  Tensor positions_;
 };
 
 class GPT2LMHeadModel : public Module {
