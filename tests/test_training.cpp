@@ -19,7 +19,9 @@ std::pair<double, double> train_tiny(Device device, int steps, bool lora) {
   nn::LlamaForCausalLM model(nn::LlamaConfig::tiny(), init);
   if (lora) peft::apply_lora(model, {}, init);
   model.to(device);
-  optim::AdamW opt(model.named_trainable_parameters(), {.lr = lora ? 1e-2 : 3e-3});
+  // LoRA at 5e-3: at 1e-2 the loss plateaus by step 10 and can spike near the end (a clang build,
+  // whose step-0 loss differs from gcc's, 5.618 against 5.599, rose from 4.9 to 5.2 at step 33).
+  optim::AdamW opt(model.named_trainable_parameters(), {.lr = lora ? 5e-3 : 3e-3});
   std::vector<double> losses;
   for (int i = 0; i < steps; ++i) {
     Tensor ids = data.batch(true, 4, 64, data_gen, device);
