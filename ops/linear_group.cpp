@@ -3,12 +3,10 @@
 #include <array>
 
 #include "core/autograd.h"
-#include "core/factory.h"
 #include "core/primitives.h"
 #include "core/trace.h"
 #include "ops/cast.h"
 #include "ops/checks.h"
-#include "ops/lora_linear.h"
 #include "ops/matrix_gemm.h"
 #include "ops/reduce.h"
 #include "ops/shape.h"
@@ -33,11 +31,6 @@ Tensor columns(const Tensor& m, int64_t c0, int64_t cols) {
 // Row block [r0, r0 + rows) of a contiguous 2-D matrix (itself contiguous).
 Tensor row_block(const Tensor& m, int64_t r0, int64_t rows) {
   return m.as_strided({rows, m.shape()[1]}, {m.shape()[1], 1}, m.storage_offset() + r0 * m.shape()[1]);
-}
-
-Tensor rounded(const Tensor& w, DType dt) {  // an adapter in the products' dtype (a copy only when it differs)
-  NoGradGuard g;
-  return tg::to(w.detach(), dt);
 }
 
 struct Part {
@@ -186,8 +179,8 @@ std::vector<Tensor> linear_group(const Tensor& x, const std::vector<LinearSpec>&
       std::vector<Tensor> a_parts;
       for (size_t i = 0; i < specs.size(); ++i)
         if (parts[i].r > 0) {
-          a_parts.push_back(rounded(specs[i].lora_A, x.dtype()));
-          b_rounded[i] = rounded(specs[i].lora_B, x.dtype());
+          a_parts.push_back(tg::to(specs[i].lora_A.detach(), x.dtype()));
+          b_rounded[i] = tg::to(specs[i].lora_B.detach(), x.dtype());
         }
       a_cat = a_parts.size() == 1 ? a_parts[0] : cat(a_parts, 0);  // [sum r, in]
       t = Tensor::empty({x2.shape()[0], rank}, x.options());        // x A_cat^T

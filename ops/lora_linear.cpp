@@ -14,12 +14,6 @@ namespace {
 
 constexpr const char* kOp = "lora_linear";
 
-// An adapter weight in the dtype the products run in (a copy only when it differs; the forward's
-// copies are what backward keeps, so each adapter is rounded once a step).
-Tensor compute_dtype(const Tensor& w, DType dt) {
-  NoGradGuard g;
-  return tg::to(w.detach(), dt);
-}
 
 struct LoraLinearBackward final : Node {
   enum { kX, kWeight, kA, kB, kT };
@@ -96,7 +90,9 @@ Tensor lora_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, co
   }
   // The thin LoRA-B product first, the base GEMM accumulating onto it: y is read back once, by
   // the GEMM that is compute-bound anyway.
-  const Tensor a = compute_dtype(lora_A, x.dtype()), b = compute_dtype(lora_B, x.dtype());
+  // The adapters in the products' dtype (a copy only when it differs); backward keeps these copies,
+  // so each adapter is rounded once a step.
+  const Tensor a = tg::to(lora_A.detach(), x.dtype()), b = tg::to(lora_B.detach(), x.dtype());
   Tensor t = Tensor::empty({n, r}, x.options());  // x A^T
   matrix::gemm(t, x2, transpose(a, 0, 1), 1.0, 0.0);
   matrix::gemm(y2, t, transpose(b, 0, 1), scaling, bias.defined() ? 1.0 : 0.0);
