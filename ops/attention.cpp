@@ -246,7 +246,8 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
 
   KernelTrace::record("sdpa.composite");
   const Tensor kr = repeat_kv_heads(k, group), vr = repeat_kv_heads(v, group);
-  Tensor scores = mul(matmul(q, transpose(kr, -2, -1)), s);  // [..., L, S]
+  // scaled on q, not on the [..., L, S] scores: the same bits when the scale is a power of two
+  Tensor scores = matmul(mul(q, s), transpose(kr, -2, -1));
   if (is_causal) scores = masked_fill(scores, causal_mask(L, S, q.device()), -std::numeric_limits<double>::infinity());
   Tensor live;
   Tensor p = mask.defined() ? masked_softmax_rows(scores, mask, live) : softmax(scores, -1);

@@ -1,11 +1,16 @@
 // CUDA embedding.
 //   forward:  one thread per 16-byte pack of an output row when the table's rows are whole aligned
 //             packs (else per element, any strides): M * D reads of the table, M * D writes.
-//   backward: one thread per element of grad, float32 atomicAdd into dweight[index]: M * D reads
-//             and atomics. Repeated indices make the summation order (and so the last bits)
-//             vary from run to run.
+//   backward: deterministic, as PyTorch's: the M positions sorted by index (CUB's stable radix
+//             sort over the index's bits), then one block per distinct index sums its rows of grad
+//             in position order into dweight[index] (float32). M * D reads, one write per used
+//             element of dweight, no atomics, so the same bits every run.
 // An index outside [0, V) reads nothing: its output row is zeros, it adds no gradient, and it
 // is reported through the index-error flag (index_check.cuh).
+#include <bit>
+
+#include <cub/device/device_radix_sort.cuh>
+
 #include "core/cuda/cuda_utils.cuh"
 #include "core/cuda/device_utils.cuh"
 #include "ops/cuda/index_check.cuh"
@@ -40,13 +45,30 @@ __global__ void embedding_forward(T* out, const T* weight, int64_t s0, int64_t s
   }
 }
 
-template <class T, class I>
-__global__ void embedding_backward_kernel(float* dweight, const T* grad, const I* indices, int64_t count, int64_t rows,
-                                          int64_t dim) {
-  for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < count * dim; k += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t m = k / dim, d = k % dim;
+// keys[m] = indices[m] when in [0, rows), else rows (sorted last, then skipped); pos[m] = m.
+template <class I>
+__global__ void embedding_sort_keys(uint32_t* keys, int32_t* pos, const I* indices, int64_t count, int64_t rows) {
+  for (int64_t m = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; m < count; m += int64_t(gridDim.x) * blockDim.x) {
     const int64_t idx = static_cast<int64_t>(indices[m]);
-    if (idx >= 0 && idx < rows) atomicAdd(dweight + idx * dim + d, cvt<float>(grad[k]));
+    keys[m] = static_cast<uint32_t>(idx >= 0 && idx < rows ? idx : rows);
+    pos[m] = static_cast<int32_t>(m);
+  }
+}
+
+// Block j owns the run of equal sorted keys that starts at j (other blocks return): dweight[key]
+// += the sum of grad's rows at those positions, in ascending position order.
+template <class T>
+__global__ void embedding_backward_runs(float* dweight, const T* grad, const uint32_t* keys, const int32_t* pos,
+                                        int64_t count, int64_t rows, int64_t dim) {
+  const int64_t j = blockIdx.x;
+  const uint32_t key = keys[j];
+  if (key == rows || (j > 0 && keys[j - 1] == key)) return;
+  int64_t end = j + 1;
+  while (end < count && keys[end] == key) ++end;
+  for (int64_t d = threadIdx.x; d < dim; d += blockDim.x) {
+    float acc = 0.f;
+    for (int64_t r = j; r < end; ++r) acc += cvt<float>(grad[pos[r] * dim + d]);
+    dweight[key * dim + d] += acc;
   }
 }
 
@@ -88,9 +110,27 @@ void embedding_backward(const Tensor& dweight, const Tensor& grad, const Tensor&
              dweight.dtype());
     dispatch_index(indices.dtype(), "embedding", [&](auto itag) {
       using I = typename decltype(itag)::type;
-      const int64_t count = indices.numel(), dim = dweight.shape()[1];
-      embedding_backward_kernel<T, I><<<blocks_for(count * dim, kThreads), kThreads, 0, stream_for(grad)>>>(
-          dweight.data_ptr<float>(), grad.data_ptr<T>(), indices.data_ptr<I>(), count, dweight.shape()[0], dim);
+      const int64_t count = indices.numel(), rows = dweight.shape()[0], dim = dweight.shape()[1];
+      TG_CHECK(count < (int64_t(1) << 31) && rows < (int64_t(1) << 31), "embedding", "the CUDA backward takes fewer than 2^31 indices and rows, got ",
+               count, " indices into ", rows, " rows");
+      cudaStream_t s = stream_for(grad);
+      const Device dev = grad.device();
+      // keys and positions, then their sorted copies (int32 tensors hold the uint32 keys)
+      Tensor buf = Tensor::empty({4, count}, {kInt32, dev});
+      int32_t* b = buf.data_ptr<int32_t>();
+      uint32_t *keys = reinterpret_cast<uint32_t*>(b), *sorted_keys = reinterpret_cast<uint32_t*>(b + 2 * count);
+      int32_t *pos = b + count, *sorted_pos = b + 3 * count;
+      embedding_sort_keys<I><<<blocks_for(count, kThreads), kThreads, 0, s>>>(keys, pos, indices.data_ptr<I>(), count, rows);
+      TG_CUDA_CHECK_LAUNCH("embedding_sort_keys");
+      const int end_bit = std::bit_width(static_cast<uint64_t>(rows));  // the keys are at most rows
+      size_t temp_bytes = 0;
+      TG_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, keys, sorted_keys, pos, sorted_pos,
+                                                    static_cast<int>(count), 0, end_bit, s));
+      Tensor temp = Tensor::empty({static_cast<int64_t>(temp_bytes / 8 + 1)}, {kInt64, dev});
+      TG_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp.data_ptr<int64_t>(), temp_bytes, keys, sorted_keys, pos,
+                                                    sorted_pos, static_cast<int>(count), 0, end_bit, s));
+      embedding_backward_runs<T><<<static_cast<unsigned>(count), 128, 0, s>>>(
+          dweight.data_ptr<float>(), grad.data_ptr<T>(), sorted_keys, sorted_pos, count, rows, dim);
       TG_CUDA_CHECK_LAUNCH("embedding_backward");
     });
   });
