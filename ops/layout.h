@@ -11,21 +11,15 @@
 
 namespace tg {
 
-// An uninitialised tensor of this shape laid out like `strides` when those describe a dense
-// permutation with a unit last stride, else contiguous.
+// An uninitialised tensor of this shape, dense, its dims in the order of `strides` (a column
+// block of a wider buffer gets its dims' order, not the holes) when the last dim is the innermost;
+// else contiguous.
 inline Tensor empty_with_layout(const Shape& shape, const Shape& strides, TensorOptions opts) {
   const int64_t n = static_cast<int64_t>(shape.size());
   std::vector<int64_t> order(static_cast<size_t>(n));  // dims from outermost to innermost
   for (int64_t d = 0; d < n; ++d) order[d] = d;
   std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return strides[a] > strides[b]; });
-  bool dense = n > 0 && order.back() == n - 1;
-  int64_t expect = 1;
-  for (int64_t i = n - 1; i >= 0 && dense; --i) {
-    const int64_t d = order[i];
-    if (shape[d] != 1 && strides[d] != expect) dense = false;
-    expect *= shape[d];
-  }
-  if (!dense) return Tensor::empty(shape, opts);
+  if (n == 0 || order.back() != n - 1) return Tensor::empty(shape, opts);
   Shape st(static_cast<size_t>(n));
   int64_t s = 1;
   for (int64_t i = n - 1; i >= 0; --i) {

@@ -69,8 +69,11 @@ struct LinearGroupBackward final : Node {
     }
     const TensorOptions opts = y_options;
     std::vector<Tensor> out(1 + 4 * P);
-    bool any_da = false;
-    for (size_t i = 0; i < P; ++i) any_da = any_da || (parts[i].r > 0 && wants(i, 2));
+    bool any_da = false, one_scaling = true;  // one scaling: the parts' LoRA products are one GEMM each
+    for (size_t i = 0; i < P; ++i) {
+      any_da = any_da || (parts[i].r > 0 && wants(i, 2));
+      one_scaling = one_scaling && (parts[i].r == 0 || parts[i].scaling == parts[0].scaling);
+    }
     // u = [dy_i B_i] (the gradient of t without the scaling) when dx or some dA wants it
     Tensor u;
     if (lora_rank > 0 && (mask[0] || any_da)) {
@@ -84,7 +87,11 @@ struct LinearGroupBackward final : Node {
       double beta = 0.0;
       if (lora_rank > 0) {
         const Tensor a_cat = saved_a_cat();
-        for (size_t i = 0; i < P; ++i) {
+        if (one_scaling) {
+          matrix::gemm(dx, u, a_cat, parts[0].scaling, 0.0);
+          beta = 1.0;
+        }
+        for (size_t i = 0; i < P && !one_scaling; ++i) {
           if (parts[i].r == 0) continue;
           matrix::gemm(dx, columns(u, parts[i].lcol, parts[i].r), row_block(a_cat, parts[i].lcol, parts[i].r),
                        parts[i].scaling, beta);
@@ -102,14 +109,12 @@ struct LinearGroupBackward final : Node {
     const Tensor x = any_dw || any_da ? matrix::rows(unpack(kX)) : Tensor();
     if (any_da) {  // dA_i = scaling_i u_i^T x: row blocks of one [sum r, in] product when the scalings agree
       KernelTrace::record("linear_group.dA");
-      bool one = true;
-      for (size_t i = 0; i < P; ++i) one = one && (parts[i].r == 0 || parts[i].scaling == parts[0].scaling);
       Tensor da = Tensor::empty({lora_rank, x.shape()[1]}, TensorOptions{adapter_dtype, x.device()});
-      if (one) matrix::gemm(da, transpose(u, 0, 1), x, parts[0].scaling, 0.0);
+      if (one_scaling) matrix::gemm(da, transpose(u, 0, 1), x, parts[0].scaling, 0.0);
       for (size_t i = 0; i < P; ++i) {
         if (parts[i].r == 0 || !wants(i, 2)) continue;
         Tensor block = row_block(da, parts[i].lcol, parts[i].r);
-        if (!one) matrix::gemm(block, transpose(columns(u, parts[i].lcol, parts[i].r), 0, 1), x, parts[i].scaling, 0.0);
+        if (!one_scaling) matrix::gemm(block, transpose(columns(u, parts[i].lcol, parts[i].r), 0, 1), x, parts[i].scaling, 0.0);
         out[1 + 4 * i + 2] = block;
       }
     }

@@ -5,6 +5,7 @@
 #include "ops/binary.h"
 #include "ops/checks.h"
 #include "ops/dispatch.h"
+#include "ops/matrix_gemm.h"
 #include "ops/shape.h"
 #include "ops/swiglu_kernels.h"
 #include "ops/unary.h"
@@ -14,17 +15,18 @@ namespace {
 
 constexpr const char* kOp = "silu_mul";
 
-// Saves gate and up (the composition kept silu(gate) as well); each gradient is computed only
-// when its mask asks, gate's from up and up's from gate.
+// Saves gate and up as [rows, cols] views (the composition kept silu(gate) as well); each gradient
+// is computed only when its mask asks, gate's from up and up's from gate.
 struct SiluMulBackward final : Node {
   const char* name() const override { return kOp; }
   std::vector<Tensor> backward(const std::vector<Tensor>& g, const GradMask& mask) override {
     Tensor gate = unpack(0), up = unpack(1), gc = contiguous(g[0]);
+    const Shape shape = g[0].shape();
     KernelTrace::record(gc.device().is_cuda() ? "silu_mul.fused_cuda_backward" : "silu_mul.fused_cpu_backward");
     Tensor dgate = mask[0] ? Tensor::empty(gate.shape(), gate.options()) : Tensor();
     Tensor dup = mask[1] ? Tensor::empty(gate.shape(), gate.options()) : Tensor();
     if (gc.numel() > 0) TG_DISPATCH(gc.device(), silu_mul_backward, dgate, dup, gc, gate, up);
-    return {dgate, dup};
+    return {dgate.defined() ? reshape(dgate, shape) : dgate, dup.defined() ? reshape(dup, shape) : dup};
   }
 };
 
@@ -45,11 +47,13 @@ Tensor silu_mul(const Tensor& gate, const Tensor& up) {
   KernelTrace::record(gate.device().is_cuda() ? "silu_mul.fused_cuda" : "silu_mul.fused_cpu");
   Tensor a, b;
   {
-    NoGradGuard no_grad;  // internal copies: the silu_mul node covers them
-    a = contiguous(gate), b = contiguous(up);
+    NoGradGuard no_grad;  // internal views (copies only when rows do not have one stride)
+    const bool empty = gate.numel() == 0;
+    a = empty ? gate : matrix::rows(gate), b = empty ? up : matrix::rows(up);
   }
-  Tensor out = Tensor::empty(gate.shape(), gate.options());
+  Tensor out = Tensor::empty(a.shape(), gate.options());
   if (out.numel() > 0) TG_DISPATCH(gate.device(), silu_mul, out, a, b);
+  out = reshape(out, gate.shape());
   if (auto node = record<SiluMulBackward>({{"gate", gate}, {"up", up}}, {out}))
     node->saved = {SavedTensor(a, "gate"), SavedTensor(b, "up")};
   return out;

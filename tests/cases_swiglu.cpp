@@ -4,6 +4,7 @@
 #include "core/factory.h"
 #include "core/trace.h"
 #include "ops/binary.h"
+#include "ops/shape.h"
 #include "ops/swiglu.h"
 #include "ops/unary.h"
 #include "testing/testing.h"
@@ -18,6 +19,12 @@ TG_OP_CASES({
     {"silu_mul", {S{{7, 33}}, S{{7, 33}}}, [](const Inputs& x) { return silu_mul(x[0], x[1]); }},
     {"silu_mul_strided", {S{{6, 9}, S::Normal, 0, true, true}, S{{6, 9}}},
      [](const Inputs& x) { return silu_mul(x[0], x[1]); }},
+    // gate and up as the column blocks of one [.., 2 x 40] projection, read at its row stride
+    // (40: whole 16-byte packs on the GPU), and at an odd width (scalars).
+    {"silu_mul_column_blocks", {S{{2, 3, 80}}},
+     [](const Inputs& x) { return silu_mul(slice(x[0], 2, 0, 40), slice(x[0], 2, 40, 80)); }},
+    {"silu_mul_column_blocks_odd", {S{{5, 22}}},
+     [](const Inputs& x) { return silu_mul(slice(x[0], 1, 0, 11), slice(x[0], 1, 11, 22)); }},
 });
 
 TEST(SiluMul, FusedMatchesTheComposition) {
