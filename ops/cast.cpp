@@ -3,7 +3,10 @@
 
 #include "core/autograd.h"
 #include "core/primitives.h"
+#include "ops/shape.h"
+#include "ops/cast_kernels.h"
 #include "ops/checks.h"
+#include "ops/dispatch.h"
 
 namespace tg {
 namespace {
@@ -37,6 +40,31 @@ Tensor to(const Tensor& x, DType dtype, Device device) {
 }
 
 Tensor to(const Tensor& x, DType dtype) { return to(x, dtype, x.device()); }
+
+std::vector<Tensor> to_packed(const std::vector<Tensor>& xs, DType dtype) {
+  TG_CHECK(!xs.empty() && xs.size() <= kMaxPacked, "to_packed", "wants 1 to ", kMaxPacked, " tensors, got ",
+           xs.size());
+  TG_CHECK(is_floating_point(dtype), "to_packed", "converts to a floating-point dtype, got ", dtype);
+  int64_t total = 0;
+  std::vector<Tensor> srcs;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const Tensor& x = xs[i];
+    TG_CHECK(x.defined(), "to_packed", "xs[", i, "] is undefined");
+    TG_CHECK(is_floating_point(x.dtype()) && x.device() == xs[0].device(), "to_packed", "xs[", i, "] is ",
+             x.dtype(), " on ", x.device().str(), ", wanted a floating tensor on ", xs[0].device().str());
+    srcs.push_back(contiguous(x.detach()));
+    total += x.numel();
+  }
+  Tensor out = Tensor::empty({total}, {dtype, xs[0].device()});
+  if (total > 0) TG_DISPATCH(out.device(), convert_packed, out, srcs);
+  std::vector<Tensor> views;
+  int64_t offset = 0;
+  for (const Tensor& x : srcs) {
+    views.push_back(out.as_strided(x.shape(), contiguous_strides(x.shape()), offset));
+    offset += x.numel();
+  }
+  return views;
+}
 Tensor to(const Tensor& x, Device device) { return to(x, x.dtype(), device); }
 
 }  // namespace tg

@@ -181,13 +181,24 @@ std::vector<Tensor> linear_group(const Tensor& x, const std::vector<LinearSpec>&
       else if (!specs[i].lora_A.defined() && accumulate) zero_(yi);
     }
     if (rank > 0) {
-      std::vector<Tensor> a_parts;
+      // The adapters in x's dtype: every A then every B rounded into one buffer by one launch, so
+      // the A's rows are A_cat; in x's dtype already, A_cat is a copy and the B's are themselves.
+      std::vector<Tensor> adapters;
       for (size_t i = 0; i < specs.size(); ++i)
-        if (parts[i].r > 0) {
-          a_parts.push_back(tg::to(specs[i].lora_A.detach(), x.dtype()));
-          b_rounded[i] = tg::to(specs[i].lora_B.detach(), x.dtype());
-        }
-      a_cat = a_parts.size() == 1 ? a_parts[0] : cat(a_parts, 0);  // [sum r, in]
+        if (parts[i].r > 0) adapters.push_back(specs[i].lora_A.detach());
+      const size_t loras = adapters.size();
+      for (size_t i = 0; i < specs.size(); ++i)
+        if (parts[i].r > 0) adapters.push_back(specs[i].lora_B.detach());
+      if (adapter_dtype != x.dtype()) {
+        const std::vector<Tensor> rounded = to_packed(adapters, x.dtype());
+        a_cat = rounded[0].as_strided({rank, x.shape().back()}, {x.shape().back(), 1}, rounded[0].storage_offset());
+        for (size_t i = 0, k = loras; i < specs.size(); ++i)
+          if (parts[i].r > 0) b_rounded[i] = rounded[k++];
+      } else {
+        a_cat = loras == 1 ? adapters[0] : cat({adapters.begin(), adapters.begin() + loras}, 0);
+        for (size_t i = 0, k = loras; i < specs.size(); ++i)
+          if (parts[i].r > 0) b_rounded[i] = adapters[k++];
+      }
       t = Tensor::empty({x2.shape()[0], rank}, x.options());        // x A_cat^T
       matrix::gemm(t, x2, transpose(a_cat, 0, 1), 1.0, 0.0);
       for (size_t i = 0; i < specs.size(); ++i)

@@ -90,9 +90,13 @@ Tensor lora_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, co
   }
   // The thin LoRA-B product first, the base GEMM accumulating onto it: y is read back once, by
   // the GEMM that is compute-bound anyway.
-  // The adapters in the products' dtype (a copy only when it differs); backward keeps these copies,
-  // so each adapter is rounded once a step.
-  const Tensor a = tg::to(lora_A.detach(), x.dtype()), b = tg::to(lora_B.detach(), x.dtype());
+  // The adapters in the products' dtype (a copy, both in one launch, only when it differs);
+  // backward keeps these copies, so each adapter is rounded once a step.
+  Tensor a = lora_A.detach(), b = lora_B.detach();
+  if (a.dtype() != x.dtype() || b.dtype() != x.dtype()) {
+    const std::vector<Tensor> rounded = to_packed({a, b}, x.dtype());
+    a = rounded[0], b = rounded[1];
+  }
   Tensor t = Tensor::empty({n, r}, x.options());  // x A^T
   matrix::gemm(t, x2, transpose(a, 0, 1), 1.0, 0.0);
   matrix::gemm(y2, t, transpose(b, 0, 1), scaling, bias.defined() ? 1.0 : 0.0);

@@ -5,6 +5,7 @@
 
 #include "tapegrad.h"
 #include "testing/testing.h"
+#include "tests/test_support.h"
 
 namespace tg {
 namespace {
@@ -95,6 +96,33 @@ TEST(Tensor, Bfloat16RoundsToNearestEven) {
   EXPECT_TRUE(std::isnan(static_cast<float>(bf16(std::nanf("")))));
   Tensor b = to(from_vector<float>({3.14159f, -2.71828f}), kBFloat16);
   EXPECT_EQ(b.to_vector<float>(), (std::vector<float>{3.140625f, -2.71875f}));
+}
+
+// to_packed: each piece bitwise what to() gives, as neighbouring views of one buffer, one launch
+// on the GPU (so the GPU's rounding is checked against the CPU's here too).
+TEST(Tensor, ToPackedRoundsEachPieceIntoOneBuffer) {
+  Generator g(6);
+  const std::vector<Tensor> xs = {randn({8, 24}, g), randn({3}, g), to(randn({40, 8}, g), kBFloat16)};
+  for (Device d : {Device::cpu(), Device::cuda()}) {
+    if (d.is_cuda() && !cuda_is_available()) continue;
+    SCOPED_TRACE(d.str());
+    std::vector<Tensor> on;
+    for (const Tensor& x : xs) on.push_back(to(x, d));
+    for (DType dtype : {kBFloat16, kFloat32}) {
+      // the GPU kernel converts from one dtype: the float32 pieces, then the bf16 one alone
+      const std::vector<Tensor> f32 = to_packed({on[0], on[1]}, dtype), b = to_packed({on[2]}, dtype);
+      EXPECT_TENSOR_EQ(to(f32[0], Device::cpu()), to(xs[0], dtype));
+      EXPECT_TENSOR_EQ(to(f32[1], Device::cpu()), to(xs[1], dtype));
+      EXPECT_TENSOR_EQ(to(b[0], Device::cpu()), to(xs[2], dtype));
+      EXPECT_EQ(f32[1].storage_offset(), 8 * 24);
+      EXPECT_EQ(static_cast<const char*>(f32[1].data_ptr()) - static_cast<const char*>(f32[0].data_ptr()),
+                8 * 24 * static_cast<int64_t>(f32[0].element_size()));
+      EXPECT_FALSE(f32[0].requires_grad());
+    }
+  }
+  EXPECT_ERROR_HAS(to_packed({}, kBFloat16), "to_packed", "1 to 16", "got 0");
+  EXPECT_ERROR_HAS(to_packed({arange(3)}, kBFloat16), "to_packed", "xs[0]", "int64", "floating");
+  EXPECT_ERROR_HAS(to_packed({xs[0]}, kInt64), "to_packed", "floating-point dtype", "int64");
 }
 
 TEST(Tensor, DtypeAndShapeErrorsAreClear) {
