@@ -242,6 +242,23 @@ __device__ __forceinline__ void fill(float (&a)[MT][2], float v) {
 }
 
 // Number of key tiles of `bn` keys that queries [m0, m0 + bm) see.
+// A warp's score tile of keys [n0, n0 + BN) for rows from row0: the scores of keys past S or
+// (causal) past their query set to `value`, in the tiles where the warp has such keys only.
+template <int MT, int NT, int BN>
+__device__ __forceinline__ void mask_scores(float (&s)[MT][NT][4], float value, const Params& p, int n0, int row0,
+                                            int g, int t) {
+  if (n0 + BN <= p.S && !(p.causal && n0 + BN - 1 > row0)) return;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = n0 + nt * 8 + 2 * t + (e & 1), row = row0 + 16 * mt + g + 8 * (e >> 1);
+        if (key >= p.S || (p.causal && key > row)) s[mt][nt][e] = value;
+      }
+}
+
 __device__ __forceinline__ int key_tiles(const Params& p, int m0, int bm, int bn) {
   const int keys = p.causal ? min(m0 + bm, p.S) : p.S;
   return (keys + bn - 1) / bn;
@@ -332,17 +349,7 @@ __global__ void __launch_bounds__(kThreads) flash_forward(const Params p) {
     mma_abt<LD, KT, NT, MT>(s, q, sK + stage * BN * LD, lane);
 
     // Keys past S and (causal) past the query are -inf, only in the tiles where the warp has some.
-    const int n0 = nb * BN;
-    if (n0 + BN > p.S || (p.causal && n0 + BN - 1 > m0 + wrow))
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int key = n0 + nt * 8 + 2 * t + (e & 1), row = m0 + wrow + 16 * mt + g + 8 * (e >> 1);
-            if (key >= p.S || (p.causal && key > row)) s[mt][nt][e] = -INFINITY;
-          }
+    mask_scores<MT, NT, BN>(s, -INFINITY, p, nb * BN, m0 + wrow, g, t);
     // Online softmax on the raw scores (m is their running max), the scale folded into the
     // exponent: p = exp2(s scale log2(e) - m scale log2(e)), one FFMA and one ex2 a score. The 4
     // lanes of a row group share its max; sums stay per lane until the end.
@@ -576,17 +583,7 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dq(const Params p) {
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) pr[mt][nt][e] = exp2_approx(fmaf(pr[mt][nt][e], p.scale_log2, -lse2[mt][e >> 1]));
-    const int n0 = nb * BN;
-    if (n0 + BN > p.S || (p.causal && n0 + BN - 1 > m0 + wrow))
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int key = n0 + nt * 8 + 2 * t + (e & 1), row = m0 + wrow + 16 * mt + g + 8 * (e >> 1);
-            if (key >= p.S || (p.causal && key > row)) pr[mt][nt][e] = 0.f;
-          }
+    mask_scores<MT, NT, BN>(pr, 0.f, p, nb * BN, m0 + wrow, g, t);
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
