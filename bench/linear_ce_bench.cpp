@@ -129,7 +129,7 @@ Tensor padded_targets(int64_t n, int64_t classes, double frac, Device device) {
   return from_vector(t, {n}, device);
 }
 
-// ||a - b|| / ||b|| in float64 on the host side of two reductions.
+// ||a - b|| / ||b||, the sums of squares in float32.
 double relative_error(const Tensor& a, const Tensor& b) {
   const Tensor a32 = to(a, kFloat32), b32 = to(b, kFloat32), d = sub(a32, b32);
   return std::sqrt(sum(mul(d, d)).item() / std::max(sum(mul(b32, b32)).item(), 1e-30));
