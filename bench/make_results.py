@@ -4,6 +4,7 @@ each saying where, when and on which commit its rows were measured and how to me
 
     python3 bench/make_results.py            # rewrites bench/RESULTS.md
     python3 bench/make_results.py --check    # fails when RESULTS.md is not what the rows give
+    python3 bench/make_results.py --print DIR  # prints what DIR/*.json's rows give (tests, previews)
 
 A results file is one benchmark run (bench/bench_json.h, bench/result_rows.py): an array of flat
 objects, each with bench, machine, date and commit. A new run replaces its file; earlier figures
@@ -267,6 +268,59 @@ PyTorch's backends:
 """
 
 
+def linear_ce_section(rows):
+    ours = [r for r in rows if r["impl"].startswith("tapegrad")]
+    theirs = [r for r in rows if not r["impl"].startswith("tapegrad")]
+    by_case = {}
+    for r in rows:
+        by_case.setdefault((r["shape"], r["weight"]), {})[r["impl"]] = r
+    cells, judged, missed = [], 0, 0
+    for (shape, weight), impls in by_case.items():
+        ms_of = lambda impl: impls.get(impl, {}).get("ms")
+        liger_mib = impls.get("liger", {}).get("peak_mib")
+        for impl, r in impls.items():
+            misses = []
+            # The issue's target: faster than PyTorch (eager and compiled), no more memory than Liger.
+            if impl == "tapegrad_fused" and (ms_of("torch") is not None or ms_of("torch_compile") is not None):
+                misses = [f"{name} faster" for name in ("torch", "torch_compile")
+                          if ms_of(name) is not None and ms_of(name) < r["ms"]]
+                if liger_mib is not None and r["peak_mib"] > liger_mib:
+                    misses.append("more memory than liger")
+                judged += 1
+                missed += bool(misses)
+            cells.append([shape, weight, impl, r.get("dtype", "–"), f"{r['ms']:.3f}", f1(r["peak_mib"]),
+                          ratio(ms_of("torch"), r["ms"]), ratio(ms_of("torch_compile"), r["ms"]),
+                          ratio(r["peak_mib"], liger_mib), ", ".join(misses)])
+    header = ["N x H x V", "weight", "impl", "dtype", "ms:", "peak MiB:", "torch ms / ms:", "compile ms / ms:",
+              "peak / liger peak:", "misses"]
+    if not theirs:
+        verdict = "No PyTorch rows: the target is not judged."
+    else:
+        verdict = f"{missed} of {judged} fused rows miss it."
+        if not any(r["impl"] == "liger" for r in theirs):
+            verdict += " No Liger rows (`liger_kernel` was not importable where PyTorch ran): memory not judged."
+    versions = ", ".join(sorted({str(r.get("torch", "?")) for r in theirs}))
+    return f"""## Linear + cross-entropy (the LM head's loss), forward + backward
+
+Measured: ours {measured(ours)}{f"; PyTorch {measured(theirs)} (torch {versions})" if theirs else ""}.
+
+`bench/linear_ce_bench`: x [N, H] (requires grad) times the head's weight [V, H], then the mean
+cross entropy over 10% ignore_index targets; the weight trainable or frozen (LoRA). tapegrad_fused
+is `linear_cross_entropy` (chunked, the logits never whole); tapegrad_unfused `linear` then
+`cross_entropy` on float32 logits (the model without the fusion). `bench/torch_linear_ce_ref.py`
+times in the same call PyTorch eager (`x @ W.T`, `F.cross_entropy(logits.float(), t)`), the same
+under `torch.compile`, and Liger-Kernel's `LigerFusedLinearCrossEntropyLoss`. On the GPU each call
+runs after a 256 MB L2 flush between CUDA events; median. Peak: the allocator's peak bytes over one
+call beyond the inputs and their existing gradients. "torch ms / ms" above 1: the row is faster than
+PyTorch eager (compile likewise); "peak / liger peak" below 1: it holds less. Target (issue 22): tapegrad_fused faster than
+PyTorch eager and compiled, and no more memory than Liger. {verdict}
+
+Reproduce: `bench/run_linear_ce_bench.sh build-gpu`.
+
+{table(header, cells)}
+"""
+
+
 def generate_section(ours, torch_rows):
     header = ["impl", "variant", "machine", "config", "dtype", "batch:", "prompt:", "new tokens:", "tok/s:",
               "ms/token:", "prefill ms:", "decode ms/token:"]
@@ -341,6 +395,8 @@ figures are in git history; what the measurements taught is in `dev/NOTES.md`.
         parts.append(generate_section(get("generate_bench"), get("generate_bench_torch")))
     if get("attention_bench"):
         parts.append(attention_section(get("attention_bench"), get("torch_attention_ref")))
+    if get("linear_ce"):
+        parts.append(linear_ce_section(get("linear_ce")))
     if get("tokenizer_bench"):
         parts.append(tokenizer_section(get("tokenizer_bench")))
     if get("norm_bench"):
@@ -354,7 +410,7 @@ figures are in git history; what the measurements taught is in `dev/NOTES.md`.
                                          [r for r in get("torch_ref_gemm_elementwise") if r["kind"] == "ew"]))
     known = {"train_step_bench", "torch_toy_lora", "attention_bench", "torch_attention_ref", "norm_bench", "torch_norm_ref", "linear_bench", "gemm_bench",
              "elementwise_bench", "torch_ref_gemm_elementwise", "generate_bench", "generate_bench_torch",
-             "tokenizer_bench", "data_parallel"}
+             "tokenizer_bench", "data_parallel", "linear_ce"}
     unknown = sorted(set(by_bench) - known)
     if unknown:
         sys.exit(f"make_results.py: no table for the rows of {', '.join(unknown)}: add a section")
@@ -362,6 +418,9 @@ figures are in git history; what the measurements taught is in `dev/NOTES.md`.
 
 
 def main(argv):
+    if argv[:1] == ["--print"] and len(argv) == 2:
+        print(render(load(argv[1])))
+        return 0
     if argv not in ([], ["--check"]):
         sys.exit(__doc__)
     text = render(load(RESULTS_DIR))

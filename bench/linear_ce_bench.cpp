@@ -1,0 +1,229 @@
+// The LM head's loss, forward + backward: linear_cross_entropy (fused, chunked) against linear
+// then cross_entropy on float32 logits (what the model runs without the fusion), with the head's
+// weight trainable and frozen (LoRA). x [N, H] requires grad, weight [V, H], 10% of the targets
+// ignore_index (padding). Per case: the median of --reps calls (on the GPU CUDA events after a
+// 256 MB L2 flush, on the CPU the host clock) and the peak memory above the inputs and their
+// gradients over one call (the allocator's peak bytes in use). Before timing, the two losses and
+// gradients are compared: a fused result that is not the unfused one stops the benchmark.
+//   linear_ce_bench [--device cuda|cpu] [--shapes NxHxV,...] [--reps N] [--json out.json]
+// bench/torch_linear_ce_ref.py times PyTorch (eager, torch.compile, Liger) on the same cases;
+// bench/run_linear_ce_bench.sh runs both (rows to bench/results/{linear_ce,torch_linear_ce}.json).
+#include <algorithm>
+#include <chrono>
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <iostream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "bench/bench_json.h"
+#include "examples/common/flags.h"
+#include "examples/common/precision.h"
+#include "ops/linear_cross_entropy.h"
+#include "tapegrad.h"
+#ifdef TG_WITH_CUDA
+#include "core/cuda/cuda_utils.cuh"
+#endif
+
+using namespace tg;
+
+namespace {
+
+struct Case {
+  int64_t N, H, V;
+  std::string name() const { return std::to_string(N) + "x" + std::to_string(H) + "x" + std::to_string(V); }
+};
+
+// "NxHxV,NxHxV,..."
+std::vector<Case> parse_cases(const std::string& list) {
+  std::vector<Case> cases;
+  std::stringstream ss(list);
+  for (std::string s; std::getline(ss, s, ',');) {
+    Case c{};
+    char tail = 0;
+    if (std::sscanf(s.c_str(), "%" SCNd64 "x%" SCNd64 "x%" SCNd64 "%c", &c.N, &c.H, &c.V, &tail) != 3 || c.N < 1 || c.H < 1 || c.V < 1)
+      throw examples::UsageError("--shapes wants NxHxV,... with positive sizes, got '" + s + "'\n");
+    cases.push_back(c);
+  }
+  return cases;
+}
+
+// Median ms of f() over `reps` calls after 3 warm-up calls.
+class Timer {
+ public:
+  explicit Timer(Device device) : device_(device) {
+#ifdef TG_WITH_CUDA
+    if (device.is_cuda()) {
+      flush_ = Tensor::empty({kFlushBytes / 4}, {kFloat32, device});
+      TG_CUDA_CHECK(cudaEventCreate(&start_));
+      TG_CUDA_CHECK(cudaEventCreate(&stop_));
+    }
+#endif
+  }
+  ~Timer() {
+#ifdef TG_WITH_CUDA
+    if (device_.is_cuda()) cudaEventDestroy(start_), cudaEventDestroy(stop_);
+#endif
+  }
+  double median_ms(const std::function<void()>& f, int reps) {
+    for (int i = 0; i < 3; ++i) f();
+    synchronize(device_);
+    std::vector<double> ms;
+    for (int i = 0; i < reps; ++i) ms.push_back(device_.is_cuda() ? gpu_ms(f, i) : host_ms(f));
+    std::sort(ms.begin(), ms.end());
+    return ms[ms.size() / 2];
+  }
+
+ private:
+  double host_ms(const std::function<void()>& f) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    synchronize(device_);
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  }
+  // Between two events on the device's stream, after a memset that evicts the inputs from L2.
+  double gpu_ms([[maybe_unused]] const std::function<void()>& f, [[maybe_unused]] int rep) {
+#ifdef TG_WITH_CUDA
+    cudaStream_t s = cuda::stream(device_.index);
+    TG_CUDA_CHECK(cudaMemsetAsync(flush_.data_ptr<float>(), rep & 0xff, kFlushBytes, s));
+    TG_CUDA_CHECK(cudaEventRecord(start_, s));
+    f();
+    TG_CUDA_CHECK(cudaEventRecord(stop_, s));
+    TG_CUDA_CHECK(cudaEventSynchronize(stop_));
+    float ms = 0;
+    TG_CUDA_CHECK(cudaEventElapsedTime(&ms, start_, stop_));
+    return ms;
+#else
+    throw Error("linear_ce_bench: built without CUDA");
+#endif
+  }
+  static constexpr int64_t kFlushBytes = int64_t{256} << 20;
+  Device device_;
+#ifdef TG_WITH_CUDA
+  Tensor flush_;
+  cudaEvent_t start_ = nullptr, stop_ = nullptr;
+#endif
+};
+
+// MiB that f() holds at its peak beyond what is live before it (inputs, gradients).
+double peak_mib_above(Device device, const std::function<void()>& f) {
+  synchronize(device);
+  reset_peak_memory_stats(device);
+  const size_t before = memory_stats(device).bytes_in_use;
+  f();
+  synchronize(device);
+  return static_cast<double>(memory_stats(device).peak_bytes - before) / 1048576.0;
+}
+
+// Uniform class indices, a `frac` of them ignore_index (-100), as in a padded batch.
+Tensor padded_targets(int64_t n, int64_t classes, double frac, Device device) {
+  std::mt19937_64 rng(7);
+  std::uniform_int_distribution<int64_t> cls(0, classes - 1);
+  std::bernoulli_distribution pad(frac);
+  std::vector<int64_t> t(n);
+  for (int64_t& v : t) v = pad(rng) ? -100 : cls(rng);
+  return from_vector(t, {n}, device);
+}
+
+// ||a - b|| / ||b||, the sums of squares in float32.
+double relative_error(const Tensor& a, const Tensor& b) {
+  const Tensor a32 = to(a, kFloat32), b32 = to(b, kFloat32), d = sub(a32, b32);
+  return std::sqrt(sum(mul(d, d)).item() / std::max(sum(mul(b32, b32)).item(), 1e-30));
+}
+
+struct Result {
+  double loss;
+  Tensor dx, dw;
+};
+
+}  // namespace
+
+int run(int argc, char** argv) {
+  examples::Flags flags("linear_ce_bench", "Times linear_cross_entropy against linear + cross_entropy, fwd+bwd.");
+  flags.add("device", "cuda", "cuda | cpu")
+      .add("dtype", "bf16", examples::kDtypeHelp)
+      .add("shapes", "", "NxHxV,... (default: 8192x768x32000,16384x2048x128256 on cuda, 512x64x2000 on cpu)")
+      .add("reps", "30", "timed calls per case (the median is reported)")
+      .add("threads", "2", "CPU threads")
+      .add("json", "", "also write the rows to this file (bench/results/linear_ce.json's rows)");
+  if (!flags.parse(argc, argv)) return std::cout << flags.usage(), 0;
+  const std::string device_name = flags.str("device");
+  if (device_name != "cuda" && device_name != "cpu")
+    throw examples::UsageError("--device wants cuda or cpu, got '" + device_name + "'\n");
+  const Device device = device_name == "cuda" ? Device::cuda() : Device::cpu();
+  if (device.is_cuda() && !cuda_is_available()) throw Error("linear_ce_bench: --device cuda, but no CUDA device");
+  set_num_threads(static_cast<int>(flags.integer("threads")));
+  const DType dtype = examples::dtype_flag(flags);
+  const int reps = static_cast<int>(flags.integer("reps"));
+  if (reps < 1) throw examples::UsageError("--reps wants at least 1, got " + flags.str("reps") + "\n");
+  const std::vector<Case> cases = parse_cases(flags.was_set("shapes") ? flags.str("shapes")
+                                             : device.is_cuda()      ? "8192x768x32000,16384x2048x128256"
+                                                                     : "512x64x2000");
+
+  // Differences between the fused and unfused results above these stop the benchmark: both
+  // round the same logits, dlogits go through the dtype once in either order.
+  const double tolerance = dtype == kBFloat16 ? 2e-2 : 1e-4;
+  Timer timer(device);
+  bench::JsonRows rows("linear_ce", bench::machine(device));
+  std::printf("%-20s %-9s %-16s %10s %10s %12s %12s\n", "shape (NxHxV)", "weight", "impl", "ms", "peak MiB",
+              "loss err", "grad err");
+  for (const Case& c : cases) {
+    Generator gen(1);
+    // Weight as initialised (std 1/sqrt(H)): logits of unit scale, a softmax that is not one-hot.
+    Tensor x = to(randn({c.N, c.H}, gen, {kFloat32, device}), dtype).requires_grad_(true);
+    Tensor w = to(mul(randn({c.V, c.H}, gen, {kFloat32, device}), 1.0 / std::sqrt(double(c.H))), dtype);
+    const Tensor targets = padded_targets(c.N, c.V, 0.10, device);
+    const std::vector<std::pair<std::string, std::function<Tensor()>>> impls = {
+        {"tapegrad_fused", [&] { return linear_cross_entropy(x, w, targets); }},
+        {"tapegrad_unfused",
+         [&] {
+           const Tensor logits = linear(x, w);
+           return cross_entropy(dtype == kBFloat16 ? to(logits, kFloat32) : logits, targets);
+         }}};
+    for (const bool trainable : {true, false}) {
+      w.requires_grad_(trainable);
+      const char* weight = trainable ? "trainable" : "frozen";
+      // The loss and fresh gradients of each implementation, compared before anything is timed.
+      std::vector<Result> results;
+      for (const auto& [impl, loss_of] : impls) {
+        x.set_grad(Tensor());
+        w.set_grad(Tensor());
+        const Tensor loss = loss_of();
+        loss.backward();
+        results.push_back({loss.item(), x.grad(), w.grad()});
+      }
+      const Result &fused = results[0], &unfused = results[1];
+      const double loss_err = std::abs(fused.loss - unfused.loss) / std::max(std::abs(unfused.loss), 1e-30);
+      double grad_err = relative_error(fused.dx, unfused.dx);
+      if (trainable) grad_err = std::max(grad_err, relative_error(fused.dw, unfused.dw));
+      results.clear();
+      if (!(loss_err <= 1e-3 && grad_err <= tolerance))
+        throw Error("linear_ce_bench: at " + c.name() + " (" + weight + ") the fused loss / gradients differ from the " +
+                    "unfused ones by " + std::to_string(loss_err) + " / " + std::to_string(grad_err) +
+                    " (relative), wanted at most 1e-3 / " + std::to_string(tolerance));
+      for (const auto& [impl, loss_of] : impls) {
+        auto step = [&] { loss_of().backward(); };  // gradients accumulate into the existing .grad
+        step();                                     // .grad exists before the measurements
+        const double peak = peak_mib_above(device, step);
+        const double ms = timer.median_ms(step, reps);
+        std::printf("%-20s %-9s %-16s %10.3f %10.1f %12.2e %12.2e\n", c.name().c_str(), weight, impl.c_str(), ms, peak,
+                    loss_err, grad_err);
+        rows.add()
+            .str("shape", c.name())
+            .str("impl", impl)
+            .str("weight", weight)
+            .str("dtype", flags.str("dtype"))
+            .num("ms", ms, 5)
+            .num("peak_mib", peak, 5);
+      }
+    }
+  }
+  rows.write(flags.str("json"));
+  return 0;
+}
+
+int main(int argc, char** argv) { return examples::guarded_main(argc, argv, run); }
