@@ -18,7 +18,16 @@ namespace tg {
 namespace {
 
 constexpr const char* kOp = "linear_cross_entropy";
-constexpr int64_t kChunkBytes = int64_t{64} << 20;  // of logits per chunk
+constexpr int64_t kMiB = int64_t{1} << 20;
+constexpr int64_t kDwBlockBytes = 16 * kMiB;  // of float32 dW scaled and rounded at a time
+
+// Rows of logits a chunk: without dW, about 16 MiB of them (at least 256 rows, so the GEMMs stay
+// wide); with dW, whose float32 accumulator every chunk reads and writes, about half that
+// accumulator's size and at least 64 MiB, so its traffic stays a fraction of the GEMMs'.
+int64_t chunk_rows(int64_t N, int64_t V, int64_t H, int64_t element_size, bool want_dw) {
+  const int64_t bytes = want_dw ? std::max(64 * kMiB, V * H * 4 / 2) : 16 * kMiB;
+  return std::max<int64_t>(1, std::min(N, std::max<int64_t>(256, bytes / (V * element_size))));
+}
 
 // dx and dW for a unit incoming gradient (computed with the loss); backward scales them.
 struct LinearCrossEntropyBackward final : Node {
@@ -35,9 +44,14 @@ struct LinearCrossEntropyBackward final : Node {
       dx = mul(unit, to(scale, unit.dtype()));
     }
     Tensor dw;
-    if (mask[1]) {
-      Tensor unit = unpack(kDw);
-      dw = to(mul(unit, to(scale, unit.dtype())), w_dtype);
+    if (mask[1]) {  // scaled and rounded a row block at a time: one float32 block, not a whole copy
+      Tensor unit = unpack(kDw), s = to(scale, unit.dtype());
+      dw = Tensor::empty(unit.shape(), {w_dtype, unit.device()});
+      const int64_t V = unit.shape()[0], rows = std::max<int64_t>(1, kDwBlockBytes / (4 * std::max<int64_t>(1, unit.shape()[1])));
+      for (int64_t r0 = 0; r0 < V; r0 += rows) {
+        const int64_t r1 = std::min(V, r0 + rows);
+        copy_(slice(dw, 0, r0, r1), mul(slice(unit, 0, r0, r1), s));
+      }
     }
     return {dx, dw};
   }
@@ -81,7 +95,7 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor&
   Tensor dx = want_dx ? Tensor::empty({N, x.shape()[1]}, x.options()) : Tensor();
   Tensor dw = want_dw ? Tensor::empty(w.shape(), {acc, dev}) : Tensor();
   Tensor one = full({}, 1.0, x.options());  // the unit gradient of each row's loss
-  const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(N, kChunkBytes / (V * int64_t(x.element_size()))));
+  const int64_t chunk = chunk_rows(N, V, x.shape()[1], int64_t(x.element_size()), want_dw);
   Tensor buf = Tensor::empty({std::min(chunk, std::max<int64_t>(N, 1)), V}, x.options());
   for (int64_t r0 = 0; r0 < N; r0 += chunk) {
     const int64_t rows = std::min(chunk, N - r0);
