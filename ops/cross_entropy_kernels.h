@@ -30,8 +30,15 @@ void cross_entropy_reduce(const Tensor& out, const Tensor& count, const Tensor& 
 void cross_entropy_backward(const Tensor& dlogits, const Tensor& grad, const Tensor& lse,
                             const Tensor& logits, const Tensor& targets, int64_t ignore_index,
                             const Tensor& count);
+// cross_entropy, then in place of the (contiguous) logits their gradient for a unit gradient of
+// each row's loss (cross_entropy_backward with grad 1, no count), in one pass over the rows on
+// CUDA: linear_cross_entropy's chunks.
+void cross_entropy_with_grad(const Tensor& loss_rows, const Tensor& lse, const Tensor& logits,
+                             const Tensor& targets, int64_t ignore_index);
 }  // namespace cpu
 namespace cuda {
+void cross_entropy_with_grad(const Tensor& loss_rows, const Tensor& lse, const Tensor& logits,
+                             const Tensor& targets, int64_t ignore_index);
 void cross_entropy(const Tensor& loss_rows, const Tensor& lse, const Tensor& logits,
                    const Tensor& targets, int64_t ignore_index);
 void cross_entropy_reduce(const Tensor& out, const Tensor& count, const Tensor& loss_rows,

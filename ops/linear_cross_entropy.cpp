@@ -94,7 +94,6 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor&
   Tensor loss_rows = Tensor::empty({N}, {acc, dev}), lse = Tensor::empty({N}, {acc, dev});
   Tensor dx = want_dx ? Tensor::empty({N, x.shape()[1]}, x.options()) : Tensor();
   Tensor dw = want_dw ? Tensor::empty(w.shape(), {acc, dev}) : Tensor();
-  Tensor one = full({}, 1.0, x.options());  // the unit gradient of each row's loss
   const int64_t chunk = chunk_rows(N, V, x.shape()[1], int64_t(x.element_size()), want_dw);
   Tensor buf = Tensor::empty({std::min(chunk, std::max<int64_t>(N, 1)), V}, x.options());
   for (int64_t r0 = 0; r0 < N; r0 += chunk) {
@@ -102,10 +101,12 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor&
     Tensor logits = slice(buf, 0, 0, rows), xr = slice(xc, 0, r0, r0 + rows), tr = slice(tgt, 0, r0, r0 + rows);
     Tensor lr = slice(loss_rows, 0, r0, r0 + rows), sr = slice(lse, 0, r0, r0 + rows);
     matrix::gemm(logits, xr, transpose(w, 0, 1));
-    TG_DISPATCH(dev, cross_entropy, lr, sr, logits, tr, ignore_index);
-    if (!want_dx && !want_dw) continue;
-    // dlogits = softmax - onehot over the logits themselves (each element read, then written)
-    TG_DISPATCH(dev, cross_entropy_backward, logits, one, sr, logits, tr, ignore_index, Tensor());
+    if (!want_dx && !want_dw) {
+      TG_DISPATCH(dev, cross_entropy, lr, sr, logits, tr, ignore_index);
+      continue;
+    }
+    // the loss, then dlogits = softmax - onehot over the logits themselves, in one pass
+    TG_DISPATCH(dev, cross_entropy_with_grad, lr, sr, logits, tr, ignore_index);
     if (want_dx) matrix::gemm(slice(dx, 0, r0, r0 + rows), logits, w);
     if (want_dw) matrix::gemm(dw, transpose(logits, 0, 1), xr, 1.0, r0 == 0 ? 0.0 : 1.0);
   }

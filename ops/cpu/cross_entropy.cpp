@@ -11,6 +11,7 @@
 #include "core/parallel.h"
 #include "core/type_dispatch.h"
 #include "ops/cpu/softmax_rows.h"
+#include "core/factory.h"
 #include "ops/cross_entropy_kernels.h"
 #include "ops/softmax_math.h"
 
@@ -121,6 +122,12 @@ void cross_entropy_backward(const Tensor& dlogits, const Tensor& grad, const Ten
       });
     });
   });
+}
+
+void cross_entropy_with_grad(const Tensor& loss_rows, const Tensor& lse, const Tensor& logits,
+                             const Tensor& targets, int64_t ignore_index) {
+  cross_entropy(loss_rows, lse, logits, targets, ignore_index);
+  cross_entropy_backward(logits, full({}, 1.0, logits.options()), lse, logits, targets, ignore_index, Tensor());
 }
 
 }  // namespace tg::cpu
