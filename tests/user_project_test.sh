@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs tapegrad into a temporary prefix and builds examples/user_project against it with
-# find_package(tapegrad), then runs its GoogleTest: the README's "use it from your project".
+# find_package(tapegrad), then runs its GoogleTest: docs/your-project.md.
 # Usage: user_project_test.sh <source dir> <build dir>
 set -euo pipefail
 src=$1 build=$2
@@ -9,7 +9,7 @@ trap 'rm -rf "$work"' EXIT
 cmake --install "$build" --prefix "$work/prefix" >/dev/null
 cmake -S "$src/examples/user_project" -B "$work/b" -DCMAKE_PREFIX_PATH="$work/prefix" -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$work/b" -j2 >/dev/null
-# The README's fine-tune of a Hugging Face folder, on the tiny Llama fixture and a small task.
+# docs/huggingface.md's fine-tune of a Hugging Face folder, on the tiny Llama fixture and a small task.
 folder=${TG_TOKENIZER_FIXTURES:-$src/tests/fixtures/tokenizers}/tiny_llama
 for i in $(seq 1 60); do
   echo "{\"prompt\": \"Q: what does bob like?\\nA:\", \"completion\": \" bob likes blue.\"}"

@@ -1,4 +1,4 @@
-// The README's "fine-tune a Hugging Face folder on your text": text -> ids -> LoRA training ->
+// docs/huggingface.md's "fine-tune a Hugging Face folder on your text": text -> ids -> LoRA training ->
 // peft adapter -> generation. Usage: finetune_folder <model folder> <train.jsonl> <out dir>
 #include <iostream>
 

@@ -1,4 +1,4 @@
-// The README's GoogleTest of a custom module, checked with tapegrad::testing.
+// docs/your-project.md's GoogleTest of a custom module, checked with tapegrad::testing.
 #include <gtest/gtest.h>
 
 #include "tapegrad.h"
