@@ -48,8 +48,10 @@ Tensor silu_mul(const Tensor& gate, const Tensor& up) {
   Tensor a, b;
   {
     NoGradGuard no_grad;  // internal views (copies only when rows do not have one stride)
-    const bool empty = gate.numel() == 0;
-    a = empty ? gate : matrix::rows(gate), b = empty ? up : matrix::rows(up);
+    auto rows = [](const Tensor& t) {  // [rows, cols] (a 0-d tensor as [1, 1]; empty ones as they are)
+      return t.numel() == 0 ? t : t.dim() == 0 ? reshape(t, {1, 1}) : matrix::rows(t);
+    };
+    a = rows(gate), b = rows(up);
   }
   Tensor out = Tensor::empty(a.shape(), gate.options());
   if (out.numel() > 0) TG_DISPATCH(gate.device(), silu_mul, out, a, b);

@@ -4,6 +4,7 @@
 #include "core/factory.h"
 #include "core/trace.h"
 #include "ops/binary.h"
+#include "ops/reduce.h"
 #include "ops/shape.h"
 #include "ops/swiglu.h"
 #include "ops/unary.h"
@@ -42,6 +43,21 @@ TEST(SiluMul, FusedMatchesTheComposition) {
   EXPECT_TENSOR_NEAR(a.grad(), a2.grad(), 1e-6, 1e-6);
   EXPECT_TENSOR_NEAR(b.grad(), b2.grad(), 1e-6, 1e-6);
   EXPECT_THROW(silu_mul(a, randn({64, 344}, gen)), Error);
+}
+
+// Scalars and empty tensors keep their shapes through the [rows, cols] views the kernels take.
+TEST(SiluMul, ScalarAndEmptyInputs) {
+  Tensor a = full({}, 0.5, {kFloat32, Device::cpu(), true}), b = full({}, 2.0);
+  Tensor y = silu_mul(a, b);
+  EXPECT_EQ(y.shape(), Shape{});
+  y.backward();
+  EXPECT_TENSOR_NEAR(y, mul(silu(a.detach()), b), 1e-6, 1e-6);
+  EXPECT_EQ(a.grad().shape(), Shape{});
+  Tensor e = zeros({0, 3}).requires_grad_(true);
+  Tensor ye = silu_mul(e, zeros({0, 3}));
+  EXPECT_EQ(ye.shape(), (Shape{0, 3}));
+  sum(ye).backward();
+  EXPECT_EQ(e.grad().shape(), (Shape{0, 3}));
 }
 
 }  // namespace
