@@ -47,7 +47,8 @@ struct LinearCrossEntropyBackward final : Node {
     if (mask[1]) {  // scaled and rounded a row block at a time: one float32 block, not a whole copy
       Tensor unit = unpack(kDw), s = to(scale, unit.dtype());
       dw = Tensor::empty(unit.shape(), {w_dtype, unit.device()});
-      const int64_t V = unit.shape()[0], rows = std::max<int64_t>(1, kDwBlockBytes / (4 * std::max<int64_t>(1, unit.shape()[1])));
+      const int64_t V = unit.shape()[0];
+      const int64_t rows = std::max<int64_t>(1, kDwBlockBytes / (4 * std::max<int64_t>(1, unit.shape()[1])));
       for (int64_t r0 = 0; r0 < V; r0 += rows) {
         const int64_t r1 = std::min(V, r0 + rows);
         copy_(slice(dw, 0, r0, r1), mul(slice(unit, 0, r0, r1), s));

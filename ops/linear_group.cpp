@@ -114,7 +114,8 @@ struct LinearGroupBackward final : Node {
       for (size_t i = 0; i < P; ++i) {
         if (parts[i].r == 0 || !wants(i, 2)) continue;
         Tensor block = row_block(da, parts[i].lcol, parts[i].r);
-        if (!one_scaling) matrix::gemm(block, transpose(columns(u, parts[i].lcol, parts[i].r), 0, 1), x, parts[i].scaling, 0.0);
+        if (!one_scaling)
+          matrix::gemm(block, transpose(columns(u, parts[i].lcol, parts[i].r), 0, 1), x, parts[i].scaling, 0.0);
         out[1 + 4 * i + 2] = block;
       }
     }

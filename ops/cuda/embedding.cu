@@ -111,8 +111,9 @@ void embedding_backward(const Tensor& dweight, const Tensor& grad, const Tensor&
     dispatch_index(indices.dtype(), "embedding", [&](auto itag) {
       using I = typename decltype(itag)::type;
       const int64_t count = indices.numel(), rows = dweight.shape()[0], dim = dweight.shape()[1];
-      TG_CHECK(count < (int64_t(1) << 31) && rows < (int64_t(1) << 31), "embedding", "the CUDA backward takes fewer than 2^31 indices and rows, got ",
-               count, " indices into ", rows, " rows");
+      TG_CHECK(count < (int64_t(1) << 31) && rows < (int64_t(1) << 31), "embedding",
+               "the CUDA backward takes fewer than 2^31 indices and rows, got ", count, " indices into ", rows,
+               " rows");
       cudaStream_t s = stream_for(grad);
       const Device dev = grad.device();
       // keys and positions, then their sorted copies (int32 tensors hold the uint32 keys)
@@ -120,7 +121,8 @@ void embedding_backward(const Tensor& dweight, const Tensor& grad, const Tensor&
       int32_t* b = buf.data_ptr<int32_t>();
       uint32_t *keys = reinterpret_cast<uint32_t*>(b), *sorted_keys = reinterpret_cast<uint32_t*>(b + 2 * count);
       int32_t *pos = b + count, *sorted_pos = b + 3 * count;
-      embedding_sort_keys<I><<<blocks_for(count, kThreads), kThreads, 0, s>>>(keys, pos, indices.data_ptr<I>(), count, rows);
+      embedding_sort_keys<I><<<blocks_for(count, kThreads), kThreads, 0, s>>>(keys, pos, indices.data_ptr<I>(), count,
+                                                                             rows);
       TG_CUDA_CHECK_LAUNCH("embedding_sort_keys");
       const int end_bit = std::bit_width(static_cast<uint64_t>(rows));  // the keys are at most rows
       size_t temp_bytes = 0;
