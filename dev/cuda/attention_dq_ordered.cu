@@ -365,7 +365,7 @@ void library_dq(const Problem& pr) {
 }
 
 // A one-pass variant: head dim, queries a step, fused finish or convert kernel, and the blocks a
-// multiprocessor asked of ptxas (__launch_bounds__; 1 leaves it all 255 registers).
+// multiprocessor asked of ptxas (__launch_bounds__; 0 leaves ptxas its default).
 template <int HD_, int BQ_, bool kFused_, int kMinBlocks_ = 0>
 struct Variant {
   static constexpr int HD = HD_, BQ = BQ_, kMinBlocks = kMinBlocks_;
@@ -495,6 +495,7 @@ double time_library(const Problem& pr) {
 }  // namespace
 
 int main() {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // lines reach the log even if the run is cut short
   std::printf("registers and shared memory (the library's kernels first)\n");
   print_resources("library dkdv<64, BQ 64>", flash_backward_dkdv<64, 64, 1, true, true>, dkdv_smem<64, 64>());
   print_resources("library dq<64, BN 64, MT 2>", flash_backward_dq<64, 64, 2>, tile_bytes<64>(2 * 128 + 4 * 64));

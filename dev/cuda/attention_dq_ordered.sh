@@ -13,7 +13,8 @@ bin=$(mktemp -d)/attention_dq_ordered
 python3 "$root/dev/cuda/attention_dq_ordered_order.py" | tee "$out/order.txt"
 python3 "$root/dev/cuda/attention_dq_ordered_fragments.py" | tee -a "$out/order.txt"
 "$nvcc" --version | tail -1 > "$out/ptxas.txt"
+demangle=$(command -v c++filt || command -v cat)
 "$nvcc" -O3 -std=c++20 -arch=sm_90 --expt-relaxed-constexpr -Xptxas -v -I"$root" -o "$bin" \
-  "$root/dev/cuda/attention_dq_ordered.cu" 2>> "$out/ptxas.txt"
-nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader | tee "$out/dq_ordered.txt"
+  "$root/dev/cuda/attention_dq_ordered.cu" 2>&1 | "$demangle" >> "$out/ptxas.txt"
+{ nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader || true; } | tee "$out/dq_ordered.txt"
 "$bin" | tee -a "$out/dq_ordered.txt"
