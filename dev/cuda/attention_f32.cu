@@ -35,11 +35,13 @@ the fastest variants in ms and TFLOP/s (causal FLOPs halved, backward counted as
 */
 #include "common.cuh"
 
-#include <cublas_v2.h>
-
 #include <string>
 
+#ifndef ATTENTION_F32_KERNELS_ONLY  // dev/cuda/attention_f32_cpu.cpp: its own cp.async, no cuBLAS
+#include <cublas_v2.h>
+
 #include "ops/cuda/flash_attention.cuh"
+#endif
 
 namespace {
 
@@ -538,23 +540,24 @@ struct Kernel {
   }
 };
 
-template <class C>
+template <class C, size_t SMEM>
 std::string tile_name() {
   char s[96];
-  std::snprintf(s, sizeof s, "BM %3d BN %2d, %d warps, %dx%d a thread", C::BM, C::BN, C::NW, C::TM, C::TN);
+  std::snprintf(s, sizeof s, "BM %3d BN %2d, %d warps, %dx%d a thread, %d/SM", C::BM, C::BN, C::NW, C::TM, C::TN,
+                blocks_per_sm(SMEM));
   return s;
 }
 template <class C>
 Kernel forward_kernel() {
-  return {tile_name<C>(), Pass::kForward, attention_forward<C>, C::kThreads, C::BM, kForwardSmem<C>, 2};
+  return {tile_name<C, kForwardSmem<C>>(), Pass::kForward, attention_forward<C>, C::kThreads, C::BM, kForwardSmem<C>, 2};
 }
 template <class C>
 Kernel dkdv_kernel() {
-  return {tile_name<C>(), Pass::kDkDv, attention_backward_dkdv<C>, C::kThreads, C::BM, kDkDvSmem<C>, 4};
+  return {tile_name<C, kDkDvSmem<C>>(), Pass::kDkDv, attention_backward_dkdv<C>, C::kThreads, C::BM, kDkDvSmem<C>, 4};
 }
 template <class C>
 Kernel dq_kernel() {
-  return {tile_name<C>(), Pass::kDq, attention_backward_dq<C>, C::kThreads, C::BM, kDqSmem<C>, 3};
+  return {tile_name<C, kDqSmem<C>>(), Pass::kDq, attention_backward_dq<C>, C::kThreads, C::BM, kDqSmem<C>, 3};
 }
 
 // The variants of each pass at head dim hd (the first the default), and the delta pre-pass.
@@ -563,9 +566,11 @@ std::vector<Kernel> variants(int hd, Pass pass) {
     if (pass == Pass::kForward)
       return {forward_kernel<Tiles<64, 4, 4, 4, 64>>(), forward_kernel<Tiles<64, 4, 4, 8, 32>>(),
               forward_kernel<Tiles<64, 4, 4, 4, 32>>()};
-    if (pass == Pass::kDkDv) return {dkdv_kernel<Tiles<64, 4, 4, 4, 32>>(), dkdv_kernel<Tiles<64, 4, 4, 4, 64>>()};
+    if (pass == Pass::kDkDv)
+      return {dkdv_kernel<Tiles<64, 4, 4, 4, 32>>(), dkdv_kernel<Tiles<64, 4, 4, 4, 64>>(),
+              dkdv_kernel<Tiles<64, 8, 4, 4, 32>>()};
     return {dq_kernel<Tiles<64, 4, 4, 4, 32>>(), dq_kernel<Tiles<64, 4, 4, 4, 64>>(),
-            dq_kernel<Tiles<64, 4, 4, 8, 32>>()};
+            dq_kernel<Tiles<64, 4, 4, 8, 32>>(), dq_kernel<Tiles<64, 8, 4, 4, 32>>()};
   }
   if (pass == Pass::kForward)
     return {forward_kernel<Tiles<128, 4, 4, 4, 32>>(), forward_kernel<Tiles<128, 4, 4, 4, 64>>()};
@@ -580,25 +585,62 @@ dim3 delta_grid(const Params& p, int hd) {  // grid-stride past 65535 blocks
   return dim3(unsigned(std::min<int64_t>((rows + per_block - 1) / per_block, 65535)));
 }
 
-// ---------------------------------------------------------------- CPU reference
+// ---------------------------------------------------------------- CPU reference and check
 struct Shape {
   int B, H, Hkv, T, hd;
   bool causal;
+  size_t nq() const { return size_t(B) * T * H * hd; }    // q, dout, out, dq
+  size_t nk() const { return size_t(B) * T * Hkv * hd; }  // k, v, dk, dv
+  size_t nl() const { return size_t(B) * H * T; }         // lse, delta
 };
+
+// The check's shapes: T = 1, 17, 127 and 256, causal and not, hd 64 and 128; T = 127 with
+// grouped-query heads (2 query heads a kv head).
+std::vector<Shape> check_shapes() {
+  std::vector<Shape> all;
+  for (int hd : {64, 128})
+    for (int T : {1, 17, 127, 256})
+      for (bool causal : {false, true})
+        all.push_back(T == 127 ? Shape{1, 4, 2, T, hd, causal} : Shape{2, 3, 3, T, hd, causal});
+  return all;
+}
+
+struct Inputs {
+  std::vector<float> q, k, v, dout;
+};
+// Random inputs whose scores spread ~1.3 after scaling: peaked enough that the running max matters.
+Inputs make_inputs(const Shape& s) {
+  return {random_values(s.nq(), 1, 2.f), random_values(s.nk(), 2, 2.f), random_values(s.nk(), 3),
+          random_values(s.nq(), 4)};
+}
+
+// Params over buffers in the kernels' layouts: q, dout, out, dq [B, T, H, hd]; k, v, dk, dv
+// [B, T, Hkv, hd]; lse, delta [B, H, T].
+Params params_of(const Shape& s, float* q, float* k, float* v, float* dout, float* out, float* dq, float* dk,
+                 float* dv, float* lse, float* delta) {
+  auto rows = [&](float* base, int heads) {
+    return Rows{base, int64_t(s.T) * heads * s.hd, s.hd, int64_t(heads) * s.hd};
+  };
+  Params p;
+  p.q = rows(q, s.H), p.k = rows(k, s.Hkv), p.v = rows(v, s.Hkv), p.dout = rows(dout, s.H);
+  p.o = rows(out, s.H), p.dq = rows(dq, s.H), p.dk = rows(dk, s.Hkv), p.dv = rows(dv, s.Hkv);
+  p.lse = lse, p.delta = delta;
+  p.B = s.B, p.H = s.H, p.Hkv = s.Hkv, p.T = s.T;
+  p.scale = 1.f / std::sqrt(float(s.hd)), p.scale_log2 = p.scale * kLog2e;
+  p.causal = s.causal;
+  return p;
+}
 
 struct Reference {
   std::vector<double> out, lse, dq, dk, dv;
 };
 
-// Naive float64 attention forward and backward of float32 inputs in the kernels' layouts
-// (q, dout: [B, T, H, hd]; k, v: [B, T, Hkv, hd]), one query row at a time.
-Reference attention_reference(const Shape& s, const std::vector<float>& q, const std::vector<float>& k,
-                              const std::vector<float>& v, const std::vector<float>& dout) {
+// Naive float64 attention forward and backward of the float32 inputs, one query row at a time.
+Reference attention_reference(const Shape& s, const Inputs& in) {
   const int hd = s.hd;
   const double scale = 1.0 / std::sqrt(double(hd));
-  const size_t nq = size_t(s.B) * s.T * s.H * hd, nk = size_t(s.B) * s.T * s.Hkv * hd;
-  Reference r{std::vector<double>(nq), std::vector<double>(size_t(s.B) * s.H * s.T), std::vector<double>(nq),
-              std::vector<double>(nk), std::vector<double>(nk)};
+  Reference r{std::vector<double>(s.nq()), std::vector<double>(s.nl()), std::vector<double>(s.nq()),
+              std::vector<double>(s.nk()), std::vector<double>(s.nk())};
   auto qi = [&](int b, int t, int h) { return ((size_t(b) * s.T + t) * s.H + h) * hd; };
   auto ki = [&](int b, int t, int h) { return ((size_t(b) * s.T + t) * s.Hkv + h) * hd; };
   auto dot = [&](const float* x, const float* y) {
@@ -612,23 +654,23 @@ Reference attention_reference(const Shape& s, const std::vector<float>& q, const
       const int hk = h / (s.H / s.Hkv);
       for (int i = 0; i < s.T; ++i) {
         const int n = s.causal ? i + 1 : s.T;
-        const float* qr = &q[qi(b, i, h)];
+        const float* qr = &in.q[qi(b, i, h)];
         double mx = -INFINITY, sum = 0, delta = 0;
-        for (int j = 0; j < n; ++j) mx = std::max(mx, pr[j] = scale * dot(qr, &k[ki(b, j, hk)]));
+        for (int j = 0; j < n; ++j) mx = std::max(mx, pr[j] = scale * dot(qr, &in.k[ki(b, j, hk)]));
         for (int j = 0; j < n; ++j) sum += std::exp(pr[j] - mx);
         const double lse = mx + std::log(sum);
         r.lse[(size_t(b) * s.H + h) * s.T + i] = lse;
         double* o = &r.out[qi(b, i, h)];
         for (int j = 0; j < n; ++j) {
           pr[j] = std::exp(pr[j] - lse);
-          for (int d = 0; d < hd; ++d) o[d] += pr[j] * v[ki(b, j, hk) + d];
+          for (int d = 0; d < hd; ++d) o[d] += pr[j] * in.v[ki(b, j, hk) + d];
         }
-        const float* dor = &dout[qi(b, i, h)];
+        const float* dor = &in.dout[qi(b, i, h)];
         for (int d = 0; d < hd; ++d) delta += dor[d] * o[d];
         for (int j = 0; j < n; ++j) {
-          const double ds = pr[j] * (dot(dor, &v[ki(b, j, hk)]) - delta);
+          const double ds = pr[j] * (dot(dor, &in.v[ki(b, j, hk)]) - delta);
           for (int d = 0; d < hd; ++d) {
-            r.dq[qi(b, i, h) + d] += scale * ds * k[ki(b, j, hk) + d];
+            r.dq[qi(b, i, h) + d] += scale * ds * in.k[ki(b, j, hk) + d];
             r.dk[ki(b, j, hk) + d] += scale * ds * qr[d];
             r.dv[ki(b, j, hk) + d] += pr[j] * dor[d];
           }
@@ -651,62 +693,75 @@ double max_rel_error(const std::vector<float>& got, const std::vector<double>& w
   return err / top;
 }
 
-// ---------------------------------------------------------------- host
-// Plain float32 sums of up to 2048 terms, the exp2f / log2f of the softmax and the base-2 rescale
-// stay near 1e-6; a wrong index or a missed key shows at 1e-3 or more.
+// Plain float32 sums of up to 256 terms, exp2f / log2f and the base-2 rescale stay near 1e-6; a
+// wrong index or a missed key shows at 1e-3 or more.
 constexpr double kTolerance = 1e-4;
 
-#define CUBLAS_CHECK(call)                                                             \
-  do {                                                                                 \
-    const cublasStatus_t s_ = (call);                                                  \
-    if (s_ != CUBLAS_STATUS_SUCCESS) {                                                 \
+// Every variant of every pass on one shape against the float64 reference; the backward variants
+// start from the default forward's out and lse. The backend (the GPU, or the CPU emulation) holds
+// the problem: Params p over its buffers, clear(buffer, n) to NaN, run(kernel) (false if it does
+// not fit a block), run_delta() and fetch(buffer, n) to the host.
+template <class Backend>
+bool check_shape(const Shape& s, const Inputs& in, Backend& be) {
+  const Reference ref = attention_reference(s, in);
+  const Params& p = be.p;
+  char head[96];
+  std::snprintf(head, sizeof head, "hd %3d T %3d %-6s B %d H %d/%d", s.hd, s.T, s.causal ? "causal" : "full", s.B,
+                s.H, s.Hkv);
+  bool ok = true;
+  auto run = [&](const Kernel& k, std::initializer_list<std::pair<float*, size_t>> outputs) {
+    for (const auto& [buffer, n] : outputs) be.clear(buffer, n);  // NaN until written
+    if (be.run(k)) return true;
+    std::printf("%s  %s does not fit a block\n", head, k.name.c_str());
+    return false;
+  };
+  auto report = [&](const char* pass, const Kernel& k, std::initializer_list<std::pair<const char*, double>> errs) {
+    bool pass_ok = true;
+    std::printf("%s  %-8s %-44s", head, pass, k.name.c_str());
+    for (const auto& [what, e] : errs) {
+      std::printf(" %s %.1e", what, e);
+      pass_ok = pass_ok && e <= kTolerance;
+    }
+    std::printf("  %s\n", pass_ok ? "ok" : "FAIL");
+    ok = ok && pass_ok;
+  };
+  for (const Kernel& k : variants(s.hd, Pass::kForward))
+    if (run(k, {{p.o.p, s.nq()}, {p.lse, s.nl()}}))
+      report("forward", k, {{"out", max_rel_error(be.fetch(p.o.p, s.nq()), ref.out)},
+                            {"lse", max_rel_error(be.fetch(p.lse, s.nl()), ref.lse)}});
+  run(variants(s.hd, Pass::kForward)[0], {{p.o.p, s.nq()}, {p.lse, s.nl()}});
+  be.run_delta();
+  for (const Kernel& k : variants(s.hd, Pass::kDkDv))
+    if (run(k, {{p.dk.p, s.nk()}, {p.dv.p, s.nk()}}))
+      report("dk dv", k, {{"dk", max_rel_error(be.fetch(p.dk.p, s.nk()), ref.dk)},
+                          {"dv", max_rel_error(be.fetch(p.dv.p, s.nk()), ref.dv)}});
+  for (const Kernel& k : variants(s.hd, Pass::kDq))
+    if (run(k, {{p.dq.p, s.nq()}})) report("dq", k, {{"dq", max_rel_error(be.fetch(p.dq.p, s.nq()), ref.dq)}});
+  return ok;
+}
+
+}  // namespace
+
+// Everything above (kernels, launch shapes, reference, check) also runs on the CPU under
+// dev/cuda/cpu_emulation.h: dev/cuda/attention_f32_cpu.cpp.
+#ifndef ATTENTION_F32_KERNELS_ONLY
+namespace {
+
+// ---------------------------------------------------------------- host
+#define CUBLAS_CHECK(call)                                                                         \
+  do {                                                                                             \
+    const cublasStatus_t s_ = (call);                                                              \
+    if (s_ != CUBLAS_STATUS_SUCCESS) {                                                             \
       std::fprintf(stderr, "%s:%d: %s: cuBLAS status %d\n", __FILE__, __LINE__, #call, int(s_)); \
-      std::exit(1);                                                                    \
-    }                                                                                  \
+      std::exit(1);                                                                                \
+    }                                                                                              \
   } while (0)
 
-// A problem: host copies of its random inputs, its device buffers in p (outputs NaN until
-// written) and the element counts of q-like, k-like and statistic tensors.
-struct Problem {
-  Shape s;
-  std::vector<float> q, k, v, dout;
-  Params p;
-  size_t nq, nk, nl;
-};
-
-float* device_buffer(size_t n) {
+float* device_buffer(size_t n) {  // NaN until written
   float* d = nullptr;
   CUDA_CHECK(cudaMalloc(&d, n * sizeof(float)));
   CUDA_CHECK(cudaMemset(d, 0xff, n * sizeof(float)));
   return d;
-}
-
-Problem make_problem(const Shape& s) {
-  Problem pr{s};
-  pr.nq = size_t(s.B) * s.T * s.H * s.hd, pr.nk = size_t(s.B) * s.T * s.Hkv * s.hd, pr.nl = size_t(s.B) * s.H * s.T;
-  std::vector<float> unused;
-  Params& p = pr.p;
-  auto rows = [&](float* base, int heads) {
-    return Rows{base, int64_t(s.T) * heads * s.hd, s.hd, int64_t(heads) * s.hd};
-  };
-  // Scores of spread ~1.3 after scaling: peaked enough that the running max matters.
-  pr.q = random_values(pr.nq, 1, 2.f), pr.k = random_values(pr.nk, 2, 2.f);
-  pr.v = random_values(pr.nk, 3), pr.dout = random_values(pr.nq, 4);
-  p.q = rows(to_device<float>(pr.q, unused), s.H), p.k = rows(to_device<float>(pr.k, unused), s.Hkv);
-  p.v = rows(to_device<float>(pr.v, unused), s.Hkv), p.dout = rows(to_device<float>(pr.dout, unused), s.H);
-  p.o = rows(device_buffer(pr.nq), s.H), p.dq = rows(device_buffer(pr.nq), s.H);
-  p.dk = rows(device_buffer(pr.nk), s.Hkv), p.dv = rows(device_buffer(pr.nk), s.Hkv);
-  p.lse = device_buffer(pr.nl), p.delta = device_buffer(pr.nl);
-  p.B = s.B, p.H = s.H, p.Hkv = s.Hkv, p.T = s.T;
-  p.scale = 1.f / std::sqrt(float(s.hd)), p.scale_log2 = p.scale * kLog2e;
-  p.causal = s.causal;
-  return pr;
-}
-
-void free_problem(Problem& pr) {
-  const Params& p = pr.p;
-  for (float* d : {p.q.p, p.k.p, p.v.p, p.dout.p, p.o.p, p.dq.p, p.dk.p, p.dv.p, p.lse, p.delta})
-    CUDA_CHECK(cudaFree(d));
 }
 
 int max_smem_per_block() {
@@ -715,64 +770,48 @@ int max_smem_per_block() {
   return v;
 }
 
-// Launches k (false if its shared memory does not fit a block).
-bool launch(const Kernel& k, const Params& p) {
-  static const int max_smem = max_smem_per_block();
-  if (k.smem > size_t(max_smem)) return false;
-  if (k.smem > 48 * 1024)
-    CUDA_CHECK(cudaFuncSetAttribute(k.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, int(k.smem)));
-  k.fn<<<k.grid(p), k.threads, k.smem>>>(p);
-  CUDA_CHECK(cudaGetLastError());
-  return true;
-}
-void launch_delta(const Problem& pr) {
-  delta_kernel(pr.s.hd)<<<delta_grid(pr.p, pr.s.hd), kDeltaThreads>>>(pr.p);
-  CUDA_CHECK(cudaGetLastError());
-}
-
-// Every variant of every pass on one small problem against the float64 reference; the backward
-// variants start from the default forward's out and lse.
-bool check_shape(const Shape& s) {
-  Problem pr = make_problem(s);
-  const Reference ref = attention_reference(s, pr.q, pr.k, pr.v, pr.dout);
-  char head[96];
-  std::snprintf(head, sizeof head, "hd %3d T %3d %-6s B %d H %d/%d", s.hd, s.T, s.causal ? "causal" : "full", s.B,
-                s.H, s.Hkv);
-  bool ok = true;
-  auto report = [&](const char* pass, const Kernel& k, std::vector<std::pair<const char*, double>> errs) {
-    bool pass_ok = true;
-    std::printf("%s  %-8s %-38s", head, pass, k.name.c_str());
-    for (auto& [what, e] : errs) {
-      std::printf(" %s %.1e", what, e);
-      pass_ok = pass_ok && e <= kTolerance;
-    }
-    std::printf("  %s\n", pass_ok ? "ok" : "FAIL");
-    ok = ok && pass_ok;
-  };
-  auto run = [&](const Kernel& k, std::initializer_list<float*> outputs, std::initializer_list<size_t> sizes) {
-    auto n = sizes.begin();
-    for (float* o : outputs) CUDA_CHECK(cudaMemset(o, 0xff, *n++ * sizeof(float)));  // NaN until written
-    const bool fits = launch(k, pr.p);
+// One problem on the GPU: the check's backend, and the timing's.
+struct Gpu {
+  Shape s;
+  Params p;
+  Gpu(const Shape& shape, const Inputs& in) : s(shape) {
+    std::vector<float> unused;
+    p = params_of(s, to_device<float>(in.q, unused), to_device<float>(in.k, unused), to_device<float>(in.v, unused),
+                  to_device<float>(in.dout, unused), device_buffer(s.nq()), device_buffer(s.nq()),
+                  device_buffer(s.nk()), device_buffer(s.nk()), device_buffer(s.nl()), device_buffer(s.nl()));
+  }
+  Gpu(const Gpu&) = delete;
+  Gpu& operator=(const Gpu&) = delete;
+  ~Gpu() {
+    for (float* d : {p.q.p, p.k.p, p.v.p, p.dout.p, p.o.p, p.dq.p, p.dk.p, p.dv.p, p.lse, p.delta})
+      CUDA_CHECK(cudaFree(d));
+  }
+  // Launches k without waiting (false if its shared memory does not fit a block).
+  bool launch(const Kernel& k) const {
+    static const int max_smem = max_smem_per_block();
+    if (k.smem > size_t(max_smem)) return false;
+    if (k.smem > 48 * 1024)
+      CUDA_CHECK(cudaFuncSetAttribute(k.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, int(k.smem)));
+    k.fn<<<k.grid(p), k.threads, k.smem>>>(p);
+    CUDA_CHECK(cudaGetLastError());
+    return true;
+  }
+  void launch_delta() const {
+    delta_kernel(s.hd)<<<delta_grid(p, s.hd), kDeltaThreads>>>(p);
+    CUDA_CHECK(cudaGetLastError());
+  }
+  void clear(float* d, size_t n) const { CUDA_CHECK(cudaMemset(d, 0xff, n * sizeof(float))); }
+  bool run(const Kernel& k) const {
+    const bool fits = launch(k);
     CUDA_CHECK(cudaDeviceSynchronize());
-    if (!fits) std::printf("%s  %s does not fit a block\n", head, k.name.c_str());
     return fits;
-  };
-  const Params& p = pr.p;
-  for (const Kernel& k : variants(s.hd, Pass::kForward))
-    if (run(k, {p.o.p, p.lse}, {pr.nq, pr.nl}))
-      report("forward", k, {{"out", max_rel_error(to_host(p.o.p, pr.nq), ref.out)},
-                            {"lse", max_rel_error(to_host(p.lse, pr.nl), ref.lse)}});
-  run(variants(s.hd, Pass::kForward)[0], {p.o.p, p.lse}, {pr.nq, pr.nl});
-  launch_delta(pr);
-  for (const Kernel& k : variants(s.hd, Pass::kDkDv))
-    if (run(k, {p.dk.p, p.dv.p}, {pr.nk, pr.nk}))
-      report("dk dv", k, {{"dk", max_rel_error(to_host(p.dk.p, pr.nk), ref.dk)},
-                          {"dv", max_rel_error(to_host(p.dv.p, pr.nk), ref.dv)}});
-  for (const Kernel& k : variants(s.hd, Pass::kDq))
-    if (run(k, {p.dq.p}, {pr.nq})) report("dq", k, {{"dq", max_rel_error(to_host(p.dq.p, pr.nq), ref.dq)}});
-  free_problem(pr);
-  return ok;
-}
+  }
+  void run_delta() const {
+    launch_delta();
+    CUDA_CHECK(cudaDeviceSynchronize());
+  }
+  std::vector<float> fetch(const float* d, size_t n) const { return to_host(d, n); }
+};
 
 // FP32 FMA peak: 128 lanes a multiprocessor, 2 FLOPs an FMA, at the peak clock.
 double fp32_peak_tflops() {
@@ -810,48 +849,44 @@ void time_sgemm(int reps) {
   for (float* d : {a, b, c}) CUDA_CHECK(cudaFree(d));
 }
 
-// Every variant's time on one problem, then forward, backward (delta + dk / dv + dq) and both of
-// the fastest variants of each pass.
-void time_shape(const Shape& s, int reps) {
-  Problem pr = make_problem(s);
+// Every variant's time on one problem, then forward, backward (delta + dk / dv + dq) and both, of
+// the fastest variant of each pass.
+void time_shape(const Shape& s, int reps, double peak) {
+  const Gpu g(s, make_inputs(s));
   // FLOPs of one tile product (2 B H T^2 hd, halved causal): the forward has 2, the backward 2.5x.
   const double product = 2.0 * s.B * s.H * double(s.T) * s.T * s.hd * (s.causal ? 0.5 : 1.0);
   std::printf("%dx%dx%dx%d %s (B x H x T x hd), %d kv heads\n", s.B, s.H, s.T, s.hd, s.causal ? "causal" : "full",
               s.Hkv);
-  launch(variants(s.hd, Pass::kForward)[0], pr.p);  // out and lse for the backward
-  launch_delta(pr);
+  g.launch(variants(s.hd, Pass::kForward)[0]);  // out and lse for the backward
+  g.launch_delta();
   const std::vector<Kernel> all[3] = {variants(s.hd, Pass::kForward), variants(s.hd, Pass::kDkDv),
                                       variants(s.hd, Pass::kDq)};
   const char* names[3] = {"forward", "dk dv", "dq"};
   const Kernel* best[3] = {};
   double best_us[3] = {};
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < 3; ++i)
     for (const Kernel& k : all[i]) {
-      if (!launch(k, pr.p)) {
-        std::printf("  %-8s %-38s does not fit a block\n", names[i], k.name.c_str());
+      if (!g.launch(k)) {
+        std::printf("  %-8s %-44s does not fit a block\n", names[i], k.name.c_str());
         continue;
       }
-      const double us = median_us([&] { launch(k, pr.p); }, reps);
-      std::printf("  %-8s %-38s %9.1f us  %5.1f TFLOP/s\n", names[i], k.name.c_str(), us,
-                  k.products * product / us / 1e6);
+      const double us = median_us([&] { g.launch(k); }, reps);
+      const double tflops = k.products * product / us / 1e6;
+      std::printf("  %-8s %-44s %9.1f us  %5.1f TFLOP/s  %3.0f%% of peak\n", names[i], k.name.c_str(), us, tflops,
+                  100 * tflops / peak);
       if (!best[i] || us < best_us[i]) best[i] = &k, best_us[i] = us;
     }
-  }
-  const double d_us = median_us([&] { launch_delta(pr); }, reps);
-  std::printf("  %-8s %-38s %9.1f us\n", "delta", "", d_us);
-  auto forward = [&] { launch(*best[0], pr.p); };
-  auto backward = [&] {
-    launch_delta(pr);
-    launch(*best[1], pr.p);
-    launch(*best[2], pr.p);
-  };
+  const double d_us = median_us([&] { g.launch_delta(); }, reps);
+  std::printf("  %-8s %-44s %9.1f us\n", "delta", "", d_us);
+  if (!best[0] || !best[1] || !best[2]) return;
+  auto forward = [&] { g.launch(*best[0]); };
+  auto backward = [&] { g.launch_delta(), g.launch(*best[1]), g.launch(*best[2]); };
   const double f = median_us(forward, reps), b = median_us(backward, reps);
   const double fb = median_us([&] { forward(), backward(); }, reps);
   const double fwd_flops = 2 * product;
   std::printf("  fastest: forward %.3f ms %.1f TFLOP/s, backward %.3f ms %.1f TFLOP/s, forward + backward %.3f ms "
               "%.1f TFLOP/s\n",
               f / 1e3, fwd_flops / f / 1e6, b / 1e3, 2.5 * fwd_flops / b / 1e6, fb / 1e3, 3.5 * fwd_flops / fb / 1e6);
-  free_problem(pr);
 }
 
 }  // namespace
@@ -870,26 +905,25 @@ int main(int argc, char** argv) {
   }
   cudaDeviceProp prop;
   CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  std::printf("%s, %d multiprocessors, FP32 FMA peak %.1f TFLOP/s\n", prop.name, prop.multiProcessorCount,
-              fp32_peak_tflops());
+  const double peak = fp32_peak_tflops();
+  std::printf("%s, %d multiprocessors, FP32 FMA peak %.1f TFLOP/s\n", prop.name, prop.multiProcessorCount, peak);
 
   bool ok = true;
   std::printf("check (tolerance %.0e of each output's largest value)\n", kTolerance);
-  for (int hd : {64, 128})
-    for (int T : {1, 17, 127, 256})
-      for (bool causal : {false, true}) {
-        // T = 127 with grouped-query heads (2 query heads a kv head).
-        const Shape s = T == 127 ? Shape{1, 4, 2, T, hd, causal} : Shape{2, 3, 3, T, hd, causal};
-        ok = check_shape(s) && ok;
-      }
+  for (const Shape& s : check_shapes()) {
+    const Inputs in = make_inputs(s);
+    Gpu g(s, in);
+    ok = check_shape(s, in, g) && ok;
+  }
   std::printf("check: %s\n", ok ? "all ok" : "FAILED");
   if (check_only || !ok) return ok ? 0 : 1;
 
   std::printf("timing (median of %d, L2 flushed before each)\n", reps);
   time_sgemm(reps);
   for (bool causal : {true, false}) {
-    time_shape(Shape{8, 12, 12, 1024, 64, causal}, reps);
-    time_shape(Shape{4, 32, 32, 2048, 128, causal}, reps);
+    time_shape(Shape{8, 12, 12, 1024, 64, causal}, reps, peak);
+    time_shape(Shape{4, 32, 32, 2048, 128, causal}, reps, peak);
   }
   return 0;
 }
+#endif  // ATTENTION_F32_KERNELS_ONLY
