@@ -37,10 +37,29 @@ the fastest variants in ms and TFLOP/s (causal FLOPs halved, backward counted as
 
 #include <string>
 
-#ifndef ATTENTION_F32_KERNELS_ONLY  // dev/cuda/attention_f32_cpu.cpp: its own cp.async, no cuBLAS
+// PTX the CPU run (dev/cuda/attention_f32_cpu.cpp) replaces, and cuBLAS, which it has not.
+#ifndef ATTENTION_F32_KERNELS_ONLY
 #include <cublas_v2.h>
 
 #include "ops/cuda/flash_attention.cuh"
+
+namespace {
+// A shared float4 / float2 as one ld.shared.v4 / .v2: NVVM splits plain vector loads into scalar
+// ones in the larger kernels (four times the load instructions of S = Q K^T). Volatile, so no
+// load moves across a barrier.
+__device__ __forceinline__ float4 lds128(const float* p) {
+  float4 r;
+  asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+               : "=f"(r.x), "=f"(r.y), "=f"(r.z), "=f"(r.w)
+               : "r"(tg::cuda::flash::smem_u32(p)));
+  return r;
+}
+__device__ __forceinline__ float2 lds64(const float* p) {
+  float2 r;
+  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(r.x), "=f"(r.y) : "r"(tg::cuda::flash::smem_u32(p)));
+  return r;
+}
+}  // namespace
 #endif
 
 namespace {
@@ -145,9 +164,9 @@ __device__ __forceinline__ void gemm_abt(float (&acc)[C::TM][C::TN], const float
   for (int d = 0; d < C::HD; d += 4) {
     float4 av[C::TM], bv[C::TN];
 #pragma unroll
-    for (int i = 0; i < C::TM; ++i) av[i] = *reinterpret_cast<const float4*>(a + i * C::RG * C::LD + d);
+    for (int i = 0; i < C::TM; ++i) av[i] = lds128(a + i * C::RG * C::LD + d);
 #pragma unroll
-    for (int j = 0; j < C::TN; ++j) bv[j] = *reinterpret_cast<const float4*>(b + j * C::CG * C::LD + d);
+    for (int j = 0; j < C::TN; ++j) bv[j] = lds128(b + j * C::CG * C::LD + d);
 #pragma unroll
     for (int i = 0; i < C::TM; ++i)
 #pragma unroll
@@ -185,18 +204,18 @@ __device__ __forceinline__ void gemm_pv(float4 (&acc)[C::TM][C::TC], const float
   for (int j = 0; j < C::BN; ++j) {
     float pv[C::TM];
     if constexpr (C::TM == 2) {
-      const float2 x = *reinterpret_cast<const float2*>(p + j * C::LDP);
+      const float2 x = lds64(p + j * C::LDP);
       pv[0] = x.x, pv[1] = x.y;
     } else {
 #pragma unroll
       for (int i = 0; i < C::TM; i += 4) {
-        const float4 x = *reinterpret_cast<const float4*>(p + j * C::LDP + i);
+        const float4 x = lds128(p + j * C::LDP + i);
         pv[i] = x.x, pv[i + 1] = x.y, pv[i + 2] = x.z, pv[i + 3] = x.w;
       }
     }
     float4 vv[C::TC];
 #pragma unroll
-    for (int c = 0; c < C::TC; ++c) vv[c] = *reinterpret_cast<const float4*>(v + j * C::LD + 4 * C::CG * c);
+    for (int c = 0; c < C::TC; ++c) vv[c] = lds128(v + j * C::LD + 4 * C::CG * c);
 #pragma unroll
     for (int i = 0; i < C::TM; ++i)
 #pragma unroll

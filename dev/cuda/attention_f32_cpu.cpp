@@ -10,7 +10,8 @@ Build and run (from the repository root; about 15 s):
 */
 #include "cpu_emulation.h"
 
-namespace tg::cuda::flash {  // what attention_f32.cu takes from ops/cuda/flash_attention.cuh
+// What attention_f32.cu takes from ops/cuda/flash_attention.cuh, and its shared-memory loads.
+namespace tg::cuda::flash {
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 inline void cp_async16(void* dst, const void* src, bool valid) { emu::cp_async(dst, src, 16, valid); }
@@ -21,6 +22,10 @@ void cp_async_wait() {
   emu::wait(N);
 }
 }  // namespace tg::cuda::flash
+namespace {
+float4 lds128(const float* p) { return *reinterpret_cast<const float4*>(p); }
+float2 lds64(const float* p) { return *reinterpret_cast<const float2*>(p); }
+}  // namespace
 
 #define ATTENTION_F32_KERNELS_ONLY
 #include "attention_f32.cu"
