@@ -26,12 +26,14 @@ Build and run (sm_90; -Xptxas -v shows each kernel's registers and spills):
   ./attention_f32 --check      # the check alone
   ./attention_f32 --reps 50    # timing repetitions (median of N, L2 flushed before each)
 
-Prints: one line per (shape, kernel variant) with the largest error of each output relative to
-that output's largest value (tolerance kTolerance; any failure makes the exit status 1); then for
-each timed shape the device's FP32 peak, cuBLAS SGEMM's rate on [8192 x 768] x [768 x 768] in the
-library's math mode and in pedantic mode (TF32 off in both), every kernel variant's median time
-and TFLOP/s (of the products it computes), and the forward, backward and forward + backward of
-the fastest variants in ms and TFLOP/s (causal FLOPs halved, backward counted as 2.5x forward).
+Prints: the device and its FP32 FMA peak; one line per (check shape, kernel variant) with the
+largest error of each output relative to that output's largest value (past kTolerance the line
+says FAIL, no timing runs and the exit status is 1); cuBLAS SGEMM's rate on [8192 x 768] x
+[768 x 768] in the library's math mode and in pedantic mode (TF32 off in both); then for
+8x12x1024x64 and 4x32x2048x128, causal and full, every variant's median time, TFLOP/s of the
+products it computes and % of peak, and the forward, backward and forward + backward of the
+fastest variants in ms and TFLOP/s (causal FLOPs halved, backward counted as 2.5x forward).
+The same check runs on the CPU, without a GPU: dev/cuda/attention_f32_cpu.cpp.
 */
 #include "common.cuh"
 
@@ -89,6 +91,8 @@ struct Params {
   bool causal = false;
 };
 
+// A kernel's tile shape (the file comment's names): NW warps of WR = RG TM rows, streamed tiles of
+// BN rows, head dim HD.
 template <int HD_, int NW_, int RG_, int TM_, int BN_>
 struct Tiles {
   static constexpr int HD = HD_, NW = NW_, RG = RG_, TM = TM_, BN = BN_;
@@ -111,7 +115,9 @@ constexpr size_t kDkDvSmem = size_t((2 * C::BM + 4 * C::BN) * C::LD + 4 * C::BN 
 // Blocks a multiprocessor whose shared memory fits (228 KiB, 1 KiB of it reserved a block): the
 // kernels' launch bounds, so ptxas neither spills for more blocks than fit nor takes registers
 // that would keep the ones that fit from running.
-constexpr int blocks_per_sm(size_t smem) { return int(std::max<size_t>(1, std::min<size_t>(4, (228 << 10) / (smem + 1024)))); }
+constexpr int blocks_per_sm(size_t smem) {
+  return int(std::max<size_t>(1, std::min<size_t>(4, (228 << 10) / (smem + 1024))));
+}
 
 // Rows [t0, t0 + ROWS) of head (b, h) into a shared [ROWS][LD] tile; rows at or past T are zeros
 // (their products vanish, so only the softmax needs masks at the edges).
@@ -276,15 +282,14 @@ __device__ __forceinline__ void store_rows(const Rows& dst, int b, int h, int ro
   }
 }
 
-// Starts loading streamed tile nb + 1 of (a, b) into the other stage, then waits for tile nb (the
-// cp.async groups complete in order) and for every thread's copies.
+// Starts loading key tile nb + 1 of K and V (batch b, kv head hk) into the other stage, then waits
+// for tile nb (the cp.async groups complete in order) and for every thread's copies.
 template <class C>
-__device__ __forceinline__ void next_kv_tile(float* sA, float* sB, const Rows& a, const Rows& b_rows, int b, int h,
-                                             int nb, int tiles, int T) {
+__device__ __forceinline__ void next_kv_tile(float* sK, float* sV, const Params& p, int b, int hk, int nb, int tiles) {
   if (nb + 1 < tiles) {
     const int other = (nb & 1) ^ 1;
-    load_rows<C, C::BN>(sA + other * C::BN * C::LD, a, b, h, (nb + 1) * C::BN, T);
-    load_rows<C, C::BN>(sB + other * C::BN * C::LD, b_rows, b, h, (nb + 1) * C::BN, T);
+    load_rows<C, C::BN>(sK + other * C::BN * C::LD, p.k, b, hk, (nb + 1) * C::BN, p.T);
+    load_rows<C, C::BN>(sV + other * C::BN * C::LD, p.v, b, hk, (nb + 1) * C::BN, p.T);
     cp_async_commit();
     cp_async_wait<1>();
   } else {
@@ -319,7 +324,7 @@ __global__ void __launch_bounds__(C::kThreads, blocks_per_sm(kForwardSmem<C>)) a
   for (int i = 0; i < TM; ++i) m[i] = -INFINITY, l[i] = 0.f;
   for (int nb = 0; nb < tiles; ++nb) {
     const int stage = nb & 1, n0 = nb * BN;
-    next_kv_tile<C>(sK, sV, p.k, p.v, b, hk, nb, tiles, p.T);
+    next_kv_tile<C>(sK, sV, p, b, hk, nb, tiles);
     const float* k_s = sK + stage * BN * LD;
     const float* v_s = sV + stage * BN * LD;
 
@@ -513,7 +518,7 @@ __global__ void __launch_bounds__(C::kThreads, blocks_per_sm(kDqSmem<C>)) attent
   zero(dq);
   for (int nb = 0; nb < tiles; ++nb) {
     const int stage = nb & 1, n0 = nb * BN;
-    next_kv_tile<C>(sK, sV, p.k, p.v, b, hk, nb, tiles, p.T);
+    next_kv_tile<C>(sK, sV, p, b, hk, nb, tiles);
     const float* k_s = sK + stage * BN * LD;
     const float* v_s = sV + stage * BN * LD;
     float s[TM][TN], ds[TM][TN];  // S, then P; dP, then dS
@@ -568,7 +573,8 @@ std::string tile_name() {
 }
 template <class C>
 Kernel forward_kernel() {
-  return {tile_name<C, kForwardSmem<C>>(), Pass::kForward, attention_forward<C>, C::kThreads, C::BM, kForwardSmem<C>, 2};
+  return {tile_name<C, kForwardSmem<C>>(), Pass::kForward, attention_forward<C>, C::kThreads, C::BM, kForwardSmem<C>,
+          2};
 }
 template <class C>
 Kernel dkdv_kernel() {

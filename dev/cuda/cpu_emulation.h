@@ -112,6 +112,19 @@ struct Entry {
   }
 };
 
+// A fiber that runs entry as thread t; out of line, as getcontext returns twice.
+[[gnu::noinline]] inline void start(Fiber& f, int t, void (*entry)()) {
+  f.done = false;
+  f.groups.clear();
+  f.open.clear();
+  f.tid = make_uint3(t, 0, 0);
+  getcontext(&f.ctx);
+  f.ctx.uc_stack.ss_sp = f.stack.data();
+  f.ctx.uc_stack.ss_size = f.stack.size();
+  f.ctx.uc_link = nullptr;
+  makecontext(&f.ctx, entry, 0);
+}
+
 // kernel<<<grid, threads, smem_bytes>>>(p), block by block.
 template <class P>
 void launch(void (*kernel)(P), dim3 grid, int threads, size_t smem_bytes, const P& p) {
@@ -131,18 +144,7 @@ void launch(void (*kernel)(P), dim3 grid, int threads, size_t smem_bytes, const 
         block_barrier = Barrier{threads};
         warp_barriers.assign(warps, Barrier{32});
         warp_exchange.assign(warps, {});
-        for (int t = 0; t < threads; ++t) {
-          Fiber& f = fibers[t];
-          f.done = false;
-          f.groups.clear();
-          f.open.clear();
-          f.tid = make_uint3(t, 0, 0);
-          getcontext(&f.ctx);
-          f.ctx.uc_stack.ss_sp = f.stack.data();
-          f.ctx.uc_stack.ss_size = f.stack.size();
-          f.ctx.uc_link = nullptr;
-          makecontext(&f.ctx, &Entry<P>::run, 0);
-        }
+        for (int t = 0; t < threads; ++t) start(fibers[t], t, &Entry<P>::run);
         ::blockIdx = make_uint3(x, y, z), ::blockDim = dim3(threads), ::gridDim = grid;
         for (bool running = true; running;) {
           running = false;
