@@ -1,0 +1,68 @@
+/*
+dev/cuda/attention_f32.cu's kernels run on the CPU under dev/cuda/cpu_emulation.h, through that
+file's own check (every variant, every check shape, against its float64 reference): a kernel
+change's logic and synchronisation checked without a GPU. The GPU run stays the authority: here
+exp2f / log2f are glibc's, and the emulation says nothing of speed, registers or bank conflicts.
+
+Build and run (from the repository root; about 15 s):
+  g++ -std=c++20 -O2 -I/usr/local/cuda/include -Wno-attributes -o attention_f32_cpu dev/cuda/attention_f32_cpu.cpp
+  ./attention_f32_cpu
+*/
+#include "cpu_emulation.h"
+
+// What attention_f32.cu takes from ops/cuda/flash_attention.cuh, and its shared-memory loads.
+namespace tg::cuda::flash {
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+inline void cp_async16(void* dst, const void* src, bool valid) { emu::cp_async(dst, src, 16, valid); }
+inline void cp_async4(void* dst, const void* src, bool valid) { emu::cp_async(dst, src, 4, valid); }
+inline void cp_async_commit() { emu::commit(); }
+template <int N>
+void cp_async_wait() {
+  emu::wait(N);
+}
+}  // namespace tg::cuda::flash
+namespace {
+float4 lds128(const float* p) { return *reinterpret_cast<const float4*>(p); }
+float2 lds64(const float* p) { return *reinterpret_cast<const float2*>(p); }
+}  // namespace
+
+#define ATTENTION_F32_KERNELS_ONLY
+#include "attention_f32.cu"
+
+namespace {
+
+// One problem in host memory: check_shape's backend.
+struct Cpu {
+  Shape s;
+  Inputs in;
+  std::vector<float> out, dq, dk, dv, lse, delta;
+  Params p;
+  Cpu(const Shape& shape, const Inputs& inputs)
+      : s(shape), in(inputs), out(s.nq()), dq(s.nq()), dk(s.nk()), dv(s.nk()), lse(s.nl()), delta(s.nl()) {
+    p = params_of(s, in.q.data(), in.k.data(), in.v.data(), in.dout.data(), out.data(), dq.data(), dk.data(),
+                  dv.data(), lse.data(), delta.data());
+  }
+  Cpu(const Cpu&) = delete;
+  void clear(float* d, size_t n) const { std::fill_n(d, n, std::numeric_limits<float>::quiet_NaN()); }
+  bool run(const Kernel& k) const {
+    emu::launch(k.fn, k.grid(p), k.threads, k.smem, p);
+    return true;
+  }
+  void run_delta() const { emu::launch(delta_kernel(s.hd), delta_grid(p, s.hd), kDeltaThreads, 0, p); }
+  std::vector<float> fetch(const float* d, size_t n) const { return {d, d + n}; }
+};
+
+}  // namespace
+
+int main() {
+  bool ok = true;
+  std::printf("check on the CPU (tolerance %.0e of each output's largest value)\n", kTolerance);
+  for (const Shape& s : check_shapes()) {
+    const Inputs in = make_inputs(s);
+    Cpu cpu(s, in);
+    ok = check_shape(s, in, cpu) && ok;
+  }
+  std::printf("check: %s\n", ok ? "all ok" : "FAILED");
+  return ok ? 0 : 1;
+}
