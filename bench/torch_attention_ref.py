@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from result_rows import write_rows
+from torch_timing import median_ms
 
 SHAPES = [(8, 12, 12, 1024, 64), (4, 32, 32, 2048, 128), (1, 16, 16, 8192, 128), (4, 32, 8, 2048, 128)]
 BACKENDS = {"torch_flash": SDPBackend.FLASH_ATTENTION, "torch_cudnn": SDPBackend.CUDNN_ATTENTION,
@@ -23,22 +24,6 @@ BACKENDS = {"torch_flash": SDPBackend.FLASH_ATTENTION, "torch_cudnn": SDPBackend
 def name(B, H, Hkv, T, hd):
     s = f"{B}x{H}x{T}x{hd}"
     return s if H == Hkv else f"{s}-kv{Hkv}"
-
-
-def median_ms(fn, reps, flush):
-    for _ in range(3):
-        fn()
-    times = []
-    for i in range(reps):
-        flush.fill_(i & 0xFF)
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    times.sort()
-    return times[len(times) // 2]
 
 
 def main():

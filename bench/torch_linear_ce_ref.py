@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from result_rows import write_rows
+from torch_timing import median_ms
 
 SHAPES = "8192x768x32000,16384x2048x128256"  # bench-135m's head; Llama-3's vocabulary
 IGNORE_INDEX = -100
@@ -38,22 +39,6 @@ def implementations():
     liger = LigerFusedLinearCrossEntropyLoss(ignore_index=IGNORE_INDEX)
     impls["liger"] = lambda x, w, t: liger(w, x, t)
     return impls, getattr(liger_kernel, "__version__", "?")
-
-
-def median_ms(fn, reps, flush):
-    for _ in range(3):
-        fn()
-    times = []
-    for i in range(reps):
-        flush.fill_(i & 0xFF)
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    times.sort()
-    return times[len(times) // 2]
 
 
 def peak_mib_above(fn):

@@ -3,10 +3,10 @@
 
 #include "core/autograd.h"
 #include "core/primitives.h"
-#include "ops/shape.h"
 #include "ops/cast_kernels.h"
 #include "ops/checks.h"
 #include "ops/dispatch.h"
+#include "ops/shape.h"
 
 namespace tg {
 namespace {
@@ -41,6 +41,8 @@ Tensor to(const Tensor& x, DType dtype, Device device) {
 
 Tensor to(const Tensor& x, DType dtype) { return to(x, dtype, x.device()); }
 
+Tensor to(const Tensor& x, Device device) { return to(x, x.dtype(), device); }
+
 std::vector<Tensor> to_packed(const std::vector<Tensor>& xs, DType dtype) {
   TG_CHECK(!xs.empty() && xs.size() <= kMaxPacked, "to_packed", "wants 1 to ", kMaxPacked, " tensors, got ",
            xs.size());
@@ -50,8 +52,9 @@ std::vector<Tensor> to_packed(const std::vector<Tensor>& xs, DType dtype) {
   for (size_t i = 0; i < xs.size(); ++i) {
     const Tensor& x = xs[i];
     TG_CHECK(x.defined(), "to_packed", "xs[", i, "] is undefined");
-    TG_CHECK(is_floating_point(x.dtype()) && x.device() == xs[0].device(), "to_packed", "xs[", i, "] is ",
-             x.dtype(), " on ", x.device().str(), ", wanted a floating tensor on ", xs[0].device().str());
+    TG_CHECK(is_floating_point(x.dtype()) && x.dtype() == xs[0].dtype() && x.device() == xs[0].device(),
+             "to_packed", "xs[", i, "] is ", x.dtype(), " on ", x.device().str(), ", wanted xs[0]'s floating dtype ",
+             xs[0].dtype(), " on ", xs[0].device().str());
     srcs.push_back(contiguous(x.detach()));
     total += x.numel();
   }
@@ -65,6 +68,5 @@ std::vector<Tensor> to_packed(const std::vector<Tensor>& xs, DType dtype) {
   }
   return views;
 }
-Tensor to(const Tensor& x, Device device) { return to(x, x.dtype(), device); }
 
 }  // namespace tg

@@ -12,7 +12,7 @@ Tensor to(const Tensor& x, DType dtype);
 Tensor to(const Tensor& x, Device device);
 Tensor to(const Tensor& x, DType dtype, Device device);
 
-// Each of xs (one device, floating, contiguous) converted to `dtype`, as contiguous views of one
+// Each of xs (one floating dtype, one device) converted to `dtype`, as contiguous views of one
 // new buffer, in order (so neighbours also form one view of their rows); one kernel on CUDA.
 // Not differentiable: the copies an op reads without autograd, such as the rounded LoRA
 // adapters of a step. At most 16 tensors.

@@ -1,6 +1,6 @@
 // Backend contract for to_packed (ops/cast.h): out is contiguous, of xs' total element count in
-// its dtype; xs are contiguous, on out's device, at most kMaxPacked. xs[i] lands at the offset
-// of the elements before it.
+// its dtype; xs are contiguous, of one dtype, on out's device, at most kMaxPacked. xs[i] lands at
+// the offset of the elements before it.
 #pragma once
 
 #include <vector>

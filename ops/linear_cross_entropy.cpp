@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "core/autograd.h"
-#include "core/factory.h"
 #include "core/primitives.h"
 #include "core/trace.h"
 #include "ops/binary.h"

@@ -109,7 +109,7 @@ TEST(Tensor, ToPackedRoundsEachPieceIntoOneBuffer) {
     std::vector<Tensor> on;
     for (const Tensor& x : xs) on.push_back(to(x, d));
     for (DType dtype : {kBFloat16, kFloat32}) {
-      // the GPU kernel converts from one dtype: the float32 pieces, then the bf16 one alone
+      // one source dtype a pack: the float32 pieces, then the bf16 one alone
       const std::vector<Tensor> f32 = to_packed({on[0], on[1]}, dtype), b = to_packed({on[2]}, dtype);
       EXPECT_TENSOR_EQ(to(f32[0], Device::cpu()), to(xs[0], dtype));
       EXPECT_TENSOR_EQ(to(f32[1], Device::cpu()), to(xs[1], dtype));
@@ -123,6 +123,7 @@ TEST(Tensor, ToPackedRoundsEachPieceIntoOneBuffer) {
   EXPECT_ERROR_HAS(to_packed({}, kBFloat16), "to_packed", "1 to 16", "got 0");
   EXPECT_ERROR_HAS(to_packed({arange(3)}, kBFloat16), "to_packed", "xs[0]", "int64", "floating");
   EXPECT_ERROR_HAS(to_packed({xs[0]}, kInt64), "to_packed", "floating-point dtype", "int64");
+  EXPECT_ERROR_HAS(to_packed({xs[0], xs[2]}, kFloat32), "to_packed", "xs[1] is bfloat16", "float32");
 }
 
 TEST(Tensor, DtypeAndShapeErrorsAreClear) {

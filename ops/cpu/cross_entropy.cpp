@@ -7,11 +7,11 @@
 #include <type_traits>
 #include <limits>
 
+#include "core/factory.h"
 #include "core/fast_exp.h"
 #include "core/parallel.h"
 #include "core/type_dispatch.h"
 #include "ops/cpu/softmax_rows.h"
-#include "core/factory.h"
 #include "ops/cross_entropy_kernels.h"
 #include "ops/softmax_math.h"
 

@@ -103,7 +103,7 @@ void launch_forward(const Tensor& loss_rows, const Tensor& lse, const Tensor& lo
     dispatch_index(targets.dtype(), "cross_entropy", [&](auto itag) {
       using I = typename decltype(itag)::type;
       cudaStream_t s = stream_for(logits);
-      T* px = const_cast<T*>(logits.data_ptr<T>());  // written only with kGrad (the contract's in-place case)
+      T* px = logits.data_ptr<T>();  // written only with kGrad (the contract's in-place case)
       const int64_t rows = logits.shape()[0], classes = logits.shape()[1], ld = logits.strides()[0];
       cross_entropy_forward<T, I, kGrad><<<static_cast<unsigned>(rows), row_threads(classes), 0, s>>>(
           loss_rows.data_ptr<float>(), lse.data_ptr<float>(), px, ld, targets.data_ptr<I>(), classes, ignore_index,
