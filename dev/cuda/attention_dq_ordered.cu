@@ -236,17 +236,24 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       if (row >= p.L) continue;
       float* acc = dq_acc + ((int64_t(b) * p.H + h) * p.L + row) * HD + qcol + 2 * t;
       __nv_bfloat16* out = p.dq.at(b, h, row) + qcol + 2 * t;
+      // The previous sums in batches of kBatch loads before any store: a store between two loads
+      // of dq_acc (which may alias, for all the compiler knows) made every load a round trip to L2.
+      constexpr int kBatch = 8;
 #pragma unroll
-      for (int dt = 0; dt < DC / 8; ++dt) {
-        float2 v = make_float2(dqp[0][dt][2 * r], dqp[0][dt][2 * r + 1]);
-        if (rank > 0) {
-          const float2 sum = __ldcg(reinterpret_cast<const float2*>(acc + dt * 8));
-          v = make_float2(sum.x + v.x, sum.y + v.y);
+      for (int d0 = 0; d0 < DC / 8; d0 += kBatch) {
+        float2 sum[kBatch];
+#pragma unroll
+        for (int i = 0; i < kBatch; ++i)
+          sum[i] = rank > 0 ? __ldcg(reinterpret_cast<const float2*>(acc + (d0 + i) * 8)) : make_float2(0.f, 0.f);
+#pragma unroll
+        for (int i = 0; i < kBatch; ++i) {
+          const int dt = d0 + i;
+          const float2 v = make_float2(sum[i].x + dqp[0][dt][2 * r], sum[i].y + dqp[0][dt][2 * r + 1]);
+          if (kMode == kOrderedFused && nb == 0)
+            *reinterpret_cast<bf16x2*>(out + dt * 8) = __floats2bfloat162_rn(v.x * p.scale, v.y * p.scale);
+          else
+            __stcg(reinterpret_cast<float2*>(acc + dt * 8), v);
         }
-        if (kMode == kOrderedFused && nb == 0)
-          *reinterpret_cast<bf16x2*>(out + dt * 8) = __floats2bfloat162_rn(v.x * p.scale, v.y * p.scale);
-        else
-          __stcg(reinterpret_cast<float2*>(acc + dt * 8), v);
       }
     }
     if (kFenceAll) __threadfence();  // (the release below is cumulative: the lab measures this fence)

@@ -163,7 +163,7 @@ void run128(const Problem& pr) {
   }
   {
     Group g{"dq"};
-    DQ(32, 2), DQ(32, 1), DQ(64, 1), DQ(16, 1);
+    DQ(32, 2), DQ(32, 1), DQ(64, 1), DQ(16, 1), DQ(64, 2);
   }
 }
 

@@ -188,14 +188,20 @@ __device__ __forceinline__ void mma_pv(float (&acc)[MT][HD / 8][4], const float 
 }
 
 // ROWS x HD rows [t0, t0 + ROWS) of head (b, h) into a shared tile; rows at or past `limit` are
-// zeros (their products vanish, so edges need masks only where a softmax sees them).
+// zeros (their products vanish, so edges need masks only where a softmax sees them). A thread
+// copies one 16-byte column chunk of every kRowsPerPass-th row: one address computed, then fixed
+// strides (the index arithmetic was a quarter of the forward's instructions).
 template <int HD, int ROWS>
 __device__ __forceinline__ void load_tile(__nv_bfloat16* s, const Rows& g, int b, int h, int t0, int limit) {
-  constexpr int kChunks = HD / 8;
-  for (int c = threadIdx.x; c < ROWS * kChunks; c += kThreads) {
-    const int r = c / kChunks, col = (c % kChunks) * 8, t = t0 + r;
-    const bool ok = t < limit;
-    cp_async16(s + r * kLd<HD> + col, g.at(b, h, ok ? t : 0) + col, ok);
+  constexpr int kChunks = HD / 8, kRowsPerPass = kThreads / kChunks;
+  static_assert(ROWS % kRowsPerPass == 0, "a tile is whole passes of the block's threads");
+  const int r0 = threadIdx.x / kChunks, col = (threadIdx.x % kChunks) * 8;
+  const __nv_bfloat16* src = g.at(b, h, t0 + r0) + col;
+  const int64_t pass_stride = kRowsPerPass * g.st;
+#pragma unroll
+  for (int k = 0; k < ROWS / kRowsPerPass; ++k) {
+    const bool ok = t0 + r0 + k * kRowsPerPass < limit;
+    cp_async16(s + (r0 + k * kRowsPerPass) * kLd<HD> + col, ok ? src + k * pass_stride : g.p, ok);
   }
 }
 
