@@ -105,40 +105,33 @@ struct Group {
   }
 };
 
-template <int HD, int MT, int BN, int BC = BN>
+template <int HD, int MT, int BN>
 bool forward(const Problem& pr) {
   const dim3 grid((pr.T + kBlock * MT - 1) / (kBlock * MT), pr.H, pr.B);
-  return launch(flash_forward<HD, MT, BN, BC>, grid, tile_bytes<HD>(kBlock * MT + 4 * BN), pr.p);
+  return launch(flash_forward<HD, MT, BN>, grid, tile_bytes<HD>(kBlock * MT + 4 * BN), pr.p);
 }
-template <int HD, int BQ, int MT, int BC = BQ>
+template <int HD, int BQ, int MT>
 bool dkdv(const Problem& pr) {
   const dim3 grid((pr.T + kBlock * MT - 1) / (kBlock * MT), pr.H, pr.B);
-  return launch(flash_backward_dkdv<HD, BQ, MT, true, true, BC>, grid,
+  return launch(flash_backward_dkdv<HD, BQ, MT, true, true>, grid,
                 tile_bytes<HD>(2 * kBlock * MT + 4 * BQ) + 4 * BQ * sizeof(float), pr.p);
 }
-template <int HD, int BN, int MT, int BC = BN>
+template <int HD, int BN, int MT>
 bool dq(const Problem& pr) {
   const dim3 grid((pr.T + kBlock * MT - 1) / (kBlock * MT), pr.H, pr.B);
-  return launch(flash_backward_dq<HD, BN, MT, BC>, grid, tile_bytes<HD>(2 * kBlock * MT + 4 * BN), pr.p);
+  return launch(flash_backward_dq<HD, BN, MT>, grid, tile_bytes<HD>(2 * kBlock * MT + 4 * BN), pr.p);
 }
 
-// BC: the rows of one product when smaller than the loaded tile (the kernels' BC).
 #define FWD(MT, BN) g.variant("MT " #MT " BN " #BN, pr, {pr.out}, [&] { return forward<HD, MT, BN>(pr); })
-#define FWDC(MT, BN, BC) \
-  g.variant("MT " #MT " BN " #BN " BC " #BC, pr, {pr.out}, [&] { return forward<HD, MT, BN, BC>(pr); })
 #define DKDV(BQ, MT) g.variant("BQ " #BQ " MT " #MT, pr, {pr.dk, pr.dv}, [&] { return dkdv<HD, BQ, MT>(pr); })
-#define DKDVC(BQ, MT, BC) \
-  g.variant("BQ " #BQ " MT " #MT " BC " #BC, pr, {pr.dk, pr.dv}, [&] { return dkdv<HD, BQ, MT, BC>(pr); })
 #define DQ(BN, MT) g.variant("BN " #BN " MT " #MT, pr, {pr.dq}, [&] { return dq<HD, BN, MT>(pr); })
-#define DQC(BN, MT, BC) \
-  g.variant("BN " #BN " MT " #MT " BC " #BC, pr, {pr.dq}, [&] { return dq<HD, BN, MT, BC>(pr); })
 
 // The library's shapes first (ops/cuda/attention.cu, Tiles), then the candidates.
 void run64(const Problem& pr) {
   constexpr int HD = 64;
   {
     Group g{"forward"};
-    FWD(2, 64), FWD(2, 128), FWDC(2, 128, 64), FWDC(2, 64, 32), FWDC(2, 128, 32), FWD(1, 64);
+    FWD(2, 64), FWD(1, 64), FWD(2, 128), FWD(1, 128), FWD(1, 32), FWD(2, 32);
     forward<HD, 2, 64>(pr);  // the reference's out and lse for the backward
   }
   const int64_t rows = int64_t(pr.B) * pr.H * pr.T;
@@ -146,11 +139,11 @@ void run64(const Problem& pr) {
   CUDA_CHECK(cudaGetLastError());
   {
     Group g{"dk dv"};
-    DKDV(64, 1), DKDVC(64, 1, 32), DKDV(128, 1), DKDVC(128, 1, 64), DKDVC(128, 1, 32), DKDV(64, 2);
+    DKDV(64, 1), DKDV(32, 1), DKDV(128, 1), DKDV(64, 2), DKDV(32, 2);
   }
   {
     Group g{"dq"};
-    DQ(64, 2), DQ(32, 1), DQC(64, 1, 32), DQC(128, 1, 32), DQC(64, 2, 32), DQ(64, 1);
+    DQ(64, 2), DQ(64, 1), DQ(32, 1), DQ(128, 1), DQ(32, 2);
   }
 }
 
@@ -158,7 +151,7 @@ void run128(const Problem& pr) {
   constexpr int HD = 128;
   {
     Group g{"forward"};
-    FWD(2, 64), FWDC(2, 64, 32), FWDC(2, 64, 16), FWD(2, 32);
+    FWD(2, 64), FWD(1, 64), FWD(2, 32), FWD(1, 32), FWD(1, 128);
     forward<HD, 2, 64>(pr);
   }
   const int64_t rows = int64_t(pr.B) * pr.H * pr.T;
@@ -166,11 +159,11 @@ void run128(const Problem& pr) {
   CUDA_CHECK(cudaGetLastError());
   {
     Group g{"dk dv"};
-    DKDV(64, 1), DKDVC(64, 1, 32), DKDVC(64, 1, 16), DKDV(32, 1);
+    DKDV(64, 1), DKDV(32, 1), DKDV(16, 1), DKDV(32, 2);
   }
   {
     Group g{"dq"};
-    DQ(32, 2), DQC(64, 1, 32), DQC(32, 2, 16), DQ(32, 1);
+    DQ(32, 2), DQ(32, 1), DQ(64, 1), DQ(16, 1), DQ(64, 2);
   }
 }
 

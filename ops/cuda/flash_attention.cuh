@@ -321,12 +321,9 @@ __device__ __forceinline__ void next_kv_tile(__nv_bfloat16* sK, __nv_bfloat16* s
 
 // ---------------------------------------------------------------- forward
 
-// BN keys a load, BC of them a product (BC < BN: the score tile takes fewer registers, and the
-// loads and barriers stay those of BN).
-template <int HD, int MT, int BN, int BC = BN>
+template <int HD, int MT, int BN>
 __global__ void __launch_bounds__(kThreads) flash_forward(const Params p) {
-  constexpr int LD = kLd<HD>, KT = HD / 16, BM = kBlock * MT, NT = BC / 8;
-  static_assert(BN % BC == 0, "a loaded key tile is whole products");
+  constexpr int LD = kLd<HD>, KT = HD / 16, BM = kBlock * MT, NT = BN / 8;
   extern __shared__ __align__(16) unsigned char smem[];
   __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(smem);
   __nv_bfloat16* sK = sQ + BM * LD;      // two stages
@@ -353,43 +350,39 @@ __global__ void __launch_bounds__(kThreads) flash_forward(const Params p) {
     next_kv_tile<HD, BN>(sK, sV, p, b, hk, nb, tiles);
     if (nb == 0) q.load();
 
-#pragma unroll
-    for (int c = 0; c < BN / BC; ++c) {
-      const int n0 = nb * BN + c * BC;
-      float s[MT][NT][4];
-      zero(s);
-      mma_abt<LD, KT, NT, MT>(s, q, sK + (stage * BN + c * BC) * LD, lane);
+    float s[MT][NT][4];
+    zero(s);
+    mma_abt<LD, KT, NT, MT>(s, q, sK + stage * BN * LD, lane);
 
-      // Keys past S and (causal) past the query are -inf, only in the tiles where the warp has some.
-      mask_scores<MT, NT, BC>(s, -INFINITY, p, n0, m0 + wrow, g, t);
-      // Online softmax on the raw scores (m is their running max), the scale folded into the
-      // exponent: p = exp2(s scale log2(e) - m scale log2(e)), one FFMA and one ex2 a score. The 4
-      // lanes of a row group share its max; sums stay per lane until the end.
+    // Keys past S and (causal) past the query are -inf, only in the tiles where the warp has some.
+    mask_scores<MT, NT, BN>(s, -INFINITY, p, nb * BN, m0 + wrow, g, t);
+    // Online softmax on the raw scores (m is their running max), the scale folded into the
+    // exponent: p = exp2(s scale log2(e) - m scale log2(e)), one FFMA and one ex2 a score. The 4
+    // lanes of a row group share its max; sums stay per lane until the end.
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
+    for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          float mx = m[mt][r];
+      for (int r = 0; r < 2; ++r) {
+        float mx = m[mt][r];
 #pragma unroll
-          for (int nt = 0; nt < NT; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * r], s[mt][nt][2 * r + 1]));
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-          const float base = mx == -INFINITY ? 0.f : mx * p.scale_log2;  // a row that has seen no key yet
-          const float alpha = exp2_approx(m[mt][r] * p.scale_log2 - base);
-          m[mt][r] = mx;
-          float sum = 0.f;
+        for (int nt = 0; nt < NT; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * r], s[mt][nt][2 * r + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float base = mx == -INFINITY ? 0.f : mx * p.scale_log2;  // a row that has seen no key yet
+        const float alpha = exp2_approx(m[mt][r] * p.scale_log2 - base);
+        m[mt][r] = mx;
+        float sum = 0.f;
 #pragma unroll
-          for (int nt = 0; nt < NT; ++nt) {
-            s[mt][nt][2 * r] = exp2_approx(fmaf(s[mt][nt][2 * r], p.scale_log2, -base));
-            s[mt][nt][2 * r + 1] = exp2_approx(fmaf(s[mt][nt][2 * r + 1], p.scale_log2, -base));
-            sum += s[mt][nt][2 * r] + s[mt][nt][2 * r + 1];
-          }
-          l[mt][r] = l[mt][r] * alpha + sum;
-#pragma unroll
-          for (int dt = 0; dt < HD / 8; ++dt) o[mt][dt][2 * r] *= alpha, o[mt][dt][2 * r + 1] *= alpha;
+        for (int nt = 0; nt < NT; ++nt) {
+          s[mt][nt][2 * r] = exp2_approx(fmaf(s[mt][nt][2 * r], p.scale_log2, -base));
+          s[mt][nt][2 * r + 1] = exp2_approx(fmaf(s[mt][nt][2 * r + 1], p.scale_log2, -base));
+          sum += s[mt][nt][2 * r] + s[mt][nt][2 * r + 1];
         }
-      mma_pv<LD, HD, NT, MT>(o, s, sV + (stage * BN + c * BC) * LD, lane);
-    }
+        l[mt][r] = l[mt][r] * alpha + sum;
+#pragma unroll
+        for (int dt = 0; dt < HD / 8; ++dt) o[mt][dt][2 * r] *= alpha, o[mt][dt][2 * r + 1] *= alpha;
+      }
+    mma_pv<LD, HD, NT, MT>(o, s, sV + stage * BN * LD, lane);
     __syncthreads();  // this stage is refilled next iteration
   }
 
@@ -445,12 +438,10 @@ __global__ void attention_delta(const Params p) {
   }
 }
 
-// dK and / or dV of 64 MT keys of one kv head; BQ queries a load, BC of them a product (the same
-// sums in the same order whatever BC: each product adds its 16-query slices in turn).
-template <int HD, int BQ, int MT, bool kDK, bool kDV, int BC = BQ>
+// dK and / or dV of 64 MT keys of one kv head; BQ queries a step.
+template <int HD, int BQ, int MT, bool kDK, bool kDV>
 __global__ void __launch_bounds__(kThreads) flash_backward_dkdv(const Params p) {
-  constexpr int LD = kLd<HD>, KT = HD / 16, QT = BC / 8, BK = kBlock * MT;
-  static_assert(BQ % BC == 0, "a loaded query tile is whole products");
+  constexpr int LD = kLd<HD>, KT = HD / 16, QT = BQ / 8, BK = kBlock * MT;
   extern __shared__ __align__(16) unsigned char smem[];
   __nv_bfloat16* sK = reinterpret_cast<__nv_bfloat16*>(smem);
   __nv_bfloat16* sV = sK + BK * LD;
@@ -492,53 +483,49 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dkdv(const Params p) 
       cp_async_wait<0>();
     }
     __syncthreads();
-    const int i0_step = (first + step % (blocks - first)) * BQ;
-#pragma unroll
-    for (int c = 0; c < BQ / BC; ++c) {
-      const int i0 = i0_step + c * BC;
-      const __nv_bfloat16 *q_s = sQ + (stage * BQ + c * BC) * LD, *do_s = sO + (stage * BQ + c * BC) * LD;
-      const float *l_s = sL + stage * BQ + c * BC, *d_s = sD + stage * BQ + c * BC;
+    const int i0 = (first + step % (blocks - first)) * BQ;
+    const __nv_bfloat16 *q_s = sQ + stage * BQ * LD, *do_s = sO + stage * BQ * LD;
+    const float *l_s = sL + stage * BQ, *d_s = sD + stage * BQ;
 
-      float pt[MT][QT][4];  // S^T, then P^T
-      zero(pt);
-      mma_abt<LD, KT, QT, MT>(pt, k_rows, q_s, lane);
-      // P^T = exp2(S^T scale log2(e) - lse log2(e)) (one FFMA and one ex2 a score); zero for keys
-      // past the query, only in the steps where the warp has some.
+    float pt[MT][QT][4];  // S^T, then P^T
+    zero(pt);
+    mma_abt<LD, KT, QT, MT>(pt, k_rows, q_s, lane);
+    // P^T = exp2(S^T scale log2(e) - lse log2(e)) (one FFMA and one ex2 a score); zero for keys
+    // past the query, only in the steps where the warp has some.
 #pragma unroll
-      for (int nt = 0; nt < QT; ++nt)
+    for (int nt = 0; nt < QT; ++nt)
 #pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          const float lse2 = l_s[nt * 8 + 2 * t + j] * kLog2e;
-#pragma unroll
-          for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-            for (int r = 0; r < 2; ++r)
-              pt[mt][nt][2 * r + j] = exp2_approx(fmaf(pt[mt][nt][2 * r + j], p.scale_log2, -lse2));
-        }
-      if (p.causal && i0 < n0 + wrow + 16 * MT - 1)
+      for (int j = 0; j < 2; ++j) {
+        const float lse2 = l_s[nt * 8 + 2 * t + j] * kLog2e;
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-          for (int nt = 0; nt < QT; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const int qi = i0 + nt * 8 + 2 * t + (e & 1), key = n0 + wrow + 16 * mt + g + 8 * (e >> 1);
-              if (key > qi) pt[mt][nt][e] = 0.f;
-            }
-      if (kDV) mma_pv<LD, HD, QT, MT>(dv, pt, do_s, lane);
-      if (kDK) {
-        float ds[MT][QT][4];  // dP^T, then dS^T
-        zero(ds);
-        mma_abt<LD, KT, QT, MT>(ds, v_rows, do_s, lane);
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-          for (int nt = 0; nt < QT; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e)
-              ds[mt][nt][e] = pt[mt][nt][e] * (ds[mt][nt][e] - d_s[nt * 8 + 2 * t + (e & 1)]);
-        mma_pv<LD, HD, QT, MT>(dk, ds, q_s, lane);
+          for (int r = 0; r < 2; ++r)
+            pt[mt][nt][2 * r + j] = exp2_approx(fmaf(pt[mt][nt][2 * r + j], p.scale_log2, -lse2));
       }
+    if (p.causal && i0 < n0 + wrow + 16 * MT - 1)
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < QT; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int qi = i0 + nt * 8 + 2 * t + (e & 1), key = n0 + wrow + 16 * mt + g + 8 * (e >> 1);
+            if (key > qi) pt[mt][nt][e] = 0.f;
+          }
+    if (kDV) mma_pv<LD, HD, QT, MT>(dv, pt, do_s, lane);
+    if (kDK) {
+      float ds[MT][QT][4];  // dP^T, then dS^T
+      zero(ds);
+      mma_abt<LD, KT, QT, MT>(ds, v_rows, do_s, lane);
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < QT; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            ds[mt][nt][e] = pt[mt][nt][e] * (ds[mt][nt][e] - d_s[nt * 8 + 2 * t + (e & 1)]);
+      mma_pv<LD, HD, QT, MT>(dk, ds, q_s, lane);
     }
     __syncthreads();  // this stage is refilled next step
   }
@@ -549,12 +536,10 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dkdv(const Params p) 
   if (kDV) store_rows<HD, MT>(p.dv, b, hk, n0 + wrow, p.S, dv, one, lane);
 }
 
-// dQ of 64 MT queries of one head; BN keys a load, BC of them a product (the same sums in the
-// same order whatever BC).
-template <int HD, int BN, int MT, int BC = BN>
+// dQ of 64 MT queries of one head; BN keys a step.
+template <int HD, int BN, int MT>
 __global__ void __launch_bounds__(kThreads) flash_backward_dq(const Params p) {
-  constexpr int LD = kLd<HD>, KT = HD / 16, NT = BC / 8, BM = kBlock * MT;
-  static_assert(BN % BC == 0, "a loaded key tile is whole products");
+  constexpr int LD = kLd<HD>, KT = HD / 16, NT = BN / 8, BM = kBlock * MT;
   constexpr bool kRegs = kInRegisters<HD, MT>;
   extern __shared__ __align__(16) unsigned char smem[];
   __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(smem);
@@ -590,31 +575,28 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dq(const Params p) {
     const int stage = nb & 1;
     next_kv_tile<HD, BN>(sK, sV, p, b, hk, nb, tiles);
     if (nb == 0) q.load(), o.load();
+    const __nv_bfloat16 *k_s = sK + stage * BN * LD, *v_s = sV + stage * BN * LD;
+    float pr[MT][NT][4], ds[MT][NT][4];  // P; dP, then dS
+    zero(pr);
+    zero(ds);
+    mma_abt<LD, KT, NT, MT>(pr, q, k_s, lane);
+    mma_abt<LD, KT, NT, MT>(ds, o, v_s, lane);
+    // P = exp2(S scale log2(e) - lse log2(e)), zero for keys past S or (causal) past the query
+    // (only in the tiles where the warp has some); dS = P (dP - delta).
 #pragma unroll
-    for (int c = 0; c < BN / BC; ++c) {
-      const __nv_bfloat16 *k_s = sK + (stage * BN + c * BC) * LD, *v_s = sV + (stage * BN + c * BC) * LD;
-      float pr[MT][NT][4], ds[MT][NT][4];  // P; dP, then dS
-      zero(pr);
-      zero(ds);
-      mma_abt<LD, KT, NT, MT>(pr, q, k_s, lane);
-      mma_abt<LD, KT, NT, MT>(ds, o, v_s, lane);
-      // P = exp2(S scale log2(e) - lse log2(e)), zero for keys past S or (causal) past the query
-      // (only in the tiles where the warp has some); dS = P (dP - delta).
+    for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
+      for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
+        for (int e = 0; e < 4; ++e) pr[mt][nt][e] = exp2_approx(fmaf(pr[mt][nt][e], p.scale_log2, -lse2[mt][e >> 1]));
+    mask_scores<MT, NT, BN>(pr, 0.f, p, nb * BN, m0 + wrow, g, t);
 #pragma unroll
-          for (int e = 0; e < 4; ++e) pr[mt][nt][e] = exp2_approx(fmaf(pr[mt][nt][e], p.scale_log2, -lse2[mt][e >> 1]));
-      mask_scores<MT, NT, BC>(pr, 0.f, p, nb * BN + c * BC, m0 + wrow, g, t);
+    for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
+      for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) ds[mt][nt][e] = pr[mt][nt][e] * (ds[mt][nt][e] - dl[mt][e >> 1]);
-      mma_pv<LD, HD, NT, MT>(dq, ds, k_s, lane);
-    }
+        for (int e = 0; e < 4; ++e) ds[mt][nt][e] = pr[mt][nt][e] * (ds[mt][nt][e] - dl[mt][e >> 1]);
+    mma_pv<LD, HD, NT, MT>(dq, ds, k_s, lane);
     __syncthreads();
   }
   float scale[MT][2];
