@@ -61,12 +61,12 @@ constexpr size_t tile_bytes(int rows) {
 // Tile shapes per head dim: forward 16 MT query rows a warp and BN keys a step; dk / dv 16 MT keys
 // a warp and BQ queries a step; dq 16 MT query rows a warp and BN keys a step. The fastest of
 // dev/cuda/attention_tiles.cu's on the H200 (8x12x1024x64 and 4x32x2048x128, causal; the table is
-// in dev/cuda/attention.md); head dim 32 takes 64's.
+// in dev/cuda/attention.md); head dim 32 (not timed) keeps the shapes 64 had before.
 template <int HD>
 struct Tiles {
-  static constexpr int kFwdMT = 2, kFwdBN = 64;
+  static constexpr int kFwdMT = 2, kFwdBN = HD == 64 ? 128 : 64;
   static constexpr int kKvMT = 1, kBQ = 64;
-  static constexpr int kDqMT = 2, kBN = HD == 128 ? 32 : 64;
+  static constexpr int kDqMT = HD == 64 ? 1 : 2, kBN = HD == 32 ? 64 : 32;
 };
 
 template <int HD>

@@ -1,8 +1,9 @@
 // Flash-attention kernels (device code: ops/cuda/attention.cu launches them, dev/cuda/
 // attention_tiles.cu times other tile shapes of them) on tensor cores for bfloat16 q, k, v of
 // head dim 32, 64 or 128, read in any row-aligned strided layout ([B, H, T, hd] views of
-// [B, T, H, hd] projections in place), with grouped-query heads (query head h reads kv head h / (H / Hkv)). FlashAttention-2's scheme with
-// mma.sync m16n8k16 (bf16 operands, float32 accumulation); tiles move global -> shared by
+// [B, T, H, hd] projections in place), with grouped-query heads (query head h reads kv head
+// h / (H / Hkv)). FlashAttention-2's scheme with mma.sync m16n8k16 (bf16 operands, float32
+// accumulation); tiles move global -> shared by
 // cp.async (two stages) and shared -> registers by ldmatrix. Every block has 4 warps; a warp owns
 // 16 MT rows of its block's 64 MT (queries, or keys in the dk / dv pass).
 //
@@ -458,8 +459,13 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dkdv(const Params p) 
   float dk[MT][HD / 8][4], dv[MT][HD / 8][4];
   zero(dk);
   zero(dv);
-  auto load_step = [&](int step, int stage) {
-    const int h = hk * group + step / (blocks - first), i0 = (first + step % (blocks - first)) * BQ;
+  // Step s is query block m of query head h: (h, m) walks m = first .. blocks - 1 for each head of
+  // the group, kept as counters (a division by a runtime count a step cost more than its loads).
+  auto next = [&](int& h, int& m) {
+    if (++m == blocks) m = first, ++h;
+  };
+  auto load_step = [&](int h, int m, int stage) {
+    const int i0 = m * BQ;
     const int64_t stat = (int64_t(b) * p.H + h) * p.L;
     load_tile<HD, BQ>(sQ + stage * BQ * LD, p.q, b, h, i0, p.L);
     load_tile<HD, BQ>(sO + stage * BQ * LD, p.dout, b, h, i0, p.L);
@@ -469,21 +475,22 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dkdv(const Params p) 
   if (steps > 0) {
     load_tile<HD, BK>(sK, p.k, b, hk, n0, p.S);
     if (kDK) load_tile<HD, BK>(sV, p.v, b, hk, n0, p.S);
-    load_step(0, 0);
+    load_step(hk * group, first, 0);
     cp_async_commit();
   }
   const ARows<LD, KT, MT, false> k_rows(sK, wrow, lane), v_rows(sV, wrow, lane);
+  int h = hk * group, m = first;
   for (int step = 0; step < steps; ++step) {
-    const int stage = step & 1;
+    const int stage = step & 1, i0 = m * BQ;
+    next(h, m);
     if (step + 1 < steps) {
-      load_step(step + 1, stage ^ 1);
+      load_step(h, m, stage ^ 1);
       cp_async_commit();
       cp_async_wait<1>();
     } else {
       cp_async_wait<0>();
     }
     __syncthreads();
-    const int i0 = (first + step % (blocks - first)) * BQ;
     const __nv_bfloat16 *q_s = sQ + stage * BQ * LD, *do_s = sO + stage * BQ * LD;
     const float *l_s = sL + stage * BQ, *d_s = sD + stage * BQ;
 
