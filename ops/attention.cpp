@@ -50,8 +50,8 @@ bool fused_cpu_applies(const Tensor& q, double dropout_p) {
   return q.device().is_cpu() && (q.dtype() == kFloat32 || q.dtype() == kFloat64) && dropout_p == 0.0;
 }
 
-// The CUDA flash kernels' domain (ops/attention_kernels.h); the grid puts heads and batches in
-// its y and z dims.
+// The CUDA flash kernels' domain (ops/attention_kernels.h); the grid puts heads x batches in its
+// x dim and the 64-row blocks of the sequence in its y dim (at most 65535).
 bool flash_cuda_applies(const Tensor& q, const Tensor& k, const Tensor& v, double dropout_p) {
   const int64_t n = q.dim();
   if (!q.device().is_cuda() || q.dtype() != kBFloat16 || dropout_p != 0.0 || (n != 3 && n != 4)) return false;
@@ -59,7 +59,8 @@ bool flash_cuda_applies(const Tensor& q, const Tensor& k, const Tensor& v, doubl
   if (v.shape()[n - 1] != E || (E != 32 && E != 64 && E != 128)) return false;
   if (q.numel() == 0 || k.numel() == 0) return false;
   const int64_t heads = q.shape()[n - 3], batch = n == 4 ? q.shape()[0] : 1;
-  return heads <= 65535 && batch <= 65535 && q.shape()[n - 2] <= INT32_MAX && k.shape()[n - 2] <= INT32_MAX;
+  constexpr int64_t kMaxRows = int64_t(65535) * 64;
+  return heads * batch <= INT32_MAX && q.shape()[n - 2] <= kMaxRows && k.shape()[n - 2] <= kMaxRows;
 }
 
 // The CUDA decode kernel's domain (ops/attention_kernels.h): one query a row, nothing to

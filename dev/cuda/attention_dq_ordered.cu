@@ -378,7 +378,7 @@ constexpr int kLibDqBN = HD == 128 ? 32 : 64;
 
 template <int HD>
 void library_forward(const Problem& pr) {
-  launch(flash_forward<HD, 2, 64>, dim3((pr.T + 127) / 128, pr.H, pr.B), tile_bytes<HD>(128 + 4 * 64), pr.p);
+  launch(flash_forward<HD, 2, 64>, flash_grid((pr.T + 127) / 128, pr.H, pr.B), tile_bytes<HD>(128 + 4 * 64), pr.p);
   const int64_t rows = int64_t(pr.B) * pr.H * pr.T, rows_per_block = 256 / 32 * kDeltaRowsPerWarp<HD>;
   attention_delta<HD><<<unsigned((rows + rows_per_block - 1) / rows_per_block), 256>>>(pr.p);
   CUDA_CHECK(cudaGetLastError());
@@ -389,13 +389,14 @@ size_t dkdv_smem() {
 }
 template <int HD, int BQ>
 void library_dkdv(const Problem& pr) {
-  launch(flash_backward_dkdv<HD, BQ, 1, true, true>, dim3((pr.T + kBlock - 1) / kBlock, pr.Hkv, pr.B),
+  launch(flash_backward_dkdv<HD, BQ, 1, true, true>, flash_grid((pr.T + kBlock - 1) / kBlock, pr.Hkv, pr.B),
          dkdv_smem<HD, BQ>(), pr.p);
 }
 template <int HD>
 void library_dq(const Problem& pr) {
   constexpr int BN = kLibDqBN<HD>;
-  launch(flash_backward_dq<HD, BN, 2>, dim3((pr.T + 127) / 128, pr.H, pr.B), tile_bytes<HD>(2 * 128 + 4 * BN), pr.p);
+  launch(flash_backward_dq<HD, BN, 2>, flash_grid((pr.T + 127) / 128, pr.H, pr.B), tile_bytes<HD>(2 * 128 + 4 * BN),
+         pr.p);
 }
 
 // A one-pass variant: head dim, queries a step, fused finish or convert kernel, and the blocks a

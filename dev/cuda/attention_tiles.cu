@@ -107,18 +107,18 @@ struct Group {
 
 template <int HD, int MT, int BN>
 bool forward(const Problem& pr) {
-  const dim3 grid((pr.T + kBlock * MT - 1) / (kBlock * MT), pr.H, pr.B);
+  const dim3 grid = flash_grid((pr.T + kBlock * MT - 1) / (kBlock * MT), pr.H, pr.B);
   return launch(flash_forward<HD, MT, BN>, grid, tile_bytes<HD>(kBlock * MT + 4 * BN), pr.p);
 }
 template <int HD, int BQ, int MT>
 bool dkdv(const Problem& pr) {
-  const dim3 grid((pr.T + kBlock * MT - 1) / (kBlock * MT), pr.H, pr.B);
+  const dim3 grid = flash_grid((pr.T + kBlock * MT - 1) / (kBlock * MT), pr.H, pr.B);
   return launch(flash_backward_dkdv<HD, BQ, MT, true, true>, grid,
                 tile_bytes<HD>(2 * kBlock * MT + 4 * BQ) + 4 * BQ * sizeof(float), pr.p);
 }
 template <int HD, int BN, int MT>
 bool dq(const Problem& pr) {
-  const dim3 grid((pr.T + kBlock * MT - 1) / (kBlock * MT), pr.H, pr.B);
+  const dim3 grid = flash_grid((pr.T + kBlock * MT - 1) / (kBlock * MT), pr.H, pr.B);
   return launch(flash_backward_dq<HD, BN, MT>, grid, tile_bytes<HD>(2 * kBlock * MT + 4 * BN), pr.p);
 }
 

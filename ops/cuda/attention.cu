@@ -72,7 +72,7 @@ struct Tiles {
 template <int HD>
 void forward_hd(const Params& p, cudaStream_t s) {
   constexpr int MT = Tiles<HD>::kFwdMT, BN = Tiles<HD>::kFwdBN;
-  const dim3 grid((p.L + kBlock * MT - 1) / (kBlock * MT), p.H, p.B);
+  const dim3 grid = flash_grid((p.L + kBlock * MT - 1) / (kBlock * MT), p.H, p.B);
   launch(flash_forward<HD, MT, BN>, grid, tile_bytes<HD>(kBlock * MT + 4 * BN), p, s);
 }
 
@@ -85,7 +85,7 @@ void backward_hd(const Params& p, bool want_dq, bool want_dk, bool want_dv, cuda
   }
   if (want_dk || want_dv) {
     constexpr int MT = Tiles<HD>::kKvMT, BQ = Tiles<HD>::kBQ;
-    const dim3 grid((p.S + kBlock * MT - 1) / (kBlock * MT), p.Hkv, p.B);
+    const dim3 grid = flash_grid((p.S + kBlock * MT - 1) / (kBlock * MT), p.Hkv, p.B);
     const size_t smem = tile_bytes<HD>(2 * kBlock * MT + 4 * BQ) + 4 * BQ * sizeof(float);
     if (want_dk && want_dv) {
       KernelTrace::record("sdpa.flash_cuda.dk_dv");
@@ -101,7 +101,7 @@ void backward_hd(const Params& p, bool want_dq, bool want_dk, bool want_dv, cuda
   if (want_dq) {
     constexpr int MT = Tiles<HD>::kDqMT, BN = Tiles<HD>::kBN;
     KernelTrace::record("sdpa.flash_cuda.dq");
-    const dim3 grid((p.L + kBlock * MT - 1) / (kBlock * MT), p.H, p.B);
+    const dim3 grid = flash_grid((p.L + kBlock * MT - 1) / (kBlock * MT), p.H, p.B);
     launch(flash_backward_dq<HD, BN, MT>, grid, tile_bytes<HD>(2 * kBlock * MT + 4 * BN), p, s);
   }
 }

@@ -320,6 +320,14 @@ __device__ __forceinline__ void next_kv_tile(__nv_bfloat16* sK, __nv_bfloat16* s
   __syncthreads();
 }
 
+// The grid of a flash kernel: x runs over (head, batch), y over the blocks of the sequence. Blocks
+// start in blockIdx order, x fastest, so every head's longest causal block starts before any
+// shorter one: longest first over the whole grid, not per head (where the last heads' long
+// blocks ran alone at the end).
+inline dim3 flash_grid(int seq_blocks, int heads, int batch) {
+  return dim3(static_cast<unsigned>(heads) * static_cast<unsigned>(batch), static_cast<unsigned>(seq_blocks));
+}
+
 // ---------------------------------------------------------------- forward
 
 template <int HD, int MT, int BN>
@@ -329,8 +337,8 @@ __global__ void __launch_bounds__(kThreads) flash_forward(const Params p) {
   __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(smem);
   __nv_bfloat16* sK = sQ + BM * LD;      // two stages
   __nv_bfloat16* sV = sK + 2 * BN * LD;  // two stages
-  const int mb = gridDim.x - 1 - blockIdx.x;  // the longest causal blocks start first
-  const int h = blockIdx.y, b = blockIdx.z, hk = h / (p.H / p.Hkv);
+  const int mb = gridDim.y - 1 - blockIdx.y;  // the longest causal blocks start first
+  const int h = blockIdx.x % p.H, b = blockIdx.x / p.H, hk = h / (p.H / p.Hkv);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int m0 = mb * BM, wrow = warp * 16 * MT;  // the warp's rows: m0 + wrow + 16 mt + g (+ 8)
   const int tiles = key_tiles(p, m0, BM, BN);
@@ -450,7 +458,7 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dkdv(const Params p) 
   __nv_bfloat16* sO = sQ + 2 * BQ * LD;  // dO, two stages
   float* sL = reinterpret_cast<float*>(sO + 2 * BQ * LD);  // lse, two stages
   float* sD = sL + 2 * BQ;                                 // delta, two stages
-  const int nb = blockIdx.x, hk = blockIdx.y, b = blockIdx.z, group = p.H / p.Hkv;
+  const int nb = blockIdx.y, hk = blockIdx.x % p.Hkv, b = blockIdx.x / p.Hkv, group = p.H / p.Hkv;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int n0 = nb * BK, wrow = warp * 16 * MT;  // the warp's keys: n0 + wrow + 16 mt + g (+ 8)
   const int first = p.causal ? n0 / BQ : 0, blocks = (p.L + BQ - 1) / BQ;
@@ -553,8 +561,8 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dq(const Params p) {
   __nv_bfloat16* sO = sQ + BM * LD;      // dO
   __nv_bfloat16* sK = sO + BM * LD;      // two stages
   __nv_bfloat16* sV = sK + 2 * BN * LD;  // two stages
-  const int mb = gridDim.x - 1 - blockIdx.x;
-  const int h = blockIdx.y, b = blockIdx.z, hk = h / (p.H / p.Hkv);
+  const int mb = gridDim.y - 1 - blockIdx.y;
+  const int h = blockIdx.x % p.H, b = blockIdx.x / p.H, hk = h / (p.H / p.Hkv);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int m0 = mb * BM, wrow = warp * 16 * MT;
   const int tiles = key_tiles(p, m0, BM, BN);
