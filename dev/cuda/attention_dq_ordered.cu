@@ -10,7 +10,7 @@ has the design, the budgets and what would justify a port.
     16)) columns of dQ_part = dS K, and the block adds its tile to dq_acc when the query block's
     turn counter says so. finish "fused": the last key block of the order rounds the sum to bf16
     (times the scale) into dq itself; "convert": every key block stores float32 and a last kernel
-    converts dq_acc.
+    converts dq_acc. "atomic": float32 atomics in any order (FlashAttention-2's way), for scale.
   Order: query block m sums key blocks n_hi(m), n_hi(m) - 1, ..., 0 (the diagonal one first,
     causal). A block's (key block, kv head, batch) comes from a ticket taken at its start (an
     atomic counter; key block n is x = key_blocks - 1 - n of the ticket's x fastest): a block only
@@ -25,8 +25,12 @@ of 50) the library's dk dv + dq against each variant at 8x12x1024x64 and 4x32x20
 Build and run (sm_90; -Xptxas -v prints each kernel's registers and spills; the run prints them too):
   nvcc -O3 -std=c++20 -arch=sm_90 --expt-relaxed-constexpr -Xptxas -v -I. \
        -o attention_dq_ordered dev/cuda/attention_dq_ordered.cu
-  ./attention_dq_ordered
+  ./attention_dq_ordered            checks and times every variant
+  ./attention_dq_ordered --profile  one launch of each kernel at 4x32x2048x128 (for ncu)
+  ./attention_dq_ordered --streams  the library's dk dv + dq on one stream and on two
+Results: attention_dq_ordered.md.
 */
+#include <array>
 #include <cstring>
 
 #include "common.cuh"
@@ -527,6 +531,29 @@ bool time_variant(const Problem& pr, double library_us) {
   return ok && (drift == 0 || V::kMode == kAtomic);
 }
 
+// The library's dq kernel on another stream, so that it runs beside the dk / dv kernel (its blocks
+// fill the multiprocessors the dk / dv tail leaves idle).
+template <int HD>
+void library_dkdv_and_dq_concurrently(const Problem& pr) {
+  static cudaStream_t side = nullptr;
+  static cudaEvent_t fork = nullptr, join = nullptr;
+  if (!side) {
+    CUDA_CHECK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
+  }
+  constexpr int BN = kLibDqBN<HD>;
+  const size_t smem = tile_bytes<HD>(2 * 128 + 4 * BN);
+  CUDA_CHECK(cudaFuncSetAttribute(flash_backward_dq<HD, BN, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  CUDA_CHECK(cudaEventRecord(fork, 0));
+  CUDA_CHECK(cudaStreamWaitEvent(side, fork));
+  library_dkdv<HD, 64>(pr);
+  flash_backward_dq<HD, BN, 2><<<flash_grid((pr.T + 127) / 128, pr.H, pr.B), kThreads, smem, side>>>(pr.p);
+  CUDA_CHECK(cudaGetLastError());
+  CUDA_CHECK(cudaEventRecord(join, side));
+  CUDA_CHECK(cudaStreamWaitEvent(0, join));
+}
+
 template <int HD>
 double time_library(const Problem& pr) {
   library_forward<HD>(pr);
@@ -535,8 +562,10 @@ double time_library(const Problem& pr) {
   const double dkdv = median_us([&] { library_dkdv<HD, 64>(pr); }, 50);
   const double dq = median_us([&] { library_dq<HD>(pr); }, 50);
   const double both = median_us([&] { library_dkdv<HD, 64>(pr), library_dq<HD>(pr); }, 50);
-  std::printf("  %dx%dx%dx%d %s: library forward + delta %.1f us; dk dv %.1f us, dq %.1f us, both %.1f us\n", pr.B,
-              pr.H, pr.T, pr.hd, pr.causal ? "causal" : "full", delta, dkdv, dq, both);
+  const double side = median_us([&] { library_dkdv_and_dq_concurrently<HD>(pr); }, 50);
+  std::printf("  %dx%dx%dx%d %s: library forward + delta %.1f us; dk dv %.1f us, dq %.1f us, both %.1f us, "
+              "both on two streams %.1f us\n",
+              pr.B, pr.H, pr.T, pr.hd, pr.causal ? "causal" : "full", delta, dkdv, dq, both, side);
   return both;
 }
 
@@ -544,6 +573,17 @@ double time_library(const Problem& pr) {
 
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // lines reach the log even if the run is cut short
+  if (argc > 1 && !std::strcmp(argv[1], "--streams")) {  // the library's backward, one or two streams
+    for (auto [B, H, T] : {std::array<int, 3>{4, 32, 2048}, std::array<int, 3>{1, 16, 8192}}) {
+      Problem pr = make_problem(B, H, H, T, 128, true);
+      time_library<128>(pr);
+      free_problem(pr);
+    }
+    Problem pr = make_problem(8, 12, 12, 1024, 64, true);
+    time_library<64>(pr);
+    free_problem(pr);
+    return 0;
+  }
   if (argc > 1 && !std::strcmp(argv[1], "--profile")) {  // one launch of each kernel, for ncu
     Problem pr = make_problem(4, 32, 32, 2048, 128, true);
     library_forward<128>(pr);
