@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench/bench_json.h"
@@ -52,6 +53,32 @@ struct Timer {
     cudaEventDestroy(a);
     cudaEventDestroy(b);
   }
+  // Median ms of first() and of then() when run back to back (an event between them), each pair
+  // after an L2 flush: which half of a fwd + bwd call costs more than it does alone.
+  template <class F, class G>
+  std::pair<double, double> split_ms(F&& first, G&& then, int reps) {
+    cudaStream_t s = cuda::stream(0);
+    cudaEvent_t m;
+    TG_CUDA_CHECK(cudaEventCreate(&m));
+    std::vector<float> t1, t2;
+    for (int i = 0; i < reps + 3; ++i) {
+      TG_CUDA_CHECK(cudaMemsetAsync(flush, i & 0xff, flush_bytes, s));
+      TG_CUDA_CHECK(cudaEventRecord(a, s));
+      auto y = first();
+      TG_CUDA_CHECK(cudaEventRecord(m, s));
+      then(y);
+      TG_CUDA_CHECK(cudaEventRecord(b, s));
+      TG_CUDA_CHECK(cudaEventSynchronize(b));
+      float x1 = 0, x2 = 0;
+      TG_CUDA_CHECK(cudaEventElapsedTime(&x1, a, m));
+      TG_CUDA_CHECK(cudaEventElapsedTime(&x2, m, b));
+      if (i >= 3) t1.push_back(x1), t2.push_back(x2);
+    }
+    TG_CUDA_CHECK(cudaEventDestroy(m));
+    std::sort(t1.begin(), t1.end());
+    std::sort(t2.begin(), t2.end());
+    return {t1[t1.size() / 2], t2[t2.size() / 2]};
+  }
   // Median ms of f() over reps, each after an L2 flush (a 256 MB memset), after 3 warm-up calls.
   template <class F>
   double median_ms(F&& f, int reps) {
@@ -78,10 +105,12 @@ struct Timer {
 int main(int argc, char** argv) {
   int reps = 50;
   std::string json;
+  bool split = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) reps = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
-    else return std::fprintf(stderr, "usage: attention_bench [--reps N] [--json path]\n"), 2;
+    else if (!std::strcmp(argv[i], "--split")) split = true;
+    else return std::fprintf(stderr, "usage: attention_bench [--reps N] [--json path] [--split]\n"), 2;
   }
   if (!cuda_is_available()) return std::fprintf(stderr, "attention_bench: no CUDA device\n"), 1;
   cudaDeviceProp prop;
@@ -122,6 +151,13 @@ int main(int argc, char** argv) {
         reps);
     const double tflops = 3.5 * s.fwd_flops() / (both * 1e-3) / 1e12;
     std::printf("%-22s %9.3f %9.3f %11.3f %9.1f\n", s.name().c_str(), fwd, bwd, both, tflops);
+    if (split) {
+      const auto [f, g] = timer.split_ms(forward, [&](const Tensor& y) {
+        NoGradGuard ng;
+        y.grad_fn()->backward({dout}, all);
+      }, reps);
+      std::printf("%-22s   fwd + bwd in one call: forward half %.3f, backward half %.3f\n", "", f, g);
+    }
     rows.add()
         .str("shape", s.name())
         .str("impl", "tapegrad")
