@@ -75,9 +75,7 @@ struct Timer {
       if (i >= 3) t1.push_back(x1), t2.push_back(x2);
     }
     TG_CUDA_CHECK(cudaEventDestroy(m));
-    std::sort(t1.begin(), t1.end());
-    std::sort(t2.begin(), t2.end());
-    return {t1[t1.size() / 2], t2[t2.size() / 2]};
+    return {median(t1), median(t2)};
   }
   // Median ms of f() over reps, each after an L2 flush (a 256 MB memset), after 3 warm-up calls.
   template <class F>
@@ -95,6 +93,9 @@ struct Timer {
       TG_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
       t.push_back(ms);
     }
+    return median(t);
+  }
+  static double median(std::vector<float> t) {
     std::sort(t.begin(), t.end());
     return t[t.size() / 2];
   }

@@ -292,14 +292,6 @@ __global__ void dq_from_acc(const Params p, const float* dq_acc) {
 
 // ---------------------------------------------------------------- host side
 
-template <class T>
-T* device_zeros(size_t n) {
-  T* d = nullptr;
-  CUDA_CHECK(cudaMalloc(&d, n * sizeof(T)));
-  CUDA_CHECK(cudaMemset(d, 0, n * sizeof(T)));
-  return d;
-}
-
 std::vector<uint16_t> bits_of(const __nv_bfloat16* d, size_t n) {
   std::vector<uint16_t> h(n);
   CUDA_CHECK(cudaMemcpy(h.data(), d, n * 2, cudaMemcpyDeviceToHost));

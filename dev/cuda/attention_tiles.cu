@@ -28,14 +28,6 @@ struct Problem {
   size_t n;
 };
 
-template <class T>
-T* device_zeros(size_t n) {
-  T* d = nullptr;
-  CUDA_CHECK(cudaMalloc(&d, n * sizeof(T)));
-  CUDA_CHECK(cudaMemset(d, 0, n * sizeof(T)));
-  return d;
-}
-
 Rows rows_of(__nv_bfloat16* base, const Problem& pr) {  // [B, T, H, hd] memory as [B, H, T, hd]
   return Rows{base, int64_t(pr.T) * pr.H * pr.hd, pr.hd, int64_t(pr.H) * pr.hd};
 }

@@ -50,6 +50,15 @@ inline std::vector<float> random_values(size_t n, uint32_t seed, float scale = 1
   return v;
 }
 
+// n zeroed elements on the device.
+template <class T>
+T* device_zeros(size_t n) {
+  T* d = nullptr;
+  CUDA_CHECK(cudaMalloc(&d, n * sizeof(T)));
+  CUDA_CHECK(cudaMemset(d, 0, n * sizeof(T)));
+  return d;
+}
+
 // A device copy of `v` as float32 or bf16 (T = float or __nv_bfloat16); `rounded` gets the values
 // the device holds, for the CPU reference.
 template <class T>

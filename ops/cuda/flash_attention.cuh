@@ -3,9 +3,9 @@
 // head dim 32, 64 or 128, read in any row-aligned strided layout ([B, H, T, hd] views of
 // [B, T, H, hd] projections in place), with grouped-query heads (query head h reads kv head
 // h / (H / Hkv)). FlashAttention-2's scheme with mma.sync m16n8k16 (bf16 operands, float32
-// accumulation); tiles move global -> shared by
-// cp.async (two stages) and shared -> registers by ldmatrix. Every block has 4 warps; a warp owns
-// 16 MT rows of its block's 64 MT (queries, or keys in the dk / dv pass).
+// accumulation); tiles move global -> shared by cp.async (two stages) and shared -> registers by
+// ldmatrix. Every block has 4 warps; a warp owns 16 MT rows of its block's 64 MT (queries, or
+// keys in the dk / dv pass).
 //
 // forward: a block per (batch, head, 64 MT queries) streams BN-key tiles of K and V: S = Q K^T,
 //   online softmax in registers, O += P V; tiles above the causal diagonal are never loaded.
@@ -190,8 +190,8 @@ __device__ __forceinline__ void mma_pv(float (&acc)[MT][HD / 8][4], const float 
 
 // ROWS x HD rows [t0, t0 + ROWS) of head (b, h) into a shared tile; rows at or past `limit` are
 // zeros (their products vanish, so edges need masks only where a softmax sees them). A thread
-// copies one 16-byte column chunk of every kRowsPerPass-th row: one address computed, then fixed
-// strides (the index arithmetic was a quarter of the forward's instructions).
+// copies one 16-byte column chunk of every kRowsPerPass-th row: one address, then fixed strides,
+// no division per chunk.
 template <int HD, int ROWS>
 __device__ __forceinline__ void load_tile(__nv_bfloat16* s, const Rows& g, int b, int h, int t0, int limit) {
   constexpr int kChunks = HD / 8, kRowsPerPass = kThreads / kChunks;
@@ -322,8 +322,7 @@ __device__ __forceinline__ void next_kv_tile(__nv_bfloat16* sK, __nv_bfloat16* s
 
 // The grid of a flash kernel: x runs over (head, batch), y over the blocks of the sequence. Blocks
 // start in blockIdx order, x fastest, so every head's longest causal block starts before any
-// shorter one: longest first over the whole grid, not per head (where the last heads' long
-// blocks ran alone at the end).
+// shorter one (longest first over the whole grid: no long block is left to run alone at the end).
 inline dim3 flash_grid(int seq_blocks, int heads, int batch) {
   return dim3(static_cast<unsigned>(heads) * static_cast<unsigned>(batch), static_cast<unsigned>(seq_blocks));
 }
@@ -467,8 +466,8 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dkdv(const Params p) 
   float dk[MT][HD / 8][4], dv[MT][HD / 8][4];
   zero(dk);
   zero(dv);
-  // Step s is query block m of query head h: (h, m) walks m = first .. blocks - 1 for each head of
-  // the group, kept as counters (a division by a runtime count a step cost more than its loads).
+  // The steps walk query blocks m = first .. blocks - 1 of each query head h of the group; (h, m)
+  // are counters, so no step divides by a runtime count.
   auto next = [&](int& h, int& m) {
     if (++m == blocks) m = first, ++h;
   };
