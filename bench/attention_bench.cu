@@ -4,7 +4,7 @@
 // the model passes. Each call is bracketed by CUDA events after a 256 MB L2 flush; median of
 // --reps. TFLOP/s counts causal FLOPs halved: forward 4 B H T^2 hd / 2, backward 2.5x forward
 // (the work FlashAttention-2 does; ours does 3.5x, see ops/cuda/attention.cu).
-//   attention_bench [--reps N] [--json path]
+//   attention_bench [--reps N] [--json path] [--split] [--only SHAPE]
 // bench/torch_attention_ref.py times PyTorch's SDPA backends on the same shapes in the same call
 // (bench/run_attention_bench.sh runs the two; rows to bench/results/{attention,torch_attention}.json).
 #include <cuda_runtime.h>
@@ -107,11 +107,13 @@ int main(int argc, char** argv) {
   int reps = 50;
   std::string json;
   bool split = false;
+  std::string only;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) reps = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
     else if (!std::strcmp(argv[i], "--split")) split = true;
-    else return std::fprintf(stderr, "usage: attention_bench [--reps N] [--json path] [--split]\n"), 2;
+    else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
+    else return std::fprintf(stderr, "usage: attention_bench [--reps N] [--json path] [--split] [--only SHAPE]\n"), 2;
   }
   if (!cuda_is_available()) return std::fprintf(stderr, "attention_bench: no CUDA device\n"), 1;
   cudaDeviceProp prop;
@@ -122,7 +124,10 @@ int main(int argc, char** argv) {
   Timer timer;
   bench::JsonRows rows("attention_bench", prop.name);
   std::printf("%-22s %9s %9s %11s %9s\n", "shape (BxHxTxhd)", "fwd ms", "bwd ms", "fwd+bwd ms", "TFLOP/s");
+  if (!only.empty() && std::none_of(shapes.begin(), shapes.end(), [&](const Shape4& s) { return s.name() == only; }))
+    return std::fprintf(stderr, "attention_bench: --only wants one of the bench's shapes, got %s\n", only.c_str()), 2;
   for (const Shape4& s : shapes) {
+    if (!only.empty() && s.name() != only) continue;
     Generator gen(1);
     auto projection = [&](int64_t heads) {
       return to(randn({s.B, s.T, heads, s.hd}, gen), kBFloat16, dev).requires_grad_(true);
