@@ -30,6 +30,10 @@ cudaStream_t stream(int device);
 int sm_count(int device);
 // Bytes of L2 cache of `device` (cached).
 int64_t l2_bytes(int device);
+// Lets kernel `fn` use `smem` bytes of dynamic shared memory on `device` (above 48 KB it must opt
+// in). Sets the attribute once per kernel, device and size: cudaFuncSetAttribute synchronises the
+// runtime, so calling it at every launch stalls the stream behind the host.
+void allow_smem(const void* fn, size_t smem, int device);
 
 inline unsigned blocks_for(int64_t n, int threads, int64_t max_blocks = 65535LL * 32) {
   int64_t b = (n + threads - 1) / threads;

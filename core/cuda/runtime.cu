@@ -2,6 +2,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -116,6 +117,17 @@ int sm_count(int device) {
   if (st.sm_count == 0)
     TG_CUDA_CHECK(cudaDeviceGetAttribute(&st.sm_count, cudaDevAttrMultiProcessorCount, device));
   return st.sm_count;
+}
+
+void allow_smem(const void* fn, size_t smem, int device) {
+  if (smem <= 48 * 1024) return;
+  static std::mutex mu;
+  static std::map<std::pair<const void*, int>, size_t> done;
+  std::lock_guard<std::mutex> lock(mu);
+  size_t& have = done[{fn, device}];
+  if (have >= smem) return;
+  TG_CUDA_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  have = smem;
 }
 
 int64_t l2_bytes(int device) {

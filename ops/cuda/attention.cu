@@ -43,12 +43,12 @@ Params params_of(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
   return p;
 }
 
-// Runs kernel<<<grid, 128, smem>>>(p), raising its dynamic shared-memory limit first when it
-// needs more than the default 48 KB.
+// Runs kernel<<<grid, 128, smem>>>(p) on the current device.
 template <class Kernel>
 void launch(Kernel kernel, dim3 grid, size_t smem, const Params& p, cudaStream_t s) {
-  if (smem > 48 * 1024)
-    TG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  int device = 0;
+  TG_CUDA_CHECK(cudaGetDevice(&device));
+  allow_smem(reinterpret_cast<const void*>(kernel), smem, device);
   kernel<<<grid, kThreads, smem, s>>>(p);
   TG_CUDA_CHECK_LAUNCH("flash attention");
 }

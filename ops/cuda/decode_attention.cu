@@ -160,9 +160,9 @@ __global__ void decode_combine(const DecodeParams p) {
 template <class T, int E>
 void launch(DecodeParams p, int B, cudaStream_t stream) {
   const size_t smem = (size_t(p.keys_per_split) + size_t(kWarps) * E) * sizeof(float);
-  if (smem > 48 * 1024)
-    TG_CUDA_CHECK(cudaFuncSetAttribute(decode_partial<T, E>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(smem)));
+  int device = 0;
+  TG_CUDA_CHECK(cudaGetDevice(&device));
+  allow_smem(reinterpret_cast<const void*>(decode_partial<T, E>), smem, device);
   decode_partial<T, E><<<dim3(p.splits, p.H, B), kThreads, smem, stream>>>(p);
   TG_CUDA_CHECK_LAUNCH("sdpa_decode");
   decode_combine<T, E><<<B * p.H, std::min(E, 256), 0, stream>>>(p);

@@ -8,19 +8,6 @@
 namespace tg::cuda::normk {
 
 // ------------------------------------------------------------------ host side: launch plans
-// Lets `fn` use `smem` bytes of dynamic shared memory (above 48 KB it must opt in), once per
-// kernel, device and size.
-inline void allow_smem(const void* fn, size_t smem, int device) {
-  if (smem <= 48 * 1024) return;
-  static std::mutex mu;
-  static std::map<std::pair<const void*, int>, size_t> done;
-  std::lock_guard<std::mutex> lock(mu);
-  size_t& have = done[{fn, device}];
-  if (have >= smem) return;
-  TG_CUDA_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  have = smem;
-}
-
 // Resident blocks of `fn` per multiprocessor (cached per kernel, block size, smem and device).
 inline int blocks_per_sm(const void* fn, int block, size_t smem, int device) {
   static std::mutex mu;
