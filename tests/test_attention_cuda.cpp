@@ -146,39 +146,43 @@ TEST(AttentionCuda, FlashMatchesFloat64WithMoreOrFewerKeysThanQueries) {
 
 TEST(AttentionCuda, EachMaskComputesOnlyItsGradientsAndTheOthersBitwise) {
   TG_REQUIRE_CUDA();
-  Generator gen(400);
-  const int64_t B = 2, T = 150, H = 4, Hkv = 2, hd = 64;
-  Tensor q = to(randn({B, T, H, hd}, gen), kBFloat16, kGpu), k = to(randn({B, T, Hkv, hd}, gen), kBFloat16, kGpu);
-  Tensor v = to(randn({B, T, Hkv, hd}, gen), kBFloat16, kGpu), dout = to(randn({B, H, T, hd}, gen), kBFloat16, kGpu);
-  const Grads all = run(q, k, v, dout, true);
-  const Grads again = run(q, k, v, dout, true);  // deterministic: no atomics
-  EXPECT_TENSOR_EQ(again.dq, all.dq);
-  EXPECT_TENSOR_EQ(again.dk, all.dk);
-  EXPECT_TENSOR_EQ(again.dv, all.dv);
-  struct Mask {
-    std::array<bool, 3> wants;
-    const char* ran;
-    std::vector<const char*> skipped;
-  };
-  const Mask masks[] = {
-      {{false, true, true}, "sdpa.flash_cuda.dk_dv", {"sdpa.flash_cuda.dq"}},
-      {{true, false, true}, "sdpa.flash_cuda.dv", {"sdpa.flash_cuda.dk_dv", "sdpa.flash_cuda.dk"}},
-      {{true, true, false}, "sdpa.flash_cuda.dk", {"sdpa.flash_cuda.dk_dv", "sdpa.flash_cuda.dv"}},
-      {{true, false, false}, "sdpa.flash_cuda.dq", {"sdpa.flash_cuda.dk_dv", "sdpa.flash_cuda.dk", "sdpa.flash_cuda.dv"}},
-  };
-  for (const Mask& m : masks) {
-    SCOPED_TRACE(std::to_string(m.wants[0]) + std::to_string(m.wants[1]) + std::to_string(m.wants[2]));
-    KernelTrace trace;
-    const Grads part = run(q, k, v, dout, true, m.wants);
-    EXPECT_TRUE(trace.contains(m.ran));
-    for (const char* s : m.skipped) EXPECT_FALSE(trace.contains(s)) << s;
-    EXPECT_TENSOR_EQ(part.out, all.out);
-    if (m.wants[0]) EXPECT_TENSOR_EQ(part.dq, all.dq);
-    else EXPECT_FALSE(part.dq.defined());
-    if (m.wants[1]) EXPECT_TENSOR_EQ(part.dk, all.dk);
-    else EXPECT_FALSE(part.dk.defined());
-    if (m.wants[2]) EXPECT_TENSOR_EQ(part.dv, all.dv);
-    else EXPECT_FALSE(part.dv.defined());
+  // Both head dims: dq computes the delta dk uses, unless dq is frozen (then a pre-pass does).
+  for (const int64_t hd : {64, 128}) {
+    SCOPED_TRACE("head dim " + std::to_string(hd));
+    Generator gen(400 + hd);
+    const int64_t B = 2, T = 150, H = 4, Hkv = 2;
+    Tensor q = to(randn({B, T, H, hd}, gen), kBFloat16, kGpu), k = to(randn({B, T, Hkv, hd}, gen), kBFloat16, kGpu);
+    Tensor v = to(randn({B, T, Hkv, hd}, gen), kBFloat16, kGpu), dout = to(randn({B, H, T, hd}, gen), kBFloat16, kGpu);
+    const Grads all = run(q, k, v, dout, true);
+    const Grads again = run(q, k, v, dout, true);  // deterministic: no atomics
+    EXPECT_TENSOR_EQ(again.dq, all.dq);
+    EXPECT_TENSOR_EQ(again.dk, all.dk);
+    EXPECT_TENSOR_EQ(again.dv, all.dv);
+    struct Mask {
+      std::array<bool, 3> wants;
+      const char* ran;
+      std::vector<const char*> skipped;
+    };
+    const Mask masks[] = {
+        {{false, true, true}, "sdpa.flash_cuda.dk_dv", {"sdpa.flash_cuda.dq"}},
+        {{true, false, true}, "sdpa.flash_cuda.dv", {"sdpa.flash_cuda.dk_dv", "sdpa.flash_cuda.dk"}},
+        {{true, true, false}, "sdpa.flash_cuda.dk", {"sdpa.flash_cuda.dk_dv", "sdpa.flash_cuda.dv"}},
+        {{true, false, false}, "sdpa.flash_cuda.dq", {"sdpa.flash_cuda.dk_dv", "sdpa.flash_cuda.dk", "sdpa.flash_cuda.dv"}},
+    };
+    for (const Mask& m : masks) {
+      SCOPED_TRACE(std::to_string(m.wants[0]) + std::to_string(m.wants[1]) + std::to_string(m.wants[2]));
+      KernelTrace trace;
+      const Grads part = run(q, k, v, dout, true, m.wants);
+      EXPECT_TRUE(trace.contains(m.ran));
+      for (const char* s : m.skipped) EXPECT_FALSE(trace.contains(s)) << s;
+      EXPECT_TENSOR_EQ(part.out, all.out);
+      if (m.wants[0]) EXPECT_TENSOR_EQ(part.dq, all.dq);
+      else EXPECT_FALSE(part.dq.defined());
+      if (m.wants[1]) EXPECT_TENSOR_EQ(part.dk, all.dk);
+      else EXPECT_FALSE(part.dk.defined());
+      if (m.wants[2]) EXPECT_TENSOR_EQ(part.dv, all.dv);
+      else EXPECT_FALSE(part.dv.defined());
+    }
   }
 }
 
