@@ -146,7 +146,7 @@ TEST(AttentionCuda, FlashMatchesFloat64WithMoreOrFewerKeysThanQueries) {
 
 TEST(AttentionCuda, EachMaskComputesOnlyItsGradientsAndTheOthersBitwise) {
   TG_REQUIRE_CUDA();
-  // Both head dims: dq computes the delta dk uses, unless dq is frozen (then a pre-pass does).
+  // Both head dims (their kernels differ in tile shapes and in which operands stay in registers).
   for (const int64_t hd : {64, 128}) {
     SCOPED_TRACE("head dim " + std::to_string(hd));
     Generator gen(400 + hd);

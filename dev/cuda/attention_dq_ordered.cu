@@ -391,7 +391,7 @@ void library_dkdv(const Problem& pr) {
 template <int HD>
 void library_dq(const Problem& pr) {
   constexpr int BN = kLibDqBN<HD>;
-  launch(flash_backward_dq<HD, BN, 2>, flash_grid((pr.T + 127) / 128, pr.H, pr.B), (tile_bytes<HD>(2 * 128 + 4 * BN) + 128 * sizeof(float)),
+  launch(flash_backward_dq<HD, BN, 2>, flash_grid((pr.T + 127) / 128, pr.H, pr.B), tile_bytes<HD>(2 * 128 + 4 * BN),
          pr.p);
 }
 
@@ -535,7 +535,7 @@ void library_dkdv_and_dq_concurrently(const Problem& pr) {
     CUDA_CHECK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
   }
   constexpr int BN = kLibDqBN<HD>;
-  const size_t smem = (tile_bytes<HD>(2 * 128 + 4 * BN) + 128 * sizeof(float));
+  const size_t smem = tile_bytes<HD>(2 * 128 + 4 * BN);
   CUDA_CHECK(cudaFuncSetAttribute(flash_backward_dq<HD, BN, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   CUDA_CHECK(cudaEventRecord(fork, 0));
   CUDA_CHECK(cudaStreamWaitEvent(side, fork));
@@ -588,10 +588,10 @@ int main(int argc, char** argv) {
   }
   std::printf("registers and shared memory (the library's kernels first)\n");
   print_resources("library dkdv<64, BQ 64>", flash_backward_dkdv<64, 64, 1, true, true>, dkdv_smem<64, 64>());
-  print_resources("library dq<64, BN 64, MT 2>", flash_backward_dq<64, 64, 2>, tile_bytes<64>(2 * 128 + 4 * 64) + 128 * sizeof(float));
+  print_resources("library dq<64, BN 64, MT 2>", flash_backward_dq<64, 64, 2>, tile_bytes<64>(2 * 128 + 4 * 64));
   print_resources("library dkdv<128, BQ 64>", flash_backward_dkdv<128, 64, 1, true, true>, dkdv_smem<128, 64>());
   print_resources("library dkdv<128, BQ 32>", flash_backward_dkdv<128, 32, 1, true, true>, dkdv_smem<128, 32>());
-  print_resources("library dq<128, BN 32, MT 2>", flash_backward_dq<128, 32, 2>, tile_bytes<128>(2 * 128 + 4 * 32) + 128 * sizeof(float));
+  print_resources("library dq<128, BN 32, MT 2>", flash_backward_dq<128, 32, 2>, tile_bytes<128>(2 * 128 + 4 * 32));
   using H64 = Variant<64, 64, kOrderedFused>;
   using H64Min3 = Variant<64, 64, kOrderedFused, false, 3>;  // 3 blocks a multiprocessor, as the library's dk dv
   using H64Atomic = Variant<64, 64, kAtomic, false, 3>;

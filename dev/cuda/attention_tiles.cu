@@ -111,8 +111,7 @@ bool dkdv(const Problem& pr) {
 template <int HD, int BN, int MT>
 bool dq(const Problem& pr) {
   const dim3 grid = flash_grid((pr.T + kBlock * MT - 1) / (kBlock * MT), pr.H, pr.B);
-  return launch(flash_backward_dq<HD, BN, MT>, grid,
-                tile_bytes<HD>(2 * kBlock * MT + 4 * BN) + kBlock * MT * sizeof(float), pr.p);
+  return launch(flash_backward_dq<HD, BN, MT>, grid, tile_bytes<HD>(2 * kBlock * MT + 4 * BN), pr.p);
 }
 
 #define FWD(MT, BN) g.variant("MT " #MT " BN " #BN, pr, {pr.out}, [&] { return forward<HD, MT, BN>(pr); })

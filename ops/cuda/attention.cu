@@ -45,7 +45,7 @@ Params params_of(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
 
 // Runs kernel<<<grid, 128, smem>>>(p) on the current device. With `overlap` the kernel may start
 // while the one before it in the stream finishes (programmatic dependent launch): only for a
-// kernel that waits for its predecessor's writes and whose predecessor is one of ours.
+// kernel that waits for that one (flash_attention.cuh says where), itself one of ours.
 template <class Kernel>
 void launch(Kernel kernel, dim3 grid, size_t smem, const Params& p, cudaStream_t s, bool overlap = false) {
   int device = 0;
@@ -89,13 +89,7 @@ void forward_hd(const Params& p, cudaStream_t s) {
 
 template <int HD>
 void backward_hd(const Params& p, bool want_dq, bool want_dk, bool want_dv, cudaStream_t s) {
-  if (want_dq) {  // first: it writes the delta dk wants
-    constexpr int MT = Tiles<HD>::kDqMT, BN = Tiles<HD>::kBN;
-    KernelTrace::record("sdpa.flash_cuda.dq");
-    const dim3 grid = flash_grid((p.L + kBlock * MT - 1) / (kBlock * MT), p.H, p.B);
-    launch(flash_backward_dq<HD, BN, MT>, grid, tile_bytes<HD>(2 * kBlock * MT + 4 * BN) + kBlock * MT * sizeof(float),
-           p, s);
-  } else if (want_dk) {
+  if (want_dq || want_dk) {
     const int64_t rows = int64_t(p.B) * p.H * p.L;
     attention_delta<HD><<<blocks_for(rows, 256 / 32 * kDeltaRowsPerWarp<HD>), 256, 0, s>>>(p);
     TG_CUDA_CHECK_LAUNCH("attention_delta");
@@ -104,17 +98,23 @@ void backward_hd(const Params& p, bool want_dq, bool want_dk, bool want_dv, cuda
     constexpr int MT = Tiles<HD>::kKvMT, BQ = Tiles<HD>::kBQ;
     const dim3 grid = flash_grid((p.S + kBlock * MT - 1) / (kBlock * MT), p.Hkv, p.B);
     const size_t smem = tile_bytes<HD>(2 * kBlock * MT + 4 * BQ) + 4 * BQ * sizeof(float);
-    const bool overlap = want_dq || want_dk;  // after dq or attention_delta
+    const bool after_delta = want_dq || want_dk;
     if (want_dk && want_dv) {
       KernelTrace::record("sdpa.flash_cuda.dk_dv");
-      launch(flash_backward_dkdv<HD, BQ, MT, true, true>, grid, smem, p, s, overlap);
+      launch(flash_backward_dkdv<HD, BQ, MT, true, true>, grid, smem, p, s, after_delta);
     } else if (want_dk) {
       KernelTrace::record("sdpa.flash_cuda.dk");
-      launch(flash_backward_dkdv<HD, BQ, MT, true, false>, grid, smem, p, s, overlap);
+      launch(flash_backward_dkdv<HD, BQ, MT, true, false>, grid, smem, p, s, after_delta);
     } else {
       KernelTrace::record("sdpa.flash_cuda.dv");
-      launch(flash_backward_dkdv<HD, BQ, MT, false, true>, grid, smem, p, s, overlap);
+      launch(flash_backward_dkdv<HD, BQ, MT, false, true>, grid, smem, p, s, after_delta);
     }
+  }
+  if (want_dq) {
+    constexpr int MT = Tiles<HD>::kDqMT, BN = Tiles<HD>::kBN;
+    KernelTrace::record("sdpa.flash_cuda.dq");
+    const dim3 grid = flash_grid((p.L + kBlock * MT - 1) / (kBlock * MT), p.H, p.B);
+    launch(flash_backward_dq<HD, BN, MT>, grid, tile_bytes<HD>(2 * kBlock * MT + 4 * BN), p, s, want_dk || want_dv);
   }
 }
 

@@ -10,16 +10,16 @@
 // forward: a block per (batch, head, 64 MT queries) streams BN-key tiles of K and V: S = Q K^T,
 //   online softmax in registers, O += P V; tiles above the causal diagonal are never loaded.
 //   Writes out and the float32 logsumexp. Traffic: q once, k and v once per query block, out + lse.
-// backward: one kernel per wanted gradient family, each summing in a fixed order
-//   (deterministic, no atomics), and delta = rowsum(dO * O):
-//   dq: a block per (batch, head, 64 queries) computes its rows' delta (written for dk / dv),
-//     then walks the key blocks: S, P, dP = dO V^T, dS, dQ += dS K. It recomputes S and dP (7
-//     tile products in all, FlashAttention-2 has 5) in exchange for no float32 dq accumulator
-//     and no atomics. Without dq a pre-pass kernel computes delta, the same sums.
-//   dk / dv, launched to overlap the end of the kernel before it: a block per (batch, kv head,
-//     64 keys) walks the query blocks of every query head of its group: S^T = K Q^T, P^T,
-//     dV += P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - delta), dK += dS^T Q. K and V stay in
-//     shared memory; Q, dO, lse and delta stream.
+// backward: delta = rowsum(dO * O) (one pass over dO and O), then one kernel per wanted
+//   gradient family, each summing in a fixed order (deterministic, no atomics):
+//   dk / dv: a block per (batch, kv head, 64 keys) walks the query blocks of every query head of
+//     its group: S^T = K Q^T, P^T, dV += P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - delta),
+//     dK += dS^T Q. K and V stay in shared memory; Q, dO, lse and delta stream.
+//   dq: a block per (batch, head, 64 queries) walks the key blocks: S, P, dP = dO V^T, dS,
+//     dQ += dS K. It recomputes S and dP (7 tile products in all, FlashAttention-2 has 5) in
+//     exchange for no float32 dq accumulator and no atomics.
+//   Each kernel after the first is launched to overlap the end of the one before it
+//   (programmatic dependent launch).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -111,8 +111,9 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
 }
 
 // Programmatic dependent launch (sm_90): a kernel launched with the programmatic-serialization
-// attribute may start while the kernel before it runs; it waits for that kernel's writes before it
-// reads them, and the kernel before lets it start once all its own blocks run.
+// attribute may start while the kernel before it in the stream runs. wait_for_previous_kernel
+// blocks until that kernel has finished and its writes are visible; launch_dependents lets the
+// next kernel start once every block of this one has called it.
 __device__ __forceinline__ void launch_dependents() {
 #if __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
@@ -429,36 +430,11 @@ __global__ void __launch_bounds__(kThreads) flash_forward(const Params p) {
 
 // ---------------------------------------------------------------- backward
 
-// delta[b, h, i] = sum_d dout[b, h, i, d] * out[b, h, i, d] with HD / 8 lanes a row, 16 bytes of
-// each operand a lane (rows are 16-byte aligned, as cp.async wants). delta_part is one lane's
-// share, row_sum adds the row's lanes; the delta kernel and the dq kernel both use them, so dk
-// sees the same delta whether or not dq is wanted.
+// delta[b, h, i] = sum_d dout[b, h, i, d] * out[b, h, i, d]: HD / 8 lanes a row, 16 bytes of each
+// operand a lane (rows are 16-byte aligned, as cp.async wants), grid-stride over groups of rows.
+// Traffic: dout and out read once, delta written once.
 template <int HD>
 constexpr int kDeltaRowsPerWarp = 32 / (HD / 8);
-template <int HD>
-__device__ __forceinline__ float delta_part(const Params& p, int b, int h, int i, int sub) {
-  const int4 x = *reinterpret_cast<const int4*>(p.dout.at(b, h, i) + 8 * sub);
-  const int4 y = *reinterpret_cast<const int4*>(p.o.at(b, h, i) + 8 * sub);
-  const bf16x2* xs = reinterpret_cast<const bf16x2*>(&x);
-  const bf16x2* ys = reinterpret_cast<const bf16x2*>(&y);
-  float acc = 0.f;
-#pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    const float2 a = __bfloat1622float2(xs[e]), c = __bfloat1622float2(ys[e]);
-    acc = fmaf(a.y, c.y, fmaf(a.x, c.x, acc));
-  }
-  return acc;
-}
-template <int HD>
-__device__ __forceinline__ float row_sum(float acc) {
-#pragma unroll
-  for (int off = HD / 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-  return acc;
-}
-
-// The delta pre-pass for the dk / dv kernel when dq is not wanted (the dq kernel computes delta
-// itself otherwise), grid-stride over groups of rows. Traffic: dout and out read once, delta
-// written once.
 template <int HD>
 __global__ void attention_delta(const Params p) {
   launch_dependents();
@@ -472,9 +448,18 @@ __global__ void attention_delta(const Params p) {
     if (row < rows) {
       const int i = static_cast<int>(row % p.L), h = static_cast<int>((row / p.L) % p.H);
       const int b = static_cast<int>(row / (int64_t(p.L) * p.H));
-      acc = delta_part<HD>(p, b, h, i, sub);
+      const int4 x = *reinterpret_cast<const int4*>(p.dout.at(b, h, i) + 8 * sub);
+      const int4 y = *reinterpret_cast<const int4*>(p.o.at(b, h, i) + 8 * sub);
+      const bf16x2* xs = reinterpret_cast<const bf16x2*>(&x);
+      const bf16x2* ys = reinterpret_cast<const bf16x2*>(&y);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float2 a = __bfloat1622float2(xs[e]), c = __bfloat1622float2(ys[e]);
+        acc += a.x * c.x + a.y * c.y;
+      }
     }
-    acc = row_sum<HD>(acc);
+#pragma unroll
+    for (int off = kLanes / 2; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
     if (sub == 0 && row < rows) p.delta[row] = acc;
   }
 }
@@ -504,22 +489,24 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dkdv(const Params p) 
   auto next = [&](int& h, int& m) {
     if (++m == blocks) m = first, ++h;
   };
-  auto load_delta = [&](int h, int m, int stage) {
-    if (kDK) load_stat(sD + stage * BQ, p.delta, (int64_t(b) * p.H + h) * p.L, m * BQ, BQ, p.L);
-  };
   auto load_inputs = [&](int h, int m, int stage) {
     const int i0 = m * BQ;
     load_tile<HD, BQ>(sQ + stage * BQ * LD, p.q, b, h, i0, p.L);
     load_tile<HD, BQ>(sO + stage * BQ * LD, p.dout, b, h, i0, p.L);
     load_stat(sL + stage * BQ, p.lse, (int64_t(b) * p.H + h) * p.L, i0, BQ, p.L);
   };
+  auto load_delta = [&](int h, int m, int stage) {
+    if (kDK) load_stat(sD + stage * BQ, p.delta, (int64_t(b) * p.H + h) * p.L, m * BQ, BQ, p.L);
+  };
   if (steps > 0) {
     load_tile<HD, BK>(sK, p.k, b, hk, n0, p.S);
     if (kDK) load_tile<HD, BK>(sV, p.v, b, hk, n0, p.S);
     load_inputs(hk * group, first, 0);
   }
-  // delta comes from the kernel launched just before (dq or attention_delta), which may still run.
+  // Launched to overlap attention_delta's end: delta is read only after it has finished. Then the
+  // dq kernel (which reads delta, not dk / dv) may start in this kernel's tail.
   wait_for_previous_kernel();
+  launch_dependents();
   if (steps > 0) {
     load_delta(hk * group, first, 0);
     cp_async_commit();
@@ -606,37 +593,20 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dq(const Params p) {
   const int m0 = mb * BM, wrow = warp * 16 * MT;
   const int tiles = key_tiles(p, m0, BM, BN);
 
-  launch_dependents();
   load_tile<HD, BM>(sQ, p.q, b, h, m0, p.L);
   load_tile<HD, BM>(sO, p.dout, b, h, m0, p.L);
   load_tile<HD, BN>(sK, p.k, b, hk, 0, p.S);
   load_tile<HD, BN>(sV, p.v, b, hk, 0, p.S);
   cp_async_commit();
-  // delta of the block's rows (for dS here, and written for the dk / dv kernel that follows),
-  // while the tiles load.
-  float* sDelta = reinterpret_cast<float*>(sV + 2 * BN * LD);
-  const int64_t stat = (int64_t(b) * p.H + h) * p.L;
-  {
-    constexpr int kLanes = HD / 8, kRows = kDeltaRowsPerWarp<HD>;
-#pragma unroll 4
-    for (int pass = 0; pass < BM / (4 * kRows); ++pass) {
-      const int r = (pass * 4 + warp) * kRows + lane / kLanes, row = m0 + r;
-      const float d = row_sum<HD>(row < p.L ? delta_part<HD>(p, b, h, row, lane % kLanes) : 0.f);
-      if (lane % kLanes == 0) {
-        sDelta[r] = d;
-        if (row < p.L) p.delta[stat + row] = d;
-      }
-    }
-  }
-  __syncthreads();
   float lse2[MT][2], dl[MT][2];  // this thread's rows' lse in base 2 and delta (zeros past L)
+  const int64_t stat = (int64_t(b) * p.H + h) * p.L;
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int row = m0 + wrow + 16 * mt + g + 8 * r;
       lse2[mt][r] = row < p.L ? p.lse[stat + row] * kLog2e : 0.f;
-      dl[mt][r] = sDelta[wrow + 16 * mt + g + 8 * r];
+      dl[mt][r] = row < p.L ? p.delta[stat + row] : 0.f;
     }
 
   ARows<LD, KT, MT, kRegs> q(sQ, wrow, lane), o(sO, wrow, lane);
@@ -673,6 +643,9 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dq(const Params p) {
   float scale[MT][2];
   fill(scale, p.scale);
   store_rows<HD, MT>(p.dq, b, h, m0 + wrow, p.L, dq, scale, lane);
+  // Launched to overlap the dk / dv kernel, whose outputs it does not read: it only must not finish
+  // before that kernel does, so that what follows in the stream sees dk and dv.
+  wait_for_previous_kernel();
 }
 
 }  // namespace tg::cuda::flash
