@@ -232,7 +232,27 @@ Reproduce: `bench/run_data_parallel.sh build-gpu` (or `dev/dp_check.sh build-gpu
 """
 
 
-def attention_section(ours, torch_rows):
+# The bench-135m bf16 step on the H200 before the flash kernels (attention as a composition of
+# kernels; train_step-h200-bf16.json at commit 3640e8c, 2026-11-30): ms and peak MiB.
+STEP_BEFORE_FLASH = {"lora": (46.2, 7680), "full": (40.7, 8294)}
+
+
+def step_before_after(step_rows):
+    now = {r["mode"]: r for r in step_rows
+           if r.get("config") == "bench-135m" and r.get("dtype") == "bf16" and "H200" in r.get("machine", "")}
+    parts = []
+    for mode, (ms, peak) in STEP_BEFORE_FLASH.items():
+        if mode in now:
+            r = now[mode]
+            parts.append(f"{mode} {ms} ms at {peak} MiB peak before, {r['ms']:.1f} ms at {r['peak_mib']:.0f} MiB now")
+    if not parts:
+        return ""
+    return ("The bench-135m bf16 step on the H200, eager (the step table above), before the flash kernels "
+            "(attention as a composition of kernels, commit 3640e8c) and now (these kernels and the step "
+            "work since): " + "; ".join(parts) + ".\n\n")
+
+
+def attention_section(ours, torch_rows, step_rows=()):
     by_shape = {}
     for r in torch_rows:
         by_shape.setdefault(r["shape"], {})[r["impl"]] = r
@@ -260,7 +280,7 @@ backends timed the same way in the same call by `bench/torch_attention_ref.py`.
 
 Reproduce: `bench/run_attention_bench.sh build-gpu`.
 
-{table(header, rows)}
+{step_before_after(step_rows)}{table(header, rows)}
 
 PyTorch's backends:
 
@@ -397,7 +417,7 @@ figures are in git history; what the measurements taught is in `dev/NOTES.md`.
     if get("generate_bench"):
         parts.append(generate_section(get("generate_bench"), get("generate_bench_torch")))
     if get("attention_bench"):
-        parts.append(attention_section(get("attention_bench"), get("torch_attention_ref")))
+        parts.append(attention_section(get("attention_bench"), get("torch_attention_ref"), get("train_step_bench")))
     if get("linear_ce"):
         parts.append(linear_ce_section(get("linear_ce")))
     if get("tokenizer_bench"):
