@@ -2,6 +2,10 @@
 // (ops/attention_kernels.h): tile shapes per head dim, the mask's kernel variants, traces.
 #include "ops/cuda/flash_attention.cuh"
 
+#include <map>
+#include <mutex>
+#include <utility>
+
 #include "core/cuda/cuda_utils.cuh"
 #include "core/trace.h"
 #include "ops/attention_kernels.h"
@@ -43,6 +47,20 @@ Params params_of(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
   return p;
 }
 
+// Whether `kernel` as loaded on `device` was compiled for sm_90 or later, so that it has the
+// griddepcontrol.wait the overlapped launch relies on (builds for older architectures compile it
+// out, and their code runs on an H100 too). Cached per kernel and device.
+bool has_dependency_wait(const void* kernel, int device) {
+  static std::mutex mu;
+  static std::map<std::pair<const void*, int>, bool> known;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = known.find({kernel, device});
+  if (it != known.end()) return it->second;
+  cudaFuncAttributes a;
+  TG_CUDA_CHECK(cudaFuncGetAttributes(&a, kernel));
+  return known[{kernel, device}] = a.ptxVersion >= 90 && a.binaryVersion >= 90;
+}
+
 // Runs kernel<<<grid, 128, smem>>>(p) on the current device. With `overlap` the kernel may start
 // while the one before it in the stream finishes (programmatic dependent launch): only for a
 // kernel that waits for that one (flash_attention.cuh says where), itself one of ours.
@@ -50,7 +68,8 @@ template <class Kernel>
 void launch(Kernel kernel, dim3 grid, size_t smem, const Params& p, cudaStream_t s, bool overlap = false) {
   int device = 0;
   TG_CUDA_CHECK(cudaGetDevice(&device));
-  allow_smem(reinterpret_cast<const void*>(kernel), smem, device);
+  const void* fn = reinterpret_cast<const void*>(kernel);
+  allow_smem(fn, smem, device);
   cudaLaunchAttribute attr;
   attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr.val.programmaticStreamSerializationAllowed = 1;
@@ -60,7 +79,7 @@ void launch(Kernel kernel, dim3 grid, size_t smem, const Params& p, cudaStream_t
   config.dynamicSmemBytes = smem;
   config.stream = s;
   config.attrs = &attr;
-  config.numAttrs = overlap ? 1 : 0;
+  config.numAttrs = overlap && has_dependency_wait(fn, device) ? 1 : 0;
   TG_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p));
 }
 
