@@ -1,0 +1,246 @@
+/*
+The library's flash-attention kernels (ops/cuda/flash_attention.cuh, the tile shapes
+ops/cuda/attention.cu launches) run on the CPU under dev/cuda/cpu_emulation.h, against a float64
+reference: a kernel change's indexing, fragments and synchronisation checked without a GPU before
+a device call is spent on it. The emulation stands in for ops/cuda/flash_ptx.cuh (cp.async,
+ldmatrix, mma.sync, ex2.approx); the GPU run stays the authority.
+
+Checks, for head dims 32, 64 and 128, causal and not, one and two query heads a kv head, sequence
+lengths that do not fill a block and more or fewer keys than queries: out and lse, the delta
+pre-pass, dq, dk and dv within kTolerance of each output's largest value; the dk-only and dv-only
+kernels bitwise equal to the dk / dv kernel's outputs (what a frozen q, k or v relies on). The
+emulator runs one warp at a time as far as it can, so a missing __syncthreads or a cp.async wait
+for the wrong group reads poisoned (NaN) shared memory and fails the check. ctest runs it
+(FlashAttentionCpu.*) wherever the CUDA headers are.
+
+Build and run (from the repository root; about 15 s):
+  g++ -std=c++20 -O2 -fno-strict-aliasing -I. -I/usr/local/cuda/include -Wno-attributes \
+    -o flash_attention_cpu dev/cuda/flash_attention_cpu.cpp
+  ./flash_attention_cpu
+*/
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "cpu_emulation.h"
+
+// ops/cuda/flash_ptx.cuh on the CPU (its include guard, so the library header skips it).
+#define TG_OPS_CUDA_FLASH_PTX_CUH
+namespace tg::cuda::flash {
+inline void cp_async16(void* dst, const void* src, bool valid) { emu::cp_async(dst, src, 16, valid); }
+inline void cp_async4(void* dst, const void* src, bool valid) { emu::cp_async(dst, src, 4, valid); }
+inline void cp_async_commit() { emu::commit(); }
+template <int N>
+void cp_async_wait() {
+  emu::wait(N);
+}
+inline void ldsm_x4(uint32_t (&r)[4], const __nv_bfloat16* p) { emu::ldmatrix_x4(r, p, false); }
+inline void ldsm_x4_t(uint32_t (&r)[4], const __nv_bfloat16* p) { emu::ldmatrix_x4(r, p, true); }
+inline void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) { emu::mma_16816(d, a, b0, b1); }
+inline float exp2_approx(float x) { return std::exp2(x); }
+inline void launch_dependents() {}
+inline void wait_for_previous_kernel() {}
+alignas(16) unsigned char smem[227 << 10];  // the kernels' `extern __shared__ unsigned char smem[]`
+}  // namespace tg::cuda::flash
+
+#define __log2f log2f
+#include "ops/cuda/flash_attention.cuh"
+#undef __log2f
+
+using namespace tg::cuda::flash;
+using bf16 = __nv_bfloat16;
+
+namespace {
+
+constexpr double kTolerance = 1e-2;  // of each output's largest magnitude: bf16 P and dS in the MMAs
+
+struct Case {
+  int B, H, Hkv, L, S, hd;
+  bool causal;
+};
+
+// One problem in [B, T, H, hd] projections (q, k, v and their gradients, as the model passes
+// them), out in the library's [B, H, L, hd] view of [B, L, H, hd], dout contiguous [B, H, L, hd].
+struct Problem {
+  Case c;
+  std::vector<bf16> q, k, v, o, dout, dq, dk, dv;
+  std::vector<float> lse, delta;
+  Params p;
+  explicit Problem(const Case& cs, uint64_t seed) : c(cs) {
+    std::mt19937_64 gen(seed);
+    std::normal_distribution<float> n;
+    auto fill = [&](std::vector<bf16>& x, size_t count) {
+      x.resize(count);
+      for (bf16& e : x) e = __float2bfloat16_rn(n(gen));
+    };
+    fill(q, size_t(c.B) * c.L * c.H * c.hd);
+    fill(k, size_t(c.B) * c.S * c.Hkv * c.hd);
+    fill(v, size_t(c.B) * c.S * c.Hkv * c.hd);
+    fill(dout, size_t(c.B) * c.H * c.L * c.hd);
+    o.assign(q.size(), __float2bfloat16_rn(NAN));
+    dq.assign(q.size(), __float2bfloat16_rn(NAN));
+    dk.assign(k.size(), __float2bfloat16_rn(NAN));
+    dv.assign(v.size(), __float2bfloat16_rn(NAN));
+    lse.assign(size_t(c.B) * c.H * c.L, NAN);
+    delta.assign(lse.size(), NAN);
+    auto proj = [&](std::vector<bf16>& x, int T, int heads) {
+      return Rows{x.data(), int64_t(T) * heads * c.hd, c.hd, int64_t(heads) * c.hd};
+    };
+    p.q = proj(q, c.L, c.H), p.k = proj(k, c.S, c.Hkv), p.v = proj(v, c.S, c.Hkv), p.o = proj(o, c.L, c.H);
+    p.dq = proj(dq, c.L, c.H), p.dk = proj(dk, c.S, c.Hkv), p.dv = proj(dv, c.S, c.Hkv);
+    p.dout = Rows{dout.data(), int64_t(c.H) * c.L * c.hd, int64_t(c.L) * c.hd, c.hd};
+    p.lse = lse.data(), p.delta = delta.data();
+    p.B = c.B, p.H = c.H, p.Hkv = c.Hkv, p.L = c.L, p.S = c.S;
+    p.scale = 1.f / std::sqrt(float(c.hd));
+    p.scale_log2 = p.scale * kLog2e;
+    p.causal = c.causal;
+  }
+  double at(const Rows& r, int b, int h, int t, int d) const { return __bfloat162float(r.at(b, h, t)[d]); }
+};
+
+// The float64 reference from the same bf16 inputs: [B, H, L | S, hd] arrays and lse [B, H, L].
+struct Reference {
+  std::vector<double> o, lse, dq, dk, dv;
+  explicit Reference(const Problem& pr) {
+    const Case& c = pr.c;
+    const Params& p = pr.p;
+    o.assign(size_t(c.B) * c.H * c.L * c.hd, 0.0), dq.assign(o.size(), 0.0), lse.assign(size_t(c.B) * c.H * c.L, 0.0);
+    dk.assign(size_t(c.B) * c.Hkv * c.S * c.hd, 0.0), dv.assign(dk.size(), 0.0);
+    for (int b = 0; b < c.B; ++b)
+      for (int h = 0; h < c.H; ++h) {
+        const int hk = h / (c.H / c.Hkv);
+        for (int i = 0; i < c.L; ++i) {
+          const int keys = c.causal ? std::min(i + 1, c.S) : c.S;
+          std::vector<double> s(keys), dp(keys);
+          double mx = -INFINITY, sum = 0.0, delta = 0.0;
+          for (int j = 0; j < keys; ++j) {
+            double x = 0.0;
+            for (int d = 0; d < c.hd; ++d) x += pr.at(p.q, b, h, i, d) * pr.at(p.k, b, hk, j, d);
+            s[j] = x * p.scale;
+            mx = std::max(mx, s[j]);
+          }
+          for (int j = 0; j < keys; ++j) sum += std::exp(s[j] - mx);
+          const size_t row = (size_t(b) * c.H + h) * c.L + i;
+          lse[row] = keys ? mx + std::log(sum) : -INFINITY;
+          for (int j = 0; j < keys; ++j) s[j] = std::exp(s[j] - lse[row]);  // P
+          for (int d = 0; d < c.hd; ++d) {
+            double acc = 0.0;
+            for (int j = 0; j < keys; ++j) acc += s[j] * pr.at(p.v, b, hk, j, d);
+            o[row * c.hd + d] = acc;
+            delta += acc * pr.at(p.dout, b, h, i, d);
+          }
+          for (int j = 0; j < keys; ++j) {
+            double x = 0.0;
+            for (int d = 0; d < c.hd; ++d) x += pr.at(p.dout, b, h, i, d) * pr.at(p.v, b, hk, j, d);
+            dp[j] = s[j] * (x - delta);  // dS
+          }
+          for (int j = 0; j < keys; ++j) {
+            const size_t kv = ((size_t(b) * c.Hkv + hk) * c.S + j) * c.hd;
+            for (int d = 0; d < c.hd; ++d) {
+              dq[row * c.hd + d] += dp[j] * pr.at(p.k, b, hk, j, d) * p.scale;
+              dk[kv + d] += dp[j] * pr.at(p.q, b, h, i, d) * p.scale;
+              dv[kv + d] += s[j] * pr.at(p.dout, b, h, i, d);
+            }
+          }
+        }
+      }
+  }
+};
+
+// Largest |got - want| over the largest |want|, got read through `rows` ([B, heads, T, hd]).
+double error(const Problem& pr, const Rows& rows, int heads, int T, const std::vector<double>& want) {
+  double worst = 0.0, scale = 1e-30;
+  for (double w : want) scale = std::max(scale, std::abs(w));
+  for (int b = 0; b < pr.c.B; ++b)
+    for (int h = 0; h < heads; ++h)
+      for (int t = 0; t < T; ++t)
+        for (int d = 0; d < pr.c.hd; ++d) {
+          const double got = pr.at(rows, b, h, t, d), w = want[((size_t(b) * heads + h) * T + t) * pr.c.hd + d];
+          worst = std::max(worst, std::isnan(got) ? INFINITY : std::abs(got - w));
+        }
+  return worst / scale;
+}
+
+template <int HD>
+constexpr size_t tile_bytes(int rows) {
+  return size_t(rows) * kLd<HD> * sizeof(bf16);
+}
+
+// The launches of ops/cuda/attention.cu, for its tile shapes (Tiles<HD> there).
+template <int HD, int MT, int BN>
+void forward(const Params& p) {
+  emu::launch(flash_forward<HD, MT, BN>, flash_grid((p.L + kBlock * MT - 1) / (kBlock * MT), p.H, p.B), kThreads,
+              tile_bytes<HD>(kBlock * MT + 4 * BN), p);
+}
+template <int HD>
+void delta(const Params& p) {
+  const int64_t rows = int64_t(p.B) * p.H * p.L, per_block = 256 / 32 * kDeltaRowsPerWarp<HD>;
+  emu::launch(attention_delta<HD>, dim3(unsigned((rows + per_block - 1) / per_block)), 256, 0, p);
+}
+template <int HD, int BQ, int MT, bool DK, bool DV>
+void dkdv(const Params& p) {
+  emu::launch(flash_backward_dkdv<HD, BQ, MT, DK, DV>, flash_grid((p.S + kBlock * MT - 1) / (kBlock * MT), p.Hkv, p.B),
+              kThreads, tile_bytes<HD>(2 * kBlock * MT + 4 * BQ) + 4 * BQ * sizeof(float), p);
+}
+template <int HD, int BN, int MT>
+void dq(const Params& p) {
+  emu::launch(flash_backward_dq<HD, BN, MT>, flash_grid((p.L + kBlock * MT - 1) / (kBlock * MT), p.H, p.B), kThreads,
+              tile_bytes<HD>(2 * kBlock * MT + 4 * BN), p);
+}
+
+template <int HD, int FMT, int FBN, int BQ, int KMT, int QBN, int QMT>
+bool check(const Case& c, uint64_t seed) {
+  Problem pr(c, seed);
+  const Reference ref(pr);
+  forward<HD, FMT, FBN>(pr.p);
+  double lse_err = 0.0;
+  for (size_t i = 0; i < ref.lse.size(); ++i) lse_err = std::max(lse_err, std::abs(pr.lse[i] - ref.lse[i]));
+  delta<HD>(pr.p);
+  double delta_err = 0.0, delta_scale = 1e-30;
+  for (int b = 0; b < c.B; ++b)  // delta of the kernel's own out, in float64
+    for (int h = 0; h < c.H; ++h)
+      for (int i = 0; i < c.L; ++i) {
+        double want = 0.0;
+        for (int d = 0; d < c.hd; ++d) want += pr.at(pr.p.o, b, h, i, d) * pr.at(pr.p.dout, b, h, i, d);
+        const size_t row = (size_t(b) * c.H + h) * c.L + i;
+        delta_err = std::max(delta_err, std::abs(pr.delta[row] - want)), delta_scale = std::max(delta_scale, std::abs(want));
+      }
+  dkdv<HD, BQ, KMT, true, true>(pr.p);
+  dq<HD, QBN, QMT>(pr.p);
+  const double e_o = error(pr, pr.p.o, c.H, c.L, ref.o), e_q = error(pr, pr.p.dq, c.H, c.L, ref.dq);
+  const double e_k = error(pr, pr.p.dk, c.Hkv, c.S, ref.dk), e_v = error(pr, pr.p.dv, c.Hkv, c.S, ref.dv);
+  const std::vector<bf16> dk_both = pr.dk, dv_both = pr.dv;
+  dkdv<HD, BQ, KMT, true, false>(pr.p);
+  const bool dk_same = !std::memcmp(pr.dk.data(), dk_both.data(), dk_both.size() * sizeof(bf16));
+  dkdv<HD, BQ, KMT, false, true>(pr.p);
+  const bool dv_same = !std::memcmp(pr.dv.data(), dv_both.data(), dv_both.size() * sizeof(bf16));
+  const bool ok = e_o < kTolerance && lse_err < 1e-3 && delta_err / delta_scale < 1e-5 && e_q < kTolerance &&
+                  e_k < kTolerance && e_v < kTolerance && dk_same && dv_same;
+  std::printf("hd %3d B %d H %d/%d L %4d S %4d %-7s out %.1e lse %.1e delta %.1e dq %.1e dk %.1e dv %.1e %s%s%s\n",
+              HD, c.B, c.H, c.Hkv, c.L, c.S, c.causal ? "causal" : "full", e_o, lse_err, delta_err / delta_scale, e_q,
+              e_k, e_v, dk_same ? "" : " dk-alone differs", dv_same ? "" : " dv-alone differs", ok ? "  ok" : "  FAILED");
+  return ok;
+}
+
+}  // namespace
+
+int main() {
+  emu::use_shared(tg::cuda::flash::smem, sizeof(tg::cuda::flash::smem));
+  std::printf("the library's flash kernels on the CPU (tolerance %.0e of each output's largest value)\n", kTolerance);
+  const Case cases[] = {{1, 2, 1, 70, 70, 0, true}, {1, 2, 2, 130, 70, 0, true}, {1, 2, 1, 70, 130, 0, false},
+                        {2, 2, 2, 17, 17, 0, true}, {1, 2, 1, 150, 150, 0, true}};
+  bool ok = true;
+  uint64_t seed = 1;
+  for (Case c : cases) {
+    c.hd = 32, ok &= check<32, 2, 64, 64, 1, 64, 2>(c, seed++);
+    c.hd = 64, ok &= check<64, 2, 128, 64, 1, 32, 1>(c, seed++);
+    c.hd = 128, ok &= check<128, 2, 64, 64, 1, 32, 2>(c, seed++);
+  }
+  std::printf("check: %s\n", ok ? "all ok" : "FAILED");
+  return ok ? 0 : 1;
+}
