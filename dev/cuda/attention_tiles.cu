@@ -6,7 +6,7 @@ in the models' [B, T, H, hd] memory read as [B, H, T, hd] views. dev/cuda/attent
 the results.
 
   forward  <HD, MT, BN>: 16 MT query rows a warp, BN keys a step
-  dk / dv  <HD, BQ, MT>: 16 MT keys a warp, BQ queries a step
+  dk / dv  <HD, BQ, MT>: 16 MT keys a warp, BQ queries a step; "pairs": attention_dkdv_pairs.cuh
   dq       <HD, BN, MT>: 16 MT query rows a warp, BN keys a step
 
 Build and run (sm_90; -Xptxas -v shows each variant's registers and spills):
@@ -16,6 +16,7 @@ Build and run (sm_90; -Xptxas -v shows each variant's registers and spills):
 #include "common.cuh"
 
 #include "ops/cuda/flash_attention.cuh"
+#include "attention_dkdv_pairs.cuh"
 
 using namespace tg::cuda::flash;
 
@@ -108,6 +109,11 @@ bool dkdv(const Problem& pr) {
   return launch(flash_backward_dkdv<HD, BQ, MT, true, true>, grid,
                 tile_bytes<HD>(2 * kBlock * MT + 4 * BQ) + 4 * BQ * sizeof(float), pr.p);
 }
+template <int HD, int BQ>
+bool dkdv_pairs(const Problem& pr) {
+  return launch(flash_backward_dkdv_pairs<HD, BQ, true, true>, flash_grid((pr.T + kBlock - 1) / kBlock, pr.H, pr.B),
+                kPairsSmem<HD, BQ>, pr.p);
+}
 template <int HD, int BN, int MT>
 bool dq(const Problem& pr) {
   const dim3 grid = flash_grid((pr.T + kBlock * MT - 1) / (kBlock * MT), pr.H, pr.B);
@@ -116,6 +122,7 @@ bool dq(const Problem& pr) {
 
 #define FWD(MT, BN) g.variant("MT " #MT " BN " #BN, pr, {pr.out}, [&] { return forward<HD, MT, BN>(pr); })
 #define DKDV(BQ, MT) g.variant("BQ " #BQ " MT " #MT, pr, {pr.dk, pr.dv}, [&] { return dkdv<HD, BQ, MT>(pr); })
+#define PAIRS(BQ) g.variant("pairs BQ " #BQ, pr, {pr.dk, pr.dv}, [&] { return dkdv_pairs<HD, BQ>(pr); })
 #define DQ(BN, MT) g.variant("BN " #BN " MT " #MT, pr, {pr.dq}, [&] { return dq<HD, BN, MT>(pr); })
 
 // The library's shapes first (ops/cuda/attention.cu, Tiles), then the candidates.
@@ -131,7 +138,7 @@ void run64(const Problem& pr) {
   CUDA_CHECK(cudaGetLastError());
   {
     Group g{"dk dv"};
-    DKDV(64, 1), DKDV(32, 1), DKDV(128, 1), DKDV(64, 2), DKDV(32, 2);
+    DKDV(64, 1), DKDV(32, 1), DKDV(128, 1), DKDV(64, 2), DKDV(32, 2), PAIRS(64), PAIRS(32);
   }
   {
     Group g{"dq"};
@@ -151,7 +158,7 @@ void run128(const Problem& pr) {
   CUDA_CHECK(cudaGetLastError());
   {
     Group g{"dk dv"};
-    DKDV(64, 1), DKDV(32, 1), DKDV(16, 1), DKDV(32, 2);
+    DKDV(64, 1), DKDV(32, 1), DKDV(16, 1), DKDV(32, 2), PAIRS(64), PAIRS(32);
   }
   {
     Group g{"dq"};

@@ -8,7 +8,8 @@ ldmatrix, mma.sync, ex2.approx); the GPU run stays the authority.
 Checks, for head dims 32, 64 and 128, causal and not, one and two query heads a kv head, sequence
 lengths that do not fill a block and more or fewer keys than queries: out and lse, the delta
 pre-pass, dq, dk and dv within kTolerance of each output's largest value; the dk-only and dv-only
-kernels bitwise equal to the dk / dv kernel's outputs (what a frozen q, k or v relies on). The
+kernels bitwise equal to the dk / dv kernel's outputs (what a frozen q, k or v relies on); the
+same for dev/cuda/attention_dkdv_pairs.cuh's dk / dv variant at head dim 128. The
 emulator runs one warp at a time as far as it can, so a missing __syncthreads or a cp.async wait
 for the wrong group reads poisoned (NaN) shared memory and fails the check. ctest runs it
 (FlashAttentionCpu.*) wherever the CUDA headers are.
@@ -50,6 +51,7 @@ alignas(16) unsigned char smem[227 << 10];  // the kernels' `extern __shared__ u
 
 #define __log2f log2f
 #include "ops/cuda/flash_attention.cuh"
+#include "attention_dkdv_pairs.cuh"  // a dk / dv variant the library does not ship (yet)
 #undef __log2f
 
 using namespace tg::cuda::flash;
@@ -193,6 +195,34 @@ void dq(const Params& p) {
               tile_bytes<HD>(2 * kBlock * MT + 4 * BN), p);
 }
 
+template <int HD, int BQ, bool DK, bool DV>
+void dkdv_pairs(const Params& p) {
+  emu::launch(flash_backward_dkdv_pairs<HD, BQ, DK, DV>, flash_grid((p.S + kBlock - 1) / kBlock, p.Hkv, p.B), kThreads,
+              kPairsSmem<HD, BQ>, p);
+}
+
+// dev/cuda/attention_dkdv_pairs.cuh's kernel on the library forward's out and lse: dk and dv
+// against float64, and its dk-only / dv-only variants bitwise equal to the dk / dv one.
+template <int HD, int FMT, int FBN, int BQ>
+bool check_pairs(const Case& c, uint64_t seed) {
+  Problem pr(c, seed);
+  const Reference ref(pr);
+  forward<HD, FMT, FBN>(pr.p);
+  delta<HD>(pr.p);
+  dkdv_pairs<HD, BQ, true, true>(pr.p);
+  const double e_k = error(pr, pr.p.dk, c.Hkv, c.S, ref.dk), e_v = error(pr, pr.p.dv, c.Hkv, c.S, ref.dv);
+  const std::vector<bf16> dk_both = pr.dk, dv_both = pr.dv;
+  dkdv_pairs<HD, BQ, true, false>(pr.p);
+  const bool dk_same = !std::memcmp(pr.dk.data(), dk_both.data(), dk_both.size() * sizeof(bf16));
+  dkdv_pairs<HD, BQ, false, true>(pr.p);
+  const bool dv_same = !std::memcmp(pr.dv.data(), dv_both.data(), dv_both.size() * sizeof(bf16));
+  const bool ok = e_k < kTolerance && e_v < kTolerance && dk_same && dv_same;
+  std::printf("hd %3d B %d H %d/%d L %4d S %4d %-7s dk dv by warp pairs: dk %.1e dv %.1e %s%s%s\n", HD, c.B, c.H,
+              c.Hkv, c.L, c.S, c.causal ? "causal" : "full", e_k, e_v, dk_same ? "" : " dk-alone differs",
+              dv_same ? "" : " dv-alone differs", ok ? "  ok" : "  FAILED");
+  return ok;
+}
+
 template <int HD, int FMT, int FBN, int BQ, int KMT, int QBN, int QMT>
 bool check(const Case& c, uint64_t seed) {
   Problem pr(c, seed);
@@ -241,6 +271,7 @@ int main() {
     c.hd = 64, ok &= check<64, 2, 128, 64, 1, 32, 1>(c, seed++);
     c.hd = 128, ok &= check<128, 2, 64, 64, 1, 32, 2>(c, seed++);
   }
+  for (Case c : cases) c.hd = 128, ok &= check_pairs<128, 2, 64, 64>(c, seed++);
   std::printf("check: %s\n", ok ? "all ok" : "FAILED");
   return ok ? 0 : 1;
 }
