@@ -34,6 +34,10 @@ int64_t l2_bytes(int device);
 // in). Sets the attribute once per kernel, device and size: cudaFuncSetAttribute synchronises the
 // runtime, so calling it at every launch stalls the stream behind the host.
 void allow_smem(const void* fn, size_t smem, int device);
+// Whether kernel `fn` as loaded on `device` was compiled from sm_90 (Hopper) code or newer, so
+// its Hopper-only instructions are there: a build for an older GPU compiles them out, and that
+// code also runs on a Hopper or, from its PTX, on a newer GPU. Cached per kernel and device.
+bool compiled_for_sm90(const void* fn, int device);
 
 inline unsigned blocks_for(int64_t n, int threads, int64_t max_blocks = 65535LL * 32) {
   int64_t b = (n + threads - 1) / threads;

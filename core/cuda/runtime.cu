@@ -130,6 +130,17 @@ void allow_smem(const void* fn, size_t smem, int device) {
   have = smem;
 }
 
+bool compiled_for_sm90(const void* fn, int device) {
+  static std::mutex mu;
+  static std::map<std::pair<const void*, int>, bool> known;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = known.find({fn, device});
+  if (it != known.end()) return it->second;
+  cudaFuncAttributes attr;
+  TG_CUDA_CHECK(cudaFuncGetAttributes(&attr, fn));
+  return known[{fn, device}] = attr.ptxVersion >= 90;
+}
+
 int64_t l2_bytes(int device) {
   DeviceState& st = state(device);
   std::lock_guard<std::mutex> lock(st.mu);

@@ -2,10 +2,6 @@
 // (ops/attention_kernels.h): tile shapes per head dim, the mask's kernel variants, traces.
 #include "ops/cuda/flash_attention.cuh"
 
-#include <map>
-#include <mutex>
-#include <utility>
-
 #include "core/cuda/cuda_utils.cuh"
 #include "core/trace.h"
 #include "ops/attention_kernels.h"
@@ -47,23 +43,10 @@ Params params_of(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
   return p;
 }
 
-// Whether `kernel` as loaded on `device` was compiled for sm_90 or later, so that it has the
-// griddepcontrol.wait the overlapped launch relies on (builds for older architectures compile it
-// out, and their code runs on an H100 too). Cached per kernel and device.
-bool has_dependency_wait(const void* kernel, int device) {
-  static std::mutex mu;
-  static std::map<std::pair<const void*, int>, bool> known;
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = known.find({kernel, device});
-  if (it != known.end()) return it->second;
-  cudaFuncAttributes a;
-  TG_CUDA_CHECK(cudaFuncGetAttributes(&a, kernel));
-  return known[{kernel, device}] = a.ptxVersion >= 90 && a.binaryVersion >= 90;
-}
-
 // Runs kernel<<<grid, 128, smem>>>(p) on the current device. With `overlap` the kernel may start
 // while the one before it in the stream finishes (programmatic dependent launch): only for a
-// kernel that waits for that one (flash_attention.cuh says where), itself one of ours.
+// kernel that waits for that one (flash_attention.cuh says where), itself one of ours, and only
+// where the kernel has its griddepcontrol.wait (sm_90 code).
 template <class Kernel>
 void launch(Kernel kernel, dim3 grid, size_t smem, const Params& p, cudaStream_t s, bool overlap = false) {
   int device = 0;
@@ -79,7 +62,7 @@ void launch(Kernel kernel, dim3 grid, size_t smem, const Params& p, cudaStream_t
   config.dynamicSmemBytes = smem;
   config.stream = s;
   config.attrs = &attr;
-  config.numAttrs = overlap && has_dependency_wait(fn, device) ? 1 : 0;
+  config.numAttrs = overlap && compiled_for_sm90(fn, device) ? 1 : 0;
   TG_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p));
 }
 

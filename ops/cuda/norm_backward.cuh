@@ -225,7 +225,7 @@ template <class T, int N, int ITERS, bool LN, bool DW, bool DB, bool RES>
 __global__ void __launch_bounds__(kMaxTpr, staged_min_blocks(ITERS, ITERS * N * (int(DW) + int(DB) + int(RES))))
     norm_bwd_staged_kernel(BwdArgs<T> a, int stages) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
-  // Compiled for a GPU without the bulk-copy engine: staged_supported() keeps the planner away.
+  // Compiled for a GPU without the bulk-copy engine: compiled_for_sm90() keeps the planner away.
   __trap();
 #else
   using P = Pack<T, N>;

@@ -214,19 +214,6 @@ struct Staged {
   size_t smem = 0;
 };
 
-// Whether the staged kernel `fn` has its body on `device` (compiled for Hopper or newer; a build
-// for an older GPU runs the other kernels, also where the driver compiles its PTX for a newer one).
-inline bool staged_supported(const void* fn, int device) {
-  static std::mutex mu;
-  static std::map<std::pair<const void*, int>, bool> cache;
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = cache.find({fn, device});
-  if (it != cache.end()) return it->second;
-  cudaFuncAttributes attr;
-  TG_CUDA_CHECK(cudaFuncGetAttributes(&attr, fn));
-  return cache[{fn, device}] = attr.ptxVersion >= 90;
-}
-
 // Bytes of rows a multiprocessor's staged blocks keep in flight: its share of the bandwidth over
 // the loaded latency (4.3 TB/s / 132 SMs x ~3 us). Filling the shared memory instead made every
 // block's first row wait behind the whole grid's prefetch. Two blocks a multiprocessor only
@@ -242,7 +229,7 @@ Staged staged_plan(const Config& c, int64_t dim, int device) {
   if (!(DW || DB) && blocks_per_sm(bwd_kernel<T, LN, DW, DB, RES>(c), c.block, 0, device) * c.block >= 1024)
     return st;
   const void* fn = staged_kernel<T, LN, DW, DB, RES>(c);
-  if (!staged_supported(fn, device)) return st;
+  if (!compiled_for_sm90(fn, device)) return st;  // its body needs Hopper's bulk copies
   // Blocks that fit by registers and threads alone; shared memory is then split among them.
   const int reg_fit = blocks_per_sm(fn, c.block, 0, device);
   static std::mutex mu;
