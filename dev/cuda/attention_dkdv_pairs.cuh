@@ -6,8 +6,10 @@
 // (once plain, once transposed) where the library reads them four times, for the same MMAs.
 // (ncu put the library kernel at 77% of its L1 / shared throughput and 45% of its tensor pipe at
 // 4x32x2048x128.) Costs: P^T in bf16 for dS (the library keeps it in float32), 8 KB more shared
-// memory, a third barrier a step. Checked on the CPU by dev/cuda/flash_attention_cpu.cpp, timed
-// by dev/cuda/attention_tiles.cu ("pairs").
+// memory, a third barrier a step. Its shared-memory layout and step loading are the library
+// kernel's, written out again here so the library kernel's code stays as measured; adopting this
+// kernel means sharing them. Checked on the CPU by dev/cuda/flash_attention_cpu.cpp, timed by
+// dev/cuda/attention_tiles.cu ("pairs").
 #pragma once
 
 #include "ops/cuda/flash_attention.cuh"

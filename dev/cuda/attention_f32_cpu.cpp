@@ -5,23 +5,15 @@ change's logic and synchronisation checked without a GPU. The GPU run stays the 
 exp2f / log2f are glibc's, and the emulation says nothing of speed, registers or bank conflicts.
 
 Build and run (from the repository root; about 15 s):
-  g++ -std=c++20 -O2 -I/usr/local/cuda/include -Wno-attributes -o attention_f32_cpu dev/cuda/attention_f32_cpu.cpp
+  g++ -std=c++20 -O2 -fno-strict-aliasing -I. -I/usr/local/cuda/include -Wno-attributes -o attention_f32_cpu \
+    dev/cuda/attention_f32_cpu.cpp
   ./attention_f32_cpu
 */
-#include "cpu_emulation.h"
+#include "flash_ptx_cpu.h"
 
-// What attention_f32.cu takes from ops/cuda/flash_attention.cuh, and its shared-memory loads.
-namespace tg::cuda::flash {
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
-inline void cp_async16(void* dst, const void* src, bool valid) { emu::cp_async(dst, src, 16, valid); }
-inline void cp_async4(void* dst, const void* src, bool valid) { emu::cp_async(dst, src, 4, valid); }
-inline void cp_async_commit() { emu::commit(); }
-template <int N>
-void cp_async_wait() {
-  emu::wait(N);
-}
-}  // namespace tg::cuda::flash
+#include "ops/cuda/flash_attention.cuh"  // the constants attention_f32.cu takes from it
+
+// attention_f32.cu's shared-memory loads.
 namespace {
 float4 lds128(const float* p) { return *reinterpret_cast<const float4*>(p); }
 float2 lds64(const float* p) { return *reinterpret_cast<const float2*>(p); }

@@ -2,8 +2,8 @@
 The library's flash-attention kernels (ops/cuda/flash_attention.cuh, the tile shapes
 ops/cuda/attention.cu launches) run on the CPU under dev/cuda/cpu_emulation.h, against a float64
 reference: a kernel change's indexing, fragments and synchronisation checked without a GPU before
-a device call is spent on it. The emulation stands in for ops/cuda/flash_ptx.cuh (cp.async,
-ldmatrix, mma.sync, ex2.approx); the GPU run stays the authority.
+a device call is spent on it. dev/cuda/flash_ptx_cpu.h stands in for ops/cuda/flash_ptx.cuh
+(cp.async, ldmatrix, mma.sync, ex2.approx); the GPU run stays the authority.
 
 Checks, for head dims 32, 64 and 128, causal and not, one, two and four query heads a kv head,
 one query, sequence lengths that do not fill a block and more or fewer keys than queries: out
@@ -19,40 +19,20 @@ Build and run (from the repository root; about 15 s):
     -o flash_attention_cpu dev/cuda/flash_attention_cpu.cpp
   ./flash_attention_cpu
 */
-#include <cuda_bf16.h>
-#include <cuda_runtime.h>
-
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <random>
 #include <vector>
 
-#include "cpu_emulation.h"
+#include "flash_ptx_cpu.h"
 
-// ops/cuda/flash_ptx.cuh on the CPU (its include guard, so the library header skips it).
-#define TG_OPS_CUDA_FLASH_PTX_CUH
-namespace tg::cuda::flash {
-inline void cp_async16(void* dst, const void* src, bool valid) { emu::cp_async(dst, src, 16, valid); }
-inline void cp_async4(void* dst, const void* src, bool valid) { emu::cp_async(dst, src, 4, valid); }
-inline void cp_async_commit() { emu::commit(); }
-template <int N>
-void cp_async_wait() {
-  emu::wait(N);
-}
-inline void ldsm_x4(uint32_t (&r)[4], const __nv_bfloat16* p) { emu::ldmatrix_x4(r, p, false); }
-inline void ldsm_x4_t(uint32_t (&r)[4], const __nv_bfloat16* p) { emu::ldmatrix_x4(r, p, true); }
-inline void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) { emu::mma_16816(d, a, b0, b1); }
-inline float exp2_approx(float x) { return std::exp2(x); }
-inline void launch_dependents() {}
-inline void wait_for_previous_kernel() {}
-alignas(16) unsigned char smem[227 << 10];  // the kernels' `extern __shared__ unsigned char smem[]`
-}  // namespace tg::cuda::flash
-
-#define __log2f log2f
 #include "ops/cuda/flash_attention.cuh"
 #include "attention_dkdv_pairs.cuh"  // a dk / dv variant the library does not ship (yet)
-#undef __log2f
+
+namespace tg::cuda::flash {
+alignas(16) unsigned char smem[227 << 10];  // the kernels' `extern __shared__ unsigned char smem[]`
+}
 
 using namespace tg::cuda::flash;
 using bf16 = __nv_bfloat16;
