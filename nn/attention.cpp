@@ -81,12 +81,12 @@ std::string CausalSelfAttention::extra_repr() const {
 }
 
 GPT2Attention::GPT2Attention(int64_t h, int64_t heads, double attn_p, double resid_p, Generator& gen)
-    : Module("GPT2Attention"), hidden(h), num_heads(heads), attn_pdrop(attn_p), gen_(&gen) {
+    : Module("GPT2Attention"), hidden(h), num_heads(heads), attn_pdrop(attn_p) {
   TG_CHECK(heads > 0 && h % heads == 0, "GPT2Attention", "hidden ", h, " must be divisible by num_heads ", heads);
   head_dim = h / heads;
   c_attn = std::make_shared<Linear>(h, 3 * h, true, gen);
   c_proj = std::make_shared<Linear>(h, h, true, gen);
-  resid_dropout = std::make_shared<Dropout>(resid_p, gen);
+  resid_dropout = std::make_shared<Dropout>(resid_p);
   register_module("c_attn", c_attn);
   register_module("c_proj", c_proj);
   register_module("resid_dropout", resid_dropout);
@@ -98,7 +98,7 @@ Tensor GPT2Attention::forward(const Tensor& x, const LayerCache* cache) {
   Tensor q = split_heads(qkv[0], num_heads, head_dim);
   Tensor k = split_heads(qkv[1], num_heads, head_dim);
   Tensor v = split_heads(qkv[2], num_heads, head_dim);
-  Tensor a = attend(q, k, v, cache, is_training() ? attn_pdrop : 0.0, *gen_, false, "GPT2Attention");
+  Tensor a = attend(q, k, v, cache, is_training() ? attn_pdrop : 0.0, default_generator(), false, "GPT2Attention");
   return resid_dropout->forward(c_proj->forward(merge_heads(a)));
 }
 

@@ -45,9 +45,6 @@ class GPT2Attention : public Module {
   double attn_pdrop;
   std::shared_ptr<Linear> c_attn, c_proj;
   std::shared_ptr<Dropout> resid_dropout;
-
- private:
-  Generator* gen_;
 };
 
 }  // namespace tg::nn

@@ -1,6 +1,7 @@
 // nn::Dropout: zeroes elements with probability p while training (scaling the rest by
-// 1/(1-p)); the identity in eval mode or when p == 0. Masks are drawn from `gen`, which must
-// outlive the module (the default generator does).
+// 1/(1-p)); the identity in eval mode or when p == 0. Masks are drawn from the default generator
+// when forward runs (as torch.nn.Dropout: tg::manual_seed makes them repeat), never from a
+// generator the module was built with, which may be gone by then (from_pretrained's is).
 #pragma once
 
 #include "core/generator.h"
@@ -10,7 +11,7 @@ namespace tg::nn {
 
 class Dropout : public Module {
  public:
-  explicit Dropout(double p = 0.5, Generator& gen = default_generator());
+  explicit Dropout(double p = 0.5);
   Tensor forward(const Tensor& x) override;
 
   double p;
@@ -18,8 +19,6 @@ class Dropout : public Module {
  protected:
   std::string extra_repr() const override;
 
- private:
-  Generator* gen_;
 };
 
 }  // namespace tg::nn

@@ -59,7 +59,7 @@ GPT2Model::GPT2Model(const GPT2Config& c, Generator& gen) : Module("GPT2Model"),
   c.validate();
   wte = std::make_shared<Embedding>(c.vocab_size, c.n_embd, gen);
   wpe = std::make_shared<Embedding>(c.n_positions, c.n_embd, gen);
-  drop = std::make_shared<Dropout>(c.embd_pdrop, gen);
+  drop = std::make_shared<Dropout>(c.embd_pdrop);
   h = std::make_shared<ModuleList<GPT2Block>>();
   for (int64_t i = 0; i < c.n_layer; ++i) h->push_back(std::make_shared<GPT2Block>(c, gen));
   ln_f = std::make_shared<LayerNorm>(c.n_embd, c.layer_norm_epsilon);

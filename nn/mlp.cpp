@@ -23,7 +23,7 @@ Tensor SwiGLUMLP::forward(const Tensor& x) {
 GELUMLP::GELUMLP(int64_t hidden, int64_t intermediate, bool bias, double p, Generator& gen) : Module("GELUMLP") {
   c_fc = std::make_shared<Linear>(hidden, intermediate, bias, gen);
   c_proj = std::make_shared<Linear>(intermediate, hidden, bias, gen);
-  dropout = std::make_shared<Dropout>(p, gen);
+  dropout = std::make_shared<Dropout>(p);
   register_module("c_fc", c_fc);
   register_module("c_proj", c_proj);
   register_module("dropout", dropout);

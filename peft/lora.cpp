@@ -106,7 +106,7 @@ LoRALinear::LoRALinear(const nn::Linear& base, int64_t rank, double alpha, doubl
   const DType adapter_dtype = autocast_adapter_dtype && weight.dtype() == kBFloat16 ? kFloat32 : weight.dtype();
   lora_A->to(adapter_dtype, weight.device());
   lora_B->to(adapter_dtype, weight.device());
-  lora_dropout = std::make_shared<nn::Dropout>(dropout, gen);
+  lora_dropout = std::make_shared<nn::Dropout>(dropout);
   register_module("lora_dropout", lora_dropout);
   register_module("lora_A", lora_A);
   register_module("lora_B", lora_B);

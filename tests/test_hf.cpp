@@ -193,6 +193,29 @@ TEST_F(HfTest, GPT2StoresConv1DWeightsTransposed) {
   EXPECT_FALSE(nn::is_hf_conv1d(LlamaForCausalLM(llama_config(), gen), "model.layers.0.self_attn.q_proj"));
 }
 
+// Issue 39: a model loaded from a folder trained with its config's own dropout crashed (the
+// dropout layers kept a pointer to from_pretrained's local generator).
+TEST_F(HfTest, FolderModelsTrainWithTheirConfigsDropoutAndLora) {
+  TempDir dir;
+  GPT2LMHeadModel gpt2(gpt2_config(), gen);  // attn, resid and embd dropout 0.1
+  nn::save_pretrained(gpt2, dir / "g");
+  LlamaForCausalLM llama(llama_config(), gen);
+  nn::save_pretrained(llama, dir / "l");
+  for (const auto& [name, target] : {std::pair{"g", "c_attn"}, std::pair{"l", "q_proj"}}) {
+    SCOPED_TRACE(name);
+    std::shared_ptr<nn::Module> model = nn::from_pretrained(dir / name);
+    peft::LoraConfig lora;
+    lora.target_modules = {target};
+    peft::apply_lora(*model, lora);
+    model->train();
+    Tensor loss = name == std::string("g") ? dynamic_cast<GPT2LMHeadModel&>(*model).loss(ids(), ids())
+                                           : dynamic_cast<LlamaForCausalLM&>(*model).loss(ids(), ids());
+    loss.backward();
+    EXPECT_TRUE(std::isfinite(loss.item()));
+    for (auto& [path, l] : peft::lora_layers(*model)) EXPECT_TRUE(l->lora_B->weight.grad().defined()) << path;
+  }
+}
+
 // GPT-2 on the Hub was saved from GPT2Model: no "transformer." prefix, and causal-mask buffers.
 TEST_F(HfTest, GPT2LoadsBaseModelCheckpointsWithMaskBuffers) {
   GPT2LMHeadModel model(gpt2_config(), gen);

@@ -328,7 +328,7 @@ TEST_F(NnTest, GroupedQueryHeadsRepeatKv) {
 }
 
 TEST_F(NnTest, DropoutTrainAndEval) {
-  nn::Dropout d(0.5, gen);
+  nn::Dropout d(0.5);
   Tensor x = ones({1000});
   std::vector<float> y = d.forward(x).to_vector<float>();
   int zeros_n = 0;
