@@ -1,5 +1,9 @@
 #include "nn/attention.h"
 
+#include <algorithm>
+#include <vector>
+
+#include "core/factory.h"
 #include "ops/attention.h"
 #include "ops/binary.h"
 #include "ops/cast.h"
@@ -14,9 +18,18 @@ void check_input(const char* op, const Tensor& x, int64_t hidden) {
            x.defined() ? shape_str(x.shape()) : std::string("undefined"));
 }
 
-// [B, T, heads * hd] -> [B, heads, T, hd]
-Tensor split_heads(const Tensor& x, int64_t heads, int64_t hd) {
-  return transpose(reshape(x, {x.shape()[0], x.shape()[1], heads, hd}), 1, 2);
+// [B, T, heads * hd] -> [B, heads, T, hd], each head RMS-normalised first where `norm` is given.
+Tensor split_heads(const Tensor& x, int64_t heads, int64_t hd, RMSNorm* norm = nullptr) {
+  Tensor h = reshape(x, {x.shape()[0], x.shape()[1], heads, hd});
+  return transpose(norm ? norm->forward(h) : h, 1, 2);
+}
+
+// Sliding-window causal attention's bool [T, T] mask: query i sees keys i - window < j <= i.
+Tensor window_mask(int64_t T, int64_t window, Device device) {
+  std::vector<float> m(static_cast<size_t>(T * T));
+  for (int64_t i = 0; i < T; ++i)
+    for (int64_t j = std::max<int64_t>(0, i - window + 1); j <= i; ++j) m[i * T + j] = 1;
+  return to(from_vector(m, {T, T}, device), kBool);
 }
 
 // Rotary embedding with shared [T, hd] tables (the fused op), or per-sequence [B, 1, T, hd] ones
@@ -44,34 +57,58 @@ Tensor merge_heads(const Tensor& x) {
 }  // namespace
 
 CausalSelfAttention::CausalSelfAttention(int64_t h, int64_t heads, int64_t kv_heads, bool bias, Generator& gen)
-    : Module("CausalSelfAttention"), hidden(h), num_heads(heads), num_kv_heads(kv_heads ? kv_heads : heads) {
-  TG_CHECK(heads > 0 && h % heads == 0, "CausalSelfAttention", "hidden ", h, " must be divisible by num_heads ",
-           heads);
+    : CausalSelfAttention(h, heads, AttentionOptions{.num_kv_heads = kv_heads, .qkv_bias = bias, .o_bias = bias}, gen) {}
+
+CausalSelfAttention::CausalSelfAttention(int64_t h, int64_t heads, const AttentionOptions& o, Generator& gen)
+    : Module("CausalSelfAttention"),
+      hidden(h),
+      num_heads(heads),
+      num_kv_heads(o.num_kv_heads ? o.num_kv_heads : heads),
+      sliding_window(o.sliding_window) {
+  TG_CHECK(heads > 0 && (o.head_dim > 0 || h % heads == 0), "CausalSelfAttention", "hidden ", h,
+           " must be divisible by num_heads ", heads, " (or head_dim given)");
   TG_CHECK(num_kv_heads > 0 && heads % num_kv_heads == 0, "CausalSelfAttention", "num_kv_heads ", num_kv_heads,
            " must divide num_heads ", heads);
-  head_dim = h / heads;
-  q_proj = std::make_shared<Linear>(h, heads * head_dim, bias, gen);
-  k_proj = std::make_shared<Linear>(h, num_kv_heads * head_dim, bias, gen);
-  v_proj = std::make_shared<Linear>(h, num_kv_heads * head_dim, bias, gen);
-  o_proj = std::make_shared<Linear>(heads * head_dim, h, bias, gen);
+  TG_CHECK(o.sliding_window >= 0, "CausalSelfAttention", "sliding_window must be >= 0, got ", o.sliding_window);
+  head_dim = o.head_dim > 0 ? o.head_dim : h / heads;
+  q_proj = std::make_shared<Linear>(h, heads * head_dim, o.qkv_bias, gen);
+  k_proj = std::make_shared<Linear>(h, num_kv_heads * head_dim, o.qkv_bias, gen);
+  v_proj = std::make_shared<Linear>(h, num_kv_heads * head_dim, o.qkv_bias, gen);
+  o_proj = std::make_shared<Linear>(heads * head_dim, h, o.o_bias, gen);
   register_module("q_proj", q_proj);
   register_module("k_proj", k_proj);
   register_module("v_proj", v_proj);
   register_module("o_proj", o_proj);
+  if (o.qk_norm) {
+    q_norm = std::make_shared<RMSNorm>(head_dim, o.qk_norm_eps);
+    k_norm = std::make_shared<RMSNorm>(head_dim, o.qk_norm_eps);
+    register_module("q_norm", q_norm);
+    register_module("k_norm", k_norm);
+  }
 }
 
 Tensor CausalSelfAttention::forward(const Tensor& x, const Tensor& cos, const Tensor& sin, const LayerCache* cache) {
   check_input("CausalSelfAttention", x, hidden);
   const std::vector<Tensor> qkv = forward_group({q_proj, k_proj, v_proj}, x);  // one op for the three
-  Tensor q = split_heads(qkv[0], num_heads, head_dim);
-  Tensor k = split_heads(qkv[1], num_kv_heads, head_dim);
+  Tensor q = split_heads(qkv[0], num_heads, head_dim, q_norm.get());
+  Tensor k = split_heads(qkv[1], num_kv_heads, head_dim, k_norm.get());
   Tensor v = split_heads(qkv[2], num_kv_heads, head_dim);
   if (cos.defined()) {
     q = rotate(q, cos, sin);
     k = rotate(k, cos, sin);
   }
   // Grouped-query heads: the attention kernels read each kv head for its query heads in place.
-  Tensor a = attend(q, k, v, cache, 0.0, default_generator(), /*gqa=*/num_kv_heads != num_heads, "CausalSelfAttention");
+  const bool gqa = num_kv_heads != num_heads;
+  Tensor a;
+  if (sliding_window > 0 && !cache && x.shape()[1] > sliding_window) {
+    a = scaled_dot_product_attention(q, k, v, /*is_causal=*/false, std::nullopt, 0.0, default_generator(), gqa,
+                                     window_mask(x.shape()[1], sliding_window, x.device()));
+  } else {
+    TG_CHECK(sliding_window == 0 || !cache || cache->step.max_position < sliding_window, "CausalSelfAttention",
+             "generation past sliding_window ", sliding_window, " is not supported (position ",
+             cache ? cache->step.max_position : 0, ")");
+    a = attend(q, k, v, cache, 0.0, default_generator(), gqa, "CausalSelfAttention");
+  }
   return o_proj->forward(merge_heads(a));
 }
 

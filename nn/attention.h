@@ -8,8 +8,20 @@
 #include "nn/dropout.h"
 #include "nn/kv_cache.h"
 #include "nn/linear.h"
+#include "nn/norm.h"
 
 namespace tg::nn {
+
+// What the Llama-like families change in their attention.
+struct AttentionOptions {
+  int64_t num_kv_heads = 0;  // 0: num_heads
+  int64_t head_dim = 0;      // 0: hidden / num_heads (Qwen3, Mistral-Nemo give another)
+  bool qkv_bias = false;     // Qwen2; Llama's attention_bias sets both
+  bool o_bias = false;
+  bool qk_norm = false;      // Qwen3: an RMSNorm over each head of q and of k, before RoPE
+  double qk_norm_eps = 1e-6;
+  int64_t sliding_window = 0;  // > 0: query i sees keys i - window < j <= i (Mistral v0.1)
+};
 
 // Llama attention: q/k/v/o projections, rotary embedding on q and k, grouped-query heads
 // (num_kv_heads divides num_heads; each kv head serves num_heads / num_kv_heads query heads).
@@ -17,14 +29,17 @@ class CausalSelfAttention : public Module {
  public:
   CausalSelfAttention(int64_t hidden, int64_t num_heads, int64_t num_kv_heads = 0 /* = num_heads */,
                       bool bias = false, Generator& gen = default_generator());
+  CausalSelfAttention(int64_t hidden, int64_t num_heads, const AttentionOptions& options,
+                      Generator& gen = default_generator());
   // x [B, T, hidden]; cos, sin [T, head_dim] from a RotaryEmbedding (undefined: no rotary), or
   // [B, 1, T, head_dim] per sequence. With a cache (generation): the T tokens' keys and values
   // join it, and the tokens attend to everything cached before them (nn/kv_cache.h).
   Tensor forward(const Tensor& x, const Tensor& cos, const Tensor& sin, const LayerCache* cache = nullptr);
   Tensor forward(const Tensor& x) override { return forward(x, Tensor(), Tensor()); }
 
-  int64_t hidden, num_heads, num_kv_heads, head_dim;
+  int64_t hidden, num_heads, num_kv_heads, head_dim, sliding_window;
   std::shared_ptr<Linear> q_proj, k_proj, v_proj, o_proj;
+  std::shared_ptr<RMSNorm> q_norm, k_norm;  // qk_norm only
 
  protected:
   std::string extra_repr() const override;

@@ -9,7 +9,7 @@ namespace tg::nn {
 Embedding::Embedding(int64_t num, int64_t dim, Generator& gen)
     : Module("Embedding"), num_embeddings(num), embedding_dim(dim) {
   TG_CHECK(num > 0 && dim > 0, "Embedding", "sizes must be positive, got ", num, " x ", dim);
-  weight = empty({num, dim});
+  weight = empty({num, dim}, init::parameter_options());
   init::normal_(weight, 0.0, 1.0, gen);
   register_parameter("weight", weight);
 }

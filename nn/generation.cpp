@@ -9,9 +9,9 @@
 #include "core/factory.h"
 #include "core/philox.h"
 #include "core/primitives.h"
-#include "nn/gpt2.h"
+#include "nn/architecture.h"
+#include "nn/causal_lm.h"
 #include "nn/kv_cache.h"
-#include "nn/llama.h"
 #include "nn/logits_process.h"
 #include "ops/cast.h"
 #include "ops/reduce.h"
@@ -22,28 +22,10 @@ namespace {
 
 constexpr const char* kOp = "generate";
 
-// What generation needs of a causal LM.
-struct CausalLM {
-  std::function<Tensor(const Tensor&, KVCache&)> hidden;  // the cached forward: ids -> hidden states
-  Linear* lm_head;
-  const Tensor* embedding;  // its dtype and device are the hidden states'
-  int64_t context, layers, kv_heads, head_dim;
-  const char* context_field;
-};
-
-CausalLM causal_lm(Module& model) {
-  if (auto* m = dynamic_cast<LlamaForCausalLM*>(&model)) {
-    const LlamaConfig& c = m->config;
-    return {[m](const Tensor& ids, KVCache& cache) { return m->model->forward(ids, cache); }, m->lm_head.get(),
-            &m->model->embed_tokens->weight, c.max_position_embeddings, c.num_hidden_layers, c.kv_heads(),
-            c.head_dim(), "max_position_embeddings"};
-  }
-  if (auto* m = dynamic_cast<GPT2LMHeadModel*>(&model)) {
-    const GPT2Config& c = m->config;
-    return {[m](const Tensor& ids, KVCache& cache) { return m->transformer->forward(ids, cache); }, m->lm_head.get(),
-            &m->transformer->wte->weight, c.n_positions, c.n_layer, c.n_head, c.n_embd / c.n_head, "n_positions"};
-  }
-  fail(kOp, "wants a LlamaForCausalLM or GPT2LMHeadModel, got ", model.type_name());
+CausalLM& causal_lm(Module& model) {
+  auto* lm = dynamic_cast<CausalLM*>(&model);
+  TG_CHECK(lm, kOp, "wants a causal LM (", architecture_names(), "), got ", model.type_name());
+  return *lm;
 }
 
 // Eval mode for the call, the caller's mode afterwards (also when generation throws).
@@ -60,9 +42,9 @@ class EvalScope {
 };
 
 // The next-token logits [B, V] from the hidden states of the last column.
-Tensor last_logits(const CausalLM& lm, const Tensor& hidden) {
+Tensor last_logits(CausalLM& lm, const Tensor& hidden) {
   const int64_t T = hidden.shape()[1];
-  Tensor logits = lm.lm_head->forward(slice(hidden, 1, T - 1, T));
+  Tensor logits = lm.logits(slice(hidden, 1, T - 1, T));
   return reshape(logits, {logits.shape()[0], logits.shape()[2]});
 }
 
@@ -101,7 +83,7 @@ std::vector<int32_t> choose(const Tensor& logits, const std::vector<std::vector<
 // replays it; the logits are then the graph's tensor, overwritten by the next step.
 class StaticDecoder {
  public:
-  StaticDecoder(const CausalLM& lm, KVCache& cache, bool graphed) : lm_(lm), cache_(cache) {
+  StaticDecoder(CausalLM& lm, KVCache& cache, bool graphed) : lm_(lm), cache_(cache) {
     cache.enable_static_decode();
     ids_ = Tensor::empty({cache.batch(), 1}, {kInt64, cache.device()});
     if (graphed) graph_ = std::make_unique<cuda::CUDAGraph>(cache.device());
@@ -112,16 +94,16 @@ class StaticDecoder {
     copy_(ids_, from_vector(fed, {cache_.batch(), 1}));
     if (!graph_ || !warmed_up_) {
       warmed_up_ = true;
-      return last_logits(lm_, lm_.hidden(ids_, cache_));
+      return last_logits(lm_, lm_.hidden_states(ids_, cache_));
     }
-    if (!graph_->captured()) graph_->capture([&] { logits_ = last_logits(lm_, lm_.hidden(ids_, cache_)); });
+    if (!graph_->captured()) graph_->capture([&] { logits_ = last_logits(lm_, lm_.hidden_states(ids_, cache_)); });
     else cache_.advance(1);  // the capture's forward advanced the cache once; each replay fills a column too
     graph_->replay();
     return logits_;
   }
 
  private:
-  const CausalLM& lm_;
+  CausalLM& lm_;
   KVCache& cache_;
   Tensor ids_, logits_;
   std::unique_ptr<cuda::CUDAGraph> graph_;
@@ -133,8 +115,10 @@ class StaticDecoder {
 std::vector<std::vector<int32_t>> generate(Module& model, const std::vector<std::vector<int32_t>>& input_ids,
                                            const GenerationConfig& config, const TokenStreamer& streamer) {
   config.validate();
-  const CausalLM lm = causal_lm(model);
-  const int64_t B = static_cast<int64_t>(input_ids.size()), vocab = lm.embedding->shape()[0],
+  CausalLM& lm = causal_lm(model);
+  const ModelDims dims = lm.dims();
+  const Tensor& embedding = lm.input_embeddings().weight;  // its dtype and device are the hidden states'
+  const int64_t B = static_cast<int64_t>(input_ids.size()), vocab = embedding.shape()[0],
                 V = lm.lm_head->out_features;
   TG_CHECK(B >= 1, kOp, "input_ids holds no prompt");
   int64_t P = 0;
@@ -148,13 +132,13 @@ std::vector<std::vector<int32_t>> generate(Module& model, const std::vector<std:
   }
   for (int32_t id : config.eos_token_id)
     TG_CHECK(id < V, kOp, "eos_token_id ", id, " is outside the model's ", V, " logits");
-  TG_CHECK(P + config.max_new_tokens <= lm.context, kOp, "the longest prompt (", P, " tokens) + max_new_tokens ",
-           config.max_new_tokens, " = ", P + config.max_new_tokens, " exceeds the model's context (", lm.context_field,
-           " ", lm.context, ")");
+  TG_CHECK(P + config.max_new_tokens <= dims.context, kOp, "the longest prompt (", P, " tokens) + max_new_tokens ",
+           config.max_new_tokens, " = ", P + config.max_new_tokens, " exceeds the model's context (",
+           dims.context_field, " ", dims.context, ")");
 
   NoGradGuard no_grad;
   EvalScope eval(model);
-  const Device device = lm.embedding->device();
+  const Device device = embedding.device();
   // Left padding: every prompt ends in column P - 1, so each step appends one column for all.
   std::vector<int64_t> padding(static_cast<size_t>(B)), flat;
   flat.reserve(static_cast<size_t>(B * P));
@@ -164,12 +148,12 @@ std::vector<std::vector<int32_t>> generate(Module& model, const std::vector<std:
     flat.insert(flat.end(), input_ids[b].begin(), input_ids[b].end());
   }
   // The last new token is never fed back: P + max_new_tokens - 1 columns.
-  KVCache cache(lm.layers, B, lm.kv_heads, lm.head_dim, P + config.max_new_tokens - 1,
-                {lm.embedding->dtype(), device}, padding);
+  KVCache cache(dims.num_layers, B, dims.kv_heads, dims.head_dim, P + config.max_new_tokens - 1,
+                {embedding.dtype(), device}, padding);
   TG_CHECK(!config.cuda_graph || device.is_cuda(), kOp, "cuda_graph wants the model on a GPU, it is on ", device);
   std::optional<StaticDecoder> static_decode;
   if (config.cache_implementation == "static") static_decode.emplace(lm, cache, config.cuda_graph);
-  Tensor logits = last_logits(lm, lm.hidden(from_vector(flat, {B, P}, device), cache));
+  Tensor logits = last_logits(lm, lm.hidden_states(from_vector(flat, {B, P}, device), cache));
 
   std::vector<std::vector<int32_t>> seqs = input_ids;
   std::vector<bool> done(static_cast<size_t>(B), false);
@@ -189,7 +173,7 @@ std::vector<std::vector<int32_t>> generate(Module& model, const std::vector<std:
     }
     if (running == 0 || step + 1 == config.max_new_tokens) break;
     logits = static_decode ? (*static_decode)(fed)
-                           : last_logits(lm, lm.hidden(from_vector(fed, {B, 1}, device), cache));
+                           : last_logits(lm, lm.hidden_states(from_vector(fed, {B, 1}, device), cache));
   }
   return seqs;
 }

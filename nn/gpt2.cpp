@@ -4,6 +4,7 @@
 
 #include "core/activation_checkpoint.h"
 #include "core/factory.h"
+#include "nn/architecture.h"
 #include "nn/init.h"
 #include "nn/loss.h"
 #include "ops/binary.h"
@@ -109,7 +110,7 @@ Tensor GPT2Model::forward(const Tensor& ids, KVCache& cache) {
   return ln_f->forward(x);
 }
 
-GPT2LMHeadModel::GPT2LMHeadModel(const GPT2Config& c, Generator& gen) : Module("GPT2LMHeadModel"), config(c) {
+GPT2LMHeadModel::GPT2LMHeadModel(const GPT2Config& c, Generator& gen) : CausalLM("GPT2LMHeadModel"), config(c) {
   transformer = std::make_shared<GPT2Model>(c, gen);
   lm_head = std::make_shared<Linear>(c.n_embd, c.vocab_size, false, gen);
   register_module("transformer", transformer);
@@ -129,12 +130,15 @@ GPT2LMHeadModel::GPT2LMHeadModel(const GPT2Config& c, Generator& gen) : Module("
   lm_head->weight = transformer->wte->weight;  // tied: one tensor under two names
 }
 
-Tensor GPT2LMHeadModel::forward(const Tensor& ids) { return lm_head->forward(transformer->forward(ids)); }
-
-// As LlamaForCausalLM::loss: the fused loss for a plain bias-free head.
-Tensor GPT2LMHeadModel::loss(const Tensor& ids, const Tensor& labels) {
-  if (lm_head->type_name() != "Linear" || lm_head->bias.defined()) return causal_lm_loss(forward(ids), labels);
-  return causal_lm_loss_from_hidden(transformer->forward(ids), lm_head->weight, labels);
+ModelDims GPT2LMHeadModel::dims() const {
+  return {.vocab_size = config.vocab_size,
+          .context = config.n_positions,
+          .context_field = "n_positions",
+          .num_layers = config.n_layer,
+          .kv_heads = config.n_head,
+          .head_dim = config.n_embd / config.n_head};
 }
+
+const Architecture& GPT2LMHeadModel::architecture() const { return *find_architecture("GPT2LMHeadModel"); }
 
 }  // namespace tg::nn

@@ -14,6 +14,7 @@
 
 #include "core/generator.h"
 #include "nn/attention.h"
+#include "nn/causal_lm.h"
 #include "nn/dropout.h"
 #include "nn/embedding.h"
 #include "nn/linear.h"
@@ -74,15 +75,20 @@ class GPT2Model : public Module {
   Tensor positions_;
 };
 
-class GPT2LMHeadModel : public Module {
+// forward(ids [B, T]) -> logits [B, T, vocab]; loss: nn/causal_lm.h. lm_head's weight is
+// transformer->wte->weight.
+class GPT2LMHeadModel : public CausalLM {
  public:
   explicit GPT2LMHeadModel(const GPT2Config& c, Generator& gen = default_generator());
-  Tensor forward(const Tensor& ids) override;  // [B, T] -> logits [B, T, vocab]
-  Tensor loss(const Tensor& ids, const Tensor& labels);
+  Tensor hidden_states(const Tensor& ids) override { return transformer->forward(ids); }
+  Tensor hidden_states(const Tensor& ids, KVCache& cache) override { return transformer->forward(ids, cache); }
+  Embedding& input_embeddings() override { return *transformer->wte; }
+  ModelDims dims() const override;
+  const Architecture& architecture() const override;
+  json::Value config_json() const override;
 
   GPT2Config config;
   std::shared_ptr<GPT2Model> transformer;
-  std::shared_ptr<Linear> lm_head;  // weight is transformer->wte->weight
 };
 
 }  // namespace tg::nn

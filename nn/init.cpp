@@ -8,8 +8,30 @@
 #include "ops/unary.h"
 
 namespace tg::nn::init {
+namespace {
+
+struct SkipState {
+  const SkipInitGuard* guard = nullptr;
+  TensorOptions options;
+};
+thread_local SkipState skip_state;
+
+}  // namespace
+
+SkipInitGuard::SkipInitGuard(TensorOptions o) : outer_(skip_state.guard) {
+  TG_CHECK(is_floating_point(o.dtype), "SkipInitGuard", "parameters are floating point, got ", o.dtype);
+  TG_CHECK(!outer_, "SkipInitGuard", "is already active on this thread");
+  skip_state = {this, {o.dtype, o.device, false}};
+}
+
+SkipInitGuard::~SkipInitGuard() { skip_state = {}; }
+
+bool skipping() { return skip_state.guard != nullptr; }
+
+TensorOptions parameter_options() { return skipping() ? skip_state.options : TensorOptions{}; }
 
 void normal_(const Tensor& t, double mean, double std, Generator& gen) {
+  if (skipping()) return;
   NoGradGuard g;
   // Drawn and scaled in float64 on the host, rounded once into t.
   Tensor r = randn(t.shape(), gen, {kFloat64, Device::cpu()});
@@ -17,11 +39,13 @@ void normal_(const Tensor& t, double mean, double std, Generator& gen) {
 }
 
 void uniform_(const Tensor& t, double low, double high, Generator& gen) {
+  if (skipping()) return;
   NoGradGuard g;
   copy_(t, uniform(t.shape(), low, high, gen, {kFloat64, Device::cpu()}));
 }
 
 void constant_(const Tensor& t, double value) {
+  if (skipping()) return;
   NoGradGuard g;
   fill_(t, value);
 }

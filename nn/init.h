@@ -19,4 +19,22 @@ void kaiming_uniform_(const Tensor& t, double a = 0.0, Generator& gen = default_
 // fan_in of a weight [out, in, ...]: in times the product of the trailing dims.
 int64_t fan_in(const Tensor& t);
 
+// While one lives on this thread, modules create their parameters with `parameter_options` and
+// leave them uninitialised (every initialiser above does nothing): for parameters whose values come
+// next from a file (from_pretrained), as transformers' low_cpu_mem_usage loading. No random draw,
+// no float32 copy on the host first.
+class SkipInitGuard {
+ public:
+  explicit SkipInitGuard(TensorOptions parameter_options);
+  ~SkipInitGuard();
+  SkipInitGuard(const SkipInitGuard&) = delete;
+  SkipInitGuard& operator=(const SkipInitGuard&) = delete;
+
+ private:
+  const SkipInitGuard* outer_;
+};
+bool skipping();
+// What a module's parameters are created as: float32 on the CPU, or the SkipInitGuard's options.
+TensorOptions parameter_options();
+
 }  // namespace tg::nn::init

@@ -12,10 +12,10 @@ namespace tg::nn {
 Linear::Linear(int64_t in, int64_t out, bool with_bias, Generator& gen)
     : Module("Linear"), in_features(in), out_features(out) {
   TG_CHECK(in > 0 && out > 0, "Linear", "features must be positive, got in ", in, ", out ", out);
-  weight = empty({out, in});
+  weight = empty({out, in}, init::parameter_options());
   init::kaiming_uniform_(weight, std::sqrt(5.0), gen);
   if (with_bias) {
-    bias = empty({out});
+    bias = empty({out}, init::parameter_options());
     const double bound = 1.0 / std::sqrt(static_cast<double>(in));
     init::uniform_(bias, -bound, bound, gen);
   }
@@ -40,8 +40,10 @@ Linear::Linear(const Tensor& w, const Tensor& b)
 
 Tensor Linear::forward(const Tensor& x) { return linear(x, weight, bias); }
 
+bool Linear::is_plain() const { return typeid(*this) == typeid(Linear); }
+
 std::optional<LinearSpec> Linear::spec() const {
-  if (typeid(*this) != typeid(Linear)) return std::nullopt;
+  if (!is_plain()) return std::nullopt;
   return LinearSpec{weight, bias};
 }
 

@@ -23,6 +23,8 @@ class Linear : public Module {
   // that does not override spec(), LoRA with dropout in training). The base returns {W, b}
   // only for an exact nn::Linear.
   virtual std::optional<LinearSpec> spec() const;
+  // An exact nn::Linear: no subclass (LoRA, a quantised base) changes what forward computes.
+  bool is_plain() const;
 
   int64_t in_features, out_features;
   Tensor weight;  // [out_features, in_features]

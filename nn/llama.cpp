@@ -3,6 +3,7 @@
 #include <tuple>
 
 #include "core/activation_checkpoint.h"
+#include "nn/architecture.h"
 #include "nn/init.h"
 #include "nn/loss.h"
 #include "ops/binary.h"
@@ -51,18 +52,23 @@ void LlamaConfig::validate() const {
   positive(num_hidden_layers, "num_hidden_layers");
   positive(num_attention_heads, "num_attention_heads");
   positive(max_position_embeddings, "max_position_embeddings");
-  TG_CHECK(hidden_size % num_attention_heads == 0, "LlamaConfig", "hidden_size ", hidden_size,
-           " is not divisible by num_attention_heads ", num_attention_heads);
+  TG_CHECK(attention_head_dim >= 0, "LlamaConfig", "head_dim must be >= 0, got ", attention_head_dim);
+  TG_CHECK(attention_head_dim > 0 || hidden_size % num_attention_heads == 0, "LlamaConfig", "hidden_size ",
+           hidden_size, " is not divisible by num_attention_heads ", num_attention_heads);
+  TG_CHECK(sliding_window >= 0, "LlamaConfig", "sliding_window must be >= 0, got ", sliding_window);
+  rope_scaling.validate();
   TG_CHECK(head_dim() % 2 == 0, "LlamaConfig", "head_dim ", head_dim(), " must be even for rotary embedding");
   TG_CHECK(kv_heads() > 0 && num_attention_heads % kv_heads() == 0, "LlamaConfig", "num_key_value_heads ",
            kv_heads(), " must divide num_attention_heads ", num_attention_heads);
 }
 
 int64_t LlamaConfig::num_parameters() const {
-  const int64_t d = hidden_size, kv = kv_heads() * head_dim();
-  const int64_t attn = d * d * 2 + d * kv * 2;   // q, o [d, d]; k, v [kv, d]
-  const int64_t mlp = 3 * d * intermediate_size;  // gate, up, down
-  const int64_t layer = attn + mlp + 2 * d;       // + two RMSNorm weights
+  const int64_t d = hidden_size, q = num_attention_heads * head_dim(), kv = kv_heads() * head_dim();
+  const bool qkv_biased = attention_bias || qkv_bias;
+  const int64_t attn = d * q * 2 + d * kv * 2 + (qkv_biased ? q + 2 * kv : 0) + (attention_bias ? d : 0) +
+                       (qk_norm ? 2 * head_dim() : 0);     // q, o [q, d]; k, v [kv, d]
+  const int64_t mlp = 3 * d * intermediate_size + (mlp_bias ? 2 * intermediate_size + d : 0);  // gate, up, down
+  const int64_t layer = attn + mlp + 2 * d;                // + two RMSNorm weights
   return vocab_size * d * (tie_word_embeddings ? 1 : 2) + num_hidden_layers * layer + d;
 }
 
@@ -98,9 +104,16 @@ LlamaConfig LlamaConfig::by_name(const std::string& name) {
 
 LlamaDecoderLayer::LlamaDecoderLayer(const LlamaConfig& c, Generator& gen) : Module("LlamaDecoderLayer") {
   input_layernorm = std::make_shared<RMSNorm>(c.hidden_size, c.rms_norm_eps);
-  self_attn = std::make_shared<CausalSelfAttention>(c.hidden_size, c.num_attention_heads, c.kv_heads(), false, gen);
+  const AttentionOptions attention{.num_kv_heads = c.kv_heads(),
+                                   .head_dim = c.head_dim(),
+                                   .qkv_bias = c.attention_bias || c.qkv_bias,
+                                   .o_bias = c.attention_bias,
+                                   .qk_norm = c.qk_norm,
+                                   .qk_norm_eps = c.rms_norm_eps,
+                                   .sliding_window = c.sliding_window};
+  self_attn = std::make_shared<CausalSelfAttention>(c.hidden_size, c.num_attention_heads, attention, gen);
   post_attention_layernorm = std::make_shared<RMSNorm>(c.hidden_size, c.rms_norm_eps);
-  mlp = std::make_shared<SwiGLUMLP>(c.hidden_size, c.intermediate_size, false, gen);
+  mlp = std::make_shared<SwiGLUMLP>(c.hidden_size, c.intermediate_size, c.mlp_bias, gen);
   register_module("self_attn", self_attn);
   register_module("mlp", mlp);
   register_module("input_layernorm", input_layernorm);
@@ -132,7 +145,7 @@ LlamaModel::LlamaModel(const LlamaConfig& c, Generator& gen) : Module("LlamaMode
   layers = std::make_shared<ModuleList<LlamaDecoderLayer>>();
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) layers->push_back(std::make_shared<LlamaDecoderLayer>(c, gen));
   norm = std::make_shared<RMSNorm>(c.hidden_size, c.rms_norm_eps);
-  rotary_emb = std::make_shared<RotaryEmbedding>(c.head_dim(), c.max_position_embeddings, c.rope_theta);
+  rotary_emb = std::make_shared<RotaryEmbedding>(c.head_dim(), c.max_position_embeddings, c.rope_theta, c.rope_scaling);
   register_module("embed_tokens", embed_tokens);
   register_module("layers", layers);
   register_module("norm", norm);
@@ -179,7 +192,7 @@ Tensor LlamaModel::forward(const Tensor& ids, KVCache& cache) {
   return m.defined() ? final_norm(*norm, h, m) : norm->forward(h);
 }
 
-LlamaForCausalLM::LlamaForCausalLM(const LlamaConfig& c, Generator& gen) : Module("LlamaForCausalLM"), config(c) {
+LlamaForCausalLM::LlamaForCausalLM(const LlamaConfig& c, Generator& gen) : CausalLM("LlamaForCausalLM"), config(c) {
   model = std::make_shared<LlamaModel>(c, gen);
   lm_head = std::make_shared<Linear>(c.hidden_size, c.vocab_size, false, gen);
   register_module("model", model);
@@ -197,13 +210,19 @@ LlamaForCausalLM::LlamaForCausalLM(const LlamaConfig& c, Generator& gen) : Modul
   if (c.tie_word_embeddings) lm_head->weight = model->embed_tokens->weight;
 }
 
-Tensor LlamaForCausalLM::forward(const Tensor& ids) { return lm_head->forward(model->forward(ids)); }
+ModelDims LlamaForCausalLM::dims() const {
+  return {.vocab_size = config.vocab_size,
+          .context = config.max_position_embeddings,
+          .num_layers = config.num_hidden_layers,
+          .kv_heads = config.kv_heads(),
+          .head_dim = config.head_dim()};
+}
 
-// A plain bias-free head takes the fused loss (no [B, T, V] logits); a wrapped one (LoRA on
-// lm_head) computes its logits.
-Tensor LlamaForCausalLM::loss(const Tensor& ids, const Tensor& labels) {
-  if (lm_head->type_name() != "Linear" || lm_head->bias.defined()) return causal_lm_loss(forward(ids), labels);
-  return causal_lm_loss_from_hidden(model->forward(ids), lm_head->weight, labels);
+const Architecture& LlamaForCausalLM::architecture() const {
+  const Architecture* a = find_architecture(config.architecture);
+  TG_CHECK(a, "LlamaForCausalLM", "config.architecture \"", config.architecture, "\" is not registered (",
+           architecture_names(), ")");
+  return *a;
 }
 
 }  // namespace tg::nn

@@ -1,5 +1,6 @@
 // The Llama architecture with transformers' parameter names (LlamaForCausalLM), so checkpoints
-// and peft adapters carry over.
+// and peft adapters carry over. Mistral, Qwen2 / Qwen2.5 and Qwen3 are the same model with the
+// options of LlamaConfig below (nn/llama_config.cpp reads and writes their config.json).
 //
 //   tg::manual_seed(0);
 //   auto model = std::make_shared<tg::nn::LlamaForCausalLM>(tg::nn::LlamaConfig::tiny());
@@ -13,6 +14,7 @@
 
 #include "core/generator.h"
 #include "nn/attention.h"
+#include "nn/causal_lm.h"
 #include "nn/embedding.h"
 #include "nn/linear.h"
 #include "nn/mlp.h"
@@ -22,6 +24,7 @@
 namespace tg::nn {
 
 struct LlamaConfig {
+  std::string architecture = "LlamaForCausalLM";  // its registry entry (nn/architecture.h)
   int64_t vocab_size = 256;
   int64_t hidden_size = 128;
   int64_t intermediate_size = 344;
@@ -33,8 +36,15 @@ struct LlamaConfig {
   double rms_norm_eps = 1e-5;
   bool tie_word_embeddings = false;
   double initializer_range = 0.02;  // every Linear and embedding weight ~ N(0, 0.02)
+  RopeScaling rope_scaling;
+  int64_t attention_head_dim = 0;  // config.json's head_dim; 0: hidden_size / num_attention_heads
+  bool attention_bias = false;     // biases on q/k/v/o_proj (Llama's attention_bias, Qwen3)
+  bool qkv_bias = false;           // biases on q/k/v_proj only (Qwen2)
+  bool mlp_bias = false;           // biases on gate/up/down_proj
+  bool qk_norm = false;            // Qwen3: RMSNorm over each head of q and k (self_attn.q_norm / k_norm)
+  int64_t sliding_window = 0;      // Mistral v0.1: > 0, each query sees this many keys back
 
-  int64_t head_dim() const { return hidden_size / num_attention_heads; }
+  int64_t head_dim() const { return attention_head_dim ? attention_head_dim : hidden_size / num_attention_heads; }
   int64_t kv_heads() const { return num_key_value_heads ? num_key_value_heads : num_attention_heads; }
   void validate() const;  // tg::Error naming the bad field
   // What LlamaForCausalLM(config).num_parameters() gives, without building it.
@@ -84,17 +94,19 @@ class LlamaModel : public Module {
   std::shared_ptr<RotaryEmbedding> rotary_emb;  // buffers only, not in the state dict
 };
 
-class LlamaForCausalLM : public Module {
+// forward(ids [B, T] int32/int64) -> logits [B, T, vocab]; loss(ids, labels): nn/causal_lm.h.
+class LlamaForCausalLM : public CausalLM {
  public:
   explicit LlamaForCausalLM(const LlamaConfig& c, Generator& gen = default_generator());
-  // ids [B, T] int32/int64 -> logits [B, T, vocab]
-  Tensor forward(const Tensor& ids) override;
-  // Next-token loss of forward(ids) against labels (usually ids itself): see causal_lm_loss.
-  Tensor loss(const Tensor& ids, const Tensor& labels);
+  Tensor hidden_states(const Tensor& ids) override { return model->forward(ids); }
+  Tensor hidden_states(const Tensor& ids, KVCache& cache) override { return model->forward(ids, cache); }
+  Embedding& input_embeddings() override { return *model->embed_tokens; }
+  ModelDims dims() const override;
+  const Architecture& architecture() const override;
+  json::Value config_json() const override;
 
   LlamaConfig config;
   std::shared_ptr<LlamaModel> model;
-  std::shared_ptr<Linear> lm_head;
 };
 
 }  // namespace tg::nn

@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "core/factory.h"
+#include "nn/init.h"
 #include "ops/layer_norm.h"
 #include "ops/rms_norm.h"
 
@@ -19,7 +20,8 @@ std::string norm_repr(int64_t dim, double eps) {
 
 RMSNorm::RMSNorm(int64_t d, double e) : Module("RMSNorm"), dim(d), eps(e) {
   TG_CHECK(d > 0, "RMSNorm", "dim must be positive, got ", d);
-  weight = ones({d});
+  weight = empty({d}, init::parameter_options());
+  init::ones_(weight);
   register_parameter("weight", weight);
 }
 
@@ -29,8 +31,12 @@ std::string RMSNorm::extra_repr() const { return norm_repr(dim, eps); }
 
 LayerNorm::LayerNorm(int64_t d, double e, bool with_bias) : Module("LayerNorm"), dim(d), eps(e) {
   TG_CHECK(d > 0, "LayerNorm", "dim must be positive, got ", d);
-  weight = ones({d});
-  if (with_bias) bias = zeros({d});
+  weight = empty({d}, init::parameter_options());
+  init::ones_(weight);
+  if (with_bias) {
+    bias = empty({d}, init::parameter_options());
+    init::zeros_(bias);
+  }
   register_parameter("weight", weight);
   register_parameter("bias", bias);
 }

@@ -3,23 +3,25 @@
 //
 //   auto model = tg::nn::from_pretrained_llama("TinyLlama-folder");       // LlamaForCausalLM
 //   auto gpt = tg::nn::from_pretrained_gpt2("gpt2-folder", {.dtype = tg::kBFloat16});
-//   std::shared_ptr<tg::nn::Module> any = tg::nn::from_pretrained("folder");  // by config.json
+//   std::shared_ptr<tg::nn::CausalLM> any = tg::nn::from_pretrained("folder");  // by config.json
 //   tg::nn::save_pretrained(*model, "out/model");  // transformers' from_pretrained loads it
 //
-// Supported: LlamaForCausalLM (grouped-query heads, rope_theta, rms_norm_eps,
-// tie_word_embeddings; no biases, silu, default RoPE) and GPT2LMHeadModel (tanh GELU, lm_head
-// tied to wte). Weights may be F32, BF16 or F16 (F16 is widened to float32 on reading). GPT-2's
-// Conv1D weights (c_attn, c_proj, c_fc: [in, out] on disk) are transposed to Linear's [out, in]
-// on loading and back on saving. Anything else in config.json that would change the
-// computation (rope_scaling, attention_bias, another hidden_act, ...) is a tg::Error naming the
-// field and its value, never silently ignored.
+// Supported (nn/architecture.h lists them): LlamaForCausalLM (grouped-query heads, RoPE default /
+// linear / dynamic / llama3, attention and MLP biases, head_dim), MistralForCausalLM (sliding
+// window), Qwen2ForCausalLM (q/k/v biases), Qwen3ForCausalLM (q/k norms) and GPT2LMHeadModel (tanh
+// GELU, lm_head tied to wte). Weights may be F32, BF16 or F16 (F16 is widened to float32 on
+// reading). GPT-2's Conv1D weights (c_attn, c_proj, c_fc: [in, out] on disk) are transposed to
+// Linear's [out, in] on loading and back on saving. Anything else in config.json that would
+// change the computation (yarn RoPE, another hidden_act, per-layer windows, ...) is a tg::Error
+// naming the field and its value, never silently ignored.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <variant>
 
+#include "nn/architecture.h"
+#include "nn/causal_lm.h"
 #include "nn/gpt2.h"
 #include "nn/llama.h"
 
@@ -35,12 +37,11 @@ struct PretrainedOptions {
 // config (every missing, unexpected and mis-shaped tensor listed).
 std::shared_ptr<LlamaForCausalLM> from_pretrained_llama(const std::string& dir, const PretrainedOptions& options = {});
 std::shared_ptr<GPT2LMHeadModel> from_pretrained_gpt2(const std::string& dir, const PretrainedOptions& options = {});
-// AutoModelForCausalLM: whichever supported architecture config.json names.
-std::shared_ptr<Module> from_pretrained(const std::string& dir, const PretrainedOptions& options = {});
+// AutoModelForCausalLM: whichever registered architecture config.json names.
+std::shared_ptr<CausalLM> from_pretrained(const std::string& dir, const PretrainedOptions& options = {});
 
 // The config a config.json's text describes, checked as from_pretrained checks it (every number
 // range-checked, its field named in the error; `source` names the text).
-using PretrainedConfig = std::variant<LlamaConfig, GPT2Config>;
 PretrainedConfig parse_pretrained_config(const std::string& json_text, const std::string& source = "config.json");
 
 struct SaveOptions {

@@ -79,15 +79,24 @@ Tensor apply_rotary(const Tensor& x, const Tensor& cos, const Tensor& sin) {
   return add(mul(x, c), mul(rotate_half(x), s));
 }
 
-std::pair<Tensor, Tensor> rotary_cos_sin(int64_t T, int64_t head_dim, double theta, Device device) {
-  TG_CHECK(T >= 0 && head_dim > 0 && head_dim % 2 == 0, "rotary_cos_sin", "wants T >= 0 and an even head_dim, got T ",
-           T, ", head_dim ", head_dim);
+std::vector<float> rotary_inv_freq(int64_t head_dim, double theta) {
+  TG_CHECK(head_dim > 0 && head_dim % 2 == 0, "rotary_inv_freq", "wants an even head_dim, got ", head_dim);
   // float32 arithmetic, step by step as in transformers' LlamaRotaryEmbedding, so the tables
   // agree with a PyTorch reference to the last bit or so (angles reach T radians).
-  const int64_t half = head_dim / 2;
-  std::vector<float> inv_freq(static_cast<size_t>(half));
-  for (int64_t i = 0; i < half; ++i)
+  std::vector<float> inv_freq(static_cast<size_t>(head_dim / 2));
+  for (int64_t i = 0; i < head_dim / 2; ++i)
     inv_freq[i] = 1.0f / std::pow(static_cast<float>(theta), static_cast<float>(2 * i) / static_cast<float>(head_dim));
+  return inv_freq;
+}
+
+std::pair<Tensor, Tensor> rotary_cos_sin(int64_t T, int64_t head_dim, double theta, Device device) {
+  TG_CHECK(T >= 0, "rotary_cos_sin", "wants T >= 0, got ", T);
+  return rotary_cos_sin(T, rotary_inv_freq(head_dim, theta), device);
+}
+
+std::pair<Tensor, Tensor> rotary_cos_sin(int64_t T, const std::vector<float>& inv_freq, Device device) {
+  const auto half = static_cast<int64_t>(inv_freq.size()), head_dim = 2 * half;
+  TG_CHECK(T >= 0 && half > 0, "rotary_cos_sin", "wants T >= 0 and frequencies, got T ", T, " and ", half);
   std::vector<float> c(static_cast<size_t>(T * head_dim)), s(c.size());
   for (int64_t t = 0; t < T; ++t)
     for (int64_t i = 0; i < head_dim; ++i) {

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <utility>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -24,5 +25,9 @@ Tensor apply_rotary(const Tensor& x, const Tensor& cos, const Tensor& sin);
 // emb = cat(angle, angle).
 std::pair<Tensor, Tensor> rotary_cos_sin(int64_t T, int64_t head_dim, double theta = 10000.0,
                                          Device device = Device::cpu());
+// The same tables from given frequencies (head_dim / 2 of them: scaled RoPE, nn/rotary.h).
+std::pair<Tensor, Tensor> rotary_cos_sin(int64_t T, const std::vector<float>& inv_freq, Device device = Device::cpu());
+// inv_freq[i] = 1 / theta^(2i/hd) in float32, as transformers computes it.
+std::vector<float> rotary_inv_freq(int64_t head_dim, double theta);
 
 }  // namespace tg

@@ -359,7 +359,7 @@ TEST(Generate, BadInputIsNamed) {
   EXPECT_ERROR_HAS(nn::generate(*m, {{1, 61}}, {}), "prompt 0 holds token 61 at 1", "vocabulary [0, 61)");
   EXPECT_ERROR_HAS(nn::generate(*m, p, {.eos_token_id = {61}}), "eos_token_id 61", "61 logits");
   nn::Linear not_a_language_model(4, 4);
-  EXPECT_ERROR_HAS(nn::generate(not_a_language_model, p, {}), "wants a LlamaForCausalLM or GPT2LMHeadModel",
+  EXPECT_ERROR_HAS(nn::generate(not_a_language_model, p, {}), "wants a causal LM (LlamaForCausalLM",
                    "got Linear");
   auto g = gpt2();
   EXPECT_ERROR_HAS(nn::generate(*g, p, {.max_new_tokens = 38}), "(n_positions 40)");

@@ -17,18 +17,13 @@ BaseModel load_base(const std::string& base, const std::string& toy_config, cons
   if (fs::is_directory(base)) {
     TG_CHECK(fs::exists(fs::path(base) / "config.json"), program, flag, " '", base,
              "' is a folder without config.json (wants a Hugging Face model folder)");
-    out.model = tg::nn::from_pretrained(base);
-    out.model->train();
+    auto lm = tg::nn::from_pretrained(base);
+    lm->train();
+    out.model = lm;
     out.hf_folder = true;
-    if (auto llama = std::dynamic_pointer_cast<tg::nn::LlamaForCausalLM>(out.model)) {
-      out.architecture = "LlamaForCausalLM";
-      out.context = llama->config.max_position_embeddings;
-      out.default_targets = {"q_proj", "k_proj", "v_proj", "o_proj"};
-    } else if (auto gpt2 = std::dynamic_pointer_cast<tg::nn::GPT2LMHeadModel>(out.model)) {
-      out.architecture = "GPT2LMHeadModel";
-      out.context = gpt2->config.n_positions;
-      out.default_targets = {"c_attn", "c_proj"};
-    }
+    out.architecture = lm->architecture().name;
+    out.context = lm->dims().context;
+    out.default_targets = lm->architecture().lora_targets;
     try {
       out.tokenizer = tg::data::Tokenizer::from_pretrained(base);
     } catch (const tg::Error& e) {

@@ -1,0 +1,52 @@
+// nn::CausalLM: what every causal language-model family gives the rest of tapegrad (transformers'
+// PreTrainedModel with its generation hooks). from_pretrained, save_pretrained, generate, peft
+// and the examples use only this and the family's registry entry (nn/architecture.h), so adding a
+// family is its model file, its config file and one line in the registry.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "io/json.h"
+#include "nn/embedding.h"
+#include "nn/kv_cache.h"
+#include "nn/linear.h"
+
+namespace tg::nn {
+
+struct Architecture;
+
+// The sizes generation and the examples need.
+struct ModelDims {
+  int64_t vocab_size = 0;
+  int64_t context = 0;  // the longest sequence the model takes
+  const char* context_field = "max_position_embeddings";  // config.json's name for it
+  int64_t num_layers = 0, kv_heads = 0, head_dim = 0;   // a KVCache's shape
+};
+
+class CausalLM : public Module {
+ public:
+  using Module::Module;
+  // ids [B, T] int32/int64 -> logits [B, T, vocab]
+  Tensor forward(const Tensor& ids) override { return logits(hidden_states(ids)); }
+  // ids [B, T] -> the final norm's output [B, T, hidden]
+  virtual Tensor hidden_states(const Tensor& ids) = 0;
+  // Generation: ids continue the sequences of `cache`, their keys and values join it (nn/kv_cache.h).
+  virtual Tensor hidden_states(const Tensor& ids, KVCache& cache) = 0;
+  // The head on hidden states (and whatever the family does after it).
+  virtual Tensor logits(const Tensor& hidden) { return lm_head->forward(hidden); }
+  // Next-token loss of forward(ids) against labels (see causal_lm_loss): a plain bias-free head
+  // takes the fused head + cross-entropy (no [B, T, V] logits), an adapted one its logits.
+  virtual Tensor loss(const Tensor& ids, const Tensor& labels);
+
+  virtual Embedding& input_embeddings() = 0;
+  virtual ModelDims dims() const = 0;
+  // The registry entry: Hugging Face names, peft's LoRA targets, the on-disk layout.
+  virtual const Architecture& architecture() const = 0;
+  // config.json as transformers writes it for this model.
+  virtual json::Value config_json() const = 0;
+
+  std::shared_ptr<Linear> lm_head;
+};
+
+}  // namespace tg::nn
