@@ -134,7 +134,7 @@ def census(launches, steps, step_ms=None, title="step"):
         kk[1] += ns
     total_ms = sum(ns for _, ns in launches) / 1e6 / steps
     head = ["category", "launches", "ms", "share of kernel time"] + (["share of step"] if step_ms else [])
-    lines = [f"## Census: {title}", "",
+    lines = [f"### Census: {title}", "",
              f"{len(launches) / steps:.0f} launches and {total_ms:.2f} ms of kernel time a step (ncu, {steps} steps)"
              + (f"; step measured without the profiler: {step_ms:.2f} ms" if step_ms else "") + ".", "",
              "| " + " | ".join(head) + " |", "| --- | ---: | ---: | ---: |" + (" ---: |" if step_ms else "")]
