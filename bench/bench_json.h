@@ -46,6 +46,7 @@ class JsonRow {
     std::snprintf(buf, sizeof buf, "%.*g", digits, value);
     return field(key, buf);
   }
+  JsonRow& boolean(const std::string& key, bool value) { return field(key, value ? "true" : "false"); }
   std::string text() const { return "{" + body_ + "}"; }
 
  private:

@@ -207,6 +207,79 @@ PyTorch rows measured with {', '.join(scripts) if scripts else 'a reference scri
 """
 
 
+# Issue 36's targets for tapegrad's step: ms at most (llama-1b), or against torch.compile (llama3-8b).
+REAL_STEP_MS_TARGET = {("llama-1b", "lora"): 78.0, ("llama-1b", "full"): 120.0}
+
+
+def real_step_section(rows, census_texts=()):
+    compile_of = {(r["config"], r["mode"]): r for r in rows if r["impl"] == "torch_compile"}
+    cells = []
+    for r in rows:
+        ref = compile_of.get((r["config"], r["mode"]))
+        misses = ""
+        if r["impl"] == "tapegrad":
+            target = REAL_STEP_MS_TARGET.get((r["config"], r["mode"]))
+            if target is not None:
+                misses = f"over {target:g} ms" if r["ms"] > target else ""
+            elif r["config"] == "llama3-8b" and r["mode"] == "lora" and ref:
+                misses = ", ".join(m for m, bad in (("under 1.25x compile's tok/s", ref["ms"] / r["ms"] < 1.25),
+                                                    ("over 0.7x compile's peak", r["peak_mib"] > 0.7 * ref["peak_mib"])) if bad)
+        cells.append([r["config"], r["impl"], r["mode"], "yes" if r["ckpt"] else "no", "yes" if r["graph"] else "no",
+                      f"{r['ms']:.1f}", f1(r.get("tflops")), f"{r['peak_mib']:.0f}",
+                      ratio(ref["ms"] if ref else None, r["ms"]), ratio(r["peak_mib"], ref["peak_mib"] if ref else None),
+                      misses])
+    header = ["config", "impl", "mode", "ckpt", "graph", "ms/step:", "TFLOP/s:", "peak MiB:", "compile ms / ms:",
+              "peak / compile peak:", "misses"]
+    census = "".join("\n" + t.strip() + "\n" for t in census_texts)
+    return f"""## The training step at real size (issue 36): llama-1b and llama3-8b
+
+Measured: {measured(rows)}.
+
+`bench/train_step_bench --config llama-1b | llama3-8b` (bench/real_llama.h: bench/torch_toy_lora.py's
+shapes; llama-1b d 2048, 16 layers, 16 heads, ffn 8192, vocab 128256, 4 x 2048 tokens; llama3-8b d 4096,
+32 layers, 32 / 8 heads, ffn 14336, 1 x 4096 tokens), bf16 (LoRA r 8 on q/k/v/o with float32 adapters;
+full: bf16 parameters), median of the timed steps on the host clock; PyTorch eager and torch.compile
+(bf16 autocast over float32 weights, sdpa) in the same call. TFLOP/s of model FLOPs (forward and dx
+GEMMs, dW where trained, causal attention with its backward at 2.5x the forward; no recomputation).
+Targets: llama-1b LoRA at most 78 ms, full at most 120 ms; llama3-8b LoRA at least 1.25x
+torch.compile's tokens/s at no more than 0.7x its peak.
+
+Reproduce: `bench/run_real_step.sh` (llama-1b) and `bench/run_real_step.sh llama3-8b` on the GPU machine,
+then copy `$OUT/train_step-h200-real*.json` and `$OUT/census-*.md` to `bench/results/`.
+
+{table(header, cells)}
+{census}"""
+
+
+def load_section(rows):
+    cells = []
+    for r in rows:
+        folder, peak = r["folder_bytes"] / 2**20, r["peak_rss_mib"]
+        limit = 1.1 * folder if r["device"] == "cpu" else r["largest_file_bytes"] / 2**20 + 1024
+        misses = [m for m, bad in (("load over 1.5x read", r["seconds"] > 1.5 * r["read_seconds"]),
+                                   ("peak RSS over " + ("1.1x the folder" if r["device"] == "cpu" else
+                                                        "the largest file + 1 GiB"), peak > limit)) if bad]
+        cells.append([r["config"], r["device"], r["machine"], f"{r['folder_bytes'] / 1e9:.2f}", r["files"],
+                      f"{r['seconds']:.2f}", f"{r['read_seconds']:.2f}", ratio(r["seconds"], r["read_seconds"]),
+                      f"{peak:.0f}" + ("" if r.get("peak_is_the_loads", True) else " (process)"), ratio(peak, folder),
+                      ", ".join(misses)])
+    header = ["config", "device", "machine", "folder GB:", "files:", "load s:", "read s:", "load / read:",
+              "peak RSS MiB:", "peak / folder:", "misses"]
+    return f"""## Loading a Hugging Face folder (nn::from_pretrained, issue 34)
+
+Measured: {measured(rows)}.
+
+`bench/load_bench`: a bf16 Llama folder of the config written by save_pretrained (5 GB shards), then
+reading its files (page cache warm) against `from_pretrained(dir, {{bf16, device}})`; peak RSS: the
+process's VmHWM over the load (reset before it). Targets: load at most 1.5x the read, peak RSS at most
+1.1x the folder (CPU) or the largest file + 1 GiB (GPU).
+
+Reproduce: `bench/run_load_bench.sh` on the GPU machine, then copy `$OUT/load.json` to `bench/results/`.
+
+{table(header, cells)}
+"""
+
+
 def data_parallel_section(rows):
     one = {(r["impl"], r["mode"]): r["tok_s"] for r in rows if r["gpus"] == 1}
     torch_at = {(r["mode"], r["gpus"]): r["tok_s"] for r in rows if r["impl"] == "torch_ddp"}
@@ -401,7 +474,16 @@ Reproduce: `cmake --build build --target tokenizer_bench && python3 bench/tokeni
 """
 
 
-def render(by_bench):
+def census_texts(results_dir):
+    """bench/ncu_census.py's tables saved as census-*.md beside the rows, in name order."""
+    texts = []
+    for path in sorted(glob.glob(os.path.join(results_dir, "census-*.md"))):
+        with open(path) as f:
+            texts.append(f.read())
+    return texts
+
+
+def render(by_bench, census=()):
     parts = ["""# Benchmark results
 
 The current figures, one table per benchmark, generated by `python3 bench/make_results.py` from the
@@ -412,6 +494,8 @@ figures are in git history; what the measurements taught is in `dev/NOTES.md`.
     get = lambda name: by_bench.get(name, [])
     if get("train_step_bench"):
         parts.append(train_section(get("train_step_bench"), get("torch_toy_lora")))
+    if get("train_step_real"):
+        parts.append(real_step_section(get("train_step_real"), census))
     if get("data_parallel"):
         parts.append(data_parallel_section(get("data_parallel")))
     if get("generate_bench"):
@@ -420,6 +504,8 @@ figures are in git history; what the measurements taught is in `dev/NOTES.md`.
         parts.append(attention_section(get("attention_bench"), get("torch_attention_ref"), get("train_step_bench")))
     if get("linear_ce"):
         parts.append(linear_ce_section(get("linear_ce")))
+    if get("load_bench"):
+        parts.append(load_section(get("load_bench")))
     if get("tokenizer_bench"):
         parts.append(tokenizer_section(get("tokenizer_bench")))
     if get("norm_bench"):
@@ -433,7 +519,7 @@ figures are in git history; what the measurements taught is in `dev/NOTES.md`.
                                          [r for r in get("torch_ref_gemm_elementwise") if r["kind"] == "ew"]))
     known = {"train_step_bench", "torch_toy_lora", "attention_bench", "torch_attention_ref", "norm_bench", "torch_norm_ref", "linear_bench", "gemm_bench",
              "elementwise_bench", "torch_ref_gemm_elementwise", "generate_bench", "generate_bench_torch",
-             "tokenizer_bench", "data_parallel", "linear_ce"}
+             "tokenizer_bench", "data_parallel", "linear_ce", "train_step_real", "load_bench"}
     unknown = sorted(set(by_bench) - known)
     if unknown:
         sys.exit(f"make_results.py: no table for the rows of {', '.join(unknown)}: add a section")
@@ -442,11 +528,11 @@ figures are in git history; what the measurements taught is in `dev/NOTES.md`.
 
 def main(argv):
     if argv[:1] == ["--print"] and len(argv) == 2:
-        print(render(load(argv[1])))
+        print(render(load(argv[1]), census_texts(argv[1])))
         return 0
     if argv not in ([], ["--check"]):
         sys.exit(__doc__)
-    text = render(load(RESULTS_DIR))
+    text = render(load(RESULTS_DIR), census_texts(RESULTS_DIR))
     if argv == ["--check"]:
         with open(OUT) as f:
             if f.read() != text:
