@@ -3,17 +3,12 @@
 //   a model of any size built in seconds (fast_llama), and the model FLOPs of a training step
 //   (step_flops), so ms and TFLOP/s are printed side by side.
 //
-// fast_llama exists because LlamaForCausalLM's constructor draws every weight on the host twice
-// (Linear's kaiming init, then transformers' N(0, initializer_range)): about 110 s for a 1.6B
-// model on the GPU machine. It builds the module tree from a skeleton config (head_dim 2, one
-// vocab row, ffn 1: microseconds), then puts full-size parameters into every slot, made on the
-// target device in the target dtype and filled from one 1M-element N(0, 1) pool drawn once on the
-// host (each weight gets the pool repeated, scaled to N(0, initializer_range); norms are ones),
-// and fixes the public size fields (attention's hidden / head_dim, the embedding's sizes, the
-// configs). bench/fast_llama_check.cpp checks that the result has the constructor's str(),
-// parameter names, shapes, dtypes, buffers, and bitwise its loss and gradients once given the
-// same weights (ctest Bench.FastLlamaMatchesTheConstructor). When nn/ grows a way to build
-// without initialising (issue 34), this file should call it instead.
+// fast_llama builds the model under nn::init::SkipInitGuard (parameters made on the device in
+// the target dtype, no host init: the constructor's two host draws took about 110 s for a 1.6B
+// model on the GPU machine) and fills every weight from one 1M-element N(0, 1) pool drawn once
+// (each weight gets the pool repeated, scaled to N(0, initializer_range); norms ones, biases 0).
+// bench/fast_llama_check.cpp checks it has the constructor's structure and, given the same
+// weights, its loss and gradients (ctest Bench.FastLlamaMatchesTheConstructor).
 #pragma once
 
 #include <algorithm>
@@ -24,6 +19,7 @@
 #include "core/autograd.h"
 #include "core/factory.h"
 #include "core/primitives.h"
+#include "nn/init.h"
 #include "nn/llama.h"
 #include "ops/unary.h"
 #include "ops/shape.h"
@@ -79,54 +75,20 @@ inline void fill_from_pool(const Tensor& t, const Tensor& pool, double std) {
 // (values are not the constructor's; the structure and the computation are).
 inline std::shared_ptr<nn::LlamaForCausalLM> fast_llama(const nn::LlamaConfig& c, DType dtype, Device device,
                                                         uint64_t seed = 0) {
-  c.validate();
-  nn::LlamaConfig skeleton = c;
-  skeleton.hidden_size = 2 * c.num_attention_heads;
-  skeleton.intermediate_size = 1;
-  skeleton.vocab_size = 1;
-  skeleton.max_position_embeddings = 1;
   Generator gen(seed);
-  auto model = std::make_shared<nn::LlamaForCausalLM>(skeleton, gen);
-  const Tensor pool = randn({1 << 20}, gen, {.dtype = kFloat32, .device = device});
-  const TensorOptions opts{.dtype = dtype, .device = device};
-  auto weight = [&](int64_t rows, int64_t cols) {
-    Tensor w = empty({rows, cols}, opts);
-    detail::fill_from_pool(w, pool, c.initializer_range);
-    w.requires_grad_(true);
-    return w;
-  };
-  auto linear = [&](int64_t in, int64_t out) { return std::make_shared<nn::Linear>(weight(out, in), Tensor()); };
-  auto norm = [&] {
-    auto n = std::make_shared<nn::RMSNorm>(c.hidden_size, c.rms_norm_eps);
-    n->to(dtype, device);
-    return n;
-  };
-  const int64_t d = c.hidden_size, hd = c.head_dim(), q = c.num_attention_heads * hd, kv = c.kv_heads() * hd;
-  nn::LlamaModel& m = *model->model;
-  for (const auto& layer : *m.layers) {
-    nn::CausalSelfAttention& a = *layer->self_attn;
-    a.hidden = d;
-    a.head_dim = hd;
-    a.q_proj = linear(d, q);
-    a.k_proj = linear(d, kv);
-    a.v_proj = linear(d, kv);
-    a.o_proj = linear(q, d);
-    layer->mlp->gate_proj = linear(d, c.intermediate_size);
-    layer->mlp->up_proj = linear(d, c.intermediate_size);
-    layer->mlp->down_proj = linear(c.intermediate_size, d);
-    layer->input_layernorm = norm();
-    layer->post_attention_layernorm = norm();
+  std::shared_ptr<nn::LlamaForCausalLM> model;
+  {
+    nn::init::SkipInitGuard no_init({.dtype = dtype, .device = device});
+    model = std::make_shared<nn::LlamaForCausalLM>(c, gen);
   }
-  m.embed_tokens->weight = weight(c.vocab_size, d);
-  m.embed_tokens->num_embeddings = c.vocab_size;
-  m.embed_tokens->embedding_dim = d;
-  m.norm = norm();
-  m.rotary_emb = std::make_shared<nn::RotaryEmbedding>(hd, c.max_position_embeddings, c.rope_theta);
-  m.rotary_emb->to(dtype, device);  // as model.to(dtype) casts the tables
-  model->lm_head = c.tie_word_embeddings ? std::make_shared<nn::Linear>(m.embed_tokens->weight, Tensor())
-                                         : linear(d, c.vocab_size);
-  m.config = c;
-  model->config = c;
+  model->to(dtype, device);  // the rotary tables, as model.to(dtype) casts them
+  const Tensor pool = randn({1 << 20}, gen, {.dtype = kFloat32, .device = device});
+  NoGradGuard no_grad;
+  for (const auto& [name, p] : model->named_parameters()) {
+    if (name.ends_with("norm.weight")) fill_(p, 1.0);
+    else if (name.ends_with(".bias")) fill_(p, 0.0);
+    else detail::fill_from_pool(p, pool, c.initializer_range);
+  }
   return model;
 }
 
