@@ -29,6 +29,7 @@
 #include "ops/unary.h"
 // models, LoRA, optimizers, checkpoints
 #include "io/safetensors.h"
+#include "data/chat_template.h"
 #include "data/dataset.h"
 #include "data/tokenizer.h"
 #include "nn/checkpoint.h"

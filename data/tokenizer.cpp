@@ -20,6 +20,8 @@ struct Tokenizer::Impl {
   std::unique_ptr<sp::SpTokenizer> sp;
   std::optional<int32_t> bos, eos, pad;
   std::string description;
+  std::optional<ChatTemplate> chat_template;
+  std::string origin;  // the folder or file, for errors
   uint64_t serial = next_serial();  // names this tokenizer's word caches; never reused
 
   static uint64_t next_serial() {
@@ -105,8 +107,13 @@ Tokenizer Tokenizer::from_pretrained(const std::string& dir) {
   const fs::path d(dir);
   const json::Value config =
       fs::exists(d / "tokenizer_config.json") ? read_json((d / "tokenizer_config.json").string()) : json::Value::object();
-  for (const char* name : {"tokenizer.json", "tokenizer.model"})
-    if (fs::exists(d / name)) return Tokenizer(load((d / name).string(), config));
+  for (const char* name : {"tokenizer.json", "tokenizer.model"}) {
+    if (!fs::exists(d / name)) continue;
+    std::shared_ptr<Impl> impl = load((d / name).string(), config);
+    impl->origin = dir;
+    impl->chat_template = ChatTemplate::from_config(config, dir);
+    return Tokenizer(std::move(impl));
+  }
   fail("Tokenizer::from_pretrained", "'", dir, "' has neither tokenizer.json nor tokenizer.model",
        fs::exists(d / "vocab.json") ? " (vocab.json + merges.txt alone are not read: save the tokenizer with "
                                       "transformers' save_pretrained to get its tokenizer.json)"
@@ -115,7 +122,9 @@ Tokenizer Tokenizer::from_pretrained(const std::string& dir) {
 
 Tokenizer Tokenizer::from_file(const std::string& path) {
   TG_CHECK(fs::is_regular_file(path), "Tokenizer::from_file", "no file '", path, "'");
-  return Tokenizer(load(path, json::Value::object()));
+  std::shared_ptr<Impl> impl = load(path, json::Value::object());
+  impl->origin = path;
+  return Tokenizer(std::move(impl));
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_tokens) const {
@@ -169,6 +178,13 @@ bool Tokenizer::is_special(int32_t id) const { return impl_->hf ? impl_->hf->is_
 std::optional<int32_t> Tokenizer::bos_token_id() const { return impl_->bos; }
 std::optional<int32_t> Tokenizer::eos_token_id() const { return impl_->eos; }
 std::optional<int32_t> Tokenizer::pad_token_id() const { return impl_->pad; }
+std::string Tokenizer::apply_chat_template(std::span<const ChatMessage> messages, const ChatTemplateOptions& options) const {
+  TG_CHECK(impl_->chat_template.has_value(), "Tokenizer::apply_chat_template", "'", impl_->origin,
+           "' has no chat template (no chat_template in tokenizer_config.json, no chat_template.jinja)");
+  return impl_->chat_template->render(messages, options);
+}
+
+const ChatTemplate* Tokenizer::chat_template() const { return impl_->chat_template ? &*impl_->chat_template : nullptr; }
 const std::string& Tokenizer::description() const { return impl_->description; }
 
 }  // namespace tg::data

@@ -7,6 +7,7 @@
 //   auto tok = tg::data::Tokenizer::from_pretrained("TinyLlama-folder");
 //   std::vector<int32_t> ids = tok.encode("Hello world");   // with BOS, as transformers gives it
 //   std::string text = tok.decode(ids, /*skip_special_tokens=*/true);   // "Hello world"
+//   std::string chat = tok.apply_chat_template(messages, {.add_generation_prompt = true});
 //
 // Text that is not valid UTF-8 is read as Python reads it with errors="replace" (each invalid
 // stretch one U+FFFD). A tokenizer.json stage tapegrad does not implement (a WordPiece or
@@ -21,6 +22,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "data/chat_template.h"
 
 namespace tg::data {
 
@@ -48,6 +51,11 @@ class Tokenizer {
   std::optional<int32_t> bos_token_id() const;
   std::optional<int32_t> eos_token_id() const;
   std::optional<int32_t> pad_token_id() const;
+  // The folder's chat template rendered over `messages` as transformers'
+  // apply_chat_template(messages, tokenize=False, ...) renders it (data/chat_template.h).
+  // tg::Error when the folder has no chat template, or the template raises.
+  std::string apply_chat_template(std::span<const ChatMessage> messages, const ChatTemplateOptions& options = {}) const;
+  const ChatTemplate* chat_template() const;  // nullptr when the folder has none
   // What was loaded, e.g. "tokenizer.json BPE (byte-level), 50257 tokens".
   const std::string& description() const;
 

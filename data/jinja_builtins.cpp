@@ -1,0 +1,569 @@
+#include "data/jinja_builtins.h"
+
+#include <algorithm>
+#include <set>
+
+#include <utf8proc.h>
+
+#include "core/utf8.h"
+#include "data/utf8.h"
+
+namespace tg::data::jinja {
+namespace {
+
+std::vector<char32_t> code_points(const std::string& s) {
+  std::vector<char32_t> out;
+  for (size_t i = 0; i < s.size();) out.push_back(utf8::next(s, i));
+  return out;
+}
+
+std::string from_code_points(const std::vector<char32_t>& cps, size_t b = 0, size_t e = SIZE_MAX) {
+  std::string out;
+  for (size_t i = b; i < std::min(e, cps.size()); ++i) append_utf8(out, cps[i]);
+  return out;
+}
+
+const std::string& want_string(const Value& v, const char* what) {
+  if (!v.is_string()) eval_fail(what, " wants a string, got ", describe(v));
+  return v.as_string();
+}
+
+int64_t want_int(const Value& v, const char* what) {
+  if (v.kind() != Value::Kind::Int && v.kind() != Value::Kind::Bool) eval_fail(what, " wants an integer, got ", describe(v));
+  return v.as_int();
+}
+
+// Python's str.strip / lstrip / rstrip (chars None: whitespace).
+std::string strip(const std::string& s, const Value& chars, bool left, bool right) {
+  const std::vector<char32_t> cps = code_points(s);
+  std::vector<char32_t> set;
+  if (!chars.is_none() && !chars.is_undefined()) set = code_points(want_string(chars, "strip"));
+  auto drop = [&](char32_t c) {
+    return chars.is_none() || chars.is_undefined() ? is_py_space(c) : std::find(set.begin(), set.end(), c) != set.end();
+  };
+  size_t b = 0, e = cps.size();
+  if (left)
+    while (b < e && drop(cps[b])) ++b;
+  if (right)
+    while (e > b && drop(cps[e - 1])) --e;
+  return from_code_points(cps, b, e);
+}
+
+// Python's str.split / rsplit.
+Value split(const std::string& s, const Value& sep, int64_t maxsplit, bool from_right) {
+  List parts;
+  if (sep.is_none() || sep.is_undefined()) {
+    if (from_right) eval_fail("str.rsplit without a separator is not supported");
+    const std::vector<char32_t> cps = code_points(s);
+    size_t i = 0;
+    while (i < cps.size()) {
+      while (i < cps.size() && is_py_space(cps[i])) ++i;
+      if (i == cps.size()) break;
+      if (maxsplit >= 0 && static_cast<int64_t>(parts.size()) == maxsplit) {
+        size_t e = cps.size();
+        while (e > i && is_py_space(cps[e - 1])) --e;
+        parts.push_back(Value(from_code_points(cps, i, e)));
+        break;
+      }
+      size_t j = i;
+      while (j < cps.size() && !is_py_space(cps[j])) ++j;
+      parts.push_back(Value(from_code_points(cps, i, j)));
+      i = j;
+    }
+    return Value::list(std::move(parts));
+  }
+  const std::string& d = want_string(sep, "str.split");
+  if (d.empty()) eval_fail("str.split: empty separator");
+  if (!from_right) {
+    size_t pos = 0;
+    for (;;) {
+      const size_t hit = maxsplit >= 0 && static_cast<int64_t>(parts.size()) == maxsplit ? std::string::npos : s.find(d, pos);
+      if (hit == std::string::npos) break;
+      parts.push_back(Value(s.substr(pos, hit - pos)));
+      pos = hit + d.size();
+    }
+    parts.push_back(Value(s.substr(pos)));
+    return Value::list(std::move(parts));
+  }
+  size_t end = s.size();
+  while (!(maxsplit >= 0 && static_cast<int64_t>(parts.size()) == maxsplit)) {
+    if (end < d.size()) break;
+    const size_t hit = s.rfind(d, end - d.size());
+    if (hit == std::string::npos) break;
+    parts.push_back(Value(s.substr(hit + d.size(), end - hit - d.size())));
+    end = hit;
+  }
+  parts.push_back(Value(s.substr(0, end)));
+  std::reverse(parts.begin(), parts.end());
+  return Value::list(std::move(parts));
+}
+
+std::string map_case(const std::string& s, int mode) {  // 0 lower, 1 upper, 2 title, 3 capitalize
+  std::string out;
+  bool prev_cased = false, first = true;
+  for (char32_t c : code_points(s)) {
+    const auto cp = static_cast<utf8proc_int32_t>(c);
+    char32_t r;
+    if (mode == 0) r = static_cast<char32_t>(utf8proc_tolower(cp));
+    else if (mode == 1) r = static_cast<char32_t>(utf8proc_toupper(cp));
+    else if (mode == 2) r = static_cast<char32_t>(prev_cased ? utf8proc_tolower(cp) : utf8proc_totitle(cp));
+    else r = static_cast<char32_t>(first ? utf8proc_totitle(cp) : utf8proc_tolower(cp));
+    const utf8proc_category_t cat = utf8proc_category(cp);
+    prev_cased = cat == UTF8PROC_CATEGORY_LU || cat == UTF8PROC_CATEGORY_LL || cat == UTF8PROC_CATEGORY_LT;
+    first = false;
+    append_utf8(out, r);
+  }
+  return out;
+}
+
+std::string replace(const std::string& s, const std::string& a, const std::string& b, int64_t count) {
+  std::string out;
+  if (a.empty()) {
+    // Python inserts b before every character and at the end.
+    const std::vector<char32_t> cps = code_points(s);
+    int64_t n = 0;
+    for (char32_t c : cps) {
+      if (count < 0 || n++ < count) out += b;
+      append_utf8(out, c);
+    }
+    if (count < 0 || n < count) out += b;
+    return out;
+  }
+  size_t pos = 0;
+  for (int64_t n = 0; count < 0 || n < count; ++n) {
+    const size_t hit = s.find(a, pos);
+    if (hit == std::string::npos) break;
+    out += s.substr(pos, hit - pos) + b;
+    pos = hit + a.size();
+  }
+  return out + s.substr(pos);
+}
+
+const Value& arg(Args& args, size_t i, const char* name, const Value& fallback) {
+  if (i < args.positional.size()) return args.positional[i];
+  for (const auto& [k, v] : args.keyword)
+    if (k == name) return v;
+  return fallback;
+}
+
+void check_arity(const Args& args, size_t most, const std::string& what, std::initializer_list<const char*> keywords = {}) {
+  if (args.positional.size() > most) eval_fail(what, " takes at most ", most, " arguments, got ", args.positional.size());
+  for (const auto& kv : args.keyword)
+    if (std::find_if(keywords.begin(), keywords.end(), [&](const char* k) { return kv.first == k; }) == keywords.end())
+      eval_fail(what, " has no argument '", kv.first, "'");
+}
+
+Value bound(const std::string& name, Function fn) { return Value::function(name, std::move(fn)); }
+
+Value string_method(const std::string& s, const std::string& name) {
+  const Value none = Value::none();
+  if (name == "startswith" || name == "endswith") {
+    return bound("str." + name, [s, name, none](Args& a) {
+      check_arity(a, 1, "str." + name);
+      const Value& p = arg(a, 0, "", none);
+      List options = p.is_tuple() ? p.as_list() : List{p};
+      for (const Value& o : options) {
+        const std::string& x = want_string(o, ("str." + name).c_str());
+        if (name == "startswith" ? s.compare(0, x.size(), x) == 0 && s.size() >= x.size()
+                                 : s.size() >= x.size() && s.compare(s.size() - x.size(), x.size(), x) == 0)
+          return Value(true);
+      }
+      return Value(false);
+    });
+  }
+  if (name == "strip" || name == "lstrip" || name == "rstrip") {
+    return bound("str." + name, [s, name, none](Args& a) {
+      check_arity(a, 1, "str." + name);
+      return Value(strip(s, arg(a, 0, "chars", none), name != "rstrip", name != "lstrip"));
+    });
+  }
+  if (name == "split" || name == "rsplit") {
+    return bound("str." + name, [s, name, none](Args& a) {
+      check_arity(a, 2, "str." + name, {"sep", "maxsplit"});
+      return split(s, arg(a, 0, "sep", none), want_int(arg(a, 1, "maxsplit", Value(-1)), "maxsplit"), name == "rsplit");
+    });
+  }
+  if (name == "upper" || name == "lower" || name == "title" || name == "capitalize") {
+    const int mode = name == "lower" ? 0 : name == "upper" ? 1 : name == "title" ? 2 : 3;
+    return bound("str." + name, [s, name, mode](Args& a) {
+      check_arity(a, 0, "str." + name);
+      return Value(map_case(s, mode));
+    });
+  }
+  if (name == "replace") {
+    return bound("str.replace", [s](Args& a) {
+      check_arity(a, 3, "str.replace");
+      if (a.positional.size() < 2) eval_fail("str.replace wants (old, new[, count])");
+      return Value(replace(s, want_string(a.positional[0], "str.replace"), want_string(a.positional[1], "str.replace"),
+                           a.positional.size() > 2 ? want_int(a.positional[2], "str.replace") : -1));
+    });
+  }
+  if (name == "find" || name == "count") {
+    return bound("str." + name, [s, name](Args& a) {
+      check_arity(a, 1, "str." + name);
+      if (a.positional.empty()) eval_fail("str.", name, " wants a substring");
+      const std::string& x = want_string(a.positional[0], ("str." + name).c_str());
+      if (name == "find") {
+        const size_t hit = s.find(x);
+        return Value(hit == std::string::npos ? int64_t{-1} : static_cast<int64_t>(code_points(s.substr(0, hit)).size()));
+      }
+      if (x.empty()) return Value(static_cast<int64_t>(code_points(s).size() + 1));
+      int64_t n = 0;
+      for (size_t pos = s.find(x); pos != std::string::npos; pos = s.find(x, pos + x.size())) ++n;
+      return Value(n);
+    });
+  }
+  if (name == "join") {
+    return bound("str.join", [s](Args& a) {
+      check_arity(a, 1, "str.join");
+      if (a.positional.empty()) eval_fail("str.join wants an iterable");
+      std::string out;
+      bool first = true;
+      for (const Value& v : iterate(a.positional[0])) {
+        if (!first) out += s;
+        out += want_string(v, "str.join");
+        first = false;
+      }
+      return Value(out);
+    });
+  }
+  static const std::set<std::string> python = {
+      "casefold", "center", "encode", "expandtabs", "format", "format_map", "index", "isalnum", "isalpha", "isascii",
+      "isdecimal", "isdigit", "isidentifier", "islower", "isnumeric", "isprintable", "isspace", "istitle", "isupper",
+      "ljust", "maketrans", "partition", "removeprefix", "removesuffix", "rfind", "rindex", "rjust", "rpartition",
+      "splitlines", "swapcase", "translate", "zfill"};
+  if (python.count(name)) eval_fail("str.", name, " is not supported by tapegrad's Jinja subset");
+  return Value::undefined("str." + name);
+}
+
+Value dict_method(const Value& d, const std::string& name) {
+  if (name == "items" || name == "keys" || name == "values") {
+    return bound("dict." + name, [d, name](Args& a) {
+      check_arity(a, 0, "dict." + name);
+      List out;
+      for (const auto& [k, v] : d.as_dict()) {
+        if (name == "items") out.push_back(Value::list({Value(k), v}, true));
+        else out.push_back(name == "keys" ? Value(k) : v);
+      }
+      return Value::list(std::move(out));
+    });
+  }
+  if (name == "get") {
+    return bound("dict.get", [d](Args& a) {
+      check_arity(a, 2, "dict.get");
+      if (a.positional.empty()) eval_fail("dict.get wants a key");
+      const Value* v = a.positional[0].is_string() ? d.find(a.positional[0].as_string()) : nullptr;
+      return v ? *v : a.positional.size() > 1 ? a.positional[1] : Value::none();
+    });
+  }
+  static const std::set<std::string> python = {"clear", "copy", "fromkeys", "pop", "popitem", "setdefault", "update"};
+  if (python.count(name)) eval_fail("dict.", name, " is not supported (the sandbox forbids changing a dict)");
+  return Value();
+}
+
+// Python's slice.indices(len).
+void slice_indices(int64_t len, const Value& start, const Value& stop, const Value& step, int64_t& b, int64_t& e, int64_t& s) {
+  auto given = [](const Value& v) { return !v.is_none() && !v.is_undefined(); };
+  s = given(step) ? want_int(step, "slice step") : 1;
+  if (s == 0) eval_fail("slice step cannot be zero");
+  auto clamp = [&](const Value& v, int64_t dflt) {
+    if (!given(v)) return dflt;
+    int64_t x = want_int(v, "slice index");
+    if (x < 0) x += len;
+    if (s > 0) return std::clamp<int64_t>(x, 0, len);
+    return std::clamp<int64_t>(x, -1, len - 1);
+  };
+  b = clamp(start, s > 0 ? 0 : len - 1);
+  e = clamp(stop, s > 0 ? len : -1);
+}
+
+std::string bracketed(const Value& key) {  // "[0]": what an undefined subscript looked up
+  std::string s = "[";
+  s += key.repr();
+  return s += "]";
+}
+
+}  // namespace
+
+std::string describe(const Value& v) {
+  if (v.is_undefined()) return v.undefined_name().empty() ? "an undefined value" : "'" + v.undefined_name() + "' (undefined)";
+  return std::string("a ") + v.type_name();
+}
+
+Value attribute(const Value& obj, const std::string& name) {
+  switch (obj.kind()) {
+    case Value::Kind::Undefined: eval_fail(describe(obj), " has no attribute '", name, "'");
+    case Value::Kind::String: return string_method(obj.as_string(), name);
+    case Value::Kind::Dict: {
+      Value m = dict_method(obj, name);
+      if (!m.is_undefined()) return m;
+      const Value* v = obj.find(name);
+      return v ? *v : Value::undefined(name);
+    }
+    case Value::Kind::Namespace: {
+      const Value* v = obj.find(name);
+      return v ? *v : Value::undefined(name);
+    }
+    default: return Value::undefined(name);
+  }
+}
+
+Value item(const Value& obj, const Value& key) {
+  switch (obj.kind()) {
+    case Value::Kind::Undefined: eval_fail(describe(obj), " cannot be subscripted");
+    case Value::Kind::List:
+    case Value::Kind::String: {
+      if (key.kind() != Value::Kind::Int && key.kind() != Value::Kind::Bool)
+        return key.is_string() ? attribute(obj, key.as_string()) : Value::undefined(bracketed(key));
+      const int64_t n = length(obj);
+      int64_t i = key.as_int();
+      if (i < 0) i += n;
+      if (i < 0 || i >= n) return Value::undefined(bracketed(key));
+      if (obj.kind() == Value::Kind::List) return obj.as_list()[static_cast<size_t>(i)];
+      const std::vector<char32_t> cps = code_points(obj.as_string());
+      return Value(from_code_points(cps, static_cast<size_t>(i), static_cast<size_t>(i) + 1));
+    }
+    case Value::Kind::Dict:
+    case Value::Kind::Namespace: {
+      if (!key.is_string()) return Value::undefined(bracketed(key));
+      const Value* v = obj.find(key.as_string());
+      if (v) return *v;
+      return obj.kind() == Value::Kind::Dict ? attribute(obj, key.as_string()) : Value::undefined(key.as_string());
+    }
+    default: return Value::undefined(bracketed(key));
+  }
+}
+
+Value slice(const Value& obj, const Value& start, const Value& stop, const Value& step) {
+  if (obj.kind() != Value::Kind::List && !obj.is_string()) eval_fail("cannot slice ", describe(obj));
+  int64_t b, e, s;
+  if (obj.is_string()) {
+    const std::vector<char32_t> cps = code_points(obj.as_string());
+    slice_indices(static_cast<int64_t>(cps.size()), start, stop, step, b, e, s);
+    std::string out;
+    for (int64_t i = b; s > 0 ? i < e : i > e; i += s) append_utf8(out, cps[static_cast<size_t>(i)]);
+    return Value(out);
+  }
+  const List& xs = obj.as_list();
+  slice_indices(static_cast<int64_t>(xs.size()), start, stop, step, b, e, s);
+  List out;
+  for (int64_t i = b; s > 0 ? i < e : i > e; i += s) out.push_back(xs[static_cast<size_t>(i)]);
+  return Value::list(std::move(out), obj.is_tuple());
+}
+
+List iterate(const Value& v) {
+  switch (v.kind()) {
+    case Value::Kind::Undefined: return {};
+    case Value::Kind::List: return v.as_list();
+    case Value::Kind::String: {
+      List out;
+      for (char32_t c : code_points(v.as_string())) {
+        std::string s;
+        append_utf8(s, c);
+        out.push_back(Value(s));
+      }
+      return out;
+    }
+    case Value::Kind::Dict: {
+      List out;
+      for (const auto& kv : v.as_dict()) out.push_back(Value(kv.first));
+      return out;
+    }
+    default: eval_fail(describe(v), " is not iterable");
+  }
+}
+
+int64_t length(const Value& v) {
+  switch (v.kind()) {
+    case Value::Kind::Undefined: return 0;
+    case Value::Kind::String: return static_cast<int64_t>(code_points(v.as_string()).size());
+    case Value::Kind::List: return static_cast<int64_t>(v.as_list().size());
+    case Value::Kind::Dict: return static_cast<int64_t>(v.as_dict().size());
+    default: eval_fail(describe(v), " has no length");
+  }
+}
+
+bool less(const Value& a, const Value& b) {
+  if (a.is_number() && b.is_number()) {
+    if (a.kind() == Value::Kind::Float || b.kind() == Value::Kind::Float) return a.as_float() < b.as_float();
+    return a.as_int() < b.as_int();
+  }
+  if (a.is_string() && b.is_string()) return a.as_string() < b.as_string();  // UTF-8 order is code point order
+  eval_fail("'<' between ", describe(a), " and ", describe(b), " is not supported");
+}
+
+bool test(const std::string& name, const Value& x, Args& args) {
+  using K = Value::Kind;
+  auto one = [&]() -> const Value& {
+    if (args.positional.size() != 1) eval_fail("the test '", name, "' wants one argument");
+    return args.positional[0];
+  };
+  if (name == "defined") return !x.is_undefined();
+  if (name == "undefined") return x.is_undefined();
+  if (name == "none") return x.is_none();
+  if (name == "boolean") return x.kind() == K::Bool;
+  if (name == "true") return x.kind() == K::Bool && x.as_bool_value();
+  if (name == "false") return x.kind() == K::Bool && !x.as_bool_value();
+  if (name == "integer") return x.kind() == K::Int;
+  if (name == "float") return x.kind() == K::Float;
+  if (name == "number") return x.is_number();
+  if (name == "string") return x.is_string();
+  if (name == "mapping") return x.kind() == K::Dict;
+  if (name == "iterable") return x.kind() == K::Undefined || x.kind() == K::List || x.is_string() || x.kind() == K::Dict;
+  if (name == "sequence") return x.kind() == K::Undefined || x.kind() == K::List || x.is_string() || x.kind() == K::Dict;
+  if (name == "callable") return x.kind() == K::Function;
+  if (name == "odd" || name == "even") return (want_int(x, name.c_str()) % 2 != 0) == (name == "odd");
+  if (name == "divisibleby") {
+    const int64_t d = want_int(one(), "divisibleby");
+    if (d == 0) eval_fail("divisibleby 0");
+    return want_int(x, "divisibleby") % d == 0;
+  }
+  if (name == "eq" || name == "equalto" || name == "==") return x == one();
+  if (name == "ne" || name == "!=") return !(x == one());
+  if (name == "lt" || name == "lessthan" || name == "<") return less(x, one());
+  if (name == "gt" || name == "greaterthan" || name == ">") return less(one(), x);
+  if (name == "le" || name == "<=") return !less(one(), x);
+  if (name == "ge" || name == ">=") return !less(x, one());
+  if (name == "in") {
+    const Value& seq = one();
+    if (seq.is_string()) return x.is_string() && seq.as_string().find(x.as_string()) != std::string::npos;
+    if (seq.kind() == K::Dict) return x.is_string() && seq.find(x.as_string());
+    for (const Value& v : iterate(seq))
+      if (v == x) return true;
+    return false;
+  }
+  if (name == "lower" || name == "upper") {
+    const std::string s = x.str();
+    return map_case(s, name == "lower" ? 0 : 1) == s && map_case(s, name == "lower" ? 1 : 0) != s;
+  }
+  if (name == "sameas") {
+    const Value& o = one();
+    return (x.is_none() && o.is_none()) || (x.kind() == K::Bool && o.kind() == K::Bool && x == o);
+  }
+  eval_fail("the test '", name, "' is not supported by tapegrad's Jinja subset");
+}
+
+Value filter(const std::string& name, const Value& x, Args& args) {
+  using K = Value::Kind;
+  const Value none = Value::none();
+  if (name == "trim") {
+    check_arity(args, 1, "trim", {"chars"});
+    return Value(strip(x.str(), arg(args, 0, "chars", none), true, true));
+  }
+  if (name == "length" || name == "count") return Value(length(x));
+  if (name == "tojson") {
+    check_arity(args, 1, "tojson", {"indent", "sort_keys", "ensure_ascii", "separators"});
+    const Value& indent = arg(args, 0, "indent", none);
+    const Value& sort = arg(args, 99, "sort_keys", Value(false));
+    if (arg(args, 99, "ensure_ascii", Value(false)).truthy()) eval_fail("tojson(ensure_ascii=true) is not supported");
+    if (!arg(args, 99, "separators", none).is_none()) eval_fail("tojson(separators=...) is not supported");
+    if (x.is_undefined()) eval_fail("tojson: ", describe(x), " is not JSON serializable");
+    if (indent.is_string()) eval_fail("tojson(indent=<a string>) is not supported");
+    return Value(to_json(x, indent.is_none() ? -1 : static_cast<int>(want_int(indent, "tojson indent")), sort.truthy()));
+  }
+  if (name == "upper" || name == "lower" || name == "title" || name == "capitalize") {
+    check_arity(args, 0, name);
+    return Value(map_case(x.str(), name == "lower" ? 0 : name == "upper" ? 1 : name == "title" ? 2 : 3));
+  }
+  if (name == "string") return Value(x.str());
+  if (name == "safe") return x;  // no autoescape: markup is plain text
+  if (name == "list") return Value::list(iterate(x));
+  if (name == "items") {
+    if (x.is_undefined()) return Value::list({});
+    if (x.kind() != K::Dict) eval_fail("items wants a mapping, got ", describe(x));
+    Args none_args;
+    return attribute(x, "items").call(none_args);
+  }
+  if (name == "first") {
+    const List xs = iterate(x);
+    return xs.empty() ? Value::undefined("first") : xs.front();
+  }
+  if (name == "last") {
+    const List xs = iterate(x);
+    return xs.empty() ? Value::undefined("last") : xs.back();
+  }
+  if (name == "reverse") {
+    if (x.is_string()) return slice(x, none, none, Value(-1));
+    List xs = iterate(x);
+    std::reverse(xs.begin(), xs.end());
+    return Value::list(std::move(xs));
+  }
+  if (name == "join") {
+    check_arity(args, 2, "join", {"d", "attribute"});
+    const std::string sep = arg(args, 0, "d", Value("")).str();
+    const Value& attr = arg(args, 1, "attribute", none);
+    std::string out;
+    bool first = true;
+    for (const Value& v : iterate(x)) {
+      out += (first ? "" : sep) + (attr.is_none() ? v : attribute(v, attr.str())).str();
+      first = false;
+    }
+    return Value(out);
+  }
+  if (name == "default" || name == "d") {
+    check_arity(args, 2, name, {"default_value", "boolean"});
+    const bool boolean = arg(args, 1, "boolean", Value(false)).truthy();
+    return x.is_undefined() || (boolean && !x.truthy()) ? arg(args, 0, "default_value", Value("")) : x;
+  }
+  if (name == "selectattr" || name == "rejectattr" || name == "select" || name == "reject") {
+    const bool by_attr = name == "selectattr" || name == "rejectattr";
+    const bool keep = name == "selectattr" || name == "select";
+    if (!args.keyword.empty()) eval_fail(name, " takes no keyword arguments");
+    if (by_attr && args.positional.empty()) eval_fail(name, " wants an attribute name");
+    const size_t t = by_attr ? 1 : 0;
+    Args targs;
+    targs.positional.assign(args.positional.begin() + static_cast<long>(std::min(t + 1, args.positional.size())), args.positional.end());
+    List out;
+    for (const Value& v : iterate(x)) {
+      const Value subject = by_attr ? attribute(v, want_string(args.positional[0], name.c_str())) : v;
+      const bool pass = args.positional.size() > t ? test(want_string(args.positional[t], name.c_str()), subject, targs) : subject.truthy();
+      if (pass == keep) out.push_back(v);
+    }
+    return Value::list(std::move(out));
+  }
+  if (name == "map") {
+    List out;
+    const Value& attr = arg(args, 99, "attribute", Value());
+    if (!attr.is_undefined()) {
+      const Value& dflt = arg(args, 99, "default", Value());
+      for (const Value& v : iterate(x)) {
+        Value a = attribute(v, attr.str());
+        out.push_back(a.is_undefined() && !dflt.is_undefined() ? dflt : a);
+      }
+      return Value::list(std::move(out));
+    }
+    if (args.positional.empty()) eval_fail("map wants a filter name or attribute=");
+    Args fargs;
+    fargs.positional.assign(args.positional.begin() + 1, args.positional.end());
+    fargs.keyword = args.keyword;
+    for (const Value& v : iterate(x)) out.push_back(filter(want_string(args.positional[0], "map"), v, fargs));
+    return Value::list(std::move(out));
+  }
+  if (name == "int") {
+    if (x.kind() == K::Int || x.kind() == K::Bool) return Value(x.as_int());
+    if (x.kind() == K::Float) return Value(static_cast<int64_t>(x.as_float()));
+    if (x.is_string()) {
+      try {
+        size_t used = 0;
+        const std::string s = strip(x.as_string(), none, true, true);
+        const int64_t v = std::stoll(s, &used);
+        if (used == s.size()) return Value(v);
+      } catch (const std::exception&) {
+      }
+    }
+    return arg(args, 0, "default", Value(0));
+  }
+  if (name == "abs") {
+    if (x.kind() == K::Float) return Value(std::abs(x.as_float()));
+    return Value(std::abs(want_int(x, "abs")));
+  }
+  if (name == "replace") {
+    check_arity(args, 3, "replace", {"count"});
+    if (args.positional.size() < 2) eval_fail("replace wants (old, new[, count])");
+    const Value& count = arg(args, 2, "count", none);
+    return Value(replace(x.str(), args.positional[0].str(), args.positional[1].str(), count.is_none() ? -1 : want_int(count, "replace")));
+  }
+  eval_fail("the filter '", name, "' is not supported by tapegrad's Jinja subset");
+}
+
+}  // namespace tg::data::jinja

@@ -1,0 +1,313 @@
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+
+#include "core/error.h"
+#include "core/utf8.h"
+#include "data/jinja.h"
+#include "data/utf8.h"
+
+namespace tg::data::jinja {
+
+Value Value::list(List items, bool tuple) {
+  Value v = make(Kind::List);
+  v.list_ = std::make_shared<const List>(std::move(items));
+  v.tuple_ = tuple;
+  return v;
+}
+
+Value Value::dict(Dict items) {
+  Value v = make(Kind::Dict);
+  v.dict_ = std::make_shared<Dict>(std::move(items));
+  return v;
+}
+
+Value Value::namespace_(Dict items) {
+  Value v = make(Kind::Namespace);
+  v.dict_ = std::make_shared<Dict>(std::move(items));
+  return v;
+}
+
+Value Value::function(std::string name, Function fn) {
+  Value v = make(Kind::Function);
+  v.str_ = std::make_shared<const std::string>(std::move(name));
+  v.fn_ = std::make_shared<const Function>(std::move(fn));
+  return v;
+}
+
+Value Value::from_json(const json::Value& j) {
+  switch (j.type()) {
+    case json::Value::Type::Null: return none();
+    case json::Value::Type::Bool: return Value(j.as_bool());
+    case json::Value::Type::Int: return Value(j.as_int());
+    case json::Value::Type::Double: return Value(j.as_double());
+    case json::Value::Type::String: return Value(j.as_string());
+    case json::Value::Type::Array: {
+      List items;
+      for (const json::Value& x : j.as_array()) items.push_back(from_json(x));
+      return list(std::move(items));
+    }
+    case json::Value::Type::Object: {
+      Dict items;
+      for (size_t i = 0; i < j.size(); ++i) items.emplace_back(j.keys()[i], from_json(j.values()[i]));
+      return dict(std::move(items));
+    }
+  }
+  return {};
+}
+
+const Value* Value::find(std::string_view key) const {
+  if (kind_ != Kind::Dict && kind_ != Kind::Namespace) return nullptr;
+  for (const auto& [k, v] : *dict_)
+    if (k == key) return &v;
+  return nullptr;
+}
+
+bool Value::truthy() const {
+  switch (kind_) {
+    case Kind::Undefined:
+    case Kind::None: return false;
+    case Kind::Bool:
+    case Kind::Int: return int_ != 0;
+    case Kind::Float: return float_ != 0;
+    case Kind::String: return !str_->empty();
+    case Kind::List: return !list_->empty();
+    case Kind::Dict: return !dict_->empty();
+    case Kind::Namespace:
+    case Kind::Function: return true;
+  }
+  return false;
+}
+
+namespace {
+
+// Python's repr(float): the shortest digits that read back, fixed from 1e-4 to 1e16.
+std::string float_repr(double d) {
+  if (std::isnan(d)) return "nan";
+  if (std::isinf(d)) return d < 0 ? "-inf" : "inf";
+  char buf[64];
+  auto r = std::to_chars(buf, buf + sizeof buf, d, std::chars_format::scientific);
+  std::string s(buf, r.ptr);
+  const size_t e = s.find('e');
+  std::string mant = s.substr(0, e);
+  const int exp = std::stoi(s.substr(e + 1));
+  std::string sign;
+  if (mant[0] == '-') sign = "-", mant.erase(0, 1);
+  std::string digits;
+  for (char c : mant)
+    if (c != '.') digits += c;
+  if (exp >= -4 && exp < 16) {
+    std::string out;
+    if (exp < 0) {
+      out = "0." + std::string(static_cast<size_t>(-exp - 1), '0') + digits;
+    } else if (static_cast<size_t>(exp) + 1 >= digits.size()) {
+      out = digits + std::string(static_cast<size_t>(exp) + 1 - digits.size(), '0') + ".0";
+    } else {
+      out = digits.substr(0, static_cast<size_t>(exp) + 1) + "." + digits.substr(static_cast<size_t>(exp) + 1);
+    }
+    return sign + out;
+  }
+  std::string out = digits.substr(0, 1);
+  if (digits.size() > 1) out += "." + digits.substr(1);
+  char ebuf[16];
+  std::snprintf(ebuf, sizeof ebuf, "e%c%02d", exp < 0 ? '-' : '+', std::abs(exp));
+  return sign + out + ebuf;
+}
+
+// Python's repr(str): single quotes unless the text has ' and no ".
+std::string str_repr(const std::string& s) {
+  const char q = s.find('\'') != std::string::npos && s.find('"') == std::string::npos ? '"' : '\'';
+  std::string out(1, q);
+  for (size_t i = 0; i < s.size();) {
+    const size_t start = i;
+    const char32_t cp = utf8::next(s, i);
+    if (cp == '\\' || cp == static_cast<char32_t>(q)) {
+      out += '\\';
+      out += static_cast<char>(cp);
+    } else if (cp == '\n') {
+      out += "\\n";
+    } else if (cp == '\r') {
+      out += "\\r";
+    } else if (cp == '\t') {
+      out += "\\t";
+    } else if (cp < 0x20 || (cp >= 0x7f && cp < 0xa0)) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned>(cp));
+      out += buf;
+    } else if (cp == 0xad || (cp >= 0x2028 && cp <= 0x2029) || (is_py_space(cp) && cp != ' ')) {
+      // Non-printable in Python (separators and most spaces): escaped as \uXXXX.
+      char buf[12];
+      std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(cp));
+      out += buf;
+    } else {
+      out.append(s, start, i - start);
+    }
+  }
+  return out + q;
+}
+
+void json_string(std::string& out, const std::string& s) {
+  out += '"';
+  for (char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      case '\b': out += "\\b"; break;
+      case '\f': out += "\\f"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(c));
+          out += buf;
+        } else {
+          out += c;
+        }
+    }
+  }
+  out += '"';
+}
+
+void json_value(std::string& out, const Value& v, int indent, bool sort_keys, int depth) {
+  auto newline = [&](int d) {
+    if (indent < 0) return;
+    out += '\n';
+    out.append(static_cast<size_t>(indent * d), ' ');
+  };
+  const char* item_sep = indent < 0 ? ", " : ",";
+  switch (v.kind()) {
+    case Value::Kind::None: out += "null"; return;
+    case Value::Kind::Bool: out += v.as_bool_value() ? "true" : "false"; return;
+    case Value::Kind::Int: out += std::to_string(v.as_int()); return;
+    case Value::Kind::Float: {
+      const double d = v.as_float();
+      out += std::isnan(d) ? "NaN" : std::isinf(d) ? (d < 0 ? "-Infinity" : "Infinity") : float_repr(d);
+      return;
+    }
+    case Value::Kind::String: json_string(out, v.as_string()); return;
+    case Value::Kind::List: {
+      if (v.as_list().empty()) {
+        out += "[]";
+        return;
+      }
+      out += '[';
+      for (size_t i = 0; i < v.as_list().size(); ++i) {
+        if (i) out += item_sep;
+        newline(depth + 1);
+        json_value(out, v.as_list()[i], indent, sort_keys, depth + 1);
+      }
+      newline(depth);
+      out += ']';
+      return;
+    }
+    case Value::Kind::Dict: {
+      if (v.as_dict().empty()) {
+        out += "{}";
+        return;
+      }
+      std::vector<const std::pair<std::string, Value>*> items;
+      for (const auto& kv : v.as_dict()) items.push_back(&kv);
+      if (sort_keys) std::stable_sort(items.begin(), items.end(), [](auto* a, auto* b) { return a->first < b->first; });
+      out += '{';
+      for (size_t i = 0; i < items.size(); ++i) {
+        if (i) out += item_sep;
+        newline(depth + 1);
+        json_string(out, items[i]->first);
+        out += ": ";
+        json_value(out, items[i]->second, indent, sort_keys, depth + 1);
+      }
+      newline(depth);
+      out += '}';
+      return;
+    }
+    default: fail("chat template", "tojson: Object of type ", v.type_name(), " is not JSON serializable");
+  }
+}
+
+}  // namespace
+
+std::string Value::str() const {
+  switch (kind_) {
+    case Kind::Undefined: return "";
+    case Kind::String: return *str_;
+    default: return repr();
+  }
+}
+
+std::string Value::repr() const {
+  switch (kind_) {
+    case Kind::Undefined: return "Undefined";
+    case Kind::None: return "None";
+    case Kind::Bool: return int_ ? "True" : "False";
+    case Kind::Int: return std::to_string(int_);
+    case Kind::Float: return float_repr(float_);
+    case Kind::String: return str_repr(*str_);
+    case Kind::List: {
+      std::string s = tuple_ ? "(" : "[";
+      for (size_t i = 0; i < list_->size(); ++i) s += (i ? ", " : "") + (*list_)[i].repr();
+      if (tuple_ && list_->size() == 1) s += ",";
+      return s + (tuple_ ? ")" : "]");
+    }
+    case Kind::Dict: {
+      std::string s = "{";
+      for (size_t i = 0; i < dict_->size(); ++i)
+        s += (i ? ", " : "") + str_repr((*dict_)[i].first) + ": " + (*dict_)[i].second.repr();
+      return s + "}";
+    }
+    case Kind::Namespace: return "<Namespace>";
+    case Kind::Function: return "<function " + *str_ + ">";
+  }
+  return "";
+}
+
+bool Value::operator==(const Value& o) const {
+  if (is_number() && o.is_number()) {
+    if (kind_ == Kind::Float || o.kind_ == Kind::Float) return as_float() == o.as_float();
+    return int_ == o.int_;
+  }
+  if (kind_ != o.kind_) return false;
+  switch (kind_) {
+    case Kind::Undefined:
+    case Kind::None: return true;
+    case Kind::String: return *str_ == *o.str_;
+    case Kind::List: return *list_ == *o.list_;
+    case Kind::Dict: {
+      if (dict_->size() != o.dict_->size()) return false;
+      for (const auto& [k, v] : *dict_) {
+        const Value* w = o.find(k);
+        if (!w || !(v == *w)) return false;
+      }
+      return true;
+    }
+    default: return dict_ == o.dict_ && fn_ == o.fn_;  // identity
+  }
+}
+
+const char* Value::kind_name(Kind k) {
+  switch (k) {
+    case Kind::Undefined: return "Undefined";
+    case Kind::None: return "NoneType";
+    case Kind::Bool: return "bool";
+    case Kind::Int: return "int";
+    case Kind::Float: return "float";
+    case Kind::String: return "str";
+    case Kind::List: return "list";
+    case Kind::Dict: return "dict";
+    case Kind::Namespace: return "Namespace";
+    case Kind::Function: return "function";
+  }
+  return "?";
+}
+
+std::string to_json(const Value& v, int indent, bool sort_keys) {
+  std::string out;
+  json_value(out, v, indent, sort_keys, 0);
+  return out;
+}
+
+bool is_py_space(char32_t cp) { return utf8::is_white_space(cp) || (cp >= 0x1c && cp <= 0x1f); }
+
+}  // namespace tg::data::jinja
