@@ -46,8 +46,9 @@ void add_lora(nn::Module& model, const std::vector<std::string>& targets, Genera
   for (auto& [path, l] : peft::lora_layers(model)) nn::init::normal_(l->lora_B->weight, 0.0, 0.05, gen);
 }
 
-// One forward + backward with the generator rewound to the same state: the loss, every trainable
-// parameter's gradient, where the generator ended and how many checkpoint nodes the graph had.
+// One forward + backward with the default generator (the one dropout layers draw from) rewound to
+// the same state: the loss, every trainable parameter's gradient, where the generator ended and how
+// many checkpoint nodes the graph had.
 struct Step {
   Tensor loss;
   nn::NamedTensors grads;
@@ -55,8 +56,9 @@ struct Step {
   int checkpoints = 0;
 };
 
-Step run_step(nn::Module& model, Generator& gen, const std::function<Tensor()>& loss_fn, bool checkpointing,
+Step run_step(nn::Module& model, const std::function<Tensor()>& loss_fn, bool checkpointing,
               const std::vector<Tensor>& inputs = {}) {
+  Generator& gen = default_generator();
   if (checkpointing) model.gradient_checkpointing_enable();
   else model.gradient_checkpointing_disable();
   model.zero_grad();
@@ -87,9 +89,9 @@ void expect_bitwise(const Step& got, const Step& want) {
 }
 
 // Runs the step without and with checkpointing and compares them bit for bit.
-void expect_checkpointing_changes_nothing(nn::Module& model, Generator& gen, const std::function<Tensor()>& loss_fn,
+void expect_checkpointing_changes_nothing(nn::Module& model, const std::function<Tensor()>& loss_fn,
                                           int layers, bool draws) {
-  const Step plain = run_step(model, gen, loss_fn, false), ckpt = run_step(model, gen, loss_fn, true);
+  const Step plain = run_step(model, loss_fn, false), ckpt = run_step(model, loss_fn, true);
   EXPECT_EQ(plain.checkpoints, 0);
   EXPECT_EQ(ckpt.checkpoints, layers) << "one checkpoint node per decoder layer";
   if (draws) EXPECT_GT(plain.offset_after, 5u) << "dropout drew no mask: the test would not test it";
@@ -115,14 +117,14 @@ TEST(Checkpoint, FullLlamaGqaGradientsAreBitwiseThoseWithout) {
   Generator gen(1);
   nn::LlamaForCausalLM model(llama_gqa(), gen);
   Tensor ids = randint(0, 37, {3, 12}, gen, {.dtype = kInt64});
-  expect_checkpointing_changes_nothing(model, gen, [&] { return model.loss(ids, ids); }, 2, false);
+  expect_checkpointing_changes_nothing(model, [&] { return model.loss(ids, ids); }, 2, false);
 }
 
 TEST(Checkpoint, FullGpt2WithDropoutGradientsAreBitwiseThoseWithout) {
   Generator gen(2);
   nn::GPT2LMHeadModel model(gpt2_dropout(), gen);
   Tensor ids = randint(0, 37, {3, 12}, gen, {.dtype = kInt64});
-  expect_checkpointing_changes_nothing(model, gen, [&] { return model.loss(ids, ids); }, 2, true);
+  expect_checkpointing_changes_nothing(model, [&] { return model.loss(ids, ids); }, 2, true);
 }
 
 TEST_P(CheckpointModels, LlamaLoraWithDropoutIsBitwiseAsWithout) {
@@ -131,7 +133,7 @@ TEST_P(CheckpointModels, LlamaLoraWithDropoutIsBitwiseAsWithout) {
   add_lora(model, {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}, gen);
   model.to(dev());
   Tensor x = ids(37);
-  expect_checkpointing_changes_nothing(model, gen, [&] { return model.loss(x, x); }, 2, true);
+  expect_checkpointing_changes_nothing(model, [&] { return model.loss(x, x); }, 2, true);
 }
 
 // The benchmark's case: a bfloat16 base with float32 adapters.
@@ -142,7 +144,7 @@ TEST_P(CheckpointModels, Bf16LlamaLoraIsBitwiseAsWithout) {
   add_lora(model, {"q_proj", "k_proj", "v_proj", "o_proj"}, gen);
   model.to(dev());
   Tensor x = ids(37);
-  expect_checkpointing_changes_nothing(model, gen, [&] { return model.loss(x, x); }, 2, true);
+  expect_checkpointing_changes_nothing(model, [&] { return model.loss(x, x); }, 2, true);
 }
 
 TEST_P(CheckpointModels, Gpt2LoraWithDropoutIsBitwiseAsWithout) {
@@ -151,7 +153,7 @@ TEST_P(CheckpointModels, Gpt2LoraWithDropoutIsBitwiseAsWithout) {
   add_lora(model, {"c_attn", "c_proj"}, gen);
   model.to(dev());
   Tensor x = ids(37);
-  expect_checkpointing_changes_nothing(model, gen, [&] { return model.loss(x, x); }, 2, true);
+  expect_checkpointing_changes_nothing(model, [&] { return model.loss(x, x); }, 2, true);
 }
 
 TEST_P(CheckpointModels, BackwardWithInputsGivesTheSameGradientsAndOnlyThose) {
@@ -164,7 +166,7 @@ TEST_P(CheckpointModels, BackwardWithInputsGivesTheSameGradientsAndOnlyThose) {
   // parameters'.
   Tensor a = model.get_parameter("model.layers.0.self_attn.q_proj.lora_A.weight");
   auto loss_fn = [&] { return model.loss(x, x); };
-  const Step plain = run_step(model, gen, loss_fn, false, {a}), ckpt = run_step(model, gen, loss_fn, true, {a});
+  const Step plain = run_step(model, loss_fn, false, {a}), ckpt = run_step(model, loss_fn, true, {a});
   expect_bitwise(ckpt, plain);
   for (auto& [name, g] : ckpt.grads) EXPECT_EQ(g.defined(), name == "model.layers.0.self_attn.q_proj.lora_A.weight") << name;
   std::vector<GradMask> masks;
@@ -188,7 +190,7 @@ TEST_P(CheckpointModels, RetainGraphRecomputesTheSameDropoutTwice) {
     loss.backward({}, true);
     return loss;  // the step's own backward adds the second gradient
   };
-  expect_checkpointing_changes_nothing(model, gen, twice, 2, true);
+  expect_checkpointing_changes_nothing(model, twice, 2, true);
 }
 
 TEST_P(CheckpointModels, CheckpointingHoldsLessForBackward) {
