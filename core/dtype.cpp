@@ -10,6 +10,7 @@ size_t element_size(DType t) {
     case kInt32: return 4;
     case kInt64: return 8;
     case kBool: return 1;
+    case kUInt8: return 1;
   }
   return 0;
 }
@@ -22,6 +23,7 @@ const char* dtype_name(DType t) {
     case kInt32: return "int32";
     case kInt64: return "int64";
     case kBool: return "bool";
+    case kUInt8: return "uint8";
   }
   return "?";
 }

@@ -11,7 +11,8 @@
 
 namespace tg {
 
-enum class DType : uint8_t { Float32, BFloat16, Float64, Int32, Int64, Bool };
+// UInt8 holds raw bytes (bitsandbytes' packed 4-bit weights), never arithmetic.
+enum class DType : uint8_t { Float32, BFloat16, Float64, Int32, Int64, Bool, UInt8 };
 
 inline constexpr DType kFloat32 = DType::Float32;
 inline constexpr DType kBFloat16 = DType::BFloat16;
@@ -19,13 +20,14 @@ inline constexpr DType kFloat64 = DType::Float64;
 inline constexpr DType kInt32 = DType::Int32;
 inline constexpr DType kInt64 = DType::Int64;
 inline constexpr DType kBool = DType::Bool;
+inline constexpr DType kUInt8 = DType::UInt8;
 
 size_t element_size(DType t);
 const char* dtype_name(DType t);
 inline bool is_floating_point(DType t) {
   return t == kFloat32 || t == kBFloat16 || t == kFloat64;
 }
-inline bool is_integral(DType t) { return t == kInt32 || t == kInt64 || t == kBool; }
+inline bool is_integral(DType t) { return t == kInt32 || t == kInt64 || t == kBool || t == kUInt8; }
 // Whether a double converts to `t` without undefined behaviour: inside int32's / int64's range
 // (truncated), any value for the floating types and bool. NaN fits only a floating type or bool.
 inline bool fits_dtype(double v, DType t) {
@@ -43,6 +45,7 @@ constexpr DType dtype_of() {
   else if constexpr (std::is_same_v<T, int32_t>) return kInt32;
   else if constexpr (std::is_same_v<T, int64_t>) return kInt64;
   else if constexpr (std::is_same_v<T, bool>) return kBool;
+  else if constexpr (std::is_same_v<T, uint8_t>) return kUInt8;
   else static_assert(sizeof(T) == 0, "tapegrad has no dtype for this C++ type");
 }
 

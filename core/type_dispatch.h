@@ -29,6 +29,7 @@ decltype(auto) dispatch_all(DType t, const char* op, F&& f) {
     case kInt32: return f(type_tag<int32_t>{});
     case kInt64: return f(type_tag<int64_t>{});
     case kBool: return f(type_tag<bool>{});
+    case kUInt8: return f(type_tag<uint8_t>{});
     default: return dispatch_floating(t, op, std::forward<F>(f));
   }
 }

@@ -29,9 +29,10 @@ struct FileDType {
 constexpr FileDType kFileDTypes[] = {
     {"F64", 8, kFloat64}, {"F32", 4, kFloat32}, {"F16", 2, kFloat32},  // F16 is widened
     {"BF16", 2, kBFloat16}, {"I64", 8, kInt64}, {"I32", 4, kInt32}, {"BOOL", 1, kBool},
+    {"U8", 1, kUInt8},
 };
 // Known to safetensors, but tapegrad has no such tensors.
-constexpr const char* kUnsupported[] = {"F8_E4M3", "F8_E5M2", "I8", "U8", "I16", "U16", "U32", "U64", "C64"};
+constexpr const char* kUnsupported[] = {"F8_E4M3", "F8_E5M2", "I8", "I16", "U16", "U32", "U64", "C64"};
 
 const FileDType* find_dtype(const std::string& code) {
   for (const auto& d : kFileDTypes)
@@ -117,6 +118,7 @@ const char* dtype_code(DType dtype) {
     case kInt64: return "I64";
     case kInt32: return "I32";
     case kBool: return "BOOL";
+    case kUInt8: return "U8";
   }
   fail("safetensors", "no safetensors code for dtype ", dtype);
 }
@@ -172,7 +174,7 @@ Loaded deserialize(const uint8_t* data, size_t size, const std::string& source, 
       const std::string& code = dt->as_string();
       bool known = std::any_of(std::begin(kUnsupported), std::end(kUnsupported), [&](const char* c) { return code == c; });
       bad("tensor '", name, "' has ", known ? "unsupported" : "unknown", " dtype '", code,
-          "' (tapegrad reads F64, F32, F16, BF16, I64, I32, BOOL)");
+          "' (tapegrad reads F64, F32, F16, BF16, I64, I32, BOOL, U8)");
     }
     if (!sh->is_array()) bad("tensor '", name, "': shape is not an array");
     // numel and the product ignoring zero dims must both fit, or strides could overflow.

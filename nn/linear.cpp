@@ -25,8 +25,10 @@ Linear::Linear(int64_t in, int64_t out, bool with_bias, Generator& gen)
 
 Linear::Linear(const std::string& type_name, int64_t in, int64_t out, const Tensor& w, const Tensor& b)
     : Module(type_name), in_features(in), out_features(out), weight(w), bias(b) {
-  TG_CHECK(weight.defined() && weight.dim() == 2 && weight.shape() == Shape({out, in}), type_name.c_str(),
-           "weight must be a 2-D [out, in] tensor");
+  // A uint8 weight is bitsandbytes' packed 4-bit layout (nn::Linear4bit, and LoRA on it), checked there.
+  const bool packed = weight.defined() && weight.dtype() == kUInt8;
+  TG_CHECK(packed || (weight.defined() && weight.dim() == 2 && weight.shape() == Shape({out, in})),
+           type_name.c_str(), "weight must be a 2-D [out, in] tensor");
   TG_CHECK(!bias.defined() || bias.shape() == Shape({out}), type_name.c_str(), "bias must be [", out, "], got ",
            bias.defined() ? shape_str(bias.shape()) : "");
   const bool w_grad = weight.requires_grad(), b_grad = bias.defined() && bias.requires_grad();

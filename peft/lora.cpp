@@ -99,11 +99,21 @@ LoRALinear::LoRALinear(const nn::Linear& base, int64_t rank, double alpha, doubl
   TG_CHECK(rank > 0, "LoRALinear", "r must be positive, got ", rank);
   weight.requires_grad_(false);
   if (bias.defined()) bias.requires_grad_(false);
+  if (const auto* q = dynamic_cast<const nn::Linear4bit*>(&base)) {
+    quantized_base = std::make_shared<nn::Linear4bit>(q->quant_state, bias, q->compute_dtype, q->workspace);
+    for (auto& [name, slot] : std::vector<std::pair<const char*, Tensor*>>{
+             {"absmax", &quantized_base->quant_state.absmax}, {"quant_map", &quantized_base->quant_state.quant_map},
+             {"nested_absmax", &quantized_base->quant_state.nested_absmax},
+             {"nested_quant_map", &quantized_base->quant_state.nested_quant_map}})
+      register_buffer(name, *slot);
+    register_buffer("workspace", quantized_base->workspace, /*persistent=*/false);
+  }
+  const DType layer_dtype = quantized_base ? quantized_base->compute_dtype : weight.dtype();
   // nn::Linear's own init is peft's for A: kaiming_uniform(a = sqrt(5)) = U(-1/sqrt(in), 1/sqrt(in)).
   lora_A = std::make_shared<nn::Linear>(in_features, rank, false, gen);
   lora_B = std::make_shared<nn::Linear>(rank, out_features, false, gen);
   nn::init::zeros_(lora_B->weight);
-  const DType adapter_dtype = autocast_adapter_dtype && weight.dtype() == kBFloat16 ? kFloat32 : weight.dtype();
+  const DType adapter_dtype = autocast_adapter_dtype && layer_dtype == kBFloat16 ? kFloat32 : layer_dtype;
   lora_A->to(adapter_dtype, weight.device());
   lora_B->to(adapter_dtype, weight.device());
   lora_dropout = std::make_shared<nn::Dropout>(dropout);
@@ -117,17 +127,18 @@ Tensor LoRALinear::forward(const Tensor& x) {
   if (merged_) return nn::Linear::forward(x);
   // One op for the layer (ops/lora_linear.h): the LoRA products on x's dtype (bf16 adapters' tensor
   // cores for a bf16 layer, as autocast), LoRA-B accumulated into the base GEMM's output.
-  if (lora_dropout->p == 0.0 || !is_training())
+  if (!quantized_base && (lora_dropout->p == 0.0 || !is_training()))
     return lora_linear(x, weight, bias, lora_A->weight, lora_B->weight, scaling);
   // With dropout the adapters see another x than the base layer: the composition, as peft. x is
   // cast to the adapters' dtype (float32 for a bf16 layer), the LoRA term rounded back to y's.
   Tensor lora = lora_B->forward(lora_A->forward(lora_dropout->forward(tg::to(x, lora_A->weight.dtype()))));
-  return add(nn::Linear::forward(x), tg::to(mul(lora, scaling), x.dtype()));
+  Tensor base = quantized_base ? quantized_base->forward(x) : nn::Linear::forward(x);
+  return add(base, tg::to(mul(lora, scaling), x.dtype()));
 }
 
 std::optional<LinearSpec> LoRALinear::spec() const {
   if (merged_) return LinearSpec{weight, bias};
-  if (lora_dropout->p != 0.0 && is_training()) return std::nullopt;
+  if ((lora_dropout->p != 0.0 && is_training()) || quantized_base) return std::nullopt;
   return LinearSpec{weight, bias, lora_A->weight, lora_B->weight, scaling};
 }
 
@@ -140,6 +151,8 @@ Tensor LoRALinear::delta_weight() const {
 // W's dtype once by copy_.
 void LoRALinear::merge() {
   TG_CHECK(!merged_, "LoRALinear::merge", "the adapter is already merged");
+  TG_CHECK(!quantized_base, "LoRALinear::merge", "the base weight is 4-bit quantised (Linear4bit); merging into "
+           "it is not supported (merge on the unquantised base)");
   NoGradGuard g;
   Tensor delta = delta_weight();
   copy_(weight, add(tg::to(weight, delta.dtype()), delta));

@@ -22,6 +22,7 @@
 #include "core/generator.h"
 #include "nn/dropout.h"
 #include "nn/linear.h"
+#include "nn/linear4bit.h"
 
 namespace tg::peft {
 
@@ -77,6 +78,9 @@ class LoRALinear : public nn::Linear {
   std::shared_ptr<nn::Linear> lora_A;  // weight [r, in]
   std::shared_ptr<nn::Linear> lora_B;  // weight [out, r]
   std::shared_ptr<nn::Dropout> lora_dropout;
+  // The 4-bit base (QLoRA: nn::Linear4bit wrapped), sharing weight and bias; null for a dense one.
+  // forward is then base(x) + scaling * B(A(dropout(x))); merge refuses.
+  std::shared_ptr<nn::Linear4bit> quantized_base;
 
  protected:
   std::string extra_repr() const override;

@@ -1,10 +1,16 @@
-// Op cases: matmul (2-D, batched, broadcast, vectors, transposed operands), linear, lora_linear
-// and linear_group.
+// Op cases: matmul (2-D, batched, broadcast, vectors, transposed operands), linear, lora_linear,
+// linear_group and linear_4bit.
+#include <cmath>
+#include <vector>
+
+#include "core/factory.h"
 #include "ops/binary.h"
+#include "ops/cast.h"
 #include "ops/linear.h"
 #include "ops/linear_group.h"
 #include "ops/lora_linear.h"
 #include "ops/matmul.h"
+#include "ops/nf4.h"
 #include "ops/shape.h"
 #include "tests/op_harness.h"
 
@@ -24,6 +30,15 @@ TG_OP_CASES({
     {"matmul_vector_left", {S{{5}}, S{{2, 5, 3}}}, [](const Inputs& x) { return matmul(x[0], x[1]); }},
     {"linear", {S{{6, 9}}, S{{5, 9}}, S{{5}}}, [](const Inputs& x) { return linear(x[0], x[1], x[2]); }},
     {"linear_no_bias_3d", {S{{2, 3, 9}}, S{{4, 9}}}, [](const Inputs& x) { return linear(x[0], x[1]); }},
+    // x and bias; the 4-bit weight [5, 9] (two blocks of 32 values, double quantised) is a
+    // constant quantised on x's device, dequantised in x's dtype (float64 for the gradcheck)
+    {"linear_4bit", {S{{2, 3, 9}, S::Normal, 0, true, true}, S{{5}}},
+     [](const Inputs& x) {
+       std::vector<float> w(45);
+       for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(std::sin(0.7 * static_cast<double>(i)));
+       const QuantState4bit q = quantize_4bit(to(from_vector(w, {5, 9}), x[0].device()), "nf4", true, 32);
+       return linear_4bit(x[0], q, x[1]);
+     }},
     {"linear_strided_x", {S{{6, 9}, S::Normal, 0, true, true}, S{{5, 9}}, S{{5}}},
      [](const Inputs& x) { return linear(x[0], x[1], x[2]); }},
     // x, weight, bias, lora_A [r, in], lora_B [out, r]: the harness freezes each in turn

@@ -169,8 +169,8 @@ TEST(SafetensorsCorrupt, BadJson) {
 TEST(SafetensorsCorrupt, UnknownDtype) {
   EXPECT_LOAD_ERROR(file_bytes(R"({"a":{"dtype":"F17","shape":[2],"data_offsets":[0,8]}})", kEight),
                     "unknown dtype 'F17'");
-  EXPECT_LOAD_ERROR(file_bytes(R"({"a":{"dtype":"U8","shape":[8],"data_offsets":[0,8]}})", kEight),
-                    "unsupported dtype 'U8'");
+  EXPECT_LOAD_ERROR(file_bytes(R"({"a":{"dtype":"I8","shape":[8],"data_offsets":[0,8]}})", kEight),
+                    "unsupported dtype 'I8'");
 }
 
 TEST(SafetensorsCorrupt, OffsetsOutsideTheData) {

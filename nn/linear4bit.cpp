@@ -1,0 +1,45 @@
+#include "nn/linear4bit.h"
+
+#include "ops/cast.h"
+
+namespace tg::nn {
+namespace {
+
+int64_t dim_of(const QuantState4bit& q, size_t i) { return q.shape.size() == 2 ? q.shape[i] : 0; }
+
+}  // namespace
+
+Linear4bit::Linear4bit(QuantState4bit w, const Tensor& b, DType compute, const Tensor& ws)
+    : Linear("Linear4bit", dim_of(w, 1), dim_of(w, 0), w.packed, b),
+      quant_state(std::move(w)),
+      compute_dtype(compute),
+      workspace(ws) {
+  check_quant_state(quant_state, "weight", "Linear4bit");
+  TG_CHECK(quant_state.shape.size() == 2, "Linear4bit", "the quantised weight has shape ", quant_state.shape,
+           ", wants [out, in]");
+  TG_CHECK(compute == kFloat32 || compute == kBFloat16, "Linear4bit", "compute_dtype ", compute,
+           ", wants float32 or bfloat16");
+  TG_CHECK(!workspace.defined() || workspace.dtype() == compute, "Linear4bit", "workspace has dtype ",
+           workspace.dtype(), ", wants the compute dtype ", compute);
+  register_buffer("absmax", quant_state.absmax);
+  register_buffer("quant_map", quant_state.quant_map);
+  register_buffer("nested_absmax", quant_state.nested_absmax);
+  register_buffer("nested_quant_map", quant_state.nested_quant_map);
+  register_buffer("workspace", workspace, /*persistent=*/false);  // moves with the model
+}
+
+Tensor Linear4bit::forward(const Tensor& x) {
+  const Tensor b = bias.defined() ? tg::to(bias, compute_dtype) : bias;
+  // A workspace cast away from the compute dtype (Module::to(dtype)) is not used.
+  const Tensor ws = workspace.defined() && workspace.dtype() == compute_dtype ? workspace : Tensor();
+  return tg::to(linear_4bit(tg::to(x, compute_dtype), quant_state, b, ws), x.dtype());
+}
+
+Tensor Linear4bit::dequantized_weight(DType dtype) const { return dequantize_4bit(quant_state, dtype); }
+
+std::string Linear4bit::extra_repr() const {
+  return Linear::extra_repr() + ", quant_type=" + quant_state.quant_type +
+         (quant_state.nested() ? ", double_quant" : "") + ", compute_dtype=" + dtype_name(compute_dtype);
+}
+
+}  // namespace tg::nn

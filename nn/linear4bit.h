@@ -1,0 +1,37 @@
+// nn::Linear4bit: a frozen Linear whose weight is stored in bitsandbytes' 4-bit format (ops/nf4.h),
+// as bitsandbytes.nn.Linear4bit. forward is linear_4bit: the weight is dequantised to the
+// compute dtype right before the GEMM (and again for dx in backward) into the workspace, one
+// buffer shared by a model's quantised layers (nn/quantization.h makes it). It never has a
+// weight gradient: the packed uint8 weight refuses requires_grad_ (only floating tensors train).
+//
+// Registered as "weight" (the packed uint8 values), "bias", and the buffers "absmax",
+// "quant_map", "nested_absmax", "nested_quant_map" (bitsandbytes' "weight.absmax", ...) and the
+// non-persistent "workspace", so to(device) moves the whole state. They stay float32: to(kBFloat16) on a quantised model
+// makes its next forward fail naming the tensor; cast the model before quantising it.
+#pragma once
+
+#include "nn/linear.h"
+#include "ops/nf4.h"
+
+namespace tg::nn {
+
+class Linear4bit : public Linear {
+ public:
+  // Holds `weight` (checked by check_quant_state, [out, in]) and `bias` (kept as given).
+  Linear4bit(QuantState4bit weight, const Tensor& bias, DType compute_dtype, const Tensor& workspace = {});
+  // x (any floating dtype) is cast to the compute dtype, the output back to x's dtype, as in
+  // bitsandbytes.
+  Tensor forward(const Tensor& x) override;
+  std::optional<LinearSpec> spec() const override { return std::nullopt; }
+  // The weight dequantised to `dtype` ([out, in], a new tensor; no autograd).
+  Tensor dequantized_weight(DType dtype) const;
+
+  QuantState4bit quant_state;
+  DType compute_dtype;
+  Tensor workspace;  // undefined: forward allocates its own
+
+ protected:
+  std::string extra_repr() const override;
+};
+
+}  // namespace tg::nn

@@ -1,0 +1,39 @@
+// Turning a model's frozen Linear layers into 4-bit ones (QLoRA), as transformers does for
+// from_pretrained(..., quantization_config=BitsAndBytesConfig(load_in_4bit=True, ...)):
+//
+//   tg::nn::QuantizationConfig q{.load_in_4bit = true, .quant_type = "nf4", .double_quant = true,
+//                                .compute_dtype = tg::kBFloat16};
+//   model->to(tg::kBFloat16, device);
+//   tg::nn::replace_with_4bit_linear(*model, q);   // every Linear but lm_head, in place
+//   tg::peft::apply_lora(*model, lora_config);      // LoRA wraps the 4-bit layers
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "nn/module.h"
+
+namespace tg::nn {
+
+// transformers' BitsAndBytesConfig, 4-bit fields (load_in_4bit, bnb_4bit_quant_type,
+// bnb_4bit_use_double_quant, bnb_4bit_compute_dtype, llm_int8_skip_modules). The defaults are
+// QLoRA's (NF4, double quantisation, bfloat16 compute), not transformers' (fp4, none, float32).
+struct QuantizationConfig {
+  bool load_in_4bit = false;
+  std::string quant_type = "nf4";  // "nf4" or "fp4"
+  bool double_quant = true;
+  DType compute_dtype = kBFloat16;  // float32 or bfloat16
+  // Modules (matched as peft matches: the path or its last components) left unquantised.
+  std::vector<std::string> skip_modules = {"lm_head"};
+  int64_t blocksize = 64;
+};
+
+// Replaces every nn::Linear of `model` (exactly that type) not matched by skip_modules by an
+// nn::Linear4bit holding its quantised weight and its bias (frozen), sharing one workspace per
+// device of the largest layer's size. Returns the paths replaced. tg::Error when load_in_4bit is
+// false, the config is invalid, a Linear already carries LoRA (quantise before apply_lora) or is
+// already quantised; nothing changes then.
+std::vector<std::string> replace_with_4bit_linear(Module& model, const QuantizationConfig& config);
+
+}  // namespace tg::nn

@@ -1,0 +1,98 @@
+// dequantize_4bit on CUDA: out[i] = quant_map[code i] * absmax[i / blocksize], rounded to out's
+// dtype, with absmax = nested_quant_map[q] * nested_absmax[block / 256] + offset when double
+// quantised (products and sums rounded as the CPU kernel rounds them, so both give the same bits).
+// Memory traffic: n / 2 bytes of codes and one absmax (4 bytes, or 1 byte + a cached nested
+// value) per block read, n * sizeof(out) written: for bfloat16 out 2.5 bytes a weight, about 80%
+// of it the store. Each thread turns 16 bytes of codes (one 16-byte load) into 32 values (four
+// 16-byte bf16 stores), all in one block since blocksize is a power of two >= 32; the 16-value
+// map sits in shared memory (16 words in 16 banks: no conflicts).
+#include "core/cuda/cuda_utils.cuh"
+#include "core/cuda/device_utils.cuh"
+#include "ops/nf4_kernels.h"
+#include "ops/nf4_math.h"
+
+namespace tg::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kValuesPerThread = 32;  // 16 bytes of codes
+
+struct Scales {
+  const float* absmax;         // float32 absmax, or null when nested
+  const uint8_t* codes;        // nested: the 8-bit absmax codes
+  const float* nested_absmax;  // nested: one scale per 256 absmax
+  const float* nested_map;     // nested: the 256-value dynamic map
+  float offset;
+  __device__ __forceinline__ float of(int64_t block) const {
+    if (absmax) return __ldg(absmax + block);
+    const float a = __ldg(nested_map + __ldg(codes + block));
+    return __fadd_rn(__fmul_rn(a, __ldg(nested_absmax + block / nf4::kNestedBlocksize)), offset);
+  }
+};
+
+template <class T>
+__global__ void dequantize_4bit_kernel(T* __restrict__ out, const uint8_t* __restrict__ packed,
+                                       const float* __restrict__ quant_map, Scales scales, int block_shift,
+                                       int64_t n, bool vectors) {
+  __shared__ float lut[16];
+  if (threadIdx.x < 16) lut[threadIdx.x] = quant_map[threadIdx.x];
+  __syncthreads();
+  const int64_t chunks = (n + kValuesPerThread - 1) / kValuesPerThread;
+  for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < chunks; c += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t first = c * kValuesPerThread;
+    const float s = scales.of(first >> block_shift);
+    if (vectors && first + kValuesPerThread <= n) {
+      const int4 r = __ldcs(reinterpret_cast<const int4*>(packed) + c);
+      const uint32_t words[4] = {uint32_t(r.x), uint32_t(r.y), uint32_t(r.z), uint32_t(r.w)};
+      constexpr int P = kPack16<T>;
+#pragma unroll
+      for (int p = 0; p < kValuesPerThread / P; ++p) {
+        float f[P];
+#pragma unroll
+        for (int e = 0; e < P; e += 2) {
+          const int v = p * P + e;  // values v, v + 1 share byte v / 2
+          const uint32_t byte = (words[v / 8] >> (8 * ((v / 2) % 4))) & 0xFF;
+          f[e] = __fmul_rn(lut[byte >> 4], s);
+          f[e + 1] = __fmul_rn(lut[byte & 0x0F], s);
+        }
+        store_pack<Access::stream>(out + first + p * P, pack_of<T>(f));
+      }
+    } else {
+      const int64_t last = first + kValuesPerThread < n ? first + kValuesPerThread : n;
+      for (int64_t i = first; i < last; ++i) {
+        const uint8_t byte = packed[i / 2];
+        out[i] = cvt<T>(__fmul_rn(lut[i % 2 == 0 ? byte >> 4 : byte & 0x0F], s));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void dequantize_4bit(const Tensor& out, const Tensor& packed, const Tensor& absmax, const Tensor& quant_map,
+                     const Tensor& nested_absmax, const Tensor& nested_quant_map, float offset, int64_t blocksize) {
+  const int64_t n = out.numel();
+  int shift = 0;
+  while ((int64_t(1) << shift) < blocksize) ++shift;
+  Scales scales{};
+  if (nested_absmax.defined()) {
+    scales.codes = absmax.data_ptr<uint8_t>();
+    scales.nested_absmax = nested_absmax.data_ptr<float>();
+    scales.nested_map = nested_quant_map.data_ptr<float>();
+    scales.offset = offset;
+  } else {
+    scales.absmax = absmax.data_ptr<float>();
+  }
+  const uint8_t* codes = packed.data_ptr<uint8_t>();
+  dispatch_gpu_float(out.dtype(), "dequantize_4bit", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* dst = out.data_ptr<T>();
+    const bool vectors = aligned(codes, 16) && aligned(dst, 16);
+    const int64_t chunks = (n + kValuesPerThread - 1) / kValuesPerThread;
+    dequantize_4bit_kernel<T><<<blocks_for(chunks, kThreads), kThreads, 0, stream_for(out)>>>(
+        dst, codes, quant_map.data_ptr<float>(), scales, shift, n, vectors);
+    TG_CUDA_CHECK_LAUNCH("dequantize_4bit");
+  });
+}
+
+}  // namespace tg::cuda
