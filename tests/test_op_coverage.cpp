@@ -31,8 +31,9 @@ const std::map<std::string, std::string> kExempt = {
     // The static KV cache's in-place write: no autograd node (test_cuda_graph.cpp, CPU and GPU).
     {"index_copy_", "no gradient"},
     // Integer outputs or constant tables, nothing to differentiate (test_cuda.cpp, test_nn.cpp,
-    // test_attention.cpp).
+    // test_attention.cpp; RoPE frequencies: the HfFixtures of scaled RoPE).
     {"argmax", "no gradient"}, {"causal_mask", "no gradient"}, {"rotary_cos_sin", "no gradient"},
+    {"rotary_inv_freq", "no gradient"},
     // The harness itself casts every case's inputs between dtypes and devices (test_tensor.cpp,
     // test_mixed_precision.cpp test the op).
     {"to", "the harness casts"},

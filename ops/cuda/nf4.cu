@@ -3,8 +3,9 @@
 // quantised (products and sums rounded as the CPU kernel rounds them, so both give the same bits).
 // Memory traffic: n / 2 bytes of codes and one absmax (4 bytes, or 1 byte + a cached nested
 // value) per block read, n * sizeof(out) written: for bfloat16 out 2.5 bytes a weight, about 80%
-// of it the store. Each thread turns 16 bytes of codes (one 16-byte load) into 32 values (four
-// 16-byte bf16 stores), all in one block since blocksize is a power of two >= 32; the 16-value
+// of it the store. Each thread turns the codes of one 16-byte output pack (8 bf16 or 4 float32
+// values: a 4- or 2-byte load) into that pack, so a warp's loads and stores are both contiguous;
+// one pack a thread, no grid-stride loop, keeps many independent loads in flight. The 16-value
 // map sits in shared memory (16 words in 16 banks: no conflicts).
 #include "core/cuda/cuda_utils.cuh"
 #include "core/cuda/device_utils.cuh"
@@ -15,7 +16,14 @@ namespace tg::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kValuesPerThread = 32;  // 16 bytes of codes
+
+// The P / 2 bytes of codes of pack c, streamed (read once).
+template <int P>
+__device__ __forceinline__ uint32_t load_codes(const uint8_t* packed, int64_t c) {
+  if constexpr (P == 8) return __ldcs(reinterpret_cast<const unsigned int*>(packed) + c);
+  else if constexpr (P == 4) return __ldcs(reinterpret_cast<const unsigned short*>(packed) + c);
+  else return __ldcs(packed + c);
+}
 
 struct Scales {
   const float* absmax;         // float32 absmax, or null when nested
@@ -37,28 +45,23 @@ __global__ void dequantize_4bit_kernel(T* __restrict__ out, const uint8_t* __res
   __shared__ float lut[16];
   if (threadIdx.x < 16) lut[threadIdx.x] = quant_map[threadIdx.x];
   __syncthreads();
-  const int64_t chunks = (n + kValuesPerThread - 1) / kValuesPerThread;
+  constexpr int P = kPack16<T>;  // values of one 16-byte store; P >= 2, so a pack starts on a byte
+  const int64_t chunks = (n + P - 1) / P;
   for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < chunks; c += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t first = c * kValuesPerThread;
-    const float s = scales.of(first >> block_shift);
-    if (vectors && first + kValuesPerThread <= n) {
-      const int4 r = __ldcs(reinterpret_cast<const int4*>(packed) + c);
-      const uint32_t words[4] = {uint32_t(r.x), uint32_t(r.y), uint32_t(r.z), uint32_t(r.w)};
-      constexpr int P = kPack16<T>;
+    const int64_t first = c * P;
+    const float s = scales.of(first >> block_shift);  // a pack lies in one block: blocksize >= 32
+    if (vectors && first + P <= n) {
+      const uint32_t codes = load_codes<P>(packed, c);
+      float f[P];
 #pragma unroll
-      for (int p = 0; p < kValuesPerThread / P; ++p) {
-        float f[P];
-#pragma unroll
-        for (int e = 0; e < P; e += 2) {
-          const int v = p * P + e;  // values v, v + 1 share byte v / 2
-          const uint32_t byte = (words[v / 8] >> (8 * ((v / 2) % 4))) & 0xFF;
-          f[e] = __fmul_rn(lut[byte >> 4], s);
-          f[e + 1] = __fmul_rn(lut[byte & 0x0F], s);
-        }
-        store_pack<Access::stream>(out + first + p * P, pack_of<T>(f));
+      for (int e = 0; e < P; e += 2) {
+        const uint32_t byte = (codes >> (4 * e)) & 0xFF;  // values e, e + 1 share byte e / 2
+        f[e] = __fmul_rn(lut[byte >> 4], s);
+        f[e + 1] = __fmul_rn(lut[byte & 0x0F], s);
       }
+      store_pack<Access::stream>(out + first, pack_of<T>(f));
     } else {
-      const int64_t last = first + kValuesPerThread < n ? first + kValuesPerThread : n;
+      const int64_t last = first + P < n ? first + P : n;
       for (int64_t i = first; i < last; ++i) {
         const uint8_t byte = packed[i / 2];
         out[i] = cvt<T>(__fmul_rn(lut[i % 2 == 0 ? byte >> 4 : byte & 0x0F], s));
@@ -87,9 +90,10 @@ void dequantize_4bit(const Tensor& out, const Tensor& packed, const Tensor& absm
   dispatch_gpu_float(out.dtype(), "dequantize_4bit", [&](auto tag) {
     using T = typename decltype(tag)::type;
     T* dst = out.data_ptr<T>();
-    const bool vectors = aligned(codes, 16) && aligned(dst, 16);
-    const int64_t chunks = (n + kValuesPerThread - 1) / kValuesPerThread;
-    dequantize_4bit_kernel<T><<<blocks_for(chunks, kThreads), kThreads, 0, stream_for(out)>>>(
+    constexpr int P = kPack16<T>;
+    const bool vectors = aligned(codes, P / 2) && aligned(dst, 16);
+    const int64_t chunks = (n + P - 1) / P;
+    dequantize_4bit_kernel<T><<<blocks_for(chunks, kThreads, (int64_t(1) << 31) - 1), kThreads, 0, stream_for(out)>>>(
         dst, codes, quant_map.data_ptr<float>(), scales, shift, n, vectors);
     TG_CUDA_CHECK_LAUNCH("dequantize_4bit");
   });
