@@ -488,6 +488,23 @@ TEST(HfFixtures, UnimplementedFamiliesAreRefusedByName) {
   }
 }
 
+// Issue 39 for every family: a folder's model trains with LoRA in train mode.
+TEST(HfFixtures, EveryFamilyTrainsWithLoraFromItsFolder) {
+  for (const std::string name : {"llama3", "mistral", "qwen2", "qwen3", "gpt2"}) {
+    SCOPED_TRACE(name);
+    std::shared_ptr<nn::CausalLM> model = nn::from_pretrained((kFixtures / name).string());
+    peft::LoraConfig lora;
+    lora.target_modules = model->architecture().lora_targets;
+    peft::apply_lora(*model, lora);
+    model->train();
+    safetensors::TensorMap want = safetensors::load_file((kFixtures / (name + "_expected.safetensors")).string());
+    Tensor loss = model->loss(want.at("ids"), want.at("labels"));
+    loss.backward();
+    EXPECT_TRUE(std::isfinite(loss.item()));
+    for (auto& [path, l] : peft::lora_layers(*model)) EXPECT_TRUE(l->lora_A->weight.grad().defined()) << path;
+  }
+}
+
 // Each family's config.json as tapegrad writes it reads back as the same config, and the folder
 // loads to the same logits.
 TEST(HfFixtures, FamiliesRoundTripThroughSavePretrained) {

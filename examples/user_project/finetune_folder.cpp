@@ -9,7 +9,7 @@ int main(int argc, char** argv) {
   if (argc != 4) return std::cerr << "usage: finetune_folder <model folder> <train.jsonl> <out dir>\n", 2;
   const std::string folder = argv[1];                   // transformers' save_pretrained folder + tokenizer
   auto tok = data::Tokenizer::from_pretrained(folder);  // tokenizer.json or tokenizer.model
-  auto model = nn::from_pretrained(folder);             // Llama or GPT-2, any shape, from config.json
+  auto model = nn::from_pretrained(folder);             // Llama, Mistral, Qwen, GPT-2: by config.json
   peft::LoraConfig lora{.target_modules = {"q_proj", "v_proj"}, .base_model_name_or_path = folder};  // GPT-2: c_attn
   peft::apply_lora(*model, lora);
   model->train();
