@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "data/chat_dataset.h"
 #include "data/dataset.h"
@@ -137,6 +138,25 @@ TEST(ChatDataset, GenerationBlocksMarkTheTurns) {
   EXPECT_EQ(learned(tok, labelled(tok, kSystem)), (Runs{"4.<|im_end|>"}));
 }
 
+TEST(ChatDataset, EveryTemplateLearnsEachTurnOfUnicodeAndWhitespaceReplies) {
+  const std::vector<ChatMessage> unicode = {{"user", "Grüße, 世界! 🙂"}, {"assistant", "日本語で答えます。🚀 naïve"}};
+  const std::vector<ChatMessage> spaces = {{"user", "  spaced  "},
+                                           {"assistant", "\n\n  indented reply\n"},
+                                           {"user", "ok"},
+                                           {"assistant", " the tokenizer "}};
+  for (const char* folder : {"llama3.2", "qwen2.5", "qwen3", "gemma2", "gemma3", "mistral0.3", "phi3.5", "generation"}) {
+    const Tokenizer tok = chat_tokenizer(folder);
+    EXPECT_EQ(learned(tok, labelled(tok, unicode)).size(), 1u) << folder;
+    EXPECT_EQ(learned(tok, labelled(tok, spaces)).size(), 2u) << folder;
+  }
+  const Tokenizer llama = chat_tokenizer("llama3.2");  // Llama trims the replies
+  EXPECT_EQ(learned(llama, labelled(llama, spaces)), (Runs{"indented reply<|eot_id|>", "the tokenizer<|eot_id|>"}));
+  EXPECT_EQ(learned(llama, labelled(llama, unicode)), (Runs{"日本語で答えます。🚀 naïve<|eot_id|>"}));
+  const Tokenizer qwen = chat_tokenizer("qwen2.5");  // Qwen2.5 keeps them as they are
+  EXPECT_EQ(learned(qwen, labelled(qwen, spaces)),
+            (Runs{"\n\n  indented reply\n<|im_end|>\n", " the tokenizer <|im_end|>\n"}));
+}
+
 TEST(ChatDataset, ATokenAcrossATurnsEdgeIsLearned) {
   // A generation block that begins inside a word: " token" + "izer and" encodes " tokenizer" as
   // one token, which is learned (transformers' masks count a token that overlaps the turn).
@@ -227,4 +247,34 @@ TEST(ChatDataset, JsonlErrorsNameTheFileLineAndField) {
   const Tokenizer plain = Tokenizer::from_pretrained((kDir.parent_path() / "tokenizers" / "qwen2").string());
   write(dir / "chat.jsonl", ok + "\n");
   EXPECT_ERROR_HAS(tokenize_jsonl_file(dir / "chat.jsonl", plain), "chat.jsonl' holds conversations", "no chat template");
+}
+
+TEST(ChatDataset, LabelsMatchTransformers) {
+  // expected.json: check_transformers.py's labels, made with transformers on the GPU machine.
+  const fs::path file = kDir / "expected.json";
+  if (!fs::exists(file)) GTEST_SKIP() << "no " << file << ": run tests/fixtures/chat_dataset/check_transformers.py";
+  std::ifstream in(file, std::ios::binary);
+  const tg::json::Value expected = tg::json::parse(std::string(std::istreambuf_iterator<char>(in), {}));
+  const std::tm now = fixed_time();
+  std::map<std::string, Tokenizer> tokenizers;
+  for (const tg::json::Value& c : expected.at("cases").as_array()) {
+    const std::string folder = c.at("folder").as_string(), what = folder + " " + c.at("conversation").as_string();
+    if (!tokenizers.count(folder)) tokenizers.emplace(folder, chat_tokenizer(folder));
+    const Tokenizer& tok = tokenizers.at(folder);
+    std::vector<ChatMessage> messages;
+    for (const auto& m : c.at("messages").as_array()) messages.push_back({m.at("role").as_string(), m.at("content").as_string()});
+    if (c.find("error")) {
+      EXPECT_THROW(tokenize_conversation(tok, messages, &now), tg::Error) << what;
+      continue;
+    }
+    auto ints = [](const tg::json::Value& v) {
+      std::vector<int32_t> out;
+      for (const auto& x : v.as_array()) out.push_back(static_cast<int32_t>(x.as_int()));
+      return out;
+    };
+    EXPECT_EQ(tok.chat_template()->render(messages, {}, &now), c.at("rendered").as_string()) << what;
+    const ChatExample ex = tokenize_conversation(tok, messages, &now);
+    EXPECT_EQ(ex.ids, ints(c.at("ids"))) << what;
+    EXPECT_EQ(ex.labels, ints(c.at("labels"))) << what;
+  }
 }
