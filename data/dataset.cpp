@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/factory.h"
 #include "core/philox.h"
+#include "data/chat_dataset.h"
 #include "data/utf8.h"
 #include "io/file.h"
 #include "io/json.h"
@@ -168,13 +169,10 @@ std::shared_ptr<const TokenCorpus> tokenize_text_file(const std::string& path, c
   return corpus_from_examples(std::move(ids));
 }
 
-std::shared_ptr<const TokenCorpus> tokenize_jsonl_file(const std::string& path, const Tokenizer& tok,
-                                                       const TextOptions& options) {
+std::vector<JsonlRow> read_jsonl_objects(const std::string& path, const TextOptions& options, const char* op) {
   const std::string text = read_bytes(path);
-  check_text(text, path, options, "tokenize_jsonl_file");
-  const int32_t eos = eos_of(tok, "tokenize_jsonl_file");
-  std::vector<std::string> prompts, completions;
-  std::vector<bool> has_prompt;
+  check_text(text, path, options, op);
+  std::vector<JsonlRow> rows;
   size_t line_no = 0;
   for (size_t at = 0; at < text.size();) {
     size_t end = text.find('\n', at);
@@ -183,14 +181,26 @@ std::shared_ptr<const TokenCorpus> tokenize_jsonl_file(const std::string& path, 
     at = end + 1;
     ++line_no;
     if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
-    const std::string where = "'" + path + "' line " + std::to_string(line_no);
-    json::Value v;
+    JsonlRow row{json::Value(), "'" + path + "' line " + std::to_string(line_no)};
     try {
-      v = json::parse(line);
+      row.value = json::parse(line);
     } catch (const Error& e) {
-      fail("tokenize_jsonl_file", where, ": ", e.what());
+      fail(op, row.where, ": ", e.what());
     }
-    TG_CHECK(v.is_object(), "tokenize_jsonl_file", where, " wants a JSON object, got ", json::Value::type_name(v.type()));
+    TG_CHECK(row.value.is_object(), op, row.where, " wants a JSON object, got ", json::Value::type_name(row.value.type()));
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+std::shared_ptr<const TokenCorpus> tokenize_jsonl_file(const std::string& path, const Tokenizer& tok,
+                                                       const TextOptions& options) {
+  const std::vector<JsonlRow> rows = read_jsonl_objects(path, options, "tokenize_jsonl_file");
+  if (!rows.empty() && rows.front().value.find("messages")) return tokenize_chat_rows(rows, tok, path);
+  const int32_t eos = eos_of(tok, "tokenize_jsonl_file");
+  std::vector<std::string> prompts, completions;
+  std::vector<bool> has_prompt;
+  for (const auto& [v, where] : rows) {
     auto str = [&](const char* key) -> const std::string& {
       const json::Value& f = v.at(key);
       TG_CHECK(f.is_string(), "tokenize_jsonl_file", where, ": \"", key, "\" wants a string, got ",
@@ -204,7 +214,8 @@ std::shared_ptr<const TokenCorpus> tokenize_jsonl_file(const std::string& path, 
       completions.push_back(str("completion"));
       has_prompt.push_back(true);
     } else {
-      TG_CHECK(v.find("text"), "tokenize_jsonl_file", where, " has neither \"text\" nor \"prompt\" and \"completion\"");
+      TG_CHECK(v.find("text"), "tokenize_jsonl_file", where, " has neither \"text\" nor \"prompt\" and \"completion\"",
+               v.find("messages") ? " (\"messages\" rows are read only when the first row has \"messages\")" : "");
       prompts.emplace_back();
       completions.push_back(str("text"));
       has_prompt.push_back(false);

@@ -21,6 +21,7 @@
 #include "core/device.h"
 #include "core/tensor.h"
 #include "data/tokenizer.h"
+#include "io/json.h"
 
 namespace tg::data {
 
@@ -58,9 +59,18 @@ std::shared_ptr<const TokenCorpus> tokenize_text_file(const std::string& path, c
                                                       const TextOptions& options = {});
 // One JSON object a line: {"text": ...} (a document, as above) or {"prompt": ..., "completion":
 // ...}: the prompt encoded with special tokens and labelled -100, then the completion without
-// them and EOS, learned. Errors name the file and line.
+// them and EOS, learned. A file whose first row has "messages" holds conversations, read by
+// tokenize_chat_jsonl_file (data/chat_dataset.h). Errors name the file and line.
 std::shared_ptr<const TokenCorpus> tokenize_jsonl_file(const std::string& path, const Tokenizer& tokenizer,
                                                        const TextOptions& options = {});
+
+// The JSON objects of a JSONL file, one a non-blank line, each with where it is ("'path' line 3")
+// for errors. tg::Error (from `op`) for a file that is not text or a line that is not an object.
+struct JsonlRow {
+  json::Value value;
+  std::string where;
+};
+std::vector<JsonlRow> read_jsonl_objects(const std::string& path, const TextOptions& options, const char* op);
 
 // Pre-tokenized files, memory-mapped (larger than memory is fine): llm.c's shards (a 256 x int32
 // header: magic 20240520 with uint16 tokens, or 20240801 with uint32, then the token count) or

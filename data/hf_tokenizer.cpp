@@ -210,24 +210,50 @@ HfTokenizer::HfTokenizer(const json::Value& root) {
 }
 
 void HfTokenizer::encode(std::string_view text, bool add_special_tokens, std::vector<int32_t>& out, WordCache* cache) const {
-  Pieces pieces;
-  pieces.push_back({std::string(text), -1, true});
-  added_->split(pieces, false);
-  if (normalizer_)
-    for (Piece& p : pieces)
-      if (p.added_id < 0) normalizer_->normalize(p.text);
-  added_->split(pieces, true);
-  if (pre_tokenizer_) pre_tokenizer_->pre_tokenize(pieces);
+  std::vector<Segment> segments;
   const size_t from = out.size();
-  for (const Piece& p : pieces) {
-    if (p.added_id >= 0) out.push_back(p.added_id);
-    else model_->encode_word(p.text, out, cache);
-  }
+  encode_segments(text, out, segments, cache);
   if (add_special_tokens && post_processor_) {
     std::vector<int32_t> ids(out.begin() + static_cast<std::ptrdiff_t>(from), out.end());
     out.resize(from);
     ids = post_processor_->process(std::move(ids));
     out.insert(out.end(), ids.begin(), ids.end());
+  }
+}
+
+// The later stages see one first-pass piece at a time, so each piece encodes on its own.
+void HfTokenizer::encode_segments(std::string_view text, std::vector<int32_t>& out, std::vector<Segment>& segments,
+                                  WordCache* cache) const {
+  Pieces pieces;
+  pieces.push_back({std::string(text), -1, true});
+  added_->split(pieces, false);
+  size_t at = 0;  // the first pass cuts the text into contiguous pieces
+  for (Piece& p : pieces) {
+    const size_t n = p.text.size();
+    const bool added = p.added_id >= 0;
+    encode_piece(std::move(p), out, cache);
+    segments.push_back({at, at + n, out.size(), added});
+    at += n;
+  }
+}
+
+void HfTokenizer::encode_piece(std::string_view piece, bool at_start, std::vector<int32_t>& out, WordCache* cache) const {
+  encode_piece(Piece{std::string(piece), -1, at_start}, out, cache);
+}
+
+void HfTokenizer::encode_piece(Piece&& piece, std::vector<int32_t>& out, WordCache* cache) const {
+  if (piece.added_id >= 0) {
+    out.push_back(piece.added_id);
+    return;
+  }
+  Pieces pieces;
+  pieces.push_back(std::move(piece));
+  if (normalizer_) normalizer_->normalize(pieces[0].text);
+  added_->split(pieces, true);
+  if (pre_tokenizer_) pre_tokenizer_->pre_tokenize(pieces);
+  for (const Piece& p : pieces) {
+    if (p.added_id >= 0) out.push_back(p.added_id);
+    else model_->encode_word(p.text, out, cache);
   }
 }
 

@@ -51,6 +51,16 @@ class HfTokenizer {
 
   // `text` must be valid UTF-8.
   void encode(std::string_view text, bool add_special_tokens, std::vector<int32_t>& out, WordCache* cache) const;
+  // encode(text, false), with the pieces the added tokens cut `text` into: each piece's [begin,
+  // end) bytes and out.size() after its ids. The pieces encode independently of each other.
+  struct Segment {
+    size_t begin, end, ids_end;
+    bool added;  // an added token
+  };
+  void encode_segments(std::string_view text, std::vector<int32_t>& out, std::vector<Segment>& segments,
+                       WordCache* cache) const;
+  // Some text as encode_segments encodes it when it is one piece (at_start: at offset 0).
+  void encode_piece(std::string_view piece, bool at_start, std::vector<int32_t>& out, WordCache* cache) const;
   std::string decode(std::span<const int32_t> ids, bool skip_special_tokens) const;
 
   int64_t vocab_size() const { return vocab_size_; }
@@ -60,6 +70,8 @@ class HfTokenizer {
   const std::string& description() const { return description_; }
 
  private:
+  void encode_piece(Piece&& piece, std::vector<int32_t>& out, WordCache* cache) const;
+
   std::unique_ptr<Normalizer> normalizer_;
   std::unique_ptr<PreTokenizer> pre_tokenizer_;
   std::unique_ptr<BpeModel> model_;

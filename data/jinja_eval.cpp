@@ -352,7 +352,8 @@ Value make_dict(Args& a) {
 
 }  // namespace
 
-Template::Template(std::string_view source) : root_(parse(source, has_generation_)) {}
+// In the body: has_generation_'s initializer would run after root_'s and clear what parse set.
+Template::Template(std::string_view source) { root_ = parse(source, has_generation_); }
 Template::~Template() = default;
 Template::Template(Template&&) noexcept = default;
 Template& Template::operator=(Template&&) noexcept = default;

@@ -1,5 +1,6 @@
 #include "data/tokenizer.h"
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <unordered_map>
@@ -133,6 +134,68 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_t
   return ids;
 }
 
+namespace {
+
+size_t common_prefix(std::span<const int32_t> a, std::span<const int32_t> b) {
+  return static_cast<size_t>(std::mismatch(a.begin(), a.end(), b.begin(), b.end()).first - a.begin());
+}
+size_t common_suffix(std::span<const int32_t> a, std::span<const int32_t> b) {
+  return static_cast<size_t>(std::mismatch(a.rbegin(), a.rend(), b.rbegin(), b.rend()).first - a.rbegin());
+}
+
+}  // namespace
+
+std::vector<int32_t> Tokenizer::encode_with_cuts(std::string_view text, std::span<const size_t> cuts,
+                                                 std::vector<TokenCut>& where) const {
+  TG_CHECK(utf8::is_valid(text), "Tokenizer::encode_with_cuts", "the text is not valid UTF-8");
+  std::vector<int32_t> ids;
+  std::vector<hf::HfTokenizer::Segment> segments;
+  if (impl_->hf) {
+    impl_->hf->encode_segments(text, ids, segments, &impl_->cache());
+  } else {
+    impl_->sp->encode(text, false, ids);
+    segments.push_back({0, text.size(), ids.size(), false});
+  }
+  auto encode_piece = [&](std::string_view piece, bool at_start) {
+    std::vector<int32_t> out;
+    if (impl_->hf) impl_->hf->encode_piece(piece, at_start, out, &impl_->cache());
+    else impl_->sp->encode(piece, false, out);
+    return out;
+  };
+  where.clear();
+  size_t k = 0, first = 0;  // the piece the cut falls in, and its first id
+  for (size_t i = 0; i < cuts.size(); ++i) {
+    const size_t cut = cuts[i];
+    TG_CHECK(cut <= text.size() && (i == 0 || cut >= cuts[i - 1]), "Tokenizer::encode_with_cuts", "cut ", i, " at byte ",
+             cut, " is not in ascending order within the ", text.size(), " bytes");
+    while (k < segments.size() && segments[k].end <= cut) first = segments[k++].ids_end;
+    if (k == segments.size() || cut == segments[k].begin) {
+      where.push_back({first, first});
+      continue;
+    }
+    const hf::HfTokenizer::Segment& s = segments[k];
+    const size_t n = s.ids_end - first;
+    if (s.added) {
+      where.push_back({first, s.ids_end});
+      continue;
+    }
+    const std::span<const int32_t> whole(ids.data() + first, n);
+    const std::string_view piece = text.substr(s.begin, s.end - s.begin);
+    const std::vector<int32_t> head = encode_piece(piece.substr(0, cut - s.begin), s.begin == 0);
+    const size_t lcp = common_prefix(whole, head);
+    if (lcp == head.size()) {  // the ids of the text before the cut begin the piece's: a boundary
+      where.push_back({first + lcp, first + lcp});
+      continue;
+    }
+    // The piece's last ids that the text after the cut ends in lie after it, bar the tail's first
+    // id, which may hold what the normalizer prepends to every piece (sentencepiece's "▁").
+    const std::vector<int32_t> tail = encode_piece(piece.substr(cut - s.begin), false);
+    const size_t lcs = std::min(common_suffix(whole, tail), tail.empty() ? size_t{0} : tail.size() - 1);
+    where.push_back({first + lcp, first + std::min(n, std::max(lcp + 1, n - lcs))});
+  }
+  return ids;
+}
+
 std::vector<std::vector<int32_t>> Tokenizer::encode_batch(std::span<const std::string> texts, bool add_special_tokens) const {
   std::vector<std::vector<int32_t>> out(texts.size());
   // Chunks claimed one at a time by the pool's threads: documents differ in length.
@@ -185,6 +248,7 @@ std::string Tokenizer::apply_chat_template(std::span<const ChatMessage> messages
 }
 
 const ChatTemplate* Tokenizer::chat_template() const { return impl_->chat_template ? &*impl_->chat_template : nullptr; }
+const std::string& Tokenizer::name_or_path() const { return impl_->origin; }
 const std::string& Tokenizer::description() const { return impl_->description; }
 
 }  // namespace tg::data

@@ -38,6 +38,16 @@ class Tokenizer {
   // add_special_tokens: the post-processor's BOS / EOS (tokenizer.json) or add_bos_token /
   // add_eos_token (tokenizer.model), as transformers' tokenizer(text) adds them.
   std::vector<int32_t> encode(std::string_view text, bool add_special_tokens = true) const;
+  // encode(text, false) and where byte offsets of `text` (cuts, ascending) fall among its ids:
+  // `before` ids lie wholly before a cut and `after` ids begin before it. They differ only where
+  // a token spans the cut (a template's "\n" merged with a reply's leading "\n\n"); such a token
+  // is counted in both. The added tokens cut the text into pieces that encode independently, so
+  // only the piece around each cut is encoded again. tg::Error for text that is not UTF-8.
+  struct TokenCut {
+    size_t before = 0, after = 0;
+  };
+  std::vector<int32_t> encode_with_cuts(std::string_view text, std::span<const size_t> cuts,
+                                        std::vector<TokenCut>& where) const;
   // Each text encoded on its own, in parallel over the texts (tg::get_num_threads() threads).
   std::vector<std::vector<int32_t>> encode_batch(std::span<const std::string> texts,
                                                  bool add_special_tokens = true) const;
@@ -56,6 +66,7 @@ class Tokenizer {
   // tg::Error when the folder has no chat template, or the template raises.
   std::string apply_chat_template(std::span<const ChatMessage> messages, const ChatTemplateOptions& options = {}) const;
   const ChatTemplate* chat_template() const;  // nullptr when the folder has none
+  const std::string& name_or_path() const;  // the folder or file it was loaded from
   // What was loaded, e.g. "tokenizer.json BPE (byte-level), 50257 tokens".
   const std::string& description() const;
 

@@ -1,0 +1,174 @@
+#include "data/chat_dataset.h"
+
+#include <algorithm>
+#include <string_view>
+
+#include "core/error.h"
+#include "core/parallel.h"
+#include "io/json.h"
+
+namespace tg::data {
+namespace {
+
+// Where two renderings part, quoted: "at byte 40: \"<|im_start|>user\" against \"[INST] You ar\"".
+std::string difference(std::string_view a, std::string_view b) {
+  const size_t at = static_cast<size_t>(std::mismatch(a.begin(), a.end(), b.begin(), b.end()).first - a.begin());
+  auto quote = [&](std::string_view s) { return json::dump(json::Value(std::string(s.substr(at, 24)))); };
+  return "at byte " + std::to_string(at) + ": " + quote(a) + " against " + quote(b);
+}
+
+std::string_view trimmed(std::string_view s) {
+  const size_t b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string_view::npos) return {};
+  return s.substr(b, s.find_last_not_of(" \t\r\n") - b + 1);
+}
+
+std::tm local_now() {
+  const std::time_t t = std::time(nullptr);
+  std::tm when{};
+  localtime_r(&t, &when);
+  return when;
+}
+
+std::vector<ChatMessage> messages_of(const json::Value& row, const std::string& where) {
+  const char* op = "tokenize_chat_jsonl_file";
+  TG_CHECK(!row.find("tools"), op, where, " has \"tools\", which tapegrad's chat templates are not given (only the "
+           "messages' role and content)");
+  const json::Value* list = row.find("messages");
+  TG_CHECK(list, op, where, " has no \"messages\" (the first row has: every row of the file is a conversation)");
+  TG_CHECK(list->is_array(), op, where, ": \"messages\" wants a list of {\"role\", \"content\"}, got ",
+           json::Value::type_name(list->type()));
+  std::vector<ChatMessage> out;
+  for (size_t i = 0; i < list->size(); ++i) {
+    const json::Value& m = list->as_array()[i];
+    const std::string field = "messages[" + std::to_string(i) + "]";
+    TG_CHECK(m.is_object(), op, where, ": ", field, " wants an object {\"role\", \"content\"}, got ",
+             json::Value::type_name(m.type()));
+    for (const std::string& key : m.keys())
+      TG_CHECK(key == "role" || key == "content", op, where, ": ", field, " has \"", key,
+               "\"; tapegrad's chat messages carry only \"role\" and \"content\" (the template would read it)");
+    for (const char* key : {"role", "content"}) {
+      const json::Value* v = m.find(key);
+      TG_CHECK(v && v->is_string(), op, where, ": ", field, ".", key, " wants a string, got ",
+               v ? json::Value::type_name(v->type()) : "nothing");
+    }
+    out.push_back({m.at("role").as_string(), m.at("content").as_string()});
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::pair<size_t, size_t>> assistant_spans(const ChatTemplate& chat_template,
+                                                       std::span<const ChatMessage> messages, const std::tm& now,
+                                                       const std::string& name, std::string& rendered) {
+  const char* op = "assistant_spans";
+  TG_CHECK(std::any_of(messages.begin(), messages.end(), [](const ChatMessage& m) { return m.role == "assistant"; }), op,
+           "the conversation (", messages.size(), " messages) has no assistant turn: nothing to learn");
+  std::vector<std::pair<size_t, size_t>> spans;
+  if (chat_template.has_generation_blocks()) {
+    rendered = chat_template.render(messages, {}, &now, spans);
+    TG_CHECK(!spans.empty(), op, "the chat template of '", name,
+             "' has {% generation %} blocks, but none was rendered for this conversation's assistant turns");
+    return spans;
+  }
+  rendered = chat_template.render(messages, {}, &now);
+  for (size_t i = 0; i < messages.size(); ++i) {
+    if (messages[i].role != "assistant") continue;
+    auto refuse = [&](const std::string& why) {
+      fail(op, "the chat template of '", name, "' renders assistant turn messages[", i, "] so that its tokens cannot be "
+           "found: ", why, " (a template that marks assistant turns with {% generation %} blocks gives them directly)");
+    };
+    const std::string head = chat_template.render(messages.first(i), {.add_generation_prompt = true}, &now);
+    const std::string with_turn = chat_template.render(messages.first(i + 1), {}, &now);
+    if (!std::string_view(rendered).starts_with(head))
+      refuse("messages[:" + std::to_string(i) + "] with add_generation_prompt does not begin the whole conversation's "
+             "rendering, " + difference(head, rendered));
+    if (!std::string_view(with_turn).starts_with(head))
+      refuse("messages[:" + std::to_string(i + 1) + "] does not begin as messages[:" + std::to_string(i) +
+             "] with add_generation_prompt, " + difference(head, with_turn));
+    const std::string_view turn = std::string_view(with_turn).substr(head.size());
+    const std::string_view rest = std::string_view(rendered).substr(head.size());
+    // The longest stretch of the turn that continues the conversation: a turn may lose what the
+    // template writes into the last turn only (Qwen3's empty think block, Phi-3.5's final EOS).
+    size_t from = 0, kept = 0;
+    for (size_t d = 0; d < turn.size() && kept < turn.size() - d; ++d) {
+      const std::string_view t = turn.substr(d);
+      const size_t n = static_cast<size_t>(std::mismatch(t.begin(), t.end(), rest.begin(), rest.end()).first - t.begin());
+      if (n > kept) from = d, kept = n;
+    }
+    const std::string_view content = trimmed(messages[i].content);
+    if (kept == 0 || turn.substr(from, kept).find(content) == std::string_view::npos)
+      refuse("the whole conversation's rendering does not hold the turn as messages[:" + std::to_string(i + 1) +
+             "] renders it, " + difference(turn, rest));
+    if (!spans.empty() && head.size() < spans.back().second)
+      refuse("it begins before the previous assistant turn ends");
+    spans.emplace_back(head.size(), head.size() + kept);
+  }
+  return spans;
+}
+
+ChatExample tokenize_conversation(const Tokenizer& tok, std::span<const ChatMessage> messages, const std::tm* now) {
+  const ChatTemplate* chat_template = tok.chat_template();
+  TG_CHECK(chat_template, "tokenize_conversation", "'", tok.name_or_path(), "' has no chat template (no chat_template in "
+           "tokenizer_config.json, no chat_template.jinja) to render conversations with");
+  const std::tm when = now ? *now : local_now();
+  std::string rendered;
+  std::vector<std::pair<size_t, size_t>> spans = assistant_spans(*chat_template, messages, when, tok.name_or_path(), rendered);
+  std::sort(spans.begin(), spans.end());
+  std::vector<size_t> cuts;
+  for (const auto& [b, e] : spans) {
+    TG_CHECK(cuts.empty() || b >= cuts.back(), "tokenize_conversation", "the chat template of '", tok.name_or_path(),
+             "' marks overlapping {% generation %} blocks");
+    cuts.push_back(b);
+    cuts.push_back(e);
+  }
+  std::vector<Tokenizer::TokenCut> where;
+  ChatExample ex;
+  ex.ids = tok.encode_with_cuts(rendered, cuts, where);
+  ex.labels.assign(ex.ids.size(), kIgnoreIndex);
+  for (size_t s = 0; s < spans.size(); ++s) {
+    if (spans[s].first == spans[s].second) continue;  // an empty block holds no token
+    const Tokenizer::TokenCut& end = where[2 * s + 1];
+    // A turn that ends partway into a special token matched the next turn's start only by its
+    // first characters ("<|" of Phi-3.5's final <|endoftext|> and of <|user|>): not the turn's.
+    const size_t last = end.after > end.before && tok.is_special(ex.ids[end.before]) ? end.before : end.after;
+    for (size_t t = where[2 * s].before; t < last; ++t) ex.labels[t] = ex.ids[t];
+  }
+  return ex;
+}
+
+std::shared_ptr<const TokenCorpus> tokenize_chat_rows(std::span<const JsonlRow> rows, const Tokenizer& tok,
+                                                      const std::string& path) {
+  const char* op = "tokenize_chat_jsonl_file";
+  TG_CHECK(tok.chat_template(), op, "'", path, "' holds conversations (\"messages\"), but '", tok.name_or_path(),
+           "' has no chat template (no chat_template in tokenizer_config.json, no chat_template.jinja)");
+  TG_CHECK(!rows.empty(), op, "'", path, "' holds no examples");
+  std::vector<std::vector<ChatMessage>> conversations;
+  for (const JsonlRow& row : rows) conversations.push_back(messages_of(row.value, row.where));
+  const std::tm now = local_now();  // one time for every rendering: a date in a system prompt cannot move
+  const int64_t n = static_cast<int64_t>(rows.size());
+  std::vector<std::vector<int32_t>> ids(rows.size()), labels(rows.size());
+  std::vector<std::string> errors(rows.size());
+  parallel_for(0, n, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      try {
+        ChatExample ex = tokenize_conversation(tok, conversations[i], &now);
+        ids[i] = std::move(ex.ids);
+        labels[i] = std::move(ex.labels);
+      } catch (const Error& e) {
+        errors[i] = e.what();
+      }
+    }
+  });
+  for (int64_t i = 0; i < n; ++i)  // the first bad line, whichever thread met it
+    TG_CHECK(errors[i].empty(), op, rows[i].where, ": ", errors[i]);
+  return corpus_from_examples(std::move(ids), std::move(labels));
+}
+
+std::shared_ptr<const TokenCorpus> tokenize_chat_jsonl_file(const std::string& path, const Tokenizer& tok,
+                                                            const TextOptions& options) {
+  return tokenize_chat_rows(read_jsonl_objects(path, options, "tokenize_chat_jsonl_file"), tok, path);
+}
+
+}  // namespace tg::data
