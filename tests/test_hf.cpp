@@ -23,6 +23,7 @@
 #include "nn/pretrained.h"
 #include "ops/binary.h"
 #include "ops/cast.h"
+#include "ops/rms_norm.h"
 #include "ops/shape.h"
 #include "peft/lora.h"
 #include "testing/testing.h"
@@ -608,6 +609,32 @@ TEST(HfFixtures, GemmaAndPhi3TrainWithLora) {
     EXPECT_EQ(losses[0], losses[1]);
     EXPECT_EQ(grads[0], grads[1]);
   }
+}
+
+// bfloat16 folders: the same model within bfloat16's precision.
+TEST(HfFixtures, GemmaAndPhi3RunInBFloat16) {
+  for (const std::string name : {"gemma2", "gemma3", "phi3"}) {
+    SCOPED_TRACE(name);
+    const Tensor x = safetensors::load_file((kFixtures / (name + "_expected.safetensors")).string()).at("ids");
+    Tensor want = nn::from_pretrained((kFixtures / name).string())->forward(x);
+    Tensor got = nn::from_pretrained((kFixtures / name).string(), {.dtype = kBFloat16})->forward(x);
+    EXPECT_EQ(got.dtype(), kBFloat16);
+    EXPECT_TENSOR_NEAR(to(got, kFloat32), want, 0.0, 0.05 * max_abs(want));
+  }
+}
+
+// Gemma's norm adds 1 to its weight in float32 and rounds once: 1 + 3/256 is not a bfloat16.
+TEST(HfFixtures, GemmaNormAddsOneInFloat32) {
+  nn::RMSNorm norm(4, 1e-6, /*unit_offset=*/true);
+  EXPECT_EQ(norm.weight.to_vector<float>(), std::vector<float>(4, 0.0f));  // starts at zero: the identity scale
+  {
+    NoGradGuard g;
+    copy_(norm.weight, from_vector<float>({3.0f / 256, -5.0f / 512, 0.25f, 0.0f}, {4}));
+  }
+  const Tensor x = from_vector<float>({1.5f, -2.0f, 0.75f, 3.0f, 0.5f, 0.25f, -1.0f, 2.0f}, {2, 4});
+  const Tensor want = rms_norm(x, add(norm.weight, 1.0), 1e-6);
+  norm.to(kBFloat16);
+  EXPECT_TENSOR_EQ(norm.forward(to(x, kBFloat16)), to(want, kBFloat16));
 }
 
 // Generation's cached forward (prefill, a chunk, then one token a step, one sequence left-padded)
