@@ -61,7 +61,7 @@ json::Value Phi3ForCausalLM::config_json() const {
       .set("partial_rotary_factor", 1.0)
       // Both spellings, so that transformers 4 and 5 read the same RoPE.
       .set("rope_theta", c.rope_theta)
-      .set("rope_parameters", rope_json(c.rope_theta, c.rope_scaling))
+      .set("rope_parameters", rope_json(c.rope_theta, c.rope_scaling).set("partial_rotary_factor", 1.0))
       .set("rope_scaling", c.rope_scaling.rope_type == "default" ? Value() : rope_json(c.rope_theta, c.rope_scaling));
 }
 
