@@ -449,35 +449,48 @@ TEST_F(HfTest, PeftWrittenAdapterConfig) {
 // tests/interop/check_hf_roundtrip.py on a machine with them).
 // Every family's fixture (tests/fixtures/hf/make_family_fixtures.py and check_hf_roundtrip.py):
 // its options as its real checkpoints use them.
-TEST(HfFixtures, MatchTransformersAndPeft) {
-  for (const std::string name : {"llama", "gpt2", "llama3", "llama_linear", "llama_dynamic", "mistral", "qwen2",
-                                 "qwen3", "gemma2", "gemma3", "phi3"}) {
-    SCOPED_TRACE(name);
-    safetensors::TensorMap want = safetensors::load_file((kFixtures / (name + "_expected.safetensors")).string());
-    auto model = nn::from_pretrained((kFixtures / name).string());
-    const Tensor ids = want.at("ids"), labels = want.at("labels");
-    Tensor logits = model->forward(ids);
-    EXPECT_TENSOR_NEAR(logits, want.at("logits"), 1e-5, 1e-5 * max_abs(want.at("logits")));
-    EXPECT_TENSOR_NEAR(nn::causal_lm_loss(logits, labels), want.at("loss"), 1e-5, 0.0);
-    EXPECT_TENSOR_NEAR(model->loss(ids, labels), want.at("loss"), 1e-5, 0.0);  // the family's own loss path
+// The fixture `name` on `device`: logits, loss (also through the family's own loss()), LoRA logits,
+// loss and every LoRA gradient as transformers + peft computed them in float32.
+void expect_fixture_matches(const std::string& name, Device device) {
+  SCOPED_TRACE(name);
+  safetensors::TensorMap want = safetensors::load_file((kFixtures / (name + "_expected.safetensors")).string());
+  auto model = nn::from_pretrained((kFixtures / name).string(), {.device = device});
+  const Tensor ids = to(want.at("ids"), device), labels = to(want.at("labels"), device);
+  auto cpu = [](const Tensor& t) { return to(t, Device::cpu()); };
+  Tensor logits = model->forward(ids);
+  EXPECT_TENSOR_NEAR(cpu(logits), want.at("logits"), 1e-5, 1e-5 * max_abs(want.at("logits")));
+  EXPECT_TENSOR_NEAR(cpu(nn::causal_lm_loss(logits, labels)), want.at("loss"), 1e-5, 0.0);
+  EXPECT_TENSOR_NEAR(cpu(model->loss(ids, labels)), want.at("loss"), 1e-5, 0.0);  // the family's own loss path
 
-    peft::load_adapter(*model, (kFixtures / (name + "_adapter")).string());
-    Tensor lora_logits = model->forward(ids);
-    EXPECT_TENSOR_NEAR(lora_logits, want.at("lora_logits"), 1e-5, 1e-5 * max_abs(want.at("lora_logits")));
-    Tensor loss = nn::causal_lm_loss(lora_logits, labels);
-    EXPECT_TENSOR_NEAR(loss, want.at("lora_loss"), 1e-5, 0.0);
-    loss.backward();
-    size_t grads = 0;
-    for (auto& [path, l] : peft::lora_layers(*model))
-      for (const auto& [ab, w] : {std::pair{"lora_A", l->lora_A->weight}, std::pair{"lora_B", l->lora_B->weight}}) {
-        const Tensor& g = want.at("grad.base_model.model." + path + "." + ab + ".weight");
-        EXPECT_TENSOR_NEAR(w.grad(), g, 1e-4, 1e-4 * max_abs(g)) << path << "." << ab;
-        ++grads;
-      }
-    size_t expected = 0;
-    for (const auto& [k, t] : want) expected += k.starts_with("grad.");
-    EXPECT_EQ(grads, expected);
-  }
+  peft::load_adapter(*model, (kFixtures / (name + "_adapter")).string());
+  Tensor lora_logits = model->forward(ids);
+  EXPECT_TENSOR_NEAR(cpu(lora_logits), want.at("lora_logits"), 1e-5, 1e-5 * max_abs(want.at("lora_logits")));
+  Tensor loss = nn::causal_lm_loss(lora_logits, labels);
+  EXPECT_TENSOR_NEAR(cpu(loss), want.at("lora_loss"), 1e-5, 0.0);
+  loss.backward();
+  size_t grads = 0;
+  for (auto& [path, l] : peft::lora_layers(*model))
+    for (const auto& [ab, w] : {std::pair{"lora_A", l->lora_A->weight}, std::pair{"lora_B", l->lora_B->weight}}) {
+      const Tensor& g = want.at("grad.base_model.model." + path + "." + ab + ".weight");
+      EXPECT_TENSOR_NEAR(cpu(w.grad()), g, 1e-4, 1e-4 * max_abs(g)) << path << "." << ab;
+      ++grads;
+    }
+  size_t expected = 0;
+  for (const auto& [k, t] : want) expected += k.starts_with("grad.");
+  EXPECT_EQ(grads, expected);
+}
+
+const std::vector<std::string> kFixtureFamilies = {"llama", "gpt2",  "llama3", "llama_linear", "llama_dynamic", "mistral",
+                                                   "qwen2", "qwen3", "gemma2", "gemma3",       "phi3"};
+
+TEST(HfFixtures, MatchTransformersAndPeft) {
+  for (const std::string& name : kFixtureFamilies) expect_fixture_matches(name, Device::cpu());
+}
+
+// The same on the GPU (float32: no TF32 unless asked for).
+TEST(HfFixtures, MatchTransformersAndPeftOnCuda) {
+  TG_REQUIRE_CUDA();
+  for (const std::string& name : kFixtureFamilies) expect_fixture_matches(name, Device::cuda());
 }
 
 // What the families' real checkpoints may hold but tapegrad does not implement is refused by name:
