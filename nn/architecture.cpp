@@ -7,12 +7,16 @@ namespace tg::nn {
 // The families (one line each; their entries sit in their config files).
 extern const Architecture kLlamaArchitecture, kMistralArchitecture, kQwen2Architecture, kQwen3Architecture,
     kGPT2Architecture;
+extern const Architecture kGemma2Architecture, kGemma3Architecture;
+extern const Architecture kPhi3Architecture;
 
 namespace {
 
 std::vector<const Architecture*>& registry() {
   static std::vector<const Architecture*> all = {&kLlamaArchitecture, &kMistralArchitecture, &kQwen2Architecture,
-                                                 &kQwen3Architecture, &kGPT2Architecture};
+                                                 &kQwen3Architecture, &kGPT2Architecture,
+                                                 &kGemma2Architecture, &kGemma3Architecture,
+                                                 &kPhi3Architecture};
   return all;
 }
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/generator.h"
+#include "nn/gemma.h"
 #include "nn/gpt2.h"
 #include "nn/llama.h"
 
@@ -19,8 +20,9 @@ namespace tg::nn {
 class CausalLM;
 class ConfigFields;
 
-// Each family's config struct (Mistral and the Qwen models are LlamaConfig with their options).
-using PretrainedConfig = std::variant<LlamaConfig, GPT2Config>;
+// Each family's config struct (Mistral, the Qwen models and Phi-3 are LlamaConfig with their options,
+// Gemma 2 and 3 GemmaConfig).
+using PretrainedConfig = std::variant<LlamaConfig, GPT2Config, GemmaConfig>;
 
 struct Architecture {
   std::string name;        // config.json's "architectures" entry, e.g. "Qwen2ForCausalLM"

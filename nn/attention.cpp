@@ -1,14 +1,20 @@
 #include "nn/attention.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <vector>
 
 #include "core/factory.h"
 #include "ops/attention.h"
 #include "ops/binary.h"
 #include "ops/cast.h"
+#include "ops/masked_fill.h"
+#include "ops/matmul.h"
 #include "ops/rope.h"
 #include "ops/shape.h"
+#include "ops/softmax.h"
+#include "ops/unary.h"
 
 namespace tg::nn {
 namespace {
@@ -19,7 +25,7 @@ void check_input(const char* op, const Tensor& x, int64_t hidden) {
 }
 
 // [B, T, heads * hd] -> [B, heads, T, hd], each head RMS-normalised first where `norm` is given.
-Tensor split_heads(const Tensor& x, int64_t heads, int64_t hd, RMSNorm* norm = nullptr) {
+Tensor split_heads(const Tensor& x, int64_t heads, int64_t hd, Module* norm = nullptr) {
   Tensor h = reshape(x, {x.shape()[0], x.shape()[1], heads, hd});
   return transpose(norm ? norm->forward(h) : h, 1, 2);
 }
@@ -42,11 +48,32 @@ Tensor rotate(const Tensor& x, const Tensor& cos, const Tensor& sin) {
 // Attention of q over k, v: causal for training; with a cache, over every cached column as the
 // cache step says.
 Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, const LayerCache* cache, double dropout_p,
-              Generator& gen, bool gqa, const char* who) {
-  if (!cache) return scaled_dot_product_attention(q, k, v, /*is_causal=*/true, std::nullopt, dropout_p, gen, gqa);
+              Generator& gen, bool gqa, const char* who, std::optional<double> scale = std::nullopt) {
+  if (!cache) return scaled_dot_product_attention(q, k, v, /*is_causal=*/true, scale, dropout_p, gen, gqa);
   auto [keys, values] = append_to_cache(*cache, k, v, who);
-  return scaled_dot_product_attention(q, keys, values, cache->step.is_causal, std::nullopt, dropout_p, gen, gqa,
+  return scaled_dot_product_attention(q, keys, values, cache->step.is_causal, scale, dropout_p, gen, gqa,
                                       cache->step.attn_mask);
+}
+
+// softmax(tanh(q k^T * scale / cap) * cap, masked) v, as transformers' eager Gemma 2 attention: q
+// [B, H, T, D], k and v [B, Hkv, S, D]; keep (bool [T, S] or [B, 1, T, S], true: the key takes part;
+// undefined: every key) or, with `causal`, the causal mask.
+Tensor softcapped_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, double cap,
+                            const Tensor& keep, bool causal) {
+  const int64_t B = q.shape()[0], H = q.shape()[1], T = q.shape()[2], D = q.shape()[3];
+  const int64_t Hkv = k.shape()[1], S = k.shape()[2], group = H / Hkv;
+  // Each kv head's `group` query heads as one block of group * T rows: k and v are read, not repeated.
+  Tensor scores = reshape(matmul(reshape(q, {B, Hkv, group * T, D}), transpose(k, -2, -1)), {B, Hkv, group, T, S});
+  scores = mul(tanh(div(mul(scores, scale), cap)), cap);
+  Tensor drop;  // true: masked out
+  if (causal) drop = causal_mask(T, S, q.device());
+  if (keep.defined()) {
+    drop = to(1.0 - to(keep, kFloat32), kBool);
+    if (drop.dim() == 4) drop = unsqueeze(drop, 2);  // [B, 1, 1, T, S]
+  }
+  if (drop.defined()) scores = masked_fill(scores, drop, -std::numeric_limits<double>::infinity());
+  Tensor p = to(softmax(scores, -1), q.dtype());
+  return reshape(matmul(reshape(p, {B, Hkv, group * T, S}), v), {B, H, T, D});
 }
 
 // [B, heads, T, hd] -> [B, T, heads * hd]
@@ -59,18 +86,62 @@ Tensor merge_heads(const Tensor& x) {
 CausalSelfAttention::CausalSelfAttention(int64_t h, int64_t heads, int64_t kv_heads, bool bias, Generator& gen)
     : CausalSelfAttention(h, heads, AttentionOptions{.num_kv_heads = kv_heads, .qkv_bias = bias, .o_bias = bias}, gen) {}
 
+Tensor causal_attention(int64_t num_heads, const AttentionOptions& o, const Tensor& q, const Tensor& k,
+                        const Tensor& v, const Tensor& cos, const Tensor& sin, const LayerCache* cache,
+                        const char* who, Module* q_norm, Module* k_norm) {
+  TG_CHECK(num_heads > 0 && o.num_kv_heads > 0 && num_heads % o.num_kv_heads == 0 && o.head_dim > 0, who,
+           "causal_attention wants num_kv_heads dividing num_heads and a head_dim, got ", num_heads, ", ",
+           o.num_kv_heads, " and ", o.head_dim);
+  Tensor qh = split_heads(q, num_heads, o.head_dim, q_norm);
+  Tensor kh = split_heads(k, o.num_kv_heads, o.head_dim, k_norm);
+  Tensor vh = split_heads(v, o.num_kv_heads, o.head_dim);
+  if (cos.defined()) {
+    qh = rotate(qh, cos, sin);
+    kh = rotate(kh, cos, sin);
+  }
+  const int64_t T = q.shape()[1];
+  TG_CHECK(o.sliding_window == 0 || !cache || cache->step.max_position < o.sliding_window, who,
+           "generation past sliding_window ", o.sliding_window, " is not supported (position ",
+           cache ? cache->step.max_position : 0, ")");
+  const Tensor window = o.sliding_window > 0 && !cache && T > o.sliding_window
+                            ? window_mask(T, o.sliding_window, q.device())
+                            : Tensor();
+  Tensor a;
+  if (o.softcap > 0) {
+    const double scale = o.scale ? *o.scale : 1.0 / std::sqrt(static_cast<double>(o.head_dim));
+    if (cache) {
+      auto [keys, values] = append_to_cache(*cache, kh, vh, who);
+      a = softcapped_attention(qh, keys, values, scale, o.softcap, cache->step.attn_mask, cache->step.is_causal);
+    } else {
+      a = softcapped_attention(qh, kh, vh, scale, o.softcap, window, !window.defined());
+    }
+  } else {
+    // Grouped-query heads: the attention kernels read each kv head for its query heads in place.
+    const bool gqa = o.num_kv_heads != num_heads;
+    a = window.defined() ? scaled_dot_product_attention(qh, kh, vh, /*is_causal=*/false, o.scale, 0.0,
+                                                        default_generator(), gqa, window)
+                         : attend(qh, kh, vh, cache, 0.0, default_generator(), gqa, who, o.scale);
+  }
+  return merge_heads(a);
+}
+
 CausalSelfAttention::CausalSelfAttention(int64_t h, int64_t heads, const AttentionOptions& o, Generator& gen)
     : Module("CausalSelfAttention"),
       hidden(h),
       num_heads(heads),
       num_kv_heads(o.num_kv_heads ? o.num_kv_heads : heads),
-      sliding_window(o.sliding_window) {
+      sliding_window(o.sliding_window),
+      options_(o) {
   TG_CHECK(heads > 0 && (o.head_dim > 0 || h % heads == 0), "CausalSelfAttention", "hidden ", h,
            " must be divisible by num_heads ", heads, " (or head_dim given)");
   TG_CHECK(num_kv_heads > 0 && heads % num_kv_heads == 0, "CausalSelfAttention", "num_kv_heads ", num_kv_heads,
            " must divide num_heads ", heads);
   TG_CHECK(o.sliding_window >= 0, "CausalSelfAttention", "sliding_window must be >= 0, got ", o.sliding_window);
+  TG_CHECK(o.softcap >= 0 && (!o.scale || *o.scale > 0), "CausalSelfAttention", "softcap must be >= 0 and scale > 0, got ",
+           o.softcap, " and ", o.scale.value_or(1.0));
   head_dim = o.head_dim > 0 ? o.head_dim : h / heads;
+  options_.num_kv_heads = num_kv_heads;
+  options_.head_dim = head_dim;
   q_proj = std::make_shared<Linear>(h, heads * head_dim, o.qkv_bias, gen);
   k_proj = std::make_shared<Linear>(h, num_kv_heads * head_dim, o.qkv_bias, gen);
   v_proj = std::make_shared<Linear>(h, num_kv_heads * head_dim, o.qkv_bias, gen);
@@ -80,8 +151,8 @@ CausalSelfAttention::CausalSelfAttention(int64_t h, int64_t heads, const Attenti
   register_module("v_proj", v_proj);
   register_module("o_proj", o_proj);
   if (o.qk_norm) {
-    q_norm = std::make_shared<RMSNorm>(head_dim, o.qk_norm_eps);
-    k_norm = std::make_shared<RMSNorm>(head_dim, o.qk_norm_eps);
+    q_norm = std::make_shared<RMSNorm>(head_dim, o.qk_norm_eps, o.qk_norm_unit_offset);
+    k_norm = std::make_shared<RMSNorm>(head_dim, o.qk_norm_eps, o.qk_norm_unit_offset);
     register_module("q_norm", q_norm);
     register_module("k_norm", k_norm);
   }
@@ -90,26 +161,8 @@ CausalSelfAttention::CausalSelfAttention(int64_t h, int64_t heads, const Attenti
 Tensor CausalSelfAttention::forward(const Tensor& x, const Tensor& cos, const Tensor& sin, const LayerCache* cache) {
   check_input("CausalSelfAttention", x, hidden);
   const std::vector<Tensor> qkv = forward_group({q_proj, k_proj, v_proj}, x);  // one op for the three
-  Tensor q = split_heads(qkv[0], num_heads, head_dim, q_norm.get());
-  Tensor k = split_heads(qkv[1], num_kv_heads, head_dim, k_norm.get());
-  Tensor v = split_heads(qkv[2], num_kv_heads, head_dim);
-  if (cos.defined()) {
-    q = rotate(q, cos, sin);
-    k = rotate(k, cos, sin);
-  }
-  // Grouped-query heads: the attention kernels read each kv head for its query heads in place.
-  const bool gqa = num_kv_heads != num_heads;
-  Tensor a;
-  if (sliding_window > 0 && !cache && x.shape()[1] > sliding_window) {
-    a = scaled_dot_product_attention(q, k, v, /*is_causal=*/false, std::nullopt, 0.0, default_generator(), gqa,
-                                     window_mask(x.shape()[1], sliding_window, x.device()));
-  } else {
-    TG_CHECK(sliding_window == 0 || !cache || cache->step.max_position < sliding_window, "CausalSelfAttention",
-             "generation past sliding_window ", sliding_window, " is not supported (position ",
-             cache ? cache->step.max_position : 0, ")");
-    a = attend(q, k, v, cache, 0.0, default_generator(), gqa, "CausalSelfAttention");
-  }
-  return o_proj->forward(merge_heads(a));
+  return o_proj->forward(causal_attention(num_heads, options_, qkv[0], qkv[1], qkv[2], cos, sin, cache,
+                                          "CausalSelfAttention", q_norm.get(), k_norm.get()));
 }
 
 std::string CausalSelfAttention::extra_repr() const {

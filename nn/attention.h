@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "core/generator.h"
 #include "nn/dropout.h"
@@ -21,7 +22,21 @@ struct AttentionOptions {
   bool qk_norm = false;      // Qwen3: an RMSNorm over each head of q and of k, before RoPE
   double qk_norm_eps = 1e-6;
   int64_t sliding_window = 0;  // > 0: query i sees keys i - window < j <= i (Mistral v0.1)
+  std::optional<double> scale = std::nullopt;  // the scores' scale; default 1 / sqrt(head_dim) (Gemma: query_pre_attn_scalar^-0.5)
+  // > 0: scores s become tanh(s / softcap) * softcap before the mask (Gemma 2's attn_logit_softcapping);
+  // the attention kernels have no soft-capping, so these layers compose it from matmul, tanh and softmax.
+  double softcap = 0;
+  bool qk_norm_unit_offset = false;  // q_norm / k_norm are Gemma's (1 + w) RMSNorm (nn/norm.h)
 };
+
+// What CausalSelfAttention computes between its projections, for layers whose projections differ
+// (Phi-3's fused qkv_proj): q [B, T, num_heads * head_dim], k and v [B, T, num_kv_heads * head_dim]
+// (o.num_kv_heads and o.head_dim given), each head of q and k through q_norm / k_norm where given,
+// rotated by cos / sin (CausalSelfAttention::forward's) -> [B, T, num_heads * head_dim], o_proj's
+// input. `who` names the layer in errors.
+Tensor causal_attention(int64_t num_heads, const AttentionOptions& o, const Tensor& q, const Tensor& k,
+                        const Tensor& v, const Tensor& cos, const Tensor& sin, const LayerCache* cache,
+                        const char* who, Module* q_norm = nullptr, Module* k_norm = nullptr);
 
 // Llama attention: q/k/v/o projections, rotary embedding on q and k, grouped-query heads
 // (num_kv_heads divides num_heads; each kv head serves num_heads / num_kv_heads query heads).
@@ -43,6 +58,9 @@ class CausalSelfAttention : public Module {
 
  protected:
   std::string extra_repr() const override;
+
+ private:
+  AttentionOptions options_;  // with num_kv_heads and head_dim resolved
 };
 
 // GPT-2 attention: one fused c_attn projection to q, k, v (hidden -> 3 hidden), c_proj out.

@@ -8,7 +8,9 @@
 #include <cstdint>
 #include <string>
 
+#include "core/error.h"
 #include "io/json.h"
+#include "nn/rotary.h"
 
 namespace tg::nn {
 
@@ -39,5 +41,24 @@ class ConfigFields {
   json::Value v_;
   std::string source_;
 };
+
+// RoPE as config.json gives it in the object `r` (named `key` in errors): transformers 5's
+// rope_parameters {"rope_type", "rope_theta", factors}, older versions' rope_scaling (null unless
+// scaled; "type" before 4.45) beside rope_theta. theta keeps its value when `r` has no rope_theta.
+void read_rope(const ConfigFields& f, const std::string& key, const json::Value& r, double& theta,
+               RopeScaling& scaling);
+// The object read_rope reads.
+json::Value rope_json(double theta, const RopeScaling& scaling);
+
+// c after c.validate(), its error prefixed with the file's name.
+template <class Config>
+Config validated(const ConfigFields& f, Config c) {
+  try {
+    c.validate();
+  } catch (const Error& e) {
+    fail("from_pretrained", "'", f.source(), "': ", e.what());
+  }
+  return c;
+}
 
 }  // namespace tg::nn

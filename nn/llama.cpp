@@ -7,8 +7,6 @@
 #include "nn/init.h"
 #include "nn/loss.h"
 #include "ops/binary.h"
-#include "ops/cast.h"
-#include "ops/embedding.h"
 #include "ops/rms_norm.h"
 #include "ops/shape.h"
 
@@ -172,17 +170,7 @@ Tensor LlamaModel::forward(const Tensor& ids, KVCache& cache) {
            ids.defined() ? shape_str(ids.shape()) : std::string("undefined"));
   const int64_t T = ids.shape()[1];
   const CacheStep step = cache.step(T, "LlamaModel");
-  TG_CHECK(step.max_position < config.max_position_embeddings, "LlamaModel", "position ", step.max_position,
-           " is past max_position_embeddings ", config.max_position_embeddings);
-  Tensor cos, sin;  // the rotary tables' rows of the step's positions
-  if (step.uniform) {
-    cos = slice(rotary_emb->cos, 0, step.start, step.start + T);
-    sin = slice(rotary_emb->sin, 0, step.start, step.start + T);
-  } else {  // per sequence [B, 1, T, head_dim], in the model's dtype (as apply_rotary casts them)
-    const DType dt = embed_tokens->weight.dtype();
-    cos = unsqueeze(tg::to(embedding(rotary_emb->cos, step.positions), dt), 1);
-    sin = unsqueeze(tg::to(embedding(rotary_emb->sin, step.positions), dt), 1);
-  }
+  auto [cos, sin] = rotary_emb->cos_sin(step, embed_tokens->weight.dtype());
   Tensor h = embed_tokens->forward(ids), m;
   for (size_t i = 0; i < layers->size(); ++i) {
     const LayerCache layer_cache = cache.layer(static_cast<int64_t>(i), step);

@@ -58,6 +58,12 @@ struct LlamaConfig {
   static LlamaConfig by_name(const std::string& name);
 };
 
+class ConfigFields;
+// config.json's fields every Llama-like family shares (sizes, RoPE, eps, tied head; hidden_act
+// silu, no attention dropout), with the family's defaults for vocab_size and rms_norm_eps
+// (nn/llama_config.cpp). tg::Error naming the field.
+LlamaConfig read_llama_fields(const ConfigFields& f, const std::string& architecture, int64_t vocab, double eps);
+
 // One pre-norm block: h = x + self_attn(input_layernorm(x));
 //                     out = h + mlp(post_attention_layernorm(h)).
 class LlamaDecoderLayer : public Module {

@@ -1,7 +1,6 @@
 // config.json of the Llama-like families, read into and written from LlamaConfig: Llama (1-3.x),
 // Mistral, Qwen2 / Qwen2.5 and Qwen3, with their registry entries. What a family's checkpoints use
 // is read; what would change the computation in a way not implemented is refused by name.
-#include <cmath>
 #include <string>
 
 #include "nn/architecture.h"
@@ -9,39 +8,6 @@
 
 namespace tg::nn {
 namespace {
-
-// RoPE: transformers 5 writes rope_parameters {"rope_type", "rope_theta", factors}, older versions
-// rope_theta beside rope_scaling (null unless scaled; "type" before 4.45).
-void read_rope(const ConfigFields& f, const std::string& key, LlamaConfig& c) {
-  const json::Value* r = f.get(key);
-  if (!r) return;
-  if (!r->is_object()) f.unsupported(key, "wants an object with rope_type");
-  const json::Value* type = r->find("rope_type");
-  if (!type) type = r->find("type");
-  const std::string rope_type = type && type->is_string() ? type->as_string() : "default";
-  if (type && !type->is_string()) f.unsupported(key, "rope_type wants a string");
-  if (rope_type != "default" && rope_type != "linear" && rope_type != "dynamic" && rope_type != "llama3")
-    f.unsupported(key, "rope_type \"" + rope_type + "\" is not implemented (default, linear, dynamic, llama3)");
-  auto number = [&](const char* field, double fallback, double lo) {
-    const json::Value* v = r->find(field);
-    if (!v || v->is_null()) return fallback;
-    if (!v->is_number() || !std::isfinite(v->as_double()) || v->as_double() < lo)
-      fail("from_pretrained", "'", f.source(), "': ", key, ".", field, " is ", json::dump(*v),
-           ", wants a finite number >= ", lo);
-    return v->as_double();
-  };
-  c.rope_theta = number("rope_theta", c.rope_theta, 1e-300);
-  c.rope_scaling.rope_type = rope_type;
-  if (rope_type == "default") return;
-  c.rope_scaling.factor = number("factor", 1.0, 1.0);
-  if (rope_type != "llama3") return;
-  c.rope_scaling.low_freq_factor = number("low_freq_factor", 1.0, 1e-300);
-  c.rope_scaling.high_freq_factor = number("high_freq_factor", 4.0, 1e-300);
-  c.rope_scaling.original_max_position_embeddings =
-      static_cast<int64_t>(number("original_max_position_embeddings", 8192, 1));
-  if (const json::Value* a = r->find("attention_factor"); a && !a->is_null() && !(a->is_number() && a->as_double() == 1))
-    f.unsupported(key + ".attention_factor", "wants 1");
-}
 
 // Whatever the family, a sliding window only where the family uses it (layer_types all full).
 void refuse_sliding_layers(const ConfigFields& f) {
@@ -55,7 +21,9 @@ void refuse_sliding_layers(const ConfigFields& f) {
   }
 }
 
-LlamaConfig read_common(const ConfigFields& f, const std::string& architecture, int64_t vocab, double eps) {
+}  // namespace
+
+LlamaConfig read_llama_fields(const ConfigFields& f, const std::string& architecture, int64_t vocab, double eps) {
   LlamaConfig c;
   c.architecture = architecture;
   c.vocab_size = f.integer("vocab_size", vocab);
@@ -70,45 +38,37 @@ LlamaConfig read_common(const ConfigFields& f, const std::string& architecture, 
   c.tie_word_embeddings = f.boolean("tie_word_embeddings", false);
   c.attention_head_dim = f.integer("head_dim", 0, /*lo=*/0);
   c.rope_theta = f.number("rope_theta", 10000.0, /*lo=*/1e-300);
-  read_rope(f, "rope_scaling", c);
-  read_rope(f, "rope_parameters", c);
+  for (const char* key : {"rope_scaling", "rope_parameters"})
+    if (const json::Value* r = f.get(key)) read_rope(f, key, *r, c.rope_theta, c.rope_scaling);
   if (f.string("hidden_act", "silu") != "silu") f.unsupported("hidden_act", "wants \"silu\"");
   if (f.probability("attention_dropout", 0.0) != 0.0) f.unsupported("attention_dropout", "wants 0.0");
   return c;
 }
 
-template <class Config>
-Config validated(const ConfigFields& f, Config c) {
-  try {
-    c.validate();
-  } catch (const Error& e) {
-    fail("from_pretrained", "'", f.source(), "': ", e.what());
-  }
-  return c;
-}
+namespace {
 
 PretrainedConfig llama(const ConfigFields& f) {
-  LlamaConfig c = read_common(f, "LlamaForCausalLM", 32000, 1e-6);
+  LlamaConfig c = read_llama_fields(f, "LlamaForCausalLM", 32000, 1e-6);
   c.attention_bias = f.boolean("attention_bias", false);
   c.mlp_bias = f.boolean("mlp_bias", false);
   return validated(f, c);
 }
 
 PretrainedConfig mistral(const ConfigFields& f) {
-  LlamaConfig c = read_common(f, "MistralForCausalLM", 32000, 1e-6);
+  LlamaConfig c = read_llama_fields(f, "MistralForCausalLM", 32000, 1e-6);
   c.sliding_window = f.integer("sliding_window", 0, /*lo=*/0);
   return validated(f, c);
 }
 
 PretrainedConfig qwen2(const ConfigFields& f) {
-  LlamaConfig c = read_common(f, "Qwen2ForCausalLM", 151936, 1e-6);
+  LlamaConfig c = read_llama_fields(f, "Qwen2ForCausalLM", 151936, 1e-6);
   refuse_sliding_layers(f);
   c.qkv_bias = true;  // Qwen2's q/k/v_proj always have one, o_proj never
   return validated(f, c);
 }
 
 PretrainedConfig qwen3(const ConfigFields& f) {
-  LlamaConfig c = read_common(f, "Qwen3ForCausalLM", 151936, 1e-6);
+  LlamaConfig c = read_llama_fields(f, "Qwen3ForCausalLM", 151936, 1e-6);
   refuse_sliding_layers(f);
   c.attention_bias = f.boolean("attention_bias", false);
   c.qk_norm = true;
@@ -117,17 +77,6 @@ PretrainedConfig qwen3(const ConfigFields& f) {
 
 std::shared_ptr<CausalLM> build(const PretrainedConfig& c, Generator& gen) {
   return std::make_shared<LlamaForCausalLM>(std::get<LlamaConfig>(c), gen);
-}
-
-json::Value rope_json(const LlamaConfig& c) {
-  json::Value r = json::Value::object().set("rope_theta", c.rope_theta).set("rope_type", c.rope_scaling.rope_type);
-  if (c.rope_scaling.rope_type == "default") return r;
-  r.set("factor", c.rope_scaling.factor);
-  if (c.rope_scaling.rope_type == "llama3")
-    r.set("low_freq_factor", c.rope_scaling.low_freq_factor)
-        .set("high_freq_factor", c.rope_scaling.high_freq_factor)
-        .set("original_max_position_embeddings", c.rope_scaling.original_max_position_embeddings);
-  return r;
 }
 
 const std::vector<std::string> kTargets = {"q_proj", "k_proj", "v_proj", "o_proj"};
@@ -157,8 +106,8 @@ json::Value LlamaForCausalLM::config_json() const {
                 .set("attention_dropout", 0.0)
                 // Both spellings, so that transformers 4 and 5 read the same RoPE.
                 .set("rope_theta", c.rope_theta)
-                .set("rope_parameters", rope_json(c));
-  if (c.rope_scaling.rope_type != "default") v.set("rope_scaling", rope_json(c));
+                .set("rope_parameters", rope_json(c.rope_theta, c.rope_scaling));
+  if (c.rope_scaling.rope_type != "default") v.set("rope_scaling", rope_json(c.rope_theta, c.rope_scaling));
   if (arch.model_type == "llama") v.set("attention_bias", c.attention_bias).set("mlp_bias", c.mlp_bias);
   if (arch.model_type == "mistral") v.set("sliding_window", c.sliding_window ? Value(c.sliding_window) : Value());
   if (arch.model_type == "qwen2" || arch.model_type == "qwen3")

@@ -7,14 +7,17 @@
 
 namespace tg::nn {
 
-// y = x / sqrt(mean(x^2) + eps) * weight (Llama's LlamaRMSNorm, torch.nn.RMSNorm).
+// y = x / sqrt(mean(x^2) + eps) * weight (Llama's LlamaRMSNorm, torch.nn.RMSNorm). With
+// unit_offset (Gemma's GemmaRMSNorm): y = x / sqrt(mean(x^2) + eps) * (1 + weight), computed in
+// float32 and rounded once to x's dtype, the weight starting at 0.
 class RMSNorm : public Module {
  public:
-  explicit RMSNorm(int64_t dim, double eps = 1e-5);
+  explicit RMSNorm(int64_t dim, double eps = 1e-5, bool unit_offset = false);
   Tensor forward(const Tensor& x) override;
 
   int64_t dim;
   double eps;
+  bool unit_offset;
   Tensor weight;
 
  protected:

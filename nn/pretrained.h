@@ -8,8 +8,9 @@
 //
 // Supported (nn/architecture.h lists them): LlamaForCausalLM (grouped-query heads, RoPE default /
 // linear / dynamic / llama3, attention and MLP biases, head_dim), MistralForCausalLM (sliding
-// window), Qwen2ForCausalLM (q/k/v biases), Qwen3ForCausalLM (q/k norms) and GPT2LMHeadModel (tanh
-// GELU, lm_head tied to wte). Weights may be F32, BF16 or F16 (F16 is widened to float32 on
+// window), Qwen2ForCausalLM (q/k/v biases), Qwen3ForCausalLM (q/k norms), GPT2LMHeadModel (tanh
+// GELU, lm_head tied to wte), Gemma2ForCausalLM / Gemma3ForCausalLM (nn/gemma.h) and
+// Phi3ForCausalLM (fused qkv_proj / gate_up_proj, nn/phi3.h). Weights may be F32, BF16 or F16 (F16 is widened to float32 on
 // reading). GPT-2's Conv1D weights (c_attn, c_proj, c_fc: [in, out] on disk) are transposed to
 // Linear's [out, in] on loading and back on saving. Anything else in config.json that would
 // change the computation (yarn RoPE, another hidden_act, per-layer windows, ...) is a tg::Error

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <numbers>
 
+#include "ops/cast.h"
+#include "ops/embedding.h"
 #include "ops/rope.h"
 #include "ops/shape.h"
 
@@ -57,6 +59,15 @@ std::pair<Tensor, Tensor> RotaryEmbedding::cos_sin(int64_t T) const {
   TG_CHECK(T >= 1 && T <= max_positions, "RotaryEmbedding", "sequence length ", T, " is outside [1, ", max_positions,
            "] (raise max_position_embeddings)");
   return {slice(cos, 0, 0, T), slice(sin, 0, 0, T)};
+}
+
+std::pair<Tensor, Tensor> RotaryEmbedding::cos_sin(const CacheStep& step, DType dtype) const {
+  TG_CHECK(step.max_position < max_positions, "RotaryEmbedding", "position ", step.max_position,
+           " is past max_position_embeddings ", max_positions);
+  if (step.uniform)
+    return {slice(cos, 0, step.start, step.start + step.tokens), slice(sin, 0, step.start, step.start + step.tokens)};
+  return {unsqueeze(tg::to(embedding(cos, step.positions), dtype), 1),
+          unsqueeze(tg::to(embedding(sin, step.positions), dtype), 1)};
 }
 
 std::string RotaryEmbedding::extra_repr() const {

@@ -7,6 +7,7 @@
 #include <string>
 #include <utility>
 
+#include "nn/kv_cache.h"
 #include "nn/module.h"
 
 namespace tg::nn {
@@ -30,6 +31,9 @@ class RotaryEmbedding : public Module {
   RotaryEmbedding(int64_t head_dim, int64_t max_positions, double theta = 10000.0, const RopeScaling& scaling = {});
   // The [T, head_dim] slices for positions 0..T-1 (views of the buffers).
   std::pair<Tensor, Tensor> cos_sin(int64_t T) const;
+  // The rows of a cached forward's positions: [T, head_dim] slices when every sequence has the
+  // same ones, else per sequence [B, 1, T, head_dim] in `dtype` (as apply_rotary casts them).
+  std::pair<Tensor, Tensor> cos_sin(const CacheStep& step, DType dtype) const;
 
   int64_t head_dim, max_positions;
   double theta;

@@ -1,0 +1,120 @@
+// Gemma 2 and the Gemma 3 text model with transformers' parameter names (Gemma2ForCausalLM,
+// Gemma3ForCausalLM), so checkpoints and peft adapters carry over:
+//   model.embed_tokens.weight (= lm_head.weight), model.norm.weight,
+//   model.layers.{i}.input_layernorm, .self_attn.{q,k,v,o}_proj (.self_attn.{q,k}_norm: Gemma 3),
+//   .post_attention_layernorm, .pre_feedforward_layernorm, .mlp.{gate,up,down}_proj,
+//   .post_feedforward_layernorm.
+// What sets them apart from Llama: every norm is (1 + w) RMSNorm in float32, the embeddings are
+// scaled by sqrt(hidden_size) in the model's dtype, the MLP is GeGLU with tanh GELU, the scores are
+// scaled by query_pre_attn_scalar^-0.5, each block norms its attention and MLP outputs too, layers
+// alternate sliding-window and global attention (layer_types), Gemma 2 soft-caps the attention
+// scores and the logits (tanh(s / cap) * cap), and Gemma 3's sliding layers take their own RoPE base.
+// nn/gemma_config.cpp reads and writes their config.json.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/generator.h"
+#include "nn/attention.h"
+#include "nn/causal_lm.h"
+#include "nn/embedding.h"
+#include "nn/linear.h"
+#include "nn/norm.h"
+#include "nn/rotary.h"
+
+namespace tg::nn {
+
+struct GemmaConfig {
+  std::string architecture = "Gemma2ForCausalLM";  // or "Gemma3ForCausalLM" (its registry entry)
+  int64_t vocab_size = 256;
+  int64_t hidden_size = 64;
+  int64_t intermediate_size = 128;
+  int64_t num_hidden_layers = 2;
+  int64_t num_attention_heads = 4;
+  int64_t num_key_value_heads = 2;
+  int64_t head_dim = 16;
+  int64_t max_position_embeddings = 128;
+  double rms_norm_eps = 1e-6;
+  double initializer_range = 0.02;
+  bool tie_word_embeddings = true;
+  bool attention_bias = false;  // biases on q/k/v/o_proj
+  double query_pre_attn_scalar = 16;  // the scores' scale is its -1/2 power
+  double attn_logit_softcapping = 0;  // > 0: attention scores tanh(s / cap) * cap (Gemma 2: 50)
+  double final_logit_softcapping = 0;  // > 0: the same on the logits (Gemma 2: 30)
+  int64_t sliding_window = 16;  // the keys a sliding_attention layer's query sees
+  // Per layer "sliding_attention" or "full_attention"; empty: sliding first, then alternating.
+  std::vector<std::string> layer_types;
+  bool qk_norm = false;  // Gemma 3: (1 + w) RMSNorm over each head of q and k
+  double rope_theta = 10000.0;  // the full_attention layers' RoPE (every layer's in Gemma 2)
+  RopeScaling rope_scaling;
+  double rope_local_base_freq = 10000.0;  // the sliding_attention layers' (Gemma 3; Gemma 2: rope_theta)
+  RopeScaling rope_local_scaling;
+
+  bool is_sliding(int64_t layer) const;
+  void validate() const;  // tg::Error naming the bad field
+};
+
+// Gemma's MLP: down_proj(gelu_tanh(gate_proj(x)) * up_proj(x)).
+class GemmaMLP : public Module {
+ public:
+  GemmaMLP(int64_t hidden, int64_t intermediate, Generator& gen = default_generator());
+  Tensor forward(const Tensor& x) override;
+
+  std::shared_ptr<Linear> gate_proj, up_proj, down_proj;
+};
+
+// h = x + post_attention_layernorm(self_attn(input_layernorm(x)));
+// out = h + post_feedforward_layernorm(mlp(pre_feedforward_layernorm(h))).
+class GemmaDecoderLayer : public Module {
+ public:
+  GemmaDecoderLayer(const GemmaConfig& c, int64_t index, Generator& gen = default_generator());
+  Tensor forward(const Tensor& x, const Tensor& cos, const Tensor& sin, const LayerCache* cache = nullptr);
+
+  bool sliding;
+  std::shared_ptr<RMSNorm> input_layernorm, post_attention_layernorm, pre_feedforward_layernorm,
+      post_feedforward_layernorm;
+  std::shared_ptr<CausalSelfAttention> self_attn;
+  std::shared_ptr<GemmaMLP> mlp;
+};
+
+// Embeddings (scaled), blocks and the final norm: ids [B, T] -> hidden states [B, T, hidden].
+class GemmaModel : public Module {
+ public:
+  explicit GemmaModel(const GemmaConfig& c, Generator& gen = default_generator());
+  Tensor forward(const Tensor& ids) override;
+  // Generation (nn/kv_cache.h), as LlamaModel's.
+  Tensor forward(const Tensor& ids, KVCache& cache);
+  bool supports_gradient_checkpointing() const override { return true; }
+
+  GemmaConfig config;
+  std::shared_ptr<Embedding> embed_tokens;
+  std::shared_ptr<ModuleList<GemmaDecoderLayer>> layers;
+  std::shared_ptr<RMSNorm> norm;
+  std::shared_ptr<RotaryEmbedding> rotary_emb, rotary_emb_local;  // full / sliding layers' (buffers only)
+
+ private:
+  Tensor embed(const Tensor& ids) const;
+};
+
+class GemmaForCausalLM : public CausalLM {
+ public:
+  explicit GemmaForCausalLM(const GemmaConfig& c, Generator& gen = default_generator());
+  Tensor hidden_states(const Tensor& ids) override { return model->forward(ids); }
+  Tensor hidden_states(const Tensor& ids, KVCache& cache) override { return model->forward(ids, cache); }
+  // The head, then final_logit_softcapping.
+  Tensor logits(const Tensor& hidden) override;
+  // With final soft-capping the loss takes the capped logits (no fused head + cross-entropy).
+  Tensor loss(const Tensor& ids, const Tensor& labels) override;
+  Embedding& input_embeddings() override { return *model->embed_tokens; }
+  ModelDims dims() const override;
+  const Architecture& architecture() const override;
+  json::Value config_json() const override;
+
+  GemmaConfig config;
+  std::shared_ptr<GemmaModel> model;
+};
+
+}  // namespace tg::nn
