@@ -383,5 +383,57 @@ TEST(Trainer, SchedulesAreTransformers) {
   EXPECT_DOUBLE_EQ(train::lr_factor("constant_with_warmup", 9, 4, 10), 1.0);
   EXPECT_DOUBLE_EQ(train::lr_factor("constant", 0, 0, 10), 1.0);
 }
+// Two ranks (threads of a FakeGroup) of 2 rows each train as one process of 4 rows: the same
+// global batches, the gradients averaged (to float rounding: the sums run in another order).
+TEST(Trainer, DataParallelRanksTrainAsOneProcess) {
+  TempDir dir;
+  TrainingArguments args = args_in(dir, 6);
+  args.output_dir = dir / "one";
+  auto single = lora_model();
+  Trainer one(single, pattern_rows(), args);
+  one.train();
+
+  args.output_dir = dir / "ranks";
+  args.per_device_train_batch_size = 2;
+  std::vector<std::shared_ptr<nn::LlamaForCausalLM>> models = {lora_model(), lora_model()};
+  std::vector<std::vector<double>> losses(2);
+  distributed::FakeGroup::run(2, [&](distributed::Communicator& comm) {
+    Trainer rank(models[comm.rank()], pattern_rows(), args);
+    rank.use_communicator(comm);
+    rank.train();
+    losses[comm.rank()] = train_losses(rank.state());
+  });
+  const std::vector<double> want = train_losses(one.state());
+  ASSERT_EQ(losses[0].size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_NEAR(losses[0][i], want[i], 1e-5) << "step " << i + 1;
+    EXPECT_EQ(losses[1][i], losses[0][i]);  // every rank logs the global loss
+  }
+  const std::vector<float> a = trainable_values(*single), b = trainable_values(*models[0]);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5);
+  EXPECT_EQ(trainable_values(*models[1]), b);
+  EXPECT_TRUE(fs::exists(dir / "ranks/checkpoint-6/training_state.safetensors"));  // rank 0 wrote it
+}
+
+// On the GPU the captured step's replays are the eager steps bit for bit (the lead's GPU run).
+TEST(Trainer, CudaGraphRunEqualsTheEagerOneOnTheGpu) {
+  if (!cuda_is_available()) GTEST_SKIP() << "no CUDA device";
+  TempDir dir;
+  std::vector<std::vector<float>> weights;
+  for (const char* graph : {"off", "on"}) {
+    TrainingArguments args = args_in(dir, 8);
+    args.use_cpu = false;
+    args.cuda_graph = graph;
+    args.output_dir = dir / graph;
+    auto model = lora_model();
+    Trainer trainer(model, pattern_rows(), args);
+    trainer.train();
+    EXPECT_EQ(trainer.uses_cuda_graph(), std::string(graph) == "on");
+    weights.push_back(trainable_values(*model));
+  }
+  EXPECT_EQ(weights[0], weights[1]);
+}
+
 }  // namespace
 }  // namespace tg
