@@ -220,6 +220,9 @@ TEST(Trainer, ResumingOnOtherDataNamesWhatChanged) {
   args.learning_rate = 2e-2;
   EXPECT_ERROR_HAS(Trainer(lora_model(), pattern_rows(), args).train(), "learning_rate: 0.01 then, 0.02 now");
   args.learning_rate = 1e-2;
+  args.per_device_train_batch_size = 2;
+  EXPECT_ERROR_HAS(Trainer(lora_model(), pattern_rows(), args).train(), "batches of 4 rows", "now 2 x 1 = 2");
+  args.per_device_train_batch_size = 4;
   args.resume_from_checkpoint = dir / "nowhere";
   EXPECT_ERROR_HAS(Trainer(lora_model(), pattern_rows(), args).train(), "resume_from_checkpoint", "nowhere",
                    "training_state.safetensors");

@@ -393,6 +393,7 @@ void Trainer::save_checkpoint(int64_t step) {
         {"training_args", json::dump(args_.to_json())},
         {"data_fingerprint", json::dump(train_fingerprint().to_json())},
         {"global_step", std::to_string(step)},
+        {"train_batch_size", std::to_string(args_.per_device_train_batch_size * world_)},
         {"max_steps", std::to_string(state_.max_steps)},
         // the data position: the batches of the seeded order drawn so far
         {"batches_drawn", std::to_string(step * args_.gradient_accumulation_steps)}};
@@ -424,6 +425,11 @@ int64_t Trainer::resume() {
   TG_CHECK(changed.empty(), kWhere, "resume_from_checkpoint '", dir, "' was trained with other arguments:", changed,
            "\nresume with the same values (output_dir, max_steps, logging / eval / save settings, ",
            "gradient_checkpointing and cuda_graph may change), or start afresh");
+  const int64_t batch_then = std::stoll(meta_at(meta, "train_batch_size", file)),
+                batch_now = args_.per_device_train_batch_size * world_;
+  TG_CHECK(batch_then == batch_now, kWhere, "resume_from_checkpoint '", dir, "' trained on batches of ", batch_then,
+           " rows (per_device_train_batch_size x ranks), now ", args_.per_device_train_batch_size, " x ", world_, " = ",
+           batch_now, " (set per_device_train_batch_size to ", batch_then, " / ranks)");
   const int64_t step = std::stoll(meta_at(meta, "global_step", file));
   TG_CHECK(step <= state_.max_steps, kArgs, "max_steps ", state_.max_steps, " is below the step ", step,
            " of the checkpoint '", dir, "' (max_steps may grow to extend a run, not shrink)");

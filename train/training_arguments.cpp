@@ -72,10 +72,11 @@ json::Value TrainingArguments::to_json() const {
 
 const std::vector<std::string>& TrainingArguments::resume_fixed_fields() {
   // What decides the numbers of every step; the rest (where files go, how often, max_steps,
-  // which may grow: the schedule is then re-planned) may change on resume.
+  // which may grow: the schedule is then re-planned) may change on resume. The batch is checked as
+  // the global one (per_device_train_batch_size x ranks), so a run resumes on another world size.
   static const std::vector<std::string> fields = {
       "learning_rate", "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon", "lr_scheduler_type",
-      "warmup_steps", "per_device_train_batch_size", "gradient_accumulation_steps", "max_grad_norm", "bf16", "seed"};
+      "warmup_steps", "gradient_accumulation_steps", "max_grad_norm", "bf16", "seed"};
   return fields;
 }
 
