@@ -41,3 +41,5 @@
 // data parallelism (NCCL)
 #include "distributed/data_parallel.h"
 #include "distributed/init.h"
+// the training loop: Trainer, TrainingArguments, callbacks
+#include "train/trainer.h"

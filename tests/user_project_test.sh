@@ -21,6 +21,15 @@ grep -q "^step 0 loss" "$work/finetune.log" && [ -f "$work/adapter/adapter_model
   exit 1
 }
 echo "finetune_folder: $(head -1 "$work/finetune.log"), then $(sed -n 3p "$work/finetune.log"); adapter written"
+# The README's train::Trainer script: trains, evaluates, saves the adapter, one checkpoint kept.
+"$work/b/trainer_script" "$folder" "$work/train.jsonl" "$work/trainer" >"$work/trainer.log"
+grep -q "^trained 30 steps" "$work/trainer.log" && [ -f "$work/trainer/adapter_model.safetensors" ] &&
+  [ -f "$work/trainer/checkpoint-30/training_state.safetensors" ] && [ ! -e "$work/trainer/checkpoint-15" ] || {
+  echo "trainer_script: no 30 steps, adapter or checkpoint-30 alone" >&2
+  cat "$work/trainer.log" >&2
+  exit 1
+}
+echo "trainer_script: $(grep '^trained' "$work/trainer.log")"
 if [ -x "$work/b/gate_test" ]; then
   "$work/b/gate_test" --gtest_brief=1
 else

@@ -1,0 +1,83 @@
+#include "train/data_fingerprint.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "core/error.h"
+
+namespace tg::train {
+namespace {
+
+constexpr uint64_t kFnvOffset = 1469598103934665603ull, kFnvPrime = 1099511628211ull;
+
+void mix(uint64_t& h, int64_t v) {
+  for (int i = 0; i < 8; ++i) h = (h ^ ((static_cast<uint64_t>(v) >> (8 * i)) & 0xff)) * kFnvPrime;
+}
+
+int64_t segment_begin(int64_t rows, size_t count, size_t i) {
+  return rows * static_cast<int64_t>(i) / static_cast<int64_t>(count);
+}
+
+std::string hex(uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+}  // namespace
+
+json::Value DataFingerprint::to_json() const {
+  json::Value segs = json::Value::array();
+  for (uint64_t s : segments) segs.push_back(hex(s));
+  json::Value v = json::Value::object();
+  v.set("rows", rows).set("seq", seq).set("segments", segs);
+  return v;
+}
+
+DataFingerprint DataFingerprint::from_json(const json::Value& v, const std::string& source) {
+  TG_CHECK(v.is_object() && v.find("rows") && v.find("seq") && v.find("segments"), "DataFingerprint", "'", source,
+           "' holds no data fingerprint (rows, seq, segments)");
+  DataFingerprint f{v.at("rows").as_int("rows"), v.at("seq").as_int("seq"), {}};
+  for (const json::Value& s : v.at("segments").as_array("segments"))
+    f.segments.push_back(std::stoull(s.as_string("segment"), nullptr, 16));
+  return f;
+}
+
+DataFingerprint fingerprint(const data::SequenceDataset& dataset) {
+  DataFingerprint f{dataset.rows(), dataset.seq(), {}};
+  const size_t count = static_cast<size_t>(std::min(DataFingerprint::kSegments, f.rows));
+  constexpr int64_t kChunk = 256;  // rows read at once
+  for (size_t s = 0; s < count; ++s) {
+    uint64_t h = kFnvOffset;
+    const int64_t end = segment_begin(f.rows, count, s + 1);
+    for (int64_t first = segment_begin(f.rows, count, s); first < end; first += kChunk) {
+      const data::Batch b = dataset.rows_batch(first, std::min(kChunk, end - first), Device::cpu());
+      for (int64_t id : b.ids.to_vector<int64_t>()) mix(h, id);
+      for (int64_t label : b.labels.to_vector<int64_t>()) mix(h, label);
+    }
+    f.segments.push_back(h);
+  }
+  return f;
+}
+
+std::string describe_change(const DataFingerprint& then, const DataFingerprint& now) {
+  auto shape = [](const DataFingerprint& f) {
+    return std::to_string(f.rows) + " rows of " + std::to_string(f.seq) + " tokens";
+  };
+  if (then.rows != now.rows || then.seq != now.seq) return shape(then) + " then, " + shape(now) + " now";
+  std::string ranges;
+  size_t changed = 0;
+  for (size_t s = 0; s < then.segments.size() && s < now.segments.size(); ++s) {
+    if (then.segments[s] == now.segments[s]) continue;
+    ++changed;
+    if (changed <= 4)
+      ranges += std::string(ranges.empty() ? "" : ", ") + "[" +
+                std::to_string(segment_begin(now.rows, now.segments.size(), s)) + ", " +
+                std::to_string(segment_begin(now.rows, now.segments.size(), s + 1)) + ")";
+  }
+  if (changed == 0) return "";
+  return "the same " + shape(now) + ", but the tokens or labels of rows " + ranges +
+         (changed > 4 ? " and " + std::to_string(changed - 4) + " more ranges" : "") + " differ";
+}
+
+}  // namespace tg::train

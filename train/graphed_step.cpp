@@ -1,0 +1,30 @@
+#include "train/graphed_step.h"
+
+#include "core/primitives.h"
+#include "ops/shape.h"
+
+namespace tg::train {
+
+std::vector<Tensor> GraphedStep::operator()(const Tensor& ids, const Tensor& labels) {
+  if (!enabled_ || !warmed_up_) {
+    warmed_up_ = true;
+    return step_(ids, labels);
+  }
+  if (!graph_) {
+    ids_ = clone(ids);
+    labels_ = clone(labels);
+    auto graph = std::make_unique<cuda::CUDAGraph>(ids.device());
+    graph->capture([&] { outputs_ = step_(ids_, labels_); });
+    graph_ = std::move(graph);
+  } else {
+    TG_CHECK(ids.shape() == ids_.shape() && labels.shape() == labels_.shape(), "GraphedStep", "a batch of ids ",
+             ids.shape(), " and labels ", labels.shape(), ", the CUDA graph was captured for ", ids_.shape(), " and ",
+             labels_.shape(), " (a graph replays fixed shapes)");
+    copy_(ids_, ids);
+    copy_(labels_, labels);
+  }
+  graph_->replay();
+  return outputs_;
+}
+
+}  // namespace tg::train

@@ -1,0 +1,454 @@
+#include "train/trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <iostream>
+#include <set>
+#include <span>
+
+#include "core/autograd.h"
+#include "core/factory.h"
+#include "distributed/init.h"
+#include "io/file.h"
+#include "nn/architecture.h"
+#include "nn/pretrained.h"
+#include "ops/cast.h"
+#include "ops/shape.h"
+#include "ops/unary.h"
+#include "optim/clip_grad.h"
+#include "train/checkpoint.h"
+#include "train/graphed_step.h"
+#include "train/lr_schedule.h"
+#include "train/train_log.h"
+
+namespace tg::train {
+namespace {
+
+namespace fs = std::filesystem;
+constexpr const char* kWhere = "Trainer";
+constexpr const char* kArgs = "TrainingArguments";
+
+// transformers' get_decay_parameter_names: biases and the weights of norm layers take no decay.
+std::vector<optim::ParamGroupSpec> param_groups(nn::CausalLM& model, double weight_decay) {
+  std::set<std::string> no_decay;
+  for (const auto& [path, m] : model.named_modules()) {
+    const bool norm = m->type_name().find("Norm") != std::string::npos;
+    for (const auto& [name, p] : m->named_parameters(/*recurse=*/false))
+      if (norm || name == "bias") no_decay.insert(path.empty() ? name : path + "." + name);
+  }
+  optim::NamedParams decay, rest;
+  for (const auto& [name, p] : model.named_trainable_parameters())
+    (no_decay.count(name) ? rest : decay).emplace_back(name, p);
+  std::vector<optim::ParamGroupSpec> groups;
+  if (!decay.empty()) groups.emplace_back(decay, optim::GroupOptions{.lr = std::nullopt, .weight_decay = weight_decay});
+  if (!rest.empty()) groups.emplace_back(rest, optim::GroupOptions{.lr = std::nullopt, .weight_decay = 0.0});
+  return groups;
+}
+
+// bf16 describes the model's layout (peft's mixed precision); the Trainer does not cast it.
+void check_precision(const nn::CausalLM& model, bool bf16) {
+  if (!bf16) return;
+  bool frozen = false;
+  for (const auto& [name, p] : model.named_parameters()) {
+    if (p.requires_grad() || !is_floating_point(p.dtype())) continue;
+    frozen = true;
+    TG_CHECK(p.dtype() == kBFloat16, kArgs, "bf16 is true but the frozen parameter '", name, "' is ", p.dtype(),
+             ": cast the base with model->to(tg::kBFloat16) before peft::apply_lora (the adapters stay float32)");
+  }
+  TG_CHECK(frozen, kArgs, "bf16 is true but every parameter trains: bf16 is a bfloat16 frozen base with float32 ",
+           "trainable weights (for bfloat16 full fine-tuning cast the model to tg::kBFloat16 and leave bf16 false)");
+}
+
+std::string meta_at(const CheckpointMetadata& meta, const std::string& key, const std::string& file) {
+  auto it = meta.find(key);
+  TG_CHECK(it != meta.end(), kWhere, "'", file, "' lacks '", key, "': not written by train::Trainer");
+  return it->second;
+}
+
+std::vector<LogEntry> parse_log_history(const json::Value& state) {
+  std::vector<LogEntry> history;
+  const json::Value* h = state.find("log_history");
+  if (!h) return history;
+  for (const json::Value& row : h->as_array("log_history")) {
+    LogEntry e{row.at("step").as_int("step"), {}};
+    for (const std::string& k : row.keys())
+      if (k != "step" && row.at(k).is_number()) e.values[k] = row.at(k).as_double(k);
+    history.push_back(std::move(e));
+  }
+  return history;
+}
+
+}  // namespace
+
+struct Trainer::StepResult {
+  double loss = NAN;  // NaN: no target token in the step (no update)
+  Tensor grad_norm;   // undefined without clipping
+  bool stop = false;
+};
+
+Trainer::Trainer(std::shared_ptr<nn::CausalLM> model, std::shared_ptr<const data::SequenceDataset> train_dataset,
+                 TrainingArguments args, std::shared_ptr<const data::SequenceDataset> eval_dataset)
+    : model_(std::move(model)), train_(std::move(train_dataset)), eval_(std::move(eval_dataset)), args_(std::move(args)) {
+  TG_CHECK(model_ != nullptr, kWhere, "the model is null");
+  TG_CHECK(train_ != nullptr, kWhere, "the train_dataset is null");
+  args_.validate();
+  const int64_t context = model_->dims().context;
+  for (auto [what, ds] : {std::pair{"train_dataset", train_.get()}, std::pair{"eval_dataset", eval_.get()}}) {
+    if (!ds) continue;
+    TG_CHECK(ds->rows() > 0, kWhere, "the ", what, " has no rows of ", ds->seq(), " tokens");
+    TG_CHECK(ds->seq() <= context, kWhere, "the ", what, "'s rows have ", ds->seq(), " tokens, the model's context is ",
+             context, " (", model_->dims().context_field, ")");
+  }
+  device_ = args_.use_cpu ? Device::cpu() : default_device();
+  if (distributed::launched()) {
+    TG_CHECK(!args_.use_cpu, kArgs, "use_cpu with data parallelism: the ranks reduce over NCCL, one GPU each");
+    own_comm_ = distributed::init(&device_);
+  }
+  model_->to(device_);
+  model_->train();
+  if (args_.gradient_checkpointing) model_->gradient_checkpointing_enable();
+  check_precision(*model_, args_.bf16);
+  TG_CHECK(!model_->trainable_parameters().empty(), kWhere, "the model has no trainable parameter (wrap it with ",
+           "peft::apply_lora, or leave its weights trainable for full fine-tuning)");
+  optimizer_ = std::make_unique<optim::AdamW>(
+      param_groups(*model_, args_.weight_decay),
+      optim::AdamWOptions{.lr = args_.learning_rate, .beta1 = args_.adam_beta1, .beta2 = args_.adam_beta2,
+                          .eps = args_.adam_epsilon, .weight_decay = args_.weight_decay});
+  for (const optim::ParamGroup& g : optimizer_->param_groups()) base_lrs_.push_back(g.lr);
+  if (own_comm_) use_communicator(*own_comm_);
+}
+
+void Trainer::use_communicator(distributed::Communicator& comm) {
+  TG_CHECK(comm_ == nullptr, kWhere, "use_communicator: the Trainer already trains data-parallel");
+  comm_ = &comm;
+  rank_ = comm.rank(), world_ = comm.world_size();
+  state_.is_world_process_zero = rank_ == 0;
+  // Rank 0's weights on every rank (the same seed gives the same anyway), gradients averaged.
+  dp_ = std::make_unique<distributed::DataParallel>(model_->named_trainable_parameters(), comm);
+}
+
+double Trainer::epoch_at(int64_t step) const {
+  return static_cast<double>(step * args_.gradient_accumulation_steps * args_.per_device_train_batch_size * world_) /
+         static_cast<double>(train_->rows());
+}
+
+const DataFingerprint& Trainer::train_fingerprint() {
+  if (!fingerprint_) fingerprint_ = fingerprint(*train_);
+  return *fingerprint_;
+}
+
+std::vector<double> Trainer::sum_over_ranks(std::vector<double> values) const {
+  if (!comm_) return values;
+  const Tensor t = to(from_vector(values, {static_cast<int64_t>(values.size())}), device_);
+  comm_->all_reduce(t, distributed::ReduceOp::Sum);
+  comm_->wait();
+  return t.to_vector<double>();
+}
+
+data::Batch Trainer::shard(const data::Batch& global) const {
+  const int64_t n = args_.per_device_train_batch_size;
+  auto rows = [&](const Tensor& t) { return contiguous(slice(t, 0, rank_ * n, (rank_ + 1) * n)); };
+  data::Batch out{to(rows(global.ids), device_), to(rows(global.labels), device_), 0};
+  // As the dataset counts them: positions after a row's first whose label is not ignored.
+  const std::vector<int64_t> labels = rows(global.labels).to_vector<int64_t>();
+  const int64_t seq = global.labels.size(1);
+  for (size_t i = 0; i < labels.size(); ++i)
+    out.targets += static_cast<int64_t>(i) % seq != 0 && labels[i] != data::kIgnoreIndex;
+  return out;
+}
+
+void Trainer::log(const LogEntry& entry) {
+  state_.log_history.push_back(entry);
+  if (log_ && main_process()) log_->log(entry);
+  for (auto& cb : callbacks_) cb->on_log(state_, entry);
+}
+
+TrainOutput Trainer::train() {
+  const int64_t accum = args_.gradient_accumulation_steps, global_batch = args_.per_device_train_batch_size * world_;
+  if (args_.max_steps > 0) {
+    state_.max_steps = args_.max_steps;
+  } else {  // as transformers: whole micro-batches of an epoch, whole steps of those, at least one
+    const int64_t per_epoch = std::max<int64_t>(1, (train_->rows() + global_batch - 1) / global_batch / accum);
+    state_.max_steps = static_cast<int64_t>(std::ceil(args_.num_train_epochs * static_cast<double>(per_epoch)));
+    check_warmup(args_.warmup_steps, state_.max_steps, "the max_steps of num_train_epochs");
+  }
+  // What a captured step cannot hold: a host-weighted sum of micro-batches, fresh dropout masks,
+  // checkpointing's recomputation (not validated under capture), another rank's collectives.
+  std::string blocker = !device_.is_cuda() ? "the device is the CPU"
+                        : accum != 1       ? "gradient_accumulation_steps is " + std::to_string(accum)
+                        : args_.gradient_checkpointing ? "gradient_checkpointing is on"
+                        : comm_ ? "it trains data-parallel (" + std::to_string(world_) + " ranks)"
+                                : "";
+  const auto lora = peft::lora_layers(*model_);
+  for (const auto& [path, layer] : lora)
+    if (blocker.empty() && layer->lora_dropout && layer->lora_dropout->p > 0)
+      blocker = "the LoRA layer '" + path + "' has dropout " + std::to_string(layer->lora_dropout->p);
+  TG_CHECK(args_.cuda_graph != "on" || blocker.empty(), kArgs, "cuda_graph 'on': cannot capture the step, ", blocker);
+  // auto captures what has run under capture on the H200 (Llama-family LoRA); on tries the rest.
+  const bool validated = !lora.empty() && model_->architecture().name.rfind("GPT2", 0) != 0;
+  use_graph_ = args_.cuda_graph != "off" && blocker.empty() && (validated || args_.cuda_graph == "on");
+
+  int64_t start = 0;
+  if (!args_.resume_from_checkpoint.empty()) {
+    start = resume();
+  } else {
+    manual_seed(static_cast<uint64_t>(args_.seed));
+    state_.log_history.clear();
+  }
+  state_.global_step = start;
+  state_.epoch = epoch_at(start);
+  TrainLog train_log(main_process() ? args_.output_dir : "", state_.max_steps, start, !args_.disable_tqdm);
+  log_ = &train_log;
+  struct Detach {
+    TrainLog*& log;
+    ~Detach() { log = nullptr; }
+  } detach{log_};
+  if (start > 0 && main_process())
+    train_log.note("resumed from step " + std::to_string(start) + " of " + std::to_string(state_.max_steps));
+  if (start >= state_.max_steps) {
+    if (main_process())
+      train_log.note("the checkpoint is at max_steps " + std::to_string(state_.max_steps) +
+                     ": nothing to train (raise max_steps to extend the run)");
+    return {start, NAN};
+  }
+  for (auto& cb : callbacks_) cb->on_train_begin(state_);
+
+  optim::Optimizer& opt = *optimizer_;
+  GraphedStep graphed(use_graph_, [&](const Tensor& ids, const Tensor& labels) {
+    opt.zero_grad();
+    Tensor loss = model_->loss(ids, labels);
+    loss.backward();
+    Tensor norm = args_.max_grad_norm > 0 ? optim::clip_grad_norm_(model_->trainable_parameters(), args_.max_grad_norm)
+                                          : Tensor();
+    opt.step();
+    return std::vector<Tensor>{loss, norm};
+  });
+  const int64_t tokens_per_step = accum * global_batch * train_->seq();
+  double run_loss = 0, window_loss = 0;
+  int64_t run_steps = 0, window_steps = 0, window_tokens = 0;
+  auto window_start = std::chrono::steady_clock::now();
+  for (int64_t step = start + 1; step <= state_.max_steps; ++step) {
+    const double factor = lr_factor(args_.lr_scheduler_type, step - 1, args_.warmup_steps, state_.max_steps);
+    std::span<optim::ParamGroup> groups = opt.param_groups();
+    for (size_t g = 0; g < groups.size(); ++g) groups[g].lr = base_lrs_[g] * factor;
+    const double lr = opt.lr();
+    StepResult r = run_step(step, graphed);
+    state_.global_step = step;
+    state_.epoch = epoch_at(step);
+    if (std::isfinite(r.loss)) run_loss += r.loss, ++run_steps, window_loss += r.loss, ++window_steps;
+    window_tokens += tokens_per_step;
+    if (main_process()) train_log.step(step, r.loss, lr, tokens_per_step);
+    TrainerControl control;
+    for (auto& cb : callbacks_) cb->on_step_end(state_, control);
+    const bool stop = sum_over_ranks({control.should_training_stop ? 1.0 : 0.0})[0] > 0;
+    if (step % args_.logging_steps == 0 || step == state_.max_steps || stop) {
+      const double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - window_start).count();
+      LogEntry entry{step, {{"loss", window_steps ? window_loss / static_cast<double>(window_steps) : NAN},
+                            {"learning_rate", lr},
+                            {"tokens_per_second", seconds > 0 ? static_cast<double>(window_tokens) / seconds : 0.0},
+                            {"epoch", state_.epoch}}};
+      if (r.grad_norm.defined()) entry.values["grad_norm"] = r.grad_norm.item();
+      log(entry);
+      window_loss = 0, window_steps = 0, window_tokens = 0;
+      window_start = std::chrono::steady_clock::now();
+    }
+    if (eval_ && args_.eval_steps > 0 && step % args_.eval_steps == 0) evaluate();
+    if (stop || (args_.save_steps > 0 && step % args_.save_steps == 0) || step == state_.max_steps)
+      save_checkpoint(step);
+    if (stop) break;
+  }
+  for (auto& cb : callbacks_) cb->on_train_end(state_);
+  train_log.finish();
+  return {state_.global_step, run_steps ? run_loss / static_cast<double>(run_steps) : NAN};
+}
+
+Trainer::StepResult Trainer::run_step(int64_t step, GraphedStep& graphed) {
+  const int64_t accum = args_.gradient_accumulation_steps, global_batch = args_.per_device_train_batch_size * world_;
+  // A step's micro-batches weigh by their target tokens: the loss is the mean over all of them.
+  std::vector<data::Batch> micro;
+  int64_t targets = 0;
+  for (int64_t k = 0; k < accum; ++k) {
+    const data::Batch global = train_->batch((step - 1) * accum + k, global_batch, static_cast<uint64_t>(args_.seed),
+                                             comm_ ? Device::cpu() : device_);
+    targets += global.targets;
+    micro.push_back(comm_ ? shard(global) : global);
+  }
+  StepResult r;
+  double loss = 0;
+  if (graphed.enabled()) {  // one micro-batch, one process
+    if (targets > 0) {
+      const std::vector<Tensor> out = graphed(micro[0].ids, micro[0].labels);
+      loss = out[0].item();
+      r.grad_norm = out[1];
+    }
+  } else {
+    optimizer_->zero_grad();
+    for (int64_t k = 0; k < accum; ++k) {
+      const data::Batch& b = micro[k];
+      if (b.targets == 0) continue;  // with data parallelism sync_gradients adds zeros for it
+      Tensor l = model_->loss(b.ids, b.labels);
+      const double weight = static_cast<double>(b.targets) / static_cast<double>(targets);
+      loss += l.item() * weight;
+      // The ranks' gradients are averaged: this rank's share is scaled up by the world size.
+      Tensor scaled = accum == 1 && !comm_ ? l : mul(l, weight * world_);
+      if (dp_ && k + 1 < accum) {
+        auto no_sync = dp_->no_sync();
+        scaled.backward();
+      } else {
+        scaled.backward();
+      }
+    }
+  }
+  loss = sum_over_ranks({loss})[0];
+  if (targets == 0) {
+    if (log_ && main_process())
+      log_->note("step " + std::to_string(step) + ": every label of the batch is -100 (prompt or padding); no update");
+    return r;
+  }
+  r.loss = loss;
+  if (!graphed.enabled()) {  // the graph's step clips and steps itself
+    if (dp_) dp_->sync_gradients();
+    if (args_.max_grad_norm > 0) r.grad_norm = optim::clip_grad_norm_(model_->trainable_parameters(), args_.max_grad_norm);
+    optimizer_->step();
+  }
+  return r;
+}
+
+LogEntry Trainer::evaluate() {
+  TG_CHECK(eval_ != nullptr, kWhere, "evaluate: no eval_dataset (pass one to the constructor)");
+  const bool was_training = model_->is_training();
+  double total = 0;
+  int64_t targets = 0;
+  {
+    NoGradGuard no_grad;
+    model_->eval();
+    for (int64_t first = 0; first < eval_->rows(); first += args_.per_device_eval_batch_size) {
+      const data::Batch b =
+          eval_->rows_batch(first, std::min(args_.per_device_eval_batch_size, eval_->rows() - first), device_);
+      if (b.targets == 0) continue;
+      total += model_->loss(b.ids, b.labels).item() * static_cast<double>(b.targets);
+      targets += b.targets;
+    }
+    model_->train(was_training);
+  }
+  TG_CHECK(targets > 0, kWhere, "evaluate: the eval_dataset has no target token (every label -100)");
+  const double loss = total / static_cast<double>(targets);
+  LogEntry metrics{state_.global_step, {{"eval_loss", loss},
+                                        {"eval_perplexity", std::exp(loss)},
+                                        {"eval_tokens", static_cast<double>(targets)},
+                                        {"epoch", state_.epoch}}};
+  log(metrics);
+  for (auto& cb : callbacks_) cb->on_evaluate(state_, metrics);
+  return metrics;
+}
+
+peft::LoraConfig Trainer::lora_config() {
+  if (lora_config_) return *lora_config_;
+  const auto layers = peft::lora_layers(*model_);
+  TG_CHECK(!layers.empty(), kWhere, "the model has no LoRA layers");
+  peft::LoraConfig c{.r = layers[0].second->r, .lora_alpha = layers[0].second->lora_alpha,
+                     .lora_dropout = layers[0].second->lora_dropout ? layers[0].second->lora_dropout->p : 0.0,
+                     .target_modules = {}};
+  std::set<std::string> adapter_weights;
+  for (const auto& [path, l] : layers) {
+    TG_CHECK(l->r == c.r && l->lora_alpha == c.lora_alpha, kWhere, "the LoRA layers differ (r ", c.r, ", alpha ",
+             c.lora_alpha, " at '", layers[0].first, "', r ", l->r, ", alpha ", l->lora_alpha, " at '", path,
+             "'): give save_model their LoraConfig with set_lora_config");
+    const std::string name = path.substr(path.rfind('.') + 1);
+    if (std::find(c.target_modules.begin(), c.target_modules.end(), name) == c.target_modules.end())
+      c.target_modules.push_back(name);
+    adapter_weights.insert(path + ".lora_A.weight");
+    adapter_weights.insert(path + ".lora_B.weight");
+  }
+  for (const auto& [name, p] : model_->named_trainable_parameters())
+    TG_CHECK(adapter_weights.count(name), kWhere, "the trainable parameter '", name, "' is not a LoRA weight: give ",
+             "save_model the LoraConfig (its modules_to_save) with set_lora_config");
+  return c;
+}
+
+void Trainer::save_model(const std::string& dir) {
+  if (!main_process()) return;
+  const std::string out = dir.empty() ? args_.output_dir : dir;
+  if (!peft::lora_layers(*model_).empty()) peft::save_adapter(*model_, out, lora_config());
+  else nn::save_pretrained(*model_, out);
+}
+
+void Trainer::save_checkpoint(int64_t step) {
+  const std::string dir = checkpoint_dir(args_.output_dir, step);
+  if (main_process()) {
+    fs::create_directories(dir);
+    // The training state marks a complete checkpoint: a stale one must not vouch for the new files.
+    fs::remove(fs::path(dir) / kTrainingStateFile);
+    if (!peft::lora_layers(*model_).empty()) peft::save_adapter(*model_, dir, lora_config());
+    json::Value history = json::Value::array();
+    for (const LogEntry& e : state_.log_history) history.push_back(json::parse(e.json()));
+    json::Value trainer_state = json::Value::object();
+    trainer_state.set("global_step", step).set("max_steps", state_.max_steps).set("epoch", state_.epoch);
+    trainer_state.set("log_history", history);
+    io::write_file_atomic(dir + "/trainer_state.json", json::dump(trainer_state, 2) + "\n");
+    const CheckpointMetadata meta = {
+        {"training_args", json::dump(args_.to_json())},
+        {"data_fingerprint", json::dump(train_fingerprint().to_json())},
+        {"global_step", std::to_string(step)},
+        {"train_batch_size", std::to_string(args_.per_device_train_batch_size * world_)},
+        {"max_steps", std::to_string(state_.max_steps)},
+        // the data position: the batches of the seeded order drawn so far
+        {"batches_drawn", std::to_string(step * args_.gradient_accumulation_steps)}};
+    save_training_state(dir + "/" + kTrainingStateFile, *model_, *optimizer_, step, meta);
+    rotate_checkpoints(args_.output_dir, args_.save_total_limit);
+  }
+  for (auto& cb : callbacks_) cb->on_save(state_, dir);
+}
+
+int64_t Trainer::resume() {
+  std::string dir = args_.resume_from_checkpoint;
+  if (dir == "latest") {
+    const auto found = complete_checkpoints(args_.output_dir);
+    TG_CHECK(!found.empty(), kArgs, "resume_from_checkpoint 'latest': no complete checkpoint in output_dir '",
+             args_.output_dir, "' (checkpoint-<step> folders holding ", kTrainingStateFile, ")");
+    dir = found.back().second;
+  }
+  const std::string file = (fs::path(dir) / kTrainingStateFile).string();
+  TG_CHECK(fs::exists(file), kArgs, "resume_from_checkpoint '", dir, "' holds no ", kTrainingStateFile,
+           " (not a Trainer checkpoint, or its save was interrupted)");
+  const CheckpointMetadata meta = training_state_metadata(file);
+  // The arguments first: a changed one would otherwise fail later as something obscure.
+  const json::Value then = json::parse(meta_at(meta, "training_args", file)), now = args_.to_json();
+  std::string changed;
+  for (const std::string& f : TrainingArguments::resume_fixed_fields()) {
+    const std::string was = then.find(f) ? json::dump(then.at(f)) : "(absent)", is = json::dump(now.at(f));
+    if (was != is) changed += "\n  " + f + ": " + was + " then, " + is + " now";
+  }
+  TG_CHECK(changed.empty(), kWhere, "resume_from_checkpoint '", dir, "' was trained with other arguments:", changed,
+           "\nresume with the same values (output_dir, max_steps, logging / eval / save settings, ",
+           "gradient_checkpointing and cuda_graph may change), or start afresh");
+  const int64_t batch_then = std::stoll(meta_at(meta, "train_batch_size", file)),
+                batch_now = args_.per_device_train_batch_size * world_;
+  TG_CHECK(batch_then == batch_now, kWhere, "resume_from_checkpoint '", dir, "' trained on batches of ", batch_then,
+           " rows (per_device_train_batch_size x ranks), now ", args_.per_device_train_batch_size, " x ", world_, " = ",
+           batch_now, " (set per_device_train_batch_size to ", batch_then, " / ranks)");
+  const int64_t step = std::stoll(meta_at(meta, "global_step", file));
+  TG_CHECK(step <= state_.max_steps, kArgs, "max_steps ", state_.max_steps, " is below the step ", step,
+           " of the checkpoint '", dir, "' (max_steps may grow to extend a run, not shrink)");
+  const std::string data_change = describe_change(
+      DataFingerprint::from_json(json::parse(meta_at(meta, "data_fingerprint", file)), file), train_fingerprint());
+  TG_CHECK(data_change.empty(), kWhere, "resume_from_checkpoint '", dir,
+           "': the train_dataset is not the one the checkpoint trained on: ", data_change,
+           " (resume on the same data, or start afresh)");
+  TG_CHECK(std::stoll(meta_at(meta, "batches_drawn", file)) == step * args_.gradient_accumulation_steps, kWhere, "'",
+           file, "' drew ", meta_at(meta, "batches_drawn", file), " batches in ", step, " steps of ",
+           args_.gradient_accumulation_steps, " micro-batches");
+  const int64_t loaded = load_training_state(file, *model_, *optimizer_);
+  const std::string state_file = (fs::path(dir) / "trainer_state.json").string();
+  state_.log_history.clear();
+  if (fs::exists(state_file)) {
+    const std::vector<uint8_t> bytes = io::read_file(state_file);
+    state_.log_history = parse_log_history(json::parse(std::string(bytes.begin(), bytes.end())));
+  }
+  return loaded;
+}
+
+}  // namespace tg::train

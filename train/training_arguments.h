@@ -1,0 +1,62 @@
+// train::TrainingArguments: the settings of a train::Trainer run, named and defaulted as
+// transformers' TrainingArguments (the subset tapegrad implements, plus cuda_graph).
+//
+//   tg::train::TrainingArguments args{.output_dir = "out/run", .learning_rate = 2e-4,
+//                                     .max_steps = 300, .per_device_train_batch_size = 8};
+//
+// validate() checks every field and names the one that is wrong; the Trainer calls it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "io/json.h"
+
+namespace tg::train {
+
+struct TrainingArguments {
+  std::string output_dir = "trainer_output";  // checkpoints, logs and (by default) the saved model
+  // AdamW (torch.optim.AdamW); weight decay skips biases and norm weights, as transformers does.
+  double learning_rate = 5e-5;
+  double weight_decay = 0.0;
+  double adam_beta1 = 0.9, adam_beta2 = 0.999, adam_epsilon = 1e-8;
+  // "linear" (warmup, then down to 0 at max_steps), "cosine" (warmup, half cosine to 0),
+  // "constant", "constant_with_warmup": transformers' get_scheduler.
+  std::string lr_scheduler_type = "linear";
+  int64_t warmup_steps = 0;  // must be < max_steps: a run that ends in its warmup is refused
+  // Optimizer steps; -1: num_train_epochs passes over the training rows (rounded up to steps).
+  int64_t max_steps = -1;
+  double num_train_epochs = 3.0;
+  int64_t per_device_train_batch_size = 8;
+  int64_t per_device_eval_batch_size = 8;
+  int64_t gradient_accumulation_steps = 1;
+  double max_grad_norm = 1.0;  // clipping by global norm; 0: no clipping (and no grad_norm logged)
+  // Mixed precision as peft's default: the frozen base in bfloat16, trainable weights and AdamW
+  // state in float32. The Trainer checks the model is laid out so (model->to(kBFloat16) before
+  // peft::apply_lora); it does not cast.
+  bool bf16 = false;
+  bool gradient_checkpointing = false;  // recompute each layer at backward: less memory, same gradients
+  int64_t logging_steps = 500;  // a log row (loss, learning_rate, grad_norm, tokens/s) every N steps
+  int64_t eval_steps = 0;       // evaluate every N steps (0: never during train())
+  int64_t save_steps = 500;     // a checkpoint every N steps (0: only at the end of train())
+  int64_t save_total_limit = 0; // keep the newest N checkpoints (0: all)
+  // "" (start afresh), "latest" (the newest complete checkpoint of output_dir), or a checkpoint
+  // folder (output_dir/checkpoint-<step>, also of another output_dir).
+  std::string resume_from_checkpoint = "";
+  int64_t seed = 42;  // the data order and the default generator (dropout)
+  bool use_cpu = false;  // else the GPU when there is one
+  bool disable_tqdm = false;  // no live progress line (it is drawn only when stderr is a terminal)
+  // tapegrad's own: "auto" | "on" | "off": replay the step as a CUDA graph on the GPU (auto: LoRA
+  // on a Llama-family model, one micro-batch, no LoRA dropout, no checkpointing, one process).
+  std::string cuda_graph = "auto";
+
+  // tg::Error naming the first field that is out of range (NaN and infinities included).
+  void validate() const;
+  // Every field, by name (what a checkpoint records).
+  json::Value to_json() const;
+  // The fields a resumed run must keep for the resume to continue bit-exactly.
+  static const std::vector<std::string>& resume_fixed_fields();
+};
+
+}  // namespace tg::train
