@@ -194,7 +194,7 @@ void sdpa_decode(const Tensor& out, const Tensor& q, const Tensor& k, const Tens
   p.H = H, p.Hkv = static_cast<int>(k.shape()[1]), p.S = S;
   p.scale_log2 = static_cast<float>(scale * 1.4426950408889634);
   // Enough blocks for two a multiprocessor, at least 32 keys a block, at most kMaxKeysPerSplit.
-  static const int sms = multiprocessors(q.device().index);
+  const int sms = multiprocessors(q.device().index);  // each call: devices may differ (a cheap host query)
   const int want = std::max(1, (2 * sms + B * H - 1) / (B * H));
   int per = std::max(32, (S + want - 1) / want);
   per = std::min(kMaxKeysPerSplit, (per + 31) / 32 * 32);

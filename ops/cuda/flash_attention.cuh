@@ -205,7 +205,6 @@ __device__ __forceinline__ void fill(float (&a)[MT][2], float v) {
   for (int m = 0; m < MT; ++m) a[m][0] = a[m][1] = v;
 }
 
-// Number of key tiles of `bn` keys that queries [m0, m0 + bm) see.
 // A warp's score tile of keys [n0, n0 + BN) for rows from row0: the scores of keys past S or
 // (causal) past their query set to `value`, in the tiles where the warp has such keys only.
 template <int MT, int NT, int BN>
@@ -223,6 +222,7 @@ __device__ __forceinline__ void mask_scores(float (&s)[MT][NT][4], float value, 
       }
 }
 
+// Number of key tiles of `bn` keys that queries [m0, m0 + bm) see.
 __device__ __forceinline__ int key_tiles(const Params& p, int m0, int bm, int bn) {
   const int keys = p.causal ? min(m0 + bm, p.S) : p.S;
   return (keys + bn - 1) / bn;

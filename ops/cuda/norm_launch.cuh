@@ -214,8 +214,8 @@ struct Staged {
   size_t smem = 0;
 };
 
-// Bytes of rows a multiprocessor's staged blocks keep in flight: its share of the bandwidth over
-// the loaded latency (4.3 TB/s / 132 SMs x ~3 us). Filling the shared memory instead made every
+// Bytes of rows a multiprocessor's staged blocks keep in flight: its share of the bandwidth times
+// the loaded latency (dev/NOTES.md has the figures). Filling the shared memory instead made every
 // block's first row wait behind the whole grid's prefetch. Two blocks a multiprocessor only
 // where each still gets 3 stages; else one.
 constexpr size_t kStagedInFlight = 96 * 1024;
@@ -320,8 +320,8 @@ int64_t partial_rows(const Tensor& x) {
 }
 
 // Whether a launch that moves `bytes` reads its rows with the L2 evict-first policy (RowRead;
-// not the staged kernel's bulk copies): up to `l2_multiple` times the L2's size. On the H200 it
-// was faster up to 1.5 L2s of traffic with dx and 5 L2s of reads without, slower above.
+// not the staged kernel's bulk copies): up to `l2_multiple` times the L2's size, where it measured
+// faster (dev/NOTES.md).
 inline bool read_evict_first(int64_t bytes, double l2_multiple, int device) {
   return static_cast<double>(bytes) <= l2_multiple * static_cast<double>(l2_bytes(device));
 }
