@@ -16,7 +16,9 @@
 #include "io/file.h"
 #include "io/json.h"
 #include "io/safetensors.h"
+#include "nn/gpt2.h"
 #include "nn/init.h"
+#include "nn/llama.h"
 #include "nn/pretrained.h"
 #include "ops/binary.h"
 #include "ops/cast.h"
@@ -135,6 +137,39 @@ TEST_F(LoadTest, FileReaderErrorsAreDeserializesAndNameTheFile) {
                    "read into a tensor of shape [3, 4]");
   fs::resize_file(dir / "w.safetensors", fs::file_size(dir / "w.safetensors") - 4);  // after the header was read
   EXPECT_ERROR_HAS(reader.read(t, Tensor::empty({4, 3})), "w.safetensors", "truncated");
+}
+
+TEST_F(LoadTest, LoadsToTheGpuAsToTheCpu) {
+  if (!testing::cuda_ready()) GTEST_SKIP() << "no CUDA device";
+  // bf16 and f32 files into bf16 and f32 parameters, and GPT-2's transposed Conv1D weights.
+  nn::GPT2Config g;
+  g.vocab_size = 72;
+  g.n_positions = 16;
+  g.n_embd = 32;
+  g.n_layer = 2;
+  g.n_head = 4;
+  nn::LlamaConfig l;
+  l.vocab_size = 64;
+  l.hidden_size = 32;
+  l.intermediate_size = 48;
+  l.num_hidden_layers = 2;
+  l.num_attention_heads = 4;
+  l.num_key_value_heads = 2;
+  l.max_position_embeddings = 16;
+  TempDir dir;
+  nn::GPT2LMHeadModel gpt(g, gen);
+  nn::save_pretrained(gpt, dir / "g");
+  nn::LlamaForCausalLM llama(l, gen);
+  llama.to(kBFloat16);
+  nn::save_pretrained(llama, dir / "l");
+  for (const std::string name : {"g", "l"})
+    for (DType dtype : {kFloat32, kBFloat16}) {
+      SCOPED_TRACE(name + " into " + dtype_name(dtype));
+      auto cpu = nn::from_pretrained(dir / name, {.dtype = dtype});
+      auto gpu = nn::from_pretrained(dir / name, {.dtype = dtype, .device = Device::cuda()});
+      const nn::StateDict want = cpu->state_dict();
+      for (const auto& [key, t] : gpu->state_dict()) EXPECT_TENSOR_EQ(to(t, Device::cpu()), want.at(key)) << key;
+    }
 }
 
 // A field of /proc/self/status in bytes ("VmHWM", "VmRSS"); -1 where there is none.
