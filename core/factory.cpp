@@ -1,10 +1,12 @@
 #include "core/factory.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <numbers>
 
 #include "core/autograd.h"
+#include "core/parallel.h"
 #include "core/philox.h"
 #include "core/primitives.h"
 
@@ -17,16 +19,35 @@ Generator& default_generator() {
 
 namespace {
 
-// Builds a host float64 tensor by f(i) for each i, then converts and moves it to opts.
-template <class F>
-Tensor generate(const Shape& shape, TensorOptions opts, F&& f) {
+// Builds a host float64 tensor, `per` elements at a time: f(c, out) writes elements
+// [c * per, c * per + per) (the last block is cut to the tensor); then converts and moves it to
+// opts. Each block is a pure function of c, so the blocks are filled in parallel.
+template <int per, class F>
+Tensor generate_blocks(const Shape& shape, TensorOptions opts, F&& f) {
   Tensor host = Tensor::empty(shape, {kFloat64, Device::cpu()});
   double* p = host.data_ptr<double>();
-  for (int64_t i = 0, n = host.numel(); i < n; ++i) p[i] = f(i);
+  const int64_t n = host.numel();
+  parallel_for(0, (n + per - 1) / per, kParallelGrain / per, [&](int64_t begin, int64_t end) {
+    for (int64_t c = begin; c < end; ++c) {
+      if ((c + 1) * per <= n) {
+        f(c, p + c * per);
+      } else {
+        double last[per];
+        f(c, last);
+        std::copy(last, last + (n - c * per), p + c * per);
+      }
+    }
+  });
   Tensor out = Tensor::empty(shape, {opts.dtype, opts.device});
   copy_(out, host);
   if (opts.requires_grad) out.requires_grad_(true);
   return out;
+}
+
+// By f(i) for each element i.
+template <class F>
+Tensor generate(const Shape& shape, TensorOptions opts, F&& f) {
+  return generate_blocks<1>(shape, opts, [&](int64_t i, double* out) { *out = f(i); });
 }
 
 }  // namespace
@@ -51,24 +72,26 @@ Tensor arange(double start, double end, double step, TensorOptions opts) {
 }
 
 Tensor randn(const Shape& shape, Generator& gen, TensorOptions opts) {
-  // Counter c gives 4 words: two Box-Muller pairs, so 4 normals.
+  // Counter c gives 4 words: two Box-Muller pairs, so normals 4c .. 4c + 3 (cos, sin, cos, sin).
   const uint64_t seed = gen.seed(), first = gen.reserve(static_cast<uint64_t>((numel_of(shape) + 3) / 4));
-  return generate(shape, opts, [&](int64_t i) {
-    Philox4 r = philox(seed, first + static_cast<uint64_t>(i / 4));
-    int pair = static_cast<int>(i % 4) / 2;
-    double u1 = (static_cast<double>(r.v[2 * pair] >> 8) + 1.0) / 16777216.0;  // (0, 1]
-    double u2 = static_cast<double>(r.v[2 * pair + 1] >> 8) / 16777216.0;
-    double radius = std::sqrt(-2.0 * std::log(u1)), angle = 2.0 * std::numbers::pi * u2;
-    return i % 2 == 0 ? radius * std::cos(angle) : radius * std::sin(angle);
+  return generate_blocks<4>(shape, opts, [&](int64_t c, double* out) {
+    Philox4 r = philox(seed, first + static_cast<uint64_t>(c));
+    for (int pair = 0; pair < 2; ++pair) {
+      double u1 = (static_cast<double>(r.v[2 * pair] >> 8) + 1.0) / 16777216.0;  // (0, 1]
+      double u2 = static_cast<double>(r.v[2 * pair + 1] >> 8) / 16777216.0;
+      double radius = std::sqrt(-2.0 * std::log(u1)), angle = 2.0 * std::numbers::pi * u2;
+      out[2 * pair] = radius * std::cos(angle);
+      out[2 * pair + 1] = radius * std::sin(angle);
+    }
   });
 }
 
 Tensor uniform(const Shape& shape, double low, double high, Generator& gen, TensorOptions opts) {
   TG_CHECK(low < high, "uniform", "wants low < high, got ", low, " and ", high);
   const uint64_t seed = gen.seed(), first = gen.reserve(static_cast<uint64_t>((numel_of(shape) + 3) / 4));
-  return generate(shape, opts, [&](int64_t i) {
-    uint32_t u = philox(seed, first + static_cast<uint64_t>(i / 4)).v[i % 4];
-    return low + (high - low) * static_cast<double>(uniform01(u));
+  return generate_blocks<4>(shape, opts, [&](int64_t c, double* out) {
+    Philox4 r = philox(seed, first + static_cast<uint64_t>(c));
+    for (int k = 0; k < 4; ++k) out[k] = low + (high - low) * static_cast<double>(uniform01(r.v[k]));
   });
 }
 

@@ -282,4 +282,44 @@ std::vector<uint8_t> Folder::read(const std::string& name) const {
   return read_fd(fd, path_of(name));
 }
 
+File Folder::open(const std::string& name) const {
+  int fd = ::openat(fd_, name.c_str(), O_RDONLY | O_CLOEXEC);
+  TG_CHECK(fd >= 0, "read_file", "cannot open '", path_of(name), "': ", errno_text());
+  return File(fd, path_of(name));
+}
+
+File::File(int fd, std::string path) : fd_(fd), path_(std::move(path)) {
+  struct stat st {};
+  const bool stated = ::fstat(fd_, &st) == 0;
+  if (!stated || !S_ISREG(st.st_mode)) {
+    const std::string why = stated ? "not a regular file" : errno_text();
+    ::close(fd_);
+    fail("read_file", "cannot read '", path_, "': ", why);
+  }
+  size_ = static_cast<uint64_t>(st.st_size);
+  ::posix_fadvise(fd_, 0, 0, POSIX_FADV_SEQUENTIAL);  // a hint for read-ahead; failure changes nothing
+}
+
+File::File(File&& other) noexcept : fd_(other.fd_), size_(other.size_), path_(std::move(other.path_)) {
+  other.fd_ = -1;
+}
+
+File::~File() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void File::read_at(uint64_t offset, void* out, size_t n) const {
+  auto* p = static_cast<char*>(out);
+  while (n > 0) {
+    const ssize_t got = ::pread(fd_, p, n, static_cast<off_t>(offset));
+    if (got < 0 && errno == EINTR) continue;
+    TG_CHECK(got >= 0, "read_file", "cannot read '", path_, "': ", errno_text());
+    TG_CHECK(got > 0, "read_file", "'", path_, "' ends at byte ", offset, ", before the ", n,
+             " bytes wanted there (it was truncated while being read)");
+    p += got;
+    offset += static_cast<uint64_t>(got);
+    n -= static_cast<size_t>(got);
+  }
+}
+
 }  // namespace tg::io

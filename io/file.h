@@ -61,6 +61,28 @@ class FolderWriter {
 // A folder opened once: the files read through it all come from one version of it, even while
 // write_folder_atomic swaps in another (a file the swap has removed since is a tg::Error, never a
 // file of the other version).
+// A file opened for reading ranges (safetensors shards, read tensor by tensor).
+class File {
+ public:
+  File(int fd, std::string path);  // takes fd
+  ~File();
+  File(File&& other) noexcept;
+  File(const File&) = delete;
+  File& operator=(const File&) = delete;
+  File& operator=(File&&) = delete;
+
+  const std::string& path() const { return path_; }
+  uint64_t size() const { return size_; }  // when it was opened
+  // Reads bytes [offset, offset + n) into `out`; tg::Error naming the file when it ends earlier
+  // (it was truncated since it was opened) or the read fails.
+  void read_at(uint64_t offset, void* out, size_t n) const;
+
+ private:
+  int fd_ = -1;
+  uint64_t size_ = 0;
+  std::string path_;
+};
+
 class Folder {
  public:
   explicit Folder(const std::string& path);  // tg::Error naming `what` when not a folder
@@ -73,6 +95,7 @@ class Folder {
   bool has_file(const std::string& name) const;
   bool exists(const std::string& name) const;
   std::vector<uint8_t> read(const std::string& name) const;
+  File open(const std::string& name) const;
 
  private:
   std::string path_;

@@ -5,6 +5,8 @@
 #include <cstring>
 
 #include "core/autograd.h"
+#include "core/parallel.h"
+#include "core/primitives.h"
 #include "io/file.h"
 #include "io/json.h"
 #include "ops/cast.h"
@@ -101,12 +103,41 @@ void write_to(const TensorMap& tensors, const Metadata& metadata, const io::Chun
   }
 }
 
-struct Entry {
-  std::string name;
-  const FileDType* dtype;
-  Shape shape;
-  uint64_t begin, end;
-};
+// What `t` is read as: its file dtype's entry (read_header checked it exists).
+const FileDType& file_dtype(const TensorInfo& t) { return *find_dtype(t.code); }
+
+// Whether t's file bytes are its elements as they are (all but F16 and BOOL).
+bool is_raw(const TensorInfo& t) { return t.code != "F16" && t.code != "BOOL"; }
+
+// `count` elements of t's file dtype at src, as t.dtype elements at dst.
+void decode(const TensorInfo& t, const uint8_t* src, size_t count, void* dst) {
+  if (t.code == "F16") {
+    auto* out = static_cast<float*>(dst);
+    for (size_t i = 0; i < count; ++i) out[i] = half_to_float(static_cast<uint16_t>(src[2 * i] | (src[2 * i + 1] << 8)));
+  } else if (t.code == "BOOL") {
+    auto* out = static_cast<uint8_t*>(dst);
+    for (size_t i = 0; i < count; ++i) out[i] = src[i] != 0;  // any other byte value is not a C++ bool
+  } else if (count > 0) {
+    std::memcpy(dst, src, count * file_dtype(t).size);
+  }
+}
+
+// A contiguous tensor of `dtype` and `shape` over the first bytes of `buffer` (a kUInt8 tensor).
+Tensor view_bytes(const Tensor& buffer, DType dtype, const Shape& shape) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = buffer.storage();
+  impl->shape = shape;
+  impl->strides = contiguous_strides(shape);
+  impl->dtype = dtype;
+  TG_CHECK(nbytes_of(shape, element_size(dtype)) <= buffer.nbytes(), "safetensors", "staging buffer of ",
+           buffer.nbytes(), " bytes is too small for ", dtype, " ", shape);
+  return Tensor(std::move(impl));
+}
+
+// `buffer` (kUInt8 on the host), grown to at least n bytes.
+void reserve(Tensor& buffer, size_t n) {
+  if (!buffer.defined() || buffer.nbytes() < n) buffer = Tensor::empty({static_cast<int64_t>(n)}, {kUInt8, Device::cpu()});
+}
 
 }  // namespace
 
@@ -132,26 +163,30 @@ std::vector<uint8_t> serialize(const TensorMap& tensors, const Metadata& metadat
   return out;
 }
 
-Loaded deserialize(const uint8_t* data, size_t size, const std::string& source, Device device) {
+Header read_header(const RangeReader& read, uint64_t size, const std::string& source) {
   auto bad = [&](const auto&... what) { fail("safetensors", "'", source, "': ", what...); };
   if (size < 8) bad("file is ", size, " bytes, shorter than the 8-byte header length");
+  uint8_t len[8];
+  read(0, len, 8);
   uint64_t n = 0;
-  for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(data[i]) << (8 * i);
+  for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(len[i]) << (8 * i);
   if (n > kMaxHeaderBytes) bad("header length ", n, " is absurd (limit ", kMaxHeaderBytes, " bytes)");
   if (n > size - 8) bad("header length ", n, " runs past the end of the file (", size, " bytes)");
   const uint64_t data_size = size - 8 - n;
-  const uint8_t* area = data + 8 + n;
+  std::string text(n, '\0');
+  read(8, text.data(), n);
 
   json::Value header;
   try {
-    header = json::parse(std::string_view(reinterpret_cast<const char*>(data + 8), n));
+    header = json::parse(text);
   } catch (const Error& e) {
     bad("invalid JSON header: ", e.what());
   }
   if (!header.is_object()) bad("header is a JSON ", json::Value::type_name(header.type()), ", wants an object");
 
-  Loaded out;
-  std::vector<Entry> entries;
+  Header out;
+  out.data_start = 8 + n;
+  std::vector<TensorInfo> entries;
   for (size_t i = 0; i < header.size(); ++i) {
     const std::string& name = header.keys()[i];
     const json::Value& v = header.values()[i];
@@ -169,13 +204,14 @@ Loaded deserialize(const uint8_t* data, size_t size, const std::string& source, 
     if (!v.is_object() || !dt || !sh || !off)
       bad("tensor '", name, "' must be an object with dtype, shape and data_offsets");
     if (!dt->is_string()) bad("tensor '", name, "': dtype is not a string");
-    Entry e{name, find_dtype(dt->as_string()), {}, 0, 0};
-    if (!e.dtype) {
+    const FileDType* dtype = find_dtype(dt->as_string());
+    if (!dtype) {
       const std::string& code = dt->as_string();
       bool known = std::any_of(std::begin(kUnsupported), std::end(kUnsupported), [&](const char* c) { return code == c; });
       bad("tensor '", name, "' has ", known ? "unsupported" : "unknown", " dtype '", code,
           "' (tapegrad reads F64, F32, F16, BF16, I64, I32, BOOL, U8)");
     }
+    TensorInfo e{name, dtype->code, dtype->dtype, {}, 0, 0};
     if (!sh->is_array()) bad("tensor '", name, "': shape is not an array");
     // numel and the product ignoring zero dims must both fit, or strides could overflow.
     uint64_t numel = 1, extent = 1;
@@ -197,46 +233,94 @@ Loaded deserialize(const uint8_t* data, size_t size, const std::string& source, 
       bad("tensor '", name, "': data_offsets [", e.begin, ", ", e.end, "] lie outside the data area (", data_size,
           " bytes)");
     uint64_t want = 0;
-    if (__builtin_mul_overflow(numel, e.dtype->size, &want) || want != e.end - e.begin)
-      bad("tensor '", name, "': ", e.dtype->code, " ", detail::to_text(e.shape), " needs ", numel, " x ",
-          e.dtype->size, " bytes, data_offsets [", e.begin, ", ", e.end, "] hold ", e.end - e.begin);
+    if (__builtin_mul_overflow(numel, dtype->size, &want) || want != e.end - e.begin)
+      bad("tensor '", name, "': ", dtype->code, " ", detail::to_text(e.shape), " needs ", numel, " x ", dtype->size,
+          " bytes, data_offsets [", e.begin, ", ", e.end, "] hold ", e.end - e.begin);
     entries.push_back(std::move(e));
   }
 
   // The tensors must tile the data area exactly: sorted by offset, each starts where the last ended.
-  std::vector<const Entry*> order;
-  for (const auto& e : entries) order.push_back(&e);
-  std::sort(order.begin(), order.end(), [](const Entry* a, const Entry* b) {
-    return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
+  std::stable_sort(entries.begin(), entries.end(), [](const TensorInfo& a, const TensorInfo& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
   });
   uint64_t covered = 0;
-  const Entry* prev = nullptr;
-  for (const Entry* e : order) {
-    if (e->begin < covered)
-      bad("tensor '", e->name, "' data_offsets [", e->begin, ", ", e->end, "] overlap tensor '", prev->name, "' [",
+  const TensorInfo* prev = nullptr;
+  for (const TensorInfo& e : entries) {
+    if (e.begin < covered)
+      bad("tensor '", e.name, "' data_offsets [", e.begin, ", ", e.end, "] overlap tensor '", prev->name, "' [",
           prev->begin, ", ", prev->end, "]");
-    if (e->begin > covered) bad("bytes [", covered, ", ", e->begin, ") of the data area belong to no tensor");
-    covered = e->end;
-    prev = e;
+    if (e.begin > covered) bad("bytes [", covered, ", ", e.begin, ") of the data area belong to no tensor");
+    covered = e.end;
+    prev = &e;
   }
   if (covered != data_size) bad("the data area is ", data_size, " bytes but the tensors cover ", covered);
+  out.tensors = std::move(entries);
+  return out;
+}
 
-  for (const Entry& e : entries) {
-    Tensor t = Tensor::empty(e.shape, {e.dtype->dtype, Device::cpu()});
-    const uint8_t* src = area + e.begin;
-    const size_t count = static_cast<size_t>(t.numel());
-    if (std::strcmp(e.dtype->code, "F16") == 0) {
-      float* dst = t.data_ptr<float>();
-      for (size_t i = 0; i < count; ++i) dst[i] = half_to_float(static_cast<uint16_t>(src[2 * i] | (src[2 * i + 1] << 8)));
-    } else if (e.dtype->dtype == kBool) {
-      auto* dst = static_cast<uint8_t*>(t.data_ptr());
-      for (size_t i = 0; i < count; ++i) dst[i] = src[i] != 0;  // any other byte value is not a C++ bool
-    } else if (count > 0) {
-      std::memcpy(t.data_ptr(), src, e.end - e.begin);
-    }
+Loaded deserialize(const uint8_t* data, size_t size, const std::string& source, Device device) {
+  const Header header = read_header([&](uint64_t offset, void* out, size_t n) { std::memcpy(out, data + offset, n); },
+                                    size, source);
+  Loaded out;
+  out.metadata = header.metadata;
+  for (const TensorInfo& e : header.tensors) {
+    Tensor t = Tensor::empty(e.shape, {e.dtype, Device::cpu()});
+    decode(e, data + header.data_start + e.begin, static_cast<size_t>(t.numel()), t.data_ptr());
     out.tensors[e.name] = device.is_cpu() ? t : to(t, device);
   }
   return out;
+}
+
+FileReader::FileReader(io::File file) : file_(std::move(file)) {
+  header_ = read_header([&](uint64_t offset, void* out, size_t n) { file_.read_at(offset, out, n); }, file_.size(),
+                        file_.path());
+}
+
+void FileReader::read(const TensorInfo& t, const Tensor& dst, const std::function<void(size_t)>& progress) {
+  TG_CHECK(dst.shape() == t.shape, "safetensors", "'", path(), "': tensor '", t.name, "' is ", t.shape,
+           ", read into a tensor of shape ", dst.shape());
+  constexpr uint64_t kChunk = 64 << 20;  // large enough for disk speed, small enough to stage
+  const uint64_t start = header_.data_start + t.begin, bytes = t.end - t.begin;
+  auto told = [&](size_t n) {
+    if (progress) progress(n);
+  };
+  if (dst.device().is_cpu() && dst.dtype() == t.dtype && dst.is_contiguous() && is_raw(t)) {
+    detail::check_writable("safetensors", dst);
+    dst.bump_version();
+    // Straight into the tensor, by as many threads as there are cores: most of the time goes to
+    // the kernel's copying from the page cache and faulting in the tensor's fresh pages.
+    auto* out = static_cast<uint8_t*>(dst.data_ptr());
+    constexpr uint64_t kPiece = 8 << 20;
+    parallel_for(0, static_cast<int64_t>((bytes + kPiece - 1) / kPiece), 1, [&](int64_t b, int64_t e) {
+      for (uint64_t at = b * kPiece; at < std::min(bytes, e * kPiece); at += kPiece)
+        file_.read_at(start + at, out + at, static_cast<size_t>(std::min(kPiece, bytes - at)));
+    });
+    return told(static_cast<size_t>(bytes));
+  }
+  // Through the staging buffer, whole rows (along dim 0) at a time, so that a chunk is a view
+  // of dst whatever its strides (GPT-2's Conv1D weights arrive as a transposed view).
+  const int64_t rows = t.shape.empty() ? 1 : t.shape[0];
+  if (bytes == 0 || rows == 0) return copy_(dst, Tensor::empty(t.shape, {t.dtype, Device::cpu()}));
+  const uint64_t row_bytes = bytes / static_cast<uint64_t>(rows);
+  const int64_t per_chunk = static_cast<int64_t>(std::max<uint64_t>(1, kChunk / row_bytes));
+  for (int64_t r = 0; r < rows; r += per_chunk) {
+    const int64_t k = std::min(per_chunk, rows - r);
+    const size_t n = static_cast<size_t>(k) * row_bytes;
+    reserve(staging_, n);
+    file_.read_at(start + static_cast<uint64_t>(r) * row_bytes, staging_.data_ptr(), n);
+    Shape shape = t.shape;
+    if (!shape.empty()) shape[0] = k;
+    Tensor src;
+    if (is_raw(t)) {
+      src = view_bytes(staging_, t.dtype, shape);
+    } else {
+      reserve(widened_, nbytes_of(shape, element_size(t.dtype)));
+      src = view_bytes(widened_, t.dtype, shape);
+      decode(t, static_cast<const uint8_t*>(staging_.data_ptr()), static_cast<size_t>(src.numel()), src.data_ptr());
+    }
+    copy_(t.shape.empty() ? dst : dst.as_strided(shape, dst.strides(), dst.storage_offset() + r * dst.stride(0)), src);
+    told(n);
+  }
 }
 
 void save_file(const TensorMap& tensors, const std::string& path, const Metadata& metadata) {

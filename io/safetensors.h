@@ -9,19 +9,18 @@
 // float32 (tapegrad has no float16 tensors).
 //
 // Reading validates everything and throws tg::Error naming the file and the problem; no input,
-// however corrupt, crashes. Writing is atomic (see io/file.h).
+// however corrupt, crashes. FileReader reads a file tensor by tensor without holding it whole
+// (from_pretrained's shards). Writing is atomic (see io/file.h).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "core/tensor.h"
-
-namespace tg::io {
-class FolderWriter;
-}
+#include "io/file.h"
 
 namespace tg::safetensors {
 
@@ -49,5 +48,44 @@ Loaded load_file_with_metadata(const std::string& path, Device device = Device::
 
 // "F32" for kFloat32, ...
 const char* dtype_code(DType dtype);
+
+// One tensor of a file's header.
+struct TensorInfo {
+  std::string name;
+  std::string code;  // the file's dtype: "BF16", "F16", ...
+  DType dtype;       // the tensor it is read as (F16: kFloat32)
+  Shape shape;
+  uint64_t begin = 0, end = 0;  // data_offsets, relative to the data area
+};
+struct Header {
+  std::vector<TensorInfo> tensors;  // in the order of their data
+  Metadata metadata;
+  uint64_t data_start = 0;  // the data area's offset in the file
+};
+// Reads bytes [offset, offset + n) of the file into `out`.
+using RangeReader = std::function<void(uint64_t offset, void* out, size_t n)>;
+// Reads and checks the header of a file of `file_size` bytes, as deserialize does (the same
+// errors): the header length, the JSON, every dtype, shape and data_offsets, and that the
+// tensors tile the data area.
+Header read_header(const RangeReader& read, uint64_t file_size, const std::string& source);
+
+// A safetensors file read tensor by tensor (from_pretrained's shards): the header read and
+// checked once, then each tensor's bytes read from the file straight into a tensor of any dtype,
+// device and strides, through one reused host buffer of at most a few chunks, so a shard is
+// never held in memory whole.
+class FileReader {
+ public:
+  explicit FileReader(io::File file);
+  const Header& header() const { return header_; }
+  const std::string& path() const { return file_.path(); }
+  // Reads tensor `t` of the header into `dst` (t's shape), converted as copy_ converts;
+  // `progress` is told the file bytes of each chunk read.
+  void read(const TensorInfo& t, const Tensor& dst, const std::function<void(size_t)>& progress = {});
+
+ private:
+  io::File file_;
+  Header header_;
+  Tensor staging_, widened_;  // the file's bytes of a chunk; F16 and BOOL chunks decoded
+};
 
 }  // namespace tg::safetensors

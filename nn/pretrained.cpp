@@ -1,8 +1,12 @@
 #include "nn/pretrained.h"
 
+#include <unistd.h>
+
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <set>
 #include <utility>
 #include <vector>
@@ -123,22 +127,66 @@ std::map<std::string, std::vector<std::string>> weight_files(const io::Folder& d
   return files;
 }
 
+// A progress line on stderr while a large folder loads: bytes read of the total, and the rate.
+class Progress {
+ public:
+  Progress(const std::string& dir, uint64_t total, bool show) : dir_(dir), total_(total), show_(show) {}
+  ~Progress() {
+    if (printed_) std::fputc('\n', stderr);
+  }
+  void add(size_t n) {
+    done_ += n;
+    if (!show_) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (printed_ && done_ < total_ && now - last_ < std::chrono::milliseconds(250)) return;
+    last_ = now;
+    printed_ = true;
+    const double s = std::chrono::duration<double>(now - start_).count();
+    std::fprintf(stderr, "\rfrom_pretrained: '%s' %.2f / %.2f GB, %.0f MB/s ", dir_.c_str(), done_ / 1e9, total_ / 1e9,
+                 s > 0 ? done_ / 1e6 / s : 0.0);
+    std::fflush(stderr);
+  }
+
+ private:
+  std::string dir_;
+  uint64_t total_, done_ = 0;
+  bool show_, printed_ = false;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now(), last_;
+};
+
+// Folders above this many bytes of weights get a progress line (on a terminal, unless quiet).
+constexpr uint64_t kProgressBytes = 1'000'000'000;
+
 // Reads every weight file into the model's parameters (any dtype and device), checking that the
-// files hold exactly the model's tensors.
-void load_weights(Module& model, const Architecture& arch, const io::Folder& dir) {
+// files hold exactly the model's tensors. The headers are read and matched first; then each
+// tensor's bytes go from its file into its parameter, so the host holds no copy of a shard.
+void load_weights(Module& model, const Architecture& arch, const io::Folder& dir, const PretrainedOptions& o) {
   const StateDict own = model.state_dict();
   const std::string tied = tied_head(own, arch);
   std::set<std::string> loaded;
   std::vector<std::string> unexpected, mismatched, missing;
+  struct Read {
+    const safetensors::TensorInfo* tensor;
+    Tensor into;
+  };
+  struct File {
+    std::unique_ptr<safetensors::FileReader> reader;
+    std::vector<Read> reads;
+  };
+  std::vector<File> files;
+  uint64_t total = 0;
   NoGradGuard no_grad;
   for (const auto& [name, indexed] : weight_files(dir)) {
-    const std::string path = dir.path_of(name);
-    const std::vector<uint8_t> bytes = dir.read(name);
-    const safetensors::TensorMap file = safetensors::deserialize(bytes.data(), bytes.size(), path).tensors;
+    files.push_back({std::make_unique<safetensors::FileReader>(dir.open(name)), {}});
+    safetensors::FileReader& file = *files.back().reader;
+    const std::string& path = file.path();
+    std::set<std::string> held;
+    for (const auto& t : file.header().tensors) held.insert(t.name);
     for (const auto& key : indexed)
-      TG_CHECK(file.count(key), "from_pretrained", "'", dir.path_of(kIndex), "' puts '", key, "' in '", path,
+      TG_CHECK(held.count(key), "from_pretrained", "'", dir.path_of(kIndex), "' puts '", key, "' in '", path,
                "', which does not hold it");
-    for (const auto& [key, value] : file) {
+    for (const safetensors::TensorInfo& value : file.header().tensors) {
+      const std::string& key = value.name;
       const std::string name = own.count(key) || key == tied ? key : arch.base_prefix + key;
       if (name == tied) continue;
       auto it = own.find(name);
@@ -151,23 +199,30 @@ void load_weights(Module& model, const Architecture& arch, const io::Folder& dir
       const bool conv1d = is_conv1d_weight(model, name);
       Shape want = it->second.shape();
       if (conv1d) std::swap(want[0], want[1]);  // Conv1D stores [in, out]
-      if (value.shape() != want) {
-        mismatched.push_back(key + " (file " + shape_str(value.shape()) + ", config.json wants " + shape_str(want) + ")");
+      if (value.shape != want) {
+        mismatched.push_back(key + " (file " + shape_str(value.shape) + ", config.json wants " + shape_str(want) + ")");
         continue;
       }
       TG_CHECK(loaded.insert(name).second, "from_pretrained", "'", path, "' holds '", key,
                "', which an earlier file of '", dir.path(), "' held too (each tensor belongs to one shard)");
-      copy_(it->second, conv1d ? transpose(value, 0, 1) : value);
+      files.back().reads.push_back({&value, conv1d ? transpose(it->second, 0, 1) : it->second});
+      total += value.end - value.begin;
     }
   }
   for (const auto& [name, t] : own)
     if (!loaded.count(name) && name != tied) missing.push_back(name);
-  if (missing.empty() && unexpected.empty() && mismatched.empty()) return;
-  std::string msg = "the weights in '" + dir.path() + "' do not fit the " + arch.name + " of its config.json:";
-  if (!missing.empty()) msg += "\n  missing (" + std::to_string(missing.size()) + "): " + name_list(missing);
-  if (!unexpected.empty()) msg += "\n  unexpected (" + std::to_string(unexpected.size()) + "): " + name_list(unexpected);
-  if (!mismatched.empty()) msg += "\n  wrong shape (" + std::to_string(mismatched.size()) + "): " + name_list(mismatched);
-  fail("from_pretrained", msg);
+  if (!missing.empty() || !unexpected.empty() || !mismatched.empty()) {
+    std::string msg = "the weights in '" + dir.path() + "' do not fit the " + arch.name + " of its config.json:";
+    if (!missing.empty()) msg += "\n  missing (" + std::to_string(missing.size()) + "): " + name_list(missing);
+    if (!unexpected.empty()) msg += "\n  unexpected (" + std::to_string(unexpected.size()) + "): " + name_list(unexpected);
+    if (!mismatched.empty()) msg += "\n  wrong shape (" + std::to_string(mismatched.size()) + "): " + name_list(mismatched);
+    fail("from_pretrained", msg);
+  }
+  Progress progress(dir.path(), total, total > kProgressBytes && !o.quiet && ::isatty(STDERR_FILENO));
+  for (File& f : files) {
+    for (const Read& r : f.reads) f.reader->read(*r.tensor, r.into, [&](size_t n) { progress.add(n); });
+    f.reader.reset();  // its staging buffer and file with it
+  }
 }
 
 std::shared_ptr<CausalLM> build(const Architecture& arch, const Fields& f, const io::Folder& dir,
@@ -181,7 +236,7 @@ std::shared_ptr<CausalLM> build(const Architecture& arch, const Fields& f, const
     model = arch.build(config, gen);
   }
   model->to(o.dtype, o.device);  // the buffers (RoPE tables)
-  load_weights(*model, arch, dir);
+  load_weights(*model, arch, dir, o);
   model->eval();  // as transformers' from_pretrained
   return model;
 }

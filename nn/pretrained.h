@@ -12,7 +12,10 @@
 // GELU, lm_head tied to wte), Gemma2ForCausalLM / Gemma3ForCausalLM (nn/gemma.h) and
 // Phi3ForCausalLM (fused qkv_proj / gate_up_proj, nn/phi3.h). Weights may be F32, BF16 or F16 (F16 is widened to float32 on
 // reading). GPT-2's Conv1D weights (c_attn, c_proj, c_fc: [in, out] on disk) are transposed to
-// Linear's [out, in] on loading and back on saving. Anything else in config.json that would
+// Linear's [out, in] on loading and back on saving. Loading builds the model without initialising
+// it and reads each tensor from its file straight into its parameter, in the parameter's dtype and
+// on its device: the host holds the model (none of it when loading to the GPU) and a staging
+// buffer of 64 MiB of file bytes, never a copy of a file. Anything else in config.json that would
 // change the computation (yarn RoPE, another hidden_act, per-layer windows, ...) is a tg::Error
 // naming the field and its value, never silently ignored.
 #pragma once
@@ -31,6 +34,8 @@ namespace tg::nn {
 struct PretrainedOptions {
   DType dtype = kFloat32;  // the parameters' dtype, whatever the files hold
   Device device = Device::cpu();
+  // No progress line on stderr (it is shown for folders over 1 GB, when stderr is a terminal).
+  bool quiet = false;
 };
 
 // The model of `dir` in eval mode (dropout off), as transformers returns it. tg::Error when the
