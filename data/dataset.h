@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -50,6 +51,9 @@ struct TextOptions {
   std::string separator;
   // Read a file that is not text (text_problem) anyway; otherwise it is a tg::Error.
   bool allow_binary = false;
+  // Receives the one warning a JSONL file may give (prompt tokens that are not a prefix, see
+  // tokenize_jsonl_file); empty: printed to stderr.
+  std::function<void(const std::string&)> warn;
 };
 
 // Each document as the tokenizer encodes it (its BOS, if any), then EOS; every token learned.
@@ -57,12 +61,15 @@ struct TextOptions {
 std::shared_ptr<const TokenCorpus> tokenize_text_file(const std::string& path, const Tokenizer& tokenizer,
                                                       const TextOptions& options = {});
 // One JSON object a line: {"text": ...} (a document, as above) or {"prompt": ..., "completion":
-// ...}: the prompt encoded with special tokens and labelled -100, then the completion without
-// them and EOS, learned. Errors name the file and line.
+// ...}: as TRL, prompt + completion encoded as one text with special tokens, then EOS; the first
+// as many tokens as the prompt encodes to alone are labelled -100, the rest learned. Where the
+// prompt's own tokens are not a prefix of the whole's (a tokenizer that merges across the
+// boundary), one warning counts the examples (TextOptions::warn). Errors name the file and line.
 std::shared_ptr<const TokenCorpus> tokenize_jsonl_file(const std::string& path, const Tokenizer& tokenizer,
                                                        const TextOptions& options = {});
 
-// Pre-tokenized files, memory-mapped (larger than memory is fine): llm.c's shards (a 256 x int32
+// Pre-tokenized files, read as rows are drawn (larger than memory is fine; a file truncated
+// while in use is a tg::Error, not a crash): llm.c's shards (a 256 x int32
 // header: magic 20240520 with uint16 tokens, or 20240801 with uint32, then the token count) or
 // headerless token arrays (nanoGPT's train.bin) of the given width. One example, every token
 // learned.

@@ -352,8 +352,10 @@ TEST(Generate, BadInputIsNamed) {
   EXPECT_ERROR_HAS(nn::generate(*m, p, {.top_k = 10}), "top_k 10 is set but do_sample is false");
   EXPECT_ERROR_HAS(nn::generate(*m, p, {.top_p = 0.9}), "top_p 0.9 is set but do_sample is false");
   EXPECT_ERROR_HAS(nn::generate(*m, p, {.max_new_tokens = 38}),
-                   "longest prompt (3 tokens) + max_new_tokens 38 = 41 exceeds the model's context "
+                   "longest prompt (3 tokens) + max_new_tokens 38 exceeds the model's context "
                    "(max_position_embeddings 40)");
+  // Near 2^63 the prompt + max_new_tokens sum overflowed into a small number that passed.
+  EXPECT_ERROR_HAS(nn::generate(*m, p, {.max_new_tokens = INT64_MAX - 1}), "exceeds the model's context");
   EXPECT_ERROR_HAS(nn::generate(*m, {{1}, {}}, {}), "prompt 1 is empty");
   EXPECT_ERROR_HAS(nn::generate(*m, {}, {}), "input_ids holds no prompt");
   EXPECT_ERROR_HAS(nn::generate(*m, {{1, 61}}, {}), "prompt 0 holds token 61 at 1", "vocabulary [0, 61)");
