@@ -37,6 +37,18 @@ void check_vocabulary(const tg::data::Tokenizer& tokenizer, int64_t rows, const 
            "the folder again, or use the tokenizer the model was trained with");
 }
 
+void check_folder_vocabulary(const std::string& folder, const std::string& program, const std::string& flag) {
+  const std::optional<int64_t> rows = config_vocab_size(folder);
+  if (!rows) return;
+  std::optional<tg::data::Tokenizer> tokenizer;
+  try {
+    tokenizer = tg::data::Tokenizer::from_pretrained(folder);
+  } catch (const tg::Error& e) {
+    tg::fail(program.c_str(), flag, " '", folder, "': no usable tokenizer: ", e.what());
+  }
+  check_vocabulary(*tokenizer, *rows, program, flag, folder);
+}
+
 std::string decode_lenient(const tg::data::Tokenizer& tokenizer, std::span<const int32_t> ids, bool skip_special_tokens) {
   std::string text;
   std::vector<int32_t> run;

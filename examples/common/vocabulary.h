@@ -24,6 +24,10 @@ std::optional<int64_t> config_vocab_size(const std::string& folder);
 void check_vocabulary(const tg::data::Tokenizer& tokenizer, int64_t rows, const std::string& program,
                       const std::string& flag, const std::string& path);
 
+// Before the model loads: a folder's tokenizer against its config.json's vocab_size (as
+// check_vocabulary; nothing to check without a vocab_size).
+void check_folder_vocabulary(const std::string& folder, const std::string& program, const std::string& flag);
+
 // decode(ids, skip_special_tokens) where an id the tokenizer lacks (the model's padding rows)
 // decodes as the unknown piece: the tokenizer's unk_token, else U+FFFD.
 std::string decode_lenient(const tg::data::Tokenizer& tokenizer, std::span<const int32_t> ids,
