@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <fstream>
 #include <set>
+#include <thread>
 
 #include "data/dataset.h"
 #include "data/tokenizer.h"
@@ -228,6 +230,27 @@ TEST(Dataset, SplitTakesTheLastRowsForValidation) {
   for (int64_t b = 0; b < 8; ++b) EXPECT_LT(train.batch(b, 1, 0, tg::Device::cpu()).ids.to_vector<int64_t>()[0], 80);
   EXPECT_ERROR_HAS(ds.split(1.0), "fraction must be in (0, 1)");
   EXPECT_ERROR_HAS(SequenceDataset(corpus_from_examples({ids}), 1, Layout::Pack), "seq must be at least 2");
+}
+
+// Batches drawn from many threads at once (the shared permutation behind a mutex) are those
+// drawn alone; scripts/tsan-check.sh runs this under ThreadSanitizer.
+TEST(Dataset, BatchesFromManyThreadsAtOnceAreThoseDrawnAlone) {
+  std::vector<int32_t> ids(4096);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i % 251);
+  const SequenceDataset rows(corpus_from_examples({ids}), 16, Layout::Pack);
+  std::vector<std::vector<int64_t>> want;
+  for (int64_t b = 0; b < 64; ++b) want.push_back(rows.batch(b, 8, 3, tg::Device::cpu()).ids.to_vector<int64_t>());
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> threads;
+  for (int k = 0; k < 8; ++k)
+    threads.emplace_back([&, k] {
+      for (int64_t b = 0; b < 64; ++b) {
+        const int64_t i = (b * 5 + k) % 64;  // threads in different epochs at once
+        if (rows.batch(i, 8, 3, tg::Device::cpu()).ids.to_vector<int64_t>() != want[static_cast<size_t>(i)]) ++wrong;
+      }
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(wrong.load(), 0);
 }
 
 }  // namespace

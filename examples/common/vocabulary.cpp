@@ -51,12 +51,7 @@ void check_folder_vocabulary(const std::string& folder, const std::string& progr
 
 std::string decode_lenient(const tg::data::Tokenizer& tokenizer, std::span<const int32_t> ids, bool skip_special_tokens) {
   std::string text;
-  std::vector<int32_t> run;
-  const std::optional<int32_t> unk = tokenizer.token_to_id("<unk>");
-  auto flush = [&] {
-    text += tokenizer.decode(run, skip_special_tokens);
-    run.clear();
-  };
+  std::vector<int32_t> run;  // ids the tokenizer has, decoded together
   for (int32_t id : ids) {
     bool known = id >= 0 && id < tokenizer.vocab_size();
     if (known) {
@@ -68,15 +63,12 @@ std::string decode_lenient(const tg::data::Tokenizer& tokenizer, std::span<const
     }
     if (known) {
       run.push_back(id);
-    } else if (unk) {
-      run.push_back(*unk);
-    } else {
-      flush();
-      text += "\xEF\xBF\xBD";
+      continue;
     }
+    text += tokenizer.decode(run, skip_special_tokens) + "\xEF\xBF\xBD";
+    run.clear();
   }
-  flush();
-  return text;
+  return text + tokenizer.decode(run, skip_special_tokens);
 }
 
 }  // namespace examples

@@ -29,7 +29,7 @@ void check_vocabulary(const tg::data::Tokenizer& tokenizer, int64_t rows, const 
 void check_folder_vocabulary(const std::string& folder, const std::string& program, const std::string& flag);
 
 // decode(ids, skip_special_tokens) where an id the tokenizer lacks (the model's padding rows)
-// decodes as the unknown piece: the tokenizer's unk_token, else U+FFFD.
+// decodes as U+FFFD, the unknown piece (shown even when special tokens are skipped).
 std::string decode_lenient(const tg::data::Tokenizer& tokenizer, std::span<const int32_t> ids,
                            bool skip_special_tokens = true);
 
