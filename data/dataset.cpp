@@ -268,6 +268,17 @@ std::shared_ptr<const TokenCorpus> open_token_file(const std::string& path, Toke
   return std::make_shared<TokenFile>(path, width);
 }
 
+int64_t max_token_id(const TokenCorpus& corpus) {
+  int64_t top = -1;
+  std::vector<int32_t> chunk;
+  for (int64_t at = 0, n = corpus.size(); at < n; at += 1 << 16) {
+    chunk.resize(static_cast<size_t>(std::min<int64_t>(1 << 16, n - at)));
+    corpus.read(at, static_cast<int64_t>(chunk.size()), chunk.data(), nullptr);
+    for (int32_t id : chunk) top = std::max<int64_t>(top, static_cast<uint32_t>(id));  // uint32 ids above 2^31 stay large
+  }
+  return top;
+}
+
 void write_token_file(const std::string& path, const std::vector<int32_t>& ids) {
   const bool narrow = std::all_of(ids.begin(), ids.end(), [](int32_t v) { return v >= 0 && v < 65536; });
   for (int32_t v : ids) TG_CHECK(v >= 0, "write_token_file", "token id ", v, " is negative");

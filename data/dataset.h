@@ -75,6 +75,9 @@ std::shared_ptr<const TokenCorpus> tokenize_jsonl_file(const std::string& path, 
 // learned.
 enum class TokenWidth { Auto, U16, U32 };  // Auto: the llm.c header says
 std::shared_ptr<const TokenCorpus> open_token_file(const std::string& path, TokenWidth width = TokenWidth::Auto);
+// The largest id of a corpus (-1 when empty), read once in chunks: a token file made with another
+// tokenizer is then refused before training instead of failing at the step that meets the id.
+int64_t max_token_id(const TokenCorpus& corpus);
 // Writes an llm.c shard (uint16 when every id fits, else uint32), atomically.
 void write_token_file(const std::string& path, const std::vector<int32_t>& ids);
 

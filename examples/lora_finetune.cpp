@@ -273,14 +273,24 @@ int run(int argc, char** argv) {
   } else {
     corpus = examples::load_corpus(flags.str("data"), "data", base, separator, allow_binary);
   }
+  // Token files hold ids of whatever tokenizer made them: checked once against the embedding.
+  const int64_t vocab_rows = examples::embedding_rows(model);
+  auto check_ids = [&](const data::TokenCorpus& c, const char* flag) {
+    if (const int64_t top = data::max_token_id(c); top >= vocab_rows)
+      throw examples::UsageError(std::string("--") + flag + " '" + flags.str(flag) + "' holds token id " +
+                                 std::to_string(top) + ", outside the model's embedding of " + std::to_string(vocab_rows) +
+                                 " rows (a token file made with another tokenizer?)\n");
+  };
+  if (!flags.str("data").empty()) check_ids(*corpus, "data");
   const int32_t pad_id = base.tokenizer && base.tokenizer->pad_token_id() ? *base.tokenizer->pad_token_id()
                          : base.tokenizer && base.tokenizer->eos_token_id() ? *base.tokenizer->eos_token_id() : 0;
   data::SequenceDataset all(corpus, seq, layout, pad_id);
   std::optional<data::SequenceDataset> train_rows, val_rows;
   if (!flags.str("val").empty()) {
     train_rows = all;
-    val_rows = data::SequenceDataset(examples::load_corpus(flags.str("val"), "val", base, separator, allow_binary), seq,
-                                     layout, pad_id);
+    const auto val_corpus = examples::load_corpus(flags.str("val"), "val", base, separator, allow_binary);
+    check_ids(*val_corpus, "val");
+    val_rows = data::SequenceDataset(val_corpus, seq, layout, pad_id);
   } else {
     auto [v, t] = all.split(val_fraction);
     train_rows = t, val_rows = v;

@@ -12,6 +12,7 @@
 
 #include "core/autograd.h"
 #include "core/factory.h"
+#include "data/dataset.h"
 #include "data/tokenizer.h"
 #include "io/json.h"
 #include "nn/pretrained.h"
@@ -367,4 +368,21 @@ TEST(LoraFinetune, FilesAndFlagsAreCheckedBeforeTheModelLoads) {
   refused(b + "--data " + data + " --grad-accum 1099511627776", {"--grad-accum wants an integer in [1, 1048576]"});
   refused(b + "--data " + data + " --resume", {"--resume: no checkpoint at"});
   EXPECT_EQ(log.find("error: stoll"), std::string::npos) << log;
+}
+
+// Before, an id beyond the embedding failed at the step that met it, naming no file.
+TEST(LoraFinetune, ATokenFileWithIdsBeyondTheEmbeddingIsRefusedBeforeTraining) {
+  TempDir dir;
+  std::vector<int32_t> ids(4000, 5);
+  ids[3000] = 1000;  // tiny_llama has 601 rows
+  tg::data::write_token_file(dir / "t.bin", ids);
+  std::string log;
+  EXPECT_EQ(finetune("--base " + (fixtures() / "tiny_llama").string() + " --data " + (dir / "t.bin") + " --steps 2 --out " +
+                         (dir / "o"),
+                     dir, &log),
+            2);
+  EXPECT_NE(log.find("--data '" + (dir / "t.bin") + "' holds token id 1000, outside the model's embedding of 601 rows"),
+            std::string::npos)
+      << log;
+  EXPECT_FALSE(fs::exists(dir / "o/loss.csv"));
 }
