@@ -136,6 +136,15 @@ TEST(HostileFiles, ARegexWhoseCostGrowsWithTheSquareOfTheTextEndsInBoundedTime) 
   EXPECT_EQ(words.size(), 1u);
 }
 
+// Found by fuzz_sentencepiece: a model with an empty piece made sentencepiece's trie builder
+// throw an exception of its own through the loader (std::terminate).
+TEST(HostileFiles, ASentencepieceModelItsLibraryCannotBuildIsAnError) {
+  TempDir dir;
+  const std::string model("\x0a\x0e\x0a\x05\x3c\x75\x6e\x6b\x3e\x15\x00\x00\x00\x00\x18\x02\x0a\x0c\x0a\x0a\x00\x02\x00\x00\x00\x00\x00\x00\x3e\x15", 30);
+  write(dir / "tokenizer.model", model);
+  EXPECT_ERROR_HAS(data::Tokenizer::from_file(dir / "tokenizer.model"), "cannot load the sentencepiece model");
+}
+
 // ---- integers and numbers from text
 
 TEST(HostileFiles, NumbersFromTextAreCheckedWholeAndInRange) {
