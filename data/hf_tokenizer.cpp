@@ -1,7 +1,7 @@
 #include "data/hf_tokenizer.h"
 
 #include <algorithm>
-#include <climits>
+#include <cstdint>
 
 #include "core/error.h"
 #include "core/utf8.h"

@@ -8,6 +8,7 @@
 //
 // The continuation goes to stdout as it grows; what was loaded and the speed go to stderr.
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>

@@ -25,6 +25,7 @@
 // run under capture on the H200).
 #include <atomic>
 #include <csignal>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>

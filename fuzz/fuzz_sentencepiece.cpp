@@ -2,7 +2,9 @@
 // decodes a few texts, its ids inside its vocabulary.
 #include <cstdint>
 #include <cstdlib>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "data/tokenizer.h"

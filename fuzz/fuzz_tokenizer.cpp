@@ -3,8 +3,10 @@
 // (the encoding, every id up to vocab_size) is a tg::Error for a gap only, never a crash.
 #include <cstdint>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/error.h"
 #include "data/tokenizer.h"

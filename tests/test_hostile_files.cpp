@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <climits>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 

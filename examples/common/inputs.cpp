@@ -1,6 +1,7 @@
 #include "examples/common/inputs.h"
 
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 
 namespace examples {
