@@ -17,5 +17,5 @@ cmake --build "$dir" -j"${JOBS:-$(nproc 2>/dev/null || echo 2)}" --target tapegr
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:${TSAN_OPTIONS:-}"
 # The suites run from the build folder: the tests find tests/fixtures relative to it.
 cd "$dir"
-tests/tapegrad_tests --gtest_filter='Tokenizer*:Dataset*:*Regex*'
+tests/tapegrad_tests --gtest_filter='Tokenizer*:*TokenizerFixture*:Dataset*:*Regex*'
 echo "tsan-check: no ThreadSanitizer report"
