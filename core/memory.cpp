@@ -84,17 +84,27 @@ void* allocate(Device device, size_t nbytes) {
   return p;
 }
 
-void deallocate(Device device, void* ptr, size_t nbytes) {
+void deallocate(Device device, void* ptr, size_t nbytes) noexcept {
   if (!ptr) return;
 #ifdef TG_WITH_CUDA
-  if (device.is_cuda()) return cuda::deallocate(device.index, ptr, nbytes);
+  if (device.is_cuda()) {
+    try {
+      cuda::deallocate(device.index, ptr, nbytes);
+    } catch (...) {  // storage is freed in destructors, also while unwinding: the block is lost, not the process
+    }
+    return;
+  }
 #else
   (void)device;
 #endif
   std::lock_guard<std::mutex> lock(cpu_mu);
   cpu_stats.bytes_in_use -= nbytes;
   if (cpu_cache_closed) return std::free(ptr);
-  cpu_cache.put(ptr, BlockCache::size_class(nbytes));
+  try {
+    cpu_cache.put(ptr, BlockCache::size_class(nbytes));
+  } catch (const std::bad_alloc&) {  // no memory to remember the block in: give it back instead
+    std::free(ptr);
+  }
 }
 
 MemoryStats memory_stats(Device device) {

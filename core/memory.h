@@ -24,7 +24,7 @@ void reset_peak_memory_stats(Device device = Device::cpu());
 void empty_cache(Device device = Device::cpu());
 
 void* allocate(Device device, size_t nbytes);
-void deallocate(Device device, void* ptr, size_t nbytes);
+void deallocate(Device device, void* ptr, size_t nbytes) noexcept;  // never throws: called while unwinding
 // Copies n bytes; either side may be host or device. Host<->device copies wait for the
 // device's stream; device->device copies are ordered on it without blocking the host.
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t n);

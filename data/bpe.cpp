@@ -87,16 +87,20 @@ BpeModel::BpeModel(const json::Value& model, bool byte_level) : byte_level_(byte
   const json::Value& vocab = field(model, "vocab", where);
   TG_CHECK(vocab.is_object(), "tokenizer.json", "model vocab wants an object {token: id}");
   int64_t max_id = -1;
-  for (const json::Value& id : vocab.values()) max_id = std::max(max_id, id.as_int("vocab id"));
-  TG_CHECK(max_id < (int64_t{1} << 31), "tokenizer.json", "model vocab id ", max_id, " is too large");
+  for (size_t i = 0; i < vocab.size(); ++i)
+    max_id = std::max<int64_t>(max_id, token_id(vocab.values()[i], "model vocab id of '" + vocab.keys()[i] + "'"));
+  // The table is dense in the ids: a vocabulary whose ids leave most of it empty is a broken (or
+  // hostile) file, not one to allocate gigabytes for.
+  const int64_t entries = static_cast<int64_t>(vocab.size());
+  TG_CHECK(max_id < 2 * entries + 1024, "tokenizer.json", "model vocab has ", entries, " tokens but ids up to ", max_id,
+           ": ids must be about 0 .. ", entries - 1, ", with few gaps");
   tokens_.resize(static_cast<size_t>(max_id + 1));
   present_.resize(tokens_.size());
   by_token_.reserve(vocab.size());
   by_bytes_.reserve(vocab.size());
   std::string bytes;
   for (size_t i = 0; i < vocab.size(); ++i) {
-    const int64_t id = vocab.values()[i].as_int("vocab id");
-    TG_CHECK(id >= 0, "tokenizer.json", "model vocab id of '", vocab.keys()[i], "' is negative (", id, ")");
+    const int64_t id = vocab.values()[i].as_int("vocab id");  // checked above
     TG_CHECK(!present_[id], "tokenizer.json", "model vocab id ", id, " is given to '", tokens_[id], "' and '",
              vocab.keys()[i], "'");
     tokens_[id] = vocab.keys()[i];

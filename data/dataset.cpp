@@ -1,13 +1,13 @@
 #include "data/dataset.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <iostream>
 
 #include "core/error.h"
 #include "core/factory.h"
@@ -51,20 +51,18 @@ class MemoryCorpus : public TokenCorpus {
 constexpr int32_t kMagicU16 = 20240520, kMagicU32 = 20240801;  // llm.c's GPT-2 and Llama-3 shards
 constexpr size_t kHeaderBytes = 256 * sizeof(int32_t);
 
-class MappedTokenFile : public TokenCorpus {
+// Read with pread, not mapped: a file truncated while in use (another process rewriting it)
+// is a tg::Error at the read, where a mapping would end the process with SIGBUS.
+class TokenFile : public TokenCorpus {
  public:
-  MappedTokenFile(const std::string& path, TokenWidth width) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    TG_CHECK(fd >= 0, "open_token_file", "cannot open '", path, "': ", std::strerror(errno));
+  TokenFile(const std::string& path, TokenWidth width) : path_(path) {
+    fd_.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    TG_CHECK(fd_.fd >= 0, "open_token_file", "cannot open '", path, "': ", std::strerror(errno));
     struct stat st {};
-    ::fstat(fd, &st);
-    bytes_ = static_cast<size_t>(st.st_size);
-    if (bytes_ > 0) map_ = ::mmap(nullptr, bytes_, PROT_READ, MAP_PRIVATE, fd, 0);
-    ::close(fd);
-    TG_CHECK(bytes_ == 0 || map_ != MAP_FAILED, "open_token_file", "cannot map '", path, "': ", std::strerror(errno));
-    const auto* base = static_cast<const uint8_t*>(map_);
+    TG_CHECK(::fstat(fd_.fd, &st) == 0 && S_ISREG(st.st_mode), "open_token_file", "'", path, "' is not a regular file");
+    const size_t bytes = static_cast<size_t>(st.st_size);
     int32_t header[3] = {0, 0, 0};
-    if (bytes_ >= kHeaderBytes) std::memcpy(header, base, sizeof header);
+    if (bytes >= kHeaderBytes) read_at(0, header, sizeof header);
     const bool llmc = header[0] == kMagicU16 || header[0] == kMagicU32;
     if (width == TokenWidth::Auto) {
       TG_CHECK(llmc, "open_token_file", "'", path, "' has no llm.c header (magic ", kMagicU16, " or ", kMagicU32,
@@ -72,8 +70,8 @@ class MappedTokenFile : public TokenCorpus {
       width = header[0] == kMagicU16 ? TokenWidth::U16 : TokenWidth::U32;
     }
     width_ = width == TokenWidth::U16 ? 2 : 4;
-    data_ = base + (llmc ? kHeaderBytes : 0);
-    const size_t payload = bytes_ - (llmc ? kHeaderBytes : 0);
+    offset_ = llmc ? kHeaderBytes : 0;
+    const size_t payload = bytes - offset_;
     TG_CHECK(payload % width_ == 0, "open_token_file", "'", path, "' holds ", payload, " bytes of tokens, not a whole "
              "number of ", width_, "-byte tokens");
     tokens_ = static_cast<int64_t>(payload / width_);
@@ -81,15 +79,16 @@ class MappedTokenFile : public TokenCorpus {
       TG_CHECK(header[2] == tokens_, "open_token_file", "'", path, "': its header counts ", header[2],
                " tokens, the file holds ", tokens_, " (truncated or not an llm.c shard)");
   }
-  ~MappedTokenFile() override {
-    if (map_ && map_ != MAP_FAILED) ::munmap(map_, bytes_);
-  }
   int64_t size() const override { return tokens_; }
   int64_t examples() const override { return 1; }
   std::pair<int64_t, int64_t> example(int64_t) const override { return {0, tokens_}; }
   void read(int64_t begin, int64_t n, int32_t* ids, int32_t* labels) const override {
+    TG_CHECK(begin >= 0 && n >= 0 && begin + n <= tokens_, "open_token_file", "tokens [", begin, ", ", begin + n,
+             ") outside the ", tokens_, " of '", path_, "'");
+    std::vector<uint8_t> raw(static_cast<size_t>(n) * width_);
+    read_at(offset_ + static_cast<size_t>(begin) * width_, raw.data(), raw.size());
     for (int64_t i = 0; i < n; ++i) {
-      const uint8_t* p = data_ + (begin + i) * width_;
+      const uint8_t* p = raw.data() + i * width_;
       uint32_t v = 0;
       if (width_ == 2) {
         uint16_t w;
@@ -104,11 +103,27 @@ class MappedTokenFile : public TokenCorpus {
   }
 
  private:
-  void* map_ = nullptr;
-  size_t bytes_ = 0;
-  const uint8_t* data_ = nullptr;
+  void read_at(size_t offset, void* out, size_t bytes) const {
+    auto* p = static_cast<uint8_t*>(out);
+    while (bytes > 0) {
+      const ssize_t got = ::pread(fd_.fd, p, bytes, static_cast<off_t>(offset));
+      if (got < 0 && errno == EINTR) continue;
+      TG_CHECK(got > 0, "open_token_file", "'", path_, "' ", got < 0 ? std::string("cannot be read: ") + std::strerror(errno)
+               : std::string("ended early: it was truncated after it was opened"));
+      p += got, offset += static_cast<size_t>(got), bytes -= static_cast<size_t>(got);
+    }
+  }
+
+  std::string path_;
+  struct Fd {
+    int fd = -1;
+    ~Fd() {
+      if (fd >= 0) ::close(fd);
+    }
+  } fd_;  // closed also when the constructor throws
+  size_t offset_ = 0;
   int64_t tokens_ = 0;
-  int width_ = 2;
+  size_t width_ = 2;
 };
 
 std::string read_bytes(const std::string& path) {
@@ -181,7 +196,7 @@ std::vector<JsonlRow> read_jsonl_objects(const std::string& path, const TextOpti
     at = end + 1;
     ++line_no;
     if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
-    JsonlRow row{json::Value(), "'" + path + "' line " + std::to_string(line_no)};
+    JsonlRow row{json::Value(), "'" + path + "' line " + std::to_string(line_no), line_no};
     try {
       row.value = json::parse(line);
     } catch (const Error& e) {
@@ -200,13 +215,15 @@ std::shared_ptr<const TokenCorpus> tokenize_jsonl_file(const std::string& path, 
   const int32_t eos = eos_of(tok, "tokenize_jsonl_file");
   std::vector<std::string> prompts, completions;
   std::vector<bool> has_prompt;
-  for (const auto& [v, where] : rows) {
+  std::vector<size_t> line_of;
+  for (const auto& [v, where, line] : rows) {
     auto str = [&](const char* key) -> const std::string& {
       const json::Value& f = v.at(key);
       TG_CHECK(f.is_string(), "tokenize_jsonl_file", where, ": \"", key, "\" wants a string, got ",
                json::Value::type_name(f.type()));
       return f.as_string();
     };
+    line_of.push_back(line);
     if (v.find("prompt") || v.find("completion")) {
       TG_CHECK(v.find("prompt") && v.find("completion"), "tokenize_jsonl_file", where, " has \"",
                v.find("prompt") ? "prompt" : "completion", "\" without \"", v.find("prompt") ? "completion" : "prompt", "\"");
@@ -222,33 +239,54 @@ std::shared_ptr<const TokenCorpus> tokenize_jsonl_file(const std::string& path, 
     }
   }
   TG_CHECK(!completions.empty(), "tokenize_jsonl_file", "'", path, "' holds no examples");
-  // A completion follows its prompt, without special tokens of its own; a "text" document has them.
-  std::vector<std::string> with_prompt, alone;
-  for (size_t i = 0; i < completions.size(); ++i) (has_prompt[i] ? with_prompt : alone).push_back(completions[i]);
-  std::vector<std::string> prompt_texts;
-  for (size_t i = 0; i < prompts.size(); ++i)
+  // As TRL: prompt + completion encoded as one text (the tokens inference sees), the prompt's
+  // length in its own encoding the span not learned.
+  std::vector<std::string> whole(completions.size()), prompt_texts;
+  for (size_t i = 0; i < completions.size(); ++i) {
+    whole[i] = prompts[i] + completions[i];
     if (has_prompt[i]) prompt_texts.push_back(prompts[i]);
-  const auto p = tok.encode_batch(prompt_texts), c = tok.encode_batch(with_prompt, false), d = tok.encode_batch(alone);
+  }
+  const auto w = tok.encode_batch(whole), p = tok.encode_batch(prompt_texts);
   std::vector<std::vector<int32_t>> ids(completions.size()), labels(completions.size());
-  for (size_t i = 0, ip = 0, id = 0; i < completions.size(); ++i) {
-    const std::vector<int32_t>& body = has_prompt[i] ? c[ip] : d[id];
-    if (has_prompt[i]) {
-      ids[i] = p[ip];
-      labels[i].assign(p[ip].size(), kIgnoreIndex);
-      ++ip;
-    } else {
-      ++id;
-    }
-    ids[i].insert(ids[i].end(), body.begin(), body.end());
+  size_t not_prefix = 0, first_line = 0;
+  for (size_t i = 0, ip = 0; i < completions.size(); ++i) {
+    ids[i] = w[i];
     ids[i].push_back(eos);
-    labels[i].insert(labels[i].end(), body.begin(), body.end());
-    labels[i].push_back(eos);
+    labels[i] = ids[i];
+    if (!has_prompt[i]) continue;
+    const std::vector<int32_t>& prompt = p[ip++];
+    const size_t span = std::min(prompt.size(), w[i].size());
+    if (!std::equal(prompt.begin(), prompt.begin() + static_cast<std::ptrdiff_t>(span), w[i].begin()) ||
+        span < prompt.size())
+      if (not_prefix++ == 0) first_line = line_of[i];
+    std::fill_n(labels[i].begin(), span, kIgnoreIndex);
+  }
+  if (not_prefix > 0) {
+    const std::string message = "tokenize_jsonl_file: '" + path + "': in " + std::to_string(not_prefix) + " of " +
+                                std::to_string(prompt_texts.size()) + " prompt / completion examples (the first at line " +
+                                std::to_string(first_line) + ") the prompt's own tokens are not the start of the prompt + "
+                                "completion's; the prompt's length is still the span not learned, so a token at the "
+                                "boundary may be learned or not (as TRL does it; a completion starting with a space "
+                                "usually fixes it)";
+    if (options.warn) options.warn(message);
+    else std::cerr << "warning: " << message << "\n";
   }
   return corpus_from_examples(std::move(ids), std::move(labels));
 }
 
 std::shared_ptr<const TokenCorpus> open_token_file(const std::string& path, TokenWidth width) {
-  return std::make_shared<MappedTokenFile>(path, width);
+  return std::make_shared<TokenFile>(path, width);
+}
+
+int64_t max_token_id(const TokenCorpus& corpus) {
+  int64_t top = -1;
+  std::vector<int32_t> chunk;
+  for (int64_t at = 0, n = corpus.size(); at < n; at += 1 << 16) {
+    chunk.resize(static_cast<size_t>(std::min<int64_t>(1 << 16, n - at)));
+    corpus.read(at, static_cast<int64_t>(chunk.size()), chunk.data(), nullptr);
+    for (int32_t id : chunk) top = std::max<int64_t>(top, static_cast<uint32_t>(id));  // uint32 ids above 2^31 stay large
+  }
+  return top;
 }
 
 void write_token_file(const std::string& path, const std::vector<int32_t>& ids) {
@@ -329,6 +367,9 @@ Batch SequenceDataset::make(const std::vector<int64_t>& rows, Device device) con
 Batch SequenceDataset::batch(int64_t index, int64_t batch_size, uint64_t seed, Device device) const {
   const int64_t n = rows();
   TG_CHECK(n > 0, "SequenceDataset::batch", "no rows of ", seq_, " tokens");
+  TG_CHECK(batch_size >= 1, "SequenceDataset::batch", "batch_size must be at least 1, got ", batch_size);
+  TG_CHECK(index >= 0 && index <= (INT64_MAX - batch_size) / batch_size, "SequenceDataset::batch", "batch index ",
+           index, " of ", batch_size, " rows is outside [0, ", (INT64_MAX - batch_size) / batch_size, "]");
   std::vector<int64_t> picked;
   std::lock_guard<std::mutex> lock(order_->mutex);
   for (int64_t k = 0; k < batch_size; ++k) {

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -51,6 +52,9 @@ struct TextOptions {
   std::string separator;
   // Read a file that is not text (text_problem) anyway; otherwise it is a tg::Error.
   bool allow_binary = false;
+  // Receives the one warning a JSONL file may give (prompt tokens that are not a prefix, see
+  // tokenize_jsonl_file); empty: printed to stderr.
+  std::function<void(const std::string&)> warn;
 };
 
 // Each document as the tokenizer encodes it (its BOS, if any), then EOS; every token learned.
@@ -58,9 +62,12 @@ struct TextOptions {
 std::shared_ptr<const TokenCorpus> tokenize_text_file(const std::string& path, const Tokenizer& tokenizer,
                                                       const TextOptions& options = {});
 // One JSON object a line: {"text": ...} (a document, as above) or {"prompt": ..., "completion":
-// ...}: the prompt encoded with special tokens and labelled -100, then the completion without
-// them and EOS, learned. A file whose first row has "messages" holds conversations, read by
-// tokenize_chat_jsonl_file (data/chat_dataset.h). Errors name the file and line.
+// ...}: as TRL, prompt + completion encoded as one text with special tokens, then EOS; the first
+// as many tokens as the prompt encodes to alone are labelled -100, the rest learned. Where the
+// prompt's own tokens are not a prefix of the whole's (a tokenizer that merges across the
+// boundary), one warning counts the examples (TextOptions::warn). A file whose first row has
+// "messages" holds conversations, read by tokenize_chat_jsonl_file (data/chat_dataset.h). Errors
+// name the file and line.
 std::shared_ptr<const TokenCorpus> tokenize_jsonl_file(const std::string& path, const Tokenizer& tokenizer,
                                                        const TextOptions& options = {});
 
@@ -69,15 +76,20 @@ std::shared_ptr<const TokenCorpus> tokenize_jsonl_file(const std::string& path, 
 struct JsonlRow {
   json::Value value;
   std::string where;
+  size_t line = 0;
 };
 std::vector<JsonlRow> read_jsonl_objects(const std::string& path, const TextOptions& options, const char* op);
 
-// Pre-tokenized files, memory-mapped (larger than memory is fine): llm.c's shards (a 256 x int32
+// Pre-tokenized files, read as rows are drawn (larger than memory is fine; a file truncated
+// while in use is a tg::Error, not a crash): llm.c's shards (a 256 x int32
 // header: magic 20240520 with uint16 tokens, or 20240801 with uint32, then the token count) or
 // headerless token arrays (nanoGPT's train.bin) of the given width. One example, every token
 // learned.
 enum class TokenWidth { Auto, U16, U32 };  // Auto: the llm.c header says
 std::shared_ptr<const TokenCorpus> open_token_file(const std::string& path, TokenWidth width = TokenWidth::Auto);
+// The largest id of a corpus (-1 when empty), read once in chunks: a token file made with another
+// tokenizer is then refused before training instead of failing at the step that meets the id.
+int64_t max_token_id(const TokenCorpus& corpus);
 // Writes an llm.c shard (uint16 when every id fits, else uint32), atomically.
 void write_token_file(const std::string& path, const std::vector<int32_t>& ids);
 

@@ -175,6 +175,11 @@ class TemplateProcessor : public PostProcessor {
     out.insert(out.end(), after_.begin(), after_.end());
     return out;
   }
+  std::vector<int32_t> added_ids() const override {
+    std::vector<int32_t> ids = before_;
+    ids.insert(ids.end(), after_.begin(), after_.end());
+    return ids;
+  }
 
  private:
   std::vector<int32_t> before_, after_;
@@ -185,6 +190,12 @@ class SequenceProcessor : public PostProcessor {
   explicit SequenceProcessor(std::vector<std::unique_ptr<PostProcessor>> parts) : parts_(std::move(parts)) {}
   std::vector<int32_t> process(std::vector<int32_t> ids) const override {
     for (const auto& p : parts_) ids = p->process(std::move(ids));
+    return ids;
+  }
+  std::vector<int32_t> added_ids() const override {
+    std::vector<int32_t> ids;
+    for (const auto& p : parts_)
+      for (int32_t id : p->added_ids()) ids.push_back(id);
     return ids;
   }
 
@@ -209,7 +220,7 @@ std::unique_ptr<PostProcessor> template_processing(const json::Value& v) {
     TG_CHECK(special != nullptr, "tokenizer.json", "post_processor TemplateProcessing uses special token '", name,
              "', which its special_tokens do not define");
     for (const json::Value& id : field(*special, "ids", "TemplateProcessing special token").as_array("ids"))
-      (seen_sequence ? after : before).push_back(static_cast<int32_t>(id.as_int("special token id")));
+      (seen_sequence ? after : before).push_back(token_id(id, "post_processor TemplateProcessing special token '" + name + "' id"));
   }
   TG_CHECK(seen_sequence, "tokenizer.json", "post_processor TemplateProcessing: the single template has no $A");
   return std::make_unique<TemplateProcessor>(std::move(before), std::move(after));
@@ -220,7 +231,7 @@ std::unique_ptr<PostProcessor> cls_sep(const json::Value& v, const std::string& 
   auto id_of = [&](const char* key) {
     const auto& pair = field(v, key, where).as_array(key);
     TG_CHECK(pair.size() == 2, "tokenizer.json", where, " ", key, " wants [token, id]");
-    return static_cast<int32_t>(pair[1].as_int(key));
+    return token_id(pair[1], where + " " + key + " id");
   };
   return std::make_unique<TemplateProcessor>(std::vector<int32_t>{id_of("cls")}, std::vector<int32_t>{id_of("sep")});
 }
@@ -240,7 +251,7 @@ std::unique_ptr<Decoder> make_decoder(const json::Value& v) {
   if (type == "Metaspace") {
     bool strip = bool_field(v, "add_prefix_space", true);
     if (const json::Value* scheme = v.find("prepend_scheme")) strip = scheme->as_string("prepend_scheme") != "never";
-    return std::make_unique<MetaspaceDecoder>(field(v, "replacement", "decoder Metaspace").as_string("replacement"), strip);
+    return std::make_unique<MetaspaceDecoder>(one_char_field(v, "replacement", "decoder Metaspace"), strip);
   }
   if (type == "Replace")
     return std::make_unique<ReplaceDecoder>(field(v, "pattern", "decoder Replace"),
@@ -248,9 +259,9 @@ std::unique_ptr<Decoder> make_decoder(const json::Value& v) {
   if (type == "ByteFallback") return std::make_unique<ByteFallbackDecoder>();
   if (type == "Fuse") return std::make_unique<FuseDecoder>();
   if (type == "Strip")
-    return std::make_unique<StripDecoder>(field(v, "content", "decoder Strip").as_string("content"),
-                                          static_cast<size_t>(field(v, "start", "decoder Strip").as_int("start")),
-                                          static_cast<size_t>(field(v, "stop", "decoder Strip").as_int("stop")));
+    return std::make_unique<StripDecoder>(one_char_field(v, "content", "decoder Strip"),
+                                          count_value(field(v, "start", "decoder Strip"), "decoder Strip start"),
+                                          count_value(field(v, "stop", "decoder Strip"), "decoder Strip stop"));
   unsupported("decoder", type);
 }
 

@@ -48,6 +48,8 @@ class PostProcessor {
  public:
   virtual ~PostProcessor() = default;
   virtual std::vector<int32_t> process(std::vector<int32_t> ids) const = 0;
+  // Every id process() may add (checked against the vocabulary when the file is loaded).
+  virtual std::vector<int32_t> added_ids() const = 0;
 };
 
 // Null JSON gives a null pointer (the stage is absent).
@@ -72,5 +74,13 @@ bool bool_field(const json::Value& v, const char* key, bool fallback);
 // The stage's "type", naming `where` when it has none.
 const std::string& type_of(const json::Value& v, const std::string& where);
 [[noreturn]] void unsupported(const std::string& where, const std::string& what);
+// A token id from the file: an integer in [0, 2^31 - 1) (so that id + 1, a vocabulary size,
+// still fits), or the error naming `what`.
+int32_t token_id(const json::Value& v, const std::string& what);
+// A count from the file: an integer in [0, 2^31).
+size_t count_value(const json::Value& v, const std::string& what);
+// A string field that must be one character (tokenizers' `char` fields: Metaspace's
+// replacement, Strip's content): an empty one would never advance the text.
+std::string one_char_field(const json::Value& v, const char* key, const std::string& where);
 
 }  // namespace tg::data::hf

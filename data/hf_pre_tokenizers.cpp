@@ -228,7 +228,7 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const json::Value& v) {
       else if (s == "never") prepend = Metaspace::Prepend::Never;
       else unsupported("pre_tokenizer Metaspace prepend_scheme", s);
     }
-    return std::make_unique<Metaspace>(field(v, "replacement", "pre_tokenizer Metaspace").as_string("replacement"),
+    return std::make_unique<Metaspace>(one_char_field(v, "replacement", "pre_tokenizer Metaspace"),
                                        prepend, bool_field(v, "split", true));
   }
   if (type == "Digits") {

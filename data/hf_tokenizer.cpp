@@ -1,8 +1,10 @@
 #include "data/hf_tokenizer.h"
 
 #include <algorithm>
+#include <cstdint>
 
 #include "core/error.h"
+#include "core/utf8.h"
 #include "data/regex.h"
 #include "data/utf8.h"
 
@@ -28,6 +30,29 @@ const std::string& type_of(const json::Value& v, const std::string& where) {
 
 void unsupported(const std::string& where, const std::string& what) {
   fail("tokenizer.json", where, " '", what, "' is not supported by tapegrad");
+}
+
+int32_t token_id(const json::Value& v, const std::string& what) {
+  TG_CHECK(v.is_int(), "tokenizer.json", what, " wants an integer id, got ", v.is_number() ? "a fraction" : json::Value::type_name(v.type()));
+  const int64_t id = v.as_int(what);
+  TG_CHECK(id >= 0 && id < INT32_MAX, "tokenizer.json", what, " is ", id, ", outside the ids [0, 2^31 - 1)");
+  return static_cast<int32_t>(id);
+}
+
+size_t count_value(const json::Value& v, const std::string& what) {
+  TG_CHECK(v.is_int(), "tokenizer.json", what, " wants an integer, got ", json::Value::type_name(v.type()));
+  const int64_t n = v.as_int(what);
+  TG_CHECK(n >= 0 && n <= INT32_MAX, "tokenizer.json", what, " is ", n, ", outside [0, 2^31)");
+  return static_cast<size_t>(n);
+}
+
+std::string one_char_field(const json::Value& v, const char* key, const std::string& where) {
+  const std::string& s = field(v, key, where).as_string(key);
+  size_t end = 0;
+  if (!s.empty()) end = utf8::char_len(static_cast<unsigned char>(s[0]));
+  TG_CHECK(!s.empty() && end == s.size() && utf8::is_valid(s), "tokenizer.json", where, " ", key,
+           " wants one character, got '", s, "'");
+  return s;
 }
 
 namespace {
@@ -157,6 +182,20 @@ void AddedVocabulary::split_piece(Piece&& piece, const MatchingSet& set, Pieces&
 
 // ---- the tokenizer
 
+namespace {
+
+std::string to_byte_alphabet(std::string_view bytes) {
+  std::string out;
+  for (unsigned char b : bytes) append_utf8(out, byte_to_char(b));
+  return out;
+}
+
+const std::string& added_content_of(const std::vector<AddedToken>& tokens, int32_t id) {
+  return std::find_if(tokens.begin(), tokens.end(), [&](const AddedToken& t) { return t.id == id; })->content;
+}
+
+}  // namespace
+
 HfTokenizer::HfTokenizer(const json::Value& root) {
   TG_CHECK(root.is_object(), "tokenizer.json", "wants a JSON object at the top");
   for (const char* key : {"truncation", "padding"}) {
@@ -188,13 +227,20 @@ HfTokenizer::HfTokenizer(const json::Value& root) {
     for (const json::Value& t : list->as_array("added_tokens")) {
       AddedToken a;
       a.content = field(t, "content", "added token").as_string("content");
-      a.id = static_cast<int32_t>(field(t, "id", "added token '" + a.content + "'").as_int("id"));
+      a.id = token_id(field(t, "id", "added token '" + a.content + "'"), "added token '" + a.content + "' id");
       a.special = bool_field(t, "special", false);
       a.lstrip = bool_field(t, "lstrip", false);
       a.rstrip = bool_field(t, "rstrip", false);
       a.single_word = bool_field(t, "single_word", false);
       a.normalized = bool_field(t, "normalized", !a.special);
-      TG_CHECK(a.id >= 0, "tokenizer.json", "added token '", a.content, "' has id ", a.id);
+      // An id is one token: an added token may restate its vocabulary entry, not replace it.
+      if (const std::string* in_vocab = model_->token(a.id))
+        TG_CHECK(*in_vocab == a.content || (byte_level && *in_vocab == to_byte_alphabet(a.content)), "tokenizer.json",
+                 "added token '", a.content, "' has id ", a.id, ", which the vocabulary gives to '", *in_vocab, "'");
+      if (auto it = decode_form_.find(a.id); it != decode_form_.end())
+        fail("tokenizer.json", "added tokens '", added_content_of(added, a.id), "' and '", a.content, "' share id ", a.id);
+      TG_CHECK(!added_by_content_.count(a.content), "tokenizer.json", "added token '", a.content, "' is listed with ids ",
+               added_by_content_.find(a.content)->second, " and ", a.id);
       added_by_content_[a.content] = a.id;
       // Decoding sees a normalized token as the normalizer leaves it (tokenizers' normalized_cache).
       std::string form = a.content;
@@ -205,6 +251,10 @@ HfTokenizer::HfTokenizer(const json::Value& root) {
       added.push_back(std::move(a));
     }
   added_ = std::make_unique<AddedVocabulary>(std::move(added), normalizer_.get());
+  if (post_processor_)
+    for (int32_t id : post_processor_->added_ids())
+      TG_CHECK(id_to_token(id).has_value(), "tokenizer.json", "post_processor adds id ", id,
+               ", which is neither in the vocabulary nor an added token (", vocab_size_, " ids)");
   description_ = std::string("tokenizer.json BPE") + (byte_level ? " (byte-level)" : "") + ", " +
                  std::to_string(vocab_size_) + " tokens";
 }

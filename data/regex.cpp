@@ -4,6 +4,8 @@
 #include <pcre2.h>
 
 #include <cctype>
+#include <chrono>
+#include <cstdint>
 
 #include "core/error.h"
 #include "data/utf8.h"
@@ -23,12 +25,24 @@ std::string pcre2_message(int code) {
   return reinterpret_cast<const char*>(buf);
 }
 
+// What one match (one word) may cost: backtracking steps, nesting and (interpreted) heap, so
+// that a pattern from a tokenizer.json cannot backtrack without end on some word.
+constexpr uint32_t kMatchLimit = 1'000'000, kDepthLimit = 100'000, kHeapLimitKiB = 64 * 1024;
+// Matches that each rescan the rest of the text (a(?=a*$)) cost the square of its length in all,
+// which no per-match limit sees: find_all's time is bounded too, far above a linear pattern's.
+constexpr double kSecondsBase = 1.0, kSecondsPerByte = 2e-6;
+
 // One match-data block and JIT stack per thread, shared by every pattern.
 struct ThreadScratch {
   pcre2_match_data* data = pcre2_match_data_create(1, nullptr);
   pcre2_jit_stack* stack = pcre2_jit_stack_create(32 * 1024, 8 * 1024 * 1024, nullptr);
   pcre2_match_context* context = pcre2_match_context_create(nullptr);
-  ThreadScratch() { pcre2_jit_stack_assign(context, nullptr, stack); }
+  ThreadScratch() {
+    pcre2_jit_stack_assign(context, nullptr, stack);
+    pcre2_set_match_limit(context, kMatchLimit);
+    pcre2_set_depth_limit(context, kDepthLimit);
+    pcre2_set_heap_limit(context, kHeapLimitKiB);
+  }
   ~ThreadScratch() {
     pcre2_match_context_free(context);
     pcre2_jit_stack_free(stack);
@@ -119,11 +133,22 @@ Regex Regex::literal(std::string_view text) {
 void Regex::find_all(std::string_view s, std::vector<Match>& out) const {
   ThreadScratch& t = scratch();
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(s.data());
+  const auto begun = std::chrono::steady_clock::now();
+  const double budget = kSecondsBase + kSecondsPerByte * static_cast<double>(s.size());
   size_t start = 0;
-  while (start <= s.size()) {
+  for (uint64_t calls = 1; start <= s.size(); ++calls) {
+    if (calls % 64 == 0) {
+      const double spent = std::chrono::duration<double>(std::chrono::steady_clock::now() - begun).count();
+      TG_CHECK(spent <= budget, "tokenizer regex", "matching '", pattern_, "' over ", s.size(), " bytes took more than ",
+               budget, " s (at byte ", start, "): its cost grows faster than the text; the tokenizer.json pattern "
+               "is unusable on text this long");
+    }
     const int rc = pcre2_match(code_->code, subject, s.size(), start, PCRE2_NO_UTF_CHECK, t.data, t.context);
     if (rc == PCRE2_ERROR_NOMATCH) return;
-    TG_CHECK(rc >= 0, "tokenizer regex", "matching '", pattern_, "' failed: ", pcre2_message(rc));
+    TG_CHECK(rc >= 0, "tokenizer regex", "matching '", pattern_, "' failed: ", pcre2_message(rc),
+             rc == PCRE2_ERROR_MATCHLIMIT || rc == PCRE2_ERROR_DEPTHLIMIT || rc == PCRE2_ERROR_HEAPLIMIT
+                 ? " (the limit on one match's backtracking: the pattern backtracks catastrophically on this text)"
+                 : "");
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(t.data);
     out.push_back({ov[0], ov[1]});
     if (ov[1] > ov[0]) {

@@ -24,7 +24,9 @@ class Regex {
   static Regex literal(std::string_view text);
 
   // The non-overlapping matches in `s` (valid UTF-8), left to right, as Oniguruma's search
-  // finds them (an empty match moves the search on by one character).
+  // finds them (an empty match moves the search on by one character). Bounded: tg::Error when
+  // one match passes PCRE2's match / depth / heap limits, or the search runs longer than
+  // 1 s + 2 us a byte of `s` (a pattern whose matches each rescan the rest of the text).
   void find_all(std::string_view s, std::vector<Match>& out) const;
   bool search(std::string_view s) const;  // any match
   const std::string& pattern() const { return pattern_; }

@@ -3,12 +3,20 @@
 #include <sentencepiece_processor.h>
 
 #include "core/error.h"
+#include "io/file.h"
 
 namespace tg::data::sp {
 
 SpTokenizer::SpTokenizer(const std::string& path, bool add_bos, bool add_eos)
     : sp_(std::make_unique<sentencepiece::SentencePieceProcessor>()), add_bos_(add_bos), add_eos_(add_eos) {
-  const auto status = sp_->Load(path);
+  // Read through io's bounded reader: sentencepiece's own would read a FIFO or device without end.
+  const std::vector<uint8_t> bytes = io::read_file(path, io::kMaxConfigBytes);
+  sentencepiece::util::Status status;
+  try {
+    status = sp_->LoadFromSerializedProto(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+  } catch (const std::exception& e) {  // its trie builder throws on some malformed models (an empty piece)
+    fail("tokenizer", "cannot load the sentencepiece model '", path, "': ", e.what());
+  }
   TG_CHECK(status.ok(), "tokenizer", "cannot load the sentencepiece model '", path, "': ", status.ToString());
   TG_CHECK(!add_bos || sp_->bos_id() >= 0, "tokenizer", "'", path, "' has no BOS piece, yet add_bos_token is set");
   TG_CHECK(!add_eos || sp_->eos_id() >= 0, "tokenizer", "'", path, "' has no EOS piece, yet add_eos_token is set");

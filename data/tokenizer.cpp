@@ -46,7 +46,7 @@ struct Tokenizer::Impl {
 namespace {
 
 std::string read_text(const std::string& path) {
-  std::vector<uint8_t> bytes = io::read_file(path);
+  std::vector<uint8_t> bytes = io::read_file(path, io::kMaxConfigBytes);
   return std::string(bytes.begin(), bytes.end());
 }
 

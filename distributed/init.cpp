@@ -1,11 +1,17 @@
 #include "distributed/init.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <thread>
 
 #include "io/file.h"
+#include "io/number.h"
 #ifdef TG_WITH_NCCL
 #include "core/cuda/runtime.h"
 #include "distributed/nccl_communicator.h"
@@ -24,15 +30,30 @@ int int_variable(const Environment& env, const std::string& name, std::optional<
              "which set RANK, WORLD_SIZE and LOCAL_RANK");
     return *fallback;
   }
-  size_t used = 0;
-  int n = -1;
-  try {
-    n = std::stoi(*v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  TG_CHECK(used == v->size() && used > 0, kOp, name, "='", *v, "' is not an integer");
-  return n;
+  const std::optional<int> n = io::parse_integer<int>(*v);
+  TG_CHECK(n.has_value(), kOp, name, "='", *v, "' is not an integer in [0, 2^31)");
+  return *n;
+}
+
+std::string errno_text() { return std::strerror(errno); }
+
+// The folder of the id file must be this user's and writable by no one else (not /tmp itself):
+// another user could otherwise put an id there, or replace ours between the write and the read.
+void check_private_folder(const std::string& dir, const std::string& file) {
+  struct stat st {};
+  TG_CHECK(::lstat(dir.c_str(), &st) == 0, kOp, "cannot stat '", dir, "', the folder of the NCCL id file '", file,
+           "': ", errno_text());
+  TG_CHECK(S_ISDIR(st.st_mode) && st.st_uid == ::geteuid() && (st.st_mode & 022) == 0, kOp, "the NCCL id file '", file,
+           "' is in '", dir, "', which is ", !S_ISDIR(st.st_mode) ? "not a folder" : st.st_uid != ::geteuid()
+           ? "another user's" : "writable by others", ": give TG_DIST_INIT_FILE a path in a folder only you can write");
+}
+
+// The torchrun case: a folder of this user's in the temporary directory, made private.
+std::string private_temp_folder() {
+  const std::string dir = (fs::temp_directory_path() / ("tapegrad-" + std::to_string(::geteuid()))).string();
+  if (::mkdir(dir.c_str(), 0700) != 0)
+    TG_CHECK(errno == EEXIST, kOp, "cannot make the folder '", dir, "' for the NCCL id: ", errno_text());
+  return dir;
 }
 
 // About when this process started (static initialisation): launchers start the ranks together.
@@ -64,8 +85,8 @@ LaunchInfo launch_info(const Environment& env) {
     const auto addr = env("MASTER_ADDR"), port = env("MASTER_PORT");
     TG_CHECK(addr && port, kOp, "WORLD_SIZE=", info.world_size, " wants TG_DIST_INIT_FILE, or MASTER_ADDR and ",
              "MASTER_PORT, to name the file that hands out rank 0's NCCL id");
-    info.init_file = (fs::temp_directory_path() / ("tapegrad-nccl-" + *addr + "-" + *port + "-" +
-                                                   env("TORCHELASTIC_RUN_ID").value_or("none") + ".id"))
+    info.init_file = (fs::path(private_temp_folder()) / ("nccl-" + *addr + "-" + *port + "-" +
+                                                          env("TORCHELASTIC_RUN_ID").value_or("none") + ".id"))
                          .string();
   }
   return info;
@@ -74,9 +95,11 @@ LaunchInfo launch_info(const Environment& env) {
 std::string share_through_file(const LaunchInfo& info, const std::function<std::string()>& make,
                                std::chrono::milliseconds timeout) {
   TG_CHECK(!info.init_file.empty(), kOp, "WORLD_SIZE=", info.world_size, " wants an id file");
+  check_private_folder(fs::path(info.init_file).parent_path().empty() ? "." : fs::path(info.init_file).parent_path().string(),
+                       info.init_file);
   if (info.rank == 0) {
     std::string bytes = make();
-    io::write_file_atomic(info.init_file, bytes);
+    io::write_file_atomic(info.init_file, bytes, 0600);  // a temporary made with O_EXCL, 0600, renamed
     return bytes;
   }
   const auto oldest = process_start - std::chrono::seconds(60);  // older: a crashed run's
@@ -85,7 +108,11 @@ std::string share_through_file(const LaunchInfo& info, const std::function<std::
     std::error_code ec;
     const auto written = fs::last_write_time(info.init_file, ec);
     if (!ec && written >= oldest) {
-      const std::vector<uint8_t> bytes = io::read_file(info.init_file);  // complete: written by a rename
+      struct stat st {};
+      TG_CHECK(::lstat(info.init_file.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == ::geteuid() &&
+                   (st.st_mode & 077) == 0,
+               kOp, "'", info.init_file, "' is not a file of this user's that only they can read: not an NCCL id to trust");
+      const std::vector<uint8_t> bytes = io::read_file(info.init_file, 4096);  // complete: written by a rename
       if (!bytes.empty()) return std::string(bytes.begin(), bytes.end());
     }
     TG_CHECK(std::chrono::steady_clock::now() < deadline, kOp, "rank ", info.rank, " waited ", timeout.count(),

@@ -1,9 +1,11 @@
 // Joining a data-parallel group: one process per GPU, started by --nproc, examples/launch or torchrun,
 // which set RANK, WORLD_SIZE and LOCAL_RANK. Rank 0 makes the NCCL id and hands it to the others
 // through a file: TG_DIST_INIT_FILE (the launcher makes a fresh one per run), else one in the
-// temporary directory named by MASTER_ADDR, MASTER_PORT and TORCHELASTIC_RUN_ID (torchrun's).
-// A file written over a minute before the waiting rank's process started (a crashed run's) is
-// not read; rank 0 removes the file once every rank has joined.
+// temporary directory's tapegrad-<uid> folder (made 0700) named by MASTER_ADDR, MASTER_PORT and
+// TORCHELASTIC_RUN_ID (torchrun's). The file is made 0600 (O_EXCL, then renamed) in a folder
+// only this user can write, and read only when it is this user's and private: another user
+// cannot hand the ranks an id. A file written over a minute before the waiting rank's process
+// started (a crashed run's) is not read; rank 0 removes the file once every rank has joined.
 #pragma once
 
 #include <chrono>

@@ -8,13 +8,17 @@
 //
 // The continuation goes to stdout as it grows; what was loaded and the speed go to stderr.
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 
 #include "examples/common/base_model.h"
 #include "examples/common/flags.h"
+#include "examples/common/inputs.h"
 #include "examples/common/precision.h"
 #include "examples/common/printable.h"
+#include "examples/common/vocabulary.h"
 #include "nn/generation.h"
 #include "peft/lora.h"
 #include "tapegrad.h"
@@ -48,10 +52,15 @@ class TextStream {
   std::string text(size_t n) const {
     const std::vector<int32_t> ids(ids_.begin(), ids_.begin() + static_cast<int64_t>(n));
     if (!tokenizer_) return std::string(ids.begin(), ids.end());  // the toy: bytes
-    return tokenizer_->decode(ids, /*skip_special_tokens=*/true);
+    return examples::decode_lenient(*tokenizer_, ids);  // the model may have rows the tokenizer lacks
   }
   bool byte_token(int32_t id) const {
-    const std::string t = tokenizer_->id_to_token(id);
+    std::string t;
+    try {
+      t = tokenizer_->id_to_token(id);
+    } catch (const Error&) {
+      return false;  // an id the tokenizer lacks (a padding row of the model): decodes as unknown
+    }
     return t.size() == 6 && t.compare(0, 3, "<0x") == 0 && t[5] == '>';
   }
   std::string settled() const {
@@ -102,31 +111,38 @@ int run(int argc, char** argv) {
     throw examples::UsageError("--device wants cpu, cuda or auto, got '" + dev + "'\n" + flags.usage());
   const Device device = dev == "auto" ? default_device() : dev == "cuda" ? Device::cuda() : Device::cpu();
   const DType dtype = examples::dtype_flag(flags);
-  if (flags.integer("threads") > 0) set_num_threads(static_cast<int>(flags.integer("threads")));
+  if (const int64_t threads = flags.integer("threads", 0, 4096); threads > 0) set_num_threads(static_cast<int>(threads));
 
-  // The generation settings: the folder's, then the flags.
+  // Every flag and file checked before the model loads; then the folder's generation settings
+  // (generation_config.json, checked too), then the flags.
   const std::string model_path = flags.str("model");
-  examples::BaseModel base = examples::load_base(model_path, flags.str("config"), "generate", "--model");
-  nn::GenerationConfig cfg = base.hf_folder ? nn::GenerationConfig::from_pretrained(model_path) : nn::GenerationConfig{};
-  cfg.max_new_tokens = flags.integer("max-new-tokens");
+  examples::check_model_path(flags, "model");
+  const bool hf_folder = std::filesystem::is_directory(model_path);
+  if (!flags.str("adapter").empty()) examples::check_adapter_folder(flags.str("adapter"), "adapter");
+  else if (flags.boolean("merge")) throw examples::UsageError("--merge needs an --adapter\n" + flags.usage());
+  nn::GenerationConfig cfg = hf_folder ? nn::GenerationConfig::from_pretrained(model_path) : nn::GenerationConfig{};
+  cfg.max_new_tokens = flags.integer("max-new-tokens", 1, INT32_MAX);
   if (flags.was_set("temperature")) {
-    cfg.temperature = flags.number("temperature");
+    cfg.temperature = flags.number("temperature", 0);
     cfg.do_sample = cfg.temperature > 0;
   }
-  if (flags.was_set("top-k")) cfg.top_k = flags.integer("top-k");
-  if (flags.was_set("top-p")) cfg.top_p = flags.number("top-p");
-  if (flags.was_set("repetition-penalty")) cfg.repetition_penalty = flags.number("repetition-penalty");
-  cfg.seed = static_cast<uint64_t>(flags.integer("seed"));
+  if (flags.was_set("top-k")) cfg.top_k = flags.integer("top-k", 0, INT32_MAX);
+  if (flags.was_set("top-p")) cfg.top_p = flags.number("top-p", 0, 1);
+  if (flags.was_set("repetition-penalty")) cfg.repetition_penalty = flags.number("repetition-penalty", 0);
+  cfg.seed = static_cast<uint64_t>(flags.integer("seed", 0));
   if (cfg.greedy() && (flags.was_set("top-k") || flags.was_set("top-p")))
     throw examples::UsageError("--top-k and --top-p are for sampling: add --temperature > 0\n" + flags.usage());
+  cfg.validate();
+  if (hf_folder) examples::check_folder_vocabulary(model_path, "generate", "--model");
+  examples::BaseModel base = examples::load_base(model_path, flags.str("config"), "generate", "--model");
+  if (base.tokenizer)
+    examples::check_vocabulary(*base.tokenizer, examples::embedding_rows(*base.model), "generate", "--model", model_path);
 
   nn::Module& model = *base.model;
   model.to(dtype);  // before the adapter, which then stays float32 on a bfloat16 base (as peft)
   if (!flags.str("adapter").empty()) {
     peft::load_adapter(model, flags.str("adapter"));
     if (flags.boolean("merge")) peft::merge_and_unload(model);
-  } else if (flags.boolean("merge")) {
-    throw examples::UsageError("--merge needs an --adapter\n" + flags.usage());
   }
   model.to(device);
 

@@ -10,21 +10,19 @@
 #include <vector>
 
 #include "examples/common/launcher.h"
+#include "io/number.h"
 
 int main(int argc, char** argv) {
   const std::string usage = "usage: launch --nproc N <program> [args...]\n";
   if (argc < 4 || std::string(argv[1]) != "--nproc") return std::fputs(usage.c_str(), stderr), 2;
-  int nproc = 0;
-  try {
-    size_t used = 0;
-    nproc = std::stoi(argv[2], &used);
-    if (used != std::string(argv[2]).size() || nproc < 1) throw std::invalid_argument("nproc");
-  } catch (const std::exception&) {
-    std::fprintf(stderr, "launch: --nproc wants a positive integer, got '%s'\n%s", argv[2], usage.c_str());
+  const std::optional<int> nproc = tg::io::parse_integer<int>(argv[2]);
+  if (!nproc || *nproc < 1 || *nproc > examples::kMaxRanks) {
+    std::fprintf(stderr, "launch: --nproc wants an integer in [1, %d], got '%s'\n%s", examples::kMaxRanks, argv[2],
+                 usage.c_str());
     return 2;
   }
   try {
-    return examples::launch_ranks(nproc, argv[3], std::vector<std::string>(argv + 4, argv + argc));
+    return examples::launch_ranks(*nproc, argv[3], std::vector<std::string>(argv + 4, argv + argc));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "launch: %s\n", e.what());
     return 1;

@@ -25,6 +25,7 @@
 // run under capture on the H200).
 #include <atomic>
 #include <csignal>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -37,9 +38,11 @@
 #include "examples/common/evaluate.h"
 #include "examples/common/flags.h"
 #include "examples/common/graphed_step.h"
+#include "examples/common/inputs.h"
 #include "examples/common/printable.h"
 #include "examples/common/precision.h"
 #include "examples/common/train_log.h"
+#include "examples/common/vocabulary.h"
 #include "nn/checkpoint.h"
 #include "nn/generation.h"
 #include "io/json.h"
@@ -57,6 +60,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
+constexpr int64_t kMaxThreads = 4096;
 std::atomic<bool> interrupted{false};
 void on_sigint(int) { interrupted = true; }
 
@@ -106,7 +110,7 @@ std::string unescape(const std::string& s) {
 
 std::string sample_text(const examples::BaseModel& base, const std::vector<int32_t>& ids) {
   if (!base.tokenizer) return examples::printable(std::string(ids.begin(), ids.end()));
-  return examples::printable(base.tokenizer->decode(ids, /*skip_special_tokens=*/true));
+  return examples::printable(examples::decode_lenient(*base.tokenizer, ids));  // the model may have padding rows
 }
 
 int run(int argc, char** argv) {
@@ -170,28 +174,34 @@ int run(int argc, char** argv) {
   Device device = dev == "auto" ? default_device() : dev == "cuda" ? Device::cuda() : Device::cpu();
   const DType dtype = examples::dtype_flag(flags);
   const examples::Ranks ranks = examples::join_if_launched(device, dev);
-  if (flags.integer("threads") > 0) set_num_threads(static_cast<int>(flags.integer("threads")));
-  const int64_t steps = flags.integer("steps"), batch = flags.integer("batch"), seq = flags.integer("seq"),
-                accum = flags.integer("grad-accum");
-  for (const char* name : {"steps", "batch", "grad-accum"})
-    if (flags.integer(name) < 1)
-      throw examples::UsageError(std::string("--") + name + " wants at least 1, got " + flags.str(name) + "\n" + flags.usage());
+  if (const int64_t threads = flags.integer("threads", 0, kMaxThreads); threads > 0) set_num_threads(static_cast<int>(threads));
+  // Bounds far above any real run, below where the sizes below would overflow or exhaust memory.
+  const int64_t steps = flags.integer("steps", 1, int64_t{1} << 40), batch = flags.integer("batch", 1, int64_t{1} << 20),
+                seq = flags.integer("seq", 2, int64_t{1} << 24), accum = flags.integer("grad-accum", 1, int64_t{1} << 20);
+  if (batch * seq > (int64_t{1} << 30))
+    throw examples::UsageError("--batch " + flags.str("batch") + " x --seq " + flags.str("seq") + " is " +
+                               std::to_string(batch * seq) + " tokens a micro-batch, more than 2^30: lower them (and "
+                               "raise --grad-accum)\n");
+  if (steps > INT64_MAX / accum / batch)
+    throw examples::UsageError("--steps x --grad-accum x --batch overflows the row count: lower them\n");
   examples::check_batch_splits(batch, ranks);
-  if (seq < 2) throw examples::UsageError("--seq wants at least 2 (one next-token target), got " + flags.str("seq") + "\n" + flags.usage());
   const std::string layout_name = flags.str("layout");
   if (layout_name != "pack" && layout_name != "pad")
     throw examples::UsageError("--layout wants pack or pad, got '" + layout_name + "'\n" + flags.usage());
   const data::Layout layout = layout_name == "pack" ? data::Layout::Pack : data::Layout::Pad;
   const std::string out = flags.str("out"), ckpt = out + "/checkpoint.safetensors";
-  const uint64_t seed = static_cast<uint64_t>(flags.integer("seed"));
+  const uint64_t seed = static_cast<uint64_t>(flags.integer("seed", 0));
   // Every numeric flag read now: a bad value is reported before any file is touched.
-  const int64_t rank = flags.integer("rank"), warmup = flags.integer("warmup"), eval_every = flags.integer("eval-every"),
-                save_every = flags.integer("save-every"), stop_at = flags.integer("stop-at"),
-                sample_tokens = flags.integer("sample-tokens");
-  const double alpha = flags.number("alpha"), lora_dropout = flags.number("dropout"), lr = flags.number("lr"),
-               weight_decay = flags.number("weight-decay"), clip = flags.number("clip"),
-               val_fraction = flags.number("val-fraction");
-  const int eval_batches = static_cast<int>(flags.integer("eval-batches"));
+  const int64_t rank = flags.integer("rank", 1, 1 << 16), warmup = flags.integer("warmup", 0),
+                eval_every = flags.integer("eval-every", 0), save_every = flags.integer("save-every", 0),
+                stop_at = flags.integer("stop-at", 0), sample_tokens = flags.integer("sample-tokens", 0, INT32_MAX);
+  const double alpha = flags.number("alpha"), lora_dropout = flags.number("dropout", 0, 1), lr = flags.number("lr", 0),
+               weight_decay = flags.number("weight-decay", 0), clip = flags.number("clip", 0),
+               val_fraction = flags.number("val-fraction", 0, 1);
+  if (lora_dropout == 1) throw examples::UsageError("--dropout wants a probability in [0, 1), got 1\n");
+  if (val_fraction == 0 || val_fraction == 1)
+    throw examples::UsageError("--val-fraction wants a fraction in (0, 1), got " + flags.str("val-fraction") + "\n");
+  const int eval_batches = static_cast<int>(flags.integer("eval-batches", 0, INT32_MAX));
   const bool allow_binary = flags.boolean("bytes"), resume = flags.boolean("resume"), merge = flags.boolean("merge"),
              checkpointing = flags.boolean("gradient-checkpointing"), full = flags.boolean("full");
   if (full && merge) throw examples::UsageError("--merge folds LoRA into the base: with --full the model itself is written\n");
@@ -211,8 +221,21 @@ int run(int argc, char** argv) {
     throw examples::UsageError("--cuda-graph on: cannot capture the step, " + graph_blocker + "\n");
   bool use_graph = graph_flag != "off" && graph_blocker.empty();
 
+  // Every file checked before the model loads (minutes for a large one).
+  examples::check_model_path(flags, "base");
+  const bool hf_base = fs::is_directory(flags.str("base"));
+  if (flags.str("data").empty() && hf_base)
+    throw examples::UsageError("--data is needed with a Hugging Face base\n" + flags.usage());
+  for (const char* name : {"data", "val"})
+    if (!flags.str(name).empty()) examples::check_data_file(flags.str(name), name);
+  if (resume && !fs::exists(ckpt)) throw examples::UsageError("--resume: no checkpoint at " + ckpt + "\n");
+  if (hf_base) examples::check_folder_vocabulary(flags.str("base"), "lora_finetune", "--base");
+
   // The base model, frozen, with LoRA on the targets.
   examples::BaseModel base = examples::load_base(flags.str("base"), flags.str("config"));
+  if (base.tokenizer)
+    examples::check_vocabulary(*base.tokenizer, examples::embedding_rows(*base.model), "lora_finetune", "--base",
+                               flags.str("base"));
   if (seq > base.context)
     throw examples::UsageError("--seq " + std::to_string(seq) + " exceeds the model's context of " +
                                std::to_string(base.context) + " tokens\n" + flags.usage());
@@ -251,14 +274,24 @@ int run(int argc, char** argv) {
   } else {
     corpus = examples::load_corpus(flags.str("data"), "data", base, separator, allow_binary);
   }
+  // Token files hold ids of whatever tokenizer made them: checked once against the embedding.
+  const int64_t vocab_rows = examples::embedding_rows(model);
+  auto check_ids = [&](const data::TokenCorpus& c, const char* flag) {
+    if (const int64_t top = data::max_token_id(c); top >= vocab_rows)
+      throw examples::UsageError(std::string("--") + flag + " '" + flags.str(flag) + "' holds token id " +
+                                 std::to_string(top) + ", outside the model's embedding of " + std::to_string(vocab_rows) +
+                                 " rows (a token file made with another tokenizer?)\n");
+  };
+  if (!flags.str("data").empty()) check_ids(*corpus, "data");
   const int32_t pad_id = base.tokenizer && base.tokenizer->pad_token_id() ? *base.tokenizer->pad_token_id()
                          : base.tokenizer && base.tokenizer->eos_token_id() ? *base.tokenizer->eos_token_id() : 0;
   data::SequenceDataset all(corpus, seq, layout, pad_id);
   std::optional<data::SequenceDataset> train_rows, val_rows;
   if (!flags.str("val").empty()) {
     train_rows = all;
-    val_rows = data::SequenceDataset(examples::load_corpus(flags.str("val"), "val", base, separator, allow_binary), seq,
-                                     layout, pad_id);
+    const auto val_corpus = examples::load_corpus(flags.str("val"), "val", base, separator, allow_binary);
+    check_ids(*val_corpus, "val");
+    val_rows = data::SequenceDataset(val_corpus, seq, layout, pad_id);
   } else {
     auto [v, t] = all.split(val_fraction);
     train_rows = t, val_rows = v;
@@ -285,10 +318,12 @@ int run(int argc, char** argv) {
   const examples::CheckpointMetadata run_meta = {{"training_flags", training_flags_json(flags)}};
   int64_t start = 0;
   if (resume) {
-    if (!fs::exists(ckpt)) throw examples::UsageError("--resume: no checkpoint at " + ckpt + "\n");
     // Flags first: a changed --rank would otherwise fail as a shape mismatch.
     check_resume_flags(flags, examples::checkpoint_metadata(ckpt), ckpt);
     start = examples::load_training_checkpoint(ckpt, model, opt);
+    if (start > steps)
+      throw examples::UsageError("--resume: " + ckpt + " is at step " + std::to_string(start) + ", beyond --steps " +
+                                 std::to_string(steps) + "\n");
     schedule.set_step(start);
     if (ranks.main()) std::printf("resumed from %s at step %lld\n", ckpt.c_str(), static_cast<long long>(start));
   }
@@ -383,8 +418,6 @@ int run(int argc, char** argv) {
     }
   }
   if (!ranks.main()) return log.finish(), 0;  // rank 0 validates and writes
-  validate(steps);
-  log.finish();
 
   // The whole model, as the base came: a Hugging Face folder (with its tokenizer) or a toy file.
   auto save_model = [&](const std::string& name, const char* what) {
@@ -397,12 +430,15 @@ int run(int argc, char** argv) {
       std::printf("%s model: %s/%s.safetensors\n", what, out.c_str(), name.c_str());
     }
   };
+  // What was trained is written first: nothing after it (the validation's sample) may lose it.
   if (full) {
     save_model("model", "fine-tuned");
   } else {
     peft::save_adapter(model, out + "/adapter", lora);
     std::printf("adapter: %s/adapter (adapter_model.safetensors + adapter_config.json)\n", out.c_str());
   }
+  validate(steps);
+  log.finish();
   if (device.is_cuda()) std::printf("%s\n", examples::peak_memory_line(device).c_str());
   if (merge) {
     peft::merge_and_unload(model);

@@ -143,35 +143,46 @@ void carry_over(const fs::path& src, const fs::path& dst) {
   }
 }
 
-std::vector<uint8_t> read_fd(int fd, const std::string& path) {
-  std::vector<uint8_t> data;
+// Reads all of fd (opened O_NONBLOCK, so that a FIFO does not block the open) and closes it.
+std::vector<uint8_t> read_fd(int fd, const std::string& path, size_t max_bytes) {
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
   struct stat st {};
-  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) data.reserve(static_cast<size_t>(st.st_size));
+  TG_CHECK(::fstat(fd, &st) == 0, "read_file", "cannot stat '", path, "': ", errno_text());
+  TG_CHECK(S_ISREG(st.st_mode), "read_file", "'", path, "' is not a regular file (",
+           S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device" : "not a file",
+           "): wants a file");
+  auto too_large = [&](uint64_t size) {
+    fail("read_file", "'", path, "' holds ", size, " bytes, more than the ", max_bytes, " a file of its kind may hold");
+  };
+  if (static_cast<uint64_t>(st.st_size) > max_bytes) too_large(static_cast<uint64_t>(st.st_size));
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags >= 0) ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  std::vector<uint8_t> data;
+  data.reserve(static_cast<size_t>(st.st_size));
   uint8_t buf[1 << 16];
   while (true) {
     ssize_t n = ::read(fd, buf, sizeof(buf));
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      std::string why = errno_text();
-      ::close(fd);
-      fail("read_file", "cannot read '", path, "': ", why);
-    }
+    TG_CHECK(n >= 0, "read_file", "cannot read '", path, "': ", errno_text());
     if (n == 0) break;
+    if (data.size() + static_cast<size_t>(n) > max_bytes) too_large(data.size() + static_cast<size_t>(n));  // it grew
     data.insert(data.end(), buf, buf + n);
   }
-  ::close(fd);
   return data;
 }
 
 }  // namespace
 
-std::vector<uint8_t> read_file(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+std::vector<uint8_t> read_file(const std::string& path, size_t max_bytes) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   TG_CHECK(fd >= 0, "read_file", "cannot open '", path, "': ", errno_text());
-  return read_fd(fd, path);
+  return read_fd(fd, path, max_bytes);
 }
 
-void write_file_atomic(const std::string& path, const Producer& produce) {
+void write_file_atomic(const std::string& path, const Producer& produce, unsigned new_mode) {
   const auto [dir, name] = split(path);
   TG_CHECK(!name.empty() && name != "." && name != "..", "save", "'", path, "' names no file");
   remove_stale_temps(dir, name);
@@ -179,7 +190,7 @@ void write_file_atomic(const std::string& path, const Producer& produce) {
   create_temp_file(tmp, dir, name, path);
   write_all(tmp.fd, tmp.path, path, produce);
   struct stat st {};
-  const mode_t mode = ::stat(path.c_str(), &st) == 0 ? (st.st_mode & 07777) : 0644;
+  const mode_t mode = ::stat(path.c_str(), &st) == 0 ? (st.st_mode & 07777) : static_cast<mode_t>(new_mode);
   TG_CHECK(::fchmod(tmp.fd, mode) == 0, "save", "cannot set the mode of '", tmp.path, "': ", errno_text());
   TG_CHECK(::rename(tmp.path.c_str(), path.c_str()) == 0, "save", "cannot rename '", tmp.path, "' to '", path,
            "': ", errno_text(), " ('", path, "' is left unchanged)");
@@ -187,8 +198,8 @@ void write_file_atomic(const std::string& path, const Producer& produce) {
   fsync_dir(dir, "the rename of '" + path + "'");
 }
 
-void write_file_atomic(const std::string& path, const std::string& content) {
-  write_file_atomic(path, [&](const ChunkWriter& write) { write(content.data(), content.size()); });
+void write_file_atomic(const std::string& path, const std::string& content, unsigned new_mode) {
+  write_file_atomic(path, [&](const ChunkWriter& write) { write(content.data(), content.size()); }, new_mode);
 }
 
 void FolderWriter::write(const std::string& name, const Producer& produce) {
@@ -276,10 +287,10 @@ bool Folder::exists(const std::string& name) const {
   return ::fstatat(fd_, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0;
 }
 
-std::vector<uint8_t> Folder::read(const std::string& name) const {
-  int fd = ::openat(fd_, name.c_str(), O_RDONLY | O_CLOEXEC);
+std::vector<uint8_t> Folder::read(const std::string& name, size_t max_bytes) const {
+  int fd = ::openat(fd_, name.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   TG_CHECK(fd >= 0, "read_file", "cannot open '", path_of(name), "': ", errno_text());
-  return read_fd(fd, path_of(name));
+  return read_fd(fd, path_of(name), max_bytes);
 }
 
 File Folder::open(const std::string& name) const {

@@ -18,8 +18,13 @@
 
 namespace tg::io {
 
-// The file's bytes; tg::Error naming the path when it cannot be read.
-std::vector<uint8_t> read_file(const std::string& path);
+// What a config, tokenizer or other small file named by a model folder may hold (Gemma's
+// tokenizer.json is 33 MB): more is a corrupt or hostile file, not one to read into memory.
+inline constexpr size_t kMaxConfigBytes = size_t{256} << 20;
+
+// The file's bytes; tg::Error naming the path when it cannot be read, is not a regular file (a
+// FIFO or a device would be read without end) or holds more than max_bytes.
+std::vector<uint8_t> read_file(const std::string& path, size_t max_bytes = SIZE_MAX);
 
 // Receives consecutive chunks of a file being written.
 using ChunkWriter = std::function<void(const void* data, size_t size)>;
@@ -28,9 +33,9 @@ using ChunkWriter = std::function<void(const void* data, size_t size)>;
 using Producer = std::function<void(const ChunkWriter&)>;
 
 // Writes `path` atomically (see above). An existing file keeps its permission bits; a new one
-// gets 0644.
-void write_file_atomic(const std::string& path, const Producer& produce);
-void write_file_atomic(const std::string& path, const std::string& content);
+// gets `new_mode` (0600: only this user reads it, as an NCCL id wants).
+void write_file_atomic(const std::string& path, const Producer& produce, unsigned new_mode = 0644);
+void write_file_atomic(const std::string& path, const std::string& content, unsigned new_mode = 0644);
 
 class FolderWriter;
 // Writes folder `dir` as a unit: `produce` writes its files into a fresh temporary folder beside
@@ -94,7 +99,7 @@ class Folder {
   std::string path_of(const std::string& name) const { return path_ + "/" + name; }  // for messages
   bool has_file(const std::string& name) const;
   bool exists(const std::string& name) const;
-  std::vector<uint8_t> read(const std::string& name) const;
+  std::vector<uint8_t> read(const std::string& name, size_t max_bytes = SIZE_MAX) const;  // as read_file
   File open(const std::string& name) const;
 
  private:

@@ -248,6 +248,23 @@ class Parser {
 
 
 
+  // One multi-byte UTF-8 character, checked (JSON text is UTF-8: a string that is not would
+  // reach code that trusts its lengths, e.g. a tokenizer's vocabulary).
+  void append_utf8_sequence(std::string& out) {
+    const auto at = [&](size_t i) { return pos_ + i < s_.size() ? static_cast<unsigned char>(s_[pos_ + i]) : 0u; };
+    const unsigned lead = at(0);
+    // Unicode's well-formed sequences: no overlong forms, no surrogates, nothing above U+10FFFF.
+    const size_t n = lead >= 0xC2 && lead <= 0xDF ? 2 : lead >= 0xE0 && lead <= 0xEF ? 3 : lead >= 0xF0 && lead <= 0xF4 ? 4 : 0;
+    if (n == 0) error("invalid UTF-8 in string");
+    const unsigned lo = lead == 0xE0 ? 0xA0 : lead == 0xF0 ? 0x90 : 0x80;
+    const unsigned hi = lead == 0xED ? 0x9F : lead == 0xF4 ? 0x8F : 0xBF;
+    if (at(1) < lo || at(1) > hi) error("invalid UTF-8 in string");
+    for (size_t i = 2; i < n; ++i)
+      if ((at(i) & 0xC0) != 0x80) error("invalid UTF-8 in string");
+    out.append(s_.data() + pos_, n);
+    pos_ += n;
+  }
+
   std::string parse_string() {
     expect('"');
     std::string out;
@@ -258,6 +275,11 @@ class Parser {
       if (c < 0x20) {
         --pos_;
         error("control character in string");
+      }
+      if (c >= 0x80) {
+        --pos_;
+        append_utf8_sequence(out);
+        continue;
       }
       if (c != '\\') {
         out += static_cast<char>(c);

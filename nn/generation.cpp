@@ -132,9 +132,9 @@ std::vector<std::vector<int32_t>> generate(Module& model, const std::vector<std:
   }
   for (int32_t id : config.eos_token_id)
     TG_CHECK(id < V, kOp, "eos_token_id ", id, " is outside the model's ", V, " logits");
-  TG_CHECK(P + config.max_new_tokens <= dims.context, kOp, "the longest prompt (", P, " tokens) + max_new_tokens ",
-           config.max_new_tokens, " = ", P + config.max_new_tokens, " exceeds the model's context (",
-           dims.context_field, " ", dims.context, ")");
+  TG_CHECK(config.max_new_tokens <= dims.context - P, kOp, "the longest prompt (", P, " tokens) + max_new_tokens ",
+           config.max_new_tokens, " exceeds the model's context (", dims.context_field, " ", dims.context,
+           ")");  // no sum: it may overflow
 
   NoGradGuard no_grad;
   EvalScope eval(model);

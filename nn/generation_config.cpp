@@ -75,7 +75,7 @@ GenerationConfig GenerationConfig::from_pretrained(const std::string& dir) {
   const bool own = fs::exists(gen);
   TG_CHECK(own || fs::exists(model), kOp, "neither generation_config.json nor config.json in '", dir, "'");
   const std::string source = (own ? gen : model).string();
-  const std::vector<uint8_t> bytes = io::read_file(source);
+  const std::vector<uint8_t> bytes = io::read_file(source, io::kMaxConfigBytes);
   json::Value v;
   try {
     v = json::parse(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));

@@ -2,8 +2,11 @@
 // the seeded order, the errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <fstream>
 #include <set>
+#include <thread>
 
 #include "data/dataset.h"
 #include "data/tokenizer.h"
@@ -71,6 +74,52 @@ TEST(Dataset, JsonlPromptTokensAreLabelledIgnoreAndEachExampleEndsInEos) {
   for (int32_t v : bytes("doc")) labels.push_back(v);
   labels.push_back(256);
   EXPECT_EQ(read_all(*c, true), labels);
+}
+
+std::filesystem::path tokenizer_fixtures() { return std::filesystem::path(__FILE__).parent_path() / "fixtures" / "tokenizers"; }
+
+// Llama-2's tokenizer (Metaspace, legacy): a completion encoded on its own began with a lone
+// "▁" (the 28705) that the text encoded in one piece never has. As TRL: prompt +
+// completion encoded together, the prompt's own length not learned.
+TEST(Dataset, PromptAndCompletionAreEncodedTogetherAsInferenceSeesThem) {
+  TempDir dir;
+  const Tokenizer tok = Tokenizer::from_pretrained(tokenizer_fixtures() / "spm_legacy");
+  write(dir / "d.jsonl", "{\"prompt\": \"Translate to French: cheese\", \"completion\": \" fromage\"}\n");
+  std::vector<std::string> warnings;
+  const TextOptions options{.warn = [&](const std::string& w) { warnings.push_back(w); }};
+  auto c = tokenize_jsonl_file(dir / "d.jsonl", tok, options);
+  std::vector<int32_t> want = tok.encode("Translate to French: cheese fromage");
+  want.push_back(*tok.eos_token_id());
+  EXPECT_EQ(read_all(*c, false), want);
+  const size_t prompt = tok.encode("Translate to French: cheese").size();
+  std::vector<int32_t> labels = want;
+  std::fill_n(labels.begin(), prompt, kIgnoreIndex);
+  EXPECT_EQ(read_all(*c, true), labels);
+  EXPECT_TRUE(warnings.empty());
+  // The old way's lone piece is not there.
+  const auto lone = tok.token_to_id("\xE2\x96\x81");
+  ASSERT_TRUE(lone.has_value());
+  EXPECT_EQ(std::count(want.begin(), want.end(), *lone), 0);
+}
+
+TEST(Dataset, PromptTokensThatAreNotAPrefixWarnOnceWithTheCount) {
+  TempDir dir;
+  const Tokenizer tok = Tokenizer::from_pretrained(tokenizer_fixtures() / "spm_legacy");
+  // A prompt ending in a space: alone it ends in "▁", together the space joins the next word.
+  write(dir / "d.jsonl", "{\"prompt\": \"Q: cheese \", \"completion\": \"fromage\"}\n"
+                         "{\"text\": \"a document\"}\n"
+                         "{\"prompt\": \"Q: bread \", \"completion\": \"pain\"}\n"
+                         "{\"prompt\": \"Q: wine\", \"completion\": \" vin\"}\n");
+  std::vector<std::string> warnings;
+  auto c = tokenize_jsonl_file(dir / "d.jsonl", tok, {.warn = [&](const std::string& w) { warnings.push_back(w); }});
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("in 2 of 3 prompt / completion examples (the first at line 1)"), std::string::npos)
+      << warnings[0];
+  // The labels still start after the prompt's own length, as TRL takes them.
+  const std::vector<int32_t> whole = tok.encode("Q: cheese fromage");
+  const std::vector<int32_t> labels = read_all(*c, true);
+  const size_t prompt = tok.encode("Q: cheese ").size();
+  for (size_t i = 0; i < whole.size(); ++i) EXPECT_EQ(labels[i], i < prompt ? kIgnoreIndex : whole[i]) << i;
 }
 
 TEST(Dataset, JsonlErrorsNameTheFileAndLine) {
@@ -181,6 +230,27 @@ TEST(Dataset, SplitTakesTheLastRowsForValidation) {
   for (int64_t b = 0; b < 8; ++b) EXPECT_LT(train.batch(b, 1, 0, tg::Device::cpu()).ids.to_vector<int64_t>()[0], 80);
   EXPECT_ERROR_HAS(ds.split(1.0), "fraction must be in (0, 1)");
   EXPECT_ERROR_HAS(SequenceDataset(corpus_from_examples({ids}), 1, Layout::Pack), "seq must be at least 2");
+}
+
+// Batches drawn from many threads at once (the shared permutation behind a mutex) are those
+// drawn alone; scripts/tsan-check.sh runs this under ThreadSanitizer.
+TEST(Dataset, BatchesFromManyThreadsAtOnceAreThoseDrawnAlone) {
+  std::vector<int32_t> ids(4096);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i % 251);
+  const SequenceDataset rows(corpus_from_examples({ids}), 16, Layout::Pack);
+  std::vector<std::vector<int64_t>> want;
+  for (int64_t b = 0; b < 64; ++b) want.push_back(rows.batch(b, 8, 3, tg::Device::cpu()).ids.to_vector<int64_t>());
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> threads;
+  for (int k = 0; k < 8; ++k)
+    threads.emplace_back([&, k] {
+      for (int64_t b = 0; b < 64; ++b) {
+        const int64_t i = (b * 5 + k) % 64;  // threads in different epochs at once
+        if (rows.batch(i, 8, 3, tg::Device::cpu()).ids.to_vector<int64_t>() != want[static_cast<size_t>(i)]) ++wrong;
+      }
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(wrong.load(), 0);
 }
 
 }  // namespace

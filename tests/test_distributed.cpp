@@ -2,6 +2,7 @@
 // launch, the averaged gradients against one process's full batch, training on 1 and N ranks,
 // and the launch environment. GPU tests (NCCL, world size 1) skip without a GPU.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -393,7 +394,7 @@ TEST(LaunchInfo, ReadsTorchrunsVariables) {
   EXPECT_EQ(info.init_file, "/tmp/x.id");
   info = distributed::launch_info(env_of({{"WORLD_SIZE", "2"}, {"RANK", "1"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29500"}}));
   EXPECT_EQ(info.local_rank, 1);  // LOCAL_RANK defaults to RANK
-  EXPECT_NE(info.init_file.find("tapegrad-nccl-127.0.0.1-29500-none.id"), std::string::npos);
+  EXPECT_NE(info.init_file.find("/tapegrad-" + std::to_string(::geteuid()) + "/nccl-127.0.0.1-29500-none.id"), std::string::npos);
   info = distributed::launch_info(env_of({{"WORLD_SIZE", "1"}, {"RANK", "0"}}));
   EXPECT_TRUE(info.init_file.empty());  // one rank exchanges nothing
 }

@@ -17,6 +17,7 @@
 #include "core/primitives.h"
 #include "data/tokenizer.h"
 #include "examples/common/printable.h"
+#include "examples/common/vocabulary.h"
 #include "io/file.h"
 #include "io/json.h"
 #include "nn/generation.h"
@@ -352,8 +353,10 @@ TEST(Generate, BadInputIsNamed) {
   EXPECT_ERROR_HAS(nn::generate(*m, p, {.top_k = 10}), "top_k 10 is set but do_sample is false");
   EXPECT_ERROR_HAS(nn::generate(*m, p, {.top_p = 0.9}), "top_p 0.9 is set but do_sample is false");
   EXPECT_ERROR_HAS(nn::generate(*m, p, {.max_new_tokens = 38}),
-                   "longest prompt (3 tokens) + max_new_tokens 38 = 41 exceeds the model's context "
+                   "longest prompt (3 tokens) + max_new_tokens 38 exceeds the model's context "
                    "(max_position_embeddings 40)");
+  // Near 2^63 the prompt + max_new_tokens sum overflowed into a small number that passed.
+  EXPECT_ERROR_HAS(nn::generate(*m, p, {.max_new_tokens = INT64_MAX - 1}), "exceeds the model's context");
   EXPECT_ERROR_HAS(nn::generate(*m, {{1}, {}}, {}), "prompt 1 is empty");
   EXPECT_ERROR_HAS(nn::generate(*m, {}, {}), "input_ids holds no prompt");
   EXPECT_ERROR_HAS(nn::generate(*m, {{1, 61}}, {}), "prompt 0 holds token 61 at 1", "vocabulary [0, 61)");
@@ -453,6 +456,37 @@ TEST(GenerateExample, StreamsWhatTheLibraryGeneratesFromAFolder) {
     EXPECT_EQ(got, examples::printable(tok.decode(want, /*skip_special_tokens=*/true), /*one_line=*/false) + "\n")
         << name;
   }
+}
+
+// A model with more rows than its tokenizer (the padding rows of Qwen and Llama-3 folders): what
+// it generates always decodes, an id the tokenizer lacks as the unknown piece; a tokenizer with
+// more ids than the model is refused before the model loads.
+TEST(GenerateExample, TheTokenizerIsCheckedAgainstTheEmbedding) {
+  const fs::path here = fs::path(__FILE__).parent_path() / "fixtures" / "tokenizers";
+  TempDir dir;
+  auto tok = data::Tokenizer::from_pretrained((here / "tiny_llama").string());
+  EXPECT_EQ(examples::decode_lenient(tok, std::vector<int32_t>{650, 1000, -1}), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");
+  const std::vector<int32_t> hello = tok.encode("Hello", false);
+  std::vector<int32_t> mixed = hello;
+  mixed.push_back(650);
+  EXPECT_EQ(examples::decode_lenient(tok, mixed), tok.decode(hello) + "\xEF\xBF\xBD");
+  EXPECT_ERROR_HAS(examples::check_vocabulary(tok, 500, "generate", "--model", "f"), "the tokenizer has 601 ids",
+                   "the model's embedding 500 rows", "resize_token_embeddings");
+  examples::check_vocabulary(tok, 700, "generate", "--model", "f");
+  const std::string small = dir / "small";
+  nn::save_pretrained(nn::LlamaForCausalLM({.vocab_size = 500, .hidden_size = 16, .intermediate_size = 32,
+                                            .num_hidden_layers = 1, .num_attention_heads = 2}),
+                      small);
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json"}) fs::copy_file(here / "tiny_llama" / name, fs::path(small) / name);
+  int rc = 0;
+  run_generate_example("--model " + small + " --prompt hi", dir, &rc);
+  EXPECT_EQ(rc, 1);
+  std::ifstream err(dir / "err.txt");
+  const std::string message((std::istreambuf_iterator<char>(err)), {});
+  EXPECT_NE(message.find("resize_token_embeddings"), std::string::npos) << message;
+  EXPECT_EQ(message.find("model: "), std::string::npos) << message;
+  run_generate_example("--model " + small + " --adapter " + (dir / "none") + " --prompt hi", dir, &rc);
+  EXPECT_EQ(rc, 2);
 }
 
 TEST(GenerateExample, AToyCheckpointWithAnAdapterAppliedOrMerged) {

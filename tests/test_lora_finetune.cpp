@@ -12,6 +12,7 @@
 
 #include "core/autograd.h"
 #include "core/factory.h"
+#include "data/dataset.h"
 #include "data/tokenizer.h"
 #include "io/json.h"
 #include "nn/pretrained.h"
@@ -293,3 +294,95 @@ TEST(LoraFinetune, TheFirstStepsThroughputIsMeasuredOverTheStepAndALoneValidatio
 }
 
 }  // namespace
+
+namespace {
+
+// tiny_llama's tokenizer (601 ids) with a model of `rows` embedding rows.
+fs::path folder_with_rows(const TempDir& dir, int64_t rows) {
+  const fs::path out = dir / ("rows" + std::to_string(rows));
+  tg::nn::LlamaForCausalLM model({.vocab_size = rows, .hidden_size = 32, .intermediate_size = 64, .num_hidden_layers = 1,
+                                  .num_attention_heads = 4, .num_key_value_heads = 2, .max_position_embeddings = 128});
+  tg::nn::save_pretrained(model, out.string());
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json"})
+    fs::copy_file(fixtures() / "tiny_llama" / name, out / name);
+  return out;
+}
+
+}  // namespace
+
+// Before, the first step failed with an embedding index error that named no tokenizer.
+TEST(LoraFinetune, ATokenizerWithIdsBeyondTheEmbeddingIsAnErrorBeforeAnyWork) {
+  TempDir dir;
+  std::string log;
+  const std::string args = "--base " + folder_with_rows(dir, 500).string() + " --data " + write_task(dir) +
+                           " --steps 2 --out " + (dir / "o");
+  EXPECT_EQ(finetune(args, dir, &log), 1);
+  for (const char* part : {"the tokenizer has 601 ids", "the model's embedding 500 rows", "resize_token_embeddings"})
+    EXPECT_NE(log.find(part), std::string::npos) << log;
+  EXPECT_EQ(log.find("base: "), std::string::npos) << "the model was loaded first:\n" << log;
+}
+
+// A model with more rows than its tokenizer (Qwen, Llama-3) trains; the adapter is written before
+// the final sample, which decodes the ids the tokenizer lacks as unknown instead of failing.
+TEST(LoraFinetune, ATokenizerSmallerThanTheEmbeddingTrainsAndTheAdapterIsWrittenFirst) {
+  TempDir dir;
+  std::string log;
+  const std::string args = "--base " + folder_with_rows(dir, 700).string() + " --data " + write_task(dir) +
+                           " --steps 2 --warmup 1 --batch 2 --seq 32 --sample-tokens 8 --threads 1 --out " + (dir / "o");
+  ASSERT_EQ(finetune(args, dir, &log), 0) << log;
+  EXPECT_TRUE(fs::exists(dir / "o/adapter/adapter_model.safetensors"));
+  const size_t adapter = log.find("adapter: "), sample = log.rfind("sample (greedy)");
+  ASSERT_NE(adapter, std::string::npos) << log;
+  ASSERT_NE(sample, std::string::npos) << log;
+  EXPECT_LT(adapter, sample) << log;
+}
+
+TEST(LoraFinetune, FilesAndFlagsAreCheckedBeforeTheModelLoads) {
+  const fs::path base = fixtures() / "tiny_llama";
+  TempDir dir;
+  std::string log;
+  const std::string b = "--base " + base.string() + " --steps 2 --out " + (dir / "o") + " ";
+  auto refused = [&](const std::string& args, std::vector<std::string> parts) {
+    EXPECT_EQ(finetune(args, dir, &log), 2) << args << "\n" << log;
+    for (const auto& p : parts) EXPECT_NE(log.find(p), std::string::npos) << args << "\n" << log;
+    EXPECT_EQ(log.find("base: "), std::string::npos) << "the model was loaded first:\n" << log;
+  };
+  refused(b + "--data " + (dir / "missing.jsonl"), {"--data '" + (dir / "missing.jsonl") + "' does not exist"});
+  refused(b, {"--data is needed with a Hugging Face base"});
+  write(dir / "a.json", "[{\"text\": \"x\"}]");
+  refused(b + "--data " + (dir / "a.json"), {"is a .json file", "reads .jsonl", "jq -c"});
+  write(dir / "a.csv", "text\nx\n");
+  refused(b + "--data " + (dir / "a.csv"), {"is a csv file, which would be read as plain text", ".bin"});
+  const std::string data = write_task(dir, 12);
+  refused(b + "--data " + data + " --val " + (dir / "a.csv"), {"--val '"});
+  // A Hugging Face user's mistyped folder is not told to run the toy example.
+  refused("--base " + (dir / "TinyLlama") + " --data " + data, {"--base '" + (dir / "TinyLlama") + "' does not exist",
+                                                                 "a Hugging Face model folder"});
+  EXPECT_EQ(log.find("toy_transformer first"), std::string::npos) << log;
+  EXPECT_EQ(log.find("examples/toy_transformer"), std::string::npos) << log;
+  refused(b + "--data " + data + " --alpha inf", {"--alpha wants a finite number, got 'inf'"});
+  refused(b + "--data " + data + " --clip nan", {"--clip wants a finite number in [0, inf), got 'nan'"});
+  refused(b + "--data " + data + " --nproc 4294967297", {"--nproc wants an integer in [1, 1024], got '4294967297'"});
+  refused(b + "--data " + data + " --eval-batches 4294967297", {"--eval-batches wants an integer in [0, 2147483647]"});
+  refused(b + "--data " + data + " --batch 1099511627776", {"--batch wants an integer in [1, 1048576]"});
+  refused(b + "--data " + data + " --grad-accum 1099511627776", {"--grad-accum wants an integer in [1, 1048576]"});
+  refused(b + "--data " + data + " --resume", {"--resume: no checkpoint at"});
+  EXPECT_EQ(log.find("error: stoll"), std::string::npos) << log;
+}
+
+// Before, an id beyond the embedding failed at the step that met it, naming no file.
+TEST(LoraFinetune, ATokenFileWithIdsBeyondTheEmbeddingIsRefusedBeforeTraining) {
+  TempDir dir;
+  std::vector<int32_t> ids(4000, 5);
+  ids[3000] = 1000;  // tiny_llama has 601 rows
+  tg::data::write_token_file(dir / "t.bin", ids);
+  std::string log;
+  EXPECT_EQ(finetune("--base " + (fixtures() / "tiny_llama").string() + " --data " + (dir / "t.bin") + " --steps 2 --out " +
+                         (dir / "o"),
+                     dir, &log),
+            2);
+  EXPECT_NE(log.find("--data '" + (dir / "t.bin") + "' holds token id 1000, outside the model's embedding of 601 rows"),
+            std::string::npos)
+      << log;
+  EXPECT_FALSE(fs::exists(dir / "o/loss.csv"));
+}

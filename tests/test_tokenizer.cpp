@@ -8,10 +8,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "data/tokenizer.h"
 #include "data/regex.h"
@@ -192,6 +194,37 @@ TEST(Tokenizer, EncodeBatchEqualsOneAtATime) {
   const auto batch = tok.encode_batch(texts);
   ASSERT_EQ(batch.size(), texts.size());
   for (size_t i = 0; i < texts.size(); ++i) EXPECT_EQ(batch[i], tok.encode(texts[i])) << i;
+}
+
+// The promise of tokenizer.h: every method from many threads at once, each answering as alone.
+// scripts/tsan-check.sh runs this under ThreadSanitizer.
+TEST(Tokenizer, EveryMethodFromManyThreadsAtOnceAnswersAsAlone) {
+  std::vector<std::string> texts;
+  for (const auto& [name, text] : corpus()) texts.push_back(text);
+  for (const char* name : {"llama3", "spm_legacy", "spm_bpe_model"}) {
+    const Tokenizer tok = Tokenizer::from_pretrained((fixtures() / name).string());
+    std::vector<std::vector<int32_t>> want;
+    std::vector<std::string> decoded;
+    for (const auto& t : texts) want.push_back(tok.encode(t)), decoded.push_back(tok.decode(want.back(), true));
+    std::atomic<int> wrong{0};
+    std::vector<std::thread> threads;
+    for (int k = 0; k < 8; ++k)
+      threads.emplace_back([&, k] {
+        for (size_t i = 0; i < texts.size(); ++i) {
+          const size_t j = (i + static_cast<size_t>(k)) % texts.size();
+          if (tok.encode(texts[j]) != want[j] || tok.decode(want[j], true) != decoded[j]) ++wrong;
+          const int32_t id = static_cast<int32_t>((j * 7 + static_cast<size_t>(k)) % static_cast<size_t>(tok.vocab_size()));
+          try {
+            if (tok.token_to_id(tok.id_to_token(id)) != id) ++wrong;  // ids are unique in these fixtures
+          } catch (const tg::Error&) {  // a gap
+          }
+          (void)tok.is_special(id), (void)tok.bos_token_id(), (void)tok.description();
+        }
+        if (tok.encode_batch(texts) != want) ++wrong;
+      });
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(wrong.load(), 0) << name;
+  }
 }
 
 }  // namespace

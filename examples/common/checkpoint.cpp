@@ -1,8 +1,11 @@
 #include "examples/common/checkpoint.h"
 
+#include <limits>
+
 #include "core/autograd.h"
 #include "core/generator.h"
 #include "core/primitives.h"
+#include "io/number.h"
 #include "io/safetensors.h"
 
 namespace examples {
@@ -32,6 +35,22 @@ CheckpointMetadata checkpoint_metadata(const std::string& path) {
 
 int64_t load_training_checkpoint(const std::string& path, tg::nn::Module& model, tg::optim::Optimizer& opt) {
   auto loaded = tg::safetensors::load_file_with_metadata(path);
+  // The metadata first: a bad field leaves the model and optimizer untouched.
+  auto meta = [&](const char* key) {
+    auto it = loaded.metadata.find(key);
+    TG_CHECK(it != loaded.metadata.end(), "load_training_checkpoint", "'", path, "' lacks '", key,
+             "' in its metadata: not a training checkpoint");
+    return it->second;
+  };
+  auto number = [&]<class T>(const char* key, T) {
+    const std::string text = meta(key);
+    const std::optional<T> v = tg::io::parse_integer<T>(text);
+    TG_CHECK(v.has_value() && *v >= 0, "load_training_checkpoint", "'", path, "' metadata ", key, "='", text,
+             "' is not an integer in [0, ", std::numeric_limits<T>::max(), "]");
+    return *v;
+  };
+  const int64_t step = number("step", int64_t{});
+  const uint64_t rng_seed = number("rng_seed", uint64_t{}), rng_offset = number("rng_offset", uint64_t{});
   tg::optim::OptimizerState optim_state;
   tg::NoGradGuard no_grad;
   for (const auto& [name, p] : model.named_trainable_parameters()) {
@@ -45,14 +64,8 @@ int64_t load_training_checkpoint(const std::string& path, tg::nn::Module& model,
   for (const auto& [key, t] : loaded.tensors)
     if (key.rfind("optim/", 0) == 0) optim_state[key.substr(6)] = t;
   opt.load_state_dict(optim_state);  // moments, steps and every parameter group's lr
-  auto meta = [&](const char* key) {
-    auto it = loaded.metadata.find(key);
-    TG_CHECK(it != loaded.metadata.end(), "load_training_checkpoint", "'", path, "' lacks '", key,
-             "' in its metadata: not a training checkpoint");
-    return it->second;
-  };
-  tg::default_generator().set_state(std::stoull(meta("rng_seed")), std::stoull(meta("rng_offset")));
-  return std::stoll(meta("step"));
+  tg::default_generator().set_state(rng_seed, rng_offset);
+  return step;
 }
 
 }  // namespace examples

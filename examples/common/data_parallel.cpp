@@ -16,8 +16,7 @@ void add_nproc_flag(Flags& flags) {
 }
 
 int launch_if_asked(const Flags& flags, int argc, char** argv) {
-  const int64_t nproc = flags.integer("nproc");
-  if (nproc < 1) throw UsageError("--nproc wants at least 1, got " + flags.str("nproc") + "\n" + flags.usage());
+  const int64_t nproc = flags.integer("nproc", 1, kMaxRanks);
   if (nproc == 1 || tg::distributed::launched()) return -1;
   return launch_ranks(static_cast<int>(nproc), self_executable(), std::vector<std::string>(argv + 1, argv + argc));
 }

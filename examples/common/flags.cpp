@@ -4,6 +4,8 @@
 #include <iostream>
 #include <sstream>
 
+#include "io/number.h"
+
 namespace examples {
 namespace {
 
@@ -79,30 +81,29 @@ const Flags::Flag& Flags::get(const std::string& name) const {
 
 std::string Flags::str(const std::string& name) const { return get(name).value; }
 
-int64_t Flags::integer(const std::string& name) const {
+int64_t Flags::integer(const std::string& name, int64_t min, int64_t max) const {
   const std::string& v = get(name).value;
-  size_t used = 0;
-  int64_t out = 0;
-  try {
-    out = std::stoll(v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != v.size() || v.empty()) throw UsageError("--" + name + " wants an integer, got '" + v + "'\n" + usage());
-  return out;
+  const std::optional<int64_t> n = tg::io::parse_integer<int64_t>(v);
+  const std::string range = min == INT64_MIN && max == INT64_MAX ? ""
+                            : max == INT64_MAX ? " of at least " + std::to_string(min)
+                                               : " in [" + std::to_string(min) + ", " + std::to_string(max) + "]";
+  if (!n || *n < min || *n > max)
+    throw UsageError("--" + name + " wants an integer" + range + ", got '" + v + "'\n" + usage());
+  return *n;
 }
 
-double Flags::number(const std::string& name) const {
+double Flags::number(const std::string& name, double min, double max) const {
   const std::string& v = get(name).value;
-  size_t used = 0;
-  double out = 0;
-  try {
-    out = std::stod(v, &used);
-  } catch (const std::exception&) {
-    used = 0;
+  const std::optional<double> x = tg::io::parse_number(v);
+  std::ostringstream range;
+  if (min != -HUGE_VAL || max != HUGE_VAL) {
+    range << " in [" << min << ", ";
+    if (max == HUGE_VAL) range << "inf)";
+    else range << max << "]";
   }
-  if (used != v.size() || v.empty()) throw UsageError("--" + name + " wants a number, got '" + v + "'\n" + usage());
-  return out;
+  if (!x || *x < min || *x > max)
+    throw UsageError("--" + name + " wants a finite number" + range.str() + ", got '" + v + "'\n" + usage());
+  return *x;
 }
 
 bool Flags::boolean(const std::string& name) const {

@@ -3,6 +3,7 @@
 // value throws UsageError carrying the usage.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <stdexcept>
@@ -24,8 +25,10 @@ class Flags {
   bool parse(int argc, char** argv);
 
   std::string str(const std::string& name) const;
-  int64_t integer(const std::string& name) const;
-  double number(const std::string& name) const;
+  // UsageError naming the flag unless its value is an integer in [min, max] (io/number.h).
+  int64_t integer(const std::string& name, int64_t min = INT64_MIN, int64_t max = INT64_MAX) const;
+  // A finite number in [min, max]: NaN and infinity mean nothing to any flag.
+  double number(const std::string& name, double min = -HUGE_VAL, double max = HUGE_VAL) const;
   bool boolean(const std::string& name) const;
   // A comma-separated list.
   std::vector<std::string> list(const std::string& name) const;

@@ -11,6 +11,8 @@
 
 namespace examples {
 
+inline constexpr int kMaxRanks = 1024;  // --nproc's bound: far above the GPUs of one machine
+
 // Runs `program` (a path, or a name looked up in PATH) with `args` as `nproc` ranks and waits
 // for them. Returns 0 when every rank succeeded, else the first failure's exit status (128 +
 // the signal for a killed rank). Ctrl-C reaches every rank (one process group).

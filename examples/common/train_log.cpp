@@ -1,3 +1,4 @@
+#include "io/number.h"
 #include "examples/common/train_log.h"
 
 #include <unistd.h>
@@ -43,9 +44,11 @@ TrainLog::TrainLog(std::string label, int64_t total_steps, std::string csv_path,
       if (!std::getline(ss, phase, ',') || !std::getline(ss, step, ',') || !std::getline(ss, split, ',') ||
           !std::getline(ss, loss, ','))
         continue;
-      const int64_t s = std::stoll(step);
-      if (s > resume_step) continue;
-      points_.push_back({s, std::stod(loss), split == "train"});
+      const std::optional<int64_t> s = tg::io::parse_integer<int64_t>(step);
+      const std::optional<double> value = tg::io::parse_number(loss);
+      if (!s || !value) continue;  // not a row this log wrote
+      if (*s > resume_step) continue;
+      points_.push_back({*s, *value, split == "train"});
       kept += line + "\n";
     }
   }
