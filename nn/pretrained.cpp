@@ -51,7 +51,7 @@ io::Folder open_model_folder(const std::string& dir) {
 Fields read_config(const io::Folder& dir) {
   TG_CHECK(dir.has_file(kConfig), "from_pretrained", "no ", kConfig, " in '", dir.path(),
            "' (a transformers model folder holds config.json and model.safetensors)");
-  return parse_fields(dir.read(kConfig), dir.path_of(kConfig));
+  return parse_fields(dir.read(kConfig, io::kMaxConfigBytes), dir.path_of(kConfig));
 }
 
 // The registry entry config.json names (its architectures entry, else its model_type).
@@ -102,7 +102,7 @@ std::map<std::string, std::vector<std::string>> weight_files(const io::Folder& d
     fail("from_pretrained", "'", dir.path(), "' has neither ", kWeights, " nor ", kIndex,
          bin ? " (pytorch_model.bin is not read: convert it to safetensors)" : "");
   }
-  std::vector<uint8_t> bytes = dir.read(kIndex);
+  std::vector<uint8_t> bytes = dir.read(kIndex, io::kMaxConfigBytes);
   json::Value index;
   try {
     index = json::parse(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));

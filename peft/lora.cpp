@@ -373,7 +373,7 @@ LoraConfig load_adapter(nn::Module& model, const std::string& dir, Generator& ge
   TG_CHECK(std::filesystem::is_directory(dir), "load_adapter", "no adapter folder '", dir, "'");
   const io::Folder folder(dir);  // both files from one save
   const std::string cfg_path = folder.path_of(kConfigFile), st_path = folder.path_of(kWeightsFile);
-  std::vector<uint8_t> cfg_bytes = folder.read(kConfigFile);
+  std::vector<uint8_t> cfg_bytes = folder.read(kConfigFile, io::kMaxConfigBytes);
   LoraConfig config = parse_adapter_config(std::string(cfg_bytes.begin(), cfg_bytes.end()), cfg_path);
   const std::vector<uint8_t> st_bytes = folder.read(kWeightsFile);
   safetensors::TensorMap file = safetensors::deserialize(st_bytes.data(), st_bytes.size(), st_path).tensors;
