@@ -172,6 +172,22 @@ Reproduce: as the GEMM table (`bench/run_bench.sh`).
 """
 
 
+def nf4_section(ours):
+    rows = [[r["name"], r["dtype"], r["shape"], f"{r['ms']:.4f}", f"{r['gbs']:.0f}", f"{100 * r['gbs'] / r['copy_gbs']:.0f}%"]
+            for r in ours]
+    return f"""## NF4 dequantisation (QLoRA's frozen weights, ops/nf4.h)
+
+Measured: {measured(ours)}.
+
+`bench/nf4_bench`: the codes and absmax read once, the weight written once, at Llama-3.1-8B's
+projection shapes, against the device-to-device copy bandwidth of the same run
+({ours[0]['copy_gbs']:.0f} GB/s); target (issue 37): at least 80% of it. There is no bitsandbytes on the
+GPU machine to time beside it. Reproduce: `build-gpu/bench/nf4_bench --json out/nf4.json`.
+
+{table(["case", "out", "shape", "ms:", "GB/s:", "% copy:"], rows)}
+"""
+
+
 # ------------------------------------------------------------------------------------------ train step
 def train_section(ours, torch_rows):
     def cells(r):
@@ -517,9 +533,11 @@ figures are in git history; what the measurements taught is in `dev/NOTES.md`.
     if get("elementwise_bench"):
         parts.append(elementwise_section(get("elementwise_bench"),
                                          [r for r in get("torch_ref_gemm_elementwise") if r["kind"] == "ew"]))
+    if get("nf4_bench"):
+        parts.append(nf4_section(get("nf4_bench")))
     known = {"train_step_bench", "torch_toy_lora", "attention_bench", "torch_attention_ref", "norm_bench", "torch_norm_ref", "linear_bench", "gemm_bench",
              "elementwise_bench", "torch_ref_gemm_elementwise", "generate_bench", "generate_bench_torch",
-             "tokenizer_bench", "data_parallel", "linear_ce", "train_step_real", "load_bench"}
+             "tokenizer_bench", "data_parallel", "linear_ce", "train_step_real", "load_bench", "nf4_bench"}
     unknown = sorted(set(by_bench) - known)
     if unknown:
         sys.exit(f"make_results.py: no table for the rows of {', '.join(unknown)}: add a section")

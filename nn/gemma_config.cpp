@@ -1,6 +1,7 @@
 // config.json of Gemma2ForCausalLM and Gemma3ForCausalLM (model_type gemma3_text), read into and
 // written from GemmaConfig, with their registry entries. What would change the computation in a way
 // not implemented is refused by name.
+#include <cmath>
 #include <string>
 
 #include "nn/architecture.h"
@@ -125,7 +126,10 @@ json::Value GemmaForCausalLM::config_json() const {
                 .set("tie_word_embeddings", c.tie_word_embeddings)
                 .set("attention_bias", c.attention_bias)
                 .set("attention_dropout", 0.0)
-                .set("query_pre_attn_scalar", c.query_pre_attn_scalar)
+                // an integer where it is one: transformers 5 validates the field as an int
+                .set("query_pre_attn_scalar", c.query_pre_attn_scalar == std::floor(c.query_pre_attn_scalar)
+                                                  ? Value(static_cast<int64_t>(c.query_pre_attn_scalar))
+                                                  : Value(c.query_pre_attn_scalar))
                 .set("attn_logit_softcapping", optional_number(c.attn_logit_softcapping))
                 .set("final_logit_softcapping", optional_number(c.final_logit_softcapping))
                 .set("sliding_window", c.sliding_window)

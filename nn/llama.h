@@ -43,6 +43,9 @@ struct LlamaConfig {
   bool mlp_bias = false;           // biases on gate/up/down_proj
   bool qk_norm = false;            // Qwen3: RMSNorm over each head of q and k (self_attn.q_norm / k_norm)
   int64_t sliding_window = 0;      // Mistral v0.1: > 0, each query sees this many keys back
+  // config.json's bos / eos / pad_token_id as read, written back as they were (transformers makes
+  // pad_token_id the embedding's padding_idx, and its defaults may lie outside a small vocabulary).
+  json::Value token_ids = json::Value::object();
 
   int64_t head_dim() const { return attention_head_dim ? attention_head_dim : hidden_size / num_attention_heads; }
   int64_t kv_heads() const { return num_key_value_heads ? num_key_value_heads : num_attention_heads; }

@@ -42,6 +42,15 @@ LlamaConfig read_llama_fields(const ConfigFields& f, const std::string& architec
     if (const json::Value* r = f.get(key)) read_rope(f, key, *r, c.rope_theta, c.rope_scaling);
   if (f.string("hidden_act", "silu") != "silu") f.unsupported("hidden_act", "wants \"silu\"");
   if (f.probability("attention_dropout", 0.0) != 0.0) f.unsupported("attention_dropout", "wants 0.0");
+  for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id"}) {
+    const json::Value* id = f.get(key);
+    if (!id) continue;
+    bool ids = id->is_int() || id->is_array();
+    if (id->is_array())
+      for (const json::Value& e : id->as_array()) ids = ids && e.is_int();
+    if (!ids) f.bad(key, "a token id or a list of them");
+    c.token_ids.set(key, *id);
+  }
   return c;
 }
 
@@ -113,6 +122,7 @@ json::Value LlamaForCausalLM::config_json() const {
   if (arch.model_type == "qwen2" || arch.model_type == "qwen3")
     v.set("use_sliding_window", false).set("sliding_window", Value());
   if (arch.model_type == "qwen3") v.set("attention_bias", c.attention_bias);
+  for (size_t i = 0; i < c.token_ids.size(); ++i) v.set(c.token_ids.keys()[i], c.token_ids.values()[i]);
   return v;
 }
 

@@ -38,7 +38,7 @@ json::Value Phi3ForCausalLM::config_json() const {
   using json::Value;
   const LlamaConfig& c = config;
   const Architecture& arch = architecture();
-  return Value::object()
+  Value v = Value::object()
       .set("architectures", Value::array({arch.name}))
       .set("model_type", arch.model_type)
       .set("vocab_size", c.vocab_size)
@@ -63,6 +63,8 @@ json::Value Phi3ForCausalLM::config_json() const {
       .set("rope_theta", c.rope_theta)
       .set("rope_parameters", rope_json(c.rope_theta, c.rope_scaling).set("partial_rotary_factor", 1.0))
       .set("rope_scaling", c.rope_scaling.rope_type == "default" ? Value() : rope_json(c.rope_theta, c.rope_scaling));
+  for (size_t i = 0; i < c.token_ids.size(); ++i) v.set(c.token_ids.keys()[i], c.token_ids.values()[i]);
+  return v;
 }
 
 extern const Architecture kPhi3Architecture{"Phi3ForCausalLM", "phi3", "model.", "model.embed_tokens.weight",

@@ -715,8 +715,22 @@ TEST(HfFixtures, FamiliesRoundTripThroughSavePretrained) {
     EXPECT_EQ(back->config.qk_norm, model->config.qk_norm);
     EXPECT_EQ(back->config.sliding_window, model->config.sliding_window);
     EXPECT_EQ(back->config.tie_word_embeddings, model->config.tie_word_embeddings);
+    EXPECT_EQ(json::dump(back->config.token_ids), json::dump(model->config.token_ids));
     EXPECT_TENSOR_EQ(back->forward(ids()), model->forward(ids()));
   }
+}
+
+// What transformers 5.17 refused in tapegrad's saved configs (tests/interop/check_family_roundtrip.py
+// on the H200): Phi-3's pad_token_id must be the folder's (its default, 32000, lies outside a small
+// vocabulary), Gemma's query_pre_attn_scalar an integer.
+TEST(HfFixtures, SavedConfigsKeepTokenIdsAndIntegerFields) {
+  TempDir dir;
+  nn::save_pretrained(*nn::from_pretrained((kFixtures / "phi3").string()), dir / "phi3");
+  EXPECT_EQ(read_json(dir / "phi3/config.json").at("pad_token_id").as_int(), 0);
+  EXPECT_EQ(read_json(dir / "phi3/config.json").at("bos_token_id").as_int(), 1);
+  nn::save_pretrained(*nn::from_pretrained((kFixtures / "gemma2").string()), dir / "gemma2");
+  const json::Value scalar = read_json(dir / "gemma2/config.json").at("query_pre_attn_scalar");
+  EXPECT_TRUE(scalar.is_int() && scalar.as_int() == 24) << json::dump(scalar);
 }
 
 TEST(HfFixtures, FamilyOptionsTheModelsDoNotImplementAreRefused) {
