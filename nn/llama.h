@@ -66,6 +66,8 @@ class ConfigFields;
 // silu, no attention dropout), with the family's defaults for vocab_size and rms_norm_eps
 // (nn/llama_config.cpp). tg::Error naming the field.
 LlamaConfig read_llama_fields(const ConfigFields& f, const std::string& architecture, int64_t vocab, double eps);
+// Those fields as config.json, for `arch` (its name and model_type), with the token ids as read.
+json::Value llama_fields_json(const LlamaConfig& c, const Architecture& arch);
 
 // One pre-norm block: h = x + self_attn(input_layernorm(x));
 //                     out = h + mlp(post_attention_layernorm(h)).

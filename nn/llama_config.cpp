@@ -93,10 +93,8 @@ const std::vector<std::string> kIgnored = {".rotary_emb.inv_freq"};
 
 }  // namespace
 
-json::Value LlamaForCausalLM::config_json() const {
+json::Value llama_fields_json(const LlamaConfig& c, const Architecture& arch) {
   using json::Value;
-  const LlamaConfig& c = config;
-  const Architecture& arch = architecture();
   Value v = Value::object()
                 .set("architectures", Value::array({arch.name}))
                 .set("model_type", arch.model_type)
@@ -115,14 +113,22 @@ json::Value LlamaForCausalLM::config_json() const {
                 .set("attention_dropout", 0.0)
                 // Both spellings, so that transformers 4 and 5 read the same RoPE.
                 .set("rope_theta", c.rope_theta)
-                .set("rope_parameters", rope_json(c.rope_theta, c.rope_scaling));
-  if (c.rope_scaling.rope_type != "default") v.set("rope_scaling", rope_json(c.rope_theta, c.rope_scaling));
+                .set("rope_parameters", rope_json(c.rope_theta, c.rope_scaling))
+                .set("rope_scaling", c.rope_scaling.rope_type == "default" ? Value() : rope_json(c.rope_theta, c.rope_scaling));
+  for (size_t i = 0; i < c.token_ids.size(); ++i) v.set(c.token_ids.keys()[i], c.token_ids.values()[i]);
+  return v;
+}
+
+json::Value LlamaForCausalLM::config_json() const {
+  using json::Value;
+  const LlamaConfig& c = config;
+  const Architecture& arch = architecture();
+  Value v = llama_fields_json(c, arch);
   if (arch.model_type == "llama") v.set("attention_bias", c.attention_bias).set("mlp_bias", c.mlp_bias);
   if (arch.model_type == "mistral") v.set("sliding_window", c.sliding_window ? Value(c.sliding_window) : Value());
   if (arch.model_type == "qwen2" || arch.model_type == "qwen3")
     v.set("use_sliding_window", false).set("sliding_window", Value());
   if (arch.model_type == "qwen3") v.set("attention_bias", c.attention_bias);
-  for (size_t i = 0; i < c.token_ids.size(); ++i) v.set(c.token_ids.keys()[i], c.token_ids.values()[i]);
   return v;
 }
 

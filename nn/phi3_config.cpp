@@ -37,34 +37,13 @@ const std::vector<std::string> kTargets = {"qkv_proj", "o_proj"};
 json::Value Phi3ForCausalLM::config_json() const {
   using json::Value;
   const LlamaConfig& c = config;
-  const Architecture& arch = architecture();
-  Value v = Value::object()
-      .set("architectures", Value::array({arch.name}))
-      .set("model_type", arch.model_type)
-      .set("vocab_size", c.vocab_size)
-      .set("hidden_size", c.hidden_size)
-      .set("intermediate_size", c.intermediate_size)
-      .set("num_hidden_layers", c.num_hidden_layers)
-      .set("num_attention_heads", c.num_attention_heads)
-      .set("num_key_value_heads", c.kv_heads())
-      .set("head_dim", c.head_dim())
-      .set("hidden_act", "silu")
-      .set("max_position_embeddings", c.max_position_embeddings)
+  return llama_fields_json(c, architecture())
       .set("original_max_position_embeddings", c.max_position_embeddings)
-      .set("initializer_range", c.initializer_range)
-      .set("rms_norm_eps", c.rms_norm_eps)
-      .set("tie_word_embeddings", c.tie_word_embeddings)
-      .set("attention_dropout", 0.0)
       .set("embd_pdrop", 0.0)
       .set("resid_pdrop", 0.0)
       .set("sliding_window", c.sliding_window ? Value(c.sliding_window) : Value())
       .set("partial_rotary_factor", 1.0)
-      // Both spellings, so that transformers 4 and 5 read the same RoPE.
-      .set("rope_theta", c.rope_theta)
-      .set("rope_parameters", rope_json(c.rope_theta, c.rope_scaling).set("partial_rotary_factor", 1.0))
-      .set("rope_scaling", c.rope_scaling.rope_type == "default" ? Value() : rope_json(c.rope_theta, c.rope_scaling));
-  for (size_t i = 0; i < c.token_ids.size(); ++i) v.set(c.token_ids.keys()[i], c.token_ids.values()[i]);
-  return v;
+      .set("rope_parameters", rope_json(c.rope_theta, c.rope_scaling).set("partial_rotary_factor", 1.0));
 }
 
 extern const Architecture kPhi3Architecture{"Phi3ForCausalLM", "phi3", "model.", "model.embed_tokens.weight",
