@@ -1,7 +1,9 @@
 // Every nn layer and model.
 #pragma once
 
+#include "nn/architecture.h"
 #include "nn/attention.h"
+#include "nn/causal_lm.h"
 #include "nn/dropout.h"
 #include "nn/embedding.h"
 #include "nn/gemma.h"
@@ -10,6 +12,7 @@
 #include "nn/init.h"
 #include "nn/kv_cache.h"
 #include "nn/linear.h"
+#include "nn/linear4bit.h"
 #include "nn/llama.h"
 #include "nn/loss.h"
 #include "nn/mlp.h"
@@ -17,4 +20,5 @@
 #include "nn/norm.h"
 #include "nn/phi3.h"
 #include "nn/pretrained.h"
+#include "nn/quantization.h"
 #include "nn/rotary.h"
