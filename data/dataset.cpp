@@ -216,14 +216,16 @@ std::shared_ptr<const TokenCorpus> tokenize_jsonl_file(const std::string& path, 
   std::vector<std::string> prompts, completions;
   std::vector<bool> has_prompt;
   std::vector<size_t> line_of;
-  for (const auto& [v, where, line] : rows) {
+  for (const JsonlRow& row : rows) {
+    const json::Value& v = row.value;  // named, not bound: lambdas capture them (clang 14)
+    const std::string& where = row.where;
     auto str = [&](const char* key) -> const std::string& {
       const json::Value& f = v.at(key);
       TG_CHECK(f.is_string(), "tokenize_jsonl_file", where, ": \"", key, "\" wants a string, got ",
                json::Value::type_name(f.type()));
       return f.as_string();
     };
-    line_of.push_back(line);
+    line_of.push_back(row.line);
     if (v.find("prompt") || v.find("completion")) {
       TG_CHECK(v.find("prompt") && v.find("completion"), "tokenize_jsonl_file", where, " has \"",
                v.find("prompt") ? "prompt" : "completion", "\" without \"", v.find("prompt") ? "completion" : "prompt", "\"");
