@@ -454,7 +454,7 @@ Value filter(const std::string& name, const Value& x, Args& args) {
   if (name == "tojson") {
     check_arity(args, 1, "tojson", {"indent", "sort_keys", "ensure_ascii", "separators"});
     const Value& indent = arg(args, 0, "indent", none);
-    const Value& sort = arg(args, 99, "sort_keys", Value(false));
+    const Value sort = arg(args, 99, "sort_keys", Value(false));
     if (arg(args, 99, "ensure_ascii", Value(false)).truthy()) eval_fail("tojson(ensure_ascii=true) is not supported");
     if (!arg(args, 99, "separators", none).is_none()) eval_fail("tojson(separators=...) is not supported");
     if (x.is_undefined()) eval_fail("tojson: ", describe(x), " is not JSON serializable");
@@ -523,9 +523,9 @@ Value filter(const std::string& name, const Value& x, Args& args) {
   }
   if (name == "map") {
     List out;
-    const Value& attr = arg(args, 99, "attribute", Value());
+    const Value attr = arg(args, 99, "attribute", Value());
     if (!attr.is_undefined()) {
-      const Value& dflt = arg(args, 99, "default", Value());
+      const Value dflt = arg(args, 99, "default", Value());
       for (const Value& v : iterate(x)) {
         Value a = attribute(v, attr.str());
         out.push_back(a.is_undefined() && !dflt.is_undefined() ? dflt : a);
