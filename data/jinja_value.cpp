@@ -7,6 +7,7 @@
 #include "core/utf8.h"
 #include "data/jinja.h"
 #include "data/utf8.h"
+#include "io/json.h"
 
 namespace tg::data::jinja {
 
@@ -147,29 +148,8 @@ std::string str_repr(const std::string& s) {
   return out + q;
 }
 
-void json_string(std::string& out, const std::string& s) {
-  out += '"';
-  for (char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(c));
-          out += buf;
-        } else {
-          out += c;
-        }
-    }
-  }
-  out += '"';
-}
+// A JSON string literal as Python's json.dumps(ensure_ascii=False) writes it: io/json's writer.
+void json_string(std::string& out, const std::string& s) { out += json::dump(json::Value(s)); }
 
 void json_value(std::string& out, const Value& v, int indent, bool sort_keys, int depth) {
   auto newline = [&](int d) {
