@@ -5,7 +5,7 @@
 #include <cstring>
 #include <mutex>
 
-#include "core/block_cache.h"
+#include "core/detail/block_cache.h"
 
 #include "core/error.h"
 

@@ -1,5 +1,5 @@
 // Device memory: allocation with statistics, and raw byte copies between devices.
-// Both the host and CUDA allocators cache freed blocks by size class (core/block_cache.h).
+// Both the host and CUDA allocators cache freed blocks by size class (core/detail/block_cache.h).
 // Tests and benchmarks read the statistics to prove what a kernel variant did not allocate.
 #pragma once
 

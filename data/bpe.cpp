@@ -1,4 +1,4 @@
-#include "data/bpe.h"
+#include "data/detail/bpe.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -6,7 +6,7 @@
 
 #include "core/error.h"
 #include "core/utf8.h"
-#include "data/hf_pipeline.h"
+#include "data/detail/hf_pipeline.h"
 #include "data/utf8.h"
 
 namespace tg::data::hf {

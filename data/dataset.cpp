@@ -11,7 +11,7 @@
 
 #include "core/error.h"
 #include "core/factory.h"
-#include "core/philox.h"
+#include "core/detail/philox.h"
 #include "data/chat_dataset.h"
 #include "data/utf8.h"
 #include "io/file.h"

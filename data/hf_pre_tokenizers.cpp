@@ -3,8 +3,8 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "data/hf_pipeline.h"
-#include "data/regex.h"
+#include "data/detail/hf_pipeline.h"
+#include "data/detail/regex.h"
 #include "data/utf8.h"
 
 namespace tg::data::hf {

@@ -1,16 +1,16 @@
-#include "data/hf_tokenizer.h"
+#include "data/detail/hf_tokenizer.h"
 
 #include <algorithm>
 #include <cstdint>
 
 #include "core/error.h"
 #include "core/utf8.h"
-#include "data/regex.h"
+#include "data/detail/regex.h"
 #include "data/utf8.h"
 
 namespace tg::data::hf {
 
-// ---- helpers of the stages (data/hf_pipeline.h)
+// ---- helpers of the stages (data/detail/hf_pipeline.h)
 
 const json::Value& field(const json::Value& v, const char* key, const std::string& where) {
   const json::Value* f = v.is_object() ? v.find(key) : nullptr;

@@ -1,4 +1,4 @@
-#include "data/jinja_builtins.h"
+#include "data/detail/jinja_builtins.h"
 
 #include <algorithm>
 #include <set>

@@ -1,11 +1,11 @@
-// Jinja2's lexer (with trim_blocks and lstrip_blocks) and parser for the subset of data/jinja.h.
+// Jinja2's lexer (with trim_blocks and lstrip_blocks) and parser for the subset of data/detail/jinja.h.
 #include <algorithm>
 #include <cstring>
 #include <set>
 
 #include "core/error.h"
 #include "core/utf8.h"
-#include "data/jinja_ast.h"
+#include "data/detail/jinja_ast.h"
 #include "data/utf8.h"
 
 namespace tg::data::jinja {

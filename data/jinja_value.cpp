@@ -5,7 +5,7 @@
 
 #include "core/error.h"
 #include "core/utf8.h"
-#include "data/jinja.h"
+#include "data/detail/jinja.h"
 #include "data/utf8.h"
 #include "io/json.h"
 

@@ -1,5 +1,5 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
-#include "data/regex.h"
+#include "data/detail/regex.h"
 
 #include <pcre2.h>
 

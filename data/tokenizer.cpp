@@ -7,8 +7,8 @@
 
 #include "core/error.h"
 #include "core/parallel.h"
-#include "data/hf_tokenizer.h"
-#include "data/sentencepiece_tokenizer.h"
+#include "data/detail/hf_tokenizer.h"
+#include "data/detail/sentencepiece_tokenizer.h"
 #include "data/utf8.h"
 #include "io/file.h"
 #include "io/json.h"

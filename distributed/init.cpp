@@ -14,7 +14,7 @@
 #include "io/number.h"
 #ifdef TG_WITH_NCCL
 #include "core/cuda/runtime.h"
-#include "distributed/nccl_communicator.h"
+#include "distributed/detail/nccl_communicator.h"
 #endif
 
 namespace tg::distributed {

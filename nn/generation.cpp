@@ -7,7 +7,7 @@
 #include "core/autograd.h"
 #include "core/cuda_graph.h"
 #include "core/factory.h"
-#include "core/philox.h"
+#include "core/detail/philox.h"
 #include "core/primitives.h"
 #include "nn/architecture.h"
 #include "nn/causal_lm.h"

@@ -3,8 +3,8 @@
 #include "core/autograd.h"
 #include "core/primitives.h"
 #include "core/trace.h"
-#include "ops/checks.h"
-#include "ops/matrix_gemm.h"
+#include "ops/detail/checks.h"
+#include "ops/detail/matrix_gemm.h"
 #include "ops/reduce.h"
 #include "ops/shape.h"
 

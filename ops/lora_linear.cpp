@@ -4,8 +4,8 @@
 #include "core/primitives.h"
 #include "core/trace.h"
 #include "ops/cast.h"
-#include "ops/checks.h"
-#include "ops/matrix_gemm.h"
+#include "ops/detail/checks.h"
+#include "ops/detail/matrix_gemm.h"
 #include "ops/reduce.h"
 #include "ops/shape.h"
 

@@ -8,9 +8,9 @@
 #include "core/trace.h"
 #include "ops/binary.h"
 #include "ops/cast.h"
-#include "ops/checks.h"
-#include "ops/dispatch.h"
-#include "ops/layout.h"
+#include "ops/detail/checks.h"
+#include "ops/detail/dispatch.h"
+#include "ops/detail/layout.h"
 #include "ops/rope_kernels.h"
 #include "ops/shape.h"
 
@@ -69,7 +69,7 @@ Tensor apply_rotary(const Tensor& x, const Tensor& cos, const Tensor& sin) {
       NoGradGuard g;
       c = unit_last(to(cos, x.dtype())), s = unit_last(to(sin, x.dtype()));
     }
-    Tensor out = empty_like_layout(xc);  // keeps a head-split view's layout (see ops/layout.h)
+    Tensor out = empty_like_layout(xc);  // keeps a head-split view's layout (see ops/detail/layout.h)
     if (out.numel() > 0) TG_DISPATCH(x.device(), rope_forward, out, xc, c, s);
     if (auto node = record<RopeFusedBackward>({{"x", x}}, {out})) node->saved = {SavedTensor(c, "cos"), SavedTensor(s, "sin")};
     return out;

@@ -14,7 +14,7 @@
 
 #include "core/memory.h"
 #include "data/dataset.h"
-#include "data/regex.h"
+#include "data/detail/regex.h"
 #include "data/tokenizer.h"
 #include "distributed/init.h"
 #include "examples/common/checkpoint.h"

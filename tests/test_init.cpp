@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "core/factory.h"
-#include "core/philox.h"
+#include "core/detail/philox.h"
 #include "nn/init.h"
 #include "ops/cast.h"
 #include "ops/shape.h"

@@ -9,7 +9,7 @@
 #include "core/trace.h"
 #include "ops/binary.h"
 #include "ops/cast.h"
-#include "ops/dispatch.h"
+#include "ops/detail/dispatch.h"
 #include "ops/gemm_kernels.h"
 #include "ops/linear.h"
 #include "ops/lora_linear.h"

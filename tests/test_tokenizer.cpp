@@ -16,7 +16,7 @@
 #include <thread>
 
 #include "data/tokenizer.h"
-#include "data/regex.h"
+#include "data/detail/regex.h"
 #include "data/utf8.h"
 #include "io/json.h"
 #include "tests/test_support.h"

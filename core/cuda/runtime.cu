@@ -9,7 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/block_cache.h"
+#include "core/detail/block_cache.h"
 #include "core/cuda/cuda_utils.cuh"
 #include "core/cuda/runtime.h"
 #include "core/cuda_settings.h"
@@ -28,7 +28,7 @@ struct DeviceState {
   cudaStream_t stream = nullptr;
   int sm_count = 0;
   int l2_bytes = -1;
-  PooledBlockCache cache;  // with the pools of CUDA graphs (core/block_cache.h)
+  PooledBlockCache cache;  // with the pools of CUDA graphs (core/detail/block_cache.h)
   MemoryStats stats;
 };
 

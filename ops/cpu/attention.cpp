@@ -24,9 +24,9 @@
 #include <vector>
 
 #include "ops/cpu/eigen.h"
-#include "core/fast_exp.h"
+#include "core/detail/fast_exp.h"
 #include "core/parallel.h"
-#include "core/type_dispatch.h"
+#include "core/detail/type_dispatch.h"
 #include "ops/attention_kernels.h"
 
 namespace tg::cpu {

@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "core/type_dispatch.h"
+#include "core/detail/type_dispatch.h"
 #include "ops/nf4_kernels.h"
 #include "ops/nf4_math.h"
 

@@ -14,7 +14,7 @@
 
 #include "core/parallel.h"
 #include "core/trace.h"
-#include "core/type_dispatch.h"
+#include "core/detail/type_dispatch.h"
 #include "ops/rms_norm_kernels.h"
 
 namespace tg::cpu::norm_detail {

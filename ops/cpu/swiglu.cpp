@@ -4,7 +4,7 @@
 #include <cmath>
 #include <type_traits>
 
-#include "core/fast_exp.h"
+#include "core/detail/fast_exp.h"
 #include "core/parallel.h"
 #include "ops/swiglu_kernels.h"
 

@@ -10,8 +10,8 @@
 #include <string_view>
 #include <vector>
 
-#include "data/bpe.h"
-#include "data/hf_pipeline.h"
+#include "data/detail/bpe.h"
+#include "data/detail/hf_pipeline.h"
 #include "io/json.h"
 
 namespace tg::data::hf {

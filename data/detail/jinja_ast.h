@@ -1,11 +1,11 @@
-// The parsed form of a template (data/jinja.h): one node type for statements and expressions.
+// The parsed form of a template (data/detail/jinja.h): one node type for statements and expressions.
 #pragma once
 
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "data/jinja.h"
+#include "data/detail/jinja.h"
 
 namespace tg::data::jinja {
 

@@ -9,8 +9,8 @@
 #include "core/factory.h"
 #include "core/primitives.h"
 #include "core/trace.h"
-#include "ops/checks.h"
-#include "ops/dispatch.h"
+#include "ops/detail/checks.h"
+#include "ops/detail/dispatch.h"
 #include "ops/rms_norm_kernels.h"
 #include "ops/shape.h"
 

@@ -1,4 +1,4 @@
-// What a template's values can do (data/jinja.h): attributes and methods, subscripts and
+// What a template's values can do (data/detail/jinja.h): attributes and methods, subscripts and
 // slices, iteration, and the filters and tests. Internal to data/jinja*.
 #pragma once
 
@@ -6,7 +6,7 @@
 #include <string>
 
 #include "core/error.h"
-#include "data/jinja.h"
+#include "data/detail/jinja.h"
 
 namespace tg::data::jinja {
 
