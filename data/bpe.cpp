@@ -7,7 +7,7 @@
 #include "core/error.h"
 #include "core/utf8.h"
 #include "data/detail/hf_pipeline.h"
-#include "data/utf8.h"
+#include "core/detail/utf8.h"
 
 namespace tg::data::hf {
 namespace {

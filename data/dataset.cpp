@@ -13,7 +13,7 @@
 #include "core/factory.h"
 #include "core/detail/philox.h"
 #include "data/chat_dataset.h"
-#include "data/utf8.h"
+#include "core/detail/utf8.h"
 #include "io/file.h"
 #include "io/json.h"
 

@@ -5,7 +5,7 @@
 #include "core/error.h"
 #include "data/detail/hf_pipeline.h"
 #include "data/detail/regex.h"
-#include "data/utf8.h"
+#include "core/detail/utf8.h"
 
 namespace tg::data::hf {
 namespace {

@@ -6,7 +6,7 @@
 #include <utf8proc.h>
 
 #include "core/utf8.h"
-#include "data/utf8.h"
+#include "core/detail/utf8.h"
 
 namespace tg::data::jinja {
 namespace {

@@ -6,7 +6,7 @@
 #include "core/error.h"
 #include "core/utf8.h"
 #include "data/detail/jinja_ast.h"
-#include "data/utf8.h"
+#include "core/detail/utf8.h"
 
 namespace tg::data::jinja {
 namespace {

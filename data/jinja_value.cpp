@@ -6,7 +6,7 @@
 #include "core/error.h"
 #include "core/utf8.h"
 #include "data/detail/jinja.h"
-#include "data/utf8.h"
+#include "core/detail/utf8.h"
 #include "io/json.h"
 
 namespace tg::data::jinja {

@@ -8,7 +8,7 @@
 #include <cstdint>
 
 #include "core/error.h"
-#include "data/utf8.h"
+#include "core/detail/utf8.h"
 
 namespace tg::data {
 namespace {

@@ -9,7 +9,7 @@
 #include "core/parallel.h"
 #include "data/detail/hf_tokenizer.h"
 #include "data/detail/sentencepiece_tokenizer.h"
-#include "data/utf8.h"
+#include "core/detail/utf8.h"
 #include "io/file.h"
 #include "io/json.h"
 

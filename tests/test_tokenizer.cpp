@@ -17,7 +17,7 @@
 
 #include "data/tokenizer.h"
 #include "data/detail/regex.h"
-#include "data/utf8.h"
+#include "core/detail/utf8.h"
 #include "io/json.h"
 #include "tests/test_support.h"
 

@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <string_view>
 
-#include "data/utf8.h"
+#include "core/detail/utf8.h"
 
 namespace examples {
 

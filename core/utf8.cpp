@@ -1,4 +1,4 @@
-#include "data/utf8.h"
+#include "core/detail/utf8.h"
 
 #include <cstdint>
 
