@@ -2,7 +2,7 @@
 
 #include <cstdint>
 
-namespace tg::data::utf8 {
+namespace tg::utf8 {
 namespace {
 
 // Bytes of the valid sequence at s[i], or 0 with `bad` set to the length of its maximal
@@ -80,4 +80,4 @@ bool is_white_space(char32_t c) {
          (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
 }
 
-}  // namespace tg::data::utf8
+}  // namespace tg::utf8

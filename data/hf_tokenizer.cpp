@@ -4,7 +4,6 @@
 #include <cstdint>
 
 #include "core/error.h"
-#include "core/utf8.h"
 #include "data/detail/regex.h"
 #include "core/detail/utf8.h"
 
@@ -186,7 +185,7 @@ namespace {
 
 std::string to_byte_alphabet(std::string_view bytes) {
   std::string out;
-  for (unsigned char b : bytes) append_utf8(out, byte_to_char(b));
+  for (unsigned char b : bytes) utf8::append(out, byte_to_char(b));
   return out;
 }
 

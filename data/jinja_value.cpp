@@ -4,7 +4,6 @@
 #include <cstdio>
 
 #include "core/error.h"
-#include "core/utf8.h"
 #include "data/detail/jinja.h"
 #include "core/detail/utf8.h"
 #include "io/json.h"
