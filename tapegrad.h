@@ -1,16 +1,26 @@
-// tapegrad: everything a training script needs, one include.
+// tapegrad: every public header, one include (nn/'s through nn/nn.h; testing/testing.h is
+// tapegrad::testing's). The installed package holds exactly these: DEVELOPERS.md, "Public and
+// internal headers".
 #pragma once
 
 #include "core/activation_checkpoint.h"
 #include "core/autograd.h"
+#include "core/bfloat16.h"
 #include "core/cuda_graph.h"
 #include "core/cuda_settings.h"
+#include "core/device.h"
+#include "core/dtype.h"
+#include "core/error.h"
 #include "core/factory.h"
+#include "core/generator.h"
 #include "core/memory.h"
 #include "core/parallel.h"
 #include "core/primitives.h"
+#include "core/shape.h"
+#include "core/storage.h"
 #include "core/tensor.h"
 #include "core/trace.h"
+#include "ops/adamw_step.h"
 #include "ops/attention.h"
 #include "ops/binary.h"
 #include "ops/cast.h"
@@ -21,6 +31,7 @@
 #include "ops/layer_norm.h"
 #include "ops/linear.h"
 #include "ops/linear_cross_entropy.h"
+#include "ops/linear_group.h"
 #include "ops/lora_linear.h"
 #include "ops/masked_fill.h"
 #include "ops/matmul.h"
@@ -33,6 +44,9 @@
 #include "ops/swiglu.h"
 #include "ops/unary.h"
 // models, LoRA, optimizers, checkpoints
+#include "io/file.h"
+#include "io/json.h"
+#include "io/number.h"
 #include "io/safetensors.h"
 #include "data/chat_dataset.h"
 #include "data/chat_template.h"
@@ -45,7 +59,17 @@
 #include "optim/optimizer.h"
 #include "peft/lora.h"
 // data parallelism (NCCL)
+#include "distributed/communicator.h"
 #include "distributed/data_parallel.h"
+#include "distributed/fake_communicator.h"
 #include "distributed/init.h"
 // the training loop: Trainer, TrainingArguments, callbacks
+#include "train/callbacks.h"
+#include "train/checkpoint.h"
+#include "train/data_fingerprint.h"
+#include "train/graphed_step.h"
+#include "train/lr_schedule.h"
+#include "train/train_log.h"
 #include "train/trainer.h"
+#include "train/training_arguments.h"
+#include "testing/gradcheck.h"
