@@ -41,7 +41,7 @@
 #include "ops/rope.h"
 #include "ops/shape.h"
 #include "ops/softmax.h"
-#include "ops/swiglu.h"
+#include "ops/silu_mul.h"
 #include "ops/unary.h"
 // models, LoRA, optimizers, checkpoints
 #include "io/file.h"

@@ -6,7 +6,7 @@
 #include "ops/binary.h"
 #include "ops/rms_norm.h"
 #include "ops/shape.h"
-#include "ops/swiglu.h"
+#include "ops/silu_mul.h"
 
 namespace tg::nn {
 namespace {

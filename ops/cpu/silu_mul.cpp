@@ -6,7 +6,7 @@
 
 #include "core/detail/fast_exp.h"
 #include "core/parallel.h"
-#include "ops/swiglu_kernels.h"
+#include "ops/silu_mul_kernels.h"
 
 namespace tg::cpu {
 namespace {

@@ -9,7 +9,7 @@
 
 #include "core/cuda/cuda_utils.cuh"
 #include "core/cuda/device_utils.cuh"
-#include "ops/swiglu_kernels.h"
+#include "ops/silu_mul_kernels.h"
 
 namespace tg::cuda {
 namespace {

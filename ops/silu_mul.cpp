@@ -1,4 +1,4 @@
-#include "ops/swiglu.h"
+#include "ops/silu_mul.h"
 
 #include "core/autograd.h"
 #include "core/trace.h"
@@ -7,7 +7,7 @@
 #include "ops/detail/dispatch.h"
 #include "ops/detail/matrix_gemm.h"
 #include "ops/shape.h"
-#include "ops/swiglu_kernels.h"
+#include "ops/silu_mul_kernels.h"
 #include "ops/unary.h"
 
 namespace tg {

@@ -6,7 +6,7 @@
 #include "ops/binary.h"
 #include "ops/reduce.h"
 #include "ops/shape.h"
-#include "ops/swiglu.h"
+#include "ops/silu_mul.h"
 #include "ops/unary.h"
 #include "testing/testing.h"
 #include "tests/op_harness.h"

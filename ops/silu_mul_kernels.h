@@ -1,4 +1,4 @@
-// Backend contract for the fused silu_mul (ops/swiglu.h). Every tensor is [rows, cols] of one dtype:
+// Backend contract for the fused silu_mul (ops/silu_mul.h). Every tensor is [rows, cols] of one dtype:
 // float32 or float64 on the CPU, float32 or bfloat16 (computed in float32) on CUDA. gate and up
 // have a unit inner stride and any row stride (the gate and up column blocks of one projection
 // are read in place); out, g, dgate and dup are contiguous.
