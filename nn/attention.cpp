@@ -11,7 +11,7 @@
 #include "ops/cast.h"
 #include "ops/masked_fill.h"
 #include "ops/matmul.h"
-#include "ops/rope.h"
+#include "ops/apply_rotary.h"
 #include "ops/shape.h"
 #include "ops/softmax.h"
 #include "ops/unary.h"

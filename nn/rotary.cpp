@@ -5,7 +5,7 @@
 
 #include "ops/cast.h"
 #include "ops/embedding.h"
-#include "ops/rope.h"
+#include "ops/apply_rotary.h"
 #include "ops/shape.h"
 
 namespace tg::nn {

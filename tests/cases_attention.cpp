@@ -3,7 +3,7 @@
 // flash kernels (bf16, head dims 32 / 64 / 128) or the composition against it. Odd sizes (L = 7, E = 5) so no vector width divides a row; L = 70
 // spans three query blocks of the CPU kernel.
 #include "ops/attention.h"
-#include "ops/rope.h"
+#include "ops/apply_rotary.h"
 #include "ops/shape.h"
 #include "tests/op_harness.h"
 

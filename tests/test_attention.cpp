@@ -14,7 +14,7 @@
 #include "ops/masked_fill.h"
 #include "ops/matmul.h"
 #include "ops/reduce.h"
-#include "ops/rope.h"
+#include "ops/apply_rotary.h"
 #include "ops/shape.h"
 #include "ops/softmax.h"
 #include "testing/testing.h"

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "core/parallel.h"
-#include "ops/rope_kernels.h"
+#include "ops/apply_rotary_kernels.h"
 
 namespace tg::cpu {
 namespace {

@@ -1,4 +1,4 @@
-// Backend contract for the fused rotary embedding (ops/rope.h).
+// Backend contract for the fused rotary embedding (ops/apply_rotary.h).
 //
 // x, out, g, dx are [..., T, hd] with a unit stride in the last dim and any other strides; cos
 // and sin are [T, hd] of the same dtype with a unit last stride (CPU: float32 or float64, CUDA:

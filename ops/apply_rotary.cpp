@@ -1,4 +1,4 @@
-#include "ops/rope.h"
+#include "ops/apply_rotary.h"
 
 #include <cmath>
 #include <vector>
@@ -11,7 +11,7 @@
 #include "ops/detail/checks.h"
 #include "ops/detail/dispatch.h"
 #include "ops/detail/layout.h"
-#include "ops/rope_kernels.h"
+#include "ops/apply_rotary_kernels.h"
 #include "ops/shape.h"
 
 namespace tg {
@@ -36,7 +36,7 @@ struct RopeFusedBackward final : Node {
   }
 };
 
-// The fused kernels' dtypes (ops/rope_kernels.h).
+// The fused kernels' dtypes (ops/apply_rotary_kernels.h).
 bool fused_applies(const Tensor& x) {
   if (x.device().is_cpu()) return x.dtype() == kFloat32 || x.dtype() == kFloat64;
   return x.dtype() == kFloat32 || x.dtype() == kBFloat16;

@@ -1,4 +1,4 @@
-// CUDA rotary embedding (ops/rope_kernels.h): a thread per N consecutive pairs (i, i + hd / 2) of a
+// CUDA rotary embedding (ops/apply_rotary_kernels.h): a thread per N consecutive pairs (i, i + hd / 2) of a
 // row, N as wide as the row length, strides and pointers allow (16-byte accesses for bf16 rows of
 // hd 16 and more), so each half is read and written once, coalesced. Rows of any [..., T, hd]
 // layout with a unit last stride (a [B, H, T, hd] view of [B, T, H, hd] memory in place); float32
@@ -8,7 +8,7 @@
 
 #include "core/cuda/cuda_utils.cuh"
 #include "core/cuda/device_utils.cuh"
-#include "ops/rope_kernels.h"
+#include "ops/apply_rotary_kernels.h"
 
 namespace tg::cuda {
 namespace {
