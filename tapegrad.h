@@ -52,7 +52,6 @@
 #include "data/chat_template.h"
 #include "data/dataset.h"
 #include "data/tokenizer.h"
-#include "nn/checkpoint.h"
 #include "nn/nn.h"
 #include "optim/clip_grad.h"
 #include "optim/lr_scheduler.h"

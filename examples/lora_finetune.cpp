@@ -43,7 +43,7 @@
 #include "examples/common/precision.h"
 #include "examples/common/train_log.h"
 #include "examples/common/vocabulary.h"
-#include "nn/checkpoint.h"
+#include "nn/state_dict.h"
 #include "nn/generation.h"
 #include "io/json.h"
 #include "nn/loss.h"

@@ -22,7 +22,7 @@
 #include "examples/common/printable.h"
 #include "examples/common/precision.h"
 #include "examples/common/train_log.h"
-#include "nn/checkpoint.h"
+#include "nn/state_dict.h"
 #include "nn/generation.h"
 #include "nn/llama.h"
 #include "optim/clip_grad.h"

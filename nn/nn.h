@@ -24,3 +24,4 @@
 #include "nn/pretrained.h"
 #include "nn/quantization.h"
 #include "nn/rotary.h"
+#include "nn/state_dict.h"

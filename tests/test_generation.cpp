@@ -22,7 +22,7 @@
 #include "io/json.h"
 #include "nn/generation.h"
 #include "nn/gpt2.h"
-#include "nn/checkpoint.h"
+#include "nn/state_dict.h"
 #include "nn/kv_cache.h"
 #include "nn/llama.h"
 #include "nn/logits_process.h"

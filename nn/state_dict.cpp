@@ -1,4 +1,4 @@
-#include "nn/checkpoint.h"
+#include "nn/state_dict.h"
 
 namespace tg::nn {
 
