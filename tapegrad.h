@@ -32,8 +32,6 @@
 #include "ops/layer_norm.h"
 #include "ops/linear.h"
 #include "ops/linear_cross_entropy.h"
-#include "ops/linear_group.h"
-#include "ops/lora_linear.h"
 #include "ops/masked_fill.h"
 #include "ops/matmul.h"
 #include "ops/nf4.h"
