@@ -6,7 +6,7 @@
 // (the work FlashAttention-2 does; ours does 3.5x, see ops/cuda/attention.cu).
 //   attention_bench [--reps N] [--json path] [--split] [--only SHAPE]
 // bench/torch_attention_ref.py times PyTorch's SDPA backends on the same shapes in the same call
-// (bench/run_attention_bench.sh runs the two; rows to bench/results/{attention,torch_attention}.json).
+// (scripts/gpu/run_attention_bench.sh runs the two; rows to bench/results/{attention,torch_attention}.json).
 #include <cuda_runtime.h>
 
 #include <algorithm>

@@ -16,7 +16,7 @@
 // and the timed steps are its replays (rows "lora+graph", "full+graph"); the loss of the last
 // eager and replayed steps are printed so a run shows the replay trains.
 // On the GPU the timed steps run between cudaProfilerStart / Stop, so `ncu --profile-from-start
-// off` sees them alone (bench/run_real_step.sh's census).
+// off` sees them alone (scripts/gpu/run_real_step.sh's census).
 // --json: rows as bench/results/train_step-*.json; --real-json: rows as issue 36's
 // bench/results/train_step-h200-real.json (impl, config, mode, graph, ckpt, ms, tflops, peak_mib).
 #include <algorithm>

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Issue 27 on the GPU machine: data parallelism over NCCL, in one call.
-#   dev/dp_check.sh <build dir> [out dir]          (TG_COMMIT=<sha> names the commit in the rows)
+#   scripts/gpu/dp_check.sh <build dir> [out dir]          (TG_COMMIT=<sha> names the commit in the rows)
 # 1. configures and builds <build dir> with CUDA and NCCL (the toolkit's, else PyTorch's
-#    nvidia-nccl wheel through -DTG_NCCL_ROOT), through scripts/gpu-check.sh's stages;
+#    nvidia-nccl wheel through -DTG_NCCL_ROOT), through scripts/gpu/gpu-check.sh's stages;
 # 2. the distributed tests, the NCCL one (world size 1) included: it must run, not skip;
 # 3. lora_finetune on the GPU as one process and as one rank of examples/launch (world size 1):
 #    the same losses and the same adapter bytes; stopped at step 6 under the launcher and resumed
@@ -11,13 +11,13 @@
 # 4. with 2+ GPUs: --nproc 2 against one process, same global batch: loss curves within 1e-3
 #    relative (float32; a reduction order apart) and the adapters within 1e-3; also stopped at
 #    step 6 on 2 GPUs and resumed on 1;
-# 5. bench/run_data_parallel.sh: tokens/s rows of tapegrad and torch DDP on 1 (2, 4, 8) GPUs to
+# 5. scripts/gpu/run_data_parallel.sh: tokens/s rows of tapegrad and torch DDP on 1 (2, 4, 8) GPUs to
 #    <out>/data_parallel.json (copy it to bench/results/).
 # Stops at the first failure; NCCL's NVLink multicast stays off (NCCL_NVLS_ENABLE=0).
 # DP_STAGES="build tests lora two bench" (the default: all) runs some of them, e.g. the build in
 # one device call and the rest in the next.
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)
 build=$1
 case "$build" in /*) ;; *) build=$PWD/$build ;; esac
 out=${2:-$build/dp-check}
@@ -36,7 +36,7 @@ if ! ls /usr/local/cuda/include/nccl.h /usr/include/nccl.h >/dev/null 2>&1; then
   nccl_root=$(python3 -c 'import nvidia.nccl; print(list(nvidia.nccl.__path__)[0])')
   nccl_args="$nccl_args -DTG_NCCL_ROOT=$nccl_root"
 fi
-BUILD_DIR=$build TG_GPU_CHECK_CMAKE_ARGS="$nccl_args ${TG_GPU_CHECK_CMAKE_ARGS:-}" "$root/scripts/gpu-check.sh" env configure build
+BUILD_DIR=$build TG_GPU_CHECK_CMAKE_ARGS="$nccl_args ${TG_GPU_CHECK_CMAKE_ARGS:-}" "$root/scripts/gpu/gpu-check.sh" env configure build
 fi
 
 if wants tests; then
@@ -101,6 +101,6 @@ fi
 
 if wants bench; then
 echo "== 5. tokens/s against torch DDP"
-"$root/bench/run_data_parallel.sh" "$build" "$out"
+"$root/scripts/gpu/run_data_parallel.sh" "$build" "$out"
 fi
 echo "== dp_check passed: copy $out/data_parallel.json to bench/results/ and run python3 bench/make_results.py"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A training step of the toy transformer, tapegrad vs the PyTorch reference, on the same 2 CPU
 # cores in the same call (the CPU speed target). Needs PyTorch (the GPU machine has it).
-#   bench/run_step_bench.sh <build dir> <path to torch_toy_lora.py> [config]
+#   scripts/gpu/run_step_bench.sh <build dir> <path to torch_toy_lora.py> [config]
 # The reference script lives in ../shared/reference/; carry a copy to the GPU machine.
 set -euo pipefail
 build=$1 ref=$2 config=${3:-tiny}

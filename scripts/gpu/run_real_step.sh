@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 36's real-size training step on one GPU, in one call from the repo root:
-#   TG_COMMIT=<commit> OUT=<dir> bench/run_real_step.sh [llama-1b | llama3-8b]
+#   TG_COMMIT=<commit> OUT=<dir> scripts/gpu/run_real_step.sh [llama-1b | llama3-8b]
 # 1. builds train_step_bench in $BUILD_DIR (build-gpu) if it is absent (the repo's CUDA Release flags);
 # 2. tapegrad bf16, LoRA and full, each with and without gradient checkpointing and the CUDA graph;
 # 3. bench/torch_toy_lora.py, eager and torch.compile, bf16 autocast, sdpa (llama3-8b: LoRA only:
@@ -18,12 +18,12 @@ config=${1:-llama-1b}
 case "$config" in
   llama-1b) suffix="" torch_modes=lora,full budget=${TORCH_BUDGET_S:-300} ncu_steps=${NCU_STEPS:-2} ;;
   llama3-8b) suffix="-llama3-8b" torch_modes=lora budget=${TORCH_BUDGET_S:-330} ncu_steps=${NCU_STEPS:-1} ;;
-  *) echo "usage: bench/run_real_step.sh [llama-1b | llama3-8b], got '$config'" >&2; exit 2 ;;
+  *) echo "usage: scripts/gpu/run_real_step.sh [llama-1b | llama3-8b], got '$config'" >&2; exit 2 ;;
 esac
 build=${BUILD_DIR:-build-gpu}
 out=${OUT:-out/real_step}
 steps=${STEPS:-10}
-here=$(cd "$(dirname "$0")" && pwd)
+bench_dir=$(cd "$(dirname "$0")/../../bench" && pwd)
 tmp=$(mktemp -d)
 mkdir -p "$out"
 [ -n "${TG_COMMIT:-}" ] || echo "note: TG_COMMIT is not set: the rows name the GPU machine's (stale) checkout"
@@ -53,13 +53,13 @@ done
 torch_args=()
 if [ "${TG_REAL_TORCH:-1}" != 0 ]; then
   part "PyTorch $config ($torch_modes), eager and torch.compile"
-  python3 "$here/torch_toy_lora.py" --configs "$config" --precs bf16 --modes "$torch_modes" --attns sdpa \
+  python3 "$bench_dir/torch_toy_lora.py" --configs "$config" --precs bf16 --modes "$torch_modes" --attns sdpa \
     --exec eager,compile --n-warm 3 --n-time "$steps" --budget-s "$budget" --out "$tmp" --jsonl torch.jsonl |
     grep -E "^(llama|TOY|config|ERROR|SKIPPED)" || true
   [ -f "$tmp/torch.jsonl" ] && torch_args=(--torch "$tmp/torch.jsonl")
 fi
 rows_out="$out/train_step-h200-real$suffix.json"
-python3 "$here/real_step_rows.py" "$rows_out" "${ours[@]}" "${torch_args[@]}"
+python3 "$bench_dir/real_step_rows.py" "$rows_out" "${ours[@]}" "${torch_args[@]}"
 
 ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 if [ -x "$ncu" ]; then
@@ -72,7 +72,7 @@ if [ -x "$ncu" ]; then
   step_ms=$(python3 -c 'import json, sys
 rows = [r for r in json.load(open(sys.argv[1])) if r["impl"] == "tapegrad" and r["mode"] == "lora" and not r["graph"] and not r["ckpt"]]
 print(rows[0]["ms"] if rows else "")' "$rows_out")
-  OUT=$out python3 "$here/ncu_census.py" "$report" --steps "$ncu_steps" ${step_ms:+--step-ms "$step_ms"} \
+  OUT=$out python3 "$bench_dir/ncu_census.py" "$report" --steps "$ncu_steps" ${step_ms:+--step-ms "$step_ms"} \
     --title "$config-lora"
 else
   echo "no ncu: census skipped"

@@ -5,7 +5,7 @@
 # 8192x2048) in interleaved rounds (baseline, new, baseline, new), and prints each row's best time
 # before and after with a verdict.
 #
-#   dev/norm_regression.sh OUT_DIR [BASELINE] [--rounds N] [--elementwise]
+#   scripts/gpu/norm_regression.sh OUT_DIR [BASELINE] [--rounds N] [--elementwise]
 #
 # BASELINE: a commit of this repository (needs its .git), or a directory or .tar holding that
 # commit's tree (make one where git is: git archive -o base.tar 9a66475). --elementwise also
@@ -18,7 +18,7 @@
 # modes and every bf16 row of width 768 to 8192. Exit status 1 when there is one.
 set -euo pipefail
 
-usage() { echo "usage: dev/norm_regression.sh OUT_DIR [BASELINE] [--rounds N] [--elementwise]" >&2; exit 2; }
+usage() { echo "usage: scripts/gpu/norm_regression.sh OUT_DIR [BASELINE] [--rounds N] [--elementwise]" >&2; exit 2; }
 [ $# -ge 1 ] || usage
 out=$1
 shift
@@ -33,7 +33,7 @@ while [ $# -gt 0 ]; do
     *) base=$1; shift ;;
   esac
 done
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 work=$(mktemp -d)

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # tapegrad against transformers + peft (on a machine with PyTorch, transformers and peft: the GPU
-# machine). Usage: scripts/interop-check.sh [build dir]   (default build-gpu, then build)
+# machine). Usage: scripts/gpu/interop-check.sh [build dir]   (default build-gpu, then build)
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-}
 [ -z "$build" ] && for b in "$root/build-gpu" "$root/build"; do [ -x "$b/tests/interop_dump" ] && build=$b && break; done
 [ -x "$build/tests/interop_dump" ] || { echo "interop-check: build the interop_dump target first" >&2; exit 2; }

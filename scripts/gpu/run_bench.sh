@@ -2,9 +2,9 @@
 # Runs our GEMM and memory-bound benchmarks, then PyTorch on the same cases; prints both tables and
 # the comparison, and writes OUT_DIR/{gemm,elementwise,torch_gemm_elementwise}.json (the rows of
 # bench/results/; to publish: cp OUT_DIR/*.json bench/results/ && python3 bench/make_results.py).
-#   bench/run_bench.sh [build-dir] [out-dir]      (defaults: build-gpu, build-gpu/bench-out)
+#   scripts/gpu/run_bench.sh [build-dir] [out-dir]      (defaults: build-gpu, build-gpu/bench-out)
 set -uo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$root/build-gpu}
 out=${2:-$build/bench-out}
 mkdir -p "$out"

@@ -10,9 +10,9 @@
 #   4. generate_bench, bench-135m bf16, prompt 128, 256 new tokens, batch 1 and 32: the dynamic
 #      cache, the static one and the static one with the decode step replayed as a CUDA graph
 #      (rows to <out>/generate_graph.json).
-#   TG_COMMIT=<commit> dev/graph_check.sh <build dir> [out dir]
+#   TG_COMMIT=<commit> scripts/gpu/graph_check.sh <build dir> [out dir]
 set -euo pipefail
-build=${1:?usage: dev/graph_check.sh <build dir> [out dir]}
+build=${1:?usage: scripts/gpu/graph_check.sh <build dir> [out dir]}
 out=${2:-out/graph_check}
 mkdir -p "$out"
 [ -f "$build/build.ninja" ] || cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTG_CUDA=ON

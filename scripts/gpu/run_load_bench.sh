@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 34's loading benchmark on the GPU machine, in one call from the repo root:
-#   TG_COMMIT=<commit> OUT=<dir> bench/run_load_bench.sh [llama-1b | llama3-8b]
+#   TG_COMMIT=<commit> OUT=<dir> scripts/gpu/run_load_bench.sh [llama-1b | llama3-8b]
 # Builds load_bench in $BUILD_DIR (build-gpu) if absent, writes the config's bf16 folder with
 # save_pretrained under $LOAD_DIR (/tmp/tg_load_bench; 3.2 GB for llama-1b, 16 GB for llama3-8b),
 # then times reading it against nn::from_pretrained to the CPU and to the GPU, with the peak RSS of

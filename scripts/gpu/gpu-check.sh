@@ -6,8 +6,8 @@
 # and print a summary table of every stage. A failing stage does not stop the later ones
 # (a stage whose input is missing is reported as skipped); the exit status is 1 if any failed.
 #
-#   scripts/gpu-check.sh                 all stages
-#   scripts/gpu-check.sh build test      only these (env configure build test gputests memcheck
+#   scripts/gpu/gpu-check.sh                 all stages
+#   scripts/gpu/gpu-check.sh build test      only these (env configure build test gputests memcheck
 #                                        racecheck initcheck bench)
 #
 # The GPU tests are found, not listed: every test that ctest reports skipped with the GPU hidden
@@ -19,7 +19,7 @@
 # copied there as each stage ends (then summary.txt).
 set -uo pipefail
 
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${BUILD_DIR:-$root/build-gpu}
 case "$build" in /*) ;; *) build=$root/$build ;; esac
 jobs=${JOBS:-$(nproc 2>/dev/null || echo 8)}
@@ -151,7 +151,7 @@ for tool in memcheck racecheck initcheck; do
   fi
 done
 if wants bench; then
-  if [ -x "$build/bench/gemm_bench" ]; then run_stage bench "$root/bench/run_bench.sh" "$build" "$logs/bench-csv"
+  if [ -x "$build/bench/gemm_bench" ]; then run_stage bench "$root/scripts/gpu/run_bench.sh" "$build" "$logs/bench-csv"
   else skip_stage bench "no benchmark binaries"; fi
 fi
 

@@ -2,11 +2,11 @@
 # Attention forward / backward, tapegrad's flash kernels against PyTorch's SDPA backends in the
 # same call (the GPU machine has PyTorch): rows to bench/results/attention.json and
 # bench/results/torch_attention.json.
-#   bench/run_attention_bench.sh <build dir> [results dir]
+#   scripts/gpu/run_attention_bench.sh <build dir> [results dir]
 set -euo pipefail
 build=$1
 out=${2:-bench/results}
-here=$(cd "$(dirname "$0")" && pwd)
+bench_dir=$(cd "$(dirname "$0")/../../bench" && pwd)
 mkdir -p "$out"
 "$build/bench/attention_bench" --json "$out/attention.json"
-python3 "$here/torch_attention_ref.py" --ours "$out/attention.json" --out "$out/torch_attention.json"
+python3 "$bench_dir/torch_attention_ref.py" --ours "$out/attention.json" --out "$out/torch_attention.json"
