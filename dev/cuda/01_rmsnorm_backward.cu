@@ -16,7 +16,7 @@ others are the experiments dev/NOTES.md reports.
      Hopper's bulk copies (cp.async.bulk + mbarrier), --blocks blocks a multiprocessor
 
 Build and run (sm_90):
-  nvcc -O3 -std=c++17 -arch=sm_90 -o rmsnorm_backward dev/cuda/rmsnorm_backward.cu
+  nvcc -O3 -std=c++17 -arch=sm_90 -o rmsnorm_backward dev/cuda/01_rmsnorm_backward.cu
   ./rmsnorm_backward 2 --dtype bf16 --rows 8192 --dim 8192 --tpr 512
   ./rmsnorm_backward 2 --sweep-tpr            # every threads-per-row that fits the row
   ./rmsnorm_backward 5 --dtype fp32 --stages 3 --blocks 1

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The turn order of dev/cuda/attention_dq_ordered.cu checked on the host, and its time modelled.
+"""The turn order of dev/cuda/04_attention_dq_ordered.cu checked on the host, and its time modelled.
 
 For every shape below, the kernel's walk (each key block's steps over (query head, query block m)
 with the rank it waits for) is rebuilt with the kernel's formulas and checked:
@@ -12,7 +12,7 @@ Then a model (each step: C of compute, then the add, A, once the turn has come; 
 ticket order on P slots) gives the time of this order and of the naive one (key blocks ascending,
 the diagonal block last) against adds that never wait, at the timed shapes.
 
-  python3 dev/cuda/attention_dq_ordered_order.py
+  python3 dev/cuda/04_attention_dq_ordered_order.py
 """
 import heapq
 

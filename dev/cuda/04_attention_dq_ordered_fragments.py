@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""dQ_part of dev/cuda/attention_dq_ordered.cu emulated lane by lane on the host (no GPU needed).
+"""dQ_part of dev/cuda/04_attention_dq_ordered.cu emulated lane by lane on the host (no GPU needed).
 
 The kernel's path, with the PTX semantics of ldmatrix (.x4, .trans) and mma.m16n8k16: the dkdv
 loop's dS^T accumulator fragments written to shared memory (sS, keys x queries), A fragments of dS
@@ -7,7 +7,7 @@ loaded transposed through b_rows, K's B fragments through b_cols (ops/cuda/flash
 addressing), the products, then the row / column each lane stores to dq_acc. Checked against
 dS K in integers, for head dim 64 and 128 and BQ 32 and 64 (every output element exactly once).
 
-  python3 dev/cuda/attention_dq_ordered_fragments.py
+  python3 dev/cuda/04_attention_dq_ordered_fragments.py
 """
 import random
 

@@ -1,26 +1,26 @@
 /*
-dev/cuda/attention_f32.cu's kernels run on the CPU under dev/cuda/cpu_emulation.h, through that
+dev/cuda/03_attention_f32.cu's kernels run on the CPU under dev/cuda/cpu_emulation.h, through that
 file's own check (every variant, every check shape, against its float64 reference): a kernel
 change's logic and synchronisation checked without a GPU. The GPU run stays the authority: here
 exp2f / log2f are glibc's, and the emulation says nothing of speed, registers or bank conflicts.
 
 Build and run (from the repository root; about 15 s):
   g++ -std=c++20 -O2 -fno-strict-aliasing -I. -I/usr/local/cuda/include -Wno-attributes -o attention_f32_cpu \
-    dev/cuda/attention_f32_cpu.cpp
+    dev/cuda/03_attention_f32_cpu.cpp
   ./attention_f32_cpu
 */
 #include "flash_ptx_cpu.h"
 
-#include "ops/cuda/flash_attention.cuh"  // the constants attention_f32.cu takes from it
+#include "ops/cuda/flash_attention.cuh"  // the constants 03_attention_f32.cu takes from it
 
-// attention_f32.cu's shared-memory loads.
+// 03_attention_f32.cu's shared-memory loads.
 namespace {
 float4 lds128(const float* p) { return *reinterpret_cast<const float4*>(p); }
 float2 lds64(const float* p) { return *reinterpret_cast<const float2*>(p); }
 }  // namespace
 
 #define ATTENTION_F32_KERNELS_ONLY
-#include "attention_f32.cu"
+#include "03_attention_f32.cu"
 
 namespace {
 

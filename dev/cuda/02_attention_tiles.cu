@@ -10,7 +10,7 @@ the results.
   dq       <HD, BN, MT>: 16 MT query rows a warp, BN keys a step
 
 Build and run (sm_90; -Xptxas -v shows each variant's registers and spills):
-  nvcc -O3 -std=c++20 -arch=sm_90 -I. -o attention_tiles dev/cuda/attention_tiles.cu
+  nvcc -O3 -std=c++20 -arch=sm_90 -I. -o attention_tiles dev/cuda/02_attention_tiles.cu
   ./attention_tiles
 */
 #include "common.cuh"

@@ -3,7 +3,7 @@ Float32 flash attention on CUDA cores (plain FP32 FMAs: no tensor cores, no TF32
 the library's bf16 kernels (ops/cuda/flash_attention.cuh) on register tiles instead of mma.sync.
 q / k / v / out in the projections' [B, T, H, hd] memory, read as [B, H, T, hd] views; head dim 64
 or 128; causal or not; grouped-query heads (query head h reads kv head h / (H / Hkv)).
-dev/cuda/attention_f32.md keeps the design, the register budget and the results.
+dev/cuda/03_attention_f32.md keeps the design, the register budget and the results.
 
   forward  a block per (batch, head, BM queries) streams BN-key tiles of K and V (two cp.async
            stages): S = Q K^T, online softmax in registers, P through the warp's shared tile,
@@ -21,7 +21,7 @@ streamed columns CG apart) and TM rows x HD / CG columns of an output (float4 ch
 Shared rows are padded by 16 bytes, so the CG rows a float4 load touches fall in distinct banks.
 
 Build and run (sm_90; -Xptxas -v shows each kernel's registers and spills):
-  nvcc -O3 -std=c++17 -arch=sm_90 -I. -o attention_f32 dev/cuda/attention_f32.cu -lcublas
+  nvcc -O3 -std=c++17 -arch=sm_90 -I. -o attention_f32 dev/cuda/03_attention_f32.cu -lcublas
   ./attention_f32              # check every variant against a float64 CPU reference, then time
   ./attention_f32 --check      # the check alone
   ./attention_f32 --reps 50    # timing repetitions (median of N, L2 flushed before each)
@@ -33,13 +33,13 @@ says FAIL, no timing runs and the exit status is 1); cuBLAS SGEMM's rate on [819
 8x12x1024x64 and 4x32x2048x128, causal and full, every variant's median time, TFLOP/s of the
 products it computes and % of peak, and the forward, backward and forward + backward of the
 fastest variants in ms and TFLOP/s (causal FLOPs halved, backward counted as 2.5x forward).
-The same check runs on the CPU, without a GPU: dev/cuda/attention_f32_cpu.cpp.
+The same check runs on the CPU, without a GPU: dev/cuda/03_attention_f32_cpu.cpp.
 */
 #include "common.cuh"
 
 #include <string>
 
-// PTX the CPU run (dev/cuda/attention_f32_cpu.cpp) replaces, and cuBLAS, which it has not.
+// PTX the CPU run (dev/cuda/03_attention_f32_cpu.cpp) replaces, and cuBLAS, which it has not.
 #ifndef ATTENTION_F32_KERNELS_ONLY
 #include <cublas_v2.h>
 
@@ -768,7 +768,7 @@ bool check_shape(const Shape& s, const Inputs& in, Backend& be) {
 }  // namespace
 
 // Everything above (kernels, launch shapes, reference, check) also runs on the CPU under
-// dev/cuda/cpu_emulation.h: dev/cuda/attention_f32_cpu.cpp.
+// dev/cuda/cpu_emulation.h: dev/cuda/03_attention_f32_cpu.cpp.
 #ifndef ATTENTION_F32_KERNELS_ONLY
 namespace {
 

@@ -2,7 +2,7 @@
 One-pass deterministic flash-attention backward (issue #21): the library's dk / dv kernel
 (ops/cuda/flash_attention.cuh, flash_backward_dkdv) that also produces dQ, summed into a float32
 buffer in a fixed order of key blocks (FlashAttention-3's deterministic mode), against the
-library's two kernels (dk / dv, then dq recomputing S and dP). dev/cuda/attention_dq_ordered.md
+library's two kernels (dk / dv, then dq recomputing S and dP). dev/cuda/04_attention_dq_ordered.md
 has the design, the budgets and what would justify a port.
 
   dkdvdq <HD, BQ, finish>: 64 keys a block (16 a warp), BQ queries a step; after dS^T is known
@@ -24,11 +24,11 @@ of 50) the library's dk dv + dq against each variant at 8x12x1024x64 and 4x32x20
 
 Build and run (sm_90; -Xptxas -v prints each kernel's registers and spills; the run prints them too):
   nvcc -O3 -std=c++20 -arch=sm_90 --expt-relaxed-constexpr -Xptxas -v -I. \
-       -o attention_dq_ordered dev/cuda/attention_dq_ordered.cu
+       -o attention_dq_ordered dev/cuda/04_attention_dq_ordered.cu
   ./attention_dq_ordered            checks and times every variant
   ./attention_dq_ordered --profile  one launch of each kernel at 4x32x2048x128 (for ncu)
   ./attention_dq_ordered --streams  the library's dk dv + dq on one stream and on two
-Results: attention_dq_ordered.md.
+Results: 04_attention_dq_ordered.md.
 */
 #include <array>
 #include <cstring>
