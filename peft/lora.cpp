@@ -38,10 +38,6 @@ bool matches(const std::string& path, const std::vector<std::string>& names) {
   return false;
 }
 
-bool is_norm(const nn::Module* m) {
-  return dynamic_cast<const nn::RMSNorm*>(m) != nullptr || dynamic_cast<const nn::LayerNorm*>(m) != nullptr;
-}
-
 std::string last_component(const std::string& path) {
   size_t dot = path.rfind('.');
   return dot == std::string::npos ? path : path.substr(dot + 1);
@@ -68,7 +64,7 @@ std::vector<std::string> saved_module_names(const LoraConfig& config, nn::Module
   std::vector<std::string> names = config.modules_to_save;
   if (!config.freeze_norms)
     for (auto& [path, m] : model.named_modules())
-      if (is_norm(m) && !matches(path, names)) names.push_back(last_component(path));
+      if (nn::is_norm(*m) && !matches(path, names)) names.push_back(last_component(path));
   return names;
 }
 

@@ -13,6 +13,7 @@
 #include "distributed/init.h"
 #include "io/file.h"
 #include "nn/architecture.h"
+#include "nn/norm.h"
 #include "nn/pretrained.h"
 #include "ops/cast.h"
 #include "ops/shape.h"
@@ -34,7 +35,7 @@ constexpr const char* kArgs = "TrainingArguments";
 std::vector<optim::ParamGroupSpec> param_groups(nn::CausalLM& model, double weight_decay) {
   std::set<std::string> no_decay;
   for (const auto& [path, m] : model.named_modules()) {
-    const bool norm = m->type_name().find("Norm") != std::string::npos;
+    const bool norm = nn::is_norm(*m);
     for (const auto& [name, p] : m->named_parameters(/*recurse=*/false))
       if (norm || name == "bias") no_decay.insert(path.empty() ? name : path + "." + name);
   }
