@@ -68,7 +68,7 @@ int main() {
   check("log_softmax", log_softmax(x, -1), log(softmax(x, -1)), 1e-14);
   const Tensor targets = from_vector(std::vector<int64_t>{0, 4, 2, 1, 3, 0}, {6});
   const Tensor x2 = reshape(x, {6, 4}), logits = linear(x2, w);
-  const Tensor one_hot = values({1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0}, {6, 5});
+  const Tensor one_hot = values({1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 1, 0, 1, 0, 0, 0, 0}, {6, 5});
   check("cross_entropy", cross_entropy(logits, targets), -sum(log_softmax(logits, -1) * one_hot) / 6.0, 1e-14);
   check("linear_cross_entropy", linear_cross_entropy(x2, w, targets), cross_entropy(logits, targets), 1e-14);
   const Tensor ids = from_vector(std::vector<int64_t>{4, 0}, {2});
@@ -80,6 +80,7 @@ int main() {
   index_copy_(dst, 0, from_vector(std::vector<int64_t>{2, 0}, {2}), p);
   check("index_copy_", dst, values({3, 4, 0, 0, 1, 2}, {3, 2}));
   check("to(dtype)", to(to(p, kBFloat16), kFloat64), p);
+  check("to(device)", to(p, default_device()), p);
 
   // norms, attention, rotary
   const Tensor g = randn({4}, gen, f64), beta = randn({4}, gen, f64);
