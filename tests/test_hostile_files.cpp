@@ -23,8 +23,10 @@
 #include "io/json.h"
 #include "io/number.h"
 #include "io/safetensors.h"
+#include "nn/generation.h"
 #include "nn/nn.h"
 #include "optim/optimizer.h"
+#include "peft/lora.h"
 #include "tapegrad.h"
 #include "tests/test_support.h"
 
@@ -50,6 +52,21 @@ TEST(HostileFiles, AFifoOrADeviceIsAnErrorNotAnEndlessRead) {
   EXPECT_ERROR_HAS(data::Tokenizer::from_pretrained(dir / "tok"), "is not a regular file (a FIFO)");
   ASSERT_EQ(::mkfifo((dir / "sp.model").c_str(), 0600), 0);
   EXPECT_ERROR_HAS(data::Tokenizer::from_file(dir / "sp.model"), "no file");
+  // The other files a folder or a flag names, each of which blocked forever at fef9b57.
+  fs::create_directories(dir / "tok2");
+  fs::copy_file(fs::path(__FILE__).parent_path() / "fixtures/tokenizers/gpt2/tokenizer.json", dir / "tok2/tokenizer.json");
+  ASSERT_EQ(::mkfifo((dir / "tok2/tokenizer_config.json").c_str(), 0600), 0);
+  EXPECT_ERROR_HAS(data::Tokenizer::from_pretrained(dir / "tok2"), "tokenizer_config.json' is not a regular file (a FIFO)");
+  ASSERT_EQ(::mkfifo((dir / "generation_config.json").c_str(), 0600), 0);
+  EXPECT_ERROR_HAS(nn::GenerationConfig::from_pretrained(dir.str()), "generation_config.json' is not a regular file (a FIFO)");
+  fs::create_directories(dir / "adapter");
+  ASSERT_EQ(::mkfifo((dir / "adapter/adapter_config.json").c_str(), 0600), 0);
+  nn::Linear layer(2, 2);
+  EXPECT_ERROR_HAS(peft::load_adapter(layer, dir / "adapter"), "adapter_config.json' is not a regular file (a FIFO)");
+  ASSERT_EQ(::mkfifo((dir / "checkpoint.safetensors").c_str(), 0600), 0);  // lora_finetune --resume
+  optim::AdamW opt(layer.named_trainable_parameters(), {});
+  EXPECT_ERROR_HAS(examples::load_training_checkpoint(dir / "checkpoint.safetensors", layer, opt),
+                   "checkpoint.safetensors' is not a regular file (a FIFO)");
 }
 
 TEST(HostileFiles, AFileOverItsKindsLimitIsAnError) {
