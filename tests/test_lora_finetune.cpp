@@ -364,6 +364,7 @@ TEST(LoraFinetune, FilesAndFlagsAreCheckedBeforeTheModelLoads) {
   refused(b + "--data " + data + " --clip nan", {"--clip wants a finite number in [0, inf), got 'nan'"});
   refused(b + "--data " + data + " --nproc 4294967297", {"--nproc wants an integer in [1, 1024], got '4294967297'"});
   refused(b + "--data " + data + " --eval-batches 4294967297", {"--eval-batches wants an integer in [0, 2147483647]"});
+  refused(b + "--data " + data + " --threads 4294967297", {"--threads wants an integer in [0, 4096], got '4294967297'"});
   refused(b + "--data " + data + " --batch 1099511627776", {"--batch wants an integer in [1, 1048576]"});
   refused(b + "--data " + data + " --grad-accum 1099511627776", {"--grad-accum wants an integer in [1, 1048576]"});
   refused(b + "--data " + data + " --resume", {"--resume: no checkpoint at"});

@@ -52,6 +52,7 @@ class BpeModel {
   void encode_word(std::string_view word, std::vector<int32_t>& out, WordCache* cache) const;
 
   int64_t vocab_size() const { return static_cast<int64_t>(tokens_.size()); }  // the highest id + 1
+  int64_t entries() const { return static_cast<int64_t>(by_token_.size()); }  // tokenizers' get_vocab_size()
   const std::string* token(int32_t id) const;  // the vocabulary's own string; null for a gap
   const int32_t* id_of_token(std::string_view token) const;  // by the vocabulary's string
 

@@ -20,17 +20,23 @@ struct AddedToken {
   std::string content;
   int32_t id = -1;
   bool special = false, lstrip = false, rstrip = false, single_word = false, normalized = false;
+  // What decoding sees and, for a normalized token, what the second pass matches: the content as
+  // the normalizer leaves it (tokenizers' normalized_cache), else the content.
+  std::string form;
+  bool operator==(const AddedToken& o) const {  // tokenizers compares the content and the options
+    return content == o.content && special == o.special && lstrip == o.lstrip && rstrip == o.rstrip &&
+           single_word == o.single_word && normalized == o.normalized;
+  }
 };
 
 // tokenizers' AddedVocabulary: finds the added tokens in the text (leftmost, then longest) and
 // cuts them out as pieces of their own.
 class AddedVocabulary {
  public:
-  AddedVocabulary(std::vector<AddedToken> tokens, const Normalizer* normalizer);
+  explicit AddedVocabulary(std::vector<AddedToken> tokens);
   // The first pass (normalized == false: tokens matched in the raw text) or the second (in the
   // normalized pieces).
   void split(Pieces& pieces, bool normalized) const;
-  const std::vector<AddedToken>& tokens() const { return tokens_; }
 
  private:
   struct MatchingSet {
@@ -38,7 +44,7 @@ class AddedVocabulary {
     std::vector<size_t> token;                    // the token each pattern is
     std::vector<std::vector<size_t>> by_first;    // 256 lists of pattern indices, longest first
   };
-  void build(MatchingSet& set, bool normalized, const Normalizer* normalizer);
+  void build(MatchingSet& set, bool normalized);
   void split_piece(Piece&& piece, const MatchingSet& set, Pieces& out) const;
 
   std::vector<AddedToken> tokens_;
@@ -70,6 +76,7 @@ class HfTokenizer {
   const std::string& description() const { return description_; }
 
  private:
+  void read_added_tokens(const json::Value& root);
   void encode_piece(Piece&& piece, std::vector<int32_t>& out, WordCache* cache) const;
 
   std::unique_ptr<Normalizer> normalizer_;
@@ -79,7 +86,7 @@ class HfTokenizer {
   std::unique_ptr<Decoder> decoder_;
   std::unique_ptr<AddedVocabulary> added_;
   StringMap<int32_t> added_by_content_;
-  std::unordered_map<int32_t, std::string> decode_form_;  // added token id -> the string decoding sees
+  std::unordered_map<int32_t, std::string> decode_form_;  // added token id -> its form
   std::unordered_map<std::string, bool> special_contents_;
   int64_t vocab_size_ = 0;
   std::string description_;
