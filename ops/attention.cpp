@@ -5,6 +5,7 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <string_view>
 #include <tuple>
 
 #include "core/autograd.h"
@@ -53,9 +54,6 @@ bool fused_cpu_applies(const Tensor& q, double dropout_p) {
 
 // The flash kernels' head dims (ops/attention_kernels.h).
 bool flash_head_dims(int64_t E, int64_t Ev) { return E == Ev && (E == 32 || E == 64 || E == 128); }
-
-// Where both take a call, cuDNN's kernels run in the directions they are faster in.
-bool cudnn_preferred(int64_t /*head_dim*/, bool /*backward*/) { return true; }
 
 // The fused CUDA kernels' domain (ops/attention_kernels.h): the flash kernels' head dims, and
 // cuDNN's multiples of 8 up to 256 when it is enabled (it may still decline the call). The flash
@@ -110,7 +108,7 @@ std::vector<Tensor> cudnn_backward(const Tensor& grad, const Tensor& q, const Te
 struct SdpaFusedBackward final : Node {
   enum { kQ, kK, kV, kOut, kLse };
   bool causal = false;
-  bool try_cudnn = false;    // cuDNN's backward first, whichever gradients are asked for
+  bool try_cudnn = false;    // after cuDNN's forward: its backward first, whichever gradients are asked for
   double scale = 1.0;
   Tensor attn_mask;          // as the kernel reads it (undefined: none)
   Shape v_shape, v_strides;  // dv's layout (v itself may not be saved)
@@ -149,9 +147,13 @@ Tensor empty_output(const Tensor& q, int64_t Ev) {
   return Tensor::empty(shape, q.options()).as_strided(shape, {L * H * Ev, Ev, H * Ev, 1}, 0);
 }
 
-// Runs the fused forward and names the kernel that ran: cuDNN's where it takes the call and is
-// preferred, else the flash kernels; nullptr when neither takes it (cuDNN declined a head dim
-// the flash kernels lack). `grads`: a backward may follow (cuDNN then needs its plan too).
+// Runs the fused forward and names the kernel that ran: cuDNN's where it takes the call (faster
+// than the flash kernels both ways, deterministic backward included: bench/RESULTS.md), else the
+// flash kernels; nullptr when neither takes it (cuDNN declined a head dim
+// the flash kernels lack). `grads`: a backward may follow. cuDNN's plans are built for such calls
+// (a training step repeats its shapes) and at head dims without a flash kernel; a call without
+// gradients at a flash head dim uses one only when built already (generation's prompts change
+// length at every call, and a plan costs up to a second to build).
 const char* fused_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
                           bool causal, double s, const Tensor& mask, [[maybe_unused]] bool grads) {
   if (q.device().is_cpu()) {
@@ -159,10 +161,9 @@ const char* fused_forward(const Tensor& out, const Tensor& lse, const Tensor& q,
     return "sdpa.fused_cpu";
   }
 #ifdef TG_WITH_CUDA
-  const int64_t E = q.shape().back(), Ev = v.shape().back();
-  const bool flash = flash_head_dims(E, Ev);
-  if (cudnn_sdp_enabled() && (!flash || cudnn_preferred(E, false)) &&
-      cuda::sdpa_cudnn_forward(out, lse, q, k, v, causal, s, grads && !flash))
+  const bool flash = flash_head_dims(q.shape().back(), v.shape().back());
+  if (cudnn_sdp_enabled() &&
+      cuda::sdpa_cudnn_forward(out, lse, q, k, v, causal, s, grads && !flash, grads || !flash))
     return "sdpa.cudnn";
   if (!flash) return nullptr;
   cuda::sdpa_forward(out, lse, q, k, v, causal, s);
@@ -176,8 +177,7 @@ const char* fused_forward(const Tensor& out, const Tensor& lse, const Tensor& q,
 // An undefined result: no fused kernel took the call (fused_forward), the composition serves it.
 Tensor sdpa_fused(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal, double s, const Tensor& mask) {
   Tensor qc = in_place_or_copy(q), kc = in_place_or_copy(k), vc = in_place_or_copy(v);
-  const int64_t n = q.dim(), E = q.shape()[n - 1], Ev = v.shape()[n - 1];
-  Tensor out = empty_output(q, Ev);
+  Tensor out = empty_output(q, v.shape().back());
   Shape lse_shape(q.shape().begin(), q.shape().end() - 1);
   Tensor lse = Tensor::empty(lse_shape, {q.dtype() == kFloat64 ? kFloat64 : kFloat32, q.device()});
   const bool grads = needs_record({{"q", q}, {"k", k}, {"v", v}});
@@ -190,7 +190,7 @@ Tensor sdpa_fused(const Tensor& q, const Tensor& k, const Tensor& v, bool is_cau
     node->attn_mask = mask;
     node->v_shape = vc.shape();
     node->v_strides = vc.strides();
-    node->try_cudnn = q.device().is_cuda() && cudnn_sdp_enabled() && (!flash_head_dims(E, Ev) || cudnn_preferred(E, true));
+    node->try_cudnn = std::string_view(kernel) == "sdpa.cudnn";
     const bool keep = q.requires_grad() || k.requires_grad() || node->try_cudnn;
     node->saved = {SavedTensor(qc, "q"), SavedTensor(kc, "k"), SavedTensor(keep ? vc : Tensor(), "v"),
                    SavedTensor(keep ? out : Tensor(), "out"), SavedTensor(lse, "lse")};

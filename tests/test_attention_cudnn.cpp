@@ -10,6 +10,7 @@
 #include "core/autograd.h"
 #include "core/cuda_graph.h"
 #include "core/factory.h"
+#include "core/memory.h"
 #include "core/trace.h"
 #include "nn/llama.h"
 #include "ops/attention.h"
@@ -192,6 +193,64 @@ TEST(AttentionCudnn, ACaptureBuildsNoPlanAndTakesTheFlashKernels) {
   KernelTrace trace;
   attend(q, q, q, dout);  // eager: now the plans are built
   EXPECT_TRUE(trace.contains("sdpa.cudnn") && trace.contains("sdpa.cudnn_backward")) << trace.str();
+}
+
+// Gradients of one causal call on the flash kernels and on cuDNN's.
+struct Both {
+  std::vector<Tensor> flash, cudnn;
+};
+
+Both flash_and_cudnn(int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t hd, uint64_t seed) {
+  Generator gen(seed);
+  Tensor q = to(randn({B, T, H, hd}, gen), kBFloat16, kGpu).requires_grad_(true);
+  Tensor k = to(randn({B, T, Hkv, hd}, gen), kBFloat16, kGpu).requires_grad_(true);
+  Tensor v = to(randn({B, T, Hkv, hd}, gen), kBFloat16, kGpu).requires_grad_(true);
+  Tensor dout = to(randn({B, H, T, hd}, gen), kBFloat16, kGpu);
+  Both both;
+  {
+    CudnnSdpScope off(false);
+    both.flash = attend(q, k, v, dout);
+  }
+  synchronize(kGpu);
+  reset_peak_memory_stats(kGpu);
+  const size_t before = memory_stats(kGpu).bytes_in_use;
+  KernelTrace trace;
+  both.cudnn = attend(q, k, v, dout);
+  synchronize(kGpu);
+  EXPECT_TRUE(trace.contains("sdpa.cudnn") && trace.contains("sdpa.cudnn_backward")) << trace.str();
+  // dP, [B, H, T, T] bf16, would be more than the 256 MiB the chunks keep
+  const size_t dp = size_t(B * H) * T * T * 2, peak = memory_stats(kGpu).peak_bytes - before;
+  EXPECT_LT(peak, dp) << "peak " << peak << " bytes";
+  return both;
+}
+
+TEST(AttentionCudnn, DeterministicBackwardInChunksOfBatchesOrHeads) {
+  TG_REQUIRE_CUDNN();
+  for (auto [B, H, Hkv] : {std::array<int64_t, 3>{4, 16, 16}, {1, 64, 8}}) {  // batch chunks; kv-head chunks
+    SCOPED_TRACE("B" + std::to_string(B) + " H" + std::to_string(H) + " Hkv" + std::to_string(Hkv));
+    const Both both = flash_and_cudnn(B, 2048, H, Hkv, 64, 2000 + B);
+    const char* what[] = {"out", "dq", "dk", "dv"};
+    for (size_t t = 0; t < 4; ++t) {
+      auto [rel, mx] = errors(both.cudnn[t], both.flash[t]);
+      EXPECT_LT(rel, kRelTol) << what[t];
+      EXPECT_LT(mx, kMaxTol) << what[t];
+    }
+  }
+}
+
+TEST(AttentionCudnn, CallsWithoutGradientsBuildPlansOnlyWhereNoFlashKernelServes) {
+  TG_REQUIRE_CUDNN();
+  Generator gen(2100);
+  auto trace_of = [&](int64_t hd, bool grad) {
+    Tensor q = to(randn({1, 320, 2, hd}, gen), kBFloat16, kGpu).requires_grad_(grad);  // shapes no other test uses
+    KernelTrace trace;
+    scaled_dot_product_attention(head_view(q), head_view(q), head_view(q), true);
+    return trace.str();
+  };
+  EXPECT_NE(trace_of(64, false).find("sdpa.flash_cuda"), std::string::npos);  // a new prompt length: no plan
+  EXPECT_NE(trace_of(64, true).find("sdpa.cudnn"), std::string::npos);       // a training call builds it
+  EXPECT_NE(trace_of(64, false).find("sdpa.cudnn"), std::string::npos);      // then inference uses it
+  EXPECT_NE(trace_of(96, false).find("sdpa.cudnn"), std::string::npos);      // no flash kernel at 96
 }
 
 TEST(AttentionCudnn, TurnedOffTheFlashKernelsServe) {

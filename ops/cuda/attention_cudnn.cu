@@ -1,18 +1,21 @@
 // scaled_dot_product_attention through cuDNN's fused flash-attention kernels (the contract is in
 // ops/attention_kernels.h; ops/cuda/cudnn_sdpa.cuh builds the graphs): execution plans built once
 // per shape and layout and kept, workspace from the caching allocator, the device's handle on
-// its stream. A build without cuDNN has no plans (sdpa_cudnn_forward says false).
+// its stream, the deterministic backward in chunks that bound its workspace. A build without
+// cuDNN has no plans (sdpa_cudnn_forward and sdpa_cudnn_backward say false).
 #include "ops/attention_kernels.h"
 
 #ifdef TG_WITH_CUDNN
 #include <map>
 #include <memory>
 #include <mutex>
+#include <type_traits>
 #include <vector>
 
 #include "core/cuda/cuda_utils.cuh"
 #include "core/cuda/cudnn_utils.cuh"
 #include "core/cuda/runtime.h"
+#include "core/cuda_settings.h"
 #include "ops/cuda/cudnn_sdpa.cuh"
 #include "ops/layout.h"
 #endif
@@ -35,7 +38,7 @@ Dims strides4(const Shape& shape, const Shape& strides) {
 Problem problem_of(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, bool causal, bool backward) {
   const int64_t n = q.dim();
   Problem p;
-  p.backward = backward, p.causal = causal, p.deterministic = true;
+  p.backward = backward, p.causal = causal, p.deterministic = backward && cudnn_sdp_deterministic();
   p.b = n == 4 ? q.shape()[0] : 1;
   p.hq = q.shape()[n - 3], p.hkv = k.shape()[n - 3];
   p.sq = q.shape()[n - 2], p.skv = k.shape()[n - 2];
@@ -64,14 +67,15 @@ class Plans {
  public:
   static constexpr size_t kMaxPlans = 256;
 
-  // The plan for `p` on `device`: built at its first use unless a capture runs on the device.
-  const Plan* get(const Problem& p, int device) {
+  // The plan for `p` on `device`; built now if it is new and `build` (never while a capture runs
+  // on the device).
+  const Plan* get(const Problem& p, int device, bool build) {
     std::vector<int64_t> key = p.key();
     key.push_back(device);
     std::lock_guard<std::mutex> lock(mu_);
     auto it = plans_.find(key);
     if (it != plans_.end()) return it->second.get();
-    if (is_capturing(device) || plans_.size() >= kMaxPlans) return nullptr;
+    if (!build || is_capturing(device) || plans_.size() >= kMaxPlans) return nullptr;
     std::unique_ptr<Plan> plan;
     if (cudnn_sdpa::unsupported_reason(p, cudnnGetVersion(), sm_major(device)).empty())
       plan = cudnn_sdpa::build_plan(cudnn_handle(device), p);
@@ -88,6 +92,42 @@ Plans& plans() {
   return *p;
 }
 
+// cuDNN's deterministic backward keeps dP ([b, hq, sq, skv] bf16) in its workspace: a call whose
+// dP is larger runs in chunks of batches, or of kv-head groups of one batch, of at most this
+// (cudnn-frontend's default limit for that workspace when it was optional, 8.9.5 to 9.0).
+constexpr int64_t kDpWorkspace = int64_t(256) << 20;
+
+// How a backward call runs: `sub` (the plan's problem) over chunks of `batches` batches and
+// `kv_heads` kv heads (with their query heads), each a divisor of the call's, so one plan serves.
+struct Chunks {
+  Problem sub;
+  int64_t batches, kv_heads;
+};
+
+Chunks chunks_of(const Problem& p) {
+  Chunks c{p, p.b, p.hkv};
+  const int64_t group = p.hq / p.hkv;
+  auto dp_bytes = [&](int64_t b, int64_t kv) { return b * kv * group * p.sq * p.skv * int64_t(2); };
+  if (!p.deterministic || dp_bytes(p.b, p.hkv) <= kDpWorkspace) return c;
+  auto largest_divisor = [](int64_t n, auto&& ok) {
+    for (int64_t d = n; d > 1; --d)
+      if (n % d == 0 && ok(d)) return d;
+    return int64_t(1);
+  };
+  c.batches = largest_divisor(p.b, [&](int64_t b) { return dp_bytes(b, p.hkv) <= kDpWorkspace; });
+  if (dp_bytes(c.batches, p.hkv) > kDpWorkspace)
+    c.kv_heads = largest_divisor(p.hkv, [&](int64_t kv) { return dp_bytes(1, kv) <= kDpWorkspace; });
+  c.sub.b = c.batches, c.sub.hkv = c.kv_heads, c.sub.hq = c.kv_heads * group;
+  return c;
+}
+
+// p + n elements of `bytes` each.
+template <class P>
+P* advance(P* p, int64_t n, size_t bytes) {
+  using Byte = std::conditional_t<std::is_const_v<P>, const char, char>;
+  return reinterpret_cast<P*>(reinterpret_cast<Byte*>(p) + n * static_cast<int64_t>(bytes));
+}
+
 cudnn_sdpa::Pointers pointers_of(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                  const Tensor& lse) {
   cudnn_sdpa::Pointers t;
@@ -95,9 +135,8 @@ cudnn_sdpa::Pointers pointers_of(const Tensor& q, const Tensor& k, const Tensor&
   return t;
 }
 
-void execute(const Plan& plan, const cudnn_sdpa::Pointers& t, double scale, Device device) {
-  Tensor workspace = Tensor::empty({plan.workspace_bytes}, {kUInt8, device});  // stream-ordered reuse
-  cudnn_sdpa::execute(cudnn_handle(device.index), plan, t, static_cast<float>(scale), workspace.data_ptr());
+Tensor workspace_for(const Plan& plan, Device device) {
+  return Tensor::empty({plan.workspace_bytes}, {kUInt8, device});  // stream-ordered reuse after the call
 }
 
 }  // namespace
@@ -105,18 +144,24 @@ void execute(const Plan& plan, const cudnn_sdpa::Pointers& t, double scale, Devi
 size_t sdpa_cudnn_version() { return cudnnGetVersion(); }
 
 bool sdpa_cudnn_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
-                        bool causal, double scale, bool with_backward) {
+                        bool causal, double scale, bool with_backward, bool build) {
   const int device = q.device().index;
-  const Plan* fwd = plans().get(problem_of(q, k, v, out, causal, false), device);
-  if (!fwd || (with_backward && !plans().get(problem_of(q, k, v, out, causal, true), device))) return false;
-  execute(*fwd, pointers_of(q, k, v, out, lse), scale, q.device());
+  const Plan* fwd = plans().get(problem_of(q, k, v, out, causal, false), device, build);
+  if (!fwd) return false;
+  if (with_backward && !plans().get(chunks_of(problem_of(q, k, v, out, causal, true)).sub, device, true)) return false;
+  Tensor workspace = workspace_for(*fwd, q.device());
+  cudnn_sdpa::execute(cudnn_handle(device), *fwd, pointers_of(q, k, v, out, lse), static_cast<float>(scale),
+                      workspace.data_ptr());
   return true;
 }
 
 bool sdpa_cudnn_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout, const Tensor& q,
                          const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse, bool causal,
                          double scale) {
-  const Plan* bwd = plans().get(problem_of(q, k, v, out, causal, true), q.device().index);
+  const int device = q.device().index;
+  const Problem p = problem_of(q, k, v, out, causal, true);
+  const Chunks c = chunks_of(p);
+  const Plan* bwd = plans().get(c.sub, device, true);
   if (!bwd) return false;
   TG_CHECK(dq.strides() == dense_strides_like(q.shape(), q.strides()) &&
                dk.strides() == dense_strides_like(k.shape(), k.strides()) &&
@@ -127,9 +172,24 @@ bool sdpa_cudnn_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, c
     d = empty_like_layout(out);
     copy_strided(d, dout);
   }
-  cudnn_sdpa::Pointers t = pointers_of(q, k, v, out, lse);
-  t.dout = d.data_ptr(), t.dq = dq.data_ptr(), t.dk = dk.data_ptr(), t.dv = dv.data_ptr();
-  execute(*bwd, t, scale, q.device());
+  Tensor workspace = workspace_for(*bwd, q.device());
+  const cudnn_sdpa::Pointers all = pointers_of(q, k, v, out, lse);
+  const int64_t group = p.hq / p.hkv, bf16 = 2, f32 = 4;
+  for (int64_t b = 0; b < p.b; b += c.batches)
+    for (int64_t kv = 0; kv < p.hkv; kv += c.kv_heads) {
+      const int64_t h = kv * group;  // the chunk's first query head
+      cudnn_sdpa::Pointers t;
+      t.q = advance(all.q, b * p.q[0] + h * p.q[1], bf16);
+      t.k = advance(all.k, b * p.k[0] + kv * p.k[1], bf16);
+      t.v = advance(all.v, b * p.v[0] + kv * p.v[1], bf16);
+      t.o = advance(all.o, b * p.o[0] + h * p.o[1], bf16);
+      t.stats = advance(all.stats, (b * p.hq + h) * p.sq, f32);
+      t.dout = advance(d.data_ptr(), b * p.dout[0] + h * p.dout[1], bf16);
+      t.dq = advance(dq.data_ptr(), b * p.dq[0] + h * p.dq[1], bf16);
+      t.dk = advance(dk.data_ptr(), b * p.dk[0] + kv * p.dk[1], bf16);
+      t.dv = advance(dv.data_ptr(), b * p.dv[0] + kv * p.dv[1], bf16);
+      cudnn_sdpa::execute(cudnn_handle(device), *bwd, t, static_cast<float>(scale), workspace.data_ptr());
+    }
   return true;
 }
 
@@ -137,7 +197,7 @@ bool sdpa_cudnn_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, c
 
 size_t sdpa_cudnn_version() { return 0; }
 
-bool sdpa_cudnn_forward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, bool, double,
+bool sdpa_cudnn_forward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, bool, double, bool,
                         bool) {
   return false;
 }
