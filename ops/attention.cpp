@@ -149,11 +149,11 @@ Tensor empty_output(const Tensor& q, int64_t Ev) {
 
 // Runs the fused forward and names the kernel that ran: cuDNN's where it takes the call (faster
 // than the flash kernels both ways, deterministic backward included: bench/RESULTS.md), else the
-// flash kernels; nullptr when neither takes it (cuDNN declined a head dim
-// the flash kernels lack). `grads`: a backward may follow. cuDNN's plans are built for such calls
-// (a training step repeats its shapes) and at head dims without a flash kernel; a call without
-// gradients at a flash head dim uses one only when built already (generation's prompts change
-// length at every call, and a plan costs up to a second to build).
+// flash kernels; nullptr when neither takes it (cuDNN declined a head dim the flash kernels
+// lack). `grads`: a backward may follow. cuDNN's plans are built for such calls (a training step
+// repeats its shapes) and at head dims without a flash kernel; a call without gradients at a
+// flash head dim uses one only when built already (generation's prompts change length at every
+// call, and a plan costs up to a second to build).
 const char* fused_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
                           bool causal, double s, const Tensor& mask, [[maybe_unused]] bool grads) {
   if (q.device().is_cpu()) {

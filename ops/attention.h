@@ -29,7 +29,7 @@
 // The fused kernels skip the causal upper triangle and save only the output and a per-row
 // logsumexp for backward, which recomputes the probabilities: the [L, S] matrix never reaches
 // memory (cuDNN's deterministic backward keeps dP in its workspace, in chunks of batches or
-// heads of at most 256 MiB). The flash kernels' backward computes each of dq, dk, dv only when it
+// heads of at most 256 MiB, or of one kv head's query heads where those alone take more). The flash kernels' backward computes each of dq, dk, dv only when it
 // is asked for. A 4-D call returns its [B, H, L, Ev] output as a view of [B, L, H, Ev] memory (as
 // PyTorch's flash attention), so merging the heads back is a free reshape.
 #pragma once

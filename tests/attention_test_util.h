@@ -7,9 +7,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -19,6 +21,7 @@
 #include "core/cuda_settings.h"
 #include "core/factory.h"
 #include "core/trace.h"
+#include "nn/llama.h"
 #include "ops/attention.h"
 #include "ops/cast.h"
 #include "ops/shape.h"
@@ -120,6 +123,30 @@ inline void check_case(const Case& c, uint64_t seed, const char* kernel, const c
   expect_close(got.dq, want.dq, "dq");
   expect_close(got.dk, want.dk, "dk");
   expect_close(got.dv, want.dv, "dv");
+}
+
+// A tiny Llama's loss on the GPU in bf16 with its backward (the trace of both kept), and the
+// same model's float32 loss on the CPU.
+struct LlamaStep {
+  double got = 0, want = 0;
+  std::vector<std::string> events;
+  size_t count(const std::string& e) const { return static_cast<size_t>(std::count(events.begin(), events.end(), e)); }
+  bool contains(const std::string& e) const { return count(e) > 0; }
+};
+
+inline LlamaStep llama_step(const nn::LlamaConfig& cfg, int64_t T, uint64_t seed) {
+  Generator gen(seed);
+  auto model = std::make_shared<nn::LlamaForCausalLM>(cfg, gen);
+  Tensor ids = randint(0, cfg.vocab_size, {2, T}, gen, {kInt64});
+  LlamaStep step;
+  step.want = model->loss(ids, ids).item<double>();
+  model->to(kBFloat16, kGpu);
+  KernelTrace trace;
+  Tensor got = model->loss(to(ids, kGpu), to(ids, kGpu));
+  got.backward();
+  step.got = got.item<double>();
+  step.events = trace.events();
+  return step;
 }
 
 // cuDNN attention on or off for a scope (tg::enable_cudnn_sdp), then as it was.

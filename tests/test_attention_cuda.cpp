@@ -156,23 +156,16 @@ TEST(AttentionCuda, LlamaWithGroupedQueryHeadsUsesTheFlashKernels) {
   CudnnSdpScope flash_only(false);
   nn::LlamaConfig cfg = nn::LlamaConfig::tiny();  // head_dim 32
   cfg.num_key_value_heads = 2;
-  Generator gen(800);
-  auto model = std::make_shared<nn::LlamaForCausalLM>(cfg, gen);
-  Tensor ids = randint(0, cfg.vocab_size, {2, 100}, gen, {kInt64});
-  Tensor want = model->loss(ids, ids);  // float32 on the CPU
-  model->to(kBFloat16, kGpu);
-  KernelTrace trace;
-  Tensor got = model->loss(to(ids, kGpu), to(ids, kGpu));
-  got.backward();
-  EXPECT_EQ(trace.count("sdpa.flash_cuda"), static_cast<size_t>(cfg.num_hidden_layers));
-  EXPECT_EQ(trace.count("sdpa.flash_cuda.dk_dv"), static_cast<size_t>(cfg.num_hidden_layers));
-  EXPECT_FALSE(trace.contains("sdpa.composite"));
+  const LlamaStep step = llama_step(cfg, 100, 800);
+  EXPECT_EQ(step.count("sdpa.flash_cuda"), static_cast<size_t>(cfg.num_hidden_layers));
+  EXPECT_EQ(step.count("sdpa.flash_cuda.dk_dv"), static_cast<size_t>(cfg.num_hidden_layers));
+  EXPECT_FALSE(step.contains("sdpa.composite"));
   // and the other fused CUDA kernels of the block
-  EXPECT_TRUE(trace.contains("rope.fused_cuda") && trace.contains("rope.fused_cuda_backward"));
-  EXPECT_TRUE(trace.contains("silu_mul.fused_cuda") && trace.contains("silu_mul.fused_cuda_backward"));
-  EXPECT_FALSE(trace.contains("rope.composite") || trace.contains("silu_mul.composite"));
-  EXPECT_TRUE(trace.contains("linear_cross_entropy.dx_dweight"));
-  EXPECT_NEAR(got.item<double>(), want.item<double>(), 2e-2 * want.item<double>());
+  EXPECT_TRUE(step.contains("rope.fused_cuda") && step.contains("rope.fused_cuda_backward"));
+  EXPECT_TRUE(step.contains("silu_mul.fused_cuda") && step.contains("silu_mul.fused_cuda_backward"));
+  EXPECT_FALSE(step.contains("rope.composite") || step.contains("silu_mul.composite"));
+  EXPECT_TRUE(step.contains("linear_cross_entropy.dx_dweight"));
+  EXPECT_NEAR(step.got, step.want, 2e-2 * step.want);
 }
 
 // ---- decoding: one query against a cache (ops/cuda/decode_attention.cu), no autograd

@@ -94,7 +94,8 @@ Plans& plans() {
 
 // cuDNN's deterministic backward keeps dP ([b, hq, sq, skv] bf16) in its workspace: a call whose
 // dP is larger runs in chunks of batches, or of kv-head groups of one batch, of at most this
-// (cudnn-frontend's default limit for that workspace when it was optional, 8.9.5 to 9.0).
+// (cudnn-frontend's default limit for that workspace when it was optional, 8.9.5 to 9.0), or of
+// one kv head's group where that alone is more.
 constexpr int64_t kDpWorkspace = int64_t(256) << 20;
 
 // How a backward call runs: `sub` (the plan's problem) over chunks of `batches` batches and

@@ -17,6 +17,7 @@
 
 #include <array>
 #include <cstdint>
+#include <initializer_list>
 #include <limits>
 #include <memory>
 #include <string>
@@ -160,12 +161,12 @@ class Graph {
     set(pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec);
     if (mode == CUDNN_POINTWISE_GEN_INDEX) set(pw, CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis);
     finalize(pw, "pointwise descriptor");
-    cudnnBackendDescriptor_t op = own(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
-    set(op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &pw);
-    set(op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x);
-    if (b) set(op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b);
-    if (t) set(op, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &t);
-    set(op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y);
+    cudnnBackendDescriptor_t op = linked(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR,
+                                         {{CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, pw},
+                                          {CUDNN_ATTR_OPERATION_POINTWISE_XDESC, x},
+                                          {CUDNN_ATTR_OPERATION_POINTWISE_BDESC, b},
+                                          {CUDNN_ATTR_OPERATION_POINTWISE_TDESC, t},
+                                          {CUDNN_ATTR_OPERATION_POINTWISE_YDESC, y}});
     const float one = 1.f;
     set(op, CUDNN_ATTR_OPERATION_POINTWISE_ALPHA1, CUDNN_TYPE_FLOAT, 1, &one);
     set(op, CUDNN_ATTR_OPERATION_POINTWISE_ALPHA2, CUDNN_TYPE_FLOAT, 1, &one);
@@ -174,35 +175,29 @@ class Graph {
   // c = a b (batched over the leading dims, which broadcast: grouped kv heads).
   void matmul(cudnnBackendDescriptor_t a, cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t c) {
     cudnnBackendDescriptor_t mm = own(CUDNN_BACKEND_MATMUL_DESCRIPTOR);
-    const cudnnDataType_t comp = kF32;
-    set(mm, CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp);
+    set(mm, CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &kF32);
     finalize(mm, "matmul descriptor");
-    cudnnBackendDescriptor_t op = own(CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR);
-    set(op, CUDNN_ATTR_OPERATION_MATMUL_ADESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &a);
-    set(op, CUDNN_ATTR_OPERATION_MATMUL_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b);
-    set(op, CUDNN_ATTR_OPERATION_MATMUL_CDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c);
-    set(op, CUDNN_ATTR_OPERATION_MATMUL_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &mm);
-    add_op(op, "matmul operation");
+    add_op(linked(CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR,
+                  {{CUDNN_ATTR_OPERATION_MATMUL_ADESC, a}, {CUDNN_ATTR_OPERATION_MATMUL_BDESC, b},
+                   {CUDNN_ATTR_OPERATION_MATMUL_CDESC, c}, {CUDNN_ATTR_OPERATION_MATMUL_DESC, mm}}),
+           "matmul operation");
   }
   // y = x reduced (ADD or MAX) over the dims where y has size 1 and x does not.
   void reduction(cudnnReduceTensorOp_t red, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y) {
     cudnnBackendDescriptor_t rd = own(CUDNN_BACKEND_REDUCTION_DESCRIPTOR);
-    const cudnnDataType_t comp = kF32;
-    set(rd, CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp);
+    set(rd, CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &kF32);
     set(rd, CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &red);
     finalize(rd, "reduction descriptor");
-    cudnnBackendDescriptor_t op = own(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR);
-    set(op, CUDNN_ATTR_OPERATION_REDUCTION_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &rd);
-    set(op, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x);
-    set(op, CUDNN_ATTR_OPERATION_REDUCTION_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y);
-    add_op(op, "reduction operation");
+    add_op(linked(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR,
+                  {{CUDNN_ATTR_OPERATION_REDUCTION_DESC, rd}, {CUDNN_ATTR_OPERATION_REDUCTION_XDESC, x},
+                   {CUDNN_ATTR_OPERATION_REDUCTION_YDESC, y}}),
+           "reduction operation");
   }
   // y: the same elements as x under other dims / strides (a transposed view).
   void reshape(cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y) {
-    cudnnBackendDescriptor_t op = own(CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR);
-    set(op, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x);
-    set(op, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y);
-    add_op(op, "reshape operation");
+    add_op(linked(CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR,
+                  {{CUDNN_ATTR_OPERATION_RESHAPE_XDESC, x}, {CUDNN_ATTR_OPERATION_RESHAPE_YDESC, y}}),
+           "reshape operation");
   }
 
   // x with -inf where key j > query i (cudnn-frontend's diagonal band mask, right bound 0).
@@ -225,6 +220,15 @@ class Graph {
   }
 
  private:
+  // A new descriptor of `type` whose attributes name these descriptors (null ones left unset).
+  cudnnBackendDescriptor_t linked(
+      cudnnBackendDescriptorType_t type,
+      std::initializer_list<std::pair<cudnnBackendAttributeName_t, cudnnBackendDescriptor_t>> links) {
+    cudnnBackendDescriptor_t d = own(type);
+    for (const auto& [name, target] : links)
+      if (target) set(d, name, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &target);
+    return d;
+  }
   void add_op(cudnnBackendDescriptor_t op, const char* what) {
     finalize(op, what);
     ops_.push_back(op);
