@@ -1,8 +1,8 @@
 // What the GPU attention tests share (tests/test_attention_cuda.cpp: the flash kernels,
 // tests/test_attention_cudnn.cpp: cuDNN's): inputs in the layout the models give them ([B, H,
 // T, hd] views of [B, T, H, hd] projections), a run of forward and backward on leaves, errors
-// against float64, a NaN-poisoned allocator so unwritten elements show, and a scope that turns
-// cuDNN attention on or off.
+// against float64, a NaN-poisoned allocator so unwritten elements show, a tiny Llama's step, and
+// a scope that turns cuDNN attention on or off.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -50,7 +50,7 @@ inline Tensor head_view(const Tensor& projection) { return transpose(projection,
 
 // Forward and backward of sdpa on leaves (q, k, v in [B, T, heads, hd] memory) against `dout`.
 inline Grads run(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, bool causal,
-          std::array<bool, 3> wants = {true, true, true}) {
+                 std::array<bool, 3> wants = {true, true, true}) {
   Tensor lq = q.detach().requires_grad_(wants[0]), lk = k.detach().requires_grad_(wants[1]),
          lv = v.detach().requires_grad_(wants[2]);
   const bool gqa = q.shape()[2] != k.shape()[2];

@@ -62,7 +62,8 @@ int sm_major(int device) {
 
 // Every plan built, by device and Problem::key(); null where cuDNN declined the call. Never
 // destroyed (plans may be used until exit); a process that meets many shapes stops building
-// new ones at kMaxPlans (each costs a kernel compilation) and those calls take the flash kernels.
+// new ones at kMaxPlans (each may cost a kernel compilation) and those calls take the flash
+// kernels or the composition.
 class Plans {
  public:
   static constexpr size_t kMaxPlans = 256;
