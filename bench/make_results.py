@@ -349,11 +349,13 @@ def attention_section(ours, torch_rows, step_rows=()):
     for r in ours:
         ref = by_shape.get(r["shape"], {})
         fa2, cudnn = ref.get("torch_flash", {}).get("fwdbwd_ms"), ref.get("torch_cudnn", {}).get("fwdbwd_ms")
-        rows.append([r["shape"], f"{r['fwd_ms']:.3f}", f"{r['bwd_ms']:.3f}", f"{r['fwdbwd_ms']:.3f}", f1(r["tflops"]),
+        extra = r.get("extra_mib")
+        rows.append([r["shape"], r.get("impl", "tapegrad"), f"{r['fwd_ms']:.3f}", f"{r['bwd_ms']:.3f}",
+                     f"{r['fwdbwd_ms']:.3f}", f1(r["tflops"]), "–" if extra is None else f"{extra:.0f}",
                      "–" if fa2 is None else f"{fa2:.3f}", "–" if cudnn is None else f"{cudnn:.3f}",
                      ratio(fa2, r["fwdbwd_ms"]), ratio(cudnn, r["fwdbwd_ms"])])
-    header = ["B x H x T x hd", "fwd ms:", "bwd ms:", "fwd+bwd ms:", "TFLOP/s:", "FA2 fwd+bwd:", "cuDNN fwd+bwd:",
-              "speed vs FA2:", "speed vs cuDNN:"]
+    header = ["B x H x T x hd", "path", "fwd ms:", "bwd ms:", "fwd+bwd ms:", "TFLOP/s:", "+MiB:", "FA2 fwd+bwd:",
+              "cuDNN fwd+bwd:", "speed vs FA2:", "speed vs cuDNN:"]
     torch_table = table(["shape", "backend", "fwd ms:", "bwd ms:", "fwd+bwd ms:", "TFLOP/s:"],
                         [[r["shape"], r["impl"], f"{r['fwd_ms']:.3f}", f"{r['bwd_ms']:.3f}", f"{r['fwdbwd_ms']:.3f}",
                           f1(r["tflops"])] for r in torch_rows])
@@ -364,8 +366,14 @@ Measured: {measured(ours)}; PyTorch: {measured(torch_rows)}.
 `bench/attention_bench`: q, k, v as the [B, H, T, hd] views of [B, T, H, hd] projections (as the
 models pass them; `-kv8`: 8 kv heads, grouped-query); each call after a 256 MB L2 flush, CUDA
 events, median. TFLOP/s count causal FLOPs halved, backward at 2.5x forward (FlashAttention-2's
-work; ours does 3.5x: a deterministic two-kernel backward, dev/cuda/attention.md). PyTorch's SDPA
-backends timed the same way in the same call by `bench/torch_attention_ref.py`.
+work). Paths: `tapegrad_cudnn`, the default where the build has cuDNN (its fused kernels through
+the backend graph API, deterministic backward: ops/cuda/attention_cudnn.cu);
+`tapegrad_cudnn_nondet`, its backward adding dq with atomics (`tg::set_cudnn_sdp_deterministic(false)`);
+`tapegrad_flash`, tapegrad's own kernels (`tg::enable_cudnn_sdp(false)`; a deterministic
+two-kernel backward that does 3.5x the forward's work, dev/cuda/attention.md); `tapegrad`, rows
+from before the cuDNN path. +MiB: what a forward + backward adds to the memory in use at its
+peak (outputs, gradients, workspace). PyTorch's SDPA backends timed the same way in the same call
+by `bench/torch_attention_ref.py`.
 
 Reproduce: `scripts/gpu/run_attention_bench.sh build-gpu`.
 

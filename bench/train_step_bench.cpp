@@ -17,6 +17,7 @@
 // eager and replayed steps are printed so a run shows the replay trains.
 // On the GPU the timed steps run between cudaProfilerStart / Stop, so `ncu --profile-from-start
 // off` sees them alone (scripts/gpu/run_real_step.sh's census).
+// --cudnn-sdp false: attention on tapegrad's flash kernels instead of cuDNN's (tg::enable_cudnn_sdp).
 // --json: rows as bench/results/train_step-*.json; --real-json: rows as issue 36's
 // bench/results/train_step-h200-real.json (impl, config, mode, graph, ckpt, ms, tflops, peak_mib).
 #include <algorithm>
@@ -99,11 +100,13 @@ int main(int argc, char** argv) {
       .add("modes", "full,lora", "full and/or lora")
       .add("gradient-checkpointing", "false", "recompute each decoder layer's activations at backward")
       .add("cuda-graph", "false", "time replays of the step captured as one CUDA graph (GPU)")
+      .add("cudnn-sdp", "true", "attention through cuDNN where it takes the call (tg::enable_cudnn_sdp)")
       .add("json", "", "also write the rows to this file (bench/results/train_step.json's rows)")
       .add("real-json", "", "also write the rows to this file as issue 36's real-size rows");
   try {
     if (!flags.parse(argc, argv)) return std::cout << flags.usage(), 0;
     set_num_threads(static_cast<int>(flags.integer("threads")));
+    enable_cudnn_sdp(flags.boolean("cudnn-sdp"));
     Device device = flags.str("device") == "cuda" ? Device::cuda() : Device::cpu();
     const DType dtype = examples::dtype_flag(flags);
     std::string name;

@@ -5,9 +5,11 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <string_view>
 #include <tuple>
 
 #include "core/autograd.h"
+#include "core/cuda_settings.h"
 #include "core/factory.h"
 #include "core/trace.h"
 #include "ops/attention_kernels.h"
@@ -50,13 +52,19 @@ bool fused_cpu_applies(const Tensor& q, double dropout_p) {
   return q.device().is_cpu() && (q.dtype() == kFloat32 || q.dtype() == kFloat64) && dropout_p == 0.0;
 }
 
-// The CUDA flash kernels' domain (ops/attention_kernels.h); the grid puts heads x batches in its
-// x dim and the 64-row blocks of the sequence in its y dim (at most 65535).
-bool flash_cuda_applies(const Tensor& q, const Tensor& k, const Tensor& v, double dropout_p) {
+// The flash kernels' head dims (ops/attention_kernels.h).
+bool flash_head_dims(int64_t E, int64_t Ev) { return E == Ev && (E == 32 || E == 64 || E == 128); }
+
+// The fused CUDA kernels' domain (ops/attention_kernels.h): the flash kernels' head dims, and
+// cuDNN's multiples of 8 up to 256 when it is enabled (it may still decline the call). The flash
+// grid puts heads x batches in its x dim and the 64-row blocks of the sequence in its y dim (at
+// most 65535).
+bool cuda_fused_applies(const Tensor& q, const Tensor& k, const Tensor& v, double dropout_p) {
   const int64_t n = q.dim();
   if (!q.device().is_cuda() || q.dtype() != kBFloat16 || dropout_p != 0.0 || (n != 3 && n != 4)) return false;
-  const int64_t E = q.shape()[n - 1];
-  if (v.shape()[n - 1] != E || (E != 32 && E != 64 && E != 128)) return false;
+  const int64_t E = q.shape()[n - 1], Ev = v.shape()[n - 1];
+  const bool cudnn = cudnn_sdp_enabled() && E % 8 == 0 && Ev % 8 == 0 && E <= 256 && Ev <= 256;
+  if (!flash_head_dims(E, Ev) && !cudnn) return false;
   if (q.numel() == 0 || k.numel() == 0) return false;
   const int64_t heads = q.shape()[n - 3], batch = n == 4 ? q.shape()[0] : 1;
   constexpr int64_t kMaxRows = int64_t(65535) * 64;
@@ -81,26 +89,47 @@ bool decode_cuda_applies(const Tensor& q, const Tensor& k, const Tensor& v, bool
   return rows_aligned(q, 2) && rows_aligned(k, 3) && rows_aligned(v, 3);
 }
 
+#ifdef TG_WITH_CUDA
+// dq, dk, dv (those `mask` asks for) from cuDNN's backward, which computes all three; empty when
+// cuDNN cannot take the call.
+std::vector<Tensor> cudnn_backward(const Tensor& grad, const Tensor& q, const Tensor& k, const Tensor& v,
+                                   const Tensor& out, const Tensor& lse, bool causal, double scale,
+                                   const GradMask& mask) {
+  Tensor dq = empty_like_layout(q), dk = empty_like_layout(k), dv = empty_like_layout(v);
+  if (!cuda::sdpa_cudnn_backward(dq, dk, dv, grad, q, k, v, out, lse, causal, scale)) return {};
+  KernelTrace::record("sdpa.cudnn_backward");
+  return {mask[0] ? dq : Tensor(), mask[1] ? dk : Tensor(), mask[2] ? dv : Tensor()};
+}
+#endif
+
 // Saves q, k and the per-row logsumexp; v and the output only when dq or dk can be asked for
-// (dv needs neither). Backward recomputes the probabilities (ops/attention_kernels.h).
+// (dv needs neither), or cuDNN's backward (all three at once) is to be tried. Backward
+// recomputes the probabilities (ops/attention_kernels.h).
 struct SdpaFusedBackward final : Node {
   enum { kQ, kK, kV, kOut, kLse };
   bool causal = false;
+  bool try_cudnn = false;    // after cuDNN's forward: its backward first, whichever gradients are asked for
   double scale = 1.0;
   Tensor attn_mask;          // as the kernel reads it (undefined: none)
   Shape v_shape, v_strides;  // dv's layout (v itself may not be saved)
   const char* name() const override { return kOp; }
   std::vector<Tensor> backward(const std::vector<Tensor>& g, const GradMask& mask) override {
     Tensor q = unpack(kQ), k = unpack(kK), lse = unpack(kLse);
-    KernelTrace::record(q.device().is_cuda() ? "sdpa.flash_cuda_backward" : "sdpa.fused_cpu_backward");
     const bool dqk = mask[0] || mask[1];
-    Tensor v = dqk ? unpack(kV) : Tensor(), out = dqk ? unpack(kOut) : Tensor();
+    Tensor v = dqk || try_cudnn ? unpack(kV) : Tensor(), out = dqk || try_cudnn ? unpack(kOut) : Tensor();
+#ifdef TG_WITH_CUDA
+    if (try_cudnn) {
+      std::vector<Tensor> grads = cudnn_backward(g[0], q, k, v, out, lse, causal, scale, mask);
+      if (!grads.empty()) return grads;
+    }
+#endif
+    KernelTrace::record(q.device().is_cuda() ? "sdpa.flash_cuda_backward" : "sdpa.fused_cpu_backward");
     Tensor dout = in_place_or_copy(g[0]);
     Tensor dq = mask[0] ? empty_with_layout(q.shape(), q.strides(), q.options()) : Tensor();
     Tensor dk = mask[1] ? empty_with_layout(k.shape(), k.strides(), k.options()) : Tensor();
     Tensor dv = mask[2] ? empty_with_layout(v_shape, v_strides, k.options()) : Tensor();
     Tensor delta = dqk ? Tensor::empty(lse.shape(), lse.options()) : Tensor();
-    if (attn_mask.defined())  // only the CPU kernel takes a mask (flash_cuda_applies)
+    if (attn_mask.defined())  // only the CPU kernel takes a mask (cuda_fused_applies)
       cpu::sdpa_backward(dq, dk, dv, dout, q, k, v, out, lse, delta, causal, scale, attn_mask);
     else
       TG_DISPATCH(q.device(), sdpa_backward, dq, dk, dv, dout, q, k, v, out, lse, delta, causal, scale);
@@ -118,27 +147,53 @@ Tensor empty_output(const Tensor& q, int64_t Ev) {
   return Tensor::empty(shape, q.options()).as_strided(shape, {L * H * Ev, Ev, H * Ev, 1}, 0);
 }
 
+// Runs the fused forward and names the kernel that ran: cuDNN's where it takes the call (faster
+// than the flash kernels both ways, deterministic backward included: bench/RESULTS.md), else the
+// flash kernels; nullptr when neither takes it (cuDNN declined a head dim the flash kernels
+// lack). `grads`: a backward may follow. cuDNN's plans are built for such calls (a training step
+// repeats its shapes) and at head dims without a flash kernel; a call without gradients at a
+// flash head dim uses one only when built already (generation's prompts change length at every
+// call, and a plan costs up to a second to build).
+const char* fused_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+                          bool causal, double s, const Tensor& mask, [[maybe_unused]] bool grads) {
+  if (q.device().is_cpu()) {
+    cpu::sdpa_forward(out, lse, q, k, v, causal, s, mask);
+    return "sdpa.fused_cpu";
+  }
+#ifdef TG_WITH_CUDA
+  const bool flash = flash_head_dims(q.shape().back(), v.shape().back());
+  if (cudnn_sdp_enabled() &&
+      cuda::sdpa_cudnn_forward(out, lse, q, k, v, causal, s, grads && !flash, grads || !flash))
+    return "sdpa.cudnn";
+  if (!flash) return nullptr;
+  cuda::sdpa_forward(out, lse, q, k, v, causal, s);
+  return "sdpa.flash_cuda";
+#else
+  fail(kOp, "needs the CUDA backend, which this build lacks");
+#endif
+}
+
 // mask: undefined, or bool [..., L, S] over q's leading dims with a unit last stride (CPU only).
+// An undefined result: no fused kernel took the call (fused_forward), the composition serves it.
 Tensor sdpa_fused(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal, double s, const Tensor& mask) {
-  KernelTrace::record(q.device().is_cuda() ? "sdpa.flash_cuda" : "sdpa.fused_cpu");
   Tensor qc = in_place_or_copy(q), kc = in_place_or_copy(k), vc = in_place_or_copy(v);
-  const int64_t n = q.dim();
-  Tensor out = empty_output(q, v.shape()[n - 1]);
+  Tensor out = empty_output(q, v.shape().back());
   Shape lse_shape(q.shape().begin(), q.shape().end() - 1);
   Tensor lse = Tensor::empty(lse_shape, {q.dtype() == kFloat64 ? kFloat64 : kFloat32, q.device()});
-  if (mask.defined())
-    cpu::sdpa_forward(out, lse, qc, kc, vc, is_causal, s, mask);
-  else
-    TG_DISPATCH(q.device(), sdpa_forward, out, lse, qc, kc, vc, is_causal, s);
+  const bool grads = needs_record({{"q", q}, {"k", k}, {"v", v}});
+  const char* kernel = fused_forward(out, lse, qc, kc, vc, is_causal, s, mask, grads);
+  if (!kernel) return Tensor();
+  KernelTrace::record(kernel);
   if (auto node = record<SdpaFusedBackward>({{"q", q}, {"k", k}, {"v", v}}, {out})) {
     node->causal = is_causal;
     node->scale = s;
     node->attn_mask = mask;
     node->v_shape = vc.shape();
     node->v_strides = vc.strides();
-    const bool dqk = q.requires_grad() || k.requires_grad();
-    node->saved = {SavedTensor(qc, "q"), SavedTensor(kc, "k"), SavedTensor(dqk ? vc : Tensor(), "v"),
-                   SavedTensor(dqk ? out : Tensor(), "out"), SavedTensor(lse, "lse")};
+    node->try_cudnn = std::string_view(kernel) == "sdpa.cudnn";
+    const bool keep = q.requires_grad() || k.requires_grad() || node->try_cudnn;
+    node->saved = {SavedTensor(qc, "q"), SavedTensor(kc, "k"), SavedTensor(keep ? vc : Tensor(), "v"),
+                   SavedTensor(keep ? out : Tensor(), "out"), SavedTensor(lse, "lse")};
   }
   return out;
 }
@@ -242,8 +297,10 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
     TG_DISPATCH(q.device(), sdpa_decode, out, q, k, v, s, mask);
     return out;
   }
-  if (fused_cpu_applies(q, dropout_p) || (!mask.defined() && flash_cuda_applies(q, k, v, dropout_p)))
-    return sdpa_fused(q, k, v, is_causal, s, mask);
+  if (fused_cpu_applies(q, dropout_p) || (!mask.defined() && cuda_fused_applies(q, k, v, dropout_p))) {
+    Tensor out = sdpa_fused(q, k, v, is_causal, s, mask);
+    if (out.defined()) return out;
+  }
 
   KernelTrace::record("sdpa.composite");
   const Tensor kr = repeat_kv_heads(k, group), vr = repeat_kv_heads(v, group);

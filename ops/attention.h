@@ -11,16 +11,27 @@
 //
 // Which kernel runs (the trace names it):
 //   "sdpa.fused_cpu":  CPU, float32 / float64, no dropout (with or without attn_mask).
+//   "sdpa.cudnn":      CUDA, bfloat16, 3-D or 4-D, no dropout, no attn_mask, head dims E and Ev
+//                      multiples of 8 up to 256 (128 before Hopper), in a build with cuDNN 9 whose
+//                      runtime takes the call: cuDNN's fused flash attention (ops/cuda/
+//                      attention_cudnn.cu); its backward ("sdpa.cudnn_backward") computes dq, dk
+//                      and dv together, deterministic unless tg::set_cudnn_sdp_deterministic(false).
+//                      An execution plan is compiled per shape (up to a second) at the first call
+//                      that takes gradients, or at any call for head dims without a flash kernel;
+//                      never during a CUDA graph capture (the flash kernels serve it). Off with
+//                      tg::enable_cudnn_sdp(false).
 //   "sdpa.flash_cuda": CUDA, bfloat16, E == Ev in {32, 64, 128}, 3-D or 4-D, no dropout, no
-//                      attn_mask: tensor-core flash attention (ops/cuda/attention.cu).
+//                      attn_mask, where cuDNN does not serve: tensor-core flash attention
+//                      (ops/cuda/attention.cu).
 //   "sdpa.composite":  everything else (CUDA float32, CUDA with attn_mask, other head dims,
 //                      dropout): matmul / masked_fill / softmax / dropout, with the kv heads
 //                      repeated for GQA.
 // The fused kernels skip the causal upper triangle and save only the output and a per-row
 // logsumexp for backward, which recomputes the probabilities: the [L, S] matrix never reaches
-// memory. Backward computes each of dq, dk, dv only when it is asked for. A 4-D call returns its
-// [B, H, L, Ev] output as a view of [B, L, H, Ev] memory (as PyTorch's flash attention), so
-// merging the heads back is a free reshape.
+// memory (cuDNN's deterministic backward keeps dP in its workspace, in chunks of batches or
+// heads of at most 256 MiB, or of one kv head's query heads where those alone take more). The flash kernels' backward computes each of dq, dk, dv only when it
+// is asked for. A 4-D call returns its [B, H, L, Ev] output as a view of [B, L, H, Ev] memory (as
+// PyTorch's flash attention), so merging the heads back is a free reshape.
 #pragma once
 
 #include <cstdint>

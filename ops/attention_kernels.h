@@ -15,6 +15,8 @@
 // every row 16-byte aligned (the op copies other inputs), L and S >= 1.
 #pragma once
 
+#include <cstddef>
+
 #include "core/tensor.h"
 
 namespace tg {
@@ -45,5 +47,24 @@ void sdpa_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const T
 void sdpa_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout, const Tensor& q,
                    const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse, const Tensor& delta,
                    bool causal, double scale);
+
+// cuDNN's fused flash attention (ops/cuda/attention_cudnn.cu): the contract above for bfloat16
+// 3-D or 4-D tensors whose head dims E and Ev are multiples of 8 up to 256 (128 before Hopper),
+// rows 16-byte aligned. An execution plan is built per shape and layout (kernels compiled: tens
+// of ms to a second) and kept; never during a CUDA graph capture. Each returns false, having done
+// nothing, when cuDNN cannot take the call: a build without cuDNN, an older runtime than the
+// graphs need, a shape it does not support, or no plan yet where none may be built (a capture
+// runs, or the forward's `build` is false). The backward computes dq, dk and dv together (all
+// defined, in q, k, v's layouts: ops/layout.h; dout in any layout, copied to out's when it has
+// another), deterministic unless tg::set_cudnn_sdp_deterministic(false); sdpa_cudnn_forward
+// `with_backward` also builds (or finds) that plan, and refuses the call without it.
+
+// The cuDNN runtime's version (cudnnGetVersion: 91900 is 9.19.0); 0 in a build without cuDNN.
+size_t sdpa_cudnn_version();
+bool sdpa_cudnn_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+                        bool causal, double scale, bool with_backward, bool build);
+bool sdpa_cudnn_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout, const Tensor& q,
+                         const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse, bool causal,
+                         double scale);
 }  // namespace cuda
 }  // namespace tg

@@ -102,9 +102,11 @@ CFG
 stage_configure() {
   local gen=()
   command -v ninja >/dev/null && gen=(-G Ninja)
+  local cudnn  # attention through cuDNN: the toolkit's, else PyTorch's wheel's
+  cudnn=$("$root/scripts/cudnn-root.sh" || true)
   # shellcheck disable=SC2046,SC2086
   cmake -S "$root" -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DTG_CUDA=ON $(eigen_args) \
-    ${TG_GPU_CHECK_CMAKE_ARGS:-}
+    ${cudnn:+-DTG_CUDNN_ROOT="$cudnn"} ${TG_GPU_CHECK_CMAKE_ARGS:-}
 }
 
 stage_build() { cmake --build "$build" -j"$jobs"; }
