@@ -3,7 +3,7 @@
 // CompositeSDPABackwardNode expand to on cuDNN 9 (matmul, pointwise, reduction, reshape and
 // gen_index nodes that cuDNN fuses into one flash-attention kernel each way), an execution plan
 // for each from heuristics mode A, and their execution. Host code only and no tapegrad tensors:
-// the library (ops/cuda/attention_cudnn.cu) and dev/cuda/attention_cudnn.cu share it.
+// the library (ops/cuda/attention_cudnn.cu) and dev/cuda/05_attention_cudnn.cu share it.
 //
 // Versions: 9.0 is the first whose engines take these graphs at any sequence length without a
 // padding mask (8.9 wants multiples of 64); 9.10.0 and 9.10.1 give wrong results (cudnn-frontend

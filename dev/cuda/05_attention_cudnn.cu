@@ -11,10 +11,10 @@ backward replayed bitwise equal to the eager calls. Then times (CUDA events, L2 
 forward, backward (both kinds) and forward + backward at the shapes of bench/attention_bench.cu,
 and prints each plan's engine, workspace and build time.
 
-Build and run (dev/cuda/attention_cudnn.sh does both on the GPU machine and adds the library's
+Build and run (dev/cuda/05_attention_cudnn.sh does both on the GPU machine and adds the library's
 attention_bench and PyTorch's SDPA backends in the same call):
   nvcc -O3 -std=c++20 -arch=sm_90 -Xcompiler -fopenmp -I. -I<cudnn>/include -o attention_cudnn \
-       dev/cuda/attention_cudnn.cu -L<cudnn>/lib -lcudnn
+       dev/cuda/05_attention_cudnn.cu -L<cudnn>/lib -lcudnn
   ./attention_cudnn [--reps N] [--json rows.json] [--skip-checks]
 */
 #include <omp.h>

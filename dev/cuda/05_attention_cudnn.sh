@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# dev/cuda/attention_cudnn.cu on the GPU machine in one call, beside the library's flash kernels
+# dev/cuda/05_attention_cudnn.cu on the GPU machine in one call, beside the library's flash kernels
 # (bench/attention_bench) and PyTorch's SDPA backends: finds cuDNN (scripts/cudnn-root.sh), builds
 # the experiment and attention_bench (in build-gpu), runs the three and joins their rows in one
 # table. In OUT_DIR: cudnn.txt (checks, plans, times), cudnn.json, attention.json,
 # torch_attention.json, table.txt, cudnn_log.txt (cuDNN's own warnings and errors).
 #
-#   dev/cuda/attention_cudnn.sh OUT_DIR
+#   dev/cuda/05_attention_cudnn.sh OUT_DIR
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-out=${1:?usage: dev/cuda/attention_cudnn.sh OUT_DIR}
+out=${1:?usage: dev/cuda/05_attention_cudnn.sh OUT_DIR}
 mkdir -p "$out"
 cd "$root"
 cudnn=$(scripts/cudnn-root.sh) || { echo "no cuDNN: neither the toolkit nor python3's nvidia.cudnn has one"; exit 1; }
@@ -17,7 +17,7 @@ echo "cuDNN from $cudnn (libraries in $lib)" | tee "$out/cudnn.txt"
 nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 bin=$(mktemp -d)/attention_cudnn
 "$nvcc" -O3 -std=c++20 -arch=sm_90 -Xcompiler -fopenmp -I"$root" -I"$cudnn/include" -o "$bin" \
-  dev/cuda/attention_cudnn.cu -L"$lib" -l:"$(basename "$(ls "$lib"/libcudnn.so* | head -1)")" -lgomp \
+  dev/cuda/05_attention_cudnn.cu -L"$lib" -l:"$(basename "$(ls "$lib"/libcudnn.so* | head -1)")" -lgomp \
   -Xlinker -rpath="$lib"
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DTG_CUDA=ON \
   -DTG_CUDNN_ROOT="$cudnn" > "$out/configure.txt"

@@ -9,9 +9,9 @@
 #             PyTorch's SDPA backends -> attention.json, torch_attention.json, bench.txt;
 #   step      train_step_bench llama-1b LoRA bf16, eager and CUDA graph, cuDNN on and off -> step.txt.
 # About 3 min to build, 2 for tests, 2 for memcheck, 2 for bench, 1.5 for step on an H200.
-#   TG_COMMIT=<commit> dev/attention_check.sh <build dir> [out dir] [stages...]   (default: all)
+#   TG_COMMIT=<commit> scripts/gpu/attention_check.sh <build dir> [out dir] [stages...]   (default: all)
 set -euo pipefail
-build=${1:?usage: dev/attention_check.sh <build dir> [out dir] [build tests memcheck bench step]}
+build=${1:?usage: scripts/gpu/attention_check.sh <build dir> [out dir] [build tests memcheck bench step]}
 out=${2:-out/attention_check}
 shift $(( $# < 2 ? $# : 2 ))
 stages=${*:-build tests memcheck bench step}
