@@ -50,6 +50,12 @@ TG_HOST_DEVICE inline uint8_t quantize_fp4(float x) {
   return (a > 0.00260417f ? 0b0001 : 0b0000) + sign;
 }
 
+// The byte of two values already scaled by 1 / absmax: the first value's code in the high nibble.
+TG_HOST_DEVICE inline uint8_t pack_codes(float first, float second, bool fp4) {
+  return fp4 ? static_cast<uint8_t>(quantize_fp4(first) << 4 | quantize_fp4(second))
+             : static_cast<uint8_t>(quantize_nf4(first) << 4 | quantize_nf4(second));
+}
+
 // dQuantize<0>: the index of the code nearest x in the 256 sorted `code`, ties by the float32
 // midpoint of the two neighbours as bitsandbytes rounds them.
 TG_HOST_DEVICE inline uint8_t quantize_8bit(const float* code, float x) {

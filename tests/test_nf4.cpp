@@ -11,6 +11,7 @@
 
 #include "core/autograd.h"
 #include "core/factory.h"
+#include "core/parallel.h"
 #include "core/primitives.h"
 #include "io/json.h"
 #include "io/safetensors.h"
@@ -188,6 +189,40 @@ TEST(NF4, RefusesAStateThatDoesNotFit) {
   EXPECT_ERROR_HAS(dequantize_4bit_(zeros({199}), good), "'out'", "[199]", "wants 200");
 }
 
+// States equal piece by piece, bitwise (any devices).
+void expect_same_state(const QuantState4bit& a, const QuantState4bit& b) {
+  EXPECT_EQ(a.packed.to_vector<uint8_t>(), b.packed.to_vector<uint8_t>());
+  EXPECT_EQ(a.nested(), b.nested());
+  if (a.nested()) {
+    EXPECT_EQ(a.absmax.to_vector<uint8_t>(), b.absmax.to_vector<uint8_t>());
+    EXPECT_EQ(bits_of<float>(a.nested_absmax), bits_of<float>(b.nested_absmax));
+    EXPECT_EQ(bits_of<float>(a.nested_quant_map), bits_of<float>(b.nested_quant_map));
+    EXPECT_EQ(a.offset, b.offset);
+  } else {
+    EXPECT_EQ(bits_of<float>(a.absmax), bits_of<float>(b.absmax));
+  }
+  EXPECT_EQ(bits_of<float>(a.quant_map), bits_of<float>(b.quant_map));
+  EXPECT_EQ(a.shape, b.shape);
+  EXPECT_EQ(a.dtype, b.dtype);
+}
+
+// The CPU quantises blocks in parallel: any thread count gives the same bytes, and a NaN is
+// reported at its first element whichever thread met it.
+TEST(NF4, QuantizeIsTheSameOnAnyThreadCount) {
+  const int saved = get_num_threads();
+  Generator gen(3);
+  const Tensor w = tg::to(randn({300, 1000}, gen), kBFloat16);  // 4688 blocks: several threads' worth
+  set_num_threads(1);
+  const QuantState4bit one = quantize_4bit(w, "nf4", true);
+  set_num_threads(4);
+  const QuantState4bit four = quantize_4bit(w, "nf4", true);
+  std::vector<float> v(300 * 1000, 0.5f);
+  v[250000] = v[260000] = std::numeric_limits<float>::infinity();
+  EXPECT_ERROR_HAS(quantize_4bit(from_vector(v, {300, 1000})), "inf at element 250000");
+  set_num_threads(saved);
+  expect_same_state(one, four);
+}
+
 class Linear4bitTest : public testing::SeededTest {};
 
 TEST_F(Linear4bitTest, ForwardAndBackwardAreDequantiseThenLinear) {
@@ -332,10 +367,34 @@ TEST_F(Linear4bitTest, GpuDequantizeMatchesTheCpuBitwise) {
                 bits_of<float>(tg::to(dequantize_4bit(state_of(c), dt), kFloat32)));
   }
   const QuantState4bit q = quantize_4bit(tg::to(randn({64, 48}, gen), Device::cuda(0)), "nf4", true);
+  EXPECT_TRUE(q.absmax.device().is_cuda() && q.nested_absmax.device().is_cuda());
   EXPECT_TRUE(q.packed.device().is_cuda());
   Tensor x = randn({5, 48}, gen);
   EXPECT_TENSOR_NEAR(tg::to(linear_4bit(tg::to(x, Device::cuda(0)), q), Device::cpu()),
                      linear_4bit(x, q.to(Device::cpu())), 1e-4, 1e-4);
+}
+
+// The GPU quantisation kernel gives the CPU's bytes: the fixture's weights (zeros, one huge value
+// a block, exact thresholds, odd sizes, bf16, many blocks), large random ones, every blocksize.
+TEST_F(Linear4bitTest, GpuQuantizeGivesTheCpuBytes) {
+  if (!testing::cuda_ready()) GTEST_SKIP() << "no CUDA device (or tapegrad built without CUDA): GPU test skipped";
+  const Device gpu = Device::cuda(0);
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(c.name);
+    const Tensor w = part(c, "weight");
+    expect_same_state(quantize_4bit(tg::to(w, gpu), c.quant_type, c.double_quant),
+                      quantize_4bit(w, c.quant_type, c.double_quant));
+  }
+  const Tensor big = tg::to(mul(randn({1031, 777}, gen), 0.02), kBFloat16);  // odd count, bf16
+  for (int64_t blocksize : {32, 64, 128, 4096})
+    for (const char* type : {"nf4", "fp4"}) {
+      SCOPED_TRACE(std::string(type) + " blocksize " + std::to_string(blocksize));
+      expect_same_state(quantize_4bit(tg::to(big, gpu), type, true, blocksize), quantize_4bit(big, type, true, blocksize));
+    }
+  std::vector<float> v(100000, 0.5f);
+  v[77777] = std::nanf("");
+  v[99999] = std::numeric_limits<float>::infinity();
+  EXPECT_ERROR_HAS(quantize_4bit(from_vector(v, {100000}, gpu)), "quantize_4bit", "nan at element 77777");
 }
 
 }  // namespace

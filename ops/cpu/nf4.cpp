@@ -1,9 +1,12 @@
-// ops/nf4.h on the CPU: bitsandbytes' kQuantizeBlockwise / kDequantizeBlockwise in loops. Values
+// ops/nf4.h on the CPU: bitsandbytes' kQuantizeBlockwise / kDequantizeBlockwise in loops, the
+// quantisation over blocks in parallel (from_pretrained quantises a whole model with it). Values
 // are scaled as there, x * (1 / absmax) in float32 (so an all-zero block gives NaN and code 0).
 #include <algorithm>
 #include <cmath>
+#include <mutex>
 
 #include "core/error.h"
+#include "core/parallel.h"
 #include "core/type_dispatch.h"
 #include "ops/nf4_kernels.h"
 #include "ops/nf4_math.h"
@@ -11,36 +14,44 @@
 namespace tg::cpu {
 namespace {
 
-// Max |x| of each block; refuses a NaN or inf (it would poison its block's scale silently).
-template <class T>
-std::vector<float> block_absmax(const T* x, int64_t n, int64_t blocksize, const char* op) {
-  std::vector<float> out((n + blocksize - 1) / blocksize, 0.0f);
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = static_cast<float>(x[i]);
-    TG_CHECK(std::isfinite(v), op, "'weight' holds ", v, " at element ", i, " (flattened); only finite weights "
-             "can be quantised");
-    out[i / blocksize] = std::max(out[i / blocksize], std::fabs(v));
-  }
-  return out;
+// Calls f(first, last) for each block [first, last) of [0, n), the blocks split over threads.
+template <class F>
+void for_each_block(int64_t n, int64_t blocksize, F&& f) {
+  const int64_t blocks = (n + blocksize - 1) / blocksize;
+  parallel_for(0, blocks, std::max<int64_t>(1, kParallelGrain / blocksize), [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) f(b, b * blocksize, std::min(n, (b + 1) * blocksize));
+  });
 }
 
 }  // namespace
 
-void quantize_4bit(const Tensor& x, const Tensor& packed, const Tensor& absmax, int64_t blocksize, bool fp4) {
+void quantize_4bit(const Tensor& x, const Tensor& packed, const Tensor& absmax, const Tensor& first_bad,
+                   int64_t blocksize, bool fp4) {
   dispatch_floating(x.dtype(), "quantize_4bit", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* src = x.data_ptr<T>();
-    const int64_t n = x.numel();
-    const std::vector<float> am = block_absmax(src, n, blocksize, "quantize_4bit");
-    std::copy(am.begin(), am.end(), absmax.data_ptr<float>());
+    float* am = absmax.data_ptr<float>();
     uint8_t* out = packed.data_ptr<uint8_t>();
-    for (int64_t i = 0; i < n; i += 2) {
-      const float inv = 1.0f / am[i / blocksize];  // blocksize is even: both values share it
-      const float a = static_cast<float>(src[i]) * inv;
-      const float b = (i + 1 < n ? static_cast<float>(src[i + 1]) : 0.0f) * inv;
-      out[i / 2] = fp4 ? static_cast<uint8_t>(nf4::quantize_fp4(a) << 4 | nf4::quantize_fp4(b))
-                       : static_cast<uint8_t>(nf4::quantize_nf4(a) << 4 | nf4::quantize_nf4(b));
-    }
+    const int64_t n = x.numel();
+    std::mutex mu;
+    int64_t* bad = first_bad.data_ptr<int64_t>();
+    for_each_block(n, blocksize, [&](int64_t b, int64_t first, int64_t last) {
+      float m = 0.0f;
+      for (int64_t i = first; i < last; ++i) {
+        const float v = static_cast<float>(src[i]);
+        if (!std::isfinite(v)) {
+          std::lock_guard<std::mutex> lock(mu);
+          *bad = std::min(*bad, i);
+        }
+        m = std::max(m, std::fabs(v));
+      }
+      am[b] = m;
+      const float inv = 1.0f / m;  // blocksize is even: a byte's two values share it
+      for (int64_t i = first; i < last; i += 2) {
+        const float second = i + 1 < n ? static_cast<float>(src[i + 1]) : 0.0f;
+        out[i / 2] = nf4::pack_codes(static_cast<float>(src[i]) * inv, second * inv, fp4);
+      }
+    });
   });
 }
 
@@ -48,11 +59,15 @@ void quantize_8bit_blockwise(const Tensor& x, const Tensor& code, const Tensor& 
                              int64_t blocksize) {
   const float* src = x.data_ptr<float>();
   const float* c = code.data_ptr<float>();
-  const int64_t n = x.numel();
-  const std::vector<float> am = block_absmax(src, n, blocksize, "quantize_4bit (double quant)");
-  std::copy(am.begin(), am.end(), absmax.data_ptr<float>());
+  float* am = absmax.data_ptr<float>();
   uint8_t* out = q.data_ptr<uint8_t>();
-  for (int64_t i = 0; i < n; ++i) out[i] = nf4::quantize_8bit(c, src[i] * (1.0f / am[i / blocksize]));
+  for_each_block(x.numel(), blocksize, [&](int64_t b, int64_t first, int64_t last) {
+    float m = 0.0f;
+    for (int64_t i = first; i < last; ++i) m = std::max(m, std::fabs(src[i]));
+    am[b] = m;
+    const float inv = 1.0f / m;
+    for (int64_t i = first; i < last; ++i) out[i] = nf4::quantize_8bit(c, src[i] * inv);
+  });
 }
 
 void dequantize_4bit(const Tensor& out, const Tensor& packed, const Tensor& absmax, const Tensor& quant_map,
@@ -72,10 +87,12 @@ void dequantize_4bit(const Tensor& out, const Tensor& packed, const Tensor& absm
   dispatch_floating(out.dtype(), "dequantize_4bit", [&](auto tag) {
     using T = typename decltype(tag)::type;
     T* dst = out.data_ptr<T>();
-    for (int64_t i = 0; i < n; ++i) {
-      const uint8_t nibble = i % 2 == 0 ? src[i / 2] >> 4 : src[i / 2] & 0x0F;
-      dst[i] = convert<T>(map[nibble] * scale[i / blocksize]);
-    }
+    parallel_for(0, n, kParallelGrain, [&](int64_t first, int64_t last) {
+      for (int64_t i = first; i < last; ++i) {
+        const uint8_t nibble = i % 2 == 0 ? src[i / 2] >> 4 : src[i / 2] & 0x0F;
+        dst[i] = convert<T>(map[nibble] * scale[i / blocksize]);
+      }
+    });
   });
 }
 
