@@ -101,12 +101,9 @@ LoRALinear::LoRALinear(const nn::Linear& base, int64_t rank, double alpha, doubl
   if (bias.defined()) bias.requires_grad_(false);
   if (const auto* q = dynamic_cast<const nn::Linear4bit*>(&base)) {
     quantized_base = std::make_shared<nn::Linear4bit>(q->quant_state, bias, q->compute_dtype, q->workspace);
-    for (auto& [name, slot] : std::vector<std::pair<const char*, Tensor*>>{
-             {"absmax", &quantized_base->quant_state.absmax}, {"quant_map", &quantized_base->quant_state.quant_map},
-             {"nested_absmax", &quantized_base->quant_state.nested_absmax},
-             {"nested_quant_map", &quantized_base->quant_state.nested_quant_map}})
-      register_buffer(name, *slot);
-    register_buffer("workspace", quantized_base->workspace, /*persistent=*/false);
+    for (auto& [name, slot] : nn::Linear4bit::state_buffers(quantized_base->quant_state))
+      register_buffer(name, *slot, true, /*keeps_dtype=*/true);
+    register_buffer("workspace", quantized_base->workspace, /*persistent=*/false, /*keeps_dtype=*/true);
   }
   const DType layer_dtype = quantized_base ? quantized_base->compute_dtype : weight.dtype();
   // nn::Linear's own init is peft's for A: kaiming_uniform(a = sqrt(5)) = U(-1/sqrt(in), 1/sqrt(in)).
@@ -152,7 +149,7 @@ Tensor LoRALinear::delta_weight() const {
 void LoRALinear::merge() {
   TG_CHECK(!merged_, "LoRALinear::merge", "the adapter is already merged");
   TG_CHECK(!quantized_base, "LoRALinear::merge", "the base weight is 4-bit quantised (Linear4bit); merging into "
-           "it is not supported (merge on the unquantised base)");
+           "it is not supported (peft::merge_and_unload dequantises it and returns a dense layer)");
   NoGradGuard g;
   Tensor delta = delta_weight();
   copy_(weight, add(tg::to(weight, delta.dtype()), delta));
@@ -265,9 +262,25 @@ void unmerge(nn::Module& model) {
 }
 
 void merge_and_unload(nn::Module& model) {
+  bool told = false;
   for (auto& [path, l] : lora_layers(model)) {
-    if (!l->merged()) l->merge();
-    auto plain = std::make_shared<nn::Linear>(l->weight, l->bias);
+    std::shared_ptr<nn::Linear> plain;
+    if (l->quantized_base) {
+      // As peft warns: the merged weight is the dequantised base plus the adapter, rounded.
+      const DType dtype = l->quantized_base->compute_dtype;
+      if (!told)
+        std::cerr << "merge_and_unload: the 4-bit base weights are dequantised to " << dtype
+                  << " and merged there: the merged layers are dense " << dtype
+                  << " Linear layers, within that rounding of base + adapter\n";
+      told = true;
+      NoGradGuard g;
+      const Tensor delta = l->delta_weight();
+      const Tensor base = tg::to(l->quantized_base->dequantized_weight(dtype), delta.dtype());
+      plain = std::make_shared<nn::Linear>(tg::to(add(base, delta), dtype), l->bias);
+    } else {
+      if (!l->merged()) l->merge();
+      plain = std::make_shared<nn::Linear>(l->weight, l->bias);
+    }
     plain->train(l->is_training());
     model.replace_module(path, plain);  // l is destroyed here; do not touch it after
   }

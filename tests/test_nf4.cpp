@@ -321,6 +321,27 @@ TEST_F(Linear4bitTest, ReplacesEveryLinearButTheHead) {
   EXPECT_EQ((*other.model->layers)[0].self_attn->q_proj->type_name(), "Linear");
 }
 
+// Module::to(dtype) casts a quantised model like any (the norms, embedding, head and biases) and
+// leaves the 4-bit state float32 and the workspace in the compute dtype, LoRA wrapped or not.
+TEST_F(Linear4bitTest, CastingAQuantisedModelKeepsItsState) {
+  nn::LlamaForCausalLM model(micro(), gen);
+  nn::replace_with_4bit_linear(model, {.load_in_4bit = true, .compute_dtype = kBFloat16});
+  peft::LoraConfig lc;
+  lc.target_modules = {"q_proj", "down_proj"};
+  peft::apply_lora(model, lc);
+  const Tensor before = model.forward(ids_2x6());
+  model.to(kBFloat16);
+  for (auto& [name, t] : model.named_buffers())
+    if (name.ends_with("absmax") || name.ends_with("quant_map"))
+      EXPECT_EQ(t.dtype(), name.ends_with(".absmax") ? kUInt8 : kFloat32) << name;
+    else if (name.ends_with("workspace"))
+      EXPECT_EQ(t.dtype(), kBFloat16) << name;
+  EXPECT_EQ(model.model->embed_tokens->weight.dtype(), kBFloat16);
+  const Tensor after = model.forward(ids_2x6());
+  EXPECT_EQ(after.dtype(), kBFloat16);
+  EXPECT_TENSOR_NEAR(tg::to(after, kFloat32), before, 0.1, 0.05);
+}
+
 // QLoRA: LoRA on the 4-bit base computes base(x) + scaling B(A(x)) and trains A and B only, as
 // LoRA on the dequantised dense base does.
 TEST_F(Linear4bitTest, LoraOnAQuantisedBaseMatchesLoraOnTheDequantisedBase) {
