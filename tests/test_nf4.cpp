@@ -128,9 +128,11 @@ TEST(NF4, AdversarialCasesMeanWhatTheyClaim) {
   const std::vector<uint8_t> packed = part(zeros, "packed").to_vector<uint8_t>();
   for (int i = 0; i < 32; ++i) EXPECT_EQ(packed[i], 0) << i;
   // Values exactly on a threshold take the lower code (the tree compares x > t).
-  EXPECT_EQ(nf4::quantize_nf4(0.03979014977812767f), 0b0111);
-  EXPECT_EQ(nf4::quantize_nf4(std::nextafter(0.03979014977812767f, 1.0f)), 0b1000);
-  EXPECT_EQ(nf4::quantize_nf4(std::numeric_limits<float>::quiet_NaN()), 0);
+  EXPECT_EQ(nf4::quantize_code(0.03979014977812767f, nf4::kNF4Codebook), 0b0111);
+  EXPECT_EQ(nf4::quantize_code(std::nextafter(0.03979014977812767f, 1.0f), nf4::kNF4Codebook), 0b1000);
+  EXPECT_EQ(nf4::quantize_code(std::numeric_limits<float>::quiet_NaN(), nf4::kNF4Codebook), 0);
+  EXPECT_EQ(nf4::quantize_code(std::numeric_limits<float>::quiet_NaN(), nf4::kFP4Codebook), 0);
+  EXPECT_EQ(nf4::quantize_code(-0.9f, nf4::kFP4Codebook), 0b1011);  // -12/12: sign bit and 0b0011
   // 266 blocks: two nested blocks of 256.
   EXPECT_EQ(part({"many_blocks", "nf4", true}, "nested_absmax").numel(), 2);
   // An odd count pads the last low nibble with the code of 0 (0b0111).

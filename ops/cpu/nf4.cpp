@@ -2,6 +2,7 @@
 // quantisation over blocks in parallel (from_pretrained quantises a whole model with it). Values
 // are scaled as there, x * (1 / absmax) in float32 (so an all-zero block gives NaN and code 0).
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <mutex>
 
@@ -25,6 +26,29 @@ void for_each_block(int64_t n, int64_t blocksize, F&& f) {
 
 }  // namespace
 
+namespace {
+
+// One block: its absmax, and its codes packed two a byte; false (nothing written) when it holds a
+// NaN or inf. Loops that vectorise: max |x| as the max of the bit patterns without the sign (the
+// order of finite floats' magnitudes), the codes into a buffer (quantize_code has no branch for
+// NF4), then the packing.
+template <class T, bool FP4>
+bool quantize_block(const T* src, int64_t len, float& absmax, uint8_t* out, bool odd_tail) {
+  uint32_t top = 0;
+  for (int64_t i = 0; i < len; ++i) top = std::max(top, std::bit_cast<uint32_t>(static_cast<float>(src[i])) & 0x7fffffffu);
+  if (top >= 0x7f800000u) return false;  // an inf (0x7f800000) or a NaN (above)
+  absmax = std::bit_cast<float>(top);
+  const float inv = 1.0f / absmax;  // blocksize is even: a byte's two values share it
+  const nf4::Codebook& book = FP4 ? nf4::kFP4Codebook : nf4::kNF4Codebook;
+  uint8_t codes[4096 + 1];  // the largest blocksize, and the padding of an odd count
+  for (int64_t i = 0; i < len; ++i) codes[i] = nf4::quantize_code(static_cast<float>(src[i]) * inv, book);
+  if (odd_tail) codes[len] = nf4::quantize_code(0.0f * inv, book);
+  for (int64_t i = 0; i < (len + 1) / 2; ++i) out[i] = static_cast<uint8_t>(codes[2 * i] << 4 | codes[2 * i + 1]);
+  return true;
+}
+
+}  // namespace
+
 void quantize_4bit(const Tensor& x, const Tensor& packed, const Tensor& absmax, const Tensor& first_bad,
                    int64_t blocksize, bool fp4) {
   dispatch_floating(x.dtype(), "quantize_4bit", [&](auto tag) {
@@ -36,21 +60,14 @@ void quantize_4bit(const Tensor& x, const Tensor& packed, const Tensor& absmax, 
     std::mutex mu;
     int64_t* bad = first_bad.data_ptr<int64_t>();
     for_each_block(n, blocksize, [&](int64_t b, int64_t first, int64_t last) {
-      float m = 0.0f;
-      for (int64_t i = first; i < last; ++i) {
-        const float v = static_cast<float>(src[i]);
-        if (!std::isfinite(v)) {
-          std::lock_guard<std::mutex> lock(mu);
-          *bad = std::min(*bad, i);
-        }
-        m = std::max(m, std::fabs(v));
-      }
-      am[b] = m;
-      const float inv = 1.0f / m;  // blocksize is even: a byte's two values share it
-      for (int64_t i = first; i < last; i += 2) {
-        const float second = i + 1 < n ? static_cast<float>(src[i + 1]) : 0.0f;
-        out[i / 2] = nf4::pack_codes(static_cast<float>(src[i]) * inv, second * inv, fp4);
-      }
+      const bool odd_tail = last == n && n % 2 == 1;
+      const bool finite = fp4 ? quantize_block<T, true>(src + first, last - first, am[b], out + first / 2, odd_tail)
+                              : quantize_block<T, false>(src + first, last - first, am[b], out + first / 2, odd_tail);
+      if (finite) return;
+      int64_t i = first;
+      while (std::isfinite(static_cast<float>(src[i]))) ++i;
+      std::lock_guard<std::mutex> lock(mu);
+      *bad = std::min(*bad, i);
     });
   });
 }

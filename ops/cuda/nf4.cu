@@ -78,7 +78,8 @@ __global__ void dequantize_4bit_kernel(T* __restrict__ out, const uint8_t* __res
 
 template <class T>
 __global__ void quantize_4bit_kernel(const T* __restrict__ x, uint8_t* __restrict__ packed, float* __restrict__ absmax,
-                                     unsigned long long* first_bad, int64_t n, int64_t blocksize, bool fp4) {
+                                     unsigned long long* first_bad, int64_t n, int64_t blocksize,
+                                     const nf4::Codebook book) {
   const int lane = threadIdx.x % 32;
   const int64_t blocks = (n + blocksize - 1) / blocksize;
   const int64_t warps = int64_t(gridDim.x) * blockDim.x / 32;
@@ -98,7 +99,7 @@ __global__ void quantize_4bit_kernel(const T* __restrict__ x, uint8_t* __restric
     const float inv = __fdiv_rn(1.0f, m);
     for (int64_t i = first + 2 * lane; i < last; i += 64) {
       const float second = i + 1 < n ? cvt<float>(x[i + 1]) : 0.0f;
-      packed[i / 2] = nf4::pack_codes(__fmul_rn(cvt<float>(x[i]), inv), __fmul_rn(second, inv), fp4);
+      packed[i / 2] = nf4::pack_codes(__fmul_rn(cvt<float>(x[i]), inv), __fmul_rn(second, inv), book);
     }
   }
 }
@@ -112,7 +113,8 @@ void quantize_4bit(const Tensor& x, const Tensor& packed, const Tensor& absmax, 
   dispatch_gpu_float(x.dtype(), "quantize_4bit", [&](auto tag) {
     using T = typename decltype(tag)::type;
     quantize_4bit_kernel<T><<<blocks_for(blocks * 32, kThreads), kThreads, 0, stream_for(x)>>>(
-        x.data_ptr<T>(), packed.data_ptr<uint8_t>(), absmax.data_ptr<float>(), bad, n, blocksize, fp4);
+        x.data_ptr<T>(), packed.data_ptr<uint8_t>(), absmax.data_ptr<float>(), bad, n, blocksize,
+        fp4 ? nf4::kFP4Codebook : nf4::kNF4Codebook);
     TG_CUDA_CHECK_LAUNCH("quantize_4bit");
   });
 }
