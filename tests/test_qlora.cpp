@@ -25,6 +25,7 @@
 #include "ops/cast.h"
 #include "peft/lora.h"
 #include "testing/testing.h"
+#include "tests/qlora_tiny_run.h"
 #include "tests/test_support.h"
 
 namespace tg::test {
@@ -330,6 +331,55 @@ TEST_F(QloraTest, MergeAndUnloadDequantises) {
   EXPECT_TENSOR_EQ(v->weight, want);
   EXPECT_EQ(count_4bit(*model), 10);  // k, o, gate, up, down of two layers
   EXPECT_TENSOR_NEAR(tg::to(model->forward(ids()), kFloat32), tg::to(before, kFloat32), 0.05, 0.02);
+}
+
+const fs::path kQloraFixtures = fs::path(__FILE__).parent_path() / "fixtures" / "qlora";
+const std::string kTinyBase = (fs::path(__FILE__).parent_path() / "fixtures" / "hf" / "llama").string();
+
+// The tiny QLoRA run learns (its loss falls to under half) and still trains the committed
+// adapter that tests/fixtures/qlora/make_fixtures.py gave peft.
+TEST(QloraFixture, TinyRunTrainsTheCommittedAdapter) {
+  const TinyQloraRun run = tiny_qlora_run(kTinyBase);
+  EXPECT_LT(run.losses.back(), 0.5 * run.losses.front()) << run.losses.front() << " -> " << run.losses.back();
+  const safetensors::TensorMap committed = safetensors::load_file((kQloraFixtures / "adapter" / "adapter_model.safetensors").string());
+  std::map<std::string, Tensor> trained;
+  for (auto& [path, l] : peft::lora_layers(*run.model)) {
+    trained["base_model.model." + path + ".lora_A.weight"] = l->lora_A->weight;
+    trained["base_model.model." + path + ".lora_B.weight"] = l->lora_B->weight;
+  }
+  ASSERT_EQ(trained.size(), committed.size());
+  for (const auto& [key, t] : committed) {
+    ASSERT_TRUE(trained.count(key)) << key;
+    EXPECT_TENSOR_NEAR(trained.at(key), t, 1e-4, 1e-4) << key;
+  }
+}
+
+// peft, given the adapter and the base dequantised by the reference, computes the logits tapegrad
+// computes with the adapter on the 4-bit base (whose dequantised weights are the reference's, bit
+// for bit).
+TEST(QloraFixture, AdapterMatchesPeftOnTheDequantisedBase) {
+  const fs::path expected_path = kQloraFixtures / "expected.safetensors";
+  if (!fs::exists(expected_path))
+    GTEST_SKIP() << expected_path << " is not written yet: python3 tests/fixtures/qlora/make_fixtures.py (torch, "
+                 << "transformers, peft) writes it";
+  const safetensors::TensorMap expected = safetensors::load_file(expected_path.string());
+  auto model = nn::from_pretrained(kTinyBase, {.dtype = kFloat32, .quantization = kTinyQloraQuantization});
+  peft::load_adapter(*model, (kQloraFixtures / "adapter").string());
+  int dequantised = 0;
+  for (const auto& [key, want] : expected) {
+    if (!key.starts_with("deq.")) continue;
+    const std::string layer = key.substr(4, key.size() - 4 - 7);  // "deq.<layer>.weight"
+    const auto* l = dynamic_cast<peft::LoRALinear*>(model->get_submodule(layer).get());
+    const auto* q = l ? l->quantized_base.get() : dynamic_cast<nn::Linear4bit*>(model->get_submodule(layer).get());
+    ASSERT_NE(q, nullptr) << layer;
+    EXPECT_TENSOR_EQ(q->dequantized_weight(kFloat32), want) << layer;
+    ++dequantised;
+  }
+  EXPECT_EQ(dequantised, 14);
+  const Tensor ids = expected.at("ids");
+  EXPECT_TENSOR_EQ(ids, tiny_qlora_ids());
+  EXPECT_TENSOR_NEAR(model->forward(ids), expected.at("logits"), 1e-4, 1e-4);
+  EXPECT_NEAR(model->loss(ids, ids).item(), expected.at("loss").item(), 1e-5);
 }
 
 }  // namespace
