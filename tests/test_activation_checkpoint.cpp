@@ -194,6 +194,7 @@ TEST_P(CheckpointModels, LlamaKeepsOneTensorALayer) {
     const Tensor hidden = model.model->forward(x);
     return static_cast<int64_t>(memory_stats(dev()).bytes_in_use - before);
   };
+  held(2);  // a first forward may allocate what later ones reuse (a library's workspace)
   EXPECT_EQ(held(4) - held(2), 2 * 3 * 12 * 32 * 4) << "two layers' h + m: 2 x B 3 x T 12 x d 32 floats";
 }
 
