@@ -262,18 +262,20 @@ void unmerge(nn::Module& model) {
 }
 
 void merge_and_unload(nn::Module& model) {
+  // As peft warns for a 4-bit base: the merged weight is the dequantised base plus the adapter, rounded.
   bool told = false;
+  auto tell = [&](DType dtype) {
+    if (!told)
+      std::cerr << "merge_and_unload: the 4-bit base is dequantised to " << dtype << " (the adapters merged there): "
+                << "its layers are dense " << dtype << " Linear layers, within that rounding of base + adapter\n";
+    told = true;
+  };
+  NoGradGuard g;
   for (auto& [path, l] : lora_layers(model)) {
     std::shared_ptr<nn::Linear> plain;
     if (l->quantized_base) {
-      // As peft warns: the merged weight is the dequantised base plus the adapter, rounded.
       const DType dtype = l->quantized_base->compute_dtype;
-      if (!told)
-        std::cerr << "merge_and_unload: the 4-bit base weights are dequantised to " << dtype
-                  << " and merged there: the merged layers are dense " << dtype
-                  << " Linear layers, within that rounding of base + adapter\n";
-      told = true;
-      NoGradGuard g;
+      tell(dtype);
       const Tensor delta = l->delta_weight();
       const Tensor base = tg::to(l->quantized_base->dequantized_weight(dtype), delta.dtype());
       plain = std::make_shared<nn::Linear>(tg::to(add(base, delta), dtype), l->bias);
@@ -284,6 +286,14 @@ void merge_and_unload(nn::Module& model) {
     plain->train(l->is_training());
     model.replace_module(path, plain);  // l is destroyed here; do not touch it after
   }
+  // The 4-bit layers without an adapter too: the model comes back dense.
+  for (auto& [path, m] : model.named_modules())
+    if (auto* q = dynamic_cast<nn::Linear4bit*>(m)) {
+      tell(q->compute_dtype);
+      auto plain = std::make_shared<nn::Linear>(q->dequantized_weight(q->compute_dtype), q->bias);
+      plain->train(q->is_training());
+      model.replace_module(path, plain);
+    }
 }
 
 // ---------------------------------------------------------------- adapter files

@@ -305,7 +305,7 @@ TEST_F(QloraTest, AdapterOnAFourBitBaseIsAPeftAdapter) {
 }
 
 // merge_and_unload on a 4-bit base: dense Linear layers in the compute dtype holding
-// round(dequantised + scaling B A), said once on stderr; untargeted layers stay 4-bit.
+// round(dequantised + scaling B A), said once on stderr; the untargeted layers dequantised.
 TEST_F(QloraTest, MergeAndUnloadDequantises) {
   write_llama(tmp / "dense");
   auto model = nn::from_pretrained(tmp / "dense", {.dtype = kBFloat16, .quantization = kNF4});
@@ -320,6 +320,8 @@ TEST_F(QloraTest, MergeAndUnloadDequantises) {
                     kBFloat16);
   }
   const Tensor before = model->forward(ids());
+  const Tensor dequantised_down = dynamic_cast<nn::Linear4bit*>(model->get_submodule("model.layers.0.mlp.down_proj").get())
+                                      ->dequantized_weight(kBFloat16);
   ::testing::internal::CaptureStderr();
   peft::merge_and_unload(*model);
   const std::string said = ::testing::internal::GetCapturedStderr();
@@ -329,7 +331,10 @@ TEST_F(QloraTest, MergeAndUnloadDequantises) {
   auto v = std::dynamic_pointer_cast<nn::Linear>(model->get_submodule("model.layers.1.self_attn.v_proj"));
   ASSERT_TRUE(v && v->is_plain());
   EXPECT_TENSOR_EQ(v->weight, want);
-  EXPECT_EQ(count_4bit(*model), 10);  // k, o, gate, up, down of two layers
+  EXPECT_EQ(count_4bit(*model), 0);  // the layers without LoRA dequantised too
+  auto down = std::dynamic_pointer_cast<nn::Linear>(model->get_submodule("model.layers.0.mlp.down_proj"));
+  ASSERT_TRUE(down && down->is_plain());
+  EXPECT_TENSOR_EQ(down->weight, dequantised_down);
   EXPECT_TENSOR_NEAR(tg::to(model->forward(ids()), kFloat32), tg::to(before, kFloat32), 0.05, 0.02);
 }
 
