@@ -63,6 +63,14 @@ std::string with_commas(int64_t v) {
   return v < 0 ? "-" + out : out;
 }
 
+// The model's parameter count as peft prints it: a packed 4-bit weight (uint8, two values a byte)
+// counts its values, not its bytes.
+int64_t weight_count(const nn::Module& model) {
+  int64_t n = 0;
+  for (const auto& [name, t] : model.named_parameters()) n += t.numel() * (t.dtype() == kUInt8 ? 2 : 1);
+  return n;
+}
+
 // The modules saved whole with the adapter: modules_to_save, plus the norms when they train.
 std::vector<std::string> saved_module_names(const LoraConfig& config, nn::Module& model) {
   std::vector<std::string> names = config.modules_to_save;
@@ -235,12 +243,12 @@ LoraReport apply_lora(nn::Module& model, const LoraConfig& config, Generator& ge
   }
   for (const auto& path : report.saved_modules) model.get_submodule(path)->requires_grad_(true);
   report.trainable_params = model.num_parameters(true);
-  report.all_params = model.num_parameters();
+  report.all_params = weight_count(model);
   return report;
 }
 
 std::string trainable_parameters_line(const nn::Module& model) {
-  const int64_t trainable = model.num_parameters(true), all = model.num_parameters();
+  const int64_t trainable = model.num_parameters(true), all = weight_count(model);
   std::ostringstream os;
   os << "trainable params: " << with_commas(trainable) << " || all params: " << with_commas(all)
      << " || trainable%: " << std::fixed << std::setprecision(4)

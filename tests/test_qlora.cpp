@@ -299,6 +299,8 @@ TEST_F(QloraTest, AdapterOnAFourBitBaseIsAPeftAdapter) {
     EXPECT_TENSOR_EQ(a4.at(k), v);  // same init (the same generator), same dtype
   }
   EXPECT_EQ(a4.size(), 12u);
+  // peft counts a 4-bit weight's values: the same line as on the bf16 base
+  EXPECT_EQ(peft::trainable_parameters_line(*quantised), peft::trainable_parameters_line(*dense));
   EXPECT_EQ(a4.at("base_model.model.model.layers.0.mlp.down_proj.lora_A.weight").dtype(), kFloat32);
   auto fresh = nn::from_pretrained(tmp / "dense", {.dtype = kBFloat16});
   EXPECT_NO_THROW(peft::load_adapter(*fresh, tmp / "a4"));
