@@ -6,6 +6,8 @@
 // kernel refuses the reset the row's peak is the process's and says so on stdout: run one device a
 // process then). Rows as bench/results/load.json: config, device, folder_bytes, seconds,
 // read_seconds, peak_rss_mib (and rss_before_mib, largest_file_bytes, files).
+// --quant none,nf4 also times the QLoRA load (options.quantization: every Linear but the head
+// quantised to NF4 as it streams), with the device's peak of live tensors beside the peak RSS.
 //   load_bench --config llama-1b --devices cpu,cuda --json out/load.json
 #include <chrono>
 #include <cstdio>
@@ -72,6 +74,7 @@ int main(int argc, char** argv) {
       .add("rewrite", "false", "write the folder even when it exists")
       .add("max-shard-bytes", "5000000000", "save_pretrained's shard size (transformers' default 5GB; 0: one file)")
       .add("devices", "cpu", "where to load: cpu and/or cuda")
+      .add("quant", "none", "none and/or nf4 (QLoRA's load: quantised as it streams)")
       .add("json", "", "also write the rows to this file (bench/results/load.json's rows)");
   try {
     if (!flags.parse(argc, argv)) return std::cout << flags.usage(), 0;
@@ -106,25 +109,35 @@ int main(int argc, char** argv) {
     const double read_s = seconds_since(t_read);
     std::printf("%s: %zu files, %.3f GB (largest %.3f GB); reading them (warm): %.3f s, %.2f GB/s\n", dir.c_str(),
                 files.size(), folder_bytes / 1e9, largest / 1e9, read_s, folder_bytes / 1e9 / read_s);
-    std::printf("%-10s %-6s %10s %10s %8s %14s %14s\n", "config", "device", "load s", "read s", "load/read",
-                "peak RSS MiB", "RSS before MiB");
+    std::printf("%-10s %-6s %-5s %10s %10s %8s %14s %14s %16s\n", "config", "device", "quant", "load s", "read s",
+                "load/read", "peak RSS MiB", "RSS before MiB", "device peak MiB");
     bench::JsonRows rows("load_bench", bench::machine(devices.back()));
+    for (const std::string& quant : flags.list("quant"))
     for (const Device& device : devices) {
+      if (quant != "none" && quant != "nf4") throw examples::UsageError("--quant wants none and/or nf4, got '" + quant + "'\n");
       const double before = status_mib("VmRSS");
       const bool reset = reset_peak_rss();
       if (!reset) std::printf("note: /proc/self/clear_refs refused: the %s row's peak RSS is the process's\n",
                               device.str().c_str());
+      reset_peak_memory_stats(device);
+      const size_t live_before = memory_stats(device).bytes_in_use;
       const auto t0 = std::chrono::steady_clock::now();
-      std::shared_ptr<nn::Module> model = nn::from_pretrained(dir, {.dtype = kBFloat16, .device = device});
+      nn::PretrainedOptions options{.dtype = kBFloat16, .device = device};
+      if (quant == "nf4") options.quantization = {.load_in_4bit = true, .quant_type = "nf4", .double_quant = true};
+      std::shared_ptr<nn::Module> model = nn::from_pretrained(dir, options);
       synchronize(device);
       const double load_s = seconds_since(t0), peak = status_mib("VmHWM");
+      const double device_peak = (memory_stats(device).peak_bytes - live_before) / 1048576.0;
       model.reset();
       empty_cache(Device::cpu());
-      std::printf("%-10s %-6s %10.3f %10.3f %8.2f %14.0f %14.0f\n", config.c_str(), device.is_cuda() ? "cuda" : "cpu",
-                  load_s, read_s, load_s / read_s, peak, before);
+      std::printf("%-10s %-6s %-5s %10.3f %10.3f %8.2f %14.0f %14.0f %16.0f\n", config.c_str(),
+                  device.is_cuda() ? "cuda" : "cpu", quant.c_str(), load_s, read_s, load_s / read_s, peak, before,
+                  device_peak);
       rows.add()
           .str("config", config)
           .str("device", device.is_cuda() ? "cuda" : "cpu")
+          .str("quant", quant)
+          .num("device_peak_mib", device_peak, 6)
           .num("folder_bytes", static_cast<double>(folder_bytes), 12)
           .num("largest_file_bytes", static_cast<double>(largest), 12)
           .num("files", static_cast<double>(files.size()))

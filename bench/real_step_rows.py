@@ -28,11 +28,13 @@ def torch_rows(path, flops):
         tflop = flops.get((r["config"], r["mode"]))
         rows.append({"bench": "train_step_real", "machine": torch.cuda.get_device_name(),
                      "impl": "torch_" + r["exec"], "config": r["config"], "mode": r["mode"], "graph": False,
-                     "ckpt": False, "dtype": "bf16 autocast", "ms": round(r["ms_step"], 3), "min_ms": round(r["ms_min"], 3),
+                     "ckpt": r.get("ckpt", False), "dtype": r.get("dtype", "bf16 autocast"),
+                     "ms": round(r["ms_step"], 3), "min_ms": round(r["ms_min"], 3),
                      "tok_s": round(r["tok_s"]), "tflop": tflop,
                      "tflops": None if tflop is None else round(tflop / (r["ms_step"] / 1e3), 1),
                      "peak_mib": round(r.get("peak_GiB", float("nan")) * 1024), "torch": torch.__version__,
-                     "script": "bench/torch_toy_lora.py"})
+                     "script": r.get("script", "bench/torch_toy_lora.py"),
+                     **({"quant": r["quant"], "batch": r["batch"], "seq": r["seq"]} if "quant" in r else {})})
     return rows
 
 

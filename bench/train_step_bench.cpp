@@ -18,13 +18,24 @@
 // On the GPU the timed steps run between cudaProfilerStart / Stop, so `ncu --profile-from-start
 // off` sees them alone (scripts/gpu/run_real_step.sh's census).
 // --cudnn-sdp false: attention on tapegrad's flash kernels instead of cuDNN's (tg::enable_cudnn_sdp).
+// --qlora: each LoRA row is followed by its QLoRA twin (issue 37): the same LoRA on a base whose
+// Linear layers (all but the head) are NF4 with double quantisation, bfloat16 compute
+// (nn::replace_with_4bit_linear, timed), with where the memory goes: the 4-bit state, the dense
+// parameters, LoRA and its optimizer state, the shared workspace, the checkpoints (one [B, T, d]
+// tensor a layer) and the rest of the step's peak (activations of the recomputed layer, the loss).
+// --layers N builds only N of the config's decoder layers; --extrapolate-layers M (checkpointing
+// on) adds to the peak (M - N) x what one more layer keeps (its weights, its LoRA with gradients
+// and AdamW moments, its checkpoint): llama3-70b's 80 layers from 2 of them.
 // --json: rows as bench/results/train_step-*.json; --real-json: rows as issue 36's
-// bench/results/train_step-h200-real.json (impl, config, mode, graph, ckpt, ms, tflops, peak_mib).
+// bench/results/train_step-h200-real.json (impl, config, mode, graph, ckpt, ms, tflops, peak_mib;
+// and quant "none" / "nf4", layers, the breakdown in MiB, the extrapolated peak).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <cmath>
 #include <memory>
+#include <set>
 #include <string>
 #include <variant>
 #include <vector>
@@ -38,6 +49,7 @@
 #include "io/file.h"
 #include "nn/llama.h"
 #include "nn/pretrained.h"
+#include "nn/quantization.h"
 #include "optim/optimizer.h"
 #include "peft/lora.h"
 #include "tapegrad.h"
@@ -65,6 +77,9 @@ bench::BenchLlama config_of(const examples::Flags& flags, std::string& name) {
     b.batch = 1;
     b.seq = std::min<int64_t>(4096, b.config.max_position_embeddings);
   }
+  const int64_t layers = flags.integer("layers");
+  TG_CHECK(layers >= 0, "train_step_bench", "--layers wants 0 (the config's) or a count, got ", layers);
+  if (layers) b.config.num_hidden_layers = layers;
   const int64_t batch = flags.integer("batch"), seq = flags.integer("seq");
   TG_CHECK(batch >= 0 && seq >= 0 && seq <= b.config.max_position_embeddings, "train_step_bench",
            "--batch and --seq want 0 (the config's) or a positive size, --seq at most max_position_embeddings ",
@@ -83,6 +98,32 @@ void profiler(bool start, Device device) {
 #endif
 }
 
+// Where a model's bytes are, by the names of its parameters and buffers (each storage once).
+struct ModelBytes {
+  double quant = 0, dense = 0, lora = 0, workspace = 0;
+  double layer0 = 0, layer0_lora = 0;  // decoder layer 0's weights (4-bit or dense) and LoRA
+};
+
+ModelBytes model_bytes(nn::Module& model) {
+  ModelBytes b;
+  std::set<const Storage*> seen;
+  nn::NamedTensors all = model.named_parameters();
+  for (auto& named : model.named_buffers()) all.push_back(named);
+  for (const auto& [name, t] : all) {
+    if (!seen.insert(t.storage().get()).second) continue;
+    const double n = static_cast<double>(t.nbytes());
+    const bool lora = name.find(".lora_") != std::string::npos, layer0 = name.starts_with("model.layers.0.");
+    if (name.ends_with("workspace")) b.workspace += n;
+    else if (lora) b.lora += n;
+    else if (t.dtype() == kUInt8 || name.ends_with("absmax") || name.ends_with("quant_map")) b.quant += n;
+    else b.dense += n;
+    if (layer0 && !name.ends_with("workspace")) (lora ? b.layer0_lora : b.layer0) += n;
+  }
+  return b;
+}
+
+constexpr double kMiB = 1048576.0, kGiB = 1073741824.0;
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -98,6 +139,9 @@ int main(int argc, char** argv) {
       .add("warmup", "3", "untimed steps")
       .add("steps", "20", "timed steps (the median is reported)")
       .add("modes", "full,lora", "full and/or lora")
+      .add("qlora", "false", "also each LoRA step on an NF4 base (QLoRA), with a memory breakdown")
+      .add("layers", "0", "decoder layers to build (0: the config's)")
+      .add("extrapolate-layers", "0", "with checkpointing: the peak extrapolated to this many layers (0: none)")
       .add("gradient-checkpointing", "false", "recompute each decoder layer's activations at backward")
       .add("cuda-graph", "false", "time replays of the step captured as one CUDA graph (GPU)")
       .add("cudnn-sdp", "true", "attention through cuDNN where it takes the call (tg::enable_cudnn_sdp)")
@@ -120,9 +164,18 @@ int main(int argc, char** argv) {
     std::printf("%-12s %-9s %-7s %-5s %10s %10s %10s %8s %10s %10s\n", "config", "mode", "device", "dtype", "ms/step",
                 "min ms", "tok/s", "threads", "peak MiB", "TFLOP/s");
     bench::JsonRows rows("train_step_bench", bench::machine(device)), real_rows("train_step_real", bench::machine(device));
+    const int64_t extrapolate = flags.integer("extrapolate-layers");
+    TG_CHECK(extrapolate == 0 || (checkpointing && extrapolate >= c.num_hidden_layers), "train_step_bench",
+             "--extrapolate-layers wants --gradient-checkpointing and a count of at least the model's ",
+             c.num_hidden_layers, " layers, got ", extrapolate);
+    std::vector<std::pair<std::string, std::string>> variants;  // mode, quantisation of the base
     for (const std::string& mode : flags.list("modes")) {
       if (mode != "lora" && mode != "full")
         throw examples::UsageError("--modes wants full and/or lora, got '" + mode + "'\n" + flags.usage());
+      variants.emplace_back(mode, "none");
+      if (mode == "lora" && flags.boolean("qlora")) variants.emplace_back(mode, "nf4");
+    }
+    for (const auto& [mode, quant] : variants) {
       Generator gen(0);
       const auto t_build = std::chrono::steady_clock::now();
       std::shared_ptr<nn::LlamaForCausalLM> model;
@@ -132,6 +185,20 @@ int main(int argc, char** argv) {
         model = std::make_shared<nn::LlamaForCausalLM>(c, gen);
         model->to(dtype, device);
       }
+      if (quant == "nf4") {
+        synchronize(device);
+        int64_t dense_bytes = 0;
+        for (auto& [name, p] : model->named_parameters())
+          if (name.starts_with("model.layers.")) dense_bytes += static_cast<int64_t>(p.nbytes());
+        const auto t0 = std::chrono::steady_clock::now();
+        const auto paths = nn::replace_with_4bit_linear(
+            *model, {.load_in_4bit = true, .quant_type = "nf4", .double_quant = true, .compute_dtype = dtype});
+        synchronize(device);
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        std::printf("%-12s qlora     quantised %zu linears (%.2f GB in %s) to NF4 on %s in %.3f s (%.1f GB/s)\n",
+                    name.c_str(), paths.size(), dense_bytes / 1e9, flags.str("dtype").c_str(), device.str().c_str(),
+                    s, dense_bytes / 1e9 / s);
+      }
       if (mode == "lora") peft::apply_lora(*model, {});
       synchronize(device);
       const double build_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_build).count();
@@ -140,7 +207,8 @@ int main(int argc, char** argv) {
                   name.c_str(), mode.c_str(), build.c_str(), build_s, static_cast<double>(model->num_parameters()),
                   flops.total() / 1e12, flops.linear / 1e12, flops.attention / 1e12);
       if (checkpointing) model->gradient_checkpointing_enable();
-      const std::string mode_name = mode + (checkpointing ? "+ckpt" : "") + (graphed ? "+graph" : "");
+      const std::string mode_name =
+          (quant == "none" ? mode : "qlora") + (checkpointing ? "+ckpt" : "") + (graphed ? "+graph" : "");
       reset_peak_memory_stats(device);
       optim::AdamW opt(model->named_trainable_parameters(), {.lr = 1e-3, .weight_decay = 0.01});
       Tensor ids = randint(0, c.vocab_size, {B, T}, gen, {.dtype = kInt64, .device = device});
@@ -179,7 +247,32 @@ int main(int argc, char** argv) {
       std::sort(ms.begin(), ms.end());
       double med = ms[ms.size() / 2];
       // Peak bytes of live tensors over the steps, the model included (either allocator counts).
-      const double peak_mib = memory_stats(device).peak_bytes / 1048576.0;
+      const double peak_mib = memory_stats(device).peak_bytes / kMiB;
+      // Where the peak goes: the model's tensors, LoRA's gradients and AdamW moments (float32,
+      // three times its parameters), the checkpoints (one [B, T, d] tensor a layer in the model's
+      // dtype), and the rest: the recomputed layer's activations, the loss, gradients in flight.
+      const ModelBytes bytes = model_bytes(*model);
+      const double ckpt_bytes = checkpointing ? static_cast<double>(c.num_hidden_layers * B * T * c.hidden_size) *
+                                                    static_cast<double>(element_size(dtype))
+                                              : 0.0;
+      const double held = bytes.quant + bytes.dense + bytes.workspace + 4 * bytes.lora + ckpt_bytes;
+      const double per_layer = bytes.layer0 + 4 * bytes.layer0_lora +
+                               ckpt_bytes / static_cast<double>(std::max<int64_t>(1, c.num_hidden_layers));
+      const double extrapolated_mib =
+          extrapolate ? peak_mib + static_cast<double>(extrapolate - c.num_hidden_layers) * per_layer / kMiB : NAN;
+      std::printf("%-12s %-9s memory: 4-bit linears %.2f GiB, dense parameters %.2f GiB, workspace %.2f GiB, LoRA "
+                  "%.3f GiB (+ %.3f GiB of gradients and AdamW moments), checkpoints %.2f GiB; peak %.2f GiB, of "
+                  "which %.2f GiB beyond those (activations of the recomputed layer, the loss, gradients)\n",
+                  name.c_str(), mode_name.c_str(), bytes.quant / kGiB, bytes.dense / kGiB, bytes.workspace / kGiB,
+                  bytes.lora / kGiB, 3 * bytes.lora / kGiB, ckpt_bytes / kGiB, peak_mib / 1024,
+                  peak_mib / 1024 - held / kGiB);
+      if (extrapolate)
+        std::printf("%-12s %-9s extrapolated to %lld layers: %.2f GiB (+ %lld x %.3f GiB a layer: weights %.3f, LoRA "
+                    "state %.3f, checkpoint %.3f)\n",
+                    name.c_str(), mode_name.c_str(), static_cast<long long>(extrapolate), extrapolated_mib / 1024,
+                    static_cast<long long>(extrapolate - c.num_hidden_layers), per_layer / kGiB, bytes.layer0 / kGiB,
+                    4 * bytes.layer0_lora / kGiB,
+                    ckpt_bytes / static_cast<double>(std::max<int64_t>(1, c.num_hidden_layers)) / kGiB);
       const double tflops = flops.total() / (med / 1e3) / 1e12;
       std::printf("%-12s %-9s %-7s %-5s %10.2f %10.2f %10.0f %8d %10.1f %10.3g\n", name.c_str(), mode_name.c_str(),
                   device.str().c_str(), flags.str("dtype").c_str(), med, ms.front(),
@@ -209,7 +302,16 @@ int main(int argc, char** argv) {
           .num("tok_s", static_cast<double>(B * T) / (med / 1e3), 5)
           .num("tflop", flops.total() / 1e12, 5)
           .num("tflops", tflops, 4)
-          .num("peak_mib", peak_mib, 5);
+          .num("peak_mib", peak_mib, 5)
+          .str("quant", quant)
+          .num("layers", static_cast<double>(c.num_hidden_layers))
+          .num("quant_mib", bytes.quant / kMiB, 5)
+          .num("dense_mib", bytes.dense / kMiB, 5)
+          .num("workspace_mib", bytes.workspace / kMiB, 5)
+          .num("lora_state_mib", 4 * bytes.lora / kMiB, 5)
+          .num("ckpt_mib", ckpt_bytes / kMiB, 5)
+          .num("extrapolated_layers", static_cast<double>(extrapolate))
+          .num("peak_mib_extrapolated", extrapolated_mib, 5);
     }
     rows.write(flags.str("json"));
     real_rows.write(flags.str("real-json"));

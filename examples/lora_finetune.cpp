@@ -12,7 +12,10 @@
 // loss log, a checkpoint every --save-every steps (and on Ctrl-C), --resume that continues
 // bit-exactly (and refuses changed training flags), and with --merge the merged model (a folder
 // transformers loads, for a Hugging Face base). With --dtype bf16 the frozen base runs in
-// bfloat16 and the adapters train in float32; on a GPU the report ends with the peak GPU memory.
+// bfloat16 and the adapters train in float32; the report ends with the peak memory (host and GPU).
+// --load-in-4bit (QLoRA): the base's Linear layers but the head are quantised to NF4 (or
+// --bnb-4bit-quant-type fp4; --bnb-4bit-use-double-quant) as the folder loads, computing in --dtype;
+// a folder saved by transformers + bitsandbytes in 4-bit loads as it is, with or without the flag.
 // --gradient-checkpointing keeps less of it: each layer's activations are recomputed at backward.
 // --nproc N trains data-parallel on N GPUs (or start it with examples/launch or torchrun): each
 // rank takes --batch / N rows of every micro-batch, the gradients are averaged over NCCL, rank 0
@@ -165,6 +168,7 @@ int run(int argc, char** argv) {
                              "<out>/merged (a Hugging Face folder) or <out>/merged.safetensors (toy)")
       .add("threads", "0", "CPU threads (0: all cores)")
       .add("seed", "0", "seed of the LoRA init and the data order");
+  examples::add_quantization_flags(flags);
   examples::add_nproc_flag(flags);
   if (!flags.parse(argc, argv)) return std::cout << flags.usage(), 0;
   if (const int status = examples::launch_if_asked(flags, argc, argv); status >= 0) return status;
@@ -205,6 +209,9 @@ int run(int argc, char** argv) {
   const bool allow_binary = flags.boolean("bytes"), resume = flags.boolean("resume"), merge = flags.boolean("merge"),
              checkpointing = flags.boolean("gradient-checkpointing"), full = flags.boolean("full");
   if (full && merge) throw examples::UsageError("--merge folds LoRA into the base: with --full the model itself is written\n");
+  const nn::QuantizationConfig quantization = examples::quantization_flags(flags, dtype);
+  if (full && quantization.load_in_4bit)
+    throw examples::UsageError("--full trains every weight, and 4-bit weights cannot train: drop --load-in-4bit\n");
 
   const std::string graph_flag = flags.str("cuda-graph");
   if (graph_flag != "auto" && graph_flag != "on" && graph_flag != "off")
@@ -232,7 +239,10 @@ int run(int argc, char** argv) {
   if (hf_base) examples::check_folder_vocabulary(flags.str("base"), "lora_finetune", "--base");
 
   // The base model, frozen, with LoRA on the targets.
-  examples::BaseModel base = examples::load_base(flags.str("base"), flags.str("config"));
+  examples::BaseModel base = examples::load_base(
+      flags.str("base"), flags.str("config"), "lora_finetune", "--base",
+      quantization.load_in_4bit ? nn::PretrainedOptions{.dtype = dtype, .device = device, .quantization = quantization}
+                                : nn::PretrainedOptions{});
   if (base.tokenizer)
     examples::check_vocabulary(*base.tokenizer, examples::embedding_rows(*base.model), "lora_finetune", "--base",
                                flags.str("base"));
@@ -251,6 +261,7 @@ int run(int argc, char** argv) {
   // auto captures what has run under capture on the H200 (Llama-family LoRA); on tries the rest.
   const std::string unvalidated = full                                        ? "full fine-tuning"
                                   : base.architecture.rfind("GPT2", 0) == 0 ? "a GPT-2 model"
+                                  : quantization.load_in_4bit               ? "a 4-bit base"
                                                                               : "";
   if (use_graph && graph_flag == "auto" && !unvalidated.empty()) {
     use_graph = false;
@@ -439,7 +450,7 @@ int run(int argc, char** argv) {
   }
   validate(steps);
   log.finish();
-  if (device.is_cuda()) std::printf("%s\n", examples::peak_memory_line(device).c_str());
+  std::printf("%s\n", examples::peak_memory_line(device).c_str());
   if (merge) {
     peft::merge_and_unload(model);
     save_model("merged", "merged");

@@ -5,7 +5,8 @@
 //      and save it as a peft adapter.
 // Runs with no arguments on a CPU in a couple of minutes; picks the GPU when there is one.
 // --dtype bf16: pre-training stays float32; the frozen base is then cast to bfloat16 and the
-// adapters train in float32 (mixed precision). On a GPU the report ends with the peak memory,
+// adapters train in float32 (mixed precision); --qlora quantises the base to NF4 first. The report
+// ends with the peak memory (host RSS, and on a GPU the device's),
 // and each step after a phase's first is a replay of it captured as a CUDA graph (--cuda-graph;
 // not with --nproc). --nproc N: both phases data-parallel on N GPUs (full training, then LoRA),
 // each rank a share of every batch; rank 0 prints and writes.
@@ -25,6 +26,7 @@
 #include "nn/state_dict.h"
 #include "nn/generation.h"
 #include "nn/llama.h"
+#include "nn/quantization.h"
 #include "optim/clip_grad.h"
 #include "optim/lr_scheduler.h"
 #include "optim/optimizer.h"
@@ -109,6 +111,8 @@ int run(int argc, char** argv) {
       .add("threads", "0", "CPU threads (0: all cores)")
       .add("seed", "0", "seed of the initial weights and of the data order")
       .add("cuda-graph", "true", "on the GPU, replay each training step as one CUDA graph after the first")
+      .add("qlora", "false", "QLoRA: quantise the pre-trained base's Linear layers (all but the head) to NF4 before "
+                             "LoRA")
       .add("out", "out/toy", "directory for loss logs (CSV + SVG), the base checkpoint and the adapter");
   examples::add_nproc_flag(flags);
   if (!flags.parse(argc, argv)) {
@@ -157,6 +161,11 @@ int run(int argc, char** argv) {
         out + "/pretrain_loss.csv", ranks, flags.boolean("cuda-graph"));
   if (ranks.main()) nn::save_state_dict(*model, out + "/base.safetensors", {{"config", config_name}});  // lora_finetune reads it
   model->to(dtype);  // the base LoRA adapts, evaluated in the same precision before and after
+  if (flags.boolean("qlora")) {
+    const auto layers = nn::replace_with_4bit_linear(
+        *model, {.load_in_4bit = true, .quant_type = "nf4", .double_quant = true, .compute_dtype = dtype});
+    std::printf("QLoRA: %zu Linear layers of the base quantised to NF4 (double quantisation)\n", layers.size());
+  }
   const int eval_batches = static_cast<int>(flags.integer("eval-batches"));
   double a_before = examples::evaluate(*model, data_a, batch, seq, eval_batches, device);
   double b_before = examples::evaluate(*model, data_b, batch, seq, eval_batches, device);
@@ -184,7 +193,7 @@ int run(int argc, char** argv) {
   std::printf("  corpus B (learned)  %10.4f   %10.4f\n", b_before, b_after);
   std::printf("  corpus A (forgot)   %10.4f   %10.4f\n", a_before, a_after);
   show_samples(*model, "adapted", sample_bytes);
-  if (device.is_cuda()) std::printf("during LoRA, %s\n", examples::peak_memory_line(device).c_str());
+  std::printf("during LoRA, %s\n", examples::peak_memory_line(device).c_str());
   if (!ranks.main()) return 0;
   peft::save_adapter(*model, out + "/adapter", lora);
   std::printf("\nwrote %s/{pretrain,lora}_loss.{csv,svg}, %s/base.safetensors and the peft adapter in %s/adapter\n",

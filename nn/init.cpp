@@ -16,6 +16,7 @@ namespace {
 struct SkipState {
   const SkipInitGuard* guard = nullptr;
   TensorOptions options;
+  bool defer_linear_weights = false;
 };
 thread_local SkipState skip_state;
 
@@ -62,15 +63,34 @@ void fill_in_blocks(const Tensor& t, F&& block) {
 
 }  // namespace
 
-SkipInitGuard::SkipInitGuard(TensorOptions o) : outer_(skip_state.guard) {
+SkipInitGuard::SkipInitGuard(TensorOptions o, bool defer_linear_weights) : outer_(skip_state.guard) {
   TG_CHECK(is_floating_point(o.dtype), "SkipInitGuard", "parameters are floating point, got ", o.dtype);
   TG_CHECK(!outer_, "SkipInitGuard", "is already active on this thread");
-  skip_state = {this, {o.dtype, o.device, false}};
+  skip_state = {this, {o.dtype, o.device, false}, defer_linear_weights};
 }
 
 SkipInitGuard::~SkipInitGuard() { skip_state = {}; }
 
 bool skipping() { return skip_state.guard != nullptr; }
+
+bool deferring_linear_weights() { return skip_state.defer_linear_weights; }
+
+Tensor unallocated(const Shape& shape, TensorOptions options) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::make_shared<Storage>(0, options.device);
+  impl->shape = shape;
+  impl->strides = contiguous_strides(shape);
+  impl->dtype = options.dtype;
+  return Tensor(std::move(impl));
+}
+
+bool is_unallocated(const Tensor& t) { return t.defined() && t.numel() > 0 && t.storage()->nbytes() == 0; }
+
+void allocate_unallocated(const Tensor& t) {
+  TG_CHECK(is_unallocated(t), "allocate_unallocated", "the tensor already has its memory");
+  t.impl().storage = std::make_shared<Storage>(t.nbytes(), t.device());
+  t.impl().offset = 0;
+}
 
 TensorOptions parameter_options() { return skipping() ? skip_state.options : TensorOptions{}; }
 

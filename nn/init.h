@@ -23,9 +23,13 @@ int64_t fan_in(const Tensor& t);
 // leave them uninitialised (every initialiser above does nothing): for parameters whose values come
 // next from a file (from_pretrained), as transformers' low_cpu_mem_usage loading. No random draw,
 // no float32 copy on the host first.
+// With defer_linear_weights, nn::Linear's weight is made unallocated as well (a placeholder of
+// its shape, dtype and device holding no memory): from_pretrained then quantises each as it
+// streams from the folder, so no dense copy of the quantised layers ever exists, and allocates
+// the rest (allocate_unallocated). Nothing may read such a weight before.
 class SkipInitGuard {
  public:
-  explicit SkipInitGuard(TensorOptions parameter_options);
+  explicit SkipInitGuard(TensorOptions parameter_options, bool defer_linear_weights = false);
   ~SkipInitGuard();
   SkipInitGuard(const SkipInitGuard&) = delete;
   SkipInitGuard& operator=(const SkipInitGuard&) = delete;
@@ -34,6 +38,12 @@ class SkipInitGuard {
   const SkipInitGuard* outer_;
 };
 bool skipping();
+bool deferring_linear_weights();
+// A tensor of `shape` holding no memory (see SkipInitGuard), and whether `t` is one.
+Tensor unallocated(const Shape& shape, TensorOptions options);
+bool is_unallocated(const Tensor& t);
+// Gives an unallocated tensor its memory (uninitialised), in place: every handle sees it.
+void allocate_unallocated(const Tensor& t);
 // What a module's parameters are created as: float32 on the CPU, or the SkipInitGuard's options.
 TensorOptions parameter_options();
 

@@ -12,7 +12,8 @@ namespace tg::nn {
 Linear::Linear(int64_t in, int64_t out, bool with_bias, Generator& gen)
     : Module("Linear"), in_features(in), out_features(out) {
   TG_CHECK(in > 0 && out > 0, "Linear", "features must be positive, got in ", in, ", out ", out);
-  weight = empty({out, in}, init::parameter_options());
+  weight = init::deferring_linear_weights() ? init::unallocated({out, in}, init::parameter_options())
+                                            : empty({out, in}, init::parameter_options());
   init::kaiming_uniform_(weight, std::sqrt(5.0), gen);
   if (with_bias) {
     bias = empty({out}, init::parameter_options());

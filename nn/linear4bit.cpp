@@ -21,18 +21,19 @@ Linear4bit::Linear4bit(QuantState4bit w, const Tensor& b, DType compute, const T
            ", wants float32 or bfloat16");
   TG_CHECK(!workspace.defined() || workspace.dtype() == compute, "Linear4bit", "workspace has dtype ",
            workspace.dtype(), ", wants the compute dtype ", compute);
-  register_buffer("absmax", quant_state.absmax);
-  register_buffer("quant_map", quant_state.quant_map);
-  register_buffer("nested_absmax", quant_state.nested_absmax);
-  register_buffer("nested_quant_map", quant_state.nested_quant_map);
-  register_buffer("workspace", workspace, /*persistent=*/false);  // moves with the model
+  // The state keeps float32 through Module::to(dtype), the workspace the compute dtype.
+  for (auto& [name, slot] : state_buffers(quant_state)) register_buffer(name, *slot, true, /*keeps_dtype=*/true);
+  register_buffer("workspace", workspace, /*persistent=*/false, /*keeps_dtype=*/true);
+}
+
+std::vector<std::pair<const char*, Tensor*>> Linear4bit::state_buffers(QuantState4bit& q) {
+  return {{"absmax", &q.absmax}, {"quant_map", &q.quant_map}, {"nested_absmax", &q.nested_absmax},
+          {"nested_quant_map", &q.nested_quant_map}};
 }
 
 Tensor Linear4bit::forward(const Tensor& x) {
   const Tensor b = bias.defined() ? tg::to(bias, compute_dtype) : bias;
-  // A workspace cast away from the compute dtype (Module::to(dtype)) is not used.
-  const Tensor ws = workspace.defined() && workspace.dtype() == compute_dtype ? workspace : Tensor();
-  return tg::to(linear_4bit(tg::to(x, compute_dtype), quant_state, b, ws), x.dtype());
+  return tg::to(linear_4bit(tg::to(x, compute_dtype), quant_state, b, workspace), x.dtype());
 }
 
 Tensor Linear4bit::dequantized_weight(DType dtype) const { return dequantize_4bit(quant_state, dtype); }

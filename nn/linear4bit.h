@@ -6,9 +6,12 @@
 //
 // Registered as "weight" (the packed uint8 values), "bias", and the buffers "absmax",
 // "quant_map", "nested_absmax", "nested_quant_map" (bitsandbytes' "weight.absmax", ...) and the
-// non-persistent "workspace", so to(device) moves the whole state. They stay float32: to(kBFloat16) on a quantised model
-// makes its next forward fail naming the tensor; cast the model before quantising it.
+// non-persistent "workspace", so to(device) moves the whole state; to(dtype) leaves the state and
+// the workspace as they are (only the bias follows), so a quantised model may be cast like any.
 #pragma once
+
+#include <utility>
+#include <vector>
 
 #include "nn/linear.h"
 #include "ops/nf4.h"
@@ -25,6 +28,9 @@ class Linear4bit : public Linear {
   std::optional<LinearSpec> spec() const override { return std::nullopt; }
   // The weight dequantised to `dtype` ([out, in], a new tensor; no autograd).
   Tensor dequantized_weight(DType dtype) const;
+
+  // q's tensors by their buffer names above ("absmax", ...; LoRA on a 4-bit base registers them too).
+  static std::vector<std::pair<const char*, Tensor*>> state_buffers(QuantState4bit& q);
 
   QuantState4bit quant_state;
   DType compute_dtype;

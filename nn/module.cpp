@@ -49,9 +49,9 @@ void Module::register_parameter(const std::string& name, Tensor& slot, bool requ
   params_.push_back({name, &slot});
 }
 
-void Module::register_buffer(const std::string& name, Tensor& slot, bool persistent) {
+void Module::register_buffer(const std::string& name, Tensor& slot, bool persistent, bool keeps_dtype) {
   check_new_name(name);
-  buffers_.push_back({name, &slot, persistent});
+  buffers_.push_back({name, &slot, persistent, keeps_dtype});
 }
 
 void Module::register_child(const std::string& name, std::function<std::shared_ptr<Module>()> get,
@@ -213,7 +213,14 @@ Module& Module::to(Device device) {
 
 Module& Module::to(DType dtype) {
   TG_CHECK(is_floating_point(dtype), "Module::to", "modules convert to floating-point dtypes only, got ", dtype);
-  return convert([&](const Tensor& t) { return is_floating_point(t.dtype()) ? tg::to(t, dtype) : t; });
+  std::set<const Storage*> kept;  // by storage: convert passes detached handles
+  walk("", [&](const std::string&, const Module& m) {
+    for (const auto& b : m.buffers_)
+      if (b.keeps_dtype && b.slot->defined()) kept.insert(b.slot->storage().get());
+  });
+  return convert([&](const Tensor& t) {
+    return is_floating_point(t.dtype()) && !kept.count(t.storage().get()) ? tg::to(t, dtype) : t;
+  });
 }
 
 Module& Module::to(DType dtype, Device device) {

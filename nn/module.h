@@ -93,7 +93,8 @@ class Module {
 
   // ---- placement: parameters, buffers (and existing grads) change in place ----
   Module& to(Device device);
-  // Floating-point parameters and buffers only; integer buffers keep their dtype.
+  // Floating-point parameters and buffers only; integer buffers and buffers registered with
+  // keeps_dtype keep their dtype.
   Module& to(DType dtype);
   Module& to(DType dtype, Device device);
 
@@ -119,8 +120,9 @@ class Module {
   // `slot` must be a member of this module; it may be undefined (an absent bias).
   void register_parameter(const std::string& name, Tensor& slot, bool requires_grad = true);
   // Buffers are moved and cast with the module but never trained; non-persistent ones stay out
-  // of state_dict (e.g. rotary cos/sin tables, which are recomputed).
-  void register_buffer(const std::string& name, Tensor& slot, bool persistent = true);
+  // of state_dict (e.g. rotary cos/sin tables, which are recomputed). A buffer that keeps_dtype
+  // moves with the module but to(dtype) leaves its dtype (a quantised weight's float32 scales).
+  void register_buffer(const std::string& name, Tensor& slot, bool persistent = true, bool keeps_dtype = false);
   // `slot` is the member holding the submodule; replace_module assigns through it.
   template <class T>
   void register_module(const std::string& name, std::shared_ptr<T>& slot) {
@@ -147,6 +149,7 @@ class Module {
     std::string name;
     Tensor* slot;
     bool persistent;
+    bool keeps_dtype;
   };
   struct ChildEntry {
     std::string name;

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <utility>
 #include <vector>
@@ -16,8 +17,11 @@
 #include "io/file.h"
 #include "io/json.h"
 #include "io/safetensors.h"
+#include "nn/bnb_4bit.h"
 #include "nn/config_fields.h"
 #include "nn/init.h"
+#include "nn/linear4bit.h"
+#include "nn/quantization.h"
 #include "ops/shape.h"
 
 namespace tg::nn {
@@ -157,37 +161,139 @@ class Progress {
 // Folders above this many bytes of weights get a progress line (on a terminal, unless quiet).
 constexpr uint64_t kProgressBytes = 1'000'000'000;
 
+// The 4-bit side of a load: none, every target Linear quantised as its weight streams in, or the
+// layers the folder holds in bitsandbytes' layout read as they are.
+struct FourBit {
+  bool on = false;
+  bool prequantized = false;
+  QuantizationConfig config;  // the format, and the compute dtype of the Linear4bit layers
+};
+
+FourBit four_bit(const Fields& f, const PretrainedOptions& o) {
+  FourBit four;
+  const QuantizationConfig& asked = o.quantization;
+  if (asked.load_in_4bit) {
+    asked.validate("from_pretrained");
+    TG_CHECK(o.dtype == kFloat32 || o.dtype == kBFloat16, "from_pretrained", "quantising to 4 bits wants the weights "
+             "as float32 or bfloat16 first (options.dtype), got ", o.dtype);
+  }
+  if (const json::Value* q = f.get("quantization_config")) {
+    four.prequantized = four.on = true;
+    four.config = bnb::parse_quantization_config(Fields(*q, f.source() + " quantization_config"), o.dtype);
+    if (asked.load_in_4bit) four.config.compute_dtype = asked.compute_dtype;  // the folder keeps its format
+  } else if (asked.load_in_4bit) {
+    four.on = true;
+    four.config = asked;
+  }
+  return four;
+}
+
+// A read of one file tensor: into a tensor, or (layer set) into the staging buffer and quantised
+// into the nn::Linear4bit that replaces that layer.
+struct Read {
+  const safetensors::TensorInfo* tensor;
+  Tensor into;
+  std::string layer;
+  bool conv1d = false;
+};
+struct WeightFile {
+  std::unique_ptr<safetensors::FileReader> reader;
+  std::vector<Read> reads;
+};
+
+// The layer path of a ".weight" name.
+std::string layer_of(const std::string& weight_name) { return weight_name.substr(0, weight_name.rfind('.')); }
+
+// The model's name of a file key ("lm_head.weight", or "h.0.attn.c_attn.weight" under the base prefix).
+std::string own_name(const StateDict& own, const std::string& key, const std::string& tied, const Architecture& arch) {
+  return own.count(key) || key == tied ? key : arch.base_prefix + key;
+}
+
+// Prequantised folder: an empty nn::Linear4bit (its state sized by the quant_state JSON, filled by
+// the reads that follow) in place of every layer the files hold in 4 bits. Returns the state's names.
+std::set<std::string> install_4bit_shells(Module& model, const Architecture& arch, std::vector<WeightFile>& files,
+                                          const FourBit& four, const PretrainedOptions& o,
+                                          std::set<std::string>& consumed, std::vector<std::string>& unexpected) {
+  const StateDict own = model.state_dict();
+  std::map<std::string, QuantState4bit> shells;
+  for (WeightFile& f : files)
+    for (const safetensors::TensorInfo& t : f.reader->header().tensors) {
+      const std::string weight_key = bnb::weight_of_quant_state_key(t.name);
+      if (weight_key.empty()) continue;
+      consumed.insert(t.name);
+      const std::string weight = own_name(own, weight_key, "", arch);
+      auto it = own.find(weight);
+      if (it == own.end() || !init::is_unallocated(it->second)) {
+        unexpected.push_back(t.name + " (no Linear '" + layer_of(weight) + "' to quantise)");
+        continue;
+      }
+      TG_CHECK(t.dtype == kUInt8, "from_pretrained", "'", f.reader->path(), "': '", t.name, "' is ", t.code,
+               ", wants U8 (bitsandbytes' quant_state: the bytes of a JSON text)");
+      Tensor bytes = Tensor::empty(t.shape, {kUInt8});
+      f.reader->read(t, bytes);
+      const bnb::QuantStateFields fields = bnb::parse_quant_state(bytes, t.name);
+      TG_CHECK(fields.shape == it->second.shape(), "from_pretrained", "'", t.name, "' says shape ", fields.shape,
+               ", but '", weight, "' of the config.json's model is ", it->second.shape());
+      TG_CHECK(fields.quant_type == four.config.quant_type && fields.nested == four.config.double_quant,
+               "from_pretrained", "'", t.name, "' is ", fields.quant_type, fields.nested ? " double-quantised" : "",
+               ", but config.json's quantization_config says ", four.config.quant_type,
+               four.config.double_quant ? " double-quantised" : "", " (bnb_4bit_quant_type, bnb_4bit_use_double_quant)");
+      shells[layer_of(weight)] = bnb::empty_quant_state(fields, o.device);
+    }
+  int64_t largest = 0;
+  for (const auto& [layer, q] : shells) largest = std::max(largest, q.numel());
+  const Tensor workspace = largest ? Tensor::empty({largest}, {four.config.compute_dtype, o.device}) : Tensor();
+  std::set<std::string> names;
+  for (auto& [layer, q] : shells) {
+    install_linear_4bit(model, layer, std::move(q), four.config.compute_dtype, workspace);
+    for (const char* piece : {"weight", "absmax", "quant_map", "nested_absmax", "nested_quant_map"})
+      names.insert(layer + "." + piece);
+  }
+  return names;
+}
+
 // Reads every weight file into the model's parameters (any dtype and device), checking that the
 // files hold exactly the model's tensors. The headers are read and matched first; then each
-// tensor's bytes go from its file into its parameter, so the host holds no copy of a shard.
-void load_weights(Module& model, const Architecture& arch, const io::Folder& dir, const PretrainedOptions& o) {
-  const StateDict own = model.state_dict();
-  const std::string tied = tied_head(own, arch);
-  std::set<std::string> loaded;
-  std::vector<std::string> unexpected, mismatched, missing;
-  struct Read {
-    const safetensors::TensorInfo* tensor;
-    Tensor into;
-  };
-  struct File {
-    std::unique_ptr<safetensors::FileReader> reader;
-    std::vector<Read> reads;
-  };
-  std::vector<File> files;
-  uint64_t total = 0;
+// tensor's bytes go from its file into its parameter, so the host holds no copy of a shard. With
+// four.on the model was built with its Linear weights unallocated (init::SkipInitGuard): each is
+// quantised as it arrives, or replaced by the folder's 4-bit state, or allocated and read.
+void load_weights(Module& model, const Architecture& arch, const io::Folder& dir, const PretrainedOptions& o,
+                  const FourBit& four) {
+  std::vector<std::string> unexpected, mismatched, wrong_dtype, missing;
+  std::vector<WeightFile> files;
   NoGradGuard no_grad;
   for (const auto& [name, indexed] : weight_files(dir)) {
     files.push_back({std::make_unique<safetensors::FileReader>(dir.open(name)), {}});
-    safetensors::FileReader& file = *files.back().reader;
-    const std::string& path = file.path();
+    const safetensors::FileReader& file = *files.back().reader;
     std::set<std::string> held;
     for (const auto& t : file.header().tensors) held.insert(t.name);
     for (const auto& key : indexed)
-      TG_CHECK(held.count(key), "from_pretrained", "'", dir.path_of(kIndex), "' puts '", key, "' in '", path,
+      TG_CHECK(held.count(key), "from_pretrained", "'", dir.path_of(kIndex), "' puts '", key, "' in '", file.path(),
                "', which does not hold it");
-    for (const safetensors::TensorInfo& value : file.header().tensors) {
+  }
+
+  std::set<std::string> consumed, state_names;  // quant_state keys read already; the 4-bit state's names
+  std::set<std::string> quantize;                // layers quantised as their weight streams in
+  std::vector<std::string> quantize_after;       // ... and those whose weight is another's (a tied head)
+  if (four.prequantized) state_names = install_4bit_shells(model, arch, files, four, o, consumed, unexpected);
+  if (four.on && !four.prequantized)
+    for (const std::string& layer : linear_4bit_targets(model, four.config, "from_pretrained")) {
+      if (init::is_unallocated(model.get_parameter(layer + ".weight"))) quantize.insert(layer);
+      else quantize_after.push_back(layer);
+    }
+  for (auto& [name, t] : model.named_parameters())
+    if (init::is_unallocated(t) && !quantize.count(layer_of(name))) init::allocate_unallocated(t);
+
+  const StateDict own = model.state_dict();
+  const std::string tied = tied_head(own, arch);
+  std::set<std::string> loaded;
+  uint64_t total = 0;
+  for (WeightFile& f : files) {
+    const std::string& path = f.reader->path();
+    for (const safetensors::TensorInfo& value : f.reader->header().tensors) {
       const std::string& key = value.name;
-      const std::string name = own.count(key) || key == tied ? key : arch.base_prefix + key;
+      if (consumed.count(key)) continue;
+      const std::string name = own_name(own, four.prequantized ? bnb::tapegrad_name(key) : key, tied, arch);
       if (name == tied) continue;
       auto it = own.find(name);
       if (it == own.end()) {
@@ -196,47 +302,98 @@ void load_weights(Module& model, const Architecture& arch, const io::Folder& dir
         if (!ignored) unexpected.push_back(key);
         continue;
       }
-      const bool conv1d = is_conv1d_weight(model, name);
+      Read read{&value, it->second};
       Shape want = it->second.shape();
-      if (conv1d) std::swap(want[0], want[1]);  // Conv1D stores [in, out]
+      if (state_names.count(name)) {
+        // bitsandbytes' tensors are read as they are stored, never converted; the packed weight is a column
+        if (value.dtype != it->second.dtype()) {
+          wrong_dtype.push_back(key + " (file " + value.code + ", bitsandbytes' " +
+                                safetensors::dtype_code(it->second.dtype()) + ")");
+          continue;
+        }
+        if (name.ends_with(".weight") && value.shape.size() == 2) {
+          want = {want[0], 1};
+          read.into = it->second.as_strided(want, {1, 1}, it->second.storage_offset());
+        }
+      } else if (is_conv1d_weight(model, name)) {
+        std::swap(want[0], want[1]);  // Conv1D stores [in, out]
+        read.conv1d = true;
+        if (!init::is_unallocated(it->second)) read.into = transpose(it->second, 0, 1);
+      }
       if (value.shape != want) {
         mismatched.push_back(key + " (file " + shape_str(value.shape) + ", config.json wants " + shape_str(want) + ")");
         continue;
       }
       TG_CHECK(loaded.insert(name).second, "from_pretrained", "'", path, "' holds '", key,
                "', which an earlier file of '", dir.path(), "' held too (each tensor belongs to one shard)");
-      files.back().reads.push_back({&value, conv1d ? transpose(it->second, 0, 1) : it->second});
+      if (name.ends_with(".weight") && quantize.count(layer_of(name))) read.layer = layer_of(name);
+      f.reads.push_back(std::move(read));
       total += value.end - value.begin;
     }
   }
   for (const auto& [name, t] : own)
     if (!loaded.count(name) && name != tied) missing.push_back(name);
-  if (!missing.empty() || !unexpected.empty() || !mismatched.empty()) {
+  if (!missing.empty() || !unexpected.empty() || !mismatched.empty() || !wrong_dtype.empty()) {
     std::string msg = "the weights in '" + dir.path() + "' do not fit the " + arch.name + " of its config.json:";
     if (!missing.empty()) msg += "\n  missing (" + std::to_string(missing.size()) + "): " + name_list(missing);
     if (!unexpected.empty()) msg += "\n  unexpected (" + std::to_string(unexpected.size()) + "): " + name_list(unexpected);
     if (!mismatched.empty()) msg += "\n  wrong shape (" + std::to_string(mismatched.size()) + "): " + name_list(mismatched);
+    if (!wrong_dtype.empty())
+      msg += "\n  wrong dtype (" + std::to_string(wrong_dtype.size()) + "): " + name_list(wrong_dtype);
     fail("from_pretrained", msg);
   }
+
+  // One layer's weight at a time in o.dtype on o.device, quantised there into its Linear4bit.
+  int64_t largest_dense = 0;
+  for (const std::string& layer : quantize) largest_dense = std::max(largest_dense, own.at(layer + ".weight").numel());
+  int64_t largest = largest_dense;
+  for (const std::string& layer : quantize_after) largest = std::max(largest, own.at(layer + ".weight").numel());
+  const Tensor staging = largest_dense ? Tensor::empty({largest_dense}, {o.dtype, o.device}) : Tensor();
+  const Tensor workspace = largest ? Tensor::empty({largest}, {four.config.compute_dtype, o.device}) : Tensor();
+  auto quantized = [&](const std::string& key, const Tensor& w) {
+    try {
+      return quantize_4bit(w, four.config.quant_type, four.config.double_quant, four.config.blocksize);
+    } catch (const Error& e) {
+      fail("from_pretrained", "'", dir.path(), "': '", key, "': ", e.what());
+    }
+  };
   Progress progress(dir.path(), total, total > kProgressBytes && !o.quiet && ::isatty(STDERR_FILENO));
-  for (File& f : files) {
-    for (const Read& r : f.reads) f.reader->read(*r.tensor, r.into, [&](size_t n) { progress.add(n); });
+  auto told = [&](size_t n) { progress.add(n); };
+  for (WeightFile& f : files) {
+    for (const Read& r : f.reads) {
+      if (r.layer.empty()) {
+        f.reader->read(*r.tensor, r.into, told);
+        continue;
+      }
+      const Shape& shape = own.at(r.layer + ".weight").shape();
+      const Tensor w = staging.as_strided(shape, contiguous_strides(shape), 0);
+      f.reader->read(*r.tensor, r.conv1d ? transpose(w, 0, 1) : w, told);
+      install_linear_4bit(model, r.layer, quantized(r.tensor->name, w), four.config.compute_dtype, workspace);
+    }
     f.reader.reset();  // its staging buffer and file with it
   }
+  for (const std::string& layer : quantize_after)
+    install_linear_4bit(model, layer, quantized(layer + ".weight", own.at(layer + ".weight")),
+                        four.config.compute_dtype, workspace);
+  if (four.prequantized)
+    for (auto& [path, m] : model.named_modules())
+      if (auto* q = dynamic_cast<Linear4bit*>(m)) check_quant_state(q->quant_state, path + ".weight", "from_pretrained");
 }
 
 std::shared_ptr<CausalLM> build(const Architecture& arch, const Fields& f, const io::Folder& dir,
                                 const PretrainedOptions& o) {
   const PretrainedConfig config = arch.parse(f);
+  const FourBit four = four_bit(f, o);
   Generator gen(0);  // no value is drawn from it; the caller's default generator is left alone
   std::shared_ptr<CausalLM> model;
   {
-    // Parameters made in their final dtype and place, uninitialised: their values come from the files.
-    init::SkipInitGuard no_init({o.dtype, o.device});
+    // Parameters made in their final dtype and place, uninitialised: their values come from the
+    // files. Quantised, the Linear weights are not even allocated (load_weights decides).
+    init::SkipInitGuard no_init({o.dtype, o.device}, four.on);
     model = arch.build(config, gen);
   }
-  model->to(o.dtype, o.device);  // the buffers (RoPE tables)
-  load_weights(*model, arch, dir, o);
+  load_weights(*model, arch, dir, o, four);
+  model->to(o.dtype, o.device);  // the buffers (RoPE tables); after the load, which allocates every weight
   model->eval();  // as transformers' from_pretrained
   return model;
 }
@@ -283,6 +440,36 @@ void write_weights(io::FolderWriter& out, const safetensors::TensorMap& tensors,
   out.write(kIndex, json::dump(index, 2, /*sort_keys=*/true) + "\n");
 }
 
+// The Linear4bit layers' tensors of `tensors` (tapegrad's names) replaced by bitsandbytes' (nn/bnb_4bit.h),
+// and the QuantizationConfig that describes them (the unquantised Linear layers as skip_modules);
+// nullopt when the model has none.
+std::optional<QuantizationConfig> quantized_layers(const Module& model, safetensors::TensorMap& tensors) {
+  std::optional<QuantizationConfig> config;
+  std::vector<std::string> dense;
+  for (auto& [path, m] : const_cast<Module&>(model).named_modules()) {
+    const auto* q = dynamic_cast<const Linear4bit*>(m);
+    if (!q) {
+      if (const auto* l = dynamic_cast<const Linear*>(m); l && l->is_plain() && !path.empty()) dense.push_back(path);
+      continue;
+    }
+    const QuantState4bit& s = q->quant_state;
+    const QuantizationConfig layer{.load_in_4bit = true, .quant_type = s.quant_type, .double_quant = s.nested(),
+                                   .compute_dtype = q->compute_dtype, .skip_modules = {}, .blocksize = s.blocksize};
+    if (!config) config = layer;
+    TG_CHECK(config->quant_type == layer.quant_type && config->double_quant == layer.double_quant &&
+                 config->compute_dtype == layer.compute_dtype,
+             "save_pretrained", "'", path, "' is quantised as ", layer.quant_type, layer.double_quant ? " (double)" : "",
+             " computing in ", layer.compute_dtype, ", another layer as ", config->quant_type,
+             config->double_quant ? " (double)" : "", " in ", config->compute_dtype,
+             ": config.json's quantization_config describes one format");
+    for (const char* piece : {"weight", "absmax", "quant_map", "nested_absmax", "nested_quant_map"})
+      tensors.erase(path + "." + piece);
+    for (auto& [key, t] : bnb::state_tensors(s, path)) tensors[key] = t;
+  }
+  if (config) config->skip_modules = dense;
+  return config;
+}
+
 }  // namespace
 
 bool is_hf_conv1d(const Module& model, const std::string& path) {
@@ -327,8 +514,10 @@ void save_pretrained(const Module& model, const std::string& dir, const SaveOpti
     TG_CHECK(!name.ends_with(".lora_A.weight") && !name.ends_with(".lora_B.weight"), "save_pretrained", "'", name,
              "' is a LoRA weight: merge_and_unload the model first, or save the adapter with peft::save_adapter");
     if (name == tied) continue;
-    tensors[name] = is_conv1d_weight(model, name) ? contiguous(transpose(t, 0, 1)) : t;
+    tensors[name] = is_conv1d_weight(model, name) && t.dtype() != kUInt8 ? contiguous(transpose(t, 0, 1)) : t;
   }
+  if (const std::optional<QuantizationConfig> q = quantized_layers(model, tensors))
+    config.set("quantization_config", bnb::quantization_config_json(*q));
   config.set("tie_word_embeddings", !tied.empty());
   config.set("dtype", dtype_name(own.at(arch.embedding).dtype()));  // transformers 5 loads in this dtype
 

@@ -28,6 +28,7 @@
 #include "nn/causal_lm.h"
 #include "nn/gpt2.h"
 #include "nn/llama.h"
+#include "nn/quantization.h"
 
 namespace tg::nn {
 
@@ -36,11 +37,21 @@ struct PretrainedOptions {
   Device device = Device::cpu();
   // No progress line on stderr (it is shown for folders over 1 GB, when stderr is a terminal).
   bool quiet = false;
+  // With load_in_4bit (QLoRA, transformers' quantization_config=BitsAndBytesConfig(...)): every
+  // Linear but skip_modules becomes an nn::Linear4bit, each weight quantised on `device` as it
+  // streams from the folder (converted to `dtype`, float32 or bfloat16, first), so the model is
+  // never whole in `dtype` anywhere: beyond the 4-bit model, one layer's weight is held at a time.
+  // The result is bitwise replace_with_4bit_linear's on the model loaded in `dtype`.
+  QuantizationConfig quantization = {};
 };
 
 // The model of `dir` in eval mode (dropout off), as transformers returns it. tg::Error when the
 // folder holds another architecture, an unsupported option, or weights that do not fit the
 // config (every missing, unexpected and mis-shaped tensor listed).
+// A folder transformers + bitsandbytes saved in 4-bit (config.json's quantization_config, the
+// layers' packed weights and quant_state: nn/bnb_4bit.h) loads as it is: the layers the files
+// hold quantised become nn::Linear4bit, computing in options.quantization.compute_dtype when
+// options.quantization.load_in_4bit, else in the folder's bnb_4bit_compute_dtype.
 std::shared_ptr<LlamaForCausalLM> from_pretrained_llama(const std::string& dir, const PretrainedOptions& options = {});
 std::shared_ptr<GPT2LMHeadModel> from_pretrained_gpt2(const std::string& dir, const PretrainedOptions& options = {});
 // AutoModelForCausalLM: whichever registered architecture config.json names.
@@ -58,7 +69,9 @@ struct SaveOptions {
 
 // Writes config.json and the weights in the parameters' dtype (tied lm_head once, under the
 // embedding's name; GPT-2's Conv1D weights as [in, out]); files from an earlier save of the other
-// layout are removed, anything else in `dir` stays. The folder is written as a unit
+// layout are removed, anything else in `dir` stays. A model with nn::Linear4bit layers is written
+// as transformers + bitsandbytes write one (nn/bnb_4bit.h: the packed weights, their quant_state
+// and config.json's quantization_config), so both load it quantised. The folder is written as a unit
 // (io::write_folder_atomic): a reader sees the old model or the new one, never a mix. tg::Error
 // for other models and for models with LoRA layers (merge_and_unload them, or save the adapter with peft::save_adapter).
 void save_pretrained(const Module& model, const std::string& dir, const SaveOptions& options = {});

@@ -13,6 +13,7 @@
 
 #include "core/dtype.h"
 #include "nn/module.h"
+#include "ops/nf4.h"
 
 namespace tg::nn {
 
@@ -27,6 +28,9 @@ struct QuantizationConfig {
   // Modules (matched as peft matches: the path or its last components) left unquantised.
   std::vector<std::string> skip_modules = {"lm_head"};
   int64_t blocksize = 64;
+
+  // tg::Error naming `op` when load_in_4bit is false or a field has a value bitsandbytes lacks.
+  void validate(const char* op) const;
 };
 
 // Replaces every nn::Linear of `model` (exactly that type) not matched by skip_modules by an
@@ -35,5 +39,12 @@ struct QuantizationConfig {
 // false, the config is invalid, a Linear already carries LoRA (quantise before apply_lora) or is
 // already quantised; nothing changes then.
 std::vector<std::string> replace_with_4bit_linear(Module& model, const QuantizationConfig& config);
+
+// The paths replace_with_4bit_linear replaces, checked as it checks them (errors name `op`).
+std::vector<std::string> linear_4bit_targets(Module& model, const QuantizationConfig& config, const char* op);
+// Replaces the Linear at `path` by an nn::Linear4bit of `weight` (its quantised weight), its bias
+// frozen, computing in compute_dtype with `workspace` (at least the weight's elements).
+void install_linear_4bit(Module& model, const std::string& path, QuantState4bit weight, DType compute_dtype,
+                         const Tensor& workspace);
 
 }  // namespace tg::nn

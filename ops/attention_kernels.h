@@ -55,7 +55,7 @@ void sdpa_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const T
 // nothing, when cuDNN cannot take the call: a build without cuDNN, an older runtime than the
 // graphs need, a shape it does not support, or no plan yet where none may be built (a capture
 // runs, or the forward's `build` is false). The backward computes dq, dk and dv together (all
-// defined, in q, k, v's layouts: ops/layout.h; dout in any layout, copied to out's when it has
+// defined, in q, k, v's layouts: ops/detail/layout.h; dout in any layout, copied to out's when it has
 // another), deterministic unless tg::set_cudnn_sdp_deterministic(false); sdpa_cudnn_forward
 // `with_backward` also builds (or finds) that plan, and refuses the call without it.
 

@@ -137,34 +137,46 @@ QuantState4bit quantize_4bit(const Tensor& weight, const std::string& quant_type
   TG_CHECK(valid_blocksize(blocksize), op, "blocksize ", blocksize, ", wants one of 32, 64, ..., 4096");
   TG_CHECK(weight.numel() > 0, op, "'weight' is empty (shape ", weight.shape(), ")");
   NoGradGuard no_grad;
-  const Tensor x = contiguous(tg::to(weight.detach(), Device::cpu()));
+  const Device device = weight.device();
+  const Tensor x = contiguous(weight.detach());
   const int64_t n = x.numel(), blocks = ceil_div(n, blocksize);
   QuantState4bit q;
   q.shape = weight.shape();
   q.dtype = weight.dtype();
   q.quant_type = quant_type;
   q.blocksize = blocksize;
-  q.packed = Tensor::empty({(n + 1) / 2}, {kUInt8});
-  Tensor absmax = Tensor::empty({blocks}, {kFloat32});
-  cpu::quantize_4bit(x, q.packed, absmax, blocksize, quant_type == "fp4");
+  q.packed = Tensor::empty({(n + 1) / 2}, {kUInt8, device});
+  Tensor absmax = Tensor::empty({blocks}, {kFloat32, device});
+  const Tensor first_bad = full({1}, static_cast<double>(n), {kInt64, device});
+  TG_DISPATCH(device, quantize_4bit, x, q.packed, absmax, first_bad, blocksize, quant_type == "fp4");
+  // A load-time op: waiting here for the device costs nothing a training step would notice.
+  if (const auto bad = first_bad.item<int64_t>(); bad < n)
+    fail(op, "'weight' holds ", x.as_strided({1}, {1}, x.storage_offset() + bad).item<float>(), " at element ", bad,
+         " (flattened); only finite weights can be quantised");
   const float* map = quant_type == "fp4" ? nf4::kFP4Map : nf4::kNF4Map;
-  q.quant_map = from_vector(std::vector<float>(map, map + 16), {16});
+  q.quant_map = from_vector(std::vector<float>(map, map + 16), {16}, device);
   if (!double_quant) {
     q.absmax = absmax;
-  } else {
-    // bitsandbytes: offset = absmax.mean(), the rest as 8-bit codes of the dynamic map.
-    const float* a = absmax.data_ptr<float>();
-    double total = 0;
-    for (int64_t b = 0; b < blocks; ++b) total += a[b];
-    q.offset = static_cast<float>(total / static_cast<double>(blocks));
-    Tensor centred = Tensor::empty({blocks}, {kFloat32});
-    for (int64_t b = 0; b < blocks; ++b) centred.data_ptr<float>()[b] = a[b] - q.offset;
-    q.nested_quant_map = from_vector(dynamic_map_8bit(), {256});
-    q.absmax = Tensor::empty({blocks}, {kUInt8});
-    q.nested_absmax = Tensor::empty({ceil_div(blocks, nf4::kNestedBlocksize)}, {kFloat32});
-    cpu::quantize_8bit_blockwise(centred, q.nested_quant_map, q.absmax, q.nested_absmax, nf4::kNestedBlocksize);
+    return q;
   }
-  return weight.device().is_cpu() ? q : q.to(weight.device());
+  // bitsandbytes: offset = absmax.mean(), the rest as 8-bit codes of the dynamic map. On the host
+  // (absmax is 1/64 of the weight's values): the mean is summed in float64 in one order, so a GPU
+  // weight gets the CPU's bits.
+  const Tensor host = tg::to(absmax, Device::cpu());
+  const float* a = host.data_ptr<float>();
+  double total = 0;
+  for (int64_t b = 0; b < blocks; ++b) total += a[b];
+  q.offset = static_cast<float>(total / static_cast<double>(blocks));
+  Tensor centred = Tensor::empty({blocks}, {kFloat32});
+  for (int64_t b = 0; b < blocks; ++b) centred.data_ptr<float>()[b] = a[b] - q.offset;
+  const Tensor code = from_vector(dynamic_map_8bit(), {256});
+  Tensor codes = Tensor::empty({blocks}, {kUInt8});
+  Tensor nested = Tensor::empty({ceil_div(blocks, nf4::kNestedBlocksize)}, {kFloat32});
+  cpu::quantize_8bit_blockwise(centred, code, codes, nested, nf4::kNestedBlocksize);
+  q.absmax = tg::to(codes, device);
+  q.nested_absmax = tg::to(nested, device);
+  q.nested_quant_map = tg::to(code, device);
+  return q;
 }
 
 void dequantize_4bit_(const Tensor& out, const QuantState4bit& q) {

@@ -39,9 +39,10 @@ struct QuantState4bit {
   QuantState4bit to(Device device) const;
 };
 
-// The quantisation runs on the CPU (a load-time step; a GPU weight is copied to the host and the
-// state back to its device). tg::Error for NaN or inf in the weight, a quant_type other than
-// "nf4" / "fp4" or a blocksize bitsandbytes does not accept.
+// The state lies on the weight's device and is quantised there (CPU: over threads; GPU: a kernel
+// giving the CPU's bytes; the double quantisation of absmax, 1/64 of the values, on the host). A
+// load-time step: it waits for the device. tg::Error for NaN or inf in the weight (naming the
+// element), a quant_type other than "nf4" / "fp4" or a blocksize bitsandbytes does not accept.
 QuantState4bit quantize_4bit(const Tensor& weight, const std::string& quant_type = "nf4", bool double_quant = false,
                              int64_t blocksize = 64);
 // The weight as `dtype` (float32, bfloat16 or float64), of q.shape. No autograd.

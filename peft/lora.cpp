@@ -59,6 +59,14 @@ std::string with_commas(int64_t v) {
   return v < 0 ? "-" + out : out;
 }
 
+// The model's parameter count as peft prints it: a packed 4-bit weight (uint8, two values a byte)
+// counts its values, not its bytes.
+int64_t weight_count(const nn::Module& model) {
+  int64_t n = 0;
+  for (const auto& [name, t] : model.named_parameters()) n += t.numel() * (t.dtype() == kUInt8 ? 2 : 1);
+  return n;
+}
+
 // The modules saved whole with the adapter: modules_to_save, plus the norms when they train.
 std::vector<std::string> saved_module_names(const LoraConfig& config, nn::Module& model) {
   std::vector<std::string> names = config.modules_to_save;
@@ -97,12 +105,9 @@ LoRALinear::LoRALinear(const nn::Linear& base, int64_t rank, double alpha, doubl
   if (bias.defined()) bias.requires_grad_(false);
   if (const auto* q = dynamic_cast<const nn::Linear4bit*>(&base)) {
     quantized_base = std::make_shared<nn::Linear4bit>(q->quant_state, bias, q->compute_dtype, q->workspace);
-    for (auto& [name, slot] : std::vector<std::pair<const char*, Tensor*>>{
-             {"absmax", &quantized_base->quant_state.absmax}, {"quant_map", &quantized_base->quant_state.quant_map},
-             {"nested_absmax", &quantized_base->quant_state.nested_absmax},
-             {"nested_quant_map", &quantized_base->quant_state.nested_quant_map}})
-      register_buffer(name, *slot);
-    register_buffer("workspace", quantized_base->workspace, /*persistent=*/false);
+    for (auto& [name, slot] : nn::Linear4bit::state_buffers(quantized_base->quant_state))
+      register_buffer(name, *slot, true, /*keeps_dtype=*/true);
+    register_buffer("workspace", quantized_base->workspace, /*persistent=*/false, /*keeps_dtype=*/true);
   }
   const DType layer_dtype = quantized_base ? quantized_base->compute_dtype : weight.dtype();
   // nn::Linear's own init is peft's for A: kaiming_uniform(a = sqrt(5)) = U(-1/sqrt(in), 1/sqrt(in)).
@@ -148,7 +153,7 @@ Tensor LoRALinear::delta_weight() const {
 void LoRALinear::merge() {
   TG_CHECK(!merged_, "LoRALinear::merge", "the adapter is already merged");
   TG_CHECK(!quantized_base, "LoRALinear::merge", "the base weight is 4-bit quantised (Linear4bit); merging into "
-           "it is not supported (merge on the unquantised base)");
+           "it is not supported (peft::merge_and_unload dequantises it and returns a dense layer)");
   NoGradGuard g;
   Tensor delta = delta_weight();
   copy_(weight, add(tg::to(weight, delta.dtype()), delta));
@@ -234,12 +239,12 @@ LoraReport apply_lora(nn::Module& model, const LoraConfig& config, Generator& ge
   }
   for (const auto& path : report.saved_modules) model.get_submodule(path)->requires_grad_(true);
   report.trainable_params = model.num_parameters(true);
-  report.all_params = model.num_parameters();
+  report.all_params = weight_count(model);
   return report;
 }
 
 std::string trainable_parameters_line(const nn::Module& model) {
-  const int64_t trainable = model.num_parameters(true), all = model.num_parameters();
+  const int64_t trainable = model.num_parameters(true), all = weight_count(model);
   std::ostringstream os;
   os << "trainable params: " << with_commas(trainable) << " || all params: " << with_commas(all)
      << " || trainable%: " << std::fixed << std::setprecision(4)
@@ -261,12 +266,38 @@ void unmerge(nn::Module& model) {
 }
 
 void merge_and_unload(nn::Module& model) {
+  // As peft warns for a 4-bit base: the merged weight is the dequantised base plus the adapter, rounded.
+  bool told = false;
+  auto tell = [&](DType dtype) {
+    if (!told)
+      std::cerr << "merge_and_unload: the 4-bit base is dequantised to " << dtype << " (the adapters merged there): "
+                << "its layers are dense " << dtype << " Linear layers, within that rounding of base + adapter\n";
+    told = true;
+  };
+  NoGradGuard g;
   for (auto& [path, l] : lora_layers(model)) {
-    if (!l->merged()) l->merge();
-    auto plain = std::make_shared<nn::Linear>(l->weight, l->bias);
+    std::shared_ptr<nn::Linear> plain;
+    if (l->quantized_base) {
+      const DType dtype = l->quantized_base->compute_dtype;
+      tell(dtype);
+      const Tensor delta = l->delta_weight();
+      const Tensor base = tg::to(l->quantized_base->dequantized_weight(dtype), delta.dtype());
+      plain = std::make_shared<nn::Linear>(tg::to(add(base, delta), dtype), l->bias);
+    } else {
+      if (!l->merged()) l->merge();
+      plain = std::make_shared<nn::Linear>(l->weight, l->bias);
+    }
     plain->train(l->is_training());
     model.replace_module(path, plain);  // l is destroyed here; do not touch it after
   }
+  // The 4-bit layers without an adapter too: the model comes back dense.
+  for (auto& [path, m] : model.named_modules())
+    if (auto* q = dynamic_cast<nn::Linear4bit*>(m)) {
+      tell(q->compute_dtype);
+      auto plain = std::make_shared<nn::Linear>(q->dequantized_weight(q->compute_dtype), q->bias);
+      plain->train(q->is_training());
+      model.replace_module(path, plain);
+    }
 }
 
 // ---------------------------------------------------------------- adapter files

@@ -113,7 +113,10 @@ std::vector<std::pair<std::string, LoRALinear*>> lora_layers(nn::Module& model);
 void merge(nn::Module& model);
 void unmerge(nn::Module& model);
 // Merges and replaces every LoRALinear by a plain Linear holding the merged weight (peft's
-// merge_and_unload). The weights' requires_grad is left as it was (frozen).
+// merge_and_unload). The weights' requires_grad is left as it was (frozen). A 4-bit base (QLoRA)
+// comes back dense: each weight dequantised to its layer's compute dtype (the adapter added in
+// its own dtype and the sum rounded once), nn::Linear4bit layers without an adapter too, said
+// once on stderr.
 void merge_and_unload(nn::Module& model);
 
 // <dir>/adapter_model.safetensors (keys "base_model.model.<path>.lora_A.weight", ...) and

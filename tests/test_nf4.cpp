@@ -11,6 +11,7 @@
 
 #include "core/autograd.h"
 #include "core/factory.h"
+#include "core/parallel.h"
 #include "core/primitives.h"
 #include "io/json.h"
 #include "io/safetensors.h"
@@ -127,9 +128,11 @@ TEST(NF4, AdversarialCasesMeanWhatTheyClaim) {
   const std::vector<uint8_t> packed = part(zeros, "packed").to_vector<uint8_t>();
   for (int i = 0; i < 32; ++i) EXPECT_EQ(packed[i], 0) << i;
   // Values exactly on a threshold take the lower code (the tree compares x > t).
-  EXPECT_EQ(nf4::quantize_nf4(0.03979014977812767f), 0b0111);
-  EXPECT_EQ(nf4::quantize_nf4(std::nextafter(0.03979014977812767f, 1.0f)), 0b1000);
-  EXPECT_EQ(nf4::quantize_nf4(std::numeric_limits<float>::quiet_NaN()), 0);
+  EXPECT_EQ(nf4::quantize_code(0.03979014977812767f, nf4::kNF4Codebook), 0b0111);
+  EXPECT_EQ(nf4::quantize_code(std::nextafter(0.03979014977812767f, 1.0f), nf4::kNF4Codebook), 0b1000);
+  EXPECT_EQ(nf4::quantize_code(std::numeric_limits<float>::quiet_NaN(), nf4::kNF4Codebook), 0);
+  EXPECT_EQ(nf4::quantize_code(std::numeric_limits<float>::quiet_NaN(), nf4::kFP4Codebook), 0);
+  EXPECT_EQ(nf4::quantize_code(-0.9f, nf4::kFP4Codebook), 0b1011);  // -12/12: sign bit and 0b0011
   // 266 blocks: two nested blocks of 256.
   EXPECT_EQ(part({"many_blocks", "nf4", true}, "nested_absmax").numel(), 2);
   // An odd count pads the last low nibble with the code of 0 (0b0111).
@@ -186,6 +189,40 @@ TEST(NF4, RefusesAStateThatDoesNotFit) {
   // bitsandbytes' [(n + 1) / 2, 1] column is accepted.
   EXPECT_NO_THROW(dequantize_4bit(bad([](auto& q) { q.packed = zeros({100, 1}, {kUInt8}); }), kFloat32));
   EXPECT_ERROR_HAS(dequantize_4bit_(zeros({199}), good), "'out'", "[199]", "wants 200");
+}
+
+// States equal piece by piece, bitwise (any devices).
+void expect_same_state(const QuantState4bit& a, const QuantState4bit& b) {
+  EXPECT_EQ(a.packed.to_vector<uint8_t>(), b.packed.to_vector<uint8_t>());
+  EXPECT_EQ(a.nested(), b.nested());
+  if (a.nested()) {
+    EXPECT_EQ(a.absmax.to_vector<uint8_t>(), b.absmax.to_vector<uint8_t>());
+    EXPECT_EQ(bits_of<float>(a.nested_absmax), bits_of<float>(b.nested_absmax));
+    EXPECT_EQ(bits_of<float>(a.nested_quant_map), bits_of<float>(b.nested_quant_map));
+    EXPECT_EQ(a.offset, b.offset);
+  } else {
+    EXPECT_EQ(bits_of<float>(a.absmax), bits_of<float>(b.absmax));
+  }
+  EXPECT_EQ(bits_of<float>(a.quant_map), bits_of<float>(b.quant_map));
+  EXPECT_EQ(a.shape, b.shape);
+  EXPECT_EQ(a.dtype, b.dtype);
+}
+
+// The CPU quantises blocks in parallel: any thread count gives the same bytes, and a NaN is
+// reported at its first element whichever thread met it.
+TEST(NF4, QuantizeIsTheSameOnAnyThreadCount) {
+  const int saved = get_num_threads();
+  Generator gen(3);
+  const Tensor w = tg::to(randn({300, 1000}, gen), kBFloat16);  // 4688 blocks: several threads' worth
+  set_num_threads(1);
+  const QuantState4bit one = quantize_4bit(w, "nf4", true);
+  set_num_threads(4);
+  const QuantState4bit four = quantize_4bit(w, "nf4", true);
+  std::vector<float> v(300 * 1000, 0.5f);
+  v[250000] = v[260000] = std::numeric_limits<float>::infinity();
+  EXPECT_ERROR_HAS(quantize_4bit(from_vector(v, {300, 1000})), "inf at element 250000");
+  set_num_threads(saved);
+  expect_same_state(one, four);
 }
 
 class Linear4bitTest : public testing::SeededTest {};
@@ -286,6 +323,27 @@ TEST_F(Linear4bitTest, ReplacesEveryLinearButTheHead) {
   EXPECT_EQ((*other.model->layers)[0].self_attn->q_proj->type_name(), "Linear");
 }
 
+// Module::to(dtype) casts a quantised model like any (the norms, embedding, head and biases) and
+// leaves the 4-bit state float32 and the workspace in the compute dtype, LoRA wrapped or not.
+TEST_F(Linear4bitTest, CastingAQuantisedModelKeepsItsState) {
+  nn::LlamaForCausalLM model(micro(), gen);
+  nn::replace_with_4bit_linear(model, {.load_in_4bit = true, .compute_dtype = kBFloat16});
+  peft::LoraConfig lc;
+  lc.target_modules = {"q_proj", "down_proj"};
+  peft::apply_lora(model, lc);
+  const Tensor before = model.forward(ids_2x6());
+  model.to(kBFloat16);
+  for (auto& [name, t] : model.named_buffers())
+    if (name.ends_with("absmax") || name.ends_with("quant_map"))
+      EXPECT_EQ(t.dtype(), name.ends_with(".absmax") ? kUInt8 : kFloat32) << name;
+    else if (name.ends_with("workspace"))
+      EXPECT_EQ(t.dtype(), kBFloat16) << name;
+  EXPECT_EQ(model.model->embed_tokens->weight.dtype(), kBFloat16);
+  const Tensor after = model.forward(ids_2x6());
+  EXPECT_EQ(after.dtype(), kBFloat16);
+  EXPECT_TENSOR_NEAR(tg::to(after, kFloat32), before, 0.1, 0.05);
+}
+
 // QLoRA: LoRA on the 4-bit base computes base(x) + scaling B(A(x)) and trains A and B only, as
 // LoRA on the dequantised dense base does.
 TEST_F(Linear4bitTest, LoraOnAQuantisedBaseMatchesLoraOnTheDequantisedBase) {
@@ -332,10 +390,34 @@ TEST_F(Linear4bitTest, GpuDequantizeMatchesTheCpuBitwise) {
                 bits_of<float>(tg::to(dequantize_4bit(state_of(c), dt), kFloat32)));
   }
   const QuantState4bit q = quantize_4bit(tg::to(randn({64, 48}, gen), Device::cuda(0)), "nf4", true);
+  EXPECT_TRUE(q.absmax.device().is_cuda() && q.nested_absmax.device().is_cuda());
   EXPECT_TRUE(q.packed.device().is_cuda());
   Tensor x = randn({5, 48}, gen);
   EXPECT_TENSOR_NEAR(tg::to(linear_4bit(tg::to(x, Device::cuda(0)), q), Device::cpu()),
                      linear_4bit(x, q.to(Device::cpu())), 1e-4, 1e-4);
+}
+
+// The GPU quantisation kernel gives the CPU's bytes: the fixture's weights (zeros, one huge value
+// a block, exact thresholds, odd sizes, bf16, many blocks), large random ones, every blocksize.
+TEST_F(Linear4bitTest, GpuQuantizeGivesTheCpuBytes) {
+  if (!testing::cuda_ready()) GTEST_SKIP() << "no CUDA device (or tapegrad built without CUDA): GPU test skipped";
+  const Device gpu = Device::cuda(0);
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(c.name);
+    const Tensor w = part(c, "weight");
+    expect_same_state(quantize_4bit(tg::to(w, gpu), c.quant_type, c.double_quant),
+                      quantize_4bit(w, c.quant_type, c.double_quant));
+  }
+  const Tensor big = tg::to(mul(randn({1031, 777}, gen), 0.02), kBFloat16);  // odd count, bf16
+  for (int64_t blocksize : {32, 64, 128, 4096})
+    for (const char* type : {"nf4", "fp4"}) {
+      SCOPED_TRACE(std::string(type) + " blocksize " + std::to_string(blocksize));
+      expect_same_state(quantize_4bit(tg::to(big, gpu), type, true, blocksize), quantize_4bit(big, type, true, blocksize));
+    }
+  std::vector<float> v(100000, 0.5f);
+  v[77777] = std::nanf("");
+  v[99999] = std::numeric_limits<float>::infinity();
+  EXPECT_ERROR_HAS(quantize_4bit(from_vector(v, {100000}, gpu)), "quantize_4bit", "nan at element 77777");
 }
 
 }  // namespace

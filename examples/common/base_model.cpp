@@ -8,16 +8,18 @@
 #include "io/file.h"
 #include "io/safetensors.h"
 #include "nn/pretrained.h"
+#include "nn/quantization.h"
 
 namespace examples {
 namespace fs = std::filesystem;
 
-BaseModel load_base(const std::string& base, const std::string& toy_config, const char* program, const char* flag) {
+BaseModel load_base(const std::string& base, const std::string& toy_config, const char* program, const char* flag,
+                    const tg::nn::PretrainedOptions& options) {
   BaseModel out;
   if (fs::is_directory(base)) {
     TG_CHECK(fs::exists(fs::path(base) / "config.json"), program, flag, " '", base,
              "' is a folder without config.json (wants a Hugging Face model folder)");
-    auto lm = tg::nn::from_pretrained(base);
+    auto lm = tg::nn::from_pretrained(base, options);
     lm->train();
     out.model = lm;
     out.hf_folder = true;
@@ -40,6 +42,10 @@ BaseModel load_base(const std::string& base, const std::string& toy_config, cons
   }
   auto model = std::make_shared<tg::nn::LlamaForCausalLM>(tg::nn::LlamaConfig::by_name(name));
   tg::nn::load_state_dict_file(*model, base);
+  if (options.quantization.load_in_4bit) {
+    model->to(options.dtype, options.device);
+    tg::nn::replace_with_4bit_linear(*model, options.quantization);
+  }
   out.model = model;
   out.architecture = "LlamaForCausalLM";
   out.context = model->config.max_position_embeddings;

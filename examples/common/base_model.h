@@ -11,6 +11,7 @@
 #include "data/dataset.h"
 #include "data/tokenizer.h"
 #include "nn/module.h"
+#include "nn/pretrained.h"
 
 namespace examples {
 
@@ -23,11 +24,12 @@ struct BaseModel {
   std::vector<std::string> default_targets;      // peft's usual LoRA targets for the architecture
 };
 
-// A folder: config.json + weights (nn::from_pretrained) + its tokenizer (tg::Error when it has
-// none). A file: a toy_transformer checkpoint of the named config ("auto": the one it records).
+// A folder: config.json + weights (nn::from_pretrained with `options`) + its tokenizer (tg::Error
+// when it has none). A file: a toy_transformer checkpoint of the named config ("auto": the one it
+// records), moved to options' dtype and device and quantised when options.quantization asks.
 // Errors name the program and its flag.
 BaseModel load_base(const std::string& base, const std::string& toy_config, const char* program = "lora_finetune",
-                    const char* flag = "--base");
+                    const char* flag = "--base", const tg::nn::PretrainedOptions& options = {});
 
 // The tokens of a data file by its kind: .jsonl ({"text"} or {"prompt", "completion"}), .bin (an
 // llm.c token shard) or anything else as text (documents split at `separator`). Without a

@@ -1,6 +1,8 @@
 #include "examples/common/precision.h"
 
 #include <cstdio>
+#include <fstream>
+#include <string>
 
 #include "core/memory.h"
 
@@ -17,12 +19,34 @@ tg::DType dtype_flag(const Flags& flags) {
   throw UsageError("--dtype wants f32 or bf16, got '" + d + "'\n" + flags.usage());
 }
 
+void add_quantization_flags(Flags& flags) {
+  flags.add("load-in-4bit", "false", "QLoRA: the frozen base's Linear layers (all but the head) in 4 bits, "
+                                     "quantised as the model loads; LoRA trains on top")
+      .add("bnb-4bit-quant-type", "nf4", "with --load-in-4bit: nf4 | fp4")
+      .add("bnb-4bit-use-double-quant", "true", "with --load-in-4bit: quantise the blocks' scales too (8-bit)");
+}
+
+tg::nn::QuantizationConfig quantization_flags(const Flags& flags, tg::DType dtype) {
+  const std::string type = flags.str("bnb-4bit-quant-type");
+  if (type != "nf4" && type != "fp4")
+    throw UsageError("--bnb-4bit-quant-type wants nf4 or fp4, got '" + type + "'\n" + flags.usage());
+  return {.load_in_4bit = flags.boolean("load-in-4bit"), .quant_type = type,
+          .double_quant = flags.boolean("bnb-4bit-use-double-quant"), .compute_dtype = dtype};
+}
+
 std::string peak_memory_line(tg::Device device) {
-  const tg::MemoryStats s = tg::memory_stats(device);
   constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-  char buf[128];
-  std::snprintf(buf, sizeof buf, "peak GPU memory: %.2f GiB (allocated), %.2f GiB (reserved)",
-                static_cast<double>(s.peak_bytes) / kGiB, static_cast<double>(s.bytes_reserved) / kGiB);
+  double rss_gib = -1;  // the process's peak resident set (VmHWM), where /proc has it
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("VmHWM:", 0) == 0) rss_gib = std::stod(line.substr(6)) * 1024.0 / kGiB;  // kB
+  char buf[192];
+  int n = std::snprintf(buf, sizeof buf, "peak memory: host %.2f GiB (RSS)", rss_gib);
+  if (device.is_cuda()) {
+    const tg::MemoryStats s = tg::memory_stats(device);
+    std::snprintf(buf + n, sizeof buf - n, ", GPU %.2f GiB (allocated), %.2f GiB (reserved)",
+                  static_cast<double>(s.peak_bytes) / kGiB, static_cast<double>(s.bytes_reserved) / kGiB);
+  }
   return buf;
 }
 

@@ -10,6 +10,7 @@
 #include "core/device.h"
 #include "core/dtype.h"
 #include "examples/common/flags.h"
+#include "nn/quantization.h"
 
 namespace examples {
 
@@ -19,9 +20,17 @@ extern const char* const kDtypeHelp;
 // --dtype: "f32" -> kFloat32, "bf16" -> kBFloat16; UsageError (with the usage) otherwise.
 tg::DType dtype_flag(const Flags& flags);
 
-// "peak GPU memory: 1.23 GiB (allocated), 1.50 GiB (reserved)": the most bytes live tensors
-// held since the last tg::reset_peak_memory_stats, and what the caching allocator holds from
-// the device (it keeps freed blocks, so this is also its peak).
+// QLoRA's flags, with transformers' BitsAndBytesConfig names: --load-in-4bit,
+// --bnb-4bit-quant-type nf4 | fp4, --bnb-4bit-use-double-quant.
+void add_quantization_flags(Flags& flags);
+// The QuantizationConfig they ask for, computing in `dtype` (load_in_4bit false without
+// --load-in-4bit); UsageError for a bad value.
+tg::nn::QuantizationConfig quantization_flags(const Flags& flags, tg::DType dtype);
+
+// "peak memory: host 0.52 GiB (RSS), GPU 1.23 GiB (allocated), 1.50 GiB (reserved)": the process's
+// peak resident set, and on a GPU the most bytes live tensors held since the last
+// tg::reset_peak_memory_stats and what the caching allocator holds from the device (it keeps
+// freed blocks, so this is also its peak).
 std::string peak_memory_line(tg::Device device);
 
 }  // namespace examples

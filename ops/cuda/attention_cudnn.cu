@@ -17,7 +17,7 @@
 #include "core/cuda/runtime.h"
 #include "core/cuda_settings.h"
 #include "ops/cuda/cudnn_sdpa.cuh"
-#include "ops/layout.h"
+#include "ops/detail/layout.h"
 #endif
 
 namespace tg::cuda {
@@ -168,7 +168,7 @@ bool sdpa_cudnn_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, c
   TG_CHECK(dq.strides() == dense_strides_like(q.shape(), q.strides()) &&
                dk.strides() == dense_strides_like(k.shape(), k.strides()) &&
                dv.strides() == dense_strides_like(v.shape(), v.strides()),
-           "scaled_dot_product_attention (cuDNN)", "the backward wants dq, dk, dv in q, k, v's layouts (ops/layout.h)");
+           "scaled_dot_product_attention (cuDNN)", "the backward wants dq, dk, dv in q, k, v's layouts (ops/detail/layout.h)");
   Tensor d = dout;  // the plan reads dout in out's layout
   if (dout.strides() != out.strides() || reinterpret_cast<uintptr_t>(dout.data_ptr()) % 16) {
     d = empty_like_layout(out);

@@ -1,3 +1,9 @@
+// quantize_4bit on CUDA (from_pretrained quantises each weight on the GPU as it arrives): one warp a
+// block of `blocksize` values: the block's max |x| (a max: the same whatever the order, so the
+// CPU's value), then each lane packs pairs x * (1 / absmax) rounded as the CPU rounds them
+// (__fdiv_rn, __fmul_rn), so the bytes equal the CPU kernel's. For blocks of 64 a lane reads and
+// writes one pair. A NaN or inf lowers first_bad to its index (atomicMin: the first one).
+//
 // dequantize_4bit on CUDA: out[i] = quant_map[code i] * absmax[i / blocksize], rounded to out's
 // dtype, with absmax = nested_quant_map[q] * nested_absmax[block / 256] + offset when double
 // quantised (products and sums rounded as the CPU kernel rounds them, so both give the same bits).
@@ -70,7 +76,48 @@ __global__ void dequantize_4bit_kernel(T* __restrict__ out, const uint8_t* __res
   }
 }
 
+template <class T>
+__global__ void quantize_4bit_kernel(const T* __restrict__ x, uint8_t* __restrict__ packed, float* __restrict__ absmax,
+                                     unsigned long long* first_bad, int64_t n, int64_t blocksize,
+                                     const nf4::Codebook book) {
+  const int lane = threadIdx.x % 32;
+  const int64_t blocks = (n + blocksize - 1) / blocksize;
+  const int64_t warps = int64_t(gridDim.x) * blockDim.x / 32;
+  for (int64_t b = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / 32; b < blocks; b += warps) {
+    const int64_t first = b * blocksize, last = first + blocksize < n ? first + blocksize : n;
+    float m = 0.0f;
+    int64_t bad = n;
+    for (int64_t i = first + lane; i < last; i += 32) {
+      const float v = cvt<float>(x[i]);
+      if (!isfinite(v) && i < bad) bad = i;
+      m = fmaxf(m, fabsf(v));
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    if (bad < n) atomicMin(first_bad, static_cast<unsigned long long>(bad));
+    if (lane == 0) absmax[b] = m;
+    const float inv = __fdiv_rn(1.0f, m);
+    for (int64_t i = first + 2 * lane; i < last; i += 64) {
+      const float second = i + 1 < n ? cvt<float>(x[i + 1]) : 0.0f;
+      packed[i / 2] = nf4::pack_codes(__fmul_rn(cvt<float>(x[i]), inv), __fmul_rn(second, inv), book);
+    }
+  }
+}
+
 }  // namespace
+
+void quantize_4bit(const Tensor& x, const Tensor& packed, const Tensor& absmax, const Tensor& first_bad,
+                   int64_t blocksize, bool fp4) {
+  const int64_t n = x.numel(), blocks = (n + blocksize - 1) / blocksize;
+  auto* bad = reinterpret_cast<unsigned long long*>(first_bad.data_ptr<int64_t>());
+  dispatch_gpu_float(x.dtype(), "quantize_4bit", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    quantize_4bit_kernel<T><<<blocks_for(blocks * 32, kThreads), kThreads, 0, stream_for(x)>>>(
+        x.data_ptr<T>(), packed.data_ptr<uint8_t>(), absmax.data_ptr<float>(), bad, n, blocksize,
+        fp4 ? nf4::kFP4Codebook : nf4::kNF4Codebook);
+    TG_CUDA_CHECK_LAUNCH("quantize_4bit");
+  });
+}
 
 void dequantize_4bit(const Tensor& out, const Tensor& packed, const Tensor& absmax, const Tensor& quant_map,
                      const Tensor& nested_absmax, const Tensor& nested_quant_map, float offset, int64_t blocksize) {

@@ -9,11 +9,14 @@
 //   interop_dump hf-export <model dir> <out dir> <max shard bytes> <targets,comma,separated>
 //       from_pretrained, then save_pretrained to <out>/model and (sharded) <out>/model_sharded,
 //       and an adapter with non-zero B (r 4, alpha 8) to <out>/adapter
+//   interop_dump qlora-train <model dir> <adapter dir>
+//       the tiny QLoRA run of tests/qlora_tiny_run.h; its adapter (tests/fixtures/qlora/adapter)
 #include <cstdio>
 #include <filesystem>
 #include <sstream>
 #include "nn/pretrained.h"
 #include "tapegrad.h"
+#include "tests/qlora_tiny_run.h"
 using namespace tg;
 
 namespace {
@@ -60,11 +63,18 @@ int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "hf-run" && (argc == 5 || argc == 6)) return hf_run(argv[2], argv[3], argv[4], argc == 6 ? argv[5] : nullptr);
   if (mode == "hf-export" && argc == 6) return hf_export(argv[2], argv[3], std::stoll(argv[4]), argv[5]);
+  if (mode == "qlora-train" && argc == 4) {
+    const test::TinyQloraRun run = test::tiny_qlora_run(argv[2]);
+    peft::save_adapter(*run.model, argv[3], test::tiny_qlora_lora("tests/fixtures/hf/llama"));
+    std::printf("QLoRA loss %.4f -> %.4f; adapter in %s\n", run.losses.front(), run.losses.back(), argv[3]);
+    return 0;
+  }
   if (argc != 3 || (mode != "dump" && mode != "convert")) {
     std::fprintf(stderr,
                  "usage: interop_dump dump|convert <dir>\n"
                  "       interop_dump hf-run <model dir> <inputs> <out> [<adapter dir>]\n"
-                 "       interop_dump hf-export <model dir> <out dir> <max shard bytes> <targets>\n");
+                 "       interop_dump hf-export <model dir> <out dir> <max shard bytes> <targets>\n"
+                 "       interop_dump qlora-train <model dir> <adapter dir>\n");
     return 2;
   }
   std::string dir = argv[2];
