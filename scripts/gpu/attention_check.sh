@@ -5,7 +5,7 @@
 #   tests     the attention tests (cuDNN's and the flash kernels, the op harness's sdpa cases, the
 #             CUDA graph steps, mixed precision) -> tests.txt;
 #   memcheck  compute-sanitizer memcheck over the cuDNN tests and a flash one -> memcheck.txt;
-#   bench     bench/run_attention_bench.sh: the cuDNN (deterministic and not) and flash paths beside
+#   bench     scripts/gpu/run_attention_bench.sh: the cuDNN (deterministic and not) and flash paths beside
 #             PyTorch's SDPA backends -> attention.json, torch_attention.json, bench.txt;
 #   step      train_step_bench llama-1b LoRA bf16, eager and CUDA graph, cuDNN on and off -> step.txt.
 # About 3 min to build, 2 for tests, 2 for memcheck, 2 for bench, 1.5 for step on an H200.
@@ -50,7 +50,7 @@ fi
 
 if has bench; then
   echo "== bench"
-  bench/run_attention_bench.sh "$build" "$out" | tee "$out/bench.txt"
+  scripts/gpu/run_attention_bench.sh "$build" "$out" | tee "$out/bench.txt"
 fi
 
 if has step; then

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 37 (QLoRA) on one H200, in one call from the repo root (about 7 minutes, the build included):
-#   TG_COMMIT=<commit> OUT=<dir> bench/run_qlora_step.sh
+#   TG_COMMIT=<commit> OUT=<dir> scripts/gpu/run_qlora_step.sh
 # 1. builds tapegrad_tests, interop_dump, train_step_bench and load_bench in $BUILD_DIR (build-gpu;
 #    the repo's CUDA Release flags);
 # 2. the QLoRA tests on the GPU (NF4.*, Linear4bitTest.* with the GPU quantisation against the CPU's
@@ -21,7 +21,7 @@ set -uo pipefail
 build=${BUILD_DIR:-build-gpu}
 out=${OUT:-out/qlora}
 steps=${STEPS:-5}
-here=$(cd "$(dirname "$0")" && pwd)
+here=$(cd "$(dirname "$0")/../../bench" && pwd)  # its python helpers
 tmp=$(mktemp -d)
 mkdir -p "$out"
 [ -n "${TG_COMMIT:-}" ] || echo "note: TG_COMMIT is not set: the rows name the GPU machine's (stale) checkout"
