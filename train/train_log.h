@@ -14,9 +14,9 @@ namespace tg::train {
 
 class TrainLog {
  public:
-  // dir "": print only (a rank other than 0). resume_step > 0 continues the files of an earlier
-  // run: its rows up to that step stay, later ones (steps being redone) go.
-  TrainLog(const std::string& dir, int64_t max_steps, int64_t resume_step, bool live);
+  // dir "": print only (a rank other than 0). keep_until > 0 continues the files of an earlier
+  // run: its rows up to that step stay, later ones (steps being redone) go; 0 starts them afresh.
+  TrainLog(const std::string& dir, int64_t max_steps, int64_t keep_until, bool live);
 
   // One optimizer step done over `tokens` tokens: redraws the live line.
   void step(int64_t step, double loss, double lr, int64_t tokens);
