@@ -134,7 +134,7 @@ int run(int argc, char** argv) {
                                std::to_string(config.max_position_embeddings) + "-byte context), got " +
                                flags.str("sample-bytes") + "\n" + flags.usage());
   const std::string out = flags.str("out");
-  examples::check_batch_splits(batch, ranks);
+  examples::check_batch_splits(batch, ranks.world);
   if (ranks.main()) std::filesystem::create_directories(out);
 
   std::string text_a = flags.str("data").empty() ? examples::generate_corpus("stories", seed, 1 << 20)

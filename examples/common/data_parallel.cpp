@@ -34,14 +34,14 @@ Ranks join_if_launched(tg::Device& device, const std::string& device_flag) {
   return ranks;
 }
 
-void check_batch_splits(int64_t batch, const Ranks& ranks) {
-  if (batch % ranks.world != 0)
-    throw UsageError("--batch " + std::to_string(batch) + " does not split between " + std::to_string(ranks.world) +
+void check_batch_splits(int64_t batch, int world) {
+  if (batch % world != 0)
+    throw UsageError("--batch " + std::to_string(batch) + " does not split between " + std::to_string(world) +
                      " ranks: make it a multiple of --nproc\n");
 }
 
 tg::Tensor shard_rows(const tg::Tensor& global, const Ranks& ranks, tg::Device device) {
-  check_batch_splits(global.size(0), ranks);
+  check_batch_splits(global.size(0), ranks.world);
   const int64_t n = global.size(0) / ranks.world;
   return tg::to(tg::contiguous(tg::slice(global, 0, ranks.rank * n, (ranks.rank + 1) * n)), device);
 }

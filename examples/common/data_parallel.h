@@ -30,8 +30,8 @@ struct Ranks {
 // single process otherwise. tg::Error when a rank is asked for the CPU.
 Ranks join_if_launched(tg::Device& device, const std::string& device_flag);
 
-// UsageError unless the ranks split `batch` rows evenly.
-void check_batch_splits(int64_t batch, const Ranks& ranks);
+// UsageError unless `world` ranks split `batch` rows evenly.
+void check_batch_splits(int64_t batch, int world);
 // Rows [rank * B / world, (rank + 1) * B / world) of a global batch [B, ...] on `device`.
 // UsageError unless world divides B.
 tg::Tensor shard_rows(const tg::Tensor& global, const Ranks& ranks, tg::Device device);
