@@ -123,6 +123,13 @@ TEST(Trainer, TinyLlamaLoraLossFalls) {
   EXPECT_TRUE(fs::exists(dir / "out/checkpoint-40/adapter_model.safetensors"));
 }
 
+// The printed row is short (the files keep every digit), the epoch last.
+TEST(Trainer, ALogRowPrintsOnOneShortLine) {
+  EXPECT_EQ(train::TrainLog::console_line({10, {{"loss", 2.3141592653}, {"epoch", 0.5}, {"learning_rate", 2e-4},
+                                                {"grad_norm", 0.123456789}}}),
+            "step 10 | grad_norm 0.12346 | learning_rate 0.0002 | loss 2.3142 | epoch 0.5");
+}
+
 // With LoRA dropout (the default generator) and gradient accumulation (the data position).
 TEST(Trainer, ResumedRunIsBitwiseTheUninterruptedOne) {
   TempDir dir;

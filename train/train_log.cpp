@@ -103,9 +103,22 @@ void TrainLog::log(const LogEntry& entry) {
     }
     csv_ << "\n" << std::flush;
   }
-  const std::string line = entry.json();
-  if (jsonl_) jsonl_ << line << "\n" << std::flush;
-  note(line);
+  if (jsonl_) jsonl_ << entry.json() << "\n" << std::flush;
+  note(console_line(entry));
+}
+
+std::string TrainLog::console_line(const LogEntry& entry) {
+  // Five significant digits (the files keep every bit); the epoch last.
+  auto value = [](const std::string& key, double v) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, " | %s %.5g", key.c_str(), v);
+    return std::string(buf);
+  };
+  std::string line = "step " + std::to_string(entry.step);
+  for (const auto& [k, v] : entry.values)
+    if (k != "epoch") line += value(k, v);
+  if (entry.has("epoch")) line += value("epoch", entry.at("epoch"));
+  return line;
 }
 
 void TrainLog::note(const std::string& line) {

@@ -1,6 +1,6 @@
 // The Trainer's logs: every LogEntry as a row of <dir>/log.csv and a line of <dir>/log.jsonl
-// (transformers' log_history), printed as a line on stdout, and while stderr is a terminal a live
-// progress line there (step, loss, lr, tokens/s, elapsed, ETA), redrawn after each step.
+// (transformers' log_history), printed as a line on stdout (console_line), and while stderr is a
+// terminal a live progress line there (step, loss, lr, tokens/s, elapsed, ETA), redrawn each step.
 #pragma once
 
 #include <chrono>
@@ -26,6 +26,8 @@ class TrainLog {
   // Ends the live line and flushes the files.
   void finish();
   static const char* csv_header();
+  // "step 10 | learning_rate 0.0002 | loss 2.3141 | ... | epoch 0.5": a row as printed.
+  static std::string console_line(const LogEntry& entry);
 
  private:
   void clear_live_line();

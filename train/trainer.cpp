@@ -109,9 +109,11 @@ Trainer::Trainer(std::shared_ptr<nn::CausalLM> model, std::shared_ptr<const data
              context, " (", model_->dims().context_field, ")");
   }
   device_ = args_.use_cpu ? Device::cpu() : default_device();
-  if (distributed::launched()) {
+  if (distributed::launched()) {  // the rank's GPU now; the group is joined by train()
     TG_CHECK(!args_.use_cpu, kArgs, "use_cpu with data parallelism: the ranks reduce over NCCL, one GPU each");
-    own_comm_ = distributed::init(&device_);
+    const distributed::LaunchInfo launch = distributed::launch_info();
+    distributed::check_can_join(launch);
+    device_ = Device::cuda(launch.local_rank);
   }
   TG_CHECK(!model_->trainable_parameters().empty(), kWhere, "the model has no trainable parameter (wrap it with ",
            "peft::apply_lora, or leave its weights trainable for full fine-tuning)");
@@ -124,7 +126,6 @@ Trainer::Trainer(std::shared_ptr<nn::CausalLM> model, std::shared_ptr<const data
       optim::AdamWOptions{.lr = args_.learning_rate, .beta1 = args_.adam_beta1, .beta2 = args_.adam_beta2,
                           .eps = args_.adam_epsilon, .weight_decay = args_.weight_decay});
   for (const optim::ParamGroup& g : optimizer_->param_groups()) base_lrs_.push_back(g.lr);
-  if (own_comm_) use_communicator(*own_comm_);
 }
 
 Trainer::~Trainer() = default;
@@ -194,6 +195,10 @@ void Trainer::log(const LogEntry& entry) {
 }
 
 TrainOutput Trainer::train() {
+  if (!comm_ && distributed::launched()) {
+    own_comm_ = distributed::init();
+    use_communicator(*own_comm_);
+  }
   const int64_t accum = args_.gradient_accumulation_steps, global_batch = args_.per_device_train_batch_size * world_;
   if (args_.max_steps > 0) {
     state_.max_steps = args_.max_steps;

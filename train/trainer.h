@@ -95,7 +95,8 @@ class Trainer {
   // Trainer reads r, lora_alpha, lora_dropout and the targets from the model's LoRA layers.
   void set_lora_config(peft::LoraConfig config) { lora_config_ = std::move(config); }
   // Data parallelism over `comm` (the group must outlive the Trainer); call before train(). A
-  // process started by a launcher joins the group itself.
+  // process started by a launcher trains on its LOCAL_RANK's GPU and joins the group itself when
+  // train() starts, unless given one here (a program with several Trainers shares one group).
   void use_communicator(distributed::Communicator& comm);
 
   const TrainingArguments& args() const { return args_; }
