@@ -12,6 +12,7 @@
 #include "core/factory.h"
 #include "distributed/fake_communicator.h"
 #include "nn/llama.h"
+#include "nn/quantization.h"
 #include "peft/lora.h"
 #include "tests/test_support.h"
 #include "train/checkpoint.h"
@@ -396,6 +397,34 @@ TEST(Trainer, Bf16CastsTheFrozenBaseAndKeepsTheAdaptersFloat32) {
   EXPECT_EQ(losses, train_losses(hand.state()));
   for (double l : losses) EXPECT_TRUE(std::isfinite(l));
   EXPECT_EQ(trainable_values(*by_flag), trainable_values(*by_hand));
+}
+
+// QLoRA under bf16: the 4-bit layers' quantisation state stays float32 (bitsandbytes' layout; a
+// cast would break their dequantisation), everything else frozen is bfloat16, and it trains.
+TEST(Trainer, Bf16KeepsTheQuantisationStateOfA4BitBaseFloat32) {
+  TempDir dir;
+  Generator gen(7);
+  auto model = std::make_shared<nn::LlamaForCausalLM>(tiny_config(), gen);
+  model->to(kBFloat16);
+  nn::replace_with_4bit_linear(*model, {.load_in_4bit = true});
+  peft::apply_lora(*model, {.r = 4, .lora_alpha = 8}, gen);
+  std::map<std::string, DType> before;
+  for (const auto& [name, b] : model->named_buffers()) before[name] = b.dtype();
+  TrainingArguments args = args_in(dir, 3);
+  args.bf16 = true;
+  Trainer trainer(model, pattern_rows(), args);
+  size_t quant_state = 0;
+  for (const auto& [name, b] : model->named_buffers()) {
+    const bool kept = name.find("absmax") != std::string::npos || name.find("quant_map") != std::string::npos ||
+                      name.find("workspace") != std::string::npos;
+    quant_state += kept;
+    EXPECT_EQ(b.dtype(), kept ? before[name] : kBFloat16) << name;
+  }
+  EXPECT_GT(quant_state, 0u);
+  trainer.train();
+  const std::vector<double> losses = train_losses(trainer.state());
+  ASSERT_EQ(losses.size(), 3u);
+  for (double loss : losses) EXPECT_TRUE(std::isfinite(loss));
 }
 
 // evaluate() after train() (and on another dataset, with its own prefix) is logged like the
