@@ -17,7 +17,6 @@
 #include "data/detail/regex.h"
 #include "data/tokenizer.h"
 #include "distributed/init.h"
-#include "examples/common/checkpoint.h"
 #include "examples/common/flags.h"
 #include "io/file.h"
 #include "io/json.h"
@@ -29,6 +28,7 @@
 #include "peft/lora.h"
 #include "tapegrad.h"
 #include "tests/test_support.h"
+#include "train/checkpoint.h"
 
 namespace tg::test {
 namespace {
@@ -203,7 +203,7 @@ TEST(HostileFiles, CheckpointMetadataIsParsedCheckedBeforeAnythingLoads) {
     safetensors::TensorMap tensors;
     for (const auto& [name, p] : layer.named_trainable_parameters()) tensors["param/" + name] = p * 2.0;
     safetensors::save_file(tensors, dir / "ckpt.safetensors", {{"step", step}, {"rng_seed", "0"}, {"rng_offset", "0"}});
-    return error_of([&] { examples::load_training_checkpoint(dir / "ckpt.safetensors", layer, opt); });
+    return error_of([&] { train::load_training_state(dir / "ckpt.safetensors", layer, opt); });
   };
   EXPECT_NE(with_step("2abc").find("metadata step='2abc' is not an integer in [0, 9223372036854775807]"), std::string::npos);
   EXPECT_NE(with_step("99999999999999999999").find("step='99999999999999999999'"), std::string::npos);

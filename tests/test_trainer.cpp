@@ -12,6 +12,7 @@
 #include "core/factory.h"
 #include "distributed/fake_communicator.h"
 #include "nn/llama.h"
+#include "nn/quantization.h"
 #include "peft/lora.h"
 #include "tests/test_support.h"
 #include "train/checkpoint.h"
@@ -123,6 +124,13 @@ TEST(Trainer, TinyLlamaLoraLossFalls) {
   EXPECT_TRUE(fs::exists(dir / "out/checkpoint-40/adapter_model.safetensors"));
 }
 
+// The printed row is short (the files keep every digit), the epoch last.
+TEST(Trainer, ALogRowPrintsOnOneShortLine) {
+  EXPECT_EQ(train::TrainLog::console_line({10, {{"loss", 2.3141592653}, {"epoch", 0.5}, {"learning_rate", 2e-4},
+                                                {"grad_norm", 0.123456789}}}),
+            "step 10 | grad_norm 0.12346 | learning_rate 0.0002 | loss 2.3142 | epoch 0.5");
+}
+
 // With LoRA dropout (the default generator) and gradient accumulation (the data position).
 TEST(Trainer, ResumedRunIsBitwiseTheUninterruptedOne) {
   TempDir dir;
@@ -156,6 +164,7 @@ TEST(Trainer, ResumedRunIsBitwiseTheUninterruptedOne) {
   const std::string ja = read(a + "/out/log.jsonl"), jb = read(b + "/out/log.jsonl");
   EXPECT_EQ(std::count(ja.begin(), ja.end(), '\n'), 20);
   EXPECT_EQ(std::count(jb.begin(), jb.end(), '\n'), 20);
+  EXPECT_EQ(read(b + "/out/loss.svg"), read(a + "/out/loss.svg")) << "the resumed run's curve is not the whole run's";
 }
 
 TEST(Trainer, SaveTotalLimitKeepsTheNewestCheckpoints) {
@@ -277,7 +286,8 @@ TEST(Trainer, EveryArgumentIsValidatedByName) {
   EXPECT_ERROR_HAS(Trainer(lora_model(), pattern_rows(), args).train(),
                    "warmup_steps 15 >= the max_steps of num_train_epochs 15");
   args.bf16 = true;
-  EXPECT_ERROR_HAS(Trainer(lora_model(), pattern_rows(), args), "bf16", "is float32", "model->to(tg::kBFloat16)");
+  auto everything_trains = std::make_shared<nn::LlamaForCausalLM>(tiny_config());
+  EXPECT_ERROR_HAS(Trainer(everything_trains, pattern_rows(), args), "bf16", "every parameter trains", "full fine-tuning");
   args.bf16 = false;
   args.cuda_graph = "on";
   args.warmup_steps = 0;
@@ -354,6 +364,92 @@ TEST(Trainer, EvaluateIsTheTokenWeightedMeanLoss) {
   EXPECT_EQ(m.step, 3);
   Trainer no_eval(lora_model(), pattern_rows(), args);
   EXPECT_ERROR_HAS(no_eval.evaluate(), "evaluate", "no eval_dataset");
+}
+
+// bf16 by the flag is peft's layout made by hand (the base cast before apply_lora): the same
+// adapters, the same dtypes, the same losses bit for bit.
+TEST(Trainer, Bf16CastsTheFrozenBaseAndKeepsTheAdaptersFloat32) {
+  TempDir dir;
+  TrainingArguments args = args_in(dir, 4);
+  args.bf16 = true;
+  auto by_flag = lora_model();
+  const std::vector<float> adapters = trainable_values(*by_flag);
+  args.output_dir = dir / "flag";
+  Trainer flag(by_flag, pattern_rows(), args);
+  EXPECT_EQ(trainable_values(*by_flag), adapters) << "the float32 adapters were rounded";
+  for (const auto& [name, p] : by_flag->named_parameters())
+    EXPECT_EQ(p.dtype(), p.requires_grad() ? kFloat32 : kBFloat16) << name;
+  for (const auto& [name, b] : by_flag->named_buffers())
+    if (is_floating_point(b.dtype())) EXPECT_EQ(b.dtype(), kBFloat16) << name;
+  flag.train();
+
+  Generator gen(7);
+  auto by_hand = std::make_shared<nn::LlamaForCausalLM>(tiny_config(), gen);
+  by_hand->to(kBFloat16);
+  peft::apply_lora(*by_hand,
+                   {.r = 4, .lora_alpha = 8, .target_modules = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                                                "up_proj", "down_proj"}},
+                   gen);
+  args.output_dir = dir / "hand";
+  Trainer hand(by_hand, pattern_rows(), args);
+  hand.train();
+  const std::vector<double> losses = train_losses(flag.state());
+  EXPECT_EQ(losses, train_losses(hand.state()));
+  for (double l : losses) EXPECT_TRUE(std::isfinite(l));
+  EXPECT_EQ(trainable_values(*by_flag), trainable_values(*by_hand));
+}
+
+// QLoRA under bf16: the 4-bit layers' quantisation state stays float32 (bitsandbytes' layout; a
+// cast would break their dequantisation), everything else frozen is bfloat16, and it trains.
+TEST(Trainer, Bf16KeepsTheQuantisationStateOfA4BitBaseFloat32) {
+  TempDir dir;
+  Generator gen(7);
+  auto model = std::make_shared<nn::LlamaForCausalLM>(tiny_config(), gen);
+  model->to(kBFloat16);
+  nn::replace_with_4bit_linear(*model, {.load_in_4bit = true});
+  peft::apply_lora(*model, {.r = 4, .lora_alpha = 8}, gen);
+  std::map<std::string, DType> before;
+  for (const auto& [name, b] : model->named_buffers()) before[name] = b.dtype();
+  TrainingArguments args = args_in(dir, 3);
+  args.bf16 = true;
+  Trainer trainer(model, pattern_rows(), args);
+  size_t quant_state = 0;
+  for (const auto& [name, b] : model->named_buffers()) {
+    const bool kept = name.find("absmax") != std::string::npos || name.find("quant_map") != std::string::npos ||
+                      name.find("workspace") != std::string::npos;
+    quant_state += kept;
+    EXPECT_EQ(b.dtype(), kept ? before[name] : kBFloat16) << name;
+  }
+  EXPECT_GT(quant_state, 0u);
+  trainer.train();
+  const std::vector<double> losses = train_losses(trainer.state());
+  ASSERT_EQ(losses.size(), 3u);
+  for (double loss : losses) EXPECT_TRUE(std::isfinite(loss));
+}
+
+// evaluate() after train() (and on another dataset, with its own prefix) is logged like the
+// in-run evaluations: the CSV, the JSON lines and the loss curve's markers.
+TEST(Trainer, EvaluateAfterTrainIsLoggedAndDrawn) {
+  TempDir dir;
+  auto rows = pattern_rows();
+  TrainingArguments args = args_in(dir, 4);
+  args.eval_steps = 2;
+  Trainer trainer(lora_model(), rows, args, rows);
+  trainer.train();
+  const LogEntry end = trainer.evaluate();
+  const LogEntry other = trainer.evaluate(pattern_rows(8), "eval_small");
+  EXPECT_TRUE(other.has("eval_small_loss") && other.has("eval_small_perplexity") && other.has("eval_small_tokens"));
+  EXPECT_FALSE(other.has("eval_loss"));
+  const std::string jsonl = read(dir / "out/log.jsonl");
+  EXPECT_EQ(std::count(jsonl.begin(), jsonl.end(), '\n'), 4 + 2 + 2);  // steps, in-run evaluations, these two
+  EXPECT_NE(jsonl.find(end.json()), std::string::npos);
+  const std::string csv = read(dir / "out/log.csv");
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 1 + 4 + 2 + 2);
+  const std::string svg = read(dir / "out/loss.svg");
+  size_t markers = 0;
+  for (size_t at = svg.find("<circle"); at != std::string::npos; at = svg.find("<circle", at + 1)) ++markers;
+  EXPECT_EQ(markers, 3u);  // eval_loss at steps 2, 4 and after train()
+  EXPECT_NE(svg.find("optimizer step"), std::string::npos);
 }
 
 TEST(Trainer, SaveModelWritesThePeftAdapter) {

@@ -48,7 +48,8 @@ fi
 
 bin=$build/examples
 work=$out/lora
-common=(--base "$work/toy/base.safetensors" --device cuda --steps 12 --warmup 3 --batch 8 --seq 64 --eval-every 6 --eval-batches 1)
+common=(--base "$work/toy/base.safetensors" --device cuda --steps 12 --warmup 3 --batch 8 --seq 64 --eval-every 6 --eval-batches 1
+        --log-every 1)
 if wants lora || wants two; then
   rm -rf "$work" && mkdir -p "$work"
   "$bin/toy_transformer" --device cuda --pretrain-steps 50 --lora-steps 1 --eval-batches 1 --sample-bytes 1 --out "$work/toy" >/dev/null
@@ -61,14 +62,14 @@ echo "== 3. lora_finetune: one process, one launched rank, a resume across world
 "$bin/launch" --nproc 1 "$bin/lora_finetune" "${common[@]}" --out "$work/resumed" --stop-at 6 >/dev/null
 "$bin/lora_finetune" "${common[@]}" --out "$work/resumed" --resume >/dev/null
 for run in rank resumed; do
-  diff <(cut -d, -f1-4 "$work/plain/loss.csv") <(cut -d, -f1-4 "$work/$run/loss.csv")
+  diff <(cut -d, -f1-5,7- "$work/plain/log.csv") <(cut -d, -f1-5,7- "$work/$run/log.csv")  # all but tokens/s
   cmp "$work/plain/adapter/adapter_model.safetensors" "$work/$run/adapter/adapter_model.safetensors"
   echo "$run: the same losses and adapter as one process"
 done
 # Full fine-tuning (--full), bf16: one process and one launched rank write the same model.
 "$bin/lora_finetune" "${common[@]}" --full --dtype bf16 --out "$work/full-plain" >/dev/null
 "$bin/launch" --nproc 1 "$bin/lora_finetune" "${common[@]}" --full --dtype bf16 --out "$work/full-rank" >/dev/null
-diff <(cut -d, -f1-4 "$work/full-plain/loss.csv") <(cut -d, -f1-4 "$work/full-rank/loss.csv")
+diff <(cut -d, -f1-5,7- "$work/full-plain/log.csv") <(cut -d, -f1-5,7- "$work/full-rank/log.csv")
 cmp "$work/full-plain/model.safetensors" "$work/full-rank/model.safetensors"
 echo "full-rank: the same losses and model as one process"
 fi
@@ -84,7 +85,7 @@ if wants two && [ "$gpus" -ge 2 ]; then
 import csv, sys
 import torch
 from safetensors.torch import load_file
-one, two = ([r for r in csv.DictReader(open(d + "/loss.csv"))] for d in sys.argv[1:3])
+one, two = ([r for r in csv.DictReader(open(d + "/log.csv")) if r["loss"]] for d in sys.argv[1:3])
 assert len(one) == len(two), (len(one), len(two))
 worst = max(abs(float(a["loss"]) - float(b["loss"])) / abs(float(a["loss"])) for a, b in zip(one, two))
 print(f"loss curves: {len(one)} rows, worst relative difference {worst:.2e}")
