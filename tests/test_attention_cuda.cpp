@@ -2,7 +2,8 @@
 // float64 on the same bf16-rounded inputs, over awkward shapes (T not a multiple of the 64-row
 // tiles, one query, grouped-query ratios 1, 2, 4, causal and not), in the layout the model
 // gives them ([B, H, T, hd] views of [B, T, H, hd] projections); which gradients each mask
-// computes; determinism; and where the composition still runs. GPU tests skip without a device.
+// computes; determinism; and where the composition still runs. banded_causal_attention's flash
+// variants likewise against the CPU's banded kernel. GPU tests skip without a device.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -44,14 +45,25 @@ struct Grads {
 // [B, heads, T, hd] as the transpose of a [B, T, heads, hd] tensor (how the model splits heads).
 Tensor head_view(const Tensor& projection) { return transpose(projection, 1, 2); }
 
-// Forward and backward of sdpa on leaves (q, k, v in [B, T, heads, hd] memory) against `dout`.
+// A band for banded_causal_attention: position ids [B, L] (undefined: none) and a window (0: none).
+struct Band {
+  Tensor position_ids;
+  int64_t window = 0;
+  bool on() const { return position_ids.defined() || window > 0; }
+};
+
+// Forward and backward of sdpa (or, with a band, banded_causal_attention) on leaves (q, k, v in
+// [B, T, heads, hd] memory) against `dout`.
 Grads run(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, bool causal,
-          std::array<bool, 3> wants = {true, true, true}) {
+          std::array<bool, 3> wants = {true, true, true}, const Band& band = {}) {
   Tensor lq = q.detach().requires_grad_(wants[0]), lk = k.detach().requires_grad_(wants[1]),
          lv = v.detach().requires_grad_(wants[2]);
   const bool gqa = q.shape()[2] != k.shape()[2];
-  Tensor out = scaled_dot_product_attention(head_view(lq), head_view(lk), head_view(lv), causal, std::nullopt, 0.0,
-                                            default_generator(), gqa);
+  Tensor pos = band.position_ids.defined() ? to(band.position_ids, q.device()) : Tensor();
+  Tensor out = band.on() ? banded_causal_attention(head_view(lq), head_view(lk), head_view(lv), pos, band.window,
+                                                   std::nullopt, 0.0, default_generator(), gqa)
+                         : scaled_dot_product_attention(head_view(lq), head_view(lk), head_view(lv), causal,
+                                                        std::nullopt, 0.0, default_generator(), gqa);
   if (wants[0] || wants[1] || wants[2]) out.backward(dout);
   return {out.detach(), lq.grad(), lk.grad(), lv.grad()};
 }
@@ -100,16 +112,17 @@ void poison_allocator(const Case& c) {
     for (DType dt : {kBFloat16, kFloat32}) full({n}, nan, {dt, kGpu});
 }
 
-void check_case(const Case& c, uint64_t seed) {
+void check_case(const Case& c, uint64_t seed, const Band& band = {}) {
   SCOPED_TRACE(name_of(c));
   Generator gen(seed);
   // Inputs drawn on the CPU, rounded to bf16; the reference runs in float64 on those values.
   Tensor q = to(randn({c.B, c.L, c.H, c.hd}, gen), kBFloat16), k = to(randn({c.B, c.S, c.Hkv, c.hd}, gen), kBFloat16);
   Tensor v = to(randn({c.B, c.S, c.Hkv, c.hd}, gen), kBFloat16), dout = to(randn({c.B, c.H, c.L, c.hd}, gen), kBFloat16);
-  Grads want = run(to(q, kFloat64), to(k, kFloat64), to(v, kFloat64), to(dout, kFloat64), c.causal);
+  Grads want = run(to(q, kFloat64), to(k, kFloat64), to(v, kFloat64), to(dout, kFloat64), c.causal, {true, true, true},
+                   band);
   poison_allocator(c);
   KernelTrace trace;
-  Grads got = run(to(q, kGpu), to(k, kGpu), to(v, kGpu), to(dout, kGpu), c.causal);
+  Grads got = run(to(q, kGpu), to(k, kGpu), to(v, kGpu), to(dout, kGpu), c.causal, {true, true, true}, band);
   EXPECT_TRUE(trace.contains("sdpa.flash_cuda"));
   EXPECT_FALSE(trace.contains("sdpa.composite"));
   expect_close(got.out, want.out, "out");
@@ -142,6 +155,55 @@ TEST(AttentionCuda, FlashMatchesFloat64WithMoreOrFewerKeysThanQueries) {
   uint64_t seed = 300;
   for (auto [L, S] : {std::pair<int64_t, int64_t>{70, 130}, {130, 70}, {1, 65}, {65, 1}})
     for (bool causal : {true, false}) check_case({1, 2, 2, L, S, 64, causal}, seed++);
+}
+
+// Position ids of documents of random lengths in [1, longest], filling each of B rows of L.
+Tensor random_documents(int64_t B, int64_t L, int64_t longest, Generator& gen) {
+  std::vector<int64_t> pos;
+  const std::vector<int64_t> lengths = randint(1, longest + 1, {B * L}, gen, {kInt64}).to_vector<int64_t>();
+  for (int64_t b = 0, d = 0; b < B; ++b)
+    for (int64_t i = 0; i < L;)
+      for (int64_t n = lengths[d++], t = 0; t < n && i < L; ++t, ++i) pos.push_back(t);
+  return from_vector(pos, {B, L});
+}
+
+TEST(AttentionCuda, BandedFlashMatchesFloat64) {
+  TG_REQUIRE_CUDA();
+  // Packed documents (short ones: many bands a tile; long ones: tiles skipped), sliding windows,
+  // both, one band for every sequence; more and fewer keys than queries.
+  uint64_t seed = 1000;
+  Generator gen(999);
+  for (int64_t hd : {32, 64, 128})
+    for (int64_t group : {1, 4}) {
+      const Case c{2, 4, 4 / group, 700, 700, hd, true};
+      check_case(c, seed++, {random_documents(2, 700, 40, gen)});
+      check_case(c, seed++, {random_documents(2, 700, 400, gen)});
+      check_case(c, seed++, {Tensor(), 129});
+      check_case(c, seed++, {random_documents(2, 700, 300, gen), 100});
+      check_case(c, seed++, {random_documents(1, 700, 200, gen)});
+    }
+  check_case({1, 2, 2, 150, 260, 64, true}, seed++, {random_documents(1, 150, 50, gen)});
+  check_case({1, 2, 2, 260, 150, 64, true}, seed++, {random_documents(1, 260, 90, gen)});
+}
+
+TEST(AttentionCuda, BandedMasksComputeOnlyTheirGradientsBitwise) {
+  TG_REQUIRE_CUDA();
+  Generator gen(1100);
+  const int64_t B = 2, T = 300, H = 4, Hkv = 2, hd = 128;
+  Tensor q = to(randn({B, T, H, hd}, gen), kBFloat16, kGpu), k = to(randn({B, T, Hkv, hd}, gen), kBFloat16, kGpu);
+  Tensor v = to(randn({B, T, Hkv, hd}, gen), kBFloat16, kGpu), dout = to(randn({B, H, T, hd}, gen), kBFloat16, kGpu);
+  const Band band{random_documents(B, T, 90, gen), 64};
+  const Grads all = run(q, k, v, dout, true, {true, true, true}, band);
+  const Grads again = run(q, k, v, dout, true, {true, true, true}, band);
+  EXPECT_TENSOR_EQ(again.dq, all.dq);
+  EXPECT_TENSOR_EQ(again.dk, all.dk);
+  for (std::array<bool, 3> wants : {std::array<bool, 3>{false, true, true}, {true, false, true}, {true, true, false},
+                                    {true, false, false}}) {
+    const Grads part = run(q, k, v, dout, true, wants, band);
+    if (wants[0]) EXPECT_TENSOR_EQ(part.dq, all.dq);
+    if (wants[1]) EXPECT_TENSOR_EQ(part.dk, all.dk);
+    if (wants[2]) EXPECT_TENSOR_EQ(part.dv, all.dv);
+  }
 }
 
 TEST(AttentionCuda, EachMaskComputesOnlyItsGradientsAndTheOthersBitwise) {
