@@ -107,6 +107,12 @@ TG_OP_CASES({
      [](const Inputs& x) { return apply_rotary(x[0], x[1], x[2]); }},
     {"rope_wide_head_view", {S{{2, 5, 3, 32}}, S{{5, 32}, S::Normal, 0, false}, S{{5, 32}, S::Normal, 0, false}},
      [](const Inputs& x) { return apply_rotary(transpose(x[0], 1, 2), x[1], x[2]); }},
+    // a table per sequence [B, 1, T, hd] (packed or left-padded positions), on a head view too
+    {"rope_per_sequence", {S{{2, 3, 7, 6}}, S{{2, 1, 7, 6}, S::Normal, 0, false}, S{{2, 1, 7, 6}, S::Normal, 0, false}},
+     [](const Inputs& x) { return apply_rotary(x[0], x[1], x[2]); }},
+    {"rope_per_sequence_head_view",
+     {S{{2, 5, 3, 32}}, S{{2, 1, 5, 32}, S::Normal, 0, false}, S{{2, 1, 5, 32}, S::Normal, 0, false}},
+     [](const Inputs& x) { return apply_rotary(transpose(x[0], 1, 2), x[1], x[2]); }},
     {"rotate_half", {S{{2, 3, 6}}}, [](const Inputs& x) { return rotate_half(x[0]); }},
 });
 

@@ -430,5 +430,25 @@ TEST(Rotary, FusedMatchesCompositeAndKeepsTheHeadLayout) {
   EXPECT_THROW(apply_rotary(randn({2, 3, 5}, gen), randn({3, 5}, gen), randn({3, 5}, gen)), Error);  // odd hd
 }
 
+TEST(Rotary, PerSequenceTablesAreEachSequencesOwn) {
+  // [B, 1, T, hd] tables: sequence b rotated by its own table, bitwise as alone, and backward too.
+  Generator gen(6);
+  const int64_t B = 3, T = 7, H = 2, hd = 8;
+  Tensor x = transpose(randn({B, T, H, hd}, gen), 1, 2).requires_grad_(true);
+  Tensor cos = randn({B, 1, T, hd}, gen), sin = randn({B, 1, T, hd}, gen), g = randn({B, H, T, hd}, gen);
+  KernelTrace trace;
+  Tensor out = apply_rotary(x, cos, sin);
+  EXPECT_TRUE(trace.contains("rope.fused_cpu"));
+  out.backward(g);
+  for (int64_t b = 0; b < B; ++b) {
+    Tensor xb = clone(slice(x.detach(), 0, b, b + 1)).requires_grad_(true);
+    Tensor want = apply_rotary(xb, reshape(slice(cos, 0, b, b + 1), {T, hd}), reshape(slice(sin, 0, b, b + 1), {T, hd}));
+    want.backward(slice(g, 0, b, b + 1));
+    EXPECT_TENSOR_EQ(contiguous(slice(out, 0, b, b + 1)), contiguous(want));
+    EXPECT_TENSOR_EQ(contiguous(slice(x.grad(), 0, b, b + 1)), contiguous(xb.grad()));
+  }
+  EXPECT_ERROR_HAS(apply_rotary(x, randn({B, H, T, hd}, gen), sin), "cos and sin must be [7, 8] or [3, 1, 7, 8]");
+}
+
 }  // namespace
 }  // namespace tg
