@@ -30,6 +30,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include "data/chat_dataset.h"
 #include "data/dataset.h"
 #include "examples/common/base_model.h"
 #include "examples/common/checkpoint.h"
@@ -124,7 +125,9 @@ int run(int argc, char** argv) {
       .add("val", "", "validation data, as --data (default: the last --val-fraction of --data)")
       .add("val-fraction", "0.1", "the share of --data that validates when there is no --val")
       .add("doc-separator", "", "text files: the string between documents (\\n and \\t escapes; default: one document)")
-      .add("layout", "pack", "pack (windows of the concatenated examples) | pad (one example a row, padded)")
+      .add("layout", "auto", "pack (windows of the concatenated examples) | pad (one example a row, padded) | "
+                             "pack-separate (whole examples packed into rows, each attending only to itself) | "
+                             "auto (pack-separate for {\"messages\"} data, else pack)")
       .add("bytes", "false", "train on --data / --val files that are not UTF-8 text (invalid bytes, NUL) anyway")
       .add("out", "out/lora", "directory for the adapter, logs and checkpoints")
       .add("device", "auto", "cpu | cuda | auto")
@@ -185,10 +188,14 @@ int run(int argc, char** argv) {
   if (steps > INT64_MAX / accum / batch)
     throw examples::UsageError("--steps x --grad-accum x --batch overflows the row count: lower them\n");
   examples::check_batch_splits(batch, ranks);
-  const std::string layout_name = flags.str("layout");
-  if (layout_name != "pack" && layout_name != "pad")
-    throw examples::UsageError("--layout wants pack or pad, got '" + layout_name + "'\n" + flags.usage());
-  const data::Layout layout = layout_name == "pack" ? data::Layout::Pack : data::Layout::Pad;
+  std::string layout_name = flags.str("layout");
+  if (layout_name == "auto") layout_name = data::holds_conversations(flags.str("data")) ? "pack-separate" : "pack";
+  if (layout_name != "pack" && layout_name != "pad" && layout_name != "pack-separate")
+    throw examples::UsageError("--layout wants auto, pack, pad or pack-separate, got '" + layout_name + "'\n" +
+                               flags.usage());
+  const data::Layout layout = layout_name == "pack"  ? data::Layout::Pack
+                              : layout_name == "pad" ? data::Layout::Pad
+                                                     : data::Layout::PackSeparate;
   const std::string out = flags.str("out"), ckpt = out + "/checkpoint.safetensors";
   const uint64_t seed = static_cast<uint64_t>(flags.integer("seed", 0));
   // Every numeric flag read now: a bad value is reported before any file is touched.
@@ -215,6 +222,7 @@ int run(int argc, char** argv) {
                               : accum != 1      ? "--grad-accum is " + std::to_string(accum)
                               : lora_dropout > 0 ? "--dropout is " + flags.str("dropout")
                               : checkpointing    ? "--gradient-checkpointing is on"
+                              : layout == data::Layout::PackSeparate ? "--layout is pack-separate"
                               : ranks.comm       ? "it trains data-parallel (" + std::to_string(ranks.world) + " ranks)"
                                                  : "";
   if (graph_flag == "on" && !graph_blocker.empty())
@@ -380,7 +388,7 @@ int run(int argc, char** argv) {
       for (int64_t k = 0; k < accum; ++k) {
         const data::Batch& b = micro[k];
         if (b.targets == 0) continue;  // with data parallelism sync_gradients adds zeros for it
-        Tensor loss = nn::causal_lm_loss(model.forward(b.ids), b.labels);
+        Tensor loss = nn::causal_lm_loss(examples::logits_of(model, b), b.labels);
         const double weight = static_cast<double>(b.targets) / static_cast<double>(targets);
         step_loss += loss.item() * weight;
         // The ranks' gradients are averaged: scale this rank's share up by the world size.

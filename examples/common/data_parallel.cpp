@@ -47,7 +47,8 @@ tg::Tensor shard_rows(const tg::Tensor& global, const Ranks& ranks, tg::Device d
 }
 
 tg::data::Batch shard_batch(const tg::data::Batch& global, const Ranks& ranks, tg::Device device) {
-  tg::data::Batch out{shard_rows(global.ids, ranks, device), shard_rows(global.labels, ranks, device), 0};
+  tg::data::Batch out{shard_rows(global.ids, ranks, device), shard_rows(global.labels, ranks, device), 0,
+                      global.position_ids.defined() ? shard_rows(global.position_ids, ranks, device) : tg::Tensor()};
   // As the dataset counts them: positions after the first whose label is not ignored.
   const std::vector<int64_t> labels = shard_rows(global.labels, ranks, tg::Device::cpu()).to_vector<int64_t>();
   const int64_t seq = global.labels.size(1);

@@ -21,6 +21,12 @@ double evaluate(tg::nn::LlamaForCausalLM& model, const ByteDataset& data, int64_
   return total / batches;
 }
 
+tg::Tensor logits_of(tg::nn::Module& model, const tg::data::Batch& b) {
+  if (!b.position_ids.defined()) return model.forward(b.ids);
+  auto& lm = dynamic_cast<tg::nn::CausalLM&>(model);
+  return lm.logits(lm.hidden_states(b.ids, b.position_ids));
+}
+
 double evaluate(tg::nn::Module& model, const tg::data::SequenceDataset& data, int64_t batch, int batches,
                 tg::Device device) {
   tg::NoGradGuard no_grad;
@@ -30,7 +36,7 @@ double evaluate(tg::nn::Module& model, const tg::data::SequenceDataset& data, in
   for (int64_t first = 0, i = 0; i < batches && first < data.rows(); ++i, first += batch) {
     tg::data::Batch b = data.rows_batch(first, std::min(batch, data.rows() - first), device);
     if (b.targets == 0) continue;
-    total += tg::nn::causal_lm_loss(model.forward(b.ids), b.labels).item() * static_cast<double>(b.targets);
+    total += tg::nn::causal_lm_loss(logits_of(model, b), b.labels).item() * static_cast<double>(b.targets);
     targets += b.targets;
   }
   model.train();

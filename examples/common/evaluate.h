@@ -14,6 +14,10 @@ namespace examples {
 double evaluate(tg::nn::LlamaForCausalLM& model, const ByteDataset& data, int64_t batch, int64_t seq, int batches,
                 tg::Device device);
 
+// The logits of a batch: model.forward(ids), or for packed rows (position_ids) each example
+// alone (nn::CausalLM::hidden_states with them).
+tg::Tensor logits_of(tg::nn::Module& model, const tg::data::Batch& b);
+
 // The loss over the first `batches` batches of `batch` rows of `data` (fewer when it has fewer
 // rows), weighted by their target tokens: the mean over every token scored.
 double evaluate(tg::nn::Module& model, const tg::data::SequenceDataset& data, int64_t batch, int batches,
