@@ -233,7 +233,7 @@ TEST(Packing, PositionIdsAreChecked) {
   const Tensor ids = zeros({2, 5}, {kInt64});
   EXPECT_ERROR_HAS(model->hidden_states(ids, zeros({2, 4}, {kInt64})), "LlamaModel", "position_ids must be [2, 5]");
   EXPECT_ERROR_HAS(model->hidden_states(ids, zeros({2, 5})), "position_ids must be int32 or int64", "float32");
-  EXPECT_ERROR_HAS(model->hidden_states(ids, full({2, 5}, 128, {kInt64})), "position_ids hold 128, outside [0, 128)");
+  EXPECT_ERROR_HAS(model->hidden_states(ids, full({2, 5}, 256, {kInt64})), "position_ids hold 256, outside [0, 256)");
   EXPECT_ERROR_HAS(model->hidden_states(ids, full({2, 5}, -1, {kInt64})), "position_ids hold -1");
 }
 
