@@ -498,6 +498,34 @@ Reproduce: `cmake --build build --target tokenizer_bench && python3 bench/tokeni
 """
 
 
+def packing_section(rows):
+    header = ["config", "graph", "mode", "seq:", "rows:", "fill:", "docs / row:", "ms / step:", "real tok/s:",
+              "vs pack:"]
+    pack = {(r["config"], r["graph"]): r["real_tok_s"] for r in rows if r["mode"] == "pack"}
+    cells = [[r["config"], "yes" if r["graph"] else "no", r["mode"], r["seq"], r["rows"], f"{100 * r['fill']:.1f}%",
+              f1(r["docs_per_row"]), f"{r['ms']:.2f}", f"{r['real_tok_s']:.0f}",
+              ratio(r["real_tok_s"], pack.get((r["config"], r["graph"])))] for r in rows]
+    lengths = f"{rows[0]['conversations']} conversations of {rows[0]['mean_tokens']:.1f} tokens on average"
+    return f"""## Packing without cross-talk (a LoRA step on a chat length mix)
+
+Measured: {measured(rows)}; {lengths} (the lengths of tests/fixtures/chat_dataset's conversations
+repeated), {rows[0]["dtype"]}.
+
+`bench/packing_bench`: the same tokens a step in rows of `seq` laid out four ways. pack-separate:
+whole conversations packed best-fit-decreasing, each attending only to itself
+(`data::Layout::PackSeparate`, position ids, the banded flash kernels); pack: the same tokens as one
+stream (`Layout::Pack`, every token real, attention across conversations): the unpadded rate;
+pad: one conversation a row (`Layout::Pad`); pad-tight: one a row of the longest conversation's
+length (as many tokens a step in more rows). Fill: the share of a step's tokens that are
+conversation, not padding; real tok/s: those a second (median step: zero_grad, loss, backward,
+AdamW); vs pack: against the unpadded rate. Target (issue 38): pack-separate approaches pack.
+
+Reproduce: `scripts/gpu/run_packing_bench.sh build-gpu`.
+
+{table(header, cells)}
+"""
+
+
 def census_texts(results_dir):
     """bench/ncu_census.py's tables saved as census-*.md beside the rows, in name order."""
     texts = []
@@ -530,6 +558,8 @@ figures are in git history; what the measurements taught is in `dev/NOTES.md`.
         parts.append(linear_ce_section(get("linear_ce")))
     if get("load_bench"):
         parts.append(load_section(get("load_bench")))
+    if get("packing"):
+        parts.append(packing_section(get("packing")))
     if get("tokenizer_bench"):
         parts.append(tokenizer_section(get("tokenizer_bench")))
     if get("norm_bench"):
@@ -545,7 +575,7 @@ figures are in git history; what the measurements taught is in `dev/NOTES.md`.
         parts.append(nf4_section(get("nf4_bench")))
     known = {"train_step_bench", "torch_toy_lora", "attention_bench", "torch_attention_ref", "norm_bench", "torch_norm_ref", "linear_bench", "gemm_bench",
              "elementwise_bench", "torch_ref_gemm_elementwise", "generate_bench", "generate_bench_torch",
-             "tokenizer_bench", "data_parallel", "linear_ce", "train_step_real", "load_bench", "nf4_bench"}
+             "tokenizer_bench", "data_parallel", "linear_ce", "train_step_real", "load_bench", "nf4_bench", "packing"}
     unknown = sorted(set(by_bench) - known)
     if unknown:
         sys.exit(f"make_results.py: no table for the rows of {', '.join(unknown)}: add a section")

@@ -29,6 +29,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include "data/chat_dataset.h"
 #include "data/dataset.h"
 #include "distributed/init.h"
 #include "examples/common/base_model.h"
@@ -175,7 +176,9 @@ int run(int argc, char** argv) {
       .add("val", "", "validation data, as --data (default: the last --val-fraction of --data)")
       .add("val-fraction", "0.1", "the share of --data that validates when there is no --val")
       .add("doc-separator", "", "text files: the string between documents (\\n and \\t escapes; default: one document)")
-      .add("layout", "pack", "pack (windows of the concatenated examples) | pad (one example a row, padded)")
+      .add("layout", "auto", "pack (windows of the concatenated examples) | pad (one example a row, padded) | "
+                             "pack-separate (whole examples packed into rows, each attending only to itself) | "
+                             "auto (pack-separate for {\"messages\"} data, else pack)")
       .add("bytes", "false", "train on --data / --val files that are not UTF-8 text (invalid bytes, NUL) anyway")
       .add("out", "out/lora", "directory for the adapter, logs and checkpoints")
       .add("device", "auto", "cpu | cuda | auto")
@@ -245,10 +248,14 @@ int run(int argc, char** argv) {
   if (steps > INT64_MAX / accum / batch)
     throw examples::UsageError("--steps x --grad-accum x --batch overflows the row count: lower them\n");
   examples::check_batch_splits(batch, launch.world_size);
-  const std::string layout_name = flags.str("layout");
-  if (layout_name != "pack" && layout_name != "pad")
-    throw examples::UsageError("--layout wants pack or pad, got '" + layout_name + "'\n" + flags.usage());
-  const data::Layout layout = layout_name == "pack" ? data::Layout::Pack : data::Layout::Pad;
+  std::string layout_name = flags.str("layout");
+  if (layout_name == "auto") layout_name = data::holds_conversations(flags.str("data")) ? "pack-separate" : "pack";
+  if (layout_name != "pack" && layout_name != "pad" && layout_name != "pack-separate")
+    throw examples::UsageError("--layout wants auto, pack, pad or pack-separate, got '" + layout_name + "'\n" +
+                               flags.usage());
+  const data::Layout layout = layout_name == "pack"  ? data::Layout::Pack
+                              : layout_name == "pad" ? data::Layout::Pad
+                                                     : data::Layout::PackSeparate;
   const std::string out = flags.str("out");
   const int64_t seed = flags.integer("seed", 0);
   // Every numeric flag read now: a bad value is reported before any file is touched.

@@ -31,13 +31,20 @@ class CausalLM : public Module {
   Tensor forward(const Tensor& ids) override { return logits(hidden_states(ids)); }
   // ids [B, T] -> the final norm's output [B, T, hidden]
   virtual Tensor hidden_states(const Tensor& ids) = 0;
+  // Packed rows (data::Layout::PackSeparate): position_ids [B, T] count each document's tokens
+  // from 0, as transformers' position_ids (DataCollatorWithFlattening); the positions (RoPE, a
+  // position embedding) are those, and each token attends only to its own document
+  // (banded_causal_attention). Undefined: hidden_states(ids). The default refuses defined ones:
+  // a family of one's own that does not take them says so.
+  virtual Tensor hidden_states(const Tensor& ids, const Tensor& position_ids);
   // Generation: ids continue the sequences of `cache`, their keys and values join it (nn/kv_cache.h).
   virtual Tensor hidden_states(const Tensor& ids, KVCache& cache) = 0;
   // The head on hidden states (and whatever the family does after it).
   virtual Tensor logits(const Tensor& hidden) { return lm_head->forward(hidden); }
-  // Next-token loss of forward(ids) against labels (see causal_lm_loss): a plain bias-free head
-  // takes the fused head + cross-entropy (no [B, T, V] logits), an adapted one its logits.
-  virtual Tensor loss(const Tensor& ids, const Tensor& labels);
+  // Next-token loss of forward(ids) (with position_ids, as hidden_states') against labels (see
+  // causal_lm_loss): a plain bias-free head takes the fused head + cross-entropy (no [B, T, V]
+  // logits), an adapted one its logits.
+  virtual Tensor loss(const Tensor& ids, const Tensor& labels, const Tensor& position_ids = Tensor());
 
   virtual Embedding& input_embeddings() = 0;
   virtual ModelDims dims() const = 0;
@@ -48,5 +55,10 @@ class CausalLM : public Module {
 
   std::shared_ptr<Linear> lm_head;
 };
+
+// What a family's forward checks of position_ids (`who` names it in errors): [B, T] as ids, int32
+// or int64, on ids' device, every position in [0, context) (read on the host for CPU tensors; on
+// a GPU the position lookup's index checks report one outside).
+void check_position_ids(const char* who, const Tensor& ids, const Tensor& position_ids, int64_t context);
 
 }  // namespace tg::nn

@@ -107,8 +107,9 @@ GemmaDecoderLayer::GemmaDecoderLayer(const GemmaConfig& c, int64_t index, Genera
   register_module("post_feedforward_layernorm", post_feedforward_layernorm);
 }
 
-Tensor GemmaDecoderLayer::forward(const Tensor& x, const Tensor& cos, const Tensor& sin, const LayerCache* cache) {
-  Tensor a = self_attn->forward(input_layernorm->forward(x), cos, sin, cache);
+Tensor GemmaDecoderLayer::forward(const Tensor& x, const Tensor& cos, const Tensor& sin, const LayerCache* cache,
+                                 const Tensor& position_ids) {
+  Tensor a = self_attn->forward(input_layernorm->forward(x), cos, sin, cache, position_ids);
   Tensor h = add(x, post_attention_layernorm->forward(a));
   return add(h, post_feedforward_layernorm->forward(mlp->forward(pre_feedforward_layernorm->forward(h))));
 }
@@ -134,20 +135,29 @@ Tensor GemmaModel::embed(const Tensor& ids) const {
   return mul(e, embed_scale(config.hidden_size, e.dtype()));
 }
 
-Tensor GemmaModel::forward(const Tensor& ids) {
+Tensor GemmaModel::forward(const Tensor& ids, const Tensor& position_ids) {
   check_ids(ids);
   const int64_t T = ids.shape()[1];
-  const std::pair<Tensor, Tensor> global = rotary_emb->cos_sin(T), local = rotary_emb_local->cos_sin(T);
+  std::pair<Tensor, Tensor> global, local;
+  if (position_ids.defined()) {
+    check_position_ids("GemmaModel", ids, position_ids, config.max_position_embeddings);
+    const DType dt = embed_tokens->weight.dtype();
+    global = rotary_emb->cos_sin(position_ids, dt), local = rotary_emb_local->cos_sin(position_ids, dt);
+  } else {
+    global = rotary_emb->cos_sin(T), local = rotary_emb_local->cos_sin(T);
+  }
   Tensor h = embed(ids);
   const bool checkpointing = is_gradient_checkpointing() && is_training();
   for (const auto& layer : *layers) {
     const auto& [cos, sin] = layer->sliding ? local : global;
     if (checkpointing) {
       // The layer's activations are recomputed at backward.
-      auto fn = [layer](const std::vector<Tensor>& in) { return std::vector<Tensor>{layer->forward(in[0], in[1], in[2])}; };
+      auto fn = [layer, position_ids](const std::vector<Tensor>& in) {
+        return std::vector<Tensor>{layer->forward(in[0], in[1], in[2], nullptr, position_ids)};
+      };
       h = checkpoint(fn, {h, cos, sin})[0];
     } else {
-      h = layer->forward(h, cos, sin);
+      h = layer->forward(h, cos, sin, nullptr, position_ids);
     }
   }
   return norm->forward(h);
@@ -197,9 +207,9 @@ Tensor GemmaForCausalLM::logits(const Tensor& hidden) {
   return cap > 0 ? mul(tanh(div(logits, cap)), cap) : logits;
 }
 
-Tensor GemmaForCausalLM::loss(const Tensor& ids, const Tensor& labels) {
-  if (config.final_logit_softcapping > 0) return causal_lm_loss(forward(ids), labels);
-  return CausalLM::loss(ids, labels);
+Tensor GemmaForCausalLM::loss(const Tensor& ids, const Tensor& labels, const Tensor& position_ids) {
+  if (config.final_logit_softcapping > 0) return causal_lm_loss(logits(hidden_states(ids, position_ids)), labels);
+  return CausalLM::loss(ids, labels, position_ids);
 }
 
 ModelDims GemmaForCausalLM::dims() const {

@@ -20,19 +20,21 @@ namespace {
 // bit (-0 + v = v for every v) and whose backward gives x the gradient it gives residual and delta
 // without checkpointing, which add's backward hands to both unchanged: the same bits, half the
 // memory (QLoRA's 8B at 4 x 2048 tokens keeps 2 GiB of checkpoints, not 4).
+// position_ids (no gradient) are captured, not passed as an input.
 std::pair<Tensor, Tensor> checkpointed(const std::shared_ptr<LlamaDecoderLayer>& layer, const Tensor& residual,
-                                       const Tensor& delta, const Tensor& cos, const Tensor& sin) {
+                                       const Tensor& delta, const Tensor& cos, const Tensor& sin,
+                                       const Tensor& position_ids) {
   std::vector<Tensor> out;
   if (delta.defined()) {
-    auto fn = [layer](const std::vector<Tensor>& in) {
+    auto fn = [layer, position_ids](const std::vector<Tensor>& in) {
       const Tensor minus_zero = full(in[0].shape(), -0.0, in[0].options());
-      auto [h, m] = layer->forward_unsummed(in[0], minus_zero, in[1], in[2]);
+      auto [h, m] = layer->forward_unsummed(in[0], minus_zero, in[1], in[2], nullptr, position_ids);
       return std::vector<Tensor>{h, m};
     };
     out = checkpoint(fn, {add(residual, delta), cos, sin});
   } else {  // the first layer: its input is the embedding alone
-    auto fn = [layer](const std::vector<Tensor>& in) {
-      auto [h, m] = layer->forward_unsummed(in[0], Tensor(), in[1], in[2]);
+    auto fn = [layer, position_ids](const std::vector<Tensor>& in) {
+      auto [h, m] = layer->forward_unsummed(in[0], Tensor(), in[1], in[2], nullptr, position_ids);
       return std::vector<Tensor>{h, m};
     };
     out = checkpoint(fn, {residual, cos, sin});
@@ -125,20 +127,21 @@ LlamaDecoderLayer::LlamaDecoderLayer(const LlamaConfig& c, Generator& gen) : Mod
   register_module("post_attention_layernorm", post_attention_layernorm);
 }
 
-Tensor LlamaDecoderLayer::forward(const Tensor& x, const Tensor& cos, const Tensor& sin, const LayerCache* cache) {
-  auto [h, m] = forward_unsummed(x, Tensor(), cos, sin, cache);
+Tensor LlamaDecoderLayer::forward(const Tensor& x, const Tensor& cos, const Tensor& sin, const LayerCache* cache,
+                                 const Tensor& position_ids) {
+  auto [h, m] = forward_unsummed(x, Tensor(), cos, sin, cache, position_ids);
   return add(h, m);
 }
 
 std::pair<Tensor, Tensor> LlamaDecoderLayer::forward_unsummed(const Tensor& residual, const Tensor& delta,
                                                               const Tensor& cos, const Tensor& sin,
-                                                              const LayerCache* cache) {
+                                                              const LayerCache* cache, const Tensor& position_ids) {
   Tensor x = residual, n;
   if (delta.defined())
     std::tie(n, x) = fused_add_rms_norm(delta, residual, input_layernorm->weight, input_layernorm->eps);
   else
     n = input_layernorm->forward(residual);
-  Tensor a = self_attn->forward(n, cos, sin, cache);
+  Tensor a = self_attn->forward(n, cos, sin, cache, position_ids);
   // h = x + a and n = post_attention_layernorm(h) in one pass (one kernel instead of two).
   auto [n2, h] = fused_add_rms_norm(a, x, post_attention_layernorm->weight, post_attention_layernorm->eps);
   return {h, mlp->forward(n2)};
@@ -157,15 +160,19 @@ LlamaModel::LlamaModel(const LlamaConfig& c, Generator& gen) : Module("LlamaMode
   register_module("rotary_emb", rotary_emb);
 }
 
-Tensor LlamaModel::forward(const Tensor& ids) {
+Tensor LlamaModel::forward(const Tensor& ids, const Tensor& position_ids) {
   TG_CHECK(ids.defined() && ids.dim() == 2 && is_integral(ids.dtype()) && ids.dtype() != kBool, "LlamaModel",
            "ids must be [B, T] int32/int64, got ", ids.defined() ? shape_str(ids.shape()) : std::string("undefined"),
            ids.defined() ? std::string(" ") + dtype_name(ids.dtype()) : std::string());
-  auto [cos, sin] = rotary_emb->cos_sin(ids.shape()[1]);
+  if (position_ids.defined()) check_position_ids("LlamaModel", ids, position_ids, config.max_position_embeddings);
+  Tensor cos, sin;
+  std::tie(cos, sin) = position_ids.defined() ? rotary_emb->cos_sin(position_ids, embed_tokens->weight.dtype())
+                                              : rotary_emb->cos_sin(ids.shape()[1]);
   Tensor h = embed_tokens->forward(ids), m;  // each layer's output is h + m
   const bool checkpointing = is_gradient_checkpointing() && is_training();
   for (const auto& layer : *layers)
-    std::tie(h, m) = checkpointing ? checkpointed(layer, h, m, cos, sin) : layer->forward_unsummed(h, m, cos, sin);
+    std::tie(h, m) = checkpointing ? checkpointed(layer, h, m, cos, sin, position_ids)
+                                   : layer->forward_unsummed(h, m, cos, sin, nullptr, position_ids);
   return m.defined() ? final_norm(*norm, h, m) : norm->forward(h);
 }
 

@@ -66,8 +66,12 @@ std::pair<Tensor, Tensor> RotaryEmbedding::cos_sin(const CacheStep& step, DType 
            " is past max_position_embeddings ", max_positions);
   if (step.uniform)
     return {slice(cos, 0, step.start, step.start + step.tokens), slice(sin, 0, step.start, step.start + step.tokens)};
-  return {unsqueeze(tg::to(embedding(cos, step.positions), dtype), 1),
-          unsqueeze(tg::to(embedding(sin, step.positions), dtype), 1)};
+  return cos_sin(step.positions, dtype);
+}
+
+std::pair<Tensor, Tensor> RotaryEmbedding::cos_sin(const Tensor& position_ids, DType dtype) const {
+  return {unsqueeze(tg::to(embedding(cos, position_ids), dtype), 1),
+          unsqueeze(tg::to(embedding(sin, position_ids), dtype), 1)};
 }
 
 std::string RotaryEmbedding::extra_repr() const {

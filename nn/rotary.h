@@ -34,6 +34,10 @@ class RotaryEmbedding : public Module {
   // The rows of a cached forward's positions: [T, head_dim] slices when every sequence has the
   // same ones, else per sequence [B, 1, T, head_dim] in `dtype` (as apply_rotary casts them).
   std::pair<Tensor, Tensor> cos_sin(const CacheStep& step, DType dtype) const;
+  // The rows of position_ids [B, T] (int32 / int64; packed rows): per sequence [B, 1, T, head_dim]
+  // in `dtype`. A position outside [0, max_positions) is a tg::Error (on a GPU, as embedding's
+  // index checks report it).
+  std::pair<Tensor, Tensor> cos_sin(const Tensor& position_ids, DType dtype) const;
 
   int64_t head_dim, max_positions;
   double theta;

@@ -59,15 +59,20 @@ Tensor apply_rotary(const Tensor& x, const Tensor& cos, const Tensor& sin) {
   check_same("apply_rotary", {{"x", x}, {"cos", cos}, {"sin", sin}}, false);
   TG_CHECK(x.dim() >= 2, "apply_rotary", "x must be [..., T, head_dim], got ", x.shape());
   const int64_t T = x.shape()[x.dim() - 2], hd = x.shape().back();
-  TG_CHECK(cos.shape() == Shape({T, hd}) && sin.shape() == Shape({T, hd}), "apply_rotary", "cos and sin must be [",
-           T, ", ", hd, "] for x ", x.shape(), ", got cos ", cos.shape(), ", sin ", sin.shape());
+  const bool per_sequence = x.dim() == 4 && cos.dim() == 4;
+  const Shape table = per_sequence ? Shape({x.shape()[0], 1, T, hd}) : Shape({T, hd});
+  TG_CHECK(cos.shape() == table && sin.shape() == table, "apply_rotary", "cos and sin must be [", T, ", ", hd, "]",
+           x.dim() == 4 ? " or [" + std::to_string(x.shape()[0]) + ", 1, " + std::to_string(T) + ", " +
+                              std::to_string(hd) + "]"
+                        : std::string(),
+           " for x ", x.shape(), ", got cos ", cos.shape(), ", sin ", sin.shape());
   TG_CHECK(hd % 2 == 0, "apply_rotary", "head_dim (the last dim of x) must be even, got shape ", x.shape());
   if (fused_applies(x) && !cos.requires_grad() && !sin.requires_grad()) {
     KernelTrace::record(x.device().is_cuda() ? "rope.fused_cuda" : "rope.fused_cpu");
     Tensor xc = unit_last(x), c, s;
     {
       NoGradGuard g;
-      c = unit_last(to(cos, x.dtype())), s = unit_last(to(sin, x.dtype()));
+      c = contiguous(to(cos, x.dtype())), s = contiguous(to(sin, x.dtype()));
     }
     Tensor out = empty_like_layout(xc);  // keeps a head-split view's layout (see ops/detail/layout.h)
     if (out.numel() > 0) TG_DISPATCH(x.device(), rope_forward, out, xc, c, s);

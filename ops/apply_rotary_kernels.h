@@ -1,8 +1,9 @@
 // Backend contract for the fused rotary embedding (ops/apply_rotary.h).
 //
 // x, out, g, dx are [..., T, hd] with a unit stride in the last dim and any other strides; cos
-// and sin are [T, hd] of the same dtype with a unit last stride (CPU: float32 or float64, CUDA:
-// float32 or bfloat16, computed in float32). h = hd / 2.
+// and sin are contiguous [T, hd] or [B, 1, T, hd] (a table per sequence: x's leading matrices
+// m = b * H + h read table b) of x's dtype (CPU: float32 or float64, CUDA: float32 or bfloat16,
+// computed in float32). h = hd / 2.
 #pragma once
 
 #include "core/tensor.h"

@@ -50,4 +50,23 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
 // The bool [L, S] mask that is true where key j > query i, on `device`.
 Tensor causal_mask(int64_t L, int64_t S, Device device = Device::cpu());
 
+// Causal attention inside bands: packed documents (flash_attn_varlen_func, transformers' packed
+// position_ids) and sliding windows. Query i sees the keys j with first(i) <= j <= i, where
+//   first(i) = max(i - position_ids[..., i], i - window + 1, 0),
+// taken as the largest over queries 0..i (a band never moves back along the row). A packed row's
+// positions count 0, 1, 2, ... from each document's first token (DataCollatorWithFlattening's
+// position_ids), so i - position_ids[i] is that token: every document attends only to itself.
+// position_ids: int32 / int64, [B, L] for 4-D q [B, H, L, E], or [L] shared by every sequence;
+// undefined: one document a row. window 0: no window. q, k, v, scale, dropout_p and enable_gqa as
+// scaled_dot_product_attention's (3-D or 4-D). The fused kernels (CPU, CUDA flash) honour the
+// band and skip the key tiles entirely outside it, as they skip the causal upper triangle;
+// elsewhere the composition runs with banded_causal_mask.
+Tensor banded_causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& position_ids,
+                               int64_t window = 0, std::optional<double> scale = std::nullopt, double dropout_p = 0.0,
+                               Generator& gen = default_generator(), bool enable_gqa = false);
+// Its band as a bool mask (true: the key takes part) for L queries and S keys: [B, 1, L, S] for
+// position_ids [B, L], else [L, S]; on position_ids' device (or `device` when undefined).
+Tensor banded_causal_mask(const Tensor& position_ids, int64_t window, int64_t L, int64_t S,
+                          Device device = Device::cpu());
+
 }  // namespace tg

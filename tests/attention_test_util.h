@@ -48,14 +48,25 @@ struct Grads {
 // [B, heads, T, hd] as the transpose of a [B, T, heads, hd] tensor (how the model splits heads).
 inline Tensor head_view(const Tensor& projection) { return transpose(projection, 1, 2); }
 
-// Forward and backward of sdpa on leaves (q, k, v in [B, T, heads, hd] memory) against `dout`.
+// A band for banded_causal_attention: position ids [B, L] (undefined: none) and a window (0: none).
+struct Band {
+  Tensor position_ids;
+  int64_t window = 0;
+  bool on() const { return position_ids.defined() || window > 0; }
+};
+
+// Forward and backward of sdpa (or, with a band, banded_causal_attention) on leaves (q, k, v in
+// [B, T, heads, hd] memory) against `dout`.
 inline Grads run(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, bool causal,
-                 std::array<bool, 3> wants = {true, true, true}) {
+                 std::array<bool, 3> wants = {true, true, true}, const Band& band = {}) {
   Tensor lq = q.detach().requires_grad_(wants[0]), lk = k.detach().requires_grad_(wants[1]),
          lv = v.detach().requires_grad_(wants[2]);
   const bool gqa = q.shape()[2] != k.shape()[2];
-  Tensor out = scaled_dot_product_attention(head_view(lq), head_view(lk), head_view(lv), causal, std::nullopt, 0.0,
-                                            default_generator(), gqa);
+  Tensor pos = band.position_ids.defined() ? to(band.position_ids, q.device()) : Tensor();
+  Tensor out = band.on() ? banded_causal_attention(head_view(lq), head_view(lk), head_view(lv), pos, band.window,
+                                                   std::nullopt, 0.0, default_generator(), gqa)
+                         : scaled_dot_product_attention(head_view(lq), head_view(lk), head_view(lv), causal,
+                                                        std::nullopt, 0.0, default_generator(), gqa);
   if (wants[0] || wants[1] || wants[2]) out.backward(dout);
   return {out.detach(), lq.grad(), lk.grad(), lv.grad()};
 }
@@ -105,17 +116,18 @@ inline void poison_allocator(const Case& c) {
 }
 
 // One case on the GPU against float64 on the CPU, out and every gradient; `kernel` is the forward's
-// trace name, `backward` the backward's.
-inline void check_case(const Case& c, uint64_t seed, const char* kernel, const char* backward) {
+// trace name, `backward` the backward's; with a band, banded_causal_attention's.
+inline void check_case(const Case& c, uint64_t seed, const char* kernel, const char* backward, const Band& band = {}) {
   SCOPED_TRACE(name_of(c));
   Generator gen(seed);
   // Inputs drawn on the CPU, rounded to bf16; the reference runs in float64 on those values.
   Tensor q = to(randn({c.B, c.L, c.H, c.hd}, gen), kBFloat16), k = to(randn({c.B, c.S, c.Hkv, c.hd}, gen), kBFloat16);
   Tensor v = to(randn({c.B, c.S, c.Hkv, c.hd}, gen), kBFloat16), dout = to(randn({c.B, c.H, c.L, c.hd}, gen), kBFloat16);
-  Grads want = run(to(q, kFloat64), to(k, kFloat64), to(v, kFloat64), to(dout, kFloat64), c.causal);
+  Grads want = run(to(q, kFloat64), to(k, kFloat64), to(v, kFloat64), to(dout, kFloat64), c.causal, {true, true, true},
+                   band);
   poison_allocator(c);
   KernelTrace trace;
-  Grads got = run(to(q, kGpu), to(k, kGpu), to(v, kGpu), to(dout, kGpu), c.causal);
+  Grads got = run(to(q, kGpu), to(k, kGpu), to(v, kGpu), to(dout, kGpu), c.causal, {true, true, true}, band);
   EXPECT_TRUE(trace.contains(kernel)) << trace.str();
   EXPECT_TRUE(trace.contains(backward)) << trace.str();
   if (std::string(kernel) != "sdpa.composite") EXPECT_FALSE(trace.contains("sdpa.composite")) << trace.str();

@@ -3,7 +3,8 @@
 // of the 64-row tiles, one query, grouped-query ratios 1, 2, 4, causal and not), in the layout
 // the model gives them ([B, H, T, hd] views of [B, T, H, hd] projections); which gradients each
 // mask computes; determinism; and where the composition still runs. GPU tests skip without a
-// device. tests/test_attention_cudnn.cpp tests cuDNN's kernels.
+// device. banded_causal_attention's flash variants likewise against the CPU's banded kernel.
+// tests/test_attention_cudnn.cpp tests cuDNN's kernels.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -58,6 +59,55 @@ TEST(AttentionCuda, FlashMatchesFloat64WithMoreOrFewerKeysThanQueries) {
   uint64_t seed = 300;
   for (auto [L, S] : {std::pair<int64_t, int64_t>{70, 130}, {130, 70}, {1, 65}, {65, 1}})
     for (bool causal : {true, false}) check_case({1, 2, 2, L, S, 64, causal}, seed++, kFlash, kFlashBackward);
+}
+
+// Position ids of documents of random lengths in [1, longest], filling each of B rows of L.
+Tensor random_documents(int64_t B, int64_t L, int64_t longest, Generator& gen) {
+  std::vector<int64_t> pos;
+  const std::vector<int64_t> lengths = randint(1, longest + 1, {B * L}, gen, {kInt64}).to_vector<int64_t>();
+  for (int64_t b = 0, d = 0; b < B; ++b)
+    for (int64_t i = 0; i < L;)
+      for (int64_t n = lengths[d++], t = 0; t < n && i < L; ++t, ++i) pos.push_back(t);
+  return from_vector(pos, {B, L});
+}
+
+TEST(AttentionCuda, BandedFlashMatchesFloat64) {
+  TG_REQUIRE_CUDA();
+  // Packed documents (short ones: many bands a tile; long ones: tiles skipped), sliding windows,
+  // both, one band for every sequence; more and fewer keys than queries.
+  uint64_t seed = 1000;
+  Generator gen(999);
+  for (int64_t hd : {32, 64, 128})
+    for (int64_t group : {1, 4}) {
+      const Case c{2, 4, 4 / group, 700, 700, hd, true};
+      check_case(c, seed++, kFlash, kFlashBackward, {random_documents(2, 700, 40, gen)});
+      check_case(c, seed++, kFlash, kFlashBackward, {random_documents(2, 700, 400, gen)});
+      check_case(c, seed++, kFlash, kFlashBackward, {Tensor(), 129});
+      check_case(c, seed++, kFlash, kFlashBackward, {random_documents(2, 700, 300, gen), 100});
+      check_case(c, seed++, kFlash, kFlashBackward, {random_documents(1, 700, 200, gen)});
+    }
+  check_case({1, 2, 2, 150, 260, 64, true}, seed++, kFlash, kFlashBackward, {random_documents(1, 150, 50, gen)});
+  check_case({1, 2, 2, 260, 150, 64, true}, seed++, kFlash, kFlashBackward, {random_documents(1, 260, 90, gen)});
+}
+
+TEST(AttentionCuda, BandedMasksComputeOnlyTheirGradientsBitwise) {
+  TG_REQUIRE_CUDA();
+  Generator gen(1100);
+  const int64_t B = 2, T = 300, H = 4, Hkv = 2, hd = 128;
+  Tensor q = to(randn({B, T, H, hd}, gen), kBFloat16, kGpu), k = to(randn({B, T, Hkv, hd}, gen), kBFloat16, kGpu);
+  Tensor v = to(randn({B, T, Hkv, hd}, gen), kBFloat16, kGpu), dout = to(randn({B, H, T, hd}, gen), kBFloat16, kGpu);
+  const Band band{random_documents(B, T, 90, gen), 64};
+  const Grads all = run(q, k, v, dout, true, {true, true, true}, band);
+  const Grads again = run(q, k, v, dout, true, {true, true, true}, band);
+  EXPECT_TENSOR_EQ(again.dq, all.dq);
+  EXPECT_TENSOR_EQ(again.dk, all.dk);
+  for (std::array<bool, 3> wants : {std::array<bool, 3>{false, true, true}, {true, false, true}, {true, true, false},
+                                    {true, false, false}}) {
+    const Grads part = run(q, k, v, dout, true, wants, band);
+    if (wants[0]) EXPECT_TENSOR_EQ(part.dq, all.dq);
+    if (wants[1]) EXPECT_TENSOR_EQ(part.dk, all.dk);
+    if (wants[2]) EXPECT_TENSOR_EQ(part.dv, all.dv);
+  }
 }
 
 TEST(AttentionCuda, EachMaskComputesOnlyItsGradientsAndTheOthersBitwise) {

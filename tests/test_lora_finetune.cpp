@@ -509,3 +509,38 @@ TEST(LoraFinetune, ATokenFileWithIdsBeyondTheEmbeddingIsRefusedBeforeTraining) {
       << log;
   EXPECT_FALSE(fs::exists(dir / "o/log.csv"));
 }
+
+// Conversations pack as Layout::PackSeparate unless --layout says otherwise: each conversation
+// attends only to itself, and the training and validation losses are finite.
+TEST(LoraFinetune, ChatDataPacksEachConversationSeparatelyByDefault) {
+  TempDir dir;
+  const fs::path base = dir / "base";
+  fs::create_directories(base);
+  for (const char* f : {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json"})
+    fs::copy_file(fixtures() / "tiny_llama" / f, base / f);
+  write(base / "tokenizer_config.json",
+        R"({"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",)"
+        R"( "chat_template": "{% for m in messages %}{% if m.role == 'assistant' %}{% generation %}{{ m.content }})"
+        R"({{ eos_token }}{% endgeneration %}{% else %}{{ m.content }}{% endif %}{% endfor %}"})");
+  std::string chat;
+  const char* names[] = {"alice", "bob", "carol", "dave", "erin"};
+  for (int i = 0; i < 60; ++i)
+    chat += std::string(R"({"messages": [{"role": "user", "content": "what does )") + names[i % 5] +
+            R"( like?"}, {"role": "assistant", "content": ")" + names[i % 5] + " likes " +
+            std::string(i % 3 ? "tea" : "long walks by the river in the evening") + R"(."}]})" + "\n";
+  write(dir / "chat.jsonl", chat);
+  const std::string args = "--base " + base.string() + " --data " + (dir / "chat.jsonl") +
+                           " --steps 3 --batch 2 --seq 64 --threads 2 --eval-every 3 --sample-tokens 0 --out ";
+  for (const char* layout : {"", "pack"}) {
+    SCOPED_TRACE(*layout ? layout : "auto");
+    std::string log;
+    const std::string out = dir / (std::string("out-") + layout);
+    ASSERT_EQ(finetune(args + out + (*layout ? std::string(" --layout ") + layout : std::string()), dir, &log), 0) << log;
+    EXPECT_NE(log.find(std::string("tokens (") + (*layout ? layout : "pack-separate") + ")"), std::string::npos) << log;
+    for (const LossRow& r : losses(out + "/loss.csv")) EXPECT_TRUE(std::isfinite(r.loss)) << r.split << " " << r.step;
+  }
+  std::string log;
+  EXPECT_EQ(finetune(args + (dir / "o") + " --layout packed", dir, &log), 2);
+  EXPECT_NE(log.find("--layout wants auto, pack, pad or pack-separate, got 'packed'"), std::string::npos) << log;
+}
+

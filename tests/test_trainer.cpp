@@ -1,6 +1,7 @@
 // train::Trainer on a tiny Llama with LoRA on the CPU: the loss falls, a resumed run is bitwise the
 // uninterrupted one, save_total_limit, extending a finished run, the data fingerprint, argument
-// validation, the callbacks' order, evaluate() against a hand-computed mean, and the schedules.
+// validation, the callbacks' order, evaluate() against a hand-computed mean, the schedules, and
+// packed rows (Layout::PackSeparate) trained with their position ids, on one rank or several.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -56,7 +57,8 @@ std::shared_ptr<nn::LlamaForCausalLM> lora_model(double dropout = 0.0, uint64_t 
 }
 
 // Examples whose next token follows from the current one (t -> 3t + 1 mod V): learnable.
-std::shared_ptr<data::SequenceDataset> pattern_rows(int examples = 40, int32_t changed_token = -1) {
+std::shared_ptr<data::SequenceDataset> pattern_rows(int examples = 40, int32_t changed_token = -1,
+                                                    data::Layout layout = data::Layout::Pack) {
   std::vector<std::vector<int32_t>> ids;
   for (int e = 0; e < examples; ++e) {
     std::vector<int32_t> x{static_cast<int32_t>(e % kVocab)};
@@ -64,7 +66,18 @@ std::shared_ptr<data::SequenceDataset> pattern_rows(int examples = 40, int32_t c
     ids.push_back(x);
   }
   if (changed_token >= 0) ids[examples - 1][5] = changed_token;
-  return std::make_shared<data::SequenceDataset>(data::corpus_from_examples(ids), kSeq, data::Layout::Pack);
+  return std::make_shared<data::SequenceDataset>(data::corpus_from_examples(ids), kSeq, layout);
+}
+
+// Short examples of 2 to 5 tokens of the pattern, packed whole into rows (Layout::PackSeparate).
+std::shared_ptr<data::SequenceDataset> packed_rows(int examples = 40) {
+  std::vector<std::vector<int32_t>> ids;
+  for (int e = 0; e < examples; ++e) {
+    std::vector<int32_t> x{static_cast<int32_t>((e * 7) % kVocab)};
+    for (int t = 1; t < 2 + e % 4; ++t) x.push_back((x.back() * 3 + 1) % kVocab);
+    ids.push_back(x);
+  }
+  return std::make_shared<data::SequenceDataset>(data::corpus_from_examples(ids), kSeq, data::Layout::PackSeparate);
 }
 
 TrainingArguments args_in(const TempDir& dir, int64_t max_steps) {
@@ -450,6 +463,27 @@ TEST(Trainer, EvaluateAfterTrainIsLoggedAndDrawn) {
   for (size_t at = svg.find("<circle"); at != std::string::npos; at = svg.find("<circle", at + 1)) ++markers;
   EXPECT_EQ(markers, 3u);  // eval_loss at steps 2, 4 and after train()
   EXPECT_NE(svg.find("optimizer step"), std::string::npos);
+
+TEST(Trainer, PackedRowsTrainWithTheirPositionIds) {
+  // A step's loss on PackSeparate rows is the model's loss given the rows' position ids (each
+  // example alone: tests/test_packing.cpp), not the loss of the rows read as one sequence.
+  TempDir dir;
+  auto rows = packed_rows();
+  TrainingArguments args = args_in(dir, 1);
+  const data::Batch first = rows->batch(0, args.per_device_train_batch_size, static_cast<uint64_t>(args.seed), Device::cpu());
+  double separate = 0, crossed = 0;
+  {
+    NoGradGuard no_grad;
+    auto before = lora_model();
+    separate = before->loss(first.ids, first.labels, first.position_ids).item<double>();
+    crossed = before->loss(first.ids, first.labels).item<double>();
+  }
+  Trainer trainer(lora_model(), rows, args, rows);
+  trainer.train();
+  ASSERT_EQ(train_losses(trainer.state()).size(), 1u);
+  EXPECT_NEAR(train_losses(trainer.state())[0], separate, 1e-6);
+  EXPECT_GT(std::abs(separate - crossed), 1e-4);
+  EXPECT_TRUE(std::isfinite(trainer.evaluate().at("eval_loss")));
 }
 
 TEST(Trainer, SaveModelWritesThePeftAdapter) {
@@ -485,53 +519,60 @@ TEST(Trainer, SchedulesAreTransformers) {
 // Two ranks (threads of a FakeGroup) of 2 rows each train as one process of 4 rows: the same
 // global batches, the gradients averaged (to float rounding: the sums run in another order).
 TEST(Trainer, DataParallelRanksTrainAsOneProcess) {
-  TempDir dir;
-  TrainingArguments args = args_in(dir, 6);
-  args.output_dir = dir / "one";
-  auto single = lora_model();
-  Trainer one(single, pattern_rows(), args);
-  one.train();
+  for (bool packed : {false, true}) {  // PackSeparate: each rank takes its rows' position ids
+    SCOPED_TRACE(packed ? "PackSeparate" : "Pack");
+    auto rows = [packed] { return packed ? packed_rows() : pattern_rows(); };
+    TempDir dir;
+    TrainingArguments args = args_in(dir, 6);
+    args.output_dir = dir / "one";
+    auto single = lora_model();
+    Trainer one(single, rows(), args);
+    one.train();
 
-  args.output_dir = dir / "ranks";
-  args.per_device_train_batch_size = 2;
-  std::vector<std::shared_ptr<nn::LlamaForCausalLM>> models = {lora_model(), lora_model()};
-  std::vector<std::vector<double>> losses(2);
-  distributed::FakeGroup::run(2, [&](distributed::Communicator& comm) {
-    Trainer rank(models[comm.rank()], pattern_rows(), args);
-    rank.use_communicator(comm);
-    rank.train();
-    losses[comm.rank()] = train_losses(rank.state());
-  });
-  const std::vector<double> want = train_losses(one.state());
-  ASSERT_EQ(losses[0].size(), want.size());
-  for (size_t i = 0; i < want.size(); ++i) {
-    EXPECT_NEAR(losses[0][i], want[i], 1e-5) << "step " << i + 1;
-    EXPECT_EQ(losses[1][i], losses[0][i]);  // every rank logs the global loss
+    args.output_dir = dir / "ranks";
+    args.per_device_train_batch_size = 2;
+    std::vector<std::shared_ptr<nn::LlamaForCausalLM>> models = {lora_model(), lora_model()};
+    std::vector<std::vector<double>> losses(2);
+    distributed::FakeGroup::run(2, [&](distributed::Communicator& comm) {
+      Trainer rank(models[comm.rank()], rows(), args);
+      rank.use_communicator(comm);
+      rank.train();
+      losses[comm.rank()] = train_losses(rank.state());
+    });
+    const std::vector<double> want = train_losses(one.state());
+    ASSERT_EQ(losses[0].size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_NEAR(losses[0][i], want[i], 1e-5) << "step " << i + 1;
+      EXPECT_EQ(losses[1][i], losses[0][i]);  // every rank logs the global loss
+    }
+    const std::vector<float> a = trainable_values(*single), b = trainable_values(*models[0]);
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5);
+    EXPECT_EQ(trainable_values(*models[1]), b);
+    EXPECT_TRUE(fs::exists(dir / "ranks/checkpoint-6/training_state.safetensors"));  // rank 0 wrote it
   }
-  const std::vector<float> a = trainable_values(*single), b = trainable_values(*models[0]);
-  ASSERT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5);
-  EXPECT_EQ(trainable_values(*models[1]), b);
-  EXPECT_TRUE(fs::exists(dir / "ranks/checkpoint-6/training_state.safetensors"));  // rank 0 wrote it
 }
 
 // On the GPU the captured step's replays are the eager steps bit for bit (the lead's GPU run).
 TEST(Trainer, CudaGraphRunEqualsTheEagerOneOnTheGpu) {
   if (!cuda_is_available()) GTEST_SKIP() << "no CUDA device";
   TempDir dir;
-  std::vector<std::vector<float>> weights;
-  for (const char* graph : {"off", "on"}) {
-    TrainingArguments args = args_in(dir, 8);
-    args.use_cpu = false;
-    args.cuda_graph = graph;
-    args.output_dir = dir / graph;
-    auto model = lora_model();
-    Trainer trainer(model, pattern_rows(), args);
-    trainer.train();
-    EXPECT_EQ(trainer.uses_cuda_graph(), std::string(graph) == "on");
-    weights.push_back(trainable_values(*model));
+  for (bool packed : {false, true}) {  // PackSeparate rows: the graph replays their position ids too
+    SCOPED_TRACE(packed ? "PackSeparate" : "Pack");
+    std::vector<std::vector<float>> weights;
+    for (const char* graph : {"off", "on"}) {
+      TrainingArguments args = args_in(dir, 8);
+      args.use_cpu = false;
+      args.cuda_graph = graph;
+      args.output_dir = dir / (std::string(graph) + (packed ? "-packed" : ""));
+      auto model = lora_model();
+      Trainer trainer(model, packed ? packed_rows() : pattern_rows(), args);
+      trainer.train();
+      EXPECT_EQ(trainer.uses_cuda_graph(), std::string(graph) == "on");
+      weights.push_back(trainable_values(*model));
+    }
+    EXPECT_EQ(weights[0], weights[1]);
   }
-  EXPECT_EQ(weights[0], weights[1]);
 }
 
 }  // namespace

@@ -152,7 +152,8 @@ std::vector<double> Trainer::sum_over_ranks(std::vector<double> values) const {
 data::Batch Trainer::shard(const data::Batch& global) const {
   const int64_t n = args_.per_device_train_batch_size;
   auto rows = [&](const Tensor& t) { return contiguous(slice(t, 0, rank_ * n, (rank_ + 1) * n)); };
-  data::Batch out{to(rows(global.ids), device_), to(rows(global.labels), device_), 0};
+  data::Batch out{to(rows(global.ids), device_), to(rows(global.labels), device_), 0,
+                  global.position_ids.defined() ? to(rows(global.position_ids), device_) : Tensor()};
   // As the dataset counts them: positions after a row's first whose label is not ignored.
   const std::vector<int64_t> labels = rows(global.labels).to_vector<int64_t>();
   const int64_t seq = global.labels.size(1);
@@ -252,9 +253,9 @@ TrainOutput Trainer::train() {
   for (auto& cb : callbacks_) cb->on_train_begin(state_);
 
   optim::Optimizer& opt = *optimizer_;
-  GraphedStep graphed(use_graph_, [&](const Tensor& ids, const Tensor& labels) {
+  GraphedStep graphed(use_graph_, [&](const Tensor& ids, const Tensor& labels, const Tensor& position_ids) {
     opt.zero_grad();
-    Tensor loss = model_->loss(ids, labels);
+    Tensor loss = model_->loss(ids, labels, position_ids);
     loss.backward();
     Tensor norm = args_.max_grad_norm > 0 ? optim::clip_grad_norm_(model_->trainable_parameters(), args_.max_grad_norm)
                                           : Tensor();
@@ -317,7 +318,7 @@ Trainer::StepResult Trainer::run_step(int64_t step, GraphedStep& graphed) {
   double loss = 0;
   if (graphed.enabled()) {  // one micro-batch, one process
     if (targets > 0) {
-      const std::vector<Tensor> out = graphed(micro[0].ids, micro[0].labels);
+      const std::vector<Tensor> out = graphed(micro[0].ids, micro[0].labels, micro[0].position_ids);
       loss = out[0].item();
       r.grad_norm = out[1];
     }
@@ -326,7 +327,7 @@ Trainer::StepResult Trainer::run_step(int64_t step, GraphedStep& graphed) {
     for (int64_t k = 0; k < accum; ++k) {
       const data::Batch& b = micro[k];
       if (b.targets == 0) continue;  // with data parallelism sync_gradients adds zeros for it
-      Tensor l = model_->loss(b.ids, b.labels);
+      Tensor l = model_->loss(b.ids, b.labels, b.position_ids);
       const double weight = static_cast<double>(b.targets) / static_cast<double>(targets);
       loss += l.item() * weight;
       // The ranks' gradients are averaged: this rank's share is scaled up by the world size.
@@ -369,7 +370,7 @@ LogEntry Trainer::evaluate(std::shared_ptr<const data::SequenceDataset> dataset,
       const data::Batch b =
           dataset->rows_batch(first, std::min(args_.per_device_eval_batch_size, dataset->rows() - first), device_);
       if (b.targets == 0) continue;
-      total += model_->loss(b.ids, b.labels).item() * static_cast<double>(b.targets);
+      total += model_->loss(b.ids, b.labels, b.position_ids).item() * static_cast<double>(b.targets);
       targets += b.targets;
     }
     model_->train(was_training);

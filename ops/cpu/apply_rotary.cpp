@@ -38,11 +38,12 @@ void for_rows(const Tensor& dst, const Tensor& src, const Tensor& cos, const Ten
   const T* ps = src.data_ptr<T>();
   const T* pc = cos.data_ptr<T>();
   const T* pn = sin.data_ptr<T>();
-  const int64_t cs = cos.strides()[0], ss = sin.strides()[0];
+  // Contiguous tables, one for every `group` consecutive matrices of x (all of them for [T, hd]).
+  const int64_t matrices = static_cast<int64_t>(s.off.size()), group = matrices / (cos.numel() / (T_ * hd));
   parallel_for(0, rows, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(hd, 1)), [&](int64_t lo, int64_t hi) {
     for (int64_t r = lo; r < hi; ++r) {
-      const int64_t b = r / T_, t = r % T_;
-      f(pd + d.off[b] + t * d.rs, ps + s.off[b] + t * s.rs, pc + t * cs, pn + t * ss, hd / 2);
+      const int64_t b = r / T_, t = r % T_, row = (b / group * T_ + t) * hd;
+      f(pd + d.off[b] + t * d.rs, ps + s.off[b] + t * s.rs, pc + row, pn + row, hd / 2);
     }
   });
 }

@@ -20,16 +20,18 @@ constexpr int kThreads = 256, kRowsPerBlock = 64;
 // Block (x, y): rows [64 x, 64 x + 64) of T of the leading matrices y, y + gridDim.y, ... (every
 // dim but the last two, flattened), so a matrix's offset is divided out once per matrix, not per
 // row; its threads take (row, pack) pairs of those rows, `packs` = h / N packs a half-row.
+// The tables are contiguous, one for every `group` consecutive matrices (all of them for [T, hd]).
 template <class T, int N, bool kBackward>
 __global__ void rope_kernel(T* dst, const T* src, const T* cos, const T* sin, StridedIndex dlead, StridedIndex slead,
-                            int64_t lead, int64_t drs, int64_t srs, int T_, int h) {
+                            int64_t lead, int64_t group, int64_t drs, int64_t srs, int T_, int h) {
   const int packs = h / N, t0 = blockIdx.x * kRowsPerBlock, rows = min(kRowsPerBlock, T_ - t0);
   for (int64_t m = blockIdx.y; m < lead; m += gridDim.y) {
     const T* xm = src + slead.offset(m);
     T* om = dst + dlead.offset(m);
+    const int64_t table = m / group * T_;  // its first row
     for (int idx = threadIdx.x; idx < rows * packs; idx += kThreads) {
       const int t = t0 + idx / packs, i = idx % packs * N;
-      const T *x = xm + t * srs + i, *c = cos + int64_t(t) * 2 * h + i, *s = sin + int64_t(t) * 2 * h + i;
+      const T *x = xm + t * srs + i, *c = cos + (table + t) * 2 * h + i, *s = sin + (table + t) * 2 * h + i;
       Pack<T, N> a, b, c0, c1, s0, s1;
       load_pack<Access::plain>(a, x);
       load_pack<Access::plain>(b, x + h);
@@ -71,7 +73,7 @@ void rope(const Tensor& dst, const Tensor& src, const Tensor& cos, const Tensor&
   dispatch_gpu_float(src.dtype(), "apply_rotary", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const int64_t n = src.dim(), T_ = src.shape()[n - 2], hd = src.shape()[n - 1], h = hd / 2;
-    const int64_t lead = src.numel() / (T_ * hd);
+    const int64_t lead = src.numel() / (T_ * hd), group = lead / (cos.numel() / (T_ * hd));
     TG_CHECK(T_ <= INT32_MAX, "apply_rotary", "more than 2^31 positions: ", T_);
     const dim3 grid(static_cast<unsigned>((T_ + kRowsPerBlock - 1) / kRowsPerBlock),
                     static_cast<unsigned>(std::min<int64_t>(lead, 65535)));
@@ -79,7 +81,7 @@ void rope(const Tensor& dst, const Tensor& src, const Tensor& cos, const Tensor&
       constexpr int N = decltype(width)::value;
       rope_kernel<T, N, kBackward><<<grid, kThreads, 0, stream_for(src)>>>(
           dst.data_ptr<T>(), src.data_ptr<T>(), cos.data_ptr<T>(), sin.data_ptr<T>(), lead_index(dst),
-          lead_index(src), lead, dst.strides()[n - 2], src.strides()[n - 2], static_cast<int>(T_),
+          lead_index(src), lead, group, dst.strides()[n - 2], src.strides()[n - 2], static_cast<int>(T_),
           static_cast<int>(h));
     };
     auto fits = [&](int N) {
