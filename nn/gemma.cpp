@@ -174,15 +174,19 @@ Tensor GemmaModel::forward(const Tensor& ids, KVCache& cache) {
 }
 
 GemmaForCausalLM::GemmaForCausalLM(const GemmaConfig& c, Generator& gen) : CausalLM("GemmaForCausalLM"), config(c) {
-  model = std::make_shared<GemmaModel>(c, gen);
-  lm_head = std::make_shared<Linear>(c.hidden_size, c.vocab_size, false, gen);
+  {
+    init::ReserveDrawsGuard redrawn_below;  // the layers' default init: only its counters are used
+    model = std::make_shared<GemmaModel>(c, gen);
+    lm_head = std::make_shared<Linear>(c.hidden_size, c.vocab_size, false, gen);
+  }
   register_module("model", model);
   register_module("lm_head", lm_head);
   // transformers' _init_weights: Linear and embedding weights ~ N(0, initializer_range), biases zero
   // (the norms' weights start at zero, which Gemma's 1 + w makes one).
   for (auto& [name, m] : named_modules()) {
     if (auto* lin = dynamic_cast<Linear*>(m)) {
-      init::normal_(lin->weight, 0.0, c.initializer_range, gen);
+      if (c.tie_word_embeddings && lin == lm_head.get()) init::reserve_draw(lin->weight, gen);  // tied below
+      else init::normal_(lin->weight, 0.0, c.initializer_range, gen);
       if (lin->bias.defined()) init::zeros_(lin->bias);
     } else if (auto* emb = dynamic_cast<Embedding*>(m)) {
       init::normal_(emb->weight, 0.0, c.initializer_range, gen);

@@ -181,15 +181,19 @@ Tensor LlamaModel::forward(const Tensor& ids, KVCache& cache) {
 }
 
 LlamaForCausalLM::LlamaForCausalLM(const LlamaConfig& c, Generator& gen) : CausalLM("LlamaForCausalLM"), config(c) {
-  model = std::make_shared<LlamaModel>(c, gen);
-  lm_head = std::make_shared<Linear>(c.hidden_size, c.vocab_size, false, gen);
+  {
+    init::ReserveDrawsGuard redrawn_below;  // the layers' default init: only its counters are used
+    model = std::make_shared<LlamaModel>(c, gen);
+    lm_head = std::make_shared<Linear>(c.hidden_size, c.vocab_size, false, gen);
+  }
   register_module("model", model);
   register_module("lm_head", lm_head);
   // transformers' _init_weights: every Linear and the embedding ~ N(0, initializer_range),
   // biases zero, norms one; drawn in module order from `gen`.
   for (auto& [name, m] : named_modules()) {
     if (auto* lin = dynamic_cast<Linear*>(m)) {
-      init::normal_(lin->weight, 0.0, c.initializer_range, gen);
+      if (c.tie_word_embeddings && lin == lm_head.get()) init::reserve_draw(lin->weight, gen);  // tied below
+      else init::normal_(lin->weight, 0.0, c.initializer_range, gen);
       if (lin->bias.defined()) init::zeros_(lin->bias);
     } else if (auto* emb = dynamic_cast<Embedding*>(m)) {
       init::normal_(emb->weight, 0.0, c.initializer_range, gen);
