@@ -39,8 +39,11 @@ Tensor window_mask(int64_t T, int64_t window, Device device) {
 }
 
 // Rotary embedding with shared [T, hd] tables (the fused op), or per-sequence [B, 1, T, hd] ones
-// (left-padded generation: the same formula, composed).
+// (left-padded generation: the same formula, composed). Tables narrower than the head rotate its
+// first dims and pass the rest (Phi-3's partial_rotary_factor).
 Tensor rotate(const Tensor& x, const Tensor& cos, const Tensor& sin) {
+  const int64_t last = x.dim() - 1, hd = x.shape()[last], rd = cos.shape().back();
+  if (rd < hd) return cat({rotate(slice(x, last, 0, rd), cos, sin), slice(x, last, rd, hd)}, last);
   if (cos.dim() == 2) return apply_rotary(x, cos, sin);
   return add(mul(x, to(cos, x.dtype())), mul(rotate_half(x), to(sin, x.dtype())));
 }
