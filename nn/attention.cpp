@@ -48,6 +48,23 @@ Tensor rotate(const Tensor& x, const Tensor& cos, const Tensor& sin) {
   return add(mul(x, to(cos, x.dtype())), mul(rotate_half(x), to(sin, x.dtype())));
 }
 
+// A cached step's mask under a sliding window: query column c sees key columns c - window < j <= c,
+// and of those what the step's own mask allows (padding). Columns, not positions: a sequence's
+// padding shifts its queries and keys alike.
+LayerCache windowed(const LayerCache& cache, int64_t window, Device device) {
+  const CacheStep& s = cache.step;
+  const int64_t T = s.tokens, S = s.start + T;
+  std::vector<float> m(static_cast<size_t>(T * S));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t j = std::max<int64_t>(0, s.start + t - window + 1); j <= s.start + t; ++j) m[t * S + j] = 1;
+  Tensor keep = from_vector(m, {T, S}, device);
+  if (s.attn_mask.defined()) keep = mul(to(s.attn_mask, kFloat32), keep);
+  LayerCache out = cache;
+  out.step.attn_mask = to(keep, kBool);
+  out.step.is_causal = false;
+  return out;
+}
+
 // Attention of q over k, v: causal for training; with a cache, over every cached column as the
 // cache step says.
 Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, const LayerCache* cache, double dropout_p,
@@ -103,12 +120,18 @@ Tensor causal_attention(int64_t num_heads, const AttentionOptions& o, const Tens
     kh = rotate(kh, cos, sin);
   }
   const int64_t T = q.shape()[1];
-  TG_CHECK(o.sliding_window == 0 || !cache || cache->step.max_position < o.sliding_window, who,
-           "generation past sliding_window ", o.sliding_window, " is not supported (position ",
-           cache ? cache->step.max_position : 0, ")");
   const Tensor window = o.sliding_window > 0 && !cache && T > o.sliding_window
                             ? window_mask(T, o.sliding_window, q.device())
                             : Tensor();
+  // Generation once the cache holds more columns than the window: the older keys masked.
+  LayerCache in_window;
+  if (cache && o.sliding_window > 0 && cache->step.start + cache->step.tokens > o.sliding_window) {
+    TG_CHECK(!cache->step.column.defined(), who, "a static decode step (CUDA graph) past sliding_window ",
+             o.sliding_window, " is not supported (position ", cache->step.max_position,
+             "): generate without the CUDA graph");
+    in_window = windowed(*cache, o.sliding_window, q.device());
+    cache = &in_window;
+  }
   Tensor a;
   if (o.softcap > 0) {
     const double scale = o.scale ? *o.scale : 1.0 / std::sqrt(static_cast<double>(o.head_dim));

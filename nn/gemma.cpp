@@ -207,11 +207,14 @@ Tensor GemmaForCausalLM::loss(const Tensor& ids, const Tensor& labels) {
 }
 
 ModelDims GemmaForCausalLM::dims() const {
+  bool sliding_layers = false;
+  for (int64_t i = 0; i < config.num_hidden_layers; ++i) sliding_layers = sliding_layers || config.is_sliding(i);
   return {.vocab_size = config.vocab_size,
           .context = config.max_position_embeddings,
           .num_layers = config.num_hidden_layers,
           .kv_heads = config.num_key_value_heads,
-          .head_dim = config.head_dim};
+          .head_dim = config.head_dim,
+          .sliding_window = sliding_layers ? config.sliding_window : 0};
 }
 
 const Architecture& GemmaForCausalLM::architecture() const {

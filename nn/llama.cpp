@@ -207,7 +207,8 @@ ModelDims LlamaForCausalLM::dims() const {
           .context = config.max_position_embeddings,
           .num_layers = config.num_hidden_layers,
           .kv_heads = config.kv_heads(),
-          .head_dim = config.head_dim()};
+          .head_dim = config.head_dim(),
+          .sliding_window = config.sliding_window};
 }
 
 const Architecture& LlamaForCausalLM::architecture() const {

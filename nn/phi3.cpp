@@ -142,7 +142,8 @@ ModelDims Phi3ForCausalLM::dims() const {
           .context = config.max_position_embeddings,
           .num_layers = config.num_hidden_layers,
           .kv_heads = config.kv_heads(),
-          .head_dim = config.head_dim()};
+          .head_dim = config.head_dim(),
+          .sliding_window = config.sliding_window};
 }
 
 const Architecture& Phi3ForCausalLM::architecture() const {

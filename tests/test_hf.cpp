@@ -681,35 +681,51 @@ TEST(HfFixtures, GemmaNormAddsOneInFloat32) {
   EXPECT_TENSOR_EQ(norm.forward(to(x, kBFloat16)), to(want, kBFloat16));
 }
 
+// Fixture `name`'s cached forward over `seqs` (the second left-padded by pad[1]) in steps of
+// `steps` tokens gives each sequence the logits of its full forward.
+void expect_cached_matches_full(const std::string& name, const std::vector<std::vector<int64_t>>& seqs,
+                                const std::vector<int64_t>& pad, const std::vector<int64_t>& steps) {
+  SCOPED_TRACE(name);
+  std::shared_ptr<nn::CausalLM> model = nn::from_pretrained((kFixtures / name).string());
+  const nn::ModelDims d = model->dims();
+  NoGradGuard no_grad;
+  int64_t columns = 0;
+  for (int64_t T : steps) columns += T;
+  nn::KVCache cache(d.num_layers, 2, d.kv_heads, d.head_dim, columns, {kFloat32}, pad);
+  int64_t col = 0;
+  for (int64_t T : steps) {
+    std::vector<int64_t> ids;
+    for (int64_t b = 0; b < 2; ++b)
+      for (int64_t c = col; c < col + T; ++c) ids.push_back(c < pad[b] ? 0 : seqs[b][c - pad[b]]);
+    Tensor logits = model->logits(model->hidden_states(from_vector(ids, {2, T}), cache));
+    for (int64_t b = 0; b < 2; ++b) {
+      const int64_t first = std::max(col, pad[b]);
+      if (first >= col + T) continue;
+      const int64_t n = col + T - pad[b];  // the sequence's tokens so far
+      Tensor full = model->forward(from_vector(std::vector<int64_t>(seqs[b].begin(), seqs[b].begin() + n), {1, n}));
+      EXPECT_TENSOR_NEAR(slice(slice(logits, 0, b, b + 1), 1, first - col, T), slice(full, 1, first - pad[b], n),
+                         2e-5, 2e-5)
+          << "step of " << T << " at column " << col << ", sequence " << b;
+    }
+    col += T;
+  }
+}
+
 // Generation's cached forward (prefill, a chunk, then one token a step, one sequence left-padded)
 // gives each sequence the logits of its full forward, soft-capped attention and logits included.
 TEST(HfFixtures, GemmaAndPhi3CachedForwardMatchesTheFullForward) {
-  for (const std::string name : {"gemma2", "gemma3", "phi3"}) {
-    SCOPED_TRACE(name);
-    std::shared_ptr<nn::CausalLM> model = nn::from_pretrained((kFixtures / name).string());
-    const nn::ModelDims d = model->dims();
-    NoGradGuard no_grad;
-    const std::vector<std::vector<int64_t>> seqs = {{5, 9, 1, 33, 7, 2, 60, 4}, {8, 3, 71, 12, 6}};
-    const int64_t longest = 8;  // the fixtures' sliding_window: generation stays inside it
-    const std::vector<int64_t> pad = {0, 3};
-    nn::KVCache cache(d.num_layers, 2, d.kv_heads, d.head_dim, longest, {kFloat32}, pad);
-    int64_t col = 0;
-    for (int64_t T : {int64_t{4}, int64_t{2}, int64_t{1}, int64_t{1}}) {
-      std::vector<int64_t> ids;
-      for (int64_t b = 0; b < 2; ++b)
-        for (int64_t c = col; c < col + T; ++c) ids.push_back(c < pad[b] ? 0 : seqs[b][c - pad[b]]);
-      Tensor logits = model->logits(model->hidden_states(from_vector(ids, {2, T}), cache));
-      for (int64_t b = 0; b < 2; ++b) {
-        const int64_t first = std::max(col, pad[b]);
-        if (first >= col + T) continue;
-        const int64_t n = col + T - pad[b];  // the sequence's tokens so far
-        Tensor full = model->forward(from_vector(std::vector<int64_t>(seqs[b].begin(), seqs[b].begin() + n), {1, n}));
-        EXPECT_TENSOR_NEAR(slice(slice(logits, 0, b, b + 1), 1, first - col, T),
-                           slice(full, 1, first - pad[b], n), 2e-5, 2e-5);
-      }
-      col += T;
-    }
-  }
+  for (const std::string name : {"gemma2", "gemma3", "phi3"})
+    expect_cached_matches_full(name, {{5, 9, 1, 33, 7, 2, 60, 4}, {8, 3, 71, 12, 6}}, {0, 3}, {4, 2, 1, 1});
+}
+
+// Past the fixtures' sliding_window of 8 (Mistral's, Gemma's sliding layers): a prompt longer than
+// the window, a chunk across it, then one token a step to column 15; the cached keys older than
+// the window are masked as the full forward masks them.
+TEST(HfFixtures, SlidingWindowFamiliesGeneratePastTheWindow) {
+  const std::vector<std::vector<int64_t>> seqs = {{5, 9, 1, 33, 7, 2, 60, 4, 11, 23, 8, 3, 71, 12, 6, 40},
+                                                  {8, 3, 71, 12, 6, 2, 2, 9, 17, 5, 30, 1, 4}};
+  for (const std::string name : {"mistral", "gemma2", "gemma3"})
+    expect_cached_matches_full(name, seqs, {0, 3}, {10, 3, 1, 1, 1});
 }
 
 // yarn and longrope (with Phi-4-mini's partial rotary factor) through whole models: save_pretrained
@@ -836,7 +852,7 @@ TEST(HfFixtures, FamilyOptionsTheModelsDoNotImplementAreRefused) {
 
 // A window shorter than the sequence (the mistral fixture above checks it against transformers):
 // with one layer, query 11 sees keys 4..11 only, so the first four tokens do not change it, while
-// query 8 sees key 1. Generation past the window is refused.
+// query 8 sees key 1.
 TEST(HfFixtures, SlidingWindowAttendsInsideTheWindow) {
   LlamaConfig c = llama_config();
   c.num_hidden_layers = 1;
@@ -848,8 +864,21 @@ TEST(HfFixtures, SlidingWindowAttendsInsideTheWindow) {
   Tensor a = model.forward(x), b = model.forward(y);
   EXPECT_TENSOR_NEAR(slice(a, 1, 11, 12), slice(b, 1, 11, 12), 1e-5, 1e-5);
   EXPECT_GT(max_abs(sub(slice(a, 1, 8, 9), slice(b, 1, 8, 9))), 1e-4) << "query 8 sees key 1";
-  EXPECT_ERROR_HAS(nn::generate(model, {{1, 2, 3, 4, 5, 6, 7, 8}}, {.max_new_tokens = 2}),
-                   "generation past sliding_window 8 is not supported");
+  // Greedy generation past the window picks what the full forward of each prefix picks.
+  const std::vector<int32_t> out = nn::generate(model, {{1, 2, 3, 4, 5, 6, 7, 8}}, {.max_new_tokens = 4})[0];
+  ASSERT_EQ(out.size(), 12u);
+  NoGradGuard no_grad;
+  for (size_t n = 8; n < out.size(); ++n) {
+    const Tensor prefix = from_vector(std::vector<int64_t>(out.begin(), out.begin() + static_cast<int64_t>(n)),
+                                      {1, static_cast<int64_t>(n)});
+    const std::vector<float> last = contiguous(slice(model.forward(prefix), 1, n - 1, n)).to_vector<float>();
+    EXPECT_EQ(std::max_element(last.begin(), last.end()) - last.begin(), out[n]) << "token " << n;
+  }
+  // The static cache's decode step (a CUDA graph's) has no window yet: refused before any step.
+  nn::GenerationConfig static_cache{.max_new_tokens = 4};
+  static_cache.cache_implementation = "static";
+  EXPECT_ERROR_HAS(nn::generate(model, {{1, 2, 3, 4, 5, 6, 7, 8}}, static_cache), "static cache",
+                   "within sliding_window 8", "spans 11 positions", "dynamic cache");
 }
 
 // Issue 35: a family of the user's is one registration (transformers' AutoModelForCausalLM.register).
