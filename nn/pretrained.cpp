@@ -7,11 +7,13 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <utility>
 #include <vector>
 
 #include "core/autograd.h"
+#include "core/memory.h"
 #include "core/primitives.h"
 #include "io/file.h"
 #include "io/json.h"
@@ -219,8 +221,12 @@ void load_weights(Module& model, const Architecture& arch, const io::Folder& dir
     fail("from_pretrained", msg);
   }
   Progress progress(dir.path(), total, total > kProgressBytes && !o.quiet && ::isatty(STDERR_FILENO));
+  // To a GPU: one pair of pinned buffers for every file, reads overlapping the copies.
+  std::optional<HostToDevice> upload;
+  if (o.device.is_cuda()) upload.emplace(o.device, size_t{64} << 20);
   for (File& f : files) {
-    for (const Read& r : f.reads) f.reader->read(*r.tensor, r.into, [&](size_t n) { progress.add(n); });
+    for (const Read& r : f.reads)
+      f.reader->read(*r.tensor, r.into, [&](size_t n) { progress.add(n); }, upload ? &*upload : nullptr);
     f.reader.reset();  // its staging buffer and file with it
   }
 }
