@@ -28,6 +28,31 @@ Tensor split_heads(const Tensor& x, int64_t heads, int64_t hd, Module* norm = nu
   return transpose(norm ? norm->forward(h) : h, 1, 2);
 }
 
+// Rotary embedding (shared [T, hd] or per-sequence [B, 1, T, hd] tables). Tables narrower than
+// the head rotate its first dims and pass the rest (Phi-3's partial_rotary_factor).
+Tensor rotate(const Tensor& x, const Tensor& cos, const Tensor& sin) {
+  const int64_t last = x.dim() - 1, hd = x.shape()[last], rd = cos.shape().back();
+  if (rd < hd) return cat({apply_rotary(slice(x, last, 0, rd), cos, sin), slice(x, last, rd, hd)}, last);
+  return apply_rotary(x, cos, sin);
+}
+
+// A cached step's mask under a sliding window: query column c sees key columns c - window < j <= c,
+// and of those what the step's own mask allows (padding). Columns, not positions: a sequence's
+// padding shifts its queries and keys alike.
+LayerCache windowed(const LayerCache& cache, int64_t window, Device device) {
+  const CacheStep& s = cache.step;
+  const int64_t T = s.tokens, S = s.start + T;
+  std::vector<float> m(static_cast<size_t>(T * S));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t j = std::max<int64_t>(0, s.start + t - window + 1); j <= s.start + t; ++j) m[t * S + j] = 1;
+  Tensor keep = from_vector(m, {T, S}, device);
+  if (s.attn_mask.defined()) keep = mul(to(s.attn_mask, kFloat32), keep);
+  LayerCache out = cache;
+  out.step.attn_mask = to(keep, kBool);
+  out.step.is_causal = false;
+  return out;
+}
+
 // Attention of q over k, v: causal for training (inside each document of packed rows, and the
 // sliding window); with a cache, over every cached column as the cache step says.
 Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, const LayerCache* cache, double dropout_p,
@@ -81,13 +106,19 @@ Tensor causal_attention(int64_t num_heads, const AttentionOptions& o, const Tens
   Tensor kh = split_heads(k, o.num_kv_heads, o.head_dim, k_norm);
   Tensor vh = split_heads(v, o.num_kv_heads, o.head_dim);
   if (cos.defined()) {
-    qh = apply_rotary(qh, cos, sin);  // shared [T, hd] or per-sequence [B, 1, T, hd] tables
-    kh = apply_rotary(kh, cos, sin);
+    qh = rotate(qh, cos, sin);
+    kh = rotate(kh, cos, sin);
   }
   const int64_t T = q.shape()[1];
-  TG_CHECK(o.sliding_window == 0 || !cache || cache->step.max_position < o.sliding_window, who,
-           "generation past sliding_window ", o.sliding_window, " is not supported (position ",
-           cache ? cache->step.max_position : 0, ")");
+  // Generation once the cache holds more columns than the window: the older keys masked.
+  LayerCache in_window;
+  if (cache && o.sliding_window > 0 && cache->step.start + cache->step.tokens > o.sliding_window) {
+    TG_CHECK(!cache->step.column.defined(), who, "a static decode step (CUDA graph) past sliding_window ",
+             o.sliding_window, " is not supported (position ", cache->step.max_position,
+             "): generate without the CUDA graph");
+    in_window = windowed(*cache, o.sliding_window, q.device());
+    cache = &in_window;
+  }
   Tensor a;
   if (o.softcap > 0) {
     const double scale = o.scale ? *o.scale : 1.0 / std::sqrt(static_cast<double>(o.head_dim));

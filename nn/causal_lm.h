@@ -22,6 +22,7 @@ struct ModelDims {
   int64_t context = 0;  // the longest sequence the model takes
   const char* context_field = "max_position_embeddings";  // config.json's name for it
   int64_t num_layers = 0, kv_heads = 0, head_dim = 0;   // a KVCache's shape
+  int64_t sliding_window = 0;  // the keys a query sees in the layers that have a window; 0: none
 };
 
 class CausalLM : public Module {

@@ -62,8 +62,8 @@ void GemmaConfig::validate() const {
   for (int64_t i = 0; i < num_hidden_layers; ++i)
     TG_CHECK(!is_sliding(i) || sliding_window > 0, "GemmaConfig", "layer ", i,
              " is a sliding_attention layer, so sliding_window must be positive, got ", sliding_window);
-  rope_scaling.validate();
-  rope_local_scaling.validate();
+  rope_scaling.validate(head_dim);
+  rope_local_scaling.validate(head_dim);
 }
 
 GemmaMLP::GemmaMLP(int64_t hidden, int64_t intermediate, Generator& gen) : Module("GemmaMLP") {
@@ -184,15 +184,19 @@ Tensor GemmaModel::forward(const Tensor& ids, KVCache& cache) {
 }
 
 GemmaForCausalLM::GemmaForCausalLM(const GemmaConfig& c, Generator& gen) : CausalLM("GemmaForCausalLM"), config(c) {
-  model = std::make_shared<GemmaModel>(c, gen);
-  lm_head = std::make_shared<Linear>(c.hidden_size, c.vocab_size, false, gen);
+  {
+    init::ReserveDrawsGuard redrawn_below;  // the layers' default init: only its counters are used
+    model = std::make_shared<GemmaModel>(c, gen);
+    lm_head = std::make_shared<Linear>(c.hidden_size, c.vocab_size, false, gen);
+  }
   register_module("model", model);
   register_module("lm_head", lm_head);
   // transformers' _init_weights: Linear and embedding weights ~ N(0, initializer_range), biases zero
   // (the norms' weights start at zero, which Gemma's 1 + w makes one).
   for (auto& [name, m] : named_modules()) {
     if (auto* lin = dynamic_cast<Linear*>(m)) {
-      init::normal_(lin->weight, 0.0, c.initializer_range, gen);
+      if (c.tie_word_embeddings && lin == lm_head.get()) init::reserve_draw(lin->weight, gen);  // tied below
+      else init::normal_(lin->weight, 0.0, c.initializer_range, gen);
       if (lin->bias.defined()) init::zeros_(lin->bias);
     } else if (auto* emb = dynamic_cast<Embedding*>(m)) {
       init::normal_(emb->weight, 0.0, c.initializer_range, gen);
@@ -213,11 +217,14 @@ Tensor GemmaForCausalLM::loss(const Tensor& ids, const Tensor& labels, const Ten
 }
 
 ModelDims GemmaForCausalLM::dims() const {
+  bool sliding_layers = false;
+  for (int64_t i = 0; i < config.num_hidden_layers; ++i) sliding_layers = sliding_layers || config.is_sliding(i);
   return {.vocab_size = config.vocab_size,
           .context = config.max_position_embeddings,
           .num_layers = config.num_hidden_layers,
           .kv_heads = config.num_key_value_heads,
-          .head_dim = config.head_dim};
+          .head_dim = config.head_dim,
+          .sliding_window = sliding_layers ? config.sliding_window : 0};
 }
 
 const Architecture& GemmaForCausalLM::architecture() const {

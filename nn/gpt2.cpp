@@ -117,8 +117,11 @@ Tensor GPT2Model::forward(const Tensor& ids, KVCache& cache) {
 }
 
 GPT2LMHeadModel::GPT2LMHeadModel(const GPT2Config& c, Generator& gen) : CausalLM("GPT2LMHeadModel"), config(c) {
-  transformer = std::make_shared<GPT2Model>(c, gen);
-  lm_head = std::make_shared<Linear>(c.n_embd, c.vocab_size, false, gen);
+  {
+    init::ReserveDrawsGuard redrawn_below;  // the layers' default init: only its counters are used
+    transformer = std::make_shared<GPT2Model>(c, gen);
+    lm_head = std::make_shared<Linear>(c.n_embd, c.vocab_size, false, gen);
+  }
   register_module("transformer", transformer);
   register_module("lm_head", lm_head);
   // transformers' GPT2 init: weights ~ N(0, 0.02), biases 0, LayerNorm (1, 0), and the residual
@@ -127,7 +130,8 @@ GPT2LMHeadModel::GPT2LMHeadModel(const GPT2Config& c, Generator& gen) : CausalLM
   for (auto& [name, m] : named_modules()) {
     if (auto* lin = dynamic_cast<Linear*>(m)) {
       const bool residual = name.size() >= 6 && name.compare(name.size() - 6, 6, "c_proj") == 0;
-      init::normal_(lin->weight, 0.0, residual ? proj_std : c.initializer_range, gen);
+      if (lin == lm_head.get()) init::reserve_draw(lin->weight, gen);  // tied below
+      else init::normal_(lin->weight, 0.0, residual ? proj_std : c.initializer_range, gen);
       if (lin->bias.defined()) init::zeros_(lin->bias);
     } else if (auto* emb = dynamic_cast<Embedding*>(m)) {
       init::normal_(emb->weight, 0.0, c.initializer_range, gen);

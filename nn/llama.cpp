@@ -63,7 +63,7 @@ void LlamaConfig::validate() const {
   TG_CHECK(attention_head_dim > 0 || hidden_size % num_attention_heads == 0, "LlamaConfig", "hidden_size ",
            hidden_size, " is not divisible by num_attention_heads ", num_attention_heads);
   TG_CHECK(sliding_window >= 0, "LlamaConfig", "sliding_window must be >= 0, got ", sliding_window);
-  rope_scaling.validate();
+  rope_scaling.validate(head_dim());
   TG_CHECK(head_dim() % 2 == 0, "LlamaConfig", "head_dim ", head_dim(), " must be even for rotary embedding");
   TG_CHECK(kv_heads() > 0 && num_attention_heads % kv_heads() == 0, "LlamaConfig", "num_key_value_heads ",
            kv_heads(), " must divide num_attention_heads ", num_attention_heads);
@@ -195,15 +195,19 @@ Tensor LlamaModel::forward(const Tensor& ids, KVCache& cache) {
 }
 
 LlamaForCausalLM::LlamaForCausalLM(const LlamaConfig& c, Generator& gen) : CausalLM("LlamaForCausalLM"), config(c) {
-  model = std::make_shared<LlamaModel>(c, gen);
-  lm_head = std::make_shared<Linear>(c.hidden_size, c.vocab_size, false, gen);
+  {
+    init::ReserveDrawsGuard redrawn_below;  // the layers' default init: only its counters are used
+    model = std::make_shared<LlamaModel>(c, gen);
+    lm_head = std::make_shared<Linear>(c.hidden_size, c.vocab_size, false, gen);
+  }
   register_module("model", model);
   register_module("lm_head", lm_head);
   // transformers' _init_weights: every Linear and the embedding ~ N(0, initializer_range),
   // biases zero, norms one; drawn in module order from `gen`.
   for (auto& [name, m] : named_modules()) {
     if (auto* lin = dynamic_cast<Linear*>(m)) {
-      init::normal_(lin->weight, 0.0, c.initializer_range, gen);
+      if (c.tie_word_embeddings && lin == lm_head.get()) init::reserve_draw(lin->weight, gen);  // tied below
+      else init::normal_(lin->weight, 0.0, c.initializer_range, gen);
       if (lin->bias.defined()) init::zeros_(lin->bias);
     } else if (auto* emb = dynamic_cast<Embedding*>(m)) {
       init::normal_(emb->weight, 0.0, c.initializer_range, gen);
@@ -217,7 +221,8 @@ ModelDims LlamaForCausalLM::dims() const {
           .context = config.max_position_embeddings,
           .num_layers = config.num_hidden_layers,
           .kv_heads = config.kv_heads(),
-          .head_dim = config.head_dim()};
+          .head_dim = config.head_dim(),
+          .sliding_window = config.sliding_window};
 }
 
 const Architecture& LlamaForCausalLM::architecture() const {

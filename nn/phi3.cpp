@@ -128,16 +128,21 @@ Tensor Phi3Model::forward(const Tensor& ids, KVCache& cache) {
 Phi3ForCausalLM::Phi3ForCausalLM(const LlamaConfig& c, Generator& gen) : CausalLM("Phi3ForCausalLM"), config(c) {
   // LlamaConfig's default names Llama, whose config.json and names save_pretrained would write.
   if (config.architecture == "LlamaForCausalLM") config.architecture = "Phi3ForCausalLM";
-  model = std::make_shared<Phi3Model>(c, gen);
-  lm_head = std::make_shared<Linear>(c.hidden_size, c.vocab_size, false, gen);
+  {
+    init::ReserveDrawsGuard redrawn_below;  // the layers' default init: only its counters are used
+    model = std::make_shared<Phi3Model>(c, gen);
+    lm_head = std::make_shared<Linear>(c.hidden_size, c.vocab_size, false, gen);
+  }
   register_module("model", model);
   register_module("lm_head", lm_head);
   // transformers' _init_weights, as LlamaForCausalLM's.
   for (auto& [name, m] : named_modules()) {
-    if (auto* lin = dynamic_cast<Linear*>(m))
-      init::normal_(lin->weight, 0.0, c.initializer_range, gen);
-    else if (auto* emb = dynamic_cast<Embedding*>(m))
+    if (auto* lin = dynamic_cast<Linear*>(m)) {
+      if (c.tie_word_embeddings && lin == lm_head.get()) init::reserve_draw(lin->weight, gen);  // tied below
+      else init::normal_(lin->weight, 0.0, c.initializer_range, gen);
+    } else if (auto* emb = dynamic_cast<Embedding*>(m)) {
       init::normal_(emb->weight, 0.0, c.initializer_range, gen);
+    }
   }
   if (c.tie_word_embeddings) lm_head->weight = model->embed_tokens->weight;
 }
@@ -147,7 +152,8 @@ ModelDims Phi3ForCausalLM::dims() const {
           .context = config.max_position_embeddings,
           .num_layers = config.num_hidden_layers,
           .kv_heads = config.kv_heads(),
-          .head_dim = config.head_dim()};
+          .head_dim = config.head_dim(),
+          .sliding_window = config.sliding_window};
 }
 
 const Architecture& Phi3ForCausalLM::architecture() const {

@@ -343,6 +343,41 @@ void synchronize(int device) {
   TG_CUDA_CHECK(cudaStreamSynchronize(stream(device)));
 }
 
+void* allocate_pinned(size_t nbytes) {
+  void* p = nullptr;
+  const cudaError_t err = cudaHostAlloc(&p, nbytes, cudaHostAllocDefault);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    fail("allocate_pinned", "cannot pin ", nbytes, " bytes of host memory: ", cudaGetErrorString(err));
+  }
+  return p;
+}
+
+void free_pinned(void* ptr) noexcept {
+  if (ptr) cudaFreeHost(ptr);  // a destructor's call: nothing to report to
+}
+
+void* copy_pinned_async(void* dst, int device, const void* src, size_t n) {
+  {
+    DeviceState& st = state(device);
+    std::lock_guard<std::mutex> lock(st.mu);
+    check_not_capturing(st, device, "copy to the GPU");
+  }
+  cudaStream_t s = stream(device);
+  TG_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, s));
+  cudaEvent_t done;
+  TG_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+  TG_CUDA_CHECK(cudaEventRecord(done, s));
+  return done;
+}
+
+void wait_and_destroy_event(void* event) {
+  auto e = static_cast<cudaEvent_t>(event);
+  const cudaError_t err = cudaEventSynchronize(e);
+  cudaEventDestroy(e);
+  TG_CUDA_CHECK(err);
+}
+
 // One switch for the whole process (core/cuda_settings.h), also visible in CPU-only builds.
 void set_allow_tf32(bool allow) { tg::set_allow_tf32(allow); }
 bool allow_tf32() { return tg::allow_tf32(); }
