@@ -7,9 +7,9 @@
 
 #include "core/autograd.h"
 #include "core/parallel.h"
-#include "core/philox.h"
+#include "core/detail/philox.h"
 #include "core/primitives.h"
-#include "core/type_dispatch.h"
+#include "core/detail/type_dispatch.h"
 
 namespace tg::nn::init {
 namespace {
