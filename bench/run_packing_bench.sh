@@ -5,7 +5,11 @@
 # <results dir>/packing.json (copy to bench/results/, then bench/make_results.py).
 #   bench/run_packing_bench.sh <build dir> [results dir]     (default bench/results)
 set -euo pipefail
-build=${1:?usage: bench/run_packing_bench.sh <build dir> [results dir]}
+if [ $# -lt 1 ] || [ $# -gt 2 ]; then
+  echo "usage: $0 <build dir> [results dir]" >&2
+  exit 2
+fi
+build=$1
 out=${2:-bench/results}
 root=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$out"
