@@ -106,6 +106,14 @@ inline void expect_close(const Tensor& got, const Tensor& want, const char* what
   EXPECT_FALSE(std::isnan(rel) || std::isnan(mx)) << what << " has NaN (an element not written?)";
 }
 
+// The output and every gradient within bf16 tolerances of the reference.
+inline void expect_all_close(const Grads& got, const Grads& want) {
+  expect_close(got.out, want.out, "out");
+  expect_close(got.dq, want.dq, "dq");
+  expect_close(got.dk, want.dk, "dk");
+  expect_close(got.dv, want.dv, "dv");
+}
+
 // Leaves the caching allocator holding NaN-filled blocks of the sizes the op will ask for, so an
 // element a kernel forgets to write shows up as NaN.
 inline void poison_allocator(const Case& c) {
@@ -131,10 +139,7 @@ inline void check_case(const Case& c, uint64_t seed, const char* kernel, const c
   EXPECT_TRUE(trace.contains(kernel)) << trace.str();
   EXPECT_TRUE(trace.contains(backward)) << trace.str();
   if (std::string(kernel) != "sdpa.composite") EXPECT_FALSE(trace.contains("sdpa.composite")) << trace.str();
-  expect_close(got.out, want.out, "out");
-  expect_close(got.dq, want.dq, "dq");
-  expect_close(got.dk, want.dk, "dk");
-  expect_close(got.dv, want.dv, "dv");
+  expect_all_close(got, want);
 }
 
 // A tiny Llama's loss on the GPU in bf16 with its backward (the trace of both kept), and the

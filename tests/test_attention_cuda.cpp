@@ -179,10 +179,7 @@ TEST(AttentionCuda, MisalignedRowsAreCopiedNotMisread) {
   Grads want = run(to(part(buf, 0), kFloat64), to(part(buf, 1), kFloat64), to(part(buf, 2), kFloat64),
                    to(dout, kFloat64), true);
   Grads got = run(part(gbuf, 0), part(gbuf, 1), part(gbuf, 2), to(dout, kGpu), true);
-  expect_close(got.out, want.out, "out");
-  expect_close(got.dq, want.dq, "dq");
-  expect_close(got.dk, want.dk, "dk");
-  expect_close(got.dv, want.dv, "dv");
+  expect_all_close(got, want);
 }
 
 TEST(AttentionCuda, CompositionWhereTheFlashKernelsDoNotApply) {

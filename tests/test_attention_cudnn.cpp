@@ -94,10 +94,7 @@ TEST(AttentionCudnn, ValuesOfAnotherHeadDim) {
   KernelTrace trace;
   Grads got = run(to(q, kGpu), to(k, kGpu), to(v, kGpu), to(dout, kGpu), true);
   EXPECT_TRUE(trace.contains("sdpa.cudnn") && trace.contains("sdpa.cudnn_backward")) << trace.str();
-  expect_close(got.out, want.out, "out");
-  expect_close(got.dq, want.dq, "dq");
-  expect_close(got.dk, want.dk, "dk");
-  expect_close(got.dv, want.dv, "dv");
+  expect_all_close(got, want);
 }
 
 TEST(AttentionCudnn, EveryMaskGetsTheBitsOfTheFullBackward) {
