@@ -16,7 +16,7 @@
 #include "core/cuda/device_utils.cuh"
 #include "core/cuda/runtime.h"
 #include "core/tensor.h"
-#include "core/type_dispatch.h"
+#include "core/detail/type_dispatch.h"
 
 namespace tg::bench {
 

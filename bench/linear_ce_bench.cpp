@@ -7,7 +7,7 @@
 // gradients are compared: a fused result that is not the unfused one stops the benchmark.
 //   linear_ce_bench [--device cuda|cpu] [--shapes NxHxV,...] [--reps N] [--json out.json]
 // bench/torch_linear_ce_ref.py times PyTorch (eager, torch.compile, Liger) on the same cases;
-// bench/run_linear_ce_bench.sh runs both (rows to bench/results/{linear_ce,torch_linear_ce}.json).
+// scripts/gpu/run_linear_ce_bench.sh runs both (rows to bench/results/{linear_ce,torch_linear_ce}.json).
 #include <algorithm>
 #include <chrono>
 #include <cinttypes>

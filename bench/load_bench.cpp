@@ -8,7 +8,11 @@
 // read_seconds, peak_rss_mib (and rss_before_mib, largest_file_bytes, files).
 // --quant none,nf4 also times the QLoRA load (options.quantization: every Linear but the head
 // quantised to NF4 as it streams), with the device's peak of live tensors beside the peak RSS.
+// With --construct, instead times building the config's model with its random init
+// (LlamaForCausalLM(config, gen), float32 on the CPU, as a user does before .to(device)): rows
+// config, what "construct", parameters, seconds, threads, peak_rss_mib.
 //   load_bench --config llama-1b --devices cpu,cuda --json out/load.json
+//   load_bench --config llama3.2-1b --construct true
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -75,6 +79,7 @@ int main(int argc, char** argv) {
       .add("max-shard-bytes", "5000000000", "save_pretrained's shard size (transformers' default 5GB; 0: one file)")
       .add("devices", "cpu", "where to load: cpu and/or cuda")
       .add("quant", "none", "none and/or nf4 (QLoRA's load: quantised as it streams)")
+      .add("construct", "false", "time building the model with its random init instead of loading it")
       .add("json", "", "also write the rows to this file (bench/results/load.json's rows)");
   try {
     if (!flags.parse(argc, argv)) return std::cout << flags.usage(), 0;
@@ -85,6 +90,26 @@ int main(int argc, char** argv) {
     for (const std::string& d : flags.list("devices")) {
       if (d != "cpu" && d != "cuda") throw examples::UsageError("--devices wants cpu and/or cuda, got '" + d + "'\n" + flags.usage());
       devices.push_back(d == "cuda" ? Device::cuda() : Device::cpu());
+    }
+    if (flags.boolean("construct")) {
+      bench::JsonRows rows("load_bench", bench::machine(Device::cpu()));
+      reset_peak_rss();
+      Generator gen(0);
+      const auto t0 = std::chrono::steady_clock::now();
+      auto model = std::make_shared<nn::LlamaForCausalLM>(c, gen);
+      const double s = seconds_since(t0), peak = status_mib("VmHWM");
+      std::printf("%s: built with its random init (%.3g parameters, float32) in %.2f s on %d threads, peak RSS %.0f MiB\n",
+                  config.c_str(), static_cast<double>(c.num_parameters()), s, get_num_threads(), peak);
+      rows.add()
+          .str("config", config)
+          .str("what", "construct")
+          .str("device", "cpu")
+          .num("parameters", static_cast<double>(c.num_parameters()), 12)
+          .num("seconds", s, 5)
+          .num("threads", get_num_threads())
+          .num("peak_rss_mib", peak, 6);
+      rows.write(flags.str("json"));
+      return 0;
     }
     if (flags.boolean("rewrite") || !fs::exists(fs::path(dir) / "config.json")) {
       const auto t0 = std::chrono::steady_clock::now();

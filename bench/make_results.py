@@ -105,7 +105,7 @@ backward is below 0.90 of copy bandwidth from 200 MB (0.70 from 50 MB), or a ful
 from 200 MB or over 1.10x the frozen time. {missed} of {len(ours)} rows miss a target; dev/NOTES.md
 says why for each kind.
 
-Reproduce (the GPU machine, PyTorch with CUDA): `bench/norm_run.sh build-gpu out`, then
+Reproduce (the GPU machine, PyTorch with CUDA): `scripts/gpu/norm_run.sh build-gpu out`, then
 `cp out/norm.json out/torch_norm.json out/linear.json bench/results/ && python3 bench/make_results.py`.
 
 {table(header, out)}
@@ -124,7 +124,7 @@ Measured: {measured(rows)}.
 The autograd node's backward after a 256 MB L2 flush, median of 100 calls: full runs the dX and dW
 GEMMs, a frozen weight (LoRA's base layer) the dX GEMM only.
 
-Reproduce: `build-gpu/bench/linear_bench --json bench/results/linear.json` (or `bench/norm_run.sh`).
+Reproduce: `build-gpu/bench/linear_bench --json bench/results/linear.json` (or `scripts/gpu/norm_run.sh`).
 
 {table(["dtype", "shape", "mode", "µs:", "TFLOP/s:", "vs full:"], out)}
 """
@@ -151,7 +151,7 @@ and whether a / b are stored transposed; rates count 2·B·M·N·K FLOPs. "% cei
 of the same dtype measured first in the same run (bf16 for tf32 rows). Rows under ~30 µs measure
 launch overhead (PyTorch's includes Python), not kernels.
 
-Reproduce: `bench/run_bench.sh build-gpu out`, then
+Reproduce: `scripts/gpu/run_bench.sh build-gpu out`, then
 `cp out/gemm.json out/elementwise.json out/torch_gemm_elementwise.json bench/results/`.
 
 {ours_vs_torch(ours, torch_rows, "tflops", "TFLOP/s", "ceiling_tflops", "% ceiling")}
@@ -166,7 +166,7 @@ Measured: ours {measured(ours)}; PyTorch {measured(torch_rows)}.
 Rates count the bytes that must move (inputs read once, outputs written once); "% copy": of the
 device-to-device copy bandwidth measured in the same run ({ours[0]['copy_gbs']:.0f} GB/s).
 
-Reproduce: as the GEMM table (`bench/run_bench.sh`).
+Reproduce: as the GEMM table (`scripts/gpu/run_bench.sh`).
 
 {ours_vs_torch(ours, torch_rows, "gbs", "GB/s", "copy_gbs", "% copy")}
 """
@@ -208,7 +208,7 @@ bfloat16, LoRA weights and their AdamW moments in float32 (full: bf16 parameters
 `tiny` is batch 8 x 128 tokens, `bench-135m` batch 8 x 1024.
 
 Reproduce: `build/bench/train_step_bench --config tiny --threads 2 --steps 20 --json
-bench/results/train_step-<machine>.json` (CPU); on the GPU `bench/run_step_gpu.sh build-gpu`
+bench/results/train_step-<machine>.json` (CPU); on the GPU `scripts/gpu/run_step_gpu.sh build-gpu`
 (tapegrad bf16 and f32, then `bench/torch_toy_lora.py` eager and torch.compile in the same call).
 
 {table(header, [cells(r) for r in ours])}
@@ -260,7 +260,7 @@ GEMMs, dW where trained, causal attention with its backward at 2.5x the forward;
 Targets: llama-1b LoRA at most 78 ms, full at most 120 ms; llama3-8b LoRA at least 1.25x
 torch.compile's tokens/s at no more than 0.7x its peak.
 
-Reproduce: `bench/run_real_step.sh` (llama-1b) and `bench/run_real_step.sh llama3-8b` on the GPU machine,
+Reproduce: `scripts/gpu/run_real_step.sh` (llama-1b) and `scripts/gpu/run_real_step.sh llama3-8b` on the GPU machine,
 then copy `$OUT/train_step-h200-real*.json` and `$OUT/census-*.md` to `bench/results/`.
 
 {table(header, cells)}
@@ -290,7 +290,7 @@ reading its files (page cache warm) against `from_pretrained(dir, {{bf16, device
 process's VmHWM over the load (reset before it). Targets: load at most 1.5x the read, peak RSS at most
 1.1x the folder (CPU) or the largest file + 1 GiB (GPU).
 
-Reproduce: `bench/run_load_bench.sh` on the GPU machine, then copy `$OUT/load.json` to `bench/results/`.
+Reproduce: `scripts/gpu/run_load_bench.sh` on the GPU machine, then copy `$OUT/load.json` to `bench/results/`.
 
 {table(header, cells)}
 """
@@ -315,7 +315,7 @@ during backward on a stream of their own); torch: DistributedDataParallel under 
 autocast over float32 weights, so it reduces float32 gradients). Speed-up and efficiency are
 against the same implementation on 1 GPU.
 
-Reproduce: `bench/run_data_parallel.sh build-gpu` (or `dev/dp_check.sh build-gpu`).
+Reproduce: `scripts/gpu/run_data_parallel.sh build-gpu` (or `scripts/gpu/dp_check.sh build-gpu`).
 
 {table(header, cells)}
 """
@@ -349,11 +349,13 @@ def attention_section(ours, torch_rows, step_rows=()):
     for r in ours:
         ref = by_shape.get(r["shape"], {})
         fa2, cudnn = ref.get("torch_flash", {}).get("fwdbwd_ms"), ref.get("torch_cudnn", {}).get("fwdbwd_ms")
-        rows.append([r["shape"], f"{r['fwd_ms']:.3f}", f"{r['bwd_ms']:.3f}", f"{r['fwdbwd_ms']:.3f}", f1(r["tflops"]),
+        extra = r.get("extra_mib")
+        rows.append([r["shape"], r.get("impl", "tapegrad"), f"{r['fwd_ms']:.3f}", f"{r['bwd_ms']:.3f}",
+                     f"{r['fwdbwd_ms']:.3f}", f1(r["tflops"]), "–" if extra is None else f"{extra:.0f}",
                      "–" if fa2 is None else f"{fa2:.3f}", "–" if cudnn is None else f"{cudnn:.3f}",
                      ratio(fa2, r["fwdbwd_ms"]), ratio(cudnn, r["fwdbwd_ms"])])
-    header = ["B x H x T x hd", "fwd ms:", "bwd ms:", "fwd+bwd ms:", "TFLOP/s:", "FA2 fwd+bwd:", "cuDNN fwd+bwd:",
-              "speed vs FA2:", "speed vs cuDNN:"]
+    header = ["B x H x T x hd", "path", "fwd ms:", "bwd ms:", "fwd+bwd ms:", "TFLOP/s:", "+MiB:", "FA2 fwd+bwd:",
+              "cuDNN fwd+bwd:", "speed vs FA2:", "speed vs cuDNN:"]
     torch_table = table(["shape", "backend", "fwd ms:", "bwd ms:", "fwd+bwd ms:", "TFLOP/s:"],
                         [[r["shape"], r["impl"], f"{r['fwd_ms']:.3f}", f"{r['bwd_ms']:.3f}", f"{r['fwdbwd_ms']:.3f}",
                           f1(r["tflops"])] for r in torch_rows])
@@ -364,10 +366,16 @@ Measured: {measured(ours)}; PyTorch: {measured(torch_rows)}.
 `bench/attention_bench`: q, k, v as the [B, H, T, hd] views of [B, T, H, hd] projections (as the
 models pass them; `-kv8`: 8 kv heads, grouped-query); each call after a 256 MB L2 flush, CUDA
 events, median. TFLOP/s count causal FLOPs halved, backward at 2.5x forward (FlashAttention-2's
-work; ours does 3.5x: a deterministic two-kernel backward, dev/cuda/attention.md). PyTorch's SDPA
-backends timed the same way in the same call by `bench/torch_attention_ref.py`.
+work). Paths: `tapegrad_cudnn`, the default where the build has cuDNN (its fused kernels through
+the backend graph API, deterministic backward: ops/cuda/attention_cudnn.cu);
+`tapegrad_cudnn_nondet`, its backward adding dq with atomics (`tg::set_cudnn_sdp_deterministic(false)`);
+`tapegrad_flash`, tapegrad's own kernels (`tg::enable_cudnn_sdp(false)`; a deterministic
+two-kernel backward that does 3.5x the forward's work, dev/cuda/attention.md); `tapegrad`, rows
+from before the cuDNN path. +MiB: what a forward + backward adds to the memory in use at its
+peak (outputs, gradients, workspace). PyTorch's SDPA backends timed the same way in the same call
+by `bench/torch_attention_ref.py`.
 
-Reproduce: `bench/run_attention_bench.sh build-gpu`.
+Reproduce: `scripts/gpu/run_attention_bench.sh build-gpu`.
 
 {step_before_after(step_rows)}{table(header, rows)}
 
@@ -427,7 +435,7 @@ call beyond the inputs and their existing gradients. "torch ms / ms" above 1: th
 PyTorch eager (compile likewise); "peak / liger peak" below 1: it holds less. Target (issue 22):
 tapegrad_fused faster than PyTorch eager and no more memory than Liger. {verdict}
 
-Reproduce: `bench/run_linear_ce_bench.sh build-gpu`.
+Reproduce: `scripts/gpu/run_linear_ce_bench.sh build-gpu`.
 
 {table(header, cells)}
 """
@@ -453,7 +461,7 @@ streamed token. `bench/generate_bench_torch.py` times transformers' `generate` t
 same call: the default dynamic cache (eager), the static cache, and the static cache with
 `torch.compile`.
 
-Reproduce: `bench/run_generate_bench.sh build-gpu`.
+Reproduce: `scripts/gpu/run_generate_bench.sh build-gpu`.
 
 {table(header, [cells(r) for r in ours + torch_rows])}
 
@@ -485,6 +493,34 @@ after another (single-thread) and over all cores (parallel: tokenizers' `encode_
 thread pool), the median of 3; "ids" compares the checksums of both libraries' ids.
 
 Reproduce: `cmake --build build --target tokenizer_bench && python3 bench/tokenizer_bench.py build`.
+
+{table(header, cells)}
+"""
+
+
+def packing_section(rows):
+    header = ["config", "graph", "mode", "seq:", "rows:", "fill:", "docs / row:", "ms / step:", "real tok/s:",
+              "vs pack:"]
+    pack = {(r["config"], r["graph"]): r["real_tok_s"] for r in rows if r["mode"] == "pack"}
+    cells = [[r["config"], "yes" if r["graph"] else "no", r["mode"], r["seq"], r["rows"], f"{100 * r['fill']:.1f}%",
+              f1(r["docs_per_row"]), f"{r['ms']:.2f}", f"{r['real_tok_s']:.0f}",
+              ratio(r["real_tok_s"], pack.get((r["config"], r["graph"])))] for r in rows]
+    lengths = f"{rows[0]['conversations']} conversations of {rows[0]['mean_tokens']:.1f} tokens on average"
+    return f"""## Packing without cross-talk (a LoRA step on a chat length mix)
+
+Measured: {measured(rows)}; {lengths} (the lengths of tests/fixtures/chat_dataset's conversations
+repeated), {rows[0]["dtype"]}.
+
+`bench/packing_bench`: the same tokens a step in rows of `seq` laid out four ways. pack-separate:
+whole conversations packed best-fit-decreasing, each attending only to itself
+(`data::Layout::PackSeparate`, position ids, the banded flash kernels); pack: the same tokens as one
+stream (`Layout::Pack`, every token real, attention across conversations): the unpadded rate;
+pad: one conversation a row (`Layout::Pad`); pad-tight: one a row of the longest conversation's
+length (as many tokens a step in more rows). Fill: the share of a step's tokens that are
+conversation, not padding; real tok/s: those a second (median step: zero_grad, loss, backward,
+AdamW); vs pack: against the unpadded rate. Target (issue 38): pack-separate approaches pack.
+
+Reproduce: `scripts/gpu/run_packing_bench.sh build-gpu`.
 
 {table(header, cells)}
 """
@@ -522,6 +558,8 @@ figures are in git history; what the measurements taught is in `dev/NOTES.md`.
         parts.append(linear_ce_section(get("linear_ce")))
     if get("load_bench"):
         parts.append(load_section(get("load_bench")))
+    if get("packing"):
+        parts.append(packing_section(get("packing")))
     if get("tokenizer_bench"):
         parts.append(tokenizer_section(get("tokenizer_bench")))
     if get("norm_bench"):
@@ -537,7 +575,7 @@ figures are in git history; what the measurements taught is in `dev/NOTES.md`.
         parts.append(nf4_section(get("nf4_bench")))
     known = {"train_step_bench", "torch_toy_lora", "attention_bench", "torch_attention_ref", "norm_bench", "torch_norm_ref", "linear_bench", "gemm_bench",
              "elementwise_bench", "torch_ref_gemm_elementwise", "generate_bench", "generate_bench_torch",
-             "tokenizer_bench", "data_parallel", "linear_ce", "train_step_real", "load_bench", "nf4_bench"}
+             "tokenizer_bench", "data_parallel", "linear_ce", "train_step_real", "load_bench", "nf4_bench", "packing"}
     unknown = sorted(set(by_bench) - known)
     if unknown:
         sys.exit(f"make_results.py: no table for the rows of {', '.join(unknown)}: add a section")

@@ -35,6 +35,7 @@ struct BenchLlama {
 // llama-1b and llama3-8b (bench/torch_toy_lora.py's: same shapes, theta 10000, untied head),
 // llama3-70b (Llama-3-70B's shape: d 8192, 64 heads, 8 kv heads, ffn 28672, 80 layers; QLoRA's
 // memory is extrapolated from a few of its layers).
+// llama3.2-1b (Llama-3.2-1B's shape: 32 / 8 heads, tied head; 1.24B parameters).
 inline BenchLlama bench_llama(const std::string& name) {
   BenchLlama b;
   if (name == "llama3-70b") {
@@ -47,6 +48,17 @@ inline BenchLlama bench_llama(const std::string& name) {
     c.num_key_value_heads = 8;
     c.max_position_embeddings = 8192;
     b.batch = 1;
+  } else if (name == "llama3.2-1b") {
+    nn::LlamaConfig& c = b.config;
+    c.vocab_size = 128256;
+    c.hidden_size = 2048;
+    c.intermediate_size = 8192;
+    c.num_hidden_layers = 16;
+    c.num_attention_heads = 32;
+    c.num_key_value_heads = 8;
+    c.max_position_embeddings = 2048;
+    c.tie_word_embeddings = true;
+    b.batch = 4;
   } else if (name == "llama-1b" || name == "llama3-8b") {
     nn::LlamaConfig& c = b.config;
     const bool big = name == "llama3-8b";
@@ -62,7 +74,7 @@ inline BenchLlama bench_llama(const std::string& name) {
     b.config = nn::LlamaConfig::by_name(name);
     b.batch = name == "small" ? 16 : 8;
   } else {
-    fail("bench_llama", "unknown config '", name, "' (tiny, small, bench-135m, llama-1b, llama3-8b, llama3-70b)");
+    fail("bench_llama", "unknown config '", name, "' (tiny, small, bench-135m, llama-1b, llama3.2-1b, llama3-8b, llama3-70b)");
   }
   b.seq = b.config.max_position_embeddings;
   return b;

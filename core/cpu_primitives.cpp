@@ -1,7 +1,7 @@
 // CPU versions of copy_, fill_ and accumulate_: one strided loop each.
 #include "core/primitives.h"
-#include "core/strided_loop.h"
-#include "core/type_dispatch.h"
+#include "core/detail/strided_loop.h"
+#include "core/detail/type_dispatch.h"
 
 namespace tg::detail {
 

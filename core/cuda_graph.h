@@ -1,7 +1,7 @@
 // CUDA graphs, as torch.cuda.CUDAGraph: a function's GPU work recorded once and replayed as one
 // launch, without the host cost of its kernel launches and the gaps between them.
 //
-//   step();                                  // one eager step first: cuBLAS, optimizer state
+//   step();                                  // one eager step first: cuBLAS, cuDNN's plans, optimizer state
 //   tg::cuda::CUDAGraph graph;
 //   Tensor loss;
 //   graph.capture([&] { opt.zero_grad(); loss = model->loss(ids, ids); loss.backward(); opt.step(); });

@@ -10,4 +10,15 @@ namespace tg {
 void set_allow_tf32(bool allow);
 bool allow_tf32();
 
+// scaled_dot_product_attention through cuDNN's fused flash-attention kernels where the build has
+// cuDNN, its runtime takes the call and they beat tapegrad's own (ops/attention.h says where). On
+// by default, as torch.backends.cuda.enable_cudnn_sdp; off, tapegrad's kernels serve every call.
+void enable_cudnn_sdp(bool enabled);
+bool cudnn_sdp_enabled();
+// cuDNN's attention backward: deterministic (the default: the same bits at every run, as
+// tapegrad's own kernels), or its faster kernel that adds dq up with float atomics, whose last
+// bits vary between runs (bench/RESULTS.md times both).
+void set_cudnn_sdp_deterministic(bool deterministic);
+bool cudnn_sdp_deterministic();
+
 }  // namespace tg

@@ -7,7 +7,7 @@
 
 #include "core/autograd.h"
 #include "core/parallel.h"
-#include "core/philox.h"
+#include "core/detail/philox.h"
 #include "core/primitives.h"
 
 namespace tg {

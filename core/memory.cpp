@@ -5,7 +5,7 @@
 #include <cstring>
 #include <mutex>
 
-#include "core/block_cache.h"
+#include "core/detail/block_cache.h"
 
 #include "core/error.h"
 
@@ -150,6 +150,57 @@ void synchronize(Device device) {
 #ifdef TG_WITH_CUDA
   if (device.is_cuda()) cuda::synchronize(device.index);
 #endif
+}
+
+HostToDevice::HostToDevice(Device device, size_t buffer_bytes) : device_(device), bytes_(buffer_bytes) {
+  check_cuda_built("HostToDevice", device);
+  TG_CHECK(device.is_cuda() && buffer_bytes > 0, "HostToDevice", "streams to a GPU through buffers of some bytes, got ",
+           device, " and ", buffer_bytes, " bytes");
+#ifdef TG_WITH_CUDA
+  buffers_[0] = cuda::allocate_pinned(buffer_bytes);
+  try {
+    buffers_[1] = cuda::allocate_pinned(buffer_bytes);
+  } catch (...) {
+    cuda::free_pinned(buffers_[0]);
+    throw;
+  }
+#endif
+}
+
+HostToDevice::~HostToDevice() {
+#ifdef TG_WITH_CUDA
+  for (int i = 0; i < 2; ++i) {
+    if (copied_[i]) {
+      try {
+        cuda::wait_and_destroy_event(copied_[i]);
+      } catch (...) {  // a failed copy was reported by the device's next call; the buffer must outlive it
+      }
+    }
+    cuda::free_pinned(buffers_[i]);
+  }
+#endif
+}
+
+void* HostToDevice::buffer() {
+#ifdef TG_WITH_CUDA
+  if (copied_[next_]) {
+    void* e = copied_[next_];
+    copied_[next_] = nullptr;
+    cuda::wait_and_destroy_event(e);
+  }
+#endif
+  return buffers_[next_];
+}
+
+void HostToDevice::send(void* dst, size_t n) {
+  TG_CHECK(n <= bytes_, "HostToDevice", "send of ", n, " bytes from a buffer of ", bytes_);
+#ifdef TG_WITH_CUDA
+  TG_CHECK(!copied_[next_], "HostToDevice", "send() without buffer() first");
+  if (n > 0) copied_[next_] = cuda::copy_pinned_async(dst, device_.index, buffers_[next_], n);
+#else
+  (void)dst;
+#endif
+  next_ = 1 - next_;
 }
 
 }  // namespace tg

@@ -1,5 +1,5 @@
 // Device memory: allocation with statistics, and raw byte copies between devices.
-// Both the host and CUDA allocators cache freed blocks by size class (core/block_cache.h).
+// Both the host and CUDA allocators cache freed blocks by size class (core/detail/block_cache.h).
 // Tests and benchmarks read the statistics to prove what a kernel variant did not allocate.
 #pragma once
 
@@ -30,5 +30,29 @@ void deallocate(Device device, void* ptr, size_t nbytes) noexcept;  // never thr
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t n);
 // Waits until all queued device work is done (no-op on the CPU).
 void synchronize(Device device);
+
+// Streams host bytes to a GPU through two pinned host buffers used in turn, so that filling one
+// (from_pretrained's file reads) overlaps the device's copy of the other: fill buffer(), then
+// send() its first bytes; the next buffer() waits only for the copy made from it two sends ago.
+class HostToDevice {
+ public:
+  HostToDevice(Device device, size_t buffer_bytes);
+  ~HostToDevice();  // waits for the queued copies
+  HostToDevice(const HostToDevice&) = delete;
+  HostToDevice& operator=(const HostToDevice&) = delete;
+
+  Device device() const { return device_; }
+  size_t buffer_bytes() const { return bytes_; }
+  void* buffer();
+  // Queues the copy of n <= buffer_bytes() bytes of the last buffer() to device memory dst.
+  void send(void* dst, size_t n);
+
+ private:
+  Device device_;
+  size_t bytes_;
+  void* buffers_[2] = {nullptr, nullptr};
+  void* copied_[2] = {nullptr, nullptr};  // the event of each buffer's last copy
+  int next_ = 0;
+};
 
 }  // namespace tg

@@ -1,13 +1,12 @@
-#include "data/bpe.h"
+#include "data/detail/bpe.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
 
 #include "core/error.h"
-#include "core/utf8.h"
-#include "data/hf_pipeline.h"
-#include "data/utf8.h"
+#include "data/detail/hf_pipeline.h"
+#include "core/detail/utf8.h"
 
 namespace tg::data::hf {
 namespace {
@@ -115,7 +114,7 @@ BpeModel::BpeModel(const json::Value& model, bool byte_level) : byte_level_(byte
     std::snprintf(name, sizeof name, "<0x%02X>", b);
     const int32_t* id = id_of_token(name);
     byte_token_[b] = id ? *id : -1;
-    if (byte_level_) append_utf8(byte_char_[b], byte_to_char(static_cast<uint8_t>(b)));
+    if (byte_level_) utf8::append(byte_char_[b], byte_to_char(static_cast<uint8_t>(b)));
     const char raw = static_cast<char>(b);
     byte_unit_[b] = byte_level_ ? unit_id(std::string_view(&raw, 1)) : -1;
   }

@@ -1,6 +1,8 @@
 #include "data/chat_dataset.h"
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <string_view>
 
 #include "core/error.h"
@@ -164,6 +166,21 @@ std::shared_ptr<const TokenCorpus> tokenize_chat_rows(std::span<const JsonlRow> 
   for (int64_t i = 0; i < n; ++i)  // the first bad line, whichever thread met it
     TG_CHECK(errors[i].empty(), op, rows[i].where, ": ", errors[i]);
   return corpus_from_examples(std::move(ids), std::move(labels));
+}
+
+bool holds_conversations(const std::string& path) {
+  if (std::filesystem::path(path).extension() != ".jsonl") return false;
+  std::ifstream in(path, std::ios::binary);
+  for (std::string line; std::getline(in, line);) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    try {
+      const json::Value row = json::parse(line);
+      return row.is_object() && row.find("messages") != nullptr;
+    } catch (const Error&) {
+      return false;  // not JSON: whoever reads the file says so
+    }
+  }
+  return false;
 }
 
 std::shared_ptr<const TokenCorpus> tokenize_chat_jsonl_file(const std::string& path, const Tokenizer& tok,

@@ -51,6 +51,10 @@ ChatExample tokenize_conversation(const Tokenizer& tokenizer, std::span<const Ch
 // the file, the line and the field.
 std::shared_ptr<const TokenCorpus> tokenize_chat_jsonl_file(const std::string& path, const Tokenizer& tokenizer,
                                                             const TextOptions& options = {});
+// Whether a file holds conversations, as tokenize_jsonl_file decides it: a .jsonl file whose first
+// non-blank line is an object with "messages" (such data packs as Layout::PackSeparate by
+// default: lora_finetune --layout auto).
+bool holds_conversations(const std::string& path);
 // The rows of read_jsonl_objects as above (tokenize_jsonl_file's path for a "messages" file).
 std::shared_ptr<const TokenCorpus> tokenize_chat_rows(std::span<const JsonlRow> rows, const Tokenizer& tokenizer,
                                                       const std::string& path);

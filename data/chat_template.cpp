@@ -3,7 +3,7 @@
 #include <filesystem>
 
 #include "core/error.h"
-#include "data/jinja.h"
+#include "data/detail/jinja.h"
 #include "io/file.h"
 
 namespace tg::data {

@@ -1,6 +1,6 @@
 // A model's chat template (tokenizer_config.json's "chat_template", or chat_template.jinja /
 // chat_template.json beside it) rendered as transformers' apply_chat_template(messages,
-// tokenize=False, ...) renders it: Jinja2 under transformers' settings (data/jinja.h) with the
+// tokenize=False, ...) renders it: Jinja2 under transformers' settings (data/detail/jinja.h) with the
 // variables transformers passes: messages, tools and documents (None), add_generation_prompt,
 // the special tokens (bos_token, eos_token, ... as strings), raise_exception(msg) (a tg::Error
 // with the template's message) and strftime_now(fmt) (the local time).

@@ -8,12 +8,13 @@
 #include <cerrno>
 #include <cstring>
 #include <iostream>
+#include <set>
 
 #include "core/error.h"
 #include "core/factory.h"
-#include "core/philox.h"
+#include "core/detail/philox.h"
 #include "data/chat_dataset.h"
-#include "data/utf8.h"
+#include "core/detail/utf8.h"
 #include "io/file.h"
 #include "io/json.h"
 
@@ -317,35 +318,91 @@ SequenceDataset::SequenceDataset(std::shared_ptr<const TokenCorpus> corpus, int6
   TG_CHECK(seq_ >= 2, "SequenceDataset", "seq must be at least 2 (one next-token target), got ", seq_);
   if (layout_ == Layout::Pack) {
     row_end_ = corpus_->size() / seq_;
-  } else {
+  } else if (layout_ == Layout::Pad) {
     row_end_ = corpus_->examples();
     for (int64_t i = 0; i < row_end_; ++i) {
       auto [b, e] = corpus_->example(i);
       truncated_ += e - b > seq_;
     }
+  } else {
+    pack(0, corpus_->examples());
   }
+}
+
+void SequenceDataset::pack(int64_t first_example, int64_t end_example) {
+  // Best-fit decreasing: the longest example first, each into the row with the least room that
+  // still takes it (a new row when none does); then each row's examples in corpus order.
+  std::vector<std::pair<int64_t, int64_t>> by_length;  // (tokens, example)
+  truncated_ = 0;
+  for (int64_t i = first_example; i < end_example; ++i) {
+    auto [b, e] = corpus_->example(i);
+    truncated_ += e - b > seq_;
+    if (e > b) by_length.emplace_back(std::min(seq_, e - b), i);
+  }
+  std::stable_sort(by_length.begin(), by_length.end(), [](const auto& x, const auto& y) { return x.first > y.first; });
+  std::set<std::pair<int64_t, int64_t>> room;  // (tokens left, row)
+  std::vector<std::vector<int64_t>> rows;
+  for (const auto& [tokens, example] : by_length) {
+    auto it = room.lower_bound({tokens, 0});
+    int64_t row = static_cast<int64_t>(rows.size()), left = seq_;
+    if (it != room.end()) {
+      row = it->second, left = it->first;
+      room.erase(it);
+    } else {
+      rows.emplace_back();
+    }
+    rows[row].push_back(example);
+    if (left > tokens) room.insert({left - tokens, row});
+  }
+  auto packing = std::make_shared<Packing>();
+  packing->starts.push_back(0);
+  for (std::vector<int64_t>& r : rows) {
+    std::sort(r.begin(), r.end());
+    packing->examples.insert(packing->examples.end(), r.begin(), r.end());
+    packing->starts.push_back(static_cast<int64_t>(packing->examples.size()));
+  }
+  packing_ = std::move(packing);
+  row_begin_ = 0;
+  row_end_ = static_cast<int64_t>(rows.size());
 }
 
 std::pair<SequenceDataset, SequenceDataset> SequenceDataset::split(double fraction) const {
   TG_CHECK(fraction > 0 && fraction < 1, "SequenceDataset::split", "fraction must be in (0, 1), got ", fraction);
-  const int64_t tail = static_cast<int64_t>(static_cast<double>(rows()) * fraction + 0.5);
   SequenceDataset head = *this, last = *this;
-  head.row_end_ = row_end_ - tail;
-  last.row_begin_ = row_end_ - tail;
   head.order_ = std::make_shared<Order>();
   last.order_ = std::make_shared<Order>();
+  if (layout_ == Layout::PackSeparate) {
+    const int64_t n = corpus_->examples(), tail = static_cast<int64_t>(static_cast<double>(n) * fraction + 0.5);
+    head.pack(0, n - tail);
+    last.pack(n - tail, n);
+    return {last, head};
+  }
+  const int64_t tail = static_cast<int64_t>(static_cast<double>(rows()) * fraction + 0.5);
+  head.row_end_ = row_end_ - tail;
+  last.row_begin_ = row_end_ - tail;
   return {last, head};
 }
 
-void SequenceDataset::fill(int64_t row, int64_t* ids, int64_t* labels) const {
+void SequenceDataset::fill(int64_t row, int64_t* ids, int64_t* labels, int64_t* positions) const {
   std::vector<int32_t> i32(static_cast<size_t>(seq_)), l32(static_cast<size_t>(seq_));
   int64_t n = seq_;
   if (layout_ == Layout::Pack) {
     corpus_->read(row * seq_, seq_, i32.data(), l32.data());
-  } else {
+  } else if (layout_ == Layout::Pad) {
     auto [b, e] = corpus_->example(row);
     n = std::min(seq_, e - b);
     corpus_->read(b, n, i32.data(), l32.data());
+  } else {
+    n = 0;
+    for (int64_t k = packing_->starts[row]; k < packing_->starts[row + 1]; ++k) {
+      auto [b, e] = corpus_->example(packing_->examples[k]);
+      const int64_t len = std::min(seq_, e - b);
+      corpus_->read(b, len, i32.data() + n, l32.data() + n);
+      l32[n] = kIgnoreIndex;  // not predicted from the example before
+      for (int64_t t = 0; t < len; ++t) positions[n + t] = t;
+      n += len;
+    }
+    std::fill(positions + n, positions + seq_, 0);
   }
   for (int64_t t = 0; t < seq_; ++t) {
     ids[t] = t < n ? i32[t] : pad_id_;
@@ -355,14 +412,17 @@ void SequenceDataset::fill(int64_t row, int64_t* ids, int64_t* labels) const {
 
 Batch SequenceDataset::make(const std::vector<int64_t>& rows, Device device) const {
   const int64_t b = static_cast<int64_t>(rows.size());
-  std::vector<int64_t> ids(static_cast<size_t>(b * seq_)), labels(ids.size());
+  const bool separate = layout_ == Layout::PackSeparate;
+  std::vector<int64_t> ids(static_cast<size_t>(b * seq_)), labels(ids.size()), positions(separate ? ids.size() : 0);
   Batch out;
   for (int64_t r = 0; r < b; ++r) {
-    fill(row_begin_ + rows[r], ids.data() + r * seq_, labels.data() + r * seq_);
+    fill(row_begin_ + rows[r], ids.data() + r * seq_, labels.data() + r * seq_,
+         separate ? positions.data() + r * seq_ : nullptr);
     for (int64_t t = 1; t < seq_; ++t) out.targets += labels[r * seq_ + t] != kIgnoreIndex;
   }
   out.ids = from_vector(ids, {b, seq_}, device);
   out.labels = from_vector(labels, {b, seq_}, device);
+  if (separate) out.position_ids = from_vector(positions, {b, seq_}, device);
   return out;
 }
 

@@ -4,9 +4,9 @@
 //
 //   auto tok = tg::data::Tokenizer::from_pretrained("folder");
 //   auto corpus = tg::data::tokenize_jsonl_file("train.jsonl", tok);     // prompt tokens: -100
-//   tg::data::SequenceDataset train(corpus, /*seq=*/256, tg::data::Layout::Pack, *tok.pad_token_id());
+//   tg::data::SequenceDataset train(corpus, /*seq=*/256, tg::data::Layout::PackSeparate, *tok.pad_token_id());
 //   tg::data::Batch b = train.batch(step, /*batch_size=*/8, /*seed=*/0, device);
-//   tg::Tensor loss = model->loss(b.ids, b.labels);
+//   tg::Tensor loss = model->loss(b.ids, b.labels, b.position_ids);
 #pragma once
 
 #include <cstdint>
@@ -94,13 +94,21 @@ int64_t max_token_id(const TokenCorpus& corpus);
 void write_token_file(const std::string& path, const std::vector<int32_t>& ids);
 
 enum class Layout {
-  Pack,  // rows are consecutive windows of the concatenated examples
+  Pack,  // rows are consecutive windows of the concatenated examples (documents see each other)
   Pad,   // one example a row, cut at seq, padded with pad_id (labels -100)
+  // Whole examples (each cut at seq) packed into rows best-fit-decreasing (TRL's "bfd"), the rest
+  // of a row padded (labels -100, position 0). Each example keeps its own positions from 0
+  // (Batch::position_ids) and its first token is not predicted from the example before (label
+  // -100), so a model given the position ids (nn::CausalLM::loss) computes each example as if
+  // alone: attention stays inside it (flash_attn_varlen_func's packing, rows still [batch, seq]).
+  // Padding-free batches: about the Pack layout's tokens a step without its cross-talk.
+  PackSeparate,
 };
 
 struct Batch {
   Tensor ids, labels;     // [batch, seq] int64
   int64_t targets = 0;    // positions whose next-token label counts (the loss's denominator)
+  Tensor position_ids;    // [batch, seq] int64, PackSeparate only (else undefined: 0..seq-1)
 };
 
 // Rows of `seq` tokens over a corpus (or a range of its rows), drawn in a shuffled order that
@@ -111,9 +119,11 @@ class SequenceDataset {
 
   int64_t rows() const { return row_end_ - row_begin_; }
   int64_t seq() const { return seq_; }
-  int64_t truncated() const { return truncated_; }  // Pad: examples longer than seq, cut
+  Layout layout() const { return layout_; }
+  int64_t truncated() const { return truncated_; }  // Pad, PackSeparate: examples longer than seq, cut
 
-  // The last `fraction` of the rows, and the rows before them.
+  // The last `fraction` of the rows, and the rows before them (PackSeparate: of the examples,
+  // each part packed on its own, so no example is in both).
   std::pair<SequenceDataset, SequenceDataset> split(double fraction) const;
 
   // Batch `index` of the epoch-by-epoch shuffled order (epoch e: a Philox permutation of seed, e).
@@ -122,14 +132,19 @@ class SequenceDataset {
   Batch rows_batch(int64_t first, int64_t n, Device device) const;
 
  private:
-  void fill(int64_t row, int64_t* ids, int64_t* labels) const;
+  void fill(int64_t row, int64_t* ids, int64_t* labels, int64_t* positions) const;
   Batch make(const std::vector<int64_t>& rows, Device device) const;
+  void pack(int64_t first_example, int64_t end_example);  // PackSeparate's rows of those examples
 
   std::shared_ptr<const TokenCorpus> corpus_;
   int64_t seq_;
   Layout layout_;
   int32_t pad_id_;
   int64_t row_begin_ = 0, row_end_ = 0, truncated_ = 0;
+  struct Packing {
+    std::vector<int64_t> starts, examples;  // row r holds examples[starts[r] .. starts[r + 1])
+  };
+  std::shared_ptr<const Packing> packing_;  // PackSeparate
   struct Order {
     std::mutex mutex;
     int64_t epoch = -1;

@@ -1,16 +1,17 @@
-#include "data/hf_tokenizer.h"
+#include "data/detail/hf_tokenizer.h"
 
 #include <algorithm>
 #include <cstdint>
+#include <iostream>
+#include <map>
 
 #include "core/error.h"
-#include "core/utf8.h"
-#include "data/regex.h"
-#include "data/utf8.h"
+#include "data/detail/regex.h"
+#include "core/detail/utf8.h"
 
 namespace tg::data::hf {
 
-// ---- helpers of the stages (data/hf_pipeline.h)
+// ---- helpers of the stages (data/detail/hf_pipeline.h)
 
 const json::Value& field(const json::Value& v, const char* key, const std::string& where) {
   const json::Value* f = v.is_object() ? v.find(key) : nullptr;
@@ -102,17 +103,16 @@ bool is_space_at(std::string_view s, size_t at) {
 
 }  // namespace
 
-AddedVocabulary::AddedVocabulary(std::vector<AddedToken> tokens, const Normalizer* normalizer) : tokens_(std::move(tokens)) {
-  build(raw_, false, normalizer);
-  build(normalized_, true, normalizer);
+AddedVocabulary::AddedVocabulary(std::vector<AddedToken> tokens) : tokens_(std::move(tokens)) {
+  build(raw_, false);
+  build(normalized_, true);
 }
 
-void AddedVocabulary::build(MatchingSet& set, bool normalized, const Normalizer* normalizer) {
+void AddedVocabulary::build(MatchingSet& set, bool normalized) {
   set.by_first.assign(256, {});
   for (size_t t = 0; t < tokens_.size(); ++t) {
     if (tokens_[t].normalized != normalized) continue;
-    std::string pattern = tokens_[t].content;
-    if (normalized && normalizer) normalizer->normalize(pattern);  // tokenizers matches the normalized content
+    std::string pattern = normalized ? tokens_[t].form : tokens_[t].content;
     if (pattern.empty()) continue;
     set.by_first[static_cast<unsigned char>(pattern[0])].push_back(set.patterns.size());
     set.patterns.push_back(std::move(pattern));
@@ -184,14 +184,12 @@ void AddedVocabulary::split_piece(Piece&& piece, const MatchingSet& set, Pieces&
 
 namespace {
 
-std::string to_byte_alphabet(std::string_view bytes) {
-  std::string out;
-  for (unsigned char b : bytes) append_utf8(out, byte_to_char(b));
-  return out;
-}
-
-const std::string& added_content_of(const std::vector<AddedToken>& tokens, int32_t id) {
-  return std::find_if(tokens.begin(), tokens.end(), [&](const AddedToken& t) { return t.id == id; })->content;
+// An added token's listed id, which tokenizers reads as a u32 and then replaces by its own.
+int64_t listed_id(const json::Value& v, const std::string& what) {
+  TG_CHECK(v.is_int(), "tokenizer.json", what, " wants an integer id, got ", v.is_number() ? "a fraction" : json::Value::type_name(v.type()));
+  const int64_t id = v.as_int(what);
+  TG_CHECK(id >= 0 && id <= UINT32_MAX, "tokenizer.json", what, " is ", id, ", outside the ids [0, 2^32)");
+  return id;
 }
 
 }  // namespace
@@ -220,43 +218,71 @@ HfTokenizer::HfTokenizer(const json::Value& root) {
   model_ = std::make_unique<BpeModel>(model, byte_level);
   post_processor_ = make_post_processor(stage("post_processor"));
   decoder_ = make_decoder(stage("decoder"));
-
-  std::vector<AddedToken> added;
   vocab_size_ = model_->vocab_size();
-  if (const json::Value* list = root.find("added_tokens"))
-    for (const json::Value& t : list->as_array("added_tokens")) {
-      AddedToken a;
-      a.content = field(t, "content", "added token").as_string("content");
-      a.id = token_id(field(t, "id", "added token '" + a.content + "'"), "added token '" + a.content + "' id");
-      a.special = bool_field(t, "special", false);
-      a.lstrip = bool_field(t, "lstrip", false);
-      a.rstrip = bool_field(t, "rstrip", false);
-      a.single_word = bool_field(t, "single_word", false);
-      a.normalized = bool_field(t, "normalized", !a.special);
-      // An id is one token: an added token may restate its vocabulary entry, not replace it.
-      if (const std::string* in_vocab = model_->token(a.id))
-        TG_CHECK(*in_vocab == a.content || (byte_level && *in_vocab == to_byte_alphabet(a.content)), "tokenizer.json",
-                 "added token '", a.content, "' has id ", a.id, ", which the vocabulary gives to '", *in_vocab, "'");
-      if (auto it = decode_form_.find(a.id); it != decode_form_.end())
-        fail("tokenizer.json", "added tokens '", added_content_of(added, a.id), "' and '", a.content, "' share id ", a.id);
-      TG_CHECK(!added_by_content_.count(a.content), "tokenizer.json", "added token '", a.content, "' is listed with ids ",
-               added_by_content_.find(a.content)->second, " and ", a.id);
-      added_by_content_[a.content] = a.id;
-      // Decoding sees a normalized token as the normalizer leaves it (tokenizers' normalized_cache).
-      std::string form = a.content;
-      if (a.normalized && normalizer_) normalizer_->normalize(form);
-      decode_form_[a.id] = form;
-      if (a.special) special_contents_[a.content] = true;
-      vocab_size_ = std::max<int64_t>(vocab_size_, a.id + 1);
-      added.push_back(std::move(a));
-    }
-  added_ = std::make_unique<AddedVocabulary>(std::move(added), normalizer_.get());
+  read_added_tokens(root);
   if (post_processor_)
     for (int32_t id : post_processor_->added_ids())
       TG_CHECK(id_to_token(id).has_value(), "tokenizer.json", "post_processor adds id ", id,
                ", which is neither in the vocabulary nor an added token (", vocab_size_, " ids)");
   description_ = std::string("tokenizer.json BPE") + (byte_level ? " (byte-level)" : "") + ", " +
                  std::to_string(vocab_size_) + " tokens";
+}
+
+// tokenizers' AddedVocabulary::add_tokens as its deserializer calls it (0.23): the listed ids
+// are not used. In the listed order, each token takes the id its content already has (an earlier
+// added token's, else the vocabulary's), else the next id from the vocabulary's token count on;
+// an empty content is skipped, and a later listing of a content replaces its options. Where two
+// tokens end on one id (a vocabulary with gaps) the later holds it, for encoding and decoding.
+void HfTokenizer::read_added_tokens(const json::Value& root) {
+  std::map<int32_t, AddedToken> by_id;
+  std::unordered_map<int32_t, std::string> normalized_cache;  // never pruned, as tokenizers'
+  int64_t next_id = model_->entries();
+  size_t moved = 0;
+  std::string first_moved;
+  if (const json::Value* list = root.find("added_tokens"))
+    for (const json::Value& t : list->as_array("added_tokens")) {
+      AddedToken a;
+      a.content = field(t, "content", "added token").as_string("content");
+      const int64_t listed = listed_id(field(t, "id", "added token '" + a.content + "'"), "added token '" + a.content + "' id");
+      a.special = bool_field(t, "special", false);
+      a.lstrip = bool_field(t, "lstrip", false);
+      a.rstrip = bool_field(t, "rstrip", false);
+      a.single_word = bool_field(t, "single_word", false);
+      a.normalized = bool_field(t, "normalized", !a.special);
+      if (a.content.empty()) continue;
+      const auto known = added_by_content_.find(a.content);
+      if (known != added_by_content_.end() && by_id[known->second] == a) continue;
+      if (known != added_by_content_.end()) a.id = known->second;
+      else if (const int32_t* id = model_->id_of_token(a.content)) a.id = *id;
+      else {
+        TG_CHECK(next_id < INT32_MAX, "tokenizer.json", "added token '", a.content, "' would get id ", next_id,
+                 ", outside the ids [0, 2^31 - 1)");
+        a.id = static_cast<int32_t>(next_id++);
+      }
+      if (a.id != listed && moved++ == 0)
+        first_moved = "'" + a.content + "': listed " + std::to_string(listed) + ", given " + std::to_string(a.id);
+      if (a.normalized && normalizer_) {
+        std::string form = a.content;
+        normalizer_->normalize(form);
+        if (form != a.content) normalized_cache[a.id] = std::move(form);
+      }
+      added_by_content_[a.content] = a.id;
+      if (a.special) special_contents_[a.content] = true;
+      by_id[a.id] = std::move(a);
+    }
+  if (moved)
+    std::cerr << "warning: tokenizer.json: " << moved << " added token" << (moved > 1 ? "s are" : " is")
+              << " listed with an id other than Hugging Face tokenizers gives, which is used (" << first_moved
+              << "): tokenizers gives an added token its content's vocabulary id, else the next id after the vocabulary\n";
+  std::vector<AddedToken> added;
+  for (auto& [id, a] : by_id) {
+    const auto cached = normalized_cache.find(id);
+    a.form = cached != normalized_cache.end() ? cached->second : a.content;
+    decode_form_[id] = a.form;
+    vocab_size_ = std::max<int64_t>(vocab_size_, id + 1);
+    added.push_back(std::move(a));
+  }
+  added_ = std::make_unique<AddedVocabulary>(std::move(added));
 }
 
 void HfTokenizer::encode(std::string_view text, bool add_special_tokens, std::vector<int32_t>& out, WordCache* cache) const {

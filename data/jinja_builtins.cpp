@@ -1,12 +1,11 @@
-#include "data/jinja_builtins.h"
+#include "data/detail/jinja_builtins.h"
 
 #include <algorithm>
 #include <set>
 
 #include <utf8proc.h>
 
-#include "core/utf8.h"
-#include "data/utf8.h"
+#include "core/detail/utf8.h"
 
 namespace tg::data::jinja {
 namespace {
@@ -19,7 +18,7 @@ std::vector<char32_t> code_points(const std::string& s) {
 
 std::string from_code_points(const std::vector<char32_t>& cps, size_t b = 0, size_t e = SIZE_MAX) {
   std::string out;
-  for (size_t i = b; i < std::min(e, cps.size()); ++i) append_utf8(out, cps[i]);
+  for (size_t i = b; i < std::min(e, cps.size()); ++i) utf8::append(out, cps[i]);
   return out;
 }
 
@@ -111,7 +110,7 @@ std::string map_case(const std::string& s, int mode) {  // 0 lower, 1 upper, 2 t
     const utf8proc_category_t cat = utf8proc_category(cp);
     prev_cased = cat == UTF8PROC_CATEGORY_LU || cat == UTF8PROC_CATEGORY_LL || cat == UTF8PROC_CATEGORY_LT;
     first = false;
-    append_utf8(out, r);
+    utf8::append(out, r);
   }
   return out;
 }
@@ -124,7 +123,7 @@ std::string replace(const std::string& s, const std::string& a, const std::strin
     int64_t n = 0;
     for (char32_t c : cps) {
       if (count < 0 || n++ < count) out += b;
-      append_utf8(out, c);
+      utf8::append(out, c);
     }
     if (count < 0 || n < count) out += b;
     return out;
@@ -341,7 +340,7 @@ Value slice(const Value& obj, const Value& start, const Value& stop, const Value
     const std::vector<char32_t> cps = code_points(obj.as_string());
     slice_indices(static_cast<int64_t>(cps.size()), start, stop, step, b, e, s);
     std::string out;
-    for (int64_t i = b; s > 0 ? i < e : i > e; i += s) append_utf8(out, cps[static_cast<size_t>(i)]);
+    for (int64_t i = b; s > 0 ? i < e : i > e; i += s) utf8::append(out, cps[static_cast<size_t>(i)]);
     return Value(out);
   }
   const List& xs = obj.as_list();
@@ -359,7 +358,7 @@ List iterate(const Value& v) {
       List out;
       for (char32_t c : code_points(v.as_string())) {
         std::string s;
-        append_utf8(s, c);
+        utf8::append(s, c);
         out.push_back(Value(s));
       }
       return out;

@@ -1,10 +1,10 @@
-// Renders a parsed template (data/jinja_ast.h) with Jinja2's scoping: a for loop's body gets a
+// Renders a parsed template (data/detail/jinja_ast.h) with Jinja2's scoping: a for loop's body gets a
 // fresh scope each iteration (a set inside it is gone after the iteration), an if does not.
 #include <cmath>
 
 #include "core/error.h"
-#include "data/jinja_ast.h"
-#include "data/jinja_builtins.h"
+#include "data/detail/jinja_ast.h"
+#include "data/detail/jinja_builtins.h"
 
 namespace tg::data::jinja {
 namespace {

@@ -1,12 +1,11 @@
-// Jinja2's lexer (with trim_blocks and lstrip_blocks) and parser for the subset of data/jinja.h.
+// Jinja2's lexer (with trim_blocks and lstrip_blocks) and parser for the subset of data/detail/jinja.h.
 #include <algorithm>
 #include <cstring>
 #include <set>
 
 #include "core/error.h"
-#include "core/utf8.h"
-#include "data/jinja_ast.h"
-#include "data/utf8.h"
+#include "data/detail/jinja_ast.h"
+#include "core/detail/utf8.h"
 
 namespace tg::data::jinja {
 namespace {
@@ -81,7 +80,7 @@ std::string unescape(std::string_view s, int line) {
         cp = cp * 16 + static_cast<char32_t>(std::isdigit(static_cast<unsigned char>(h)) ? h - '0' : (h | 0x20) - 'a' + 10);
       }
       i += n;
-      append_utf8(out, cp);
+      utf8::append(out, cp);
     };
     switch (c) {
       case '\n': break;
@@ -105,7 +104,7 @@ std::string unescape(std::string_view s, int line) {
           size_t k = 0;
           for (; k < 3 && i + k < s.size() && s[i + k] >= '0' && s[i + k] <= '7'; ++k) cp = cp * 8 + static_cast<char32_t>(s[i + k] - '0');
           i += k - 1;
-          append_utf8(out, cp);
+          utf8::append(out, cp);
         } else {
           out += '\\';
           out += c;

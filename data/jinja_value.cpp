@@ -4,9 +4,8 @@
 #include <cstdio>
 
 #include "core/error.h"
-#include "core/utf8.h"
-#include "data/jinja.h"
-#include "data/utf8.h"
+#include "data/detail/jinja.h"
+#include "core/detail/utf8.h"
 #include "io/json.h"
 
 namespace tg::data::jinja {

@@ -1,5 +1,5 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
-#include "data/regex.h"
+#include "data/detail/regex.h"
 
 #include <pcre2.h>
 
@@ -8,7 +8,7 @@
 #include <cstdint>
 
 #include "core/error.h"
-#include "data/utf8.h"
+#include "core/detail/utf8.h"
 
 namespace tg::data {
 namespace {

@@ -1,4 +1,4 @@
-#include "data/sentencepiece_tokenizer.h"
+#include "data/detail/sentencepiece_tokenizer.h"
 
 #include <sentencepiece_processor.h>
 

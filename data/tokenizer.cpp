@@ -7,9 +7,9 @@
 
 #include "core/error.h"
 #include "core/parallel.h"
-#include "data/hf_tokenizer.h"
-#include "data/sentencepiece_tokenizer.h"
-#include "data/utf8.h"
+#include "data/detail/hf_tokenizer.h"
+#include "data/detail/sentencepiece_tokenizer.h"
+#include "core/detail/utf8.h"
 #include "io/file.h"
 #include "io/json.h"
 
@@ -72,8 +72,9 @@ std::shared_ptr<Tokenizer::Impl> load(const std::string& path, const json::Value
   auto impl = std::make_shared<Tokenizer::Impl>();
   const bool is_json = path.size() >= 5 && path.compare(path.size() - 5, 5, ".json") == 0;
   if (is_json) {
+    const json::Value root = read_json(path);  // its errors name the file already
     try {
-      impl->hf = std::make_unique<hf::HfTokenizer>(read_json(path));
+      impl->hf = std::make_unique<hf::HfTokenizer>(root);
     } catch (const Error& e) {
       fail("tokenizer", "'", path, "': ", e.what());
     }

@@ -14,7 +14,7 @@
 #include "io/number.h"
 #ifdef TG_WITH_NCCL
 #include "core/cuda/runtime.h"
-#include "distributed/nccl_communicator.h"
+#include "distributed/detail/nccl_communicator.h"
 #endif
 
 namespace tg::distributed {
@@ -130,17 +130,25 @@ bool nccl_available() {
 #endif
 }
 
-std::unique_ptr<Communicator> init(const LaunchInfo& info, Device* device) {
+void check_can_join(const LaunchInfo& info) {
 #ifndef TG_WITH_NCCL
-  (void)info, (void)device;
+  (void)info;
   TG_CHECK(false, kOp, "this tapegrad was built without NCCL, so there is no data parallelism: configure a CUDA "
            "build with NCCL (the CUDA toolkit's, or -DTG_NCCL_ROOT=<dir with include/nccl.h and lib/libnccl.so*>, "
            "e.g. PyTorch's nvidia-nccl wheel)");
-  return nullptr;
 #else
   const int gpus = cuda::device_count();
   TG_CHECK(info.local_rank < gpus, kOp, "LOCAL_RANK=", info.local_rank, " wants GPU ", info.local_rank, ", this machine has ",
            gpus, " GPU(s): start at most one rank per GPU");
+#endif
+}
+
+std::unique_ptr<Communicator> init(const LaunchInfo& info, Device* device) {
+  check_can_join(info);
+#ifndef TG_WITH_NCCL
+  (void)device;
+  return nullptr;
+#else
   setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);  // NVLink multicast off (the device machines' rule)
   const std::string id = info.world_size == 1 ? nccl_unique_id() : share_through_file(info, nccl_unique_id);
   TG_CHECK(id.size() == kNcclIdBytes, kOp, "'", info.init_file, "' holds ", id.size(), " bytes, an NCCL id ", kNcclIdBytes);

@@ -42,6 +42,10 @@ std::string share_through_file(const LaunchInfo& info, const std::function<std::
 // True when this build has NCCL (-DTG_NCCL_ROOT or the CUDA toolkit's).
 bool nccl_available();
 
+// tg::Error when init would be refused before it starts: a build without NCCL, or a machine
+// without the rank's GPU. A program calls it before its slow work (loading a model).
+void check_can_join(const LaunchInfo& info);
+
 // The NCCL communicator of this rank on Device::cuda(info.local_rank), the device it returns in
 // `device`. tg::Error when the build has no NCCL, the device does not exist, or the other ranks
 // do not come. With NCCL's NVLink multicast off (NCCL_NVLS_ENABLE=0 unless set).

@@ -3,7 +3,7 @@
 #include <vector>
 
 #include "core/cuda/cuda_utils.cuh"
-#include "distributed/nccl_communicator.h"
+#include "distributed/detail/nccl_communicator.h"
 
 namespace tg::distributed {
 namespace {

@@ -1,17 +1,23 @@
-// Text generation from the command line with nn::generate: a Hugging Face folder (Llama or GPT-2,
-// its tokenizer and generation_config.json) or a toy_transformer checkpoint (bytes as tokens),
-// with or without a peft adapter (applied, or merged with --merge), printing the text as the
-// tokens come.
+// Text generation from the command line with nn::generate: a Hugging Face folder (its tokenizer
+// and generation_config.json) or a toy_transformer checkpoint (bytes as tokens), with or without a
+// peft adapter (applied, or merged with --merge), printing the text as the tokens come.
 //
 //   generate --model TinyLlama-folder --prompt "Once upon a time" --max-new-tokens 64
 //   generate --model out/toy/base.safetensors --adapter out/toy/adapter --prompt "LOG 1" --temperature 0.8 --top-k 10
+//   generate --model Qwen2.5-0.5B-Instruct --chat --system "Answer in one sentence."
 //
-// The continuation goes to stdout as it grows; what was loaded and the speed go to stderr.
+// --chat talks with an instruct model through the folder's chat template: each line of stdin is a
+// user turn, the whole conversation is rendered (Tokenizer::apply_chat_template, with the
+// assistant's header) and the reply stops at the generation config's EOS ids (the template's end
+// of turn) or the tokenizer's EOS; the reply joins the history. Ctrl-D (end of input) ends it.
+//
+// The continuation (or the replies) goes to stdout as it grows; what was loaded and the speed go to stderr.
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <unistd.h>
 
 #include "examples/common/base_model.h"
 #include "examples/common/flags.h"
@@ -84,6 +90,44 @@ class TextStream {
   std::string shown_;
 };
 
+// --chat: a user turn a line of stdin, each reply generated from the whole conversation rendered
+// by the chat template and added to it. Ends at the end of input.
+int chat_loop(nn::Module& model, const std::optional<data::Tokenizer>& tokenizer, nn::GenerationConfig cfg,
+              const std::string& system, bool print_prompt, int64_t context) {
+  const data::Tokenizer& tok = *tokenizer;  // --chat: a folder's
+  // The template's end of turn is in generation_config.json's EOS ids; the tokenizer's EOS ends too.
+  if (auto eos = tok.eos_token_id(); eos && std::find(cfg.eos_token_id.begin(), cfg.eos_token_id.end(), *eos) ==
+                                                cfg.eos_token_id.end())
+    cfg.eos_token_id.push_back(*eos);
+  std::vector<data::ChatMessage> history;
+  if (!system.empty()) history.push_back({"system", system});
+  const bool terminal = isatty(STDIN_FILENO) != 0;
+  if (terminal) std::fprintf(stderr, "chat: a message a line; Ctrl-D ends\n");
+  std::string line;
+  while ((terminal ? std::fputs("> ", stderr) : 0, std::getline(std::cin, line))) {
+    if (line.empty()) continue;
+    history.push_back({"user", line});
+    const std::string text = tok.apply_chat_template(history, {.add_generation_prompt = true});
+    const std::vector<int32_t> ids = tok.encode(text, /*add_special_tokens=*/false);  // the template writes BOS
+    if (print_prompt) std::fprintf(stderr, "prompt (%zu tokens):\n%s\n", ids.size(), text.c_str());
+    if (static_cast<int64_t>(ids.size()) + cfg.max_new_tokens > context)
+      fail("generate", "--chat: the conversation is ", ids.size(), " tokens; with --max-new-tokens ",
+           cfg.max_new_tokens, " it exceeds the model's context of ", context,
+           " tokens (start a new chat, or lower --max-new-tokens)");
+    auto ends_turn = [&](int32_t t) { return std::find(cfg.eos_token_id.begin(), cfg.eos_token_id.end(), t) != cfg.eos_token_id.end(); };
+    TextStream stream(tokenizer, {});  // the reply alone, as it grows, without its end of turn
+    std::vector<int32_t> reply = nn::generate(model, {ids}, cfg, [&](int64_t, int32_t t) {
+      if (!ends_turn(t)) stream.push(t);
+    })[0];
+    stream.finish();
+    reply.erase(reply.begin(), reply.begin() + static_cast<int64_t>(ids.size()));
+    if (!reply.empty() && ends_turn(reply.back())) reply.pop_back();  // the template writes the end of turn itself
+    history.push_back({"assistant", examples::decode_lenient(tok, reply)});
+  }
+  if (terminal) std::fputs("\n", stderr);
+  return 0;
+}
+
 int run(int argc, char** argv) {
   examples::Flags flags("generate", "Continue a prompt with a Llama or GPT-2 model (a Hugging Face folder or a "
                                     "toy_transformer checkpoint), with or without a LoRA adapter.");
@@ -93,7 +137,10 @@ int run(int argc, char** argv) {
       .add("adapter", "", "a peft adapter folder (adapter_config.json + adapter_model.safetensors) to apply")
       .add("merge", "false", "merge the adapter into the base weights before generating")
       .add("prompt", "", "the text to continue")
-      .add("max-new-tokens", "64", "the most tokens to generate (fewer when an EOS comes)")
+      .add("chat", "false", "chat through the folder's chat template: user turns from stdin, one a line")
+      .add("system", "", "--chat: a system message opening the conversation")
+      .add("print-prompt", "false", "--chat: print each rendered prompt (to stderr) before its reply")
+      .add("max-new-tokens", "64", "the most tokens to generate (fewer when an EOS comes; --chat: 512 a reply)")
       .add("temperature", "", "0: greedy; > 0: sampling at that temperature (default: the folder's "
                               "generation_config.json, else greedy)")
       .add("top-k", "", "sampling: only the k most likely tokens (0: all; default: generation_config.json, else 50)")
@@ -133,6 +180,19 @@ int run(int argc, char** argv) {
   if (cfg.greedy() && (flags.was_set("top-k") || flags.was_set("top-p")))
     throw examples::UsageError("--top-k and --top-p are for sampling: add --temperature > 0\n" + flags.usage());
   cfg.validate();
+  const bool chat = flags.boolean("chat");
+  if (chat) {
+    if (!flags.str("prompt").empty())
+      throw examples::UsageError("--chat reads the user's turns from stdin; --prompt is for plain continuation\n");
+    if (!hf_folder) throw examples::UsageError("--chat needs a Hugging Face folder with a chat template\n");
+    if (!data::Tokenizer::from_pretrained(model_path).chat_template())
+      throw examples::UsageError("--chat: '" + model_path + "' has no chat template (tokenizer_config.json's " +
+                                 "chat_template, chat_template.jinja or chat_template.json): a base model " +
+                                 "continues text, use --prompt\n");
+    if (!flags.was_set("max-new-tokens")) cfg.max_new_tokens = 512;
+  } else if (!flags.str("system").empty() || flags.boolean("print-prompt")) {
+    throw examples::UsageError("--system and --print-prompt are for --chat\n");
+  }
   if (hf_folder) examples::check_folder_vocabulary(model_path, "generate", "--model");
   examples::BaseModel base = examples::load_base(model_path, flags.str("config"), "generate", "--model");
   if (base.tokenizer)
@@ -145,6 +205,12 @@ int run(int argc, char** argv) {
     if (flags.boolean("merge")) peft::merge_and_unload(model);
   }
   model.to(device);
+  std::fprintf(stderr, "model: %s (%s%s), %s%s on %s, %s\n", model_path.c_str(), base.architecture.c_str(),
+               base.tokenizer ? (", " + base.tokenizer->description()).c_str() : ", bytes as tokens",
+               flags.str("adapter").empty() ? "no adapter" : ("adapter " + flags.str("adapter")).c_str(),
+               flags.boolean("merge") ? " (merged)" : "", device.str().c_str(),
+               cfg.greedy() ? "greedy" : "sampling");
+  if (chat) return chat_loop(model, base.tokenizer, cfg, flags.str("system"), flags.boolean("print-prompt"), base.context);
 
   const std::string prompt = flags.str("prompt");
   std::vector<int32_t> ids;
@@ -154,11 +220,6 @@ int run(int argc, char** argv) {
   if (ids.empty())
     throw examples::UsageError("--prompt gives no token" + std::string(base.tokenizer ? " (this tokenizer adds no BOS)" : "") +
                                ": give some text\n" + flags.usage());
-  std::fprintf(stderr, "model: %s (%s%s), %s%s on %s, %s\n", model_path.c_str(), base.architecture.c_str(),
-               base.tokenizer ? (", " + base.tokenizer->description()).c_str() : ", bytes as tokens",
-               flags.str("adapter").empty() ? "no adapter" : ("adapter " + flags.str("adapter")).c_str(),
-               flags.boolean("merge") ? " (merged)" : "", device.str().c_str(),
-               cfg.greedy() ? "greedy" : "sampling");
 
   TextStream stream(base.tokenizer, ids);
   const auto start = std::chrono::steady_clock::now();

@@ -1,31 +1,27 @@
-// LoRA fine-tuning of a causal LM: the script to copy and adapt.
+// LoRA fine-tuning of a causal LM from the command line: train::Trainer driven by flags.
 //
 //   lora_finetune --base TinyLlama-folder --data train.jsonl --steps 300
-//   lora_finetune --base out/toy/base.safetensors --data my_text.txt      # the toy, bytes as tokens
+//   lora_finetune --base Qwen2.5-0.5B-Instruct --data chat.jsonl --dtype bf16   # {"messages": [...]} rows
+//   lora_finetune --base out/toy/base.safetensors --data my_text.txt             # the toy, bytes as tokens
 //
-// --base is a Hugging Face folder (Llama or GPT-2 of any shape from config.json, its tokenizer)
-// or a toy_transformer checkpoint. The data: JSONL ({"text"} or {"prompt", "completion"}, the
-// prompt not learned), an llm.c token file (.bin) or text. Wraps the target Linear layers with
-// LoRA (everything else frozen, norms included), trains the adapters with AdamW, linear warmup
-// + cosine decay, gradient clipping and optional gradient accumulation, evaluates (with a
-// generated sample), and saves a peft adapter. Along the way: a live progress line, a CSV + SVG
-// loss log, a checkpoint every --save-every steps (and on Ctrl-C), --resume that continues
-// bit-exactly (and refuses changed training flags), and with --merge the merged model (a folder
-// transformers loads, for a Hugging Face base). With --dtype bf16 the frozen base runs in
-// bfloat16 and the adapters train in float32; the report ends with the peak memory (host and GPU).
+// --base is a Hugging Face folder (any family nn::from_pretrained reads, with its tokenizer) or a
+// toy_transformer checkpoint. The data: JSONL ({"text"}, {"prompt", "completion"} with the prompt
+// not learned, or {"messages"} conversations rendered with the folder's chat template, only the
+// assistant turns learned), an llm.c token file (.bin) or text. LoRA wraps the target Linear layers
+// (everything else frozen, norms included); the Trainer does the rest: AdamW, warmup and a decay
+// schedule, clipping, gradient accumulation, evaluation every --eval-every steps (with a generated
+// sample here), logs (<out>/log.csv, log.jsonl and the loss curve loss.svg), a checkpoint
+// <out>/checkpoint-<step> every --save-every steps and on Ctrl-C, --resume that continues bit for
+// bit (and refuses changed training flags or data; --steps may grow to extend a finished run). At
+// the end the adapter (<out>/adapter, peft's format), with --merge the merged model.
+// --dtype bf16: the frozen base in bfloat16, the adapters in float32 (TrainingArguments::bf16).
 // --load-in-4bit (QLoRA): the base's Linear layers but the head are quantised to NF4 (or
 // --bnb-4bit-quant-type fp4; --bnb-4bit-use-double-quant) as the folder loads, computing in --dtype;
 // a folder saved by transformers + bitsandbytes in 4-bit loads as it is, with or without the flag.
-// --gradient-checkpointing keeps less of it: each layer's activations are recomputed at backward.
-// --nproc N trains data-parallel on N GPUs (or start it with examples/launch or torchrun): each
-// rank takes --batch / N rows of every micro-batch, the gradients are averaged over NCCL, rank 0
-// logs, evaluates and writes; the loss curve and the checkpoints are those of one process, so a
-// run may resume on another number of GPUs. --full trains every parameter instead of adapters
-// (full fine-tuning) and writes the model.
-// On a GPU the step is captured as a CUDA graph after its first run and replayed (--cuda-graph:
-// the same numbers bit for bit, without the host's launch cost) where it can be: one micro-batch,
-// no LoRA dropout, no checkpointing, one process (auto: LoRA on a Llama-family model, what has
-// run under capture on the H200).
+// --full trains every parameter instead of adapters and writes the model. --nproc N trains
+// data-parallel on N GPUs (or start it with examples/launch or torchrun): --batch is split between
+// the ranks, so the loss curve and the checkpoints are those of one process. On a GPU the step is
+// replayed as a CUDA graph where it can be (--cuda-graph).
 #include <atomic>
 #include <csignal>
 #include <cstdint>
@@ -33,30 +29,26 @@
 #include <filesystem>
 #include <iostream>
 
+#include "data/chat_dataset.h"
 #include "data/dataset.h"
+#include "distributed/init.h"
 #include "examples/common/base_model.h"
-#include "examples/common/checkpoint.h"
 #include "examples/common/data.h"
 #include "examples/common/data_parallel.h"
-#include "examples/common/evaluate.h"
 #include "examples/common/flags.h"
-#include "examples/common/graphed_step.h"
 #include "examples/common/inputs.h"
-#include "examples/common/printable.h"
 #include "examples/common/precision.h"
-#include "examples/common/train_log.h"
+#include "examples/common/printable.h"
 #include "examples/common/vocabulary.h"
-#include "nn/checkpoint.h"
-#include "nn/generation.h"
+#include "io/file.h"
 #include "io/json.h"
-#include "nn/loss.h"
+#include "nn/state_dict.h"
+#include "nn/generation.h"
 #include "nn/pretrained.h"
-#include "optim/clip_grad.h"
-#include "optim/lr_scheduler.h"
-#include "optim/optimizer.h"
-#include "distributed/data_parallel.h"
 #include "peft/lora.h"
 #include "tapegrad.h"
+#include "train/checkpoint.h"
+#include "train/trainer.h"
 
 using namespace tg;
 namespace fs = std::filesystem;
@@ -64,41 +56,81 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr int64_t kMaxThreads = 4096;
+constexpr const char* kFlagsFile = "lora_finetune_flags.json";  // in each checkpoint folder
 std::atomic<bool> interrupted{false};
 void on_sigint(int) { interrupted = true; }
 
 // Flags a resumed run may change; every other flag must be as the checkpoint recorded it.
 // --gradient-checkpointing changes memory and time only: the gradients are bitwise the same.
-const std::vector<std::string> kResumeMayChange = {"out",     "device",      "threads", "eval-every", "eval-batches",
-                                                   "save-every", "stop-at",  "resume",  "merge",      "sample-tokens",
-                                                   "gradient-checkpointing", "nproc", "cuda-graph"};
+// --steps may grow: the Trainer extends the run and re-plans the schedule.
+const std::vector<std::string> kResumeMayChange = {
+    "out",        "device",       "threads",          "eval-every", "eval-batches",           "save-every",
+    "stop-at",    "resume",       "merge",            "sample-tokens", "gradient-checkpointing", "nproc",
+    "cuda-graph", "steps",        "log-every",        "save-total-limit"};
 
-std::string training_flags_json(const examples::Flags& flags) {
+json::Value training_flags(const examples::Flags& flags) {
   json::Value v = json::Value::object();
   for (const auto& name : flags.names())
     if (std::find(kResumeMayChange.begin(), kResumeMayChange.end(), name) == kResumeMayChange.end())
       v.set(name, flags.str(name));
-  return json::dump(v);
+  return v;
 }
 
 // --resume with a flag that changes training is refused, naming each such flag.
-void check_resume_flags(const examples::Flags& flags, const examples::CheckpointMetadata& saved, const std::string& ckpt) {
-  auto it = saved.find("training_flags");
-  if (it == saved.end()) return;  // written before flags were recorded
-  const json::Value then = json::parse(it->second);
+void check_resume_flags(const examples::Flags& flags, const std::string& checkpoint) {
+  const fs::path file = fs::path(checkpoint) / kFlagsFile;
+  if (!fs::exists(file)) return;  // a checkpoint of another program: the Trainer checks its arguments
+  const std::vector<uint8_t> bytes = io::read_file(file.string());
+  const json::Value then = json::parse(std::string(bytes.begin(), bytes.end()));
   std::string changed;
   for (const auto& name : then.keys()) {
     const std::string was = then.at(name).as_string();
-    const std::string now = flags.names().end() != std::find(flags.names().begin(), flags.names().end(), name)
-                                ? flags.str(name) : "(no such flag now)";
+    const auto& names = flags.names();
+    const std::string now =
+        std::find(names.begin(), names.end(), name) != names.end() ? flags.str(name) : "(no such flag now)";
     if (was != now) changed += "\n  --" + name + ": '" + was + "' then, '" + now + "' now";
   }
   if (changed.empty()) return;
   std::string may_change;
   for (const auto& n : kResumeMayChange) may_change += (may_change.empty() ? "--" : ", --") + n;
-  throw examples::UsageError("--resume: " + ckpt + " was written with other training flags:" + changed +
+  throw examples::UsageError("--resume: " + checkpoint + " was written with other training flags:" + changed +
                              "\nresume with the same values (these may change: " + may_change +
                              "), or start afresh in another --out\n");
+}
+
+// The checkpoint folder --resume names: the newest of --out (a bare --resume) or the one given.
+std::string resume_folder(const std::string& flag, const std::string& out) {
+  if (flag == "false") return "";
+  if (flag == "true") {
+    const auto found = train::complete_checkpoints(out);
+    if (found.empty())
+      throw examples::UsageError("--resume: no checkpoint in --out '" + out + "' (checkpoint-<step> folders holding " +
+                                 train::kTrainingStateFile + "); to continue a run written elsewhere, pass its " +
+                                 "folder: --resume <its out>/checkpoint-<step>\n");
+    return found.back().second;
+  }
+  if (!fs::exists(fs::path(flag) / train::kTrainingStateFile))
+    throw examples::UsageError("--resume '" + flag + "' is not a checkpoint folder (no " + train::kTrainingStateFile +
+                               " in it): pass --resume alone for the newest checkpoint of --out, or a " +
+                               "<out>/checkpoint-<step> folder\n");
+  return flag;
+}
+
+// --warmup auto: a tenth of --steps, or on a resume the checkpoint's (so --steps may grow).
+int64_t warmup_steps(const examples::Flags& flags, int64_t steps, const std::string& checkpoint) {
+  if (flags.str("warmup") != "auto") {
+    const int64_t warmup = flags.integer("warmup", 0);
+    if (warmup >= steps)
+      throw examples::UsageError("--warmup " + flags.str("warmup") + " is not below --steps " + flags.str("steps") +
+                                 ": the run would end in its warmup, at the peak learning rate (lower --warmup)\n");
+    return warmup;
+  }
+  if (checkpoint.empty()) return steps / 10;
+  const train::CheckpointMetadata meta =
+      train::training_state_metadata((fs::path(checkpoint) / train::kTrainingStateFile).string());
+  const auto args = meta.find("training_args");
+  if (args == meta.end()) return steps / 10;  // the Trainer names what is missing
+  return json::parse(args->second).at("warmup_steps").as_int("warmup_steps");
 }
 
 // "\n" and "\t" in a flag value (--doc-separator '\n\n').
@@ -116,18 +148,37 @@ std::string sample_text(const examples::BaseModel& base, const std::vector<int32
   return examples::printable(examples::decode_lenient(*base.tokenizer, ids));  // the model may have padding rows
 }
 
+// What the program adds to the Trainer's loop: Ctrl-C and --stop-at stop it (after a checkpoint),
+// each evaluation prints a greedy sample, each checkpoint records the training flags.
+struct ProgramCallbacks : train::TrainerCallback {
+  int64_t stop_at = 0;
+  std::function<void()> sample;
+  json::Value flags;
+  void on_step_end(const train::TrainerState& s, train::TrainerControl& c) override {
+    c.should_training_stop = interrupted || s.global_step == stop_at;
+  }
+  void on_evaluate(const train::TrainerState& s, const train::LogEntry& metrics) override {
+    if (s.is_world_process_zero && metrics.has("eval_loss")) sample();
+  }
+  void on_save(const train::TrainerState& s, const std::string& dir) override {
+    if (s.is_world_process_zero) io::write_file_atomic(dir + "/" + kFlagsFile, json::dump(flags, 2) + "\n");
+  }
+};
+
 int run(int argc, char** argv) {
-  examples::Flags flags("lora_finetune", "LoRA fine-tuning of a Llama or GPT-2 model (a Hugging Face folder, or the "
-                                         "toy transformer's checkpoint) on your data.");
+  examples::Flags flags("lora_finetune", "LoRA fine-tuning of a causal LM (a Hugging Face folder, or the toy "
+                                         "transformer's checkpoint) on your data, with train::Trainer.");
   flags.add("base", "out/toy/base.safetensors", "a Hugging Face model folder (config.json, model.safetensors, "
                                                 "tokenizer) or a toy_transformer checkpoint (.safetensors)")
       .add("config", "auto", "toy checkpoints only: tiny | small | bench-135m (auto: the one the checkpoint records)")
-      .add("data", "", "training data: .jsonl ({\"text\"} or {\"prompt\", \"completion\"}), .bin (llm.c token file) "
-                       "or text (default, toy base only: a generated 'logbook' corpus)")
+      .add("data", "", "training data: .jsonl ({\"text\"}, {\"prompt\", \"completion\"} or {\"messages\"}), .bin "
+                       "(llm.c token file) or text (default, toy base only: a generated 'logbook' corpus)")
       .add("val", "", "validation data, as --data (default: the last --val-fraction of --data)")
       .add("val-fraction", "0.1", "the share of --data that validates when there is no --val")
       .add("doc-separator", "", "text files: the string between documents (\\n and \\t escapes; default: one document)")
-      .add("layout", "pack", "pack (windows of the concatenated examples) | pad (one example a row, padded)")
+      .add("layout", "auto", "pack (windows of the concatenated examples) | pad (one example a row, padded) | "
+                             "pack-separate (whole examples packed into rows, each attending only to itself) | "
+                             "auto (pack-separate for {\"messages\"} data, else pack)")
       .add("bytes", "false", "train on --data / --val files that are not UTF-8 text (invalid bytes, NUL) anyway")
       .add("out", "out/lora", "directory for the adapter, logs and checkpoints")
       .add("device", "auto", "cpu | cuda | auto")
@@ -135,29 +186,31 @@ int run(int argc, char** argv) {
       .add("rank", "8", "LoRA rank r")
       .add("alpha", "16", "LoRA alpha (scale alpha / r)")
       .add("dropout", "0", "dropout on the LoRA path")
-      .add("targets", "auto", "comma-separated module names to adapt (auto: q_proj,k_proj,v_proj,o_proj for Llama, "
-                              "c_attn,c_proj for GPT-2)")
+      .add("targets", "auto", "comma-separated module names to adapt (auto: the architecture's, e.g. "
+                              "q_proj,k_proj,v_proj,o_proj for Llama, c_attn,c_proj for GPT-2)")
       .add("lr", "2e-3", "peak learning rate")
+      .add("lr-scheduler", "cosine", "linear | cosine | constant | constant_with_warmup (transformers' schedules)")
       .add("weight-decay", "0.01", "AdamW weight decay")
-      .add("warmup", "30", "linear warmup steps")
+      .add("warmup", "auto", "linear warmup steps, below --steps (auto: a tenth of --steps)")
       .add("steps", "300", "optimizer steps in all")
-      .add("batch", "8", "sequences per micro-batch")
+      .add("batch", "8", "sequences per micro-batch (split between the ranks with --nproc)")
       .add("grad-accum", "1", "micro-batches per optimizer step (gradient accumulation)")
       .add("seq", "128", "tokens per sequence (at most the model's context)")
       .add("clip", "1.0", "gradient clipping by global norm (0: off)")
       .add("gradient-checkpointing", "false", "recompute each decoder layer's activations at backward instead of "
                                               "keeping them: less memory, one more forward per step, the same "
                                               "gradients bit for bit")
+      .add("log-every", "10", "a log row (loss, lr, grad norm, tokens/s) every N steps")
       .add("eval-every", "100", "validate (and print a sample) every N steps (0: only at the end)")
-      .add("eval-batches", "8", "validation batches")
+      .add("eval-batches", "8", "validation batches of --batch rows (0: every validation row)")
       .add("sample-tokens", "32", "tokens generated (greedy, nn::generate) as a sample at each validation (0: none; at "
                                   "most what the context leaves after the prompt of up to 16 tokens)")
       .add("save-every", "100", "write a checkpoint every N steps (0: only at the end and on Ctrl-C)")
+      .add("save-total-limit", "0", "keep only the newest N checkpoints (0: all)")
       .add("stop-at", "0", "stop after this step as if interrupted (checkpoint written); 0: run to the end")
-      .add("resume", "false", "continue from <out>/checkpoint.safetensors (training flags must be unchanged; "
-                              "these may change: --out, --device, --threads, --eval-every, --eval-batches, "
-                              "--save-every, --stop-at, --merge, --sample-tokens, --gradient-checkpointing, "
-                              "--cuda-graph)")
+      .add("resume", "false", "continue from the newest checkpoint of --out (--resume), or from a checkpoint folder "
+                              "(--resume out/lora/checkpoint-200, also of another --out); training flags must be "
+                              "unchanged, --steps may grow")
       .add("full", "false", "full fine-tuning: every parameter trains, no LoRA (--rank, --alpha, --dropout and "
                             "--targets unused); writes <out>/model (a Hugging Face folder) or <out>/model.safetensors "
                             "(toy) instead of an adapter")
@@ -167,7 +220,7 @@ int run(int argc, char** argv) {
       .add("merge", "false", "also write the merged model (LoRA folded into the base weights, in --dtype): "
                              "<out>/merged (a Hugging Face folder) or <out>/merged.safetensors (toy)")
       .add("threads", "0", "CPU threads (0: all cores)")
-      .add("seed", "0", "seed of the LoRA init and the data order");
+      .add("seed", "0", "seed of the LoRA init, the data order and dropout");
   examples::add_quantization_flags(flags);
   examples::add_nproc_flag(flags);
   if (!flags.parse(argc, argv)) return std::cout << flags.usage(), 0;
@@ -175,9 +228,15 @@ int run(int argc, char** argv) {
   const std::string dev = flags.str("device");
   if (dev != "auto" && dev != "cpu" && dev != "cuda")
     throw examples::UsageError("--device wants cpu, cuda or auto, got '" + dev + "'\n" + flags.usage());
-  Device device = dev == "auto" ? default_device() : dev == "cuda" ? Device::cuda() : Device::cpu();
+  if (dev == "cuda" && !cuda_is_available()) throw examples::UsageError("--device cuda: this machine has no CUDA device\n");
+  const bool on_gpu = dev == "cuda" || (dev == "auto" && cuda_is_available());
   const DType dtype = examples::dtype_flag(flags);
-  const examples::Ranks ranks = examples::join_if_launched(device, dev);
+  // Started as a rank (--nproc, examples/launch, torchrun): the Trainer joins the group.
+  const distributed::LaunchInfo launch = distributed::launched() ? distributed::launch_info() : distributed::LaunchInfo{};
+  const bool main_rank = launch.rank == 0;
+  if (distributed::launched() && dev == "cpu")
+    throw examples::UsageError("--device cpu with data parallelism: the ranks reduce over NCCL, which wants one GPU each\n");
+  if (distributed::launched()) distributed::check_can_join(launch);
   if (const int64_t threads = flags.integer("threads", 0, kMaxThreads); threads > 0) set_num_threads(static_cast<int>(threads));
   // Bounds far above any real run, below where the sizes below would overflow or exhaust memory.
   const int64_t steps = flags.integer("steps", 1, int64_t{1} << 40), batch = flags.integer("batch", 1, int64_t{1} << 20),
@@ -188,45 +247,59 @@ int run(int argc, char** argv) {
                                "raise --grad-accum)\n");
   if (steps > INT64_MAX / accum / batch)
     throw examples::UsageError("--steps x --grad-accum x --batch overflows the row count: lower them\n");
-  examples::check_batch_splits(batch, ranks);
-  const std::string layout_name = flags.str("layout");
-  if (layout_name != "pack" && layout_name != "pad")
-    throw examples::UsageError("--layout wants pack or pad, got '" + layout_name + "'\n" + flags.usage());
-  const data::Layout layout = layout_name == "pack" ? data::Layout::Pack : data::Layout::Pad;
-  const std::string out = flags.str("out"), ckpt = out + "/checkpoint.safetensors";
-  const uint64_t seed = static_cast<uint64_t>(flags.integer("seed", 0));
+  examples::check_batch_splits(batch, launch.world_size);
+  std::string layout_name = flags.str("layout");
+  if (layout_name == "auto") layout_name = data::holds_conversations(flags.str("data")) ? "pack-separate" : "pack";
+  if (layout_name != "pack" && layout_name != "pad" && layout_name != "pack-separate")
+    throw examples::UsageError("--layout wants auto, pack, pad or pack-separate, got '" + layout_name + "'\n" +
+                               flags.usage());
+  const data::Layout layout = layout_name == "pack"  ? data::Layout::Pack
+                              : layout_name == "pad" ? data::Layout::Pad
+                                                     : data::Layout::PackSeparate;
+  const std::string out = flags.str("out");
+  const int64_t seed = flags.integer("seed", 0);
   // Every numeric flag read now: a bad value is reported before any file is touched.
-  const int64_t rank = flags.integer("rank", 1, 1 << 16), warmup = flags.integer("warmup", 0),
-                eval_every = flags.integer("eval-every", 0), save_every = flags.integer("save-every", 0),
-                stop_at = flags.integer("stop-at", 0), sample_tokens = flags.integer("sample-tokens", 0, INT32_MAX);
+  const int64_t rank = flags.integer("rank", 1, 1 << 16), eval_every = flags.integer("eval-every", 0),
+                save_every = flags.integer("save-every", 0), stop_at = flags.integer("stop-at", 0),
+                sample_tokens = flags.integer("sample-tokens", 0, INT32_MAX),
+                log_every = flags.integer("log-every", 1), save_limit = flags.integer("save-total-limit", 0);
   const double alpha = flags.number("alpha"), lora_dropout = flags.number("dropout", 0, 1), lr = flags.number("lr", 0),
                weight_decay = flags.number("weight-decay", 0), clip = flags.number("clip", 0),
                val_fraction = flags.number("val-fraction", 0, 1);
+  if (lr == 0) throw examples::UsageError("--lr wants a learning rate > 0, got " + flags.str("lr") + "\n");
   if (lora_dropout == 1) throw examples::UsageError("--dropout wants a probability in [0, 1), got 1\n");
   if (val_fraction == 0 || val_fraction == 1)
     throw examples::UsageError("--val-fraction wants a fraction in (0, 1), got " + flags.str("val-fraction") + "\n");
-  const int eval_batches = static_cast<int>(flags.integer("eval-batches", 0, INT32_MAX));
-  const bool allow_binary = flags.boolean("bytes"), resume = flags.boolean("resume"), merge = flags.boolean("merge"),
+  const int64_t eval_batches = flags.integer("eval-batches", 0, INT32_MAX);
+  const bool allow_binary = flags.boolean("bytes"), merge = flags.boolean("merge"),
              checkpointing = flags.boolean("gradient-checkpointing"), full = flags.boolean("full");
   if (full && merge) throw examples::UsageError("--merge folds LoRA into the base: with --full the model itself is written\n");
+  const std::string scheduler = flags.str("lr-scheduler");
+  if (scheduler != "linear" && scheduler != "cosine" && scheduler != "constant" && scheduler != "constant_with_warmup")
+    throw examples::UsageError("--lr-scheduler wants linear, cosine, constant or constant_with_warmup, got '" +
+                               scheduler + "'\n");
+
   const nn::QuantizationConfig quantization = examples::quantization_flags(flags, dtype);
   if (full && quantization.load_in_4bit)
     throw examples::UsageError("--full trains every weight, and 4-bit weights cannot train: drop --load-in-4bit\n");
 
-  const std::string graph_flag = flags.str("cuda-graph");
+  std::string graph_flag = flags.str("cuda-graph");
   if (graph_flag != "auto" && graph_flag != "on" && graph_flag != "off")
     throw examples::UsageError("--cuda-graph wants auto, on or off, got '" + graph_flag + "'\n" + flags.usage());
-  // What a captured step cannot hold: a host-weighted sum of micro-batches, fresh dropout masks,
-  // checkpointing's recomputation (not validated under capture).
-  std::string graph_blocker = !device.is_cuda() ? "the device is the CPU"
-                              : accum != 1      ? "--grad-accum is " + std::to_string(accum)
-                              : lora_dropout > 0 ? "--dropout is " + flags.str("dropout")
-                              : checkpointing    ? "--gradient-checkpointing is on"
-                              : ranks.comm       ? "it trains data-parallel (" + std::to_string(ranks.world) + " ranks)"
-                                                 : "";
+  if (graph_flag == "auto" && quantization.load_in_4bit && on_gpu) {
+    graph_flag = "off";  // what auto captures has run under capture on the H200; a 4-bit base has not
+    std::printf("CUDA graph: off for a 4-bit base (not validated under capture yet; --cuda-graph on tries it)\n");
+  }
+  // What the flags alone tell against a captured step (the Trainer checks the model too).
+  const std::string graph_blocker = !on_gpu           ? "the device is the CPU"
+                                    : accum != 1       ? "--grad-accum is " + std::to_string(accum)
+                                    : lora_dropout > 0 ? "--dropout is " + flags.str("dropout")
+                                    : checkpointing    ? "--gradient-checkpointing is on"
+                                    : launch.world_size > 1
+                                        ? "it trains data-parallel (" + std::to_string(launch.world_size) + " ranks)"
+                                        : "";
   if (graph_flag == "on" && !graph_blocker.empty())
     throw examples::UsageError("--cuda-graph on: cannot capture the step, " + graph_blocker + "\n");
-  bool use_graph = graph_flag != "off" && graph_blocker.empty();
 
   // Every file checked before the model loads (minutes for a large one).
   examples::check_model_path(flags, "base");
@@ -235,10 +308,14 @@ int run(int argc, char** argv) {
     throw examples::UsageError("--data is needed with a Hugging Face base\n" + flags.usage());
   for (const char* name : {"data", "val"})
     if (!flags.str(name).empty()) examples::check_data_file(flags.str(name), name);
-  if (resume && !fs::exists(ckpt)) throw examples::UsageError("--resume: no checkpoint at " + ckpt + "\n");
+  const std::string checkpoint = resume_folder(flags.str("resume"), out);
+  if (!checkpoint.empty()) check_resume_flags(flags, checkpoint);
+  const int64_t warmup = warmup_steps(flags, steps, checkpoint);
   if (hf_base) examples::check_folder_vocabulary(flags.str("base"), "lora_finetune", "--base");
 
   // The base model, frozen, with LoRA on the targets.
+  // A 4-bit base is quantised as it streams to the device it trains on (the Trainer's: LOCAL_RANK's GPU).
+  const Device device = on_gpu ? Device::cuda(launch.local_rank) : Device::cpu();
   examples::BaseModel base = examples::load_base(
       flags.str("base"), flags.str("config"), "lora_finetune", "--base",
       quantization.load_in_4bit ? nn::PretrainedOptions{.dtype = dtype, .device = device, .quantization = quantization}
@@ -252,34 +329,21 @@ int run(int argc, char** argv) {
   std::vector<std::string> targets = flags.str("targets") == "auto" ? base.default_targets : flags.list("targets");
   peft::LoraConfig lora{.r = rank, .lora_alpha = alpha, .lora_dropout = lora_dropout, .target_modules = targets,
                         .base_model_name_or_path = base.hf_folder ? flags.str("base") : ""};
-  nn::Module& model = *base.model;
-  model.to(dtype);  // before apply_lora, which then makes float32 adapters for a bfloat16 base
-  Generator init(seed);
+  nn::CausalLM& model = *base.model;
+  Generator init(static_cast<uint64_t>(seed));
   if (!full) peft::apply_lora(model, lora, init);
-  model.to(device);
-  if (checkpointing) model.gradient_checkpointing_enable();
-  // auto captures what has run under capture on the H200 (Llama-family LoRA); on tries the rest.
-  const std::string unvalidated = full                                        ? "full fine-tuning"
-                                  : base.architecture.rfind("GPT2", 0) == 0 ? "a GPT-2 model"
-                                  : quantization.load_in_4bit               ? "a 4-bit base"
-                                                                              : "";
-  if (use_graph && graph_flag == "auto" && !unvalidated.empty()) {
-    use_graph = false;
-    if (ranks.main())
-      std::printf("CUDA graph: off for %s (not validated under capture yet; --cuda-graph on tries it)\n",
-                  unvalidated.c_str());
+  if (main_rank) {
+    std::printf("base: %s (%s%s), %lld-token context\n", flags.str("base").c_str(), base.architecture.c_str(),
+                base.tokenizer ? (", " + base.tokenizer->description()).c_str() : ", bytes as tokens",
+                static_cast<long long>(base.context));
+    peft::print_trainable_parameters(model);
+    if (checkpointing) std::printf("gradient checkpointing: each decoder layer recomputed at backward\n");
   }
-  if (ranks.main()) std::printf("base: %s (%s%s), %lld-token context\n", flags.str("base").c_str(), base.architecture.c_str(),
-              base.tokenizer ? (", " + base.tokenizer->description()).c_str() : ", bytes as tokens",
-              static_cast<long long>(base.context));
-  if (ranks.main()) peft::print_trainable_parameters(model);
-  if (checkpointing && ranks.main()) std::printf("gradient checkpointing: each decoder layer recomputed at backward\n");
 
   // The data: rows of --seq tokens, validation from --val or the end of --data.
   const std::string separator = unescape(flags.str("doc-separator"));
   std::shared_ptr<const data::TokenCorpus> corpus;
   if (flags.str("data").empty()) {
-    if (base.tokenizer) throw examples::UsageError("--data is needed with a Hugging Face base\n" + flags.usage());
     const std::string text = examples::generate_corpus("logbook", 1, 1 << 20);
     corpus = data::corpus_from_examples({std::vector<int32_t>(text.begin(), text.end())});
   } else {
@@ -319,34 +383,31 @@ int run(int argc, char** argv) {
                                          " tokens (raise --val-fraction, lower --seq or pass --val)\n"
                                    : "--val '" + flags.str("val") + "' holds no row of --seq " + std::to_string(seq) +
                                          " tokens (lower --seq or give more validation data)\n");
-  if (ranks.main()) std::printf("data: %lld training rows, %lld validation rows of %lld tokens (%s)%s\n",
-              static_cast<long long>(train_rows->rows()), static_cast<long long>(val_rows->rows()),
-              static_cast<long long>(seq), layout_name.c_str(),
-              train_rows->truncated() ? (", " + std::to_string(train_rows->truncated()) + " examples cut at --seq").c_str() : "");
+  // --eval-batches x --batch rows validate: the head of the validation rows that split leaves.
+  const int64_t val_limit = eval_batches * batch, val_all = val_rows->rows();
+  if (eval_batches > 0 && val_limit < val_all)
+    val_rows = val_rows->split(static_cast<double>(val_all - val_limit) / static_cast<double>(val_all)).second;
+  if (main_rank)
+    std::printf("data: %lld training rows, %lld validation rows of %lld tokens (%s)%s\n",
+                static_cast<long long>(train_rows->rows()), static_cast<long long>(val_rows->rows()),
+                static_cast<long long>(seq), layout_name.c_str(),
+                train_rows->truncated() ? (", " + std::to_string(train_rows->truncated()) + " examples cut at --seq").c_str()
+                                        : "");
 
-  optim::AdamW opt(model.named_trainable_parameters(), {.lr = lr, .weight_decay = weight_decay});
-  optim::WarmupCosineLR schedule(opt, std::min(warmup, steps), steps, 0.1);
-  const examples::CheckpointMetadata run_meta = {{"training_flags", training_flags_json(flags)}};
-  int64_t start = 0;
-  if (resume) {
-    // Flags first: a changed --rank would otherwise fail as a shape mismatch.
-    check_resume_flags(flags, examples::checkpoint_metadata(ckpt), ckpt);
-    start = examples::load_training_checkpoint(ckpt, model, opt);
-    if (start > steps)
-      throw examples::UsageError("--resume: " + ckpt + " is at step " + std::to_string(start) + ", beyond --steps " +
-                                 std::to_string(steps) + "\n");
-    schedule.set_step(start);
-    if (ranks.main()) std::printf("resumed from %s at step %lld\n", ckpt.c_str(), static_cast<long long>(start));
-  }
-  if (ranks.main()) fs::create_directories(out);
-  // Rank 0's adapter weights (the same seed gives the same anyway), gradients averaged.
-  std::optional<distributed::DataParallel> dp;
-  if (ranks.comm) dp.emplace(model.named_trainable_parameters(), *ranks.comm);
+  const int64_t per_rank = batch / launch.world_size;
+  train::TrainingArguments args{
+      .output_dir = out, .learning_rate = lr, .weight_decay = weight_decay, .lr_scheduler_type = scheduler,
+      .warmup_steps = warmup, .max_steps = steps, .per_device_train_batch_size = per_rank,
+      .per_device_eval_batch_size = per_rank, .gradient_accumulation_steps = accum, .max_grad_norm = clip,
+      .bf16 = dtype == kBFloat16 && !full, .gradient_checkpointing = checkpointing, .logging_steps = log_every,
+      .eval_steps = eval_every, .save_steps = save_every, .save_total_limit = save_limit,
+      .resume_from_checkpoint = checkpoint, .seed = seed, .use_cpu = !on_gpu, .cuda_graph = graph_flag};
+  // bf16 full fine-tuning: every weight in bfloat16 (TrainingArguments::bf16 keeps trainable ones float32).
+  if (full) model.to(dtype);
+  train::Trainer trainer(base.model, std::make_shared<data::SequenceDataset>(*train_rows), args,
+                         std::make_shared<data::SequenceDataset>(*val_rows));
+  if (!full) trainer.set_lora_config(lora);
 
-  std::signal(SIGINT, on_sigint);
-  if (device.is_cuda()) reset_peak_memory_stats(device);  // the peak of training, model included
-  const std::string phase = full ? "full" : "lora";
-  examples::TrainLog log(phase, steps, ranks.main() ? out + "/loss.csv" : "", start);
   // The sample's prompt: the start of the first validation row; greedy, up to the EOS.
   std::vector<int32_t> prompt;
   for (int64_t id : val_rows->rows_batch(0, 1, Device::cpu()).ids.to_vector<int64_t>())
@@ -355,80 +416,32 @@ int run(int argc, char** argv) {
   nn::GenerationConfig sample_config{.max_new_tokens = std::min<int64_t>(
                                          sample_tokens, base.context - static_cast<int64_t>(prompt.size()))};
   if (base.tokenizer && base.tokenizer->eos_token_id()) sample_config.eos_token_id = {*base.tokenizer->eos_token_id()};
-  auto validate = [&](int64_t step) {
-    log.eval(step, "validation", examples::evaluate(model, *val_rows, batch, eval_batches, device));
+  auto callbacks = std::make_shared<ProgramCallbacks>();
+  callbacks->stop_at = stop_at;
+  callbacks->flags = training_flags(flags);
+  callbacks->sample = [&] {
     if (sample_tokens <= 0) return;
-    const std::vector<int32_t> out = nn::generate(model, {prompt}, sample_config)[0];
-    const std::vector<int32_t> more(out.begin() + static_cast<int64_t>(prompt.size()), out.end());
-    log.note("  sample (greedy): \"" + sample_text(base, prompt) + "\" -> \"" + sample_text(base, more) + "\"");
+    const bool was_training = model.is_training();
+    model.eval();  // no dropout: the default generator's draws stay those of training
+    const std::vector<int32_t> ids = nn::generate(model, {prompt}, sample_config)[0];
+    model.train(was_training);
+    const std::vector<int32_t> more(ids.begin() + static_cast<int64_t>(prompt.size()), ids.end());
+    std::printf("  sample (greedy): \"%s\" -> \"%s\"\n", sample_text(base, prompt).c_str(), sample_text(base, more).c_str());
+    std::fflush(stdout);
   };
-  // The step of one micro-batch as the graph records it (the loop below is the same eagerly).
-  examples::GraphedStep graphed_step(use_graph, [&](const Tensor& ids, const Tensor& labels) {
-    opt.zero_grad();
-    Tensor loss = nn::causal_lm_loss(model.forward(ids), labels);
-    loss.backward();
-    if (clip > 0) optim::clip_grad_norm_(model.trainable_parameters(), clip);
-    opt.step();
-    return loss;
-  });
-  if (use_graph) std::printf("CUDA graph: the training step is captured after its first run and replayed\n");
-  log.start();
-  for (int64_t step = start + 1; step <= steps; ++step) {
-    // A step's micro-batches weigh by their target tokens: the loss is the mean over all of them.
-    // Each rank takes its rows of every (global) micro-batch.
-    std::vector<data::Batch> micro;
-    int64_t targets = 0;
-    for (int64_t k = 0; k < accum; ++k) {
-      const data::Batch global = train_rows->batch((step - 1) * accum + k, batch, seed, ranks.comm ? Device::cpu() : device);
-      targets += global.targets;
-      micro.push_back(ranks.comm ? examples::shard_batch(global, ranks, device) : global);
-    }
-    double step_loss = 0;
-    if (use_graph) {  // one micro-batch, one process
-      if (targets > 0) step_loss = graphed_step(micro[0].ids, micro[0].labels).item();
-    } else {
-      opt.zero_grad();
-      for (int64_t k = 0; k < accum; ++k) {
-        const data::Batch& b = micro[k];
-        if (b.targets == 0) continue;  // with data parallelism sync_gradients adds zeros for it
-        Tensor loss = nn::causal_lm_loss(model.forward(b.ids), b.labels);
-        const double weight = static_cast<double>(b.targets) / static_cast<double>(targets);
-        step_loss += loss.item() * weight;
-        // The ranks' gradients are averaged: scale this rank's share up by the world size.
-        Tensor scaled = accum == 1 && !ranks.comm ? loss : loss * (weight * ranks.world);
-        if (dp && k + 1 < accum) {
-          auto no_sync = dp->no_sync();
-          scaled.backward();
-        } else {
-          scaled.backward();
-        }
-      }
-    }
-    // One small all-reduce: the loss over every rank's rows and whether any rank was interrupted.
-    const std::vector<double> agreed = examples::sum_over_ranks(ranks, {step_loss, interrupted ? 1.0 : 0.0}, device);
-    step_loss = agreed[0];
-    if (targets == 0) {
-      log.note(phase + " step " + std::to_string(step) + ": every label of the batch is -100 (prompt or padding); no update");
-    } else if (!use_graph) {  // the graph's step clips and steps itself
-      if (dp) dp->sync_gradients();
-      if (clip > 0) optim::clip_grad_norm_(model.trainable_parameters(), clip);
-      opt.step();
-    }
-    schedule.step();
-    log.step(step, step_loss, opt.lr(), accum * batch * seq);
-    if (ranks.main() && eval_every > 0 && step % eval_every == 0 && step < steps) validate(step);
-    bool stop = agreed[1] > 0 || step == stop_at;
-    if (ranks.main() && (stop || (save_every > 0 && step % save_every == 0) || step == steps))
-      examples::save_training_checkpoint(ckpt, model, opt, step, run_meta);
-    if (stop) {
-      log.finish();
-      if (ranks.main())
-        std::printf("stopped at step %lld; checkpoint in %s (continue with --resume)\n", static_cast<long long>(step),
-                    ckpt.c_str());
-      return agreed[1] > 0 ? 130 : 0;
-    }
+  trainer.add_callback(callbacks);
+
+  std::signal(SIGINT, on_sigint);
+  if (trainer.device().is_cuda()) reset_peak_memory_stats(trainer.device());  // the peak of training, model included
+  const train::TrainOutput result = trainer.train();
+  if (result.global_step < trainer.state().max_steps) {
+    if (main_rank)
+      std::printf("stopped at step %lld; checkpoint in %s (continue with --resume)\n",
+                  static_cast<long long>(result.global_step),
+                  train::checkpoint_dir(out, result.global_step).c_str());
+    return interrupted ? 130 : 0;
   }
-  if (!ranks.main()) return log.finish(), 0;  // rank 0 validates and writes
+  if (!main_rank) return 0;  // rank 0 validates and writes
 
   // The whole model, as the base came: a Hugging Face folder (with its tokenizer) or a toy file.
   auto save_model = [&](const std::string& name, const char* what) {
@@ -445,12 +458,11 @@ int run(int argc, char** argv) {
   if (full) {
     save_model("model", "fine-tuned");
   } else {
-    peft::save_adapter(model, out + "/adapter", lora);
+    trainer.save_model(out + "/adapter");
     std::printf("adapter: %s/adapter (adapter_model.safetensors + adapter_config.json)\n", out.c_str());
   }
-  validate(steps);
-  log.finish();
-  std::printf("%s\n", examples::peak_memory_line(device).c_str());
+  if (eval_every == 0 || steps % eval_every != 0) trainer.evaluate();  // the end's, unless the loop just did it
+  std::printf("%s\n", examples::peak_memory_line(trainer.device()).c_str());
   if (merge) {
     peft::merge_and_unload(model);
     save_model("merged", "merged");

@@ -1,75 +1,37 @@
 // The toy transformer, end to end, written the way you would write your own script:
-//   1. pre-train a small Llama (byte-level) on one corpus,
+//   1. pre-train a small Llama (byte-level) on one corpus with train::Trainer,
 //   2. LoRA fine-tune it on a second corpus of another style (base weights and norms frozen),
 //   3. show what the adapter learned (validation loss on both corpora, samples before/after)
 //      and save it as a peft adapter.
 // Runs with no arguments on a CPU in a couple of minutes; picks the GPU when there is one.
-// --dtype bf16: pre-training stays float32; the frozen base is then cast to bfloat16 and the
-// adapters train in float32 (mixed precision); --qlora quantises the base to NF4 first. The report
-// ends with the peak memory (host RSS, and on a GPU the device's),
-// and each step after a phase's first is a replay of it captured as a CUDA graph (--cuda-graph;
-// not with --nproc). --nproc N: both phases data-parallel on N GPUs (full training, then LoRA),
-// each rank a share of every batch; rank 0 prints and writes.
+// --dtype bf16: pre-training stays float32; for LoRA the Trainer casts the frozen base to bfloat16
+// and the adapters train in float32 (TrainingArguments::bf16); --qlora quantises the base to NF4
+// first. The report ends with the peak memory (host RSS, and on a GPU the device's), and each
+// step after a phase's first is a replay of it captured as a CUDA graph (--cuda-graph; not with
+// --nproc). --nproc N: both phases data-parallel on N GPUs (full training,
+// then LoRA), each rank a share of every batch; rank 0 prints and writes.
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <optional>
 
+#include "data/dataset.h"
 #include "examples/common/data.h"
 #include "examples/common/data_parallel.h"
-#include "examples/common/evaluate.h"
 #include "examples/common/flags.h"
-#include "examples/common/graphed_step.h"
 #include "examples/common/printable.h"
 #include "examples/common/precision.h"
-#include "examples/common/train_log.h"
-#include "nn/checkpoint.h"
+#include "nn/state_dict.h"
 #include "nn/generation.h"
 #include "nn/llama.h"
 #include "nn/quantization.h"
-#include "optim/clip_grad.h"
-#include "optim/lr_scheduler.h"
-#include "optim/optimizer.h"
-#include "distributed/data_parallel.h"
 #include "peft/lora.h"
 #include "tapegrad.h"
+#include "train/trainer.h"
 
 using namespace tg;
 
 namespace {
-
-// One training phase: AdamW, linear warmup then cosine decay, gradient clipping at 1.0; on the GPU
-// (with `graphed`) the step is replayed as a CUDA graph after its first run.
-void train(nn::LlamaForCausalLM& model, const examples::ByteDataset& data, const std::string& label, int64_t steps,
-           double lr, int64_t batch, int64_t seq, Device device, Generator& data_gen, const std::string& csv,
-           const examples::Ranks& ranks, bool graphed) {
-  std::optional<distributed::DataParallel> dp;
-  if (ranks.comm) dp.emplace(model.named_trainable_parameters(), *ranks.comm);
-  optim::AdamW opt(model.named_trainable_parameters(), {.lr = lr, .weight_decay = 0.01});
-  optim::WarmupCosineLR schedule(opt, std::max<int64_t>(1, steps / 10), steps, 0.1);
-  // One step; with a single process on a GPU captured after its first run and replayed.
-  examples::GraphedStep train_step(graphed && device.is_cuda() && !ranks.comm,
-                                   [&](const Tensor& ids, const Tensor& labels) {
-                                     opt.zero_grad();
-                                     Tensor loss = model.loss(ids, labels);
-                                     loss.backward();
-                                     if (dp) dp->sync_gradients();
-                                     optim::clip_grad_norm_(model.trainable_parameters(), 1.0);
-                                     opt.step();
-                                     return loss;
-                                   });
-  examples::TrainLog log(label, steps, ranks.main() ? csv : "");
-  log.start();
-  for (int64_t step = 1; step <= steps; ++step) {
-    // Every rank draws the same global batch and takes its rows.
-    Tensor ids = data.batch(/*train=*/true, batch, seq, data_gen, ranks.comm ? Device::cpu() : device);
-    if (ranks.comm) ids = examples::shard_rows(ids, ranks, device);
-    const Tensor loss = train_step(ids, ids);
-    schedule.step();
-    log.step(step, examples::sum_over_ranks(ranks, {loss.item() / ranks.world}, device)[0], opt.lr(), batch * seq);
-  }
-  log.finish();
-}
 
 // The samples' prompts (at most 5 bytes: run() checks --sample-bytes for them).
 const char* const kSamplePrompts[] = {"the ", "LOG 1"};
@@ -88,6 +50,18 @@ void show_samples(nn::LlamaForCausalLM& model, const char* who, int64_t bytes) {
     std::printf("  [%s, greedy]       \"%s%s\"\n", who, prompt, text(greedy).c_str());
     std::printf("  [%s, T=0.8 top-10] \"%s%s\"\n", who, prompt, text(sampled).c_str());
   }
+}
+
+// A corpus as rows of `seq` bytes: the first 90% train, the first `val_rows` of the rest validate.
+struct ByteRows {
+  std::shared_ptr<const data::SequenceDataset> train, val;
+};
+ByteRows byte_rows(const std::string& text, int64_t seq, int64_t val_rows) {
+  const data::SequenceDataset all(data::corpus_from_examples({std::vector<int32_t>(text.begin(), text.end())}), seq,
+                                  data::Layout::Pack);
+  auto [val, train] = all.split(0.1);
+  if (val_rows < val.rows()) val = val.split(static_cast<double>(val.rows() - val_rows) / val.rows()).second;
+  return {std::make_shared<data::SequenceDataset>(train), std::make_shared<data::SequenceDataset>(val)};
 }
 
 int run(int argc, char** argv) {
@@ -138,43 +112,55 @@ int run(int argc, char** argv) {
                                std::to_string(config.max_position_embeddings) + "-byte context), got " +
                                flags.str("sample-bytes") + "\n" + flags.usage());
   const std::string out = flags.str("out");
-  examples::check_batch_splits(batch, ranks);
+  examples::check_batch_splits(batch, ranks.world);
   if (ranks.main()) std::filesystem::create_directories(out);
 
   std::string text_a = flags.str("data").empty() ? examples::generate_corpus("stories", seed, 1 << 20)
                                                  : examples::read_text_file(flags.str("data"));
   std::string text_b = flags.str("finetune-data").empty() ? examples::generate_corpus("logbook", seed + 1, 1 << 20)
                                                           : examples::read_text_file(flags.str("finetune-data"));
-  examples::ByteDataset data_a(text_a), data_b(text_b);
+  const int64_t eval_batches = flags.integer("eval-batches", 1, INT32_MAX);
+  const ByteRows a = byte_rows(text_a, seq, eval_batches * batch), b = byte_rows(text_b, seq, eval_batches * batch);
 
-  Generator init(seed), data_gen(seed + 100);
+  Generator init(seed);
   auto model = std::make_shared<nn::LlamaForCausalLM>(config, init);
-  model->to(device);
   std::printf("tapegrad toy transformer: config %s (%lld parameters) on %s, %d CPU threads\n", config_name.c_str(),
               static_cast<long long>(model->num_parameters()), device.str().c_str(), get_num_threads());
   std::printf("corpus A (pre-training): %zu bytes; corpus B (fine-tuning): %zu bytes; batch %lld x %lld bytes\n\n",
               text_a.size(), text_b.size(), static_cast<long long>(batch), static_cast<long long>(seq));
 
-  // 1. Pre-training on corpus A.
+  // A phase: AdamW, warmup over a tenth of the steps then cosine decay, clipping at 1.0, a log row
+  // every tenth of the run; on the GPU (one process) the step replayed as a CUDA graph.
+  const bool graph = flags.boolean("cuda-graph") && device.is_cuda() && !ranks.comm;
+  auto trainer_for = [&](const std::string& phase, const ByteRows& rows, int64_t steps, double lr, bool bf16) {
+    train::TrainingArguments args{.output_dir = out + "/" + phase, .learning_rate = lr, .weight_decay = 0.01,
+                                  .lr_scheduler_type = "cosine", .warmup_steps = steps / 10, .max_steps = steps,
+                                  .per_device_train_batch_size = batch / ranks.world,
+                                  .per_device_eval_batch_size = batch / ranks.world, .bf16 = bf16,
+                                  .logging_steps = std::max<int64_t>(1, steps / 10), .save_steps = 0,
+                                  .seed = static_cast<int64_t>(seed), .use_cpu = !device.is_cuda(),
+                                  .cuda_graph = graph ? "on" : "off"};
+    auto trainer = std::make_unique<train::Trainer>(model, rows.train, args, rows.val);
+    if (ranks.comm) trainer->use_communicator(*ranks.comm);
+    return trainer;
+  };
+  const int64_t pretrain_steps = flags.integer("pretrain-steps", 1), lora_steps = flags.integer("lora-steps", 1);
+
+  // 1. Pre-training on corpus A: every weight trains.
   std::printf("== 1. pre-training on corpus A ==\n");
-  train(*model, data_a, "pretrain", flags.integer("pretrain-steps"), flags.number("lr"), batch, seq, device, data_gen,
-        out + "/pretrain_loss.csv", ranks, flags.boolean("cuda-graph"));
+  auto pretrain = trainer_for("pretrain", a, pretrain_steps, flags.number("lr", 0), false);
+  pretrain->train();
   if (ranks.main()) nn::save_state_dict(*model, out + "/base.safetensors", {{"config", config_name}});  // lora_finetune reads it
-  model->to(dtype);  // the base LoRA adapts, evaluated in the same precision before and after
-  if (flags.boolean("qlora")) {
+  pretrain.reset();  // its optimizer's state
+
+  // 2. LoRA fine-tuning on corpus B: only the adapters train (the base in --dtype).
+  std::printf("\n== 2. LoRA fine-tuning on corpus B ==\n");
+  if (flags.boolean("qlora")) {  // NF4 from the float32 weights; the Trainer casts the rest of the base
     const auto layers = nn::replace_with_4bit_linear(
         *model, {.load_in_4bit = true, .quant_type = "nf4", .double_quant = true, .compute_dtype = dtype});
     std::printf("QLoRA: %zu Linear layers of the base quantised to NF4 (double quantisation)\n", layers.size());
   }
-  const int eval_batches = static_cast<int>(flags.integer("eval-batches"));
-  double a_before = examples::evaluate(*model, data_a, batch, seq, eval_batches, device);
-  double b_before = examples::evaluate(*model, data_b, batch, seq, eval_batches, device);
-  std::printf("validation loss after pre-training: corpus A %.4f, corpus B %.4f\n", a_before, b_before);
-  show_samples(*model, "base", sample_bytes);
-
-  // 2. LoRA fine-tuning on corpus B: only the adapters train.
-  std::printf("\n== 2. LoRA fine-tuning on corpus B ==\n");
-  peft::LoraConfig lora{.r = flags.integer("rank"), .lora_alpha = flags.number("alpha"),
+  peft::LoraConfig lora{.r = flags.integer("rank", 1), .lora_alpha = flags.number("alpha"),
                         .target_modules = flags.list("targets")};
   peft::apply_lora(*model, lora);
   peft::print_trainable_parameters(*model);
@@ -182,22 +168,27 @@ int run(int argc, char** argv) {
     empty_cache(device);
     reset_peak_memory_stats(device);
   }
-  train(*model, data_b, "lora", flags.integer("lora-steps"), flags.number("lora-lr"), batch, seq, device, data_gen,
-        out + "/lora_loss.csv", ranks, flags.boolean("cuda-graph"));
+  auto finetune = trainer_for("lora", b, lora_steps, flags.number("lora-lr", 0), dtype == kBFloat16);
+  finetune->set_lora_config(lora);
+  // Before any update the adapters add zero: the base as LoRA sees it, in its precision.
+  const double b_before = finetune->evaluate(b.val, "corpus_b").at("corpus_b_loss");
+  const double a_before = finetune->evaluate(a.val, "corpus_a").at("corpus_a_loss");
+  if (ranks.main()) show_samples(*model, "base", sample_bytes);
+  finetune->train();
 
   // 3. What the adapter learned, and what the model forgot.
-  double a_after = examples::evaluate(*model, data_a, batch, seq, eval_batches, device);
-  double b_after = examples::evaluate(*model, data_b, batch, seq, eval_batches, device);
+  const double b_after = finetune->evaluate(b.val, "corpus_b").at("corpus_b_loss");
+  const double a_after = finetune->evaluate(a.val, "corpus_a").at("corpus_a_loss");
+  if (!ranks.main()) return 0;
   std::printf("\n== 3. results ==\n");
   std::printf("                      before LoRA   after LoRA\n");
   std::printf("  corpus B (learned)  %10.4f   %10.4f\n", b_before, b_after);
   std::printf("  corpus A (forgot)   %10.4f   %10.4f\n", a_before, a_after);
   show_samples(*model, "adapted", sample_bytes);
   std::printf("during LoRA, %s\n", examples::peak_memory_line(device).c_str());
-  if (!ranks.main()) return 0;
-  peft::save_adapter(*model, out + "/adapter", lora);
-  std::printf("\nwrote %s/{pretrain,lora}_loss.{csv,svg}, %s/base.safetensors and the peft adapter in %s/adapter\n",
-              out.c_str(), out.c_str(), out.c_str());
+  finetune->save_model(out + "/adapter");
+  std::printf("\nwrote %s/{pretrain,lora}/{log.csv,log.jsonl,loss.svg,checkpoint-*}, %s/base.safetensors and the peft "
+              "adapter in %s/adapter\n", out.c_str(), out.c_str(), out.c_str());
   return 0;
 }
 

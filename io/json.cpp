@@ -7,7 +7,7 @@
 #include <unordered_set>
 
 #include "core/error.h"
-#include "core/utf8.h"
+#include "core/detail/utf8.h"
 
 namespace tg::json {
 
@@ -306,7 +306,7 @@ class Parser {
           } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
             error("unpaired surrogate in \\u escape");
           }
-          append_utf8(out, static_cast<char32_t>(cp));
+          utf8::append(out, static_cast<char32_t>(cp));
           break;
         }
         default: --pos_; error("bad escape character");

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <optional>
 
 #include "core/autograd.h"
 #include "core/parallel.h"
@@ -276,7 +277,55 @@ FileReader::FileReader(io::File file) : file_(std::move(file)) {
                         file_.path());
 }
 
-void FileReader::read(const TensorInfo& t, const Tensor& dst, const std::function<void(size_t)>& progress) {
+void FileReader::read_parallel(uint64_t offset, void* out, uint64_t n) {
+  // By as many threads as there are cores: most of the time goes to the kernel's copying from the
+  // page cache and faulting in the destination's fresh pages.
+  constexpr uint64_t kPiece = 8 << 20;
+  auto* p = static_cast<uint8_t*>(out);
+  parallel_for(0, static_cast<int64_t>((n + kPiece - 1) / kPiece), 1, [&](int64_t b, int64_t e) {
+    for (uint64_t at = b * kPiece; at < std::min(n, e * kPiece); at += kPiece)
+      file_.read_at(offset + at, p + at, static_cast<size_t>(std::min(kPiece, n - at)));
+  });
+}
+
+void FileReader::read_to_device(const TensorInfo& t, const Tensor& dst, HostToDevice& up,
+                                const std::function<void(size_t)>& told) {
+  const uint64_t start = header_.data_start + t.begin, bytes = t.end - t.begin, chunk = up.buffer_bytes();
+  if (dst.dtype() == t.dtype && dst.is_contiguous()) {  // the file's bytes are the tensor's
+    detail::check_writable("safetensors", dst);
+    dst.bump_version();
+    auto* out = static_cast<uint8_t*>(dst.data_ptr());
+    for (uint64_t at = 0; at < bytes; at += chunk) {
+      const uint64_t n = std::min(chunk, bytes - at);
+      void* buf = up.buffer();
+      read_parallel(start + at, buf, n);
+      up.send(out + at, static_cast<size_t>(n));
+      told(static_cast<size_t>(n));
+    }
+    return;
+  }
+  // Converted (or strided) on the device: whole rows through a device buffer of the file's dtype,
+  // each chunk a view of dst as in read()'s staging.
+  const int64_t rows = t.shape.empty() ? 1 : t.shape[0];
+  const uint64_t row_bytes = bytes / static_cast<uint64_t>(rows);
+  const int64_t per_chunk = static_cast<int64_t>(chunk / row_bytes);
+  const Tensor stage = Tensor::empty({static_cast<int64_t>(per_chunk * row_bytes)}, {kUInt8, dst.device()});
+  for (int64_t r = 0; r < rows; r += per_chunk) {
+    const int64_t k = std::min(per_chunk, rows - r);
+    const uint64_t n = static_cast<uint64_t>(k) * row_bytes;
+    void* buf = up.buffer();
+    read_parallel(start + static_cast<uint64_t>(r) * row_bytes, buf, n);
+    up.send(stage.data_ptr(), static_cast<size_t>(n));
+    Shape shape = t.shape;
+    if (!shape.empty()) shape[0] = k;
+    copy_(t.shape.empty() ? dst : dst.as_strided(shape, dst.strides(), dst.storage_offset() + r * dst.stride(0)),
+          view_bytes(stage, t.dtype, shape));
+    told(static_cast<size_t>(n));
+  }
+}
+
+void FileReader::read(const TensorInfo& t, const Tensor& dst, const std::function<void(size_t)>& progress,
+                      HostToDevice* upload) {
   TG_CHECK(dst.shape() == t.shape, "safetensors", "'", path(), "': tensor '", t.name, "' is ", t.shape,
            ", read into a tensor of shape ", dst.shape());
   constexpr uint64_t kChunk = 64 << 20;  // large enough for disk speed, small enough to stage
@@ -287,19 +336,17 @@ void FileReader::read(const TensorInfo& t, const Tensor& dst, const std::functio
   if (dst.device().is_cpu() && dst.dtype() == t.dtype && dst.is_contiguous() && is_raw(t)) {
     detail::check_writable("safetensors", dst);
     dst.bump_version();
-    // Straight into the tensor, by as many threads as there are cores: most of the time goes to
-    // the kernel's copying from the page cache and faulting in the tensor's fresh pages.
-    auto* out = static_cast<uint8_t*>(dst.data_ptr());
-    constexpr uint64_t kPiece = 8 << 20;
-    parallel_for(0, static_cast<int64_t>((bytes + kPiece - 1) / kPiece), 1, [&](int64_t b, int64_t e) {
-      for (uint64_t at = b * kPiece; at < std::min(bytes, e * kPiece); at += kPiece)
-        file_.read_at(start + at, out + at, static_cast<size_t>(std::min(kPiece, bytes - at)));
-    });
+    read_parallel(start, dst.data_ptr(), bytes);
     return told(static_cast<size_t>(bytes));
+  }
+  const int64_t rows = t.shape.empty() ? 1 : t.shape[0];
+  if (dst.device().is_cuda() && is_raw(t) && bytes > 0 &&
+      bytes / static_cast<uint64_t>(rows) <= (upload ? upload->buffer_bytes() : kChunk)) {
+    std::optional<HostToDevice> own;
+    return read_to_device(t, dst, upload ? *upload : own.emplace(dst.device(), kChunk), told);
   }
   // Through the staging buffer, whole rows (along dim 0) at a time, so that a chunk is a view
   // of dst whatever its strides (GPT-2's Conv1D weights arrive as a transposed view).
-  const int64_t rows = t.shape.empty() ? 1 : t.shape[0];
   if (bytes == 0 || rows == 0) return copy_(dst, Tensor::empty(t.shape, {t.dtype, Device::cpu()}));
   const uint64_t row_bytes = bytes / static_cast<uint64_t>(rows);
   const int64_t per_chunk = static_cast<int64_t>(std::max<uint64_t>(1, kChunk / row_bytes));

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "core/memory.h"
 #include "core/tensor.h"
 #include "io/file.h"
 
@@ -79,10 +80,16 @@ class FileReader {
   const Header& header() const { return header_; }
   const std::string& path() const { return file_.path(); }
   // Reads tensor `t` of the header into `dst` (t's shape), converted as copy_ converts;
-  // `progress` is told the file bytes of each chunk read.
-  void read(const TensorInfo& t, const Tensor& dst, const std::function<void(size_t)>& progress = {});
+  // `progress` is told the file bytes of each chunk read. To a GPU the bytes go through `upload`'s
+  // pinned buffers (made for the call when null), each read overlapping the previous chunk's copy;
+  // a conversion then runs on the device.
+  void read(const TensorInfo& t, const Tensor& dst, const std::function<void(size_t)>& progress = {},
+            HostToDevice* upload = nullptr);
 
  private:
+  void read_parallel(uint64_t offset, void* out, uint64_t n);
+  void read_to_device(const TensorInfo& t, const Tensor& dst, HostToDevice& up, const std::function<void(size_t)>& told);
+
   io::File file_;
   Header header_;
   Tensor staging_, widened_;  // the file's bytes of a chunk; F16 and BOOL chunks decoded

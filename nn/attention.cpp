@@ -1,17 +1,15 @@
 #include "nn/attention.h"
 
-#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
-#include "core/factory.h"
 #include "ops/attention.h"
 #include "ops/binary.h"
 #include "ops/cast.h"
 #include "ops/masked_fill.h"
 #include "ops/matmul.h"
-#include "ops/rope.h"
+#include "ops/apply_rotary.h"
 #include "ops/shape.h"
 #include "ops/softmax.h"
 #include "ops/unary.h"
@@ -30,26 +28,38 @@ Tensor split_heads(const Tensor& x, int64_t heads, int64_t hd, Module* norm = nu
   return transpose(norm ? norm->forward(h) : h, 1, 2);
 }
 
-// Sliding-window causal attention's bool [T, T] mask: query i sees keys i - window < j <= i.
-Tensor window_mask(int64_t T, int64_t window, Device device) {
-  std::vector<float> m(static_cast<size_t>(T * T));
-  for (int64_t i = 0; i < T; ++i)
-    for (int64_t j = std::max<int64_t>(0, i - window + 1); j <= i; ++j) m[i * T + j] = 1;
-  return to(from_vector(m, {T, T}, device), kBool);
-}
-
-// Rotary embedding with shared [T, hd] tables (the fused op), or per-sequence [B, 1, T, hd] ones
-// (left-padded generation: the same formula, composed).
+// Rotary embedding (shared [T, hd] or per-sequence [B, 1, T, hd] tables). Tables narrower than
+// the head rotate its first dims and pass the rest (Phi-3's partial_rotary_factor).
 Tensor rotate(const Tensor& x, const Tensor& cos, const Tensor& sin) {
-  if (cos.dim() == 2) return apply_rotary(x, cos, sin);
-  return add(mul(x, to(cos, x.dtype())), mul(rotate_half(x), to(sin, x.dtype())));
+  const int64_t last = x.dim() - 1, hd = x.shape()[last], rd = cos.shape().back();
+  if (rd < hd) return cat({apply_rotary(slice(x, last, 0, rd), cos, sin), slice(x, last, rd, hd)}, last);
+  return apply_rotary(x, cos, sin);
 }
 
-// Attention of q over k, v: causal for training; with a cache, over every cached column as the
-// cache step says.
+// A cached step's mask under a sliding window: query column c sees key columns c - window < j <= c,
+// and of those what the step's own mask allows (padding). Columns, not positions: a sequence's
+// padding shifts its queries and keys alike.
+LayerCache windowed(const LayerCache& cache, int64_t window, Device device) {
+  const CacheStep& s = cache.step;
+  const int64_t T = s.tokens, S = s.start + T;
+  std::vector<float> m(static_cast<size_t>(T * S));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t j = std::max<int64_t>(0, s.start + t - window + 1); j <= s.start + t; ++j) m[t * S + j] = 1;
+  Tensor keep = from_vector(m, {T, S}, device);
+  if (s.attn_mask.defined()) keep = mul(to(s.attn_mask, kFloat32), keep);
+  LayerCache out = cache;
+  out.step.attn_mask = to(keep, kBool);
+  out.step.is_causal = false;
+  return out;
+}
+
+// Attention of q over k, v: causal for training (inside each document of packed rows, and the
+// sliding window); with a cache, over every cached column as the cache step says.
 Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, const LayerCache* cache, double dropout_p,
-              Generator& gen, bool gqa, const char* who, std::optional<double> scale = std::nullopt) {
-  if (!cache) return scaled_dot_product_attention(q, k, v, /*is_causal=*/true, scale, dropout_p, gen, gqa);
+              Generator& gen, bool gqa, const char* who, std::optional<double> scale = std::nullopt,
+              const Tensor& position_ids = Tensor(), int64_t window = 0) {
+  if (!cache) return banded_causal_attention(q, k, v, position_ids, window, scale, dropout_p, gen, gqa);
+  TG_CHECK(!position_ids.defined(), who, "position_ids are for packed training rows, not for a cached forward");
   auto [keys, values] = append_to_cache(*cache, k, v, who);
   return scaled_dot_product_attention(q, keys, values, cache->step.is_causal, scale, dropout_p, gen, gqa,
                                       cache->step.attn_mask);
@@ -88,7 +98,7 @@ CausalSelfAttention::CausalSelfAttention(int64_t h, int64_t heads, int64_t kv_he
 
 Tensor causal_attention(int64_t num_heads, const AttentionOptions& o, const Tensor& q, const Tensor& k,
                         const Tensor& v, const Tensor& cos, const Tensor& sin, const LayerCache* cache,
-                        const char* who, Module* q_norm, Module* k_norm) {
+                        const char* who, Module* q_norm, Module* k_norm, const Tensor& position_ids) {
   TG_CHECK(num_heads > 0 && o.num_kv_heads > 0 && num_heads % o.num_kv_heads == 0 && o.head_dim > 0, who,
            "causal_attention wants num_kv_heads dividing num_heads and a head_dim, got ", num_heads, ", ",
            o.num_kv_heads, " and ", o.head_dim);
@@ -100,27 +110,32 @@ Tensor causal_attention(int64_t num_heads, const AttentionOptions& o, const Tens
     kh = rotate(kh, cos, sin);
   }
   const int64_t T = q.shape()[1];
-  TG_CHECK(o.sliding_window == 0 || !cache || cache->step.max_position < o.sliding_window, who,
-           "generation past sliding_window ", o.sliding_window, " is not supported (position ",
-           cache ? cache->step.max_position : 0, ")");
-  const Tensor window = o.sliding_window > 0 && !cache && T > o.sliding_window
-                            ? window_mask(T, o.sliding_window, q.device())
-                            : Tensor();
+  // Generation once the cache holds more columns than the window: the older keys masked.
+  LayerCache in_window;
+  if (cache && o.sliding_window > 0 && cache->step.start + cache->step.tokens > o.sliding_window) {
+    TG_CHECK(!cache->step.column.defined(), who, "a static decode step (CUDA graph) past sliding_window ",
+             o.sliding_window, " is not supported (position ", cache->step.max_position,
+             "): generate without the CUDA graph");
+    in_window = windowed(*cache, o.sliding_window, q.device());
+    cache = &in_window;
+  }
   Tensor a;
   if (o.softcap > 0) {
     const double scale = o.scale ? *o.scale : 1.0 / std::sqrt(static_cast<double>(o.head_dim));
     if (cache) {
+      TG_CHECK(!position_ids.defined(), who, "position_ids are for packed training rows, not for a cached forward");
       auto [keys, values] = append_to_cache(*cache, kh, vh, who);
       a = softcapped_attention(qh, keys, values, scale, o.softcap, cache->step.attn_mask, cache->step.is_causal);
     } else {
-      a = softcapped_attention(qh, kh, vh, scale, o.softcap, window, !window.defined());
+      // documents and the window as a mask: the attention kernels have no soft-capping
+      const bool banded = position_ids.defined() || (o.sliding_window > 0 && T > o.sliding_window);
+      const Tensor keep = banded ? banded_causal_mask(position_ids, o.sliding_window, T, T, q.device()) : Tensor();
+      a = softcapped_attention(qh, kh, vh, scale, o.softcap, keep, !banded);
     }
   } else {
     // Grouped-query heads: the attention kernels read each kv head for its query heads in place.
-    const bool gqa = o.num_kv_heads != num_heads;
-    a = window.defined() ? scaled_dot_product_attention(qh, kh, vh, /*is_causal=*/false, o.scale, 0.0,
-                                                        default_generator(), gqa, window)
-                         : attend(qh, kh, vh, cache, 0.0, default_generator(), gqa, who, o.scale);
+    a = attend(qh, kh, vh, cache, 0.0, default_generator(), o.num_kv_heads != num_heads, who, o.scale, position_ids,
+               o.sliding_window);
   }
   return merge_heads(a);
 }
@@ -158,11 +173,12 @@ CausalSelfAttention::CausalSelfAttention(int64_t h, int64_t heads, const Attenti
   }
 }
 
-Tensor CausalSelfAttention::forward(const Tensor& x, const Tensor& cos, const Tensor& sin, const LayerCache* cache) {
+Tensor CausalSelfAttention::forward(const Tensor& x, const Tensor& cos, const Tensor& sin, const LayerCache* cache,
+                                   const Tensor& position_ids) {
   check_input("CausalSelfAttention", x, hidden);
   const std::vector<Tensor> qkv = forward_group({q_proj, k_proj, v_proj}, x);  // one op for the three
   return o_proj->forward(causal_attention(num_heads, options_, qkv[0], qkv[1], qkv[2], cos, sin, cache,
-                                          "CausalSelfAttention", q_norm.get(), k_norm.get()));
+                                          "CausalSelfAttention", q_norm.get(), k_norm.get(), position_ids));
 }
 
 std::string CausalSelfAttention::extra_repr() const {
@@ -182,13 +198,14 @@ GPT2Attention::GPT2Attention(int64_t h, int64_t heads, double attn_p, double res
   register_module("resid_dropout", resid_dropout);
 }
 
-Tensor GPT2Attention::forward(const Tensor& x, const LayerCache* cache) {
+Tensor GPT2Attention::forward(const Tensor& x, const LayerCache* cache, const Tensor& position_ids) {
   check_input("GPT2Attention", x, hidden);
   std::vector<Tensor> qkv = split(c_attn->forward(x), hidden, -1);
   Tensor q = split_heads(qkv[0], num_heads, head_dim);
   Tensor k = split_heads(qkv[1], num_heads, head_dim);
   Tensor v = split_heads(qkv[2], num_heads, head_dim);
-  Tensor a = attend(q, k, v, cache, is_training() ? attn_pdrop : 0.0, default_generator(), false, "GPT2Attention");
+  Tensor a = attend(q, k, v, cache, is_training() ? attn_pdrop : 0.0, default_generator(), false, "GPT2Attention",
+                    std::nullopt, position_ids);
   return resid_dropout->forward(c_proj->forward(merge_heads(a)));
 }
 

@@ -21,7 +21,7 @@ struct AttentionOptions {
   bool o_bias = false;
   bool qk_norm = false;      // Qwen3: an RMSNorm over each head of q and of k, before RoPE
   double qk_norm_eps = 1e-6;
-  int64_t sliding_window = 0;  // > 0: query i sees keys i - window < j <= i (Mistral v0.1)
+  int64_t sliding_window = 0;  // > 0: query i sees keys i - window < j <= i (Mistral v0.1, Gemma's sliding layers)
   std::optional<double> scale = std::nullopt;  // the scores' scale; default 1 / sqrt(head_dim) (Gemma: query_pre_attn_scalar^-0.5)
   // > 0: scores s become tanh(s / softcap) * softcap before the mask (Gemma 2's attn_logit_softcapping);
   // the attention kernels have no soft-capping, so these layers compose it from matmul, tanh and softmax.
@@ -33,10 +33,11 @@ struct AttentionOptions {
 // (Phi-3's fused qkv_proj): q [B, T, num_heads * head_dim], k and v [B, T, num_kv_heads * head_dim]
 // (o.num_kv_heads and o.head_dim given), each head of q and k through q_norm / k_norm where given,
 // rotated by cos / sin (CausalSelfAttention::forward's) -> [B, T, num_heads * head_dim], o_proj's
-// input. `who` names the layer in errors.
+// input. `who` names the layer in errors. position_ids: as CausalSelfAttention::forward's.
 Tensor causal_attention(int64_t num_heads, const AttentionOptions& o, const Tensor& q, const Tensor& k,
                         const Tensor& v, const Tensor& cos, const Tensor& sin, const LayerCache* cache,
-                        const char* who, Module* q_norm = nullptr, Module* k_norm = nullptr);
+                        const char* who, Module* q_norm = nullptr, Module* k_norm = nullptr,
+                        const Tensor& position_ids = Tensor());
 
 // Llama attention: q/k/v/o projections, rotary embedding on q and k, grouped-query heads
 // (num_kv_heads divides num_heads; each kv head serves num_heads / num_kv_heads query heads).
@@ -48,8 +49,11 @@ class CausalSelfAttention : public Module {
                       Generator& gen = default_generator());
   // x [B, T, hidden]; cos, sin [T, head_dim] from a RotaryEmbedding (undefined: no rotary), or
   // [B, 1, T, head_dim] per sequence. With a cache (generation): the T tokens' keys and values
-  // join it, and the tokens attend to everything cached before them (nn/kv_cache.h).
-  Tensor forward(const Tensor& x, const Tensor& cos, const Tensor& sin, const LayerCache* cache = nullptr);
+  // join it, and the tokens attend to everything cached before them (nn/kv_cache.h). position_ids
+  // [B, T] (packed rows, no cache): each token attends only to the tokens of its document, whose
+  // positions count from 0 (banded_causal_attention, ops/attention.h).
+  Tensor forward(const Tensor& x, const Tensor& cos, const Tensor& sin, const LayerCache* cache = nullptr,
+                 const Tensor& position_ids = Tensor());
   Tensor forward(const Tensor& x) override { return forward(x, Tensor(), Tensor()); }
 
   int64_t hidden, num_heads, num_kv_heads, head_dim, sliding_window;
@@ -71,8 +75,8 @@ class GPT2Attention : public Module {
   GPT2Attention(int64_t hidden, int64_t num_heads, double attn_pdrop = 0.0, double resid_pdrop = 0.0,
                 Generator& gen = default_generator());
   Tensor forward(const Tensor& x) override { return forward(x, nullptr); }
-  // With a cache: as CausalSelfAttention's.
-  Tensor forward(const Tensor& x, const LayerCache* cache);
+  // With a cache, and position_ids: as CausalSelfAttention's.
+  Tensor forward(const Tensor& x, const LayerCache* cache, const Tensor& position_ids = Tensor());
 
   int64_t hidden, num_heads, head_dim;
   double attn_pdrop;

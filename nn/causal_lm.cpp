@@ -1,12 +1,38 @@
 #include "nn/causal_lm.h"
 
+#include <algorithm>
+#include <vector>
+
+#include "nn/architecture.h"
 #include "nn/loss.h"
+#include "ops/cast.h"
 
 namespace tg::nn {
 
-Tensor CausalLM::loss(const Tensor& ids, const Tensor& labels) {
-  if (!lm_head->is_plain() || lm_head->bias.defined()) return causal_lm_loss(forward(ids), labels);
-  return causal_lm_loss_from_hidden(hidden_states(ids), lm_head->weight, labels);
+Tensor CausalLM::hidden_states(const Tensor& ids, const Tensor& position_ids) {
+  TG_CHECK(!position_ids.defined(), architecture().name.c_str(), "this family does not take position_ids (packed rows): "
+           "use data::Layout::Pack or Pad, or implement CausalLM::hidden_states(ids, position_ids)");
+  return hidden_states(ids);
+}
+
+Tensor CausalLM::loss(const Tensor& ids, const Tensor& labels, const Tensor& position_ids) {
+  if (!lm_head->is_plain() || lm_head->bias.defined())
+    return causal_lm_loss(logits(hidden_states(ids, position_ids)), labels);
+  return causal_lm_loss_from_hidden(hidden_states(ids, position_ids), lm_head->weight, labels);
+}
+
+void check_position_ids(const char* who, const Tensor& ids, const Tensor& position_ids, int64_t context) {
+  TG_CHECK(is_integral(position_ids.dtype()) && position_ids.dtype() != kBool, who,
+           "position_ids must be int32 or int64, got ", dtype_name(position_ids.dtype()));
+  TG_CHECK(position_ids.shape() == ids.shape(), who, "position_ids must be ", ids.shape(), " as ids, got ",
+           position_ids.shape());
+  TG_CHECK(position_ids.device() == ids.device(), who, "position_ids are on ", position_ids.device(), ", ids on ",
+           ids.device());
+  if (!position_ids.device().is_cpu() || position_ids.numel() == 0) return;
+  const std::vector<int64_t> pos = to(position_ids, kInt64).to_vector<int64_t>();
+  const auto [lo, hi] = std::minmax_element(pos.begin(), pos.end());
+  TG_CHECK(*lo >= 0 && *hi < context, who, "position_ids hold ", *lo < 0 ? *lo : *hi, ", outside [0, ", context,
+           ") (the model's context)");
 }
 
 }  // namespace tg::nn

@@ -22,6 +22,7 @@ struct ModelDims {
   int64_t context = 0;  // the longest sequence the model takes
   const char* context_field = "max_position_embeddings";  // config.json's name for it
   int64_t num_layers = 0, kv_heads = 0, head_dim = 0;   // a KVCache's shape
+  int64_t sliding_window = 0;  // the keys a query sees in the layers that have a window; 0: none
 };
 
 class CausalLM : public Module {
@@ -31,13 +32,20 @@ class CausalLM : public Module {
   Tensor forward(const Tensor& ids) override { return logits(hidden_states(ids)); }
   // ids [B, T] -> the final norm's output [B, T, hidden]
   virtual Tensor hidden_states(const Tensor& ids) = 0;
+  // Packed rows (data::Layout::PackSeparate): position_ids [B, T] count each document's tokens
+  // from 0, as transformers' position_ids (DataCollatorWithFlattening); the positions (RoPE, a
+  // position embedding) are those, and each token attends only to its own document
+  // (banded_causal_attention). Undefined: hidden_states(ids). The default refuses defined ones:
+  // a family of one's own that does not take them says so.
+  virtual Tensor hidden_states(const Tensor& ids, const Tensor& position_ids);
   // Generation: ids continue the sequences of `cache`, their keys and values join it (nn/kv_cache.h).
   virtual Tensor hidden_states(const Tensor& ids, KVCache& cache) = 0;
   // The head on hidden states (and whatever the family does after it).
   virtual Tensor logits(const Tensor& hidden) { return lm_head->forward(hidden); }
-  // Next-token loss of forward(ids) against labels (see causal_lm_loss): a plain bias-free head
-  // takes the fused head + cross-entropy (no [B, T, V] logits), an adapted one its logits.
-  virtual Tensor loss(const Tensor& ids, const Tensor& labels);
+  // Next-token loss of forward(ids) (with position_ids, as hidden_states') against labels (see
+  // causal_lm_loss): a plain bias-free head takes the fused head + cross-entropy (no [B, T, V]
+  // logits), an adapted one its logits.
+  virtual Tensor loss(const Tensor& ids, const Tensor& labels, const Tensor& position_ids = Tensor());
 
   virtual Embedding& input_embeddings() = 0;
   virtual ModelDims dims() const = 0;
@@ -48,5 +56,10 @@ class CausalLM : public Module {
 
   std::shared_ptr<Linear> lm_head;
 };
+
+// What a family's forward checks of position_ids (`who` names it in errors): [B, T] as ids, int32
+// or int64, on ids' device, every position in [0, context) (read on the host for CPU tensors; on
+// a GPU the position lookup's index checks report one outside).
+void check_position_ids(const char* who, const Tensor& ids, const Tensor& position_ids, int64_t context);
 
 }  // namespace tg::nn

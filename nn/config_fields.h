@@ -45,8 +45,13 @@ class ConfigFields {
 // RoPE as config.json gives it in the object `r` (named `key` in errors): transformers 5's
 // rope_parameters {"rope_type", "rope_theta", factors}, older versions' rope_scaling (null unless
 // scaled; "type" before 4.45) beside rope_theta. theta keeps its value when `r` has no rope_theta.
+// As transformers' standardize_rope_params, a top-level original_max_position_embeddings and
+// partial_rotary_factor count (the first over r's, the second under it); max_position_embeddings
+// is original_max_position_embeddings' last fallback.
 void read_rope(const ConfigFields& f, const std::string& key, const json::Value& r, double& theta,
-               RopeScaling& scaling);
+               RopeScaling& scaling, int64_t max_position_embeddings);
+// tg::Error naming partial_rotary_factor unless it is 1 (the families that rotate whole heads).
+void refuse_partial_rotary(const ConfigFields& f, const RopeScaling& scaling);
 // The object read_rope reads.
 json::Value rope_json(double theta, const RopeScaling& scaling);
 

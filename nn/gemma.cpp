@@ -62,8 +62,8 @@ void GemmaConfig::validate() const {
   for (int64_t i = 0; i < num_hidden_layers; ++i)
     TG_CHECK(!is_sliding(i) || sliding_window > 0, "GemmaConfig", "layer ", i,
              " is a sliding_attention layer, so sliding_window must be positive, got ", sliding_window);
-  rope_scaling.validate();
-  rope_local_scaling.validate();
+  rope_scaling.validate(head_dim);
+  rope_local_scaling.validate(head_dim);
 }
 
 GemmaMLP::GemmaMLP(int64_t hidden, int64_t intermediate, Generator& gen) : Module("GemmaMLP") {
@@ -107,8 +107,9 @@ GemmaDecoderLayer::GemmaDecoderLayer(const GemmaConfig& c, int64_t index, Genera
   register_module("post_feedforward_layernorm", post_feedforward_layernorm);
 }
 
-Tensor GemmaDecoderLayer::forward(const Tensor& x, const Tensor& cos, const Tensor& sin, const LayerCache* cache) {
-  Tensor a = self_attn->forward(input_layernorm->forward(x), cos, sin, cache);
+Tensor GemmaDecoderLayer::forward(const Tensor& x, const Tensor& cos, const Tensor& sin, const LayerCache* cache,
+                                 const Tensor& position_ids) {
+  Tensor a = self_attn->forward(input_layernorm->forward(x), cos, sin, cache, position_ids);
   Tensor h = add(x, post_attention_layernorm->forward(a));
   return add(h, post_feedforward_layernorm->forward(mlp->forward(pre_feedforward_layernorm->forward(h))));
 }
@@ -134,20 +135,29 @@ Tensor GemmaModel::embed(const Tensor& ids) const {
   return mul(e, embed_scale(config.hidden_size, e.dtype()));
 }
 
-Tensor GemmaModel::forward(const Tensor& ids) {
+Tensor GemmaModel::forward(const Tensor& ids, const Tensor& position_ids) {
   check_ids(ids);
   const int64_t T = ids.shape()[1];
-  const std::pair<Tensor, Tensor> global = rotary_emb->cos_sin(T), local = rotary_emb_local->cos_sin(T);
+  std::pair<Tensor, Tensor> global, local;
+  if (position_ids.defined()) {
+    check_position_ids("GemmaModel", ids, position_ids, config.max_position_embeddings);
+    const DType dt = embed_tokens->weight.dtype();
+    global = rotary_emb->cos_sin(position_ids, dt), local = rotary_emb_local->cos_sin(position_ids, dt);
+  } else {
+    global = rotary_emb->cos_sin(T), local = rotary_emb_local->cos_sin(T);
+  }
   Tensor h = embed(ids);
   const bool checkpointing = is_gradient_checkpointing() && is_training();
   for (const auto& layer : *layers) {
     const auto& [cos, sin] = layer->sliding ? local : global;
     if (checkpointing) {
       // The layer's activations are recomputed at backward.
-      auto fn = [layer](const std::vector<Tensor>& in) { return std::vector<Tensor>{layer->forward(in[0], in[1], in[2])}; };
+      auto fn = [layer, position_ids](const std::vector<Tensor>& in) {
+        return std::vector<Tensor>{layer->forward(in[0], in[1], in[2], nullptr, position_ids)};
+      };
       h = checkpoint(fn, {h, cos, sin})[0];
     } else {
-      h = layer->forward(h, cos, sin);
+      h = layer->forward(h, cos, sin, nullptr, position_ids);
     }
   }
   return norm->forward(h);
@@ -174,15 +184,19 @@ Tensor GemmaModel::forward(const Tensor& ids, KVCache& cache) {
 }
 
 GemmaForCausalLM::GemmaForCausalLM(const GemmaConfig& c, Generator& gen) : CausalLM("GemmaForCausalLM"), config(c) {
-  model = std::make_shared<GemmaModel>(c, gen);
-  lm_head = std::make_shared<Linear>(c.hidden_size, c.vocab_size, false, gen);
+  {
+    init::ReserveDrawsGuard redrawn_below;  // the layers' default init: only its counters are used
+    model = std::make_shared<GemmaModel>(c, gen);
+    lm_head = std::make_shared<Linear>(c.hidden_size, c.vocab_size, false, gen);
+  }
   register_module("model", model);
   register_module("lm_head", lm_head);
   // transformers' _init_weights: Linear and embedding weights ~ N(0, initializer_range), biases zero
   // (the norms' weights start at zero, which Gemma's 1 + w makes one).
   for (auto& [name, m] : named_modules()) {
     if (auto* lin = dynamic_cast<Linear*>(m)) {
-      init::normal_(lin->weight, 0.0, c.initializer_range, gen);
+      if (c.tie_word_embeddings && lin == lm_head.get()) init::reserve_draw(lin->weight, gen);  // tied below
+      else init::normal_(lin->weight, 0.0, c.initializer_range, gen);
       if (lin->bias.defined()) init::zeros_(lin->bias);
     } else if (auto* emb = dynamic_cast<Embedding*>(m)) {
       init::normal_(emb->weight, 0.0, c.initializer_range, gen);
@@ -197,17 +211,20 @@ Tensor GemmaForCausalLM::logits(const Tensor& hidden) {
   return cap > 0 ? mul(tanh(div(logits, cap)), cap) : logits;
 }
 
-Tensor GemmaForCausalLM::loss(const Tensor& ids, const Tensor& labels) {
-  if (config.final_logit_softcapping > 0) return causal_lm_loss(forward(ids), labels);
-  return CausalLM::loss(ids, labels);
+Tensor GemmaForCausalLM::loss(const Tensor& ids, const Tensor& labels, const Tensor& position_ids) {
+  if (config.final_logit_softcapping > 0) return causal_lm_loss(logits(hidden_states(ids, position_ids)), labels);
+  return CausalLM::loss(ids, labels, position_ids);
 }
 
 ModelDims GemmaForCausalLM::dims() const {
+  bool sliding_layers = false;
+  for (int64_t i = 0; i < config.num_hidden_layers; ++i) sliding_layers = sliding_layers || config.is_sliding(i);
   return {.vocab_size = config.vocab_size,
           .context = config.max_position_embeddings,
           .num_layers = config.num_hidden_layers,
           .kv_heads = config.num_key_value_heads,
-          .head_dim = config.head_dim};
+          .head_dim = config.head_dim,
+          .sliding_window = sliding_layers ? config.sliding_window : 0};
 }
 
 const Architecture& GemmaForCausalLM::architecture() const {

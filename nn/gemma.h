@@ -71,7 +71,8 @@ class GemmaMLP : public Module {
 class GemmaDecoderLayer : public Module {
  public:
   GemmaDecoderLayer(const GemmaConfig& c, int64_t index, Generator& gen = default_generator());
-  Tensor forward(const Tensor& x, const Tensor& cos, const Tensor& sin, const LayerCache* cache = nullptr);
+  Tensor forward(const Tensor& x, const Tensor& cos, const Tensor& sin, const LayerCache* cache = nullptr,
+                 const Tensor& position_ids = Tensor());
 
   bool sliding;
   std::shared_ptr<RMSNorm> input_layernorm, post_attention_layernorm, pre_feedforward_layernorm,
@@ -84,7 +85,9 @@ class GemmaDecoderLayer : public Module {
 class GemmaModel : public Module {
  public:
   explicit GemmaModel(const GemmaConfig& c, Generator& gen = default_generator());
-  Tensor forward(const Tensor& ids) override;
+  Tensor forward(const Tensor& ids) override { return forward(ids, Tensor()); }
+  // Packed rows: as LlamaModel's.
+  Tensor forward(const Tensor& ids, const Tensor& position_ids);
   // Generation (nn/kv_cache.h), as LlamaModel's.
   Tensor forward(const Tensor& ids, KVCache& cache);
   bool supports_gradient_checkpointing() const override { return true; }
@@ -103,11 +106,14 @@ class GemmaForCausalLM : public CausalLM {
  public:
   explicit GemmaForCausalLM(const GemmaConfig& c, Generator& gen = default_generator());
   Tensor hidden_states(const Tensor& ids) override { return model->forward(ids); }
+  Tensor hidden_states(const Tensor& ids, const Tensor& position_ids) override {
+    return model->forward(ids, position_ids);
+  }
   Tensor hidden_states(const Tensor& ids, KVCache& cache) override { return model->forward(ids, cache); }
   // The head, then final_logit_softcapping.
   Tensor logits(const Tensor& hidden) override;
   // With final soft-capping the loss takes the capped logits (no fused head + cross-entropy).
-  Tensor loss(const Tensor& ids, const Tensor& labels) override;
+  Tensor loss(const Tensor& ids, const Tensor& labels, const Tensor& position_ids = Tensor()) override;
   Embedding& input_embeddings() override { return *model->embed_tokens; }
   ModelDims dims() const override;
   const Architecture& architecture() const override;

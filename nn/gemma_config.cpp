@@ -69,19 +69,22 @@ GemmaConfig read_gemma(const ConfigFields& f, const std::string& architecture, b
   // layers and rope_local_base_freq for the sliding ones, which transformers 5 writes as
   // rope_parameters {"full_attention": {...}, "sliding_attention": {...}}.
   c.rope_theta = f.number("rope_theta", gemma3 ? 1e6 : 1e4, /*lo=*/1e-300);
-  if (const json::Value* r = f.get("rope_scaling")) read_rope(f, "rope_scaling", *r, c.rope_theta, c.rope_scaling);
+  if (const json::Value* r = f.get("rope_scaling")) read_rope(f, "rope_scaling", *r, c.rope_theta, c.rope_scaling, c.max_position_embeddings);
   c.rope_local_base_freq = gemma3 ? f.number("rope_local_base_freq", 1e4, /*lo=*/1e-300) : c.rope_theta;
   if (const json::Value* r = f.get("rope_parameters")) {
     const json::Value *full = r->is_object() ? r->find("full_attention") : nullptr,
                       *sliding = r->is_object() ? r->find("sliding_attention") : nullptr;
     if (full || sliding) {
-      if (full) read_rope(f, "rope_parameters.full_attention", *full, c.rope_theta, c.rope_scaling);
+      if (full) read_rope(f, "rope_parameters.full_attention", *full, c.rope_theta, c.rope_scaling, c.max_position_embeddings);
       if (sliding)
-        read_rope(f, "rope_parameters.sliding_attention", *sliding, c.rope_local_base_freq, c.rope_local_scaling);
+        read_rope(f, "rope_parameters.sliding_attention", *sliding, c.rope_local_base_freq, c.rope_local_scaling,
+                  c.max_position_embeddings);
     } else {
-      read_rope(f, "rope_parameters", *r, c.rope_theta, c.rope_scaling);
+      read_rope(f, "rope_parameters", *r, c.rope_theta, c.rope_scaling, c.max_position_embeddings);
     }
   }
+  refuse_partial_rotary(f, c.rope_scaling);
+  refuse_partial_rotary(f, c.rope_local_scaling);
   if (!gemma3) {  // one RoPE for both kinds of layer
     c.rope_local_base_freq = c.rope_theta;
     c.rope_local_scaling = c.rope_scaling;

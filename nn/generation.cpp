@@ -7,7 +7,7 @@
 #include "core/autograd.h"
 #include "core/cuda_graph.h"
 #include "core/factory.h"
-#include "core/philox.h"
+#include "core/detail/philox.h"
 #include "core/primitives.h"
 #include "nn/architecture.h"
 #include "nn/causal_lm.h"
@@ -152,6 +152,9 @@ std::vector<std::vector<int32_t>> generate(Module& model, const std::vector<std:
                 {embedding.dtype(), device}, padding);
   TG_CHECK(!config.cuda_graph || device.is_cuda(), kOp, "cuda_graph wants the model on a GPU, it is on ", device);
   std::optional<StaticDecoder> static_decode;
+  TG_CHECK(config.cache_implementation != "static" || !dims.sliding_window || cache.max_length() <= dims.sliding_window,
+           kOp, "the static cache (and cuda_graph) decodes within sliding_window ", dims.sliding_window,
+           " only, this generation spans ", cache.max_length(), " positions: use the dynamic cache");
   if (config.cache_implementation == "static") static_decode.emplace(lm, cache, config.cuda_graph);
   Tensor logits = last_logits(lm, lm.hidden_states(from_vector(flat, {B, P}, device), cache));
 

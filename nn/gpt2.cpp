@@ -14,8 +14,10 @@ namespace tg::nn {
 namespace {
 
 // The block under tg::checkpoint: its activations are recomputed at backward.
-Tensor checkpointed(const std::shared_ptr<GPT2Block>& block, const Tensor& x) {
-  auto fn = [block](const std::vector<Tensor>& in) { return std::vector<Tensor>{block->forward(in[0])}; };
+Tensor checkpointed(const std::shared_ptr<GPT2Block>& block, const Tensor& x, const Tensor& position_ids) {
+  auto fn = [block, position_ids](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{block->forward(in[0], nullptr, position_ids)};
+  };
   return checkpoint(fn, {x})[0];
 }
 
@@ -51,8 +53,8 @@ GPT2Block::GPT2Block(const GPT2Config& c, Generator& gen) : Module("GPT2Block") 
   register_module("mlp", mlp);
 }
 
-Tensor GPT2Block::forward(const Tensor& x, const LayerCache* cache) {
-  Tensor h = add(x, attn->forward(ln_1->forward(x), cache));
+Tensor GPT2Block::forward(const Tensor& x, const LayerCache* cache, const Tensor& position_ids) {
+  Tensor h = add(x, attn->forward(ln_1->forward(x), cache, position_ids));
   return add(h, mlp->forward(ln_2->forward(h)));
 }
 
@@ -71,14 +73,18 @@ GPT2Model::GPT2Model(const GPT2Config& c, Generator& gen) : Module("GPT2Model"),
   register_module("ln_f", ln_f);
 }
 
-Tensor GPT2Model::forward(const Tensor& ids) {
+Tensor GPT2Model::forward(const Tensor& ids, const Tensor& position_ids) {
   TG_CHECK(ids.defined() && ids.dim() == 2 && is_integral(ids.dtype()) && ids.dtype() != kBool, "GPT2Model",
            "ids must be [B, T] int32/int64");
   const int64_t T = ids.shape()[1];
   TG_CHECK(T <= config.n_positions, "GPT2Model", "sequence length ", T, " exceeds n_positions ", config.n_positions);
-  Tensor x = drop->forward(add(wte->forward(ids), wpe->forward(positions(T, ids.device()))));  // [B, T, d] + [T, d]
+  if (position_ids.defined()) check_position_ids("GPT2Model", ids, position_ids, config.n_positions);
+  // [B, T, d] + [T, d], or + [B, T, d] per sequence
+  const Tensor pos = position_ids.defined() ? position_ids : positions(T, ids.device());
+  Tensor x = drop->forward(add(wte->forward(ids), wpe->forward(pos)));
   const bool checkpointing = is_gradient_checkpointing() && is_training();
-  for (const auto& block : *h) x = checkpointing ? checkpointed(block, x) : block->forward(x);
+  for (const auto& block : *h)
+    x = checkpointing ? checkpointed(block, x, position_ids) : block->forward(x, nullptr, position_ids);
   return ln_f->forward(x);
 }
 
@@ -111,8 +117,11 @@ Tensor GPT2Model::forward(const Tensor& ids, KVCache& cache) {
 }
 
 GPT2LMHeadModel::GPT2LMHeadModel(const GPT2Config& c, Generator& gen) : CausalLM("GPT2LMHeadModel"), config(c) {
-  transformer = std::make_shared<GPT2Model>(c, gen);
-  lm_head = std::make_shared<Linear>(c.n_embd, c.vocab_size, false, gen);
+  {
+    init::ReserveDrawsGuard redrawn_below;  // the layers' default init: only its counters are used
+    transformer = std::make_shared<GPT2Model>(c, gen);
+    lm_head = std::make_shared<Linear>(c.n_embd, c.vocab_size, false, gen);
+  }
   register_module("transformer", transformer);
   register_module("lm_head", lm_head);
   // transformers' GPT2 init: weights ~ N(0, 0.02), biases 0, LayerNorm (1, 0), and the residual
@@ -121,7 +130,8 @@ GPT2LMHeadModel::GPT2LMHeadModel(const GPT2Config& c, Generator& gen) : CausalLM
   for (auto& [name, m] : named_modules()) {
     if (auto* lin = dynamic_cast<Linear*>(m)) {
       const bool residual = name.size() >= 6 && name.compare(name.size() - 6, 6, "c_proj") == 0;
-      init::normal_(lin->weight, 0.0, residual ? proj_std : c.initializer_range, gen);
+      if (lin == lm_head.get()) init::reserve_draw(lin->weight, gen);  // tied below
+      else init::normal_(lin->weight, 0.0, residual ? proj_std : c.initializer_range, gen);
       if (lin->bias.defined()) init::zeros_(lin->bias);
     } else if (auto* emb = dynamic_cast<Embedding*>(m)) {
       init::normal_(emb->weight, 0.0, c.initializer_range, gen);

@@ -45,8 +45,9 @@ class GPT2Block : public Module {
  public:
   explicit GPT2Block(const GPT2Config& c, Generator& gen = default_generator());
   Tensor forward(const Tensor& x) override { return forward(x, nullptr); }
-  // x + attn(ln_1(x)), then + mlp(ln_2(.)); cache: generation (nn/kv_cache.h).
-  Tensor forward(const Tensor& x, const LayerCache* cache);
+  // x + attn(ln_1(x)), then + mlp(ln_2(.)); cache: generation (nn/kv_cache.h); position_ids:
+  // packed rows (GPT2Attention::forward).
+  Tensor forward(const Tensor& x, const LayerCache* cache, const Tensor& position_ids = Tensor());
 
   std::shared_ptr<LayerNorm> ln_1, ln_2;
   std::shared_ptr<GPT2Attention> attn;
@@ -56,7 +57,9 @@ class GPT2Block : public Module {
 class GPT2Model : public Module {
  public:
   explicit GPT2Model(const GPT2Config& c, Generator& gen = default_generator());
-  Tensor forward(const Tensor& ids) override;  // [B, T] -> [B, T, n_embd]
+  Tensor forward(const Tensor& ids) override { return forward(ids, Tensor()); }  // [B, T] -> [B, T, n_embd]
+  // Packed rows: position_ids [B, T] index wpe, and each token attends only to its document.
+  Tensor forward(const Tensor& ids, const Tensor& position_ids);
   // Generation: as LlamaModel's (positions continue the cache's sequences).
   Tensor forward(const Tensor& ids, KVCache& cache);
   // With gradient_checkpointing_enable(), each block runs under tg::checkpoint while training.
@@ -81,6 +84,9 @@ class GPT2LMHeadModel : public CausalLM {
  public:
   explicit GPT2LMHeadModel(const GPT2Config& c, Generator& gen = default_generator());
   Tensor hidden_states(const Tensor& ids) override { return transformer->forward(ids); }
+  Tensor hidden_states(const Tensor& ids, const Tensor& position_ids) override {
+    return transformer->forward(ids, position_ids);
+  }
   Tensor hidden_states(const Tensor& ids, KVCache& cache) override { return transformer->forward(ids, cache); }
   Embedding& input_embeddings() override { return *transformer->wte; }
   ModelDims dims() const override;

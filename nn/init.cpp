@@ -2,13 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
+#include <numbers>
 
 #include "core/autograd.h"
-#include "core/factory.h"
 #include "core/parallel.h"
+#include "core/detail/philox.h"
 #include "core/primitives.h"
-#include "ops/shape.h"
-#include "ops/unary.h"
+#include "core/detail/type_dispatch.h"
 
 namespace tg::nn::init {
 namespace {
@@ -20,45 +21,73 @@ struct SkipState {
 };
 thread_local SkipState skip_state;
 
-// The pieces of a draw already reserved are no new draws: a draw observer (activation
-// checkpointing) saw the reserve, and is not told of the generators that fill it piece by piece.
-class PiecesUnobserved {
- public:
-  PiecesUnobserved() : saved_(tg::detail::draw_observer) { tg::detail::draw_observer = nullptr; }
-  ~PiecesUnobserved() { tg::detail::draw_observer = saved_; }
+thread_local const ReserveDrawsGuard* reserve_guard = nullptr;
 
- private:
-  tg::detail::DrawObserver* saved_;
-};
+// Philox counter c's 4 values, element 4c + k in lane k.
+using FourValues = void (*)(const Philox4& r, const double* params, double out[4]);
 
-// Generator of `seed` at counter `offset`.
-Generator at(uint64_t seed, uint64_t offset) {
-  Generator g(seed);
-  g.set_state(seed, offset);
-  return g;
+// Box-Muller on the counter's two pairs of words, scaled: randn's stream (core/factory.cpp) times
+// params[0] plus params[1], rounded as mul then add round.
+void normal_four(const Philox4& r, const double* params, double out[4]) {
+  for (int pair = 0; pair < 2; ++pair) {
+    const double u1 = (static_cast<double>(r.v[2 * pair] >> 8) + 1.0) / 16777216.0;  // (0, 1]
+    const double u2 = static_cast<double>(r.v[2 * pair + 1] >> 8) / 16777216.0;
+    const double radius = std::sqrt(-2.0 * std::log(u1)), angle = 2.0 * std::numbers::pi * u2;
+    out[2 * pair] = radius * std::cos(angle) * params[0] + params[1];
+    out[2 * pair + 1] = radius * std::sin(angle) * params[0] + params[1];
+  }
 }
 
-// Fills t with the float64 values block(b, n) gives for its elements [b, b + n) (row-major; b a
-// multiple of 4, so a block starts on a Philox counter), each rounded once into t. On the CPU the
-// blocks are filled in parallel and are small enough that their float64 passes (draw, scale,
-// round) stay in a core's cache; elsewhere they go one by one.
-template <class F>
-void fill_in_blocks(const Tensor& t, F&& block) {
-  constexpr int64_t kBlock = 1 << 16;
-  const int64_t n = t.numel();
-  PiecesUnobserved unobserved;
-  if (!t.is_contiguous()) return copy_(t, view(block(0, n), t.shape()));
-  auto part = [&](int64_t b) { return t.as_strided({std::min(kBlock, n - b)}, {1}, t.storage_offset() + b); };
-  if (!t.device().is_cpu()) {
-    for (int64_t b = 0; b < n; b += kBlock) copy_(part(b), block(b, std::min(kBlock, n - b)));
-    return;
-  }
-  tg::detail::check_writable("init", t);
-  t.bump_version();  // once: the blocks write t's storage from several threads
-  parallel_for(0, (n + kBlock - 1) / kBlock, 1, [&](int64_t first, int64_t last) {
-    for (int64_t k = first; k < last; ++k)
-      tg::detail::cpu_copy(part(k * kBlock), block(k * kBlock, std::min(kBlock, n - k * kBlock)));
+// uniform's stream: low + (high - low) * u, params {low, high}.
+void uniform_four(const Philox4& r, const double* params, double out[4]) {
+  for (int k = 0; k < 4; ++k) out[k] = params[0] + (params[1] - params[0]) * static_cast<double>(uniform01(r.v[k]));
+}
+
+// Elements [begin, begin + n) of the stream (begin a multiple of 4) rounded into p[0, n), by
+// the pool's threads: each value computed in float64 and rounded once, straight into place.
+template <class T>
+void fill_host(T* p, int64_t begin, int64_t n, uint64_t seed, uint64_t first, FourValues four, const double* params) {
+  parallel_for(0, (n + 3) / 4, kParallelGrain / 4, [&](int64_t c0, int64_t c1) {
+    double v[4];
+    for (int64_t c = c0; c < c1; ++c) {
+      four(philox(seed, first + static_cast<uint64_t>((begin / 4) + c)), params, v);
+      const int64_t at = 4 * c, len = std::min<int64_t>(4, n - at);
+      for (int64_t k = 0; k < len; ++k) p[at + k] = convert<T>(v[k]);
+    }
   });
+}
+
+void fill_host(const Tensor& t, int64_t begin, uint64_t seed, uint64_t first, FourValues four, const double* params) {
+  dispatch_floating(t.dtype(), "init", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    fill_host(t.data_ptr<T>(), begin, t.numel(), seed, first, four, params);
+  });
+}
+
+// Fills t (row-major) with the stream of counters first, first + 1, ... of seed. In place on
+// the host; elsewhere (another device, strides) through host tensors of t's dtype, on a device
+// in chunks so the host holds a chunk, not the tensor.
+void fill_stream(const Tensor& t, Generator& gen, FourValues four, std::initializer_list<double> params) {
+  const int64_t n = t.numel();
+  const uint64_t seed = gen.seed(), first = gen.reserve(static_cast<uint64_t>((n + 3) / 4));
+  if (n == 0) return;
+  const TensorOptions host{t.dtype(), Device::cpu()};
+  if (!t.is_contiguous()) {
+    const Tensor h = Tensor::empty(t.shape(), host);
+    fill_host(h, 0, seed, first, four, params.begin());
+    return copy_(t, h);
+  }
+  if (t.device().is_cpu()) {
+    tg::detail::check_writable("init", t);
+    t.bump_version();  // once: the threads write t's storage directly
+    return fill_host(t, 0, seed, first, four, params.begin());
+  }
+  constexpr int64_t kChunk = 1 << 24;
+  for (int64_t b = 0; b < n; b += kChunk) {
+    const Tensor h = Tensor::empty({std::min(kChunk, n - b)}, host);
+    fill_host(h, b, seed, first, four, params.begin());
+    copy_(t.as_strided({h.numel()}, {1}, t.storage_offset() + b), h);
+  }
 }
 
 }  // namespace
@@ -94,27 +123,25 @@ void allocate_unallocated(const Tensor& t) {
 
 TensorOptions parameter_options() { return skipping() ? skip_state.options : TensorOptions{}; }
 
+ReserveDrawsGuard::ReserveDrawsGuard() : outer_(reserve_guard) { reserve_guard = this; }
+ReserveDrawsGuard::~ReserveDrawsGuard() { reserve_guard = outer_; }
+
+void reserve_draw(const Tensor& t, Generator& gen) { gen.reserve(static_cast<uint64_t>((t.numel() + 3) / 4)); }
+
 void normal_(const Tensor& t, double mean, double std, Generator& gen) {
   if (skipping()) return;
+  if (reserve_guard) return reserve_draw(t, gen);
   NoGradGuard g;
-  // Drawn and scaled in float64 on the host, rounded once into t: the values of one randn of t's
-  // shape from gen, a block at a time.
-  const uint64_t seed = gen.seed(), first = gen.reserve(static_cast<uint64_t>((t.numel() + 3) / 4));
-  fill_in_blocks(t, [&](int64_t b, int64_t n) {
-    Generator piece = at(seed, first + static_cast<uint64_t>(b / 4));
-    return add(mul(randn({n}, piece, {kFloat64, Device::cpu()}), std), mean);
-  });
+  // The values of one randn of t's shape from gen, scaled in float64 and rounded once into t.
+  fill_stream(t, gen, normal_four, {std, mean});
 }
 
 void uniform_(const Tensor& t, double low, double high, Generator& gen) {
   if (skipping()) return;
-  NoGradGuard g;
   TG_CHECK(low < high, "uniform_", "wants low < high, got ", low, " and ", high);
-  const uint64_t seed = gen.seed(), first = gen.reserve(static_cast<uint64_t>((t.numel() + 3) / 4));
-  fill_in_blocks(t, [&](int64_t b, int64_t n) {
-    Generator piece = at(seed, first + static_cast<uint64_t>(b / 4));
-    return uniform({n}, low, high, piece, {kFloat64, Device::cpu()});
-  });
+  if (reserve_guard) return reserve_draw(t, gen);
+  NoGradGuard g;
+  fill_stream(t, gen, uniform_four, {low, high});
 }
 
 void constant_(const Tensor& t, double value) {

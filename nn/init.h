@@ -44,6 +44,23 @@ Tensor unallocated(const Shape& shape, TensorOptions options);
 bool is_unallocated(const Tensor& t);
 // Gives an unallocated tensor its memory (uninitialised), in place: every handle sees it.
 void allocate_unallocated(const Tensor& t);
+
+// While one lives on this thread, normal_, uniform_ and kaiming_uniform_ only reserve their draws
+// from the generator and write nothing: for the layers' default init that a model's own init
+// (transformers' _init_weights) overwrites next, so that what is drawn after gets the numbers of
+// the full draw, at none of its cost. Constant initialisers still write.
+class ReserveDrawsGuard {
+ public:
+  ReserveDrawsGuard();
+  ~ReserveDrawsGuard();
+  ReserveDrawsGuard(const ReserveDrawsGuard&) = delete;
+  ReserveDrawsGuard& operator=(const ReserveDrawsGuard&) = delete;
+
+ private:
+  const ReserveDrawsGuard* outer_;
+};
+// Advances gen past the draw normal_ or uniform_ of t makes, writing nothing.
+void reserve_draw(const Tensor& t, Generator& gen);
 // What a module's parameters are created as: float32 on the CPU, or the SkipInitGuard's options.
 TensorOptions parameter_options();
 

@@ -9,7 +9,7 @@
 
 #include "core/generator.h"
 #include "nn/module.h"
-#include "ops/linear_group.h"
+#include "ops/linear.h"
 
 namespace tg::nn {
 

@@ -20,19 +20,21 @@ namespace {
 // bit (-0 + v = v for every v) and whose backward gives x the gradient it gives residual and delta
 // without checkpointing, which add's backward hands to both unchanged: the same bits, half the
 // memory (QLoRA's 8B at 4 x 2048 tokens keeps 2 GiB of checkpoints, not 4).
+// position_ids (no gradient) are captured, not passed as an input.
 std::pair<Tensor, Tensor> checkpointed(const std::shared_ptr<LlamaDecoderLayer>& layer, const Tensor& residual,
-                                       const Tensor& delta, const Tensor& cos, const Tensor& sin) {
+                                       const Tensor& delta, const Tensor& cos, const Tensor& sin,
+                                       const Tensor& position_ids) {
   std::vector<Tensor> out;
   if (delta.defined()) {
-    auto fn = [layer](const std::vector<Tensor>& in) {
+    auto fn = [layer, position_ids](const std::vector<Tensor>& in) {
       const Tensor minus_zero = full(in[0].shape(), -0.0, in[0].options());
-      auto [h, m] = layer->forward_unsummed(in[0], minus_zero, in[1], in[2]);
+      auto [h, m] = layer->forward_unsummed(in[0], minus_zero, in[1], in[2], nullptr, position_ids);
       return std::vector<Tensor>{h, m};
     };
     out = checkpoint(fn, {add(residual, delta), cos, sin});
   } else {  // the first layer: its input is the embedding alone
-    auto fn = [layer](const std::vector<Tensor>& in) {
-      auto [h, m] = layer->forward_unsummed(in[0], Tensor(), in[1], in[2]);
+    auto fn = [layer, position_ids](const std::vector<Tensor>& in) {
+      auto [h, m] = layer->forward_unsummed(in[0], Tensor(), in[1], in[2], nullptr, position_ids);
       return std::vector<Tensor>{h, m};
     };
     out = checkpoint(fn, {residual, cos, sin});
@@ -61,7 +63,7 @@ void LlamaConfig::validate() const {
   TG_CHECK(attention_head_dim > 0 || hidden_size % num_attention_heads == 0, "LlamaConfig", "hidden_size ",
            hidden_size, " is not divisible by num_attention_heads ", num_attention_heads);
   TG_CHECK(sliding_window >= 0, "LlamaConfig", "sliding_window must be >= 0, got ", sliding_window);
-  rope_scaling.validate();
+  rope_scaling.validate(head_dim());
   TG_CHECK(head_dim() % 2 == 0, "LlamaConfig", "head_dim ", head_dim(), " must be even for rotary embedding");
   TG_CHECK(kv_heads() > 0 && num_attention_heads % kv_heads() == 0, "LlamaConfig", "num_key_value_heads ",
            kv_heads(), " must divide num_attention_heads ", num_attention_heads);
@@ -125,20 +127,21 @@ LlamaDecoderLayer::LlamaDecoderLayer(const LlamaConfig& c, Generator& gen) : Mod
   register_module("post_attention_layernorm", post_attention_layernorm);
 }
 
-Tensor LlamaDecoderLayer::forward(const Tensor& x, const Tensor& cos, const Tensor& sin, const LayerCache* cache) {
-  auto [h, m] = forward_unsummed(x, Tensor(), cos, sin, cache);
+Tensor LlamaDecoderLayer::forward(const Tensor& x, const Tensor& cos, const Tensor& sin, const LayerCache* cache,
+                                 const Tensor& position_ids) {
+  auto [h, m] = forward_unsummed(x, Tensor(), cos, sin, cache, position_ids);
   return add(h, m);
 }
 
 std::pair<Tensor, Tensor> LlamaDecoderLayer::forward_unsummed(const Tensor& residual, const Tensor& delta,
                                                               const Tensor& cos, const Tensor& sin,
-                                                              const LayerCache* cache) {
+                                                              const LayerCache* cache, const Tensor& position_ids) {
   Tensor x = residual, n;
   if (delta.defined())
     std::tie(n, x) = fused_add_rms_norm(delta, residual, input_layernorm->weight, input_layernorm->eps);
   else
     n = input_layernorm->forward(residual);
-  Tensor a = self_attn->forward(n, cos, sin, cache);
+  Tensor a = self_attn->forward(n, cos, sin, cache, position_ids);
   // h = x + a and n = post_attention_layernorm(h) in one pass (one kernel instead of two).
   auto [n2, h] = fused_add_rms_norm(a, x, post_attention_layernorm->weight, post_attention_layernorm->eps);
   return {h, mlp->forward(n2)};
@@ -157,15 +160,19 @@ LlamaModel::LlamaModel(const LlamaConfig& c, Generator& gen) : Module("LlamaMode
   register_module("rotary_emb", rotary_emb);
 }
 
-Tensor LlamaModel::forward(const Tensor& ids) {
+Tensor LlamaModel::forward(const Tensor& ids, const Tensor& position_ids) {
   TG_CHECK(ids.defined() && ids.dim() == 2 && is_integral(ids.dtype()) && ids.dtype() != kBool, "LlamaModel",
            "ids must be [B, T] int32/int64, got ", ids.defined() ? shape_str(ids.shape()) : std::string("undefined"),
            ids.defined() ? std::string(" ") + dtype_name(ids.dtype()) : std::string());
-  auto [cos, sin] = rotary_emb->cos_sin(ids.shape()[1]);
+  if (position_ids.defined()) check_position_ids("LlamaModel", ids, position_ids, config.max_position_embeddings);
+  Tensor cos, sin;
+  std::tie(cos, sin) = position_ids.defined() ? rotary_emb->cos_sin(position_ids, embed_tokens->weight.dtype())
+                                              : rotary_emb->cos_sin(ids.shape()[1]);
   Tensor h = embed_tokens->forward(ids), m;  // each layer's output is h + m
   const bool checkpointing = is_gradient_checkpointing() && is_training();
   for (const auto& layer : *layers)
-    std::tie(h, m) = checkpointing ? checkpointed(layer, h, m, cos, sin) : layer->forward_unsummed(h, m, cos, sin);
+    std::tie(h, m) = checkpointing ? checkpointed(layer, h, m, cos, sin, position_ids)
+                                   : layer->forward_unsummed(h, m, cos, sin, nullptr, position_ids);
   return m.defined() ? final_norm(*norm, h, m) : norm->forward(h);
 }
 
@@ -188,15 +195,19 @@ Tensor LlamaModel::forward(const Tensor& ids, KVCache& cache) {
 }
 
 LlamaForCausalLM::LlamaForCausalLM(const LlamaConfig& c, Generator& gen) : CausalLM("LlamaForCausalLM"), config(c) {
-  model = std::make_shared<LlamaModel>(c, gen);
-  lm_head = std::make_shared<Linear>(c.hidden_size, c.vocab_size, false, gen);
+  {
+    init::ReserveDrawsGuard redrawn_below;  // the layers' default init: only its counters are used
+    model = std::make_shared<LlamaModel>(c, gen);
+    lm_head = std::make_shared<Linear>(c.hidden_size, c.vocab_size, false, gen);
+  }
   register_module("model", model);
   register_module("lm_head", lm_head);
   // transformers' _init_weights: every Linear and the embedding ~ N(0, initializer_range),
   // biases zero, norms one; drawn in module order from `gen`.
   for (auto& [name, m] : named_modules()) {
     if (auto* lin = dynamic_cast<Linear*>(m)) {
-      init::normal_(lin->weight, 0.0, c.initializer_range, gen);
+      if (c.tie_word_embeddings && lin == lm_head.get()) init::reserve_draw(lin->weight, gen);  // tied below
+      else init::normal_(lin->weight, 0.0, c.initializer_range, gen);
       if (lin->bias.defined()) init::zeros_(lin->bias);
     } else if (auto* emb = dynamic_cast<Embedding*>(m)) {
       init::normal_(emb->weight, 0.0, c.initializer_range, gen);
@@ -210,7 +221,8 @@ ModelDims LlamaForCausalLM::dims() const {
           .context = config.max_position_embeddings,
           .num_layers = config.num_hidden_layers,
           .kv_heads = config.kv_heads(),
-          .head_dim = config.head_dim()};
+          .head_dim = config.head_dim(),
+          .sliding_window = config.sliding_window};
 }
 
 const Architecture& LlamaForCausalLM::architecture() const {

@@ -74,13 +74,16 @@ json::Value llama_fields_json(const LlamaConfig& c, const Architecture& arch);
 class LlamaDecoderLayer : public Module {
  public:
   explicit LlamaDecoderLayer(const LlamaConfig& c, Generator& gen = default_generator());
-  // cache: generation (nn/kv_cache.h); cos, sin then may be per sequence [B, 1, T, head_dim].
-  Tensor forward(const Tensor& x, const Tensor& cos, const Tensor& sin, const LayerCache* cache = nullptr);
+  // cache: generation (nn/kv_cache.h); cos, sin may be per sequence [B, 1, T, head_dim];
+  // position_ids: packed rows (CausalSelfAttention::forward).
+  Tensor forward(const Tensor& x, const Tensor& cos, const Tensor& sin, const LayerCache* cache = nullptr,
+                 const Tensor& position_ids = Tensor());
   // The same layer on x = residual + delta (delta undefined: x = residual), its output h + m left
   // as {h, m}: LlamaModel's next norm adds the two in its kernel (fused_add_rms_norm), so no
   // residual add runs on its own.
   std::pair<Tensor, Tensor> forward_unsummed(const Tensor& residual, const Tensor& delta, const Tensor& cos,
-                                             const Tensor& sin, const LayerCache* cache = nullptr);
+                                             const Tensor& sin, const LayerCache* cache = nullptr,
+                                             const Tensor& position_ids = Tensor());
 
   std::shared_ptr<RMSNorm> input_layernorm, post_attention_layernorm;
   std::shared_ptr<CausalSelfAttention> self_attn;
@@ -91,7 +94,9 @@ class LlamaDecoderLayer : public Module {
 class LlamaModel : public Module {
  public:
   explicit LlamaModel(const LlamaConfig& c, Generator& gen = default_generator());
-  Tensor forward(const Tensor& ids) override;
+  Tensor forward(const Tensor& ids) override { return forward(ids, Tensor()); }
+  // Packed rows: position_ids [B, T] (CausalLM::hidden_states; undefined: 0..T-1 in every row).
+  Tensor forward(const Tensor& ids, const Tensor& position_ids);
   // Generation: ids [B, T] continue the sequences of `cache`, their keys and values join it
   // (under NoGradGuard; nn/kv_cache.h); hidden states [B, T, hidden].
   Tensor forward(const Tensor& ids, KVCache& cache);
@@ -110,6 +115,9 @@ class LlamaForCausalLM : public CausalLM {
  public:
   explicit LlamaForCausalLM(const LlamaConfig& c, Generator& gen = default_generator());
   Tensor hidden_states(const Tensor& ids) override { return model->forward(ids); }
+  Tensor hidden_states(const Tensor& ids, const Tensor& position_ids) override {
+    return model->forward(ids, position_ids);
+  }
   Tensor hidden_states(const Tensor& ids, KVCache& cache) override { return model->forward(ids, cache); }
   Embedding& input_embeddings() override { return *model->embed_tokens; }
   ModelDims dims() const override;

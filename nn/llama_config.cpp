@@ -38,8 +38,11 @@ LlamaConfig read_llama_fields(const ConfigFields& f, const std::string& architec
   c.tie_word_embeddings = f.boolean("tie_word_embeddings", false);
   c.attention_head_dim = f.integer("head_dim", 0, /*lo=*/0);
   c.rope_theta = f.number("rope_theta", 10000.0, /*lo=*/1e-300);
-  for (const char* key : {"rope_scaling", "rope_parameters"})
-    if (const json::Value* r = f.get(key)) read_rope(f, key, *r, c.rope_theta, c.rope_scaling);
+  // transformers 5 takes rope_scaling over rope_parameters when both are given.
+  for (const char* key : {"rope_parameters", "rope_scaling"})
+    if (const json::Value* r = f.get(key)) read_rope(f, key, *r, c.rope_theta, c.rope_scaling, c.max_position_embeddings);
+  if (!f.get("rope_scaling") && !f.get("rope_parameters"))
+    c.rope_scaling.partial_rotary_factor = f.number("partial_rotary_factor", 1.0, /*lo=*/1e-300);
   if (f.string("hidden_act", "silu") != "silu") f.unsupported("hidden_act", "wants \"silu\"");
   if (f.probability("attention_dropout", 0.0) != 0.0) f.unsupported("attention_dropout", "wants 0.0");
   for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id"}) {
@@ -56,24 +59,30 @@ LlamaConfig read_llama_fields(const ConfigFields& f, const std::string& architec
 
 namespace {
 
+// transformers' Llama-like attention rotates whole heads (Phi-3's rotates a part: nn/phi3_config.cpp).
+PretrainedConfig validated_whole_heads(const ConfigFields& f, const LlamaConfig& c) {
+  refuse_partial_rotary(f, c.rope_scaling);
+  return validated(f, c);
+}
+
 PretrainedConfig llama(const ConfigFields& f) {
   LlamaConfig c = read_llama_fields(f, "LlamaForCausalLM", 32000, 1e-6);
   c.attention_bias = f.boolean("attention_bias", false);
   c.mlp_bias = f.boolean("mlp_bias", false);
-  return validated(f, c);
+  return validated_whole_heads(f, c);
 }
 
 PretrainedConfig mistral(const ConfigFields& f) {
   LlamaConfig c = read_llama_fields(f, "MistralForCausalLM", 32000, 1e-6);
   c.sliding_window = f.integer("sliding_window", 0, /*lo=*/0);
-  return validated(f, c);
+  return validated_whole_heads(f, c);
 }
 
 PretrainedConfig qwen2(const ConfigFields& f) {
   LlamaConfig c = read_llama_fields(f, "Qwen2ForCausalLM", 151936, 1e-6);
   refuse_sliding_layers(f);
   c.qkv_bias = true;  // Qwen2's q/k/v_proj always have one, o_proj never
-  return validated(f, c);
+  return validated_whole_heads(f, c);
 }
 
 PretrainedConfig qwen3(const ConfigFields& f) {
@@ -81,7 +90,7 @@ PretrainedConfig qwen3(const ConfigFields& f) {
   refuse_sliding_layers(f);
   c.attention_bias = f.boolean("attention_bias", false);
   c.qk_norm = true;
-  return validated(f, c);
+  return validated_whole_heads(f, c);
 }
 
 std::shared_ptr<CausalLM> build(const PretrainedConfig& c, Generator& gen) {

@@ -1,7 +1,7 @@
 #include "nn/mlp.h"
 
 #include "ops/binary.h"
-#include "ops/swiglu.h"
+#include "ops/silu_mul.h"
 #include "ops/unary.h"
 
 namespace tg::nn {

@@ -192,34 +192,38 @@ Module& Module::gradient_checkpointing_disable() {
   return *this;
 }
 
-Module& Module::convert(const std::function<Tensor(const Tensor&)>& f) {
+Module& Module::convert(const std::function<Tensor(const std::string& name, const Tensor&)>& f) {
   NoGradGuard no_grad;
-  auto apply = [&](const Tensor& t) {
-    Tensor value = f(t.detach());
+  auto apply = [&](const std::string& name, const Tensor& t) {
+    Tensor value = f(name, t);
     if (value.same(t) || (value.dtype() == t.dtype() && value.device() == t.device() && value.shares_storage_with(t)))
       return;
     Tensor grad = t.grad();
     set_data(t, value);
-    if (grad.defined()) t.set_grad(f(grad));
+    if (grad.defined()) t.set_grad(tg::to(grad, value.dtype(), value.device()));
   };
-  for (auto& [name, t] : named_parameters()) apply(t);
-  for (auto& [name, t] : named_buffers()) apply(t);
+  for (auto& [name, t] : named_parameters()) apply(name, t);
+  for (auto& [name, t] : named_buffers()) apply(name, t);
   return *this;
 }
 
 Module& Module::to(Device device) {
-  return convert([&](const Tensor& t) { return tg::to(t, device); });
+  return convert([&](const std::string&, const Tensor& t) { return tg::to(t.detach(), device); });
 }
 
 Module& Module::to(DType dtype) {
+  return to(dtype, [](const std::string&, const Tensor&) { return true; });
+}
+
+Module& Module::to(DType dtype, const std::function<bool(const std::string& name, const Tensor& t)>& which) {
   TG_CHECK(is_floating_point(dtype), "Module::to", "modules convert to floating-point dtypes only, got ", dtype);
   std::set<const Storage*> kept;  // by storage: convert passes detached handles
   walk("", [&](const std::string&, const Module& m) {
     for (const auto& b : m.buffers_)
       if (b.keeps_dtype && b.slot->defined()) kept.insert(b.slot->storage().get());
   });
-  return convert([&](const Tensor& t) {
-    return is_floating_point(t.dtype()) && !kept.count(t.storage().get()) ? tg::to(t, dtype) : t;
+  return convert([&](const std::string& name, const Tensor& t) {
+    return is_floating_point(t.dtype()) && !kept.count(t.storage().get()) && which(name, t) ? tg::to(t.detach(), dtype) : t;
   });
 }
 

@@ -97,6 +97,9 @@ class Module {
   // keeps_dtype keep their dtype.
   Module& to(DType dtype);
   Module& to(DType dtype, Device device);
+  // Only the floating-point parameters and buffers `which` accepts (by dotted name): e.g. the
+  // frozen base in bfloat16 under float32 adapters that are already trained (peft's mixed precision).
+  Module& to(DType dtype, const std::function<bool(const std::string& name, const Tensor& t)>& which);
 
   // ---- state ----
   // Parameters and persistent buffers by dotted name. The tensors alias the module's data.
@@ -160,7 +163,8 @@ class Module {
   void check_new_name(const std::string& name) const;
   // Visits (prefix, module) for this subtree, depth first.
   void walk(const std::string& prefix, const std::function<void(const std::string&, const Module&)>& f) const;
-  Module& convert(const std::function<Tensor(const Tensor&)>& f);
+  // f(name, tensor) -> its new value (the tensor itself: unchanged); a gradient follows its tensor.
+  Module& convert(const std::function<Tensor(const std::string& name, const Tensor&)>& f);
 
   std::string type_name_;
   bool training_ = true;

@@ -55,4 +55,8 @@ Tensor LayerNorm::forward(const Tensor& x) { return layer_norm(x, weight, bias, 
 
 std::string LayerNorm::extra_repr() const { return norm_repr(dim, eps); }
 
+bool is_norm(const Module& m) {
+  return dynamic_cast<const RMSNorm*>(&m) != nullptr || dynamic_cast<const LayerNorm*>(&m) != nullptr;
+}
+
 }  // namespace tg::nn

@@ -38,4 +38,8 @@ class LayerNorm : public Module {
   std::string extra_repr() const override;
 };
 
+// An RMSNorm or a LayerNorm: the layers peft's freeze_norms freezes and the Trainer's weight decay
+// leaves out (transformers' ALL_LAYERNORM_LAYERS).
+bool is_norm(const Module& m);
+
 }  // namespace tg::nn

@@ -1,12 +1,14 @@
 #include "nn/phi3.h"
 
+#include <tuple>
+
 #include "core/activation_checkpoint.h"
 #include "nn/architecture.h"
 #include "nn/init.h"
 #include "ops/binary.h"
 #include "ops/rms_norm.h"
 #include "ops/shape.h"
-#include "ops/swiglu.h"
+#include "ops/silu_mul.h"
 
 namespace tg::nn {
 namespace {
@@ -30,10 +32,12 @@ Phi3Attention::Phi3Attention(const LlamaConfig& c, Generator& gen)
   register_module("qkv_proj", qkv_proj);
 }
 
-Tensor Phi3Attention::forward(const Tensor& x, const Tensor& cos, const Tensor& sin, const LayerCache* cache) {
+Tensor Phi3Attention::forward(const Tensor& x, const Tensor& cos, const Tensor& sin, const LayerCache* cache,
+                              const Tensor& position_ids) {
   const int64_t q = num_heads * options.head_dim, kv = options.num_kv_heads * options.head_dim;
   const std::vector<Tensor> qkv = split(qkv_proj->forward(x), {q, kv, kv}, -1);
-  return o_proj->forward(causal_attention(num_heads, options, qkv[0], qkv[1], qkv[2], cos, sin, cache, "Phi3Attention"));
+  return o_proj->forward(causal_attention(num_heads, options, qkv[0], qkv[1], qkv[2], cos, sin, cache, "Phi3Attention",
+                                          nullptr, nullptr, position_ids));
 }
 
 Phi3MLP::Phi3MLP(int64_t hidden, int64_t inter, Generator& gen) : Module("Phi3MLP"), intermediate(inter) {
@@ -59,8 +63,9 @@ Phi3DecoderLayer::Phi3DecoderLayer(const LlamaConfig& c, Generator& gen) : Modul
   register_module("post_attention_layernorm", post_attention_layernorm);
 }
 
-Tensor Phi3DecoderLayer::forward(const Tensor& x, const Tensor& cos, const Tensor& sin, const LayerCache* cache) {
-  Tensor a = self_attn->forward(input_layernorm->forward(x), cos, sin, cache);
+Tensor Phi3DecoderLayer::forward(const Tensor& x, const Tensor& cos, const Tensor& sin, const LayerCache* cache,
+                                const Tensor& position_ids) {
+  Tensor a = self_attn->forward(input_layernorm->forward(x), cos, sin, cache, position_ids);
   // h = x + a and its norm in one pass.
   auto [n, h] = fused_add_rms_norm(a, x, post_attention_layernorm->weight, post_attention_layernorm->eps);
   return add(h, mlp->forward(n));
@@ -81,18 +86,23 @@ Phi3Model::Phi3Model(const LlamaConfig& c, Generator& gen) : Module("Phi3Model")
   register_module("rotary_emb", rotary_emb);
 }
 
-Tensor Phi3Model::forward(const Tensor& ids) {
+Tensor Phi3Model::forward(const Tensor& ids, const Tensor& position_ids) {
   check_ids(ids);
-  auto [cos, sin] = rotary_emb->cos_sin(ids.shape()[1]);
+  if (position_ids.defined()) check_position_ids("Phi3Model", ids, position_ids, config.max_position_embeddings);
+  Tensor cos, sin;
+  std::tie(cos, sin) = position_ids.defined() ? rotary_emb->cos_sin(position_ids, embed_tokens->weight.dtype())
+                                              : rotary_emb->cos_sin(ids.shape()[1]);
   Tensor h = embed_tokens->forward(ids);
   const bool checkpointing = is_gradient_checkpointing() && is_training();
   for (const auto& layer : *layers) {
     if (checkpointing) {
       // The layer's activations are recomputed at backward.
-      auto fn = [layer](const std::vector<Tensor>& in) { return std::vector<Tensor>{layer->forward(in[0], in[1], in[2])}; };
+      auto fn = [layer, position_ids](const std::vector<Tensor>& in) {
+        return std::vector<Tensor>{layer->forward(in[0], in[1], in[2], nullptr, position_ids)};
+      };
       h = checkpoint(fn, {h, cos, sin})[0];
     } else {
-      h = layer->forward(h, cos, sin);
+      h = layer->forward(h, cos, sin, nullptr, position_ids);
     }
   }
   return norm->forward(h);
@@ -118,16 +128,21 @@ Tensor Phi3Model::forward(const Tensor& ids, KVCache& cache) {
 Phi3ForCausalLM::Phi3ForCausalLM(const LlamaConfig& c, Generator& gen) : CausalLM("Phi3ForCausalLM"), config(c) {
   // LlamaConfig's default names Llama, whose config.json and names save_pretrained would write.
   if (config.architecture == "LlamaForCausalLM") config.architecture = "Phi3ForCausalLM";
-  model = std::make_shared<Phi3Model>(c, gen);
-  lm_head = std::make_shared<Linear>(c.hidden_size, c.vocab_size, false, gen);
+  {
+    init::ReserveDrawsGuard redrawn_below;  // the layers' default init: only its counters are used
+    model = std::make_shared<Phi3Model>(c, gen);
+    lm_head = std::make_shared<Linear>(c.hidden_size, c.vocab_size, false, gen);
+  }
   register_module("model", model);
   register_module("lm_head", lm_head);
   // transformers' _init_weights, as LlamaForCausalLM's.
   for (auto& [name, m] : named_modules()) {
-    if (auto* lin = dynamic_cast<Linear*>(m))
-      init::normal_(lin->weight, 0.0, c.initializer_range, gen);
-    else if (auto* emb = dynamic_cast<Embedding*>(m))
+    if (auto* lin = dynamic_cast<Linear*>(m)) {
+      if (c.tie_word_embeddings && lin == lm_head.get()) init::reserve_draw(lin->weight, gen);  // tied below
+      else init::normal_(lin->weight, 0.0, c.initializer_range, gen);
+    } else if (auto* emb = dynamic_cast<Embedding*>(m)) {
       init::normal_(emb->weight, 0.0, c.initializer_range, gen);
+    }
   }
   if (c.tie_word_embeddings) lm_head->weight = model->embed_tokens->weight;
 }
@@ -137,7 +152,8 @@ ModelDims Phi3ForCausalLM::dims() const {
           .context = config.max_position_embeddings,
           .num_layers = config.num_hidden_layers,
           .kv_heads = config.kv_heads(),
-          .head_dim = config.head_dim()};
+          .head_dim = config.head_dim(),
+          .sliding_window = config.sliding_window};
 }
 
 const Architecture& Phi3ForCausalLM::architecture() const {

@@ -25,7 +25,8 @@ namespace tg::nn {
 class Phi3Attention : public Module {
  public:
   Phi3Attention(const LlamaConfig& c, Generator& gen = default_generator());
-  Tensor forward(const Tensor& x, const Tensor& cos, const Tensor& sin, const LayerCache* cache = nullptr);
+  Tensor forward(const Tensor& x, const Tensor& cos, const Tensor& sin, const LayerCache* cache = nullptr,
+                 const Tensor& position_ids = Tensor());
 
   int64_t num_heads;
   AttentionOptions options;  // num_kv_heads, head_dim, sliding_window
@@ -46,7 +47,8 @@ class Phi3MLP : public Module {
 class Phi3DecoderLayer : public Module {
  public:
   explicit Phi3DecoderLayer(const LlamaConfig& c, Generator& gen = default_generator());
-  Tensor forward(const Tensor& x, const Tensor& cos, const Tensor& sin, const LayerCache* cache = nullptr);
+  Tensor forward(const Tensor& x, const Tensor& cos, const Tensor& sin, const LayerCache* cache = nullptr,
+                 const Tensor& position_ids = Tensor());
 
   std::shared_ptr<RMSNorm> input_layernorm, post_attention_layernorm;
   std::shared_ptr<Phi3Attention> self_attn;
@@ -56,7 +58,9 @@ class Phi3DecoderLayer : public Module {
 class Phi3Model : public Module {
  public:
   explicit Phi3Model(const LlamaConfig& c, Generator& gen = default_generator());
-  Tensor forward(const Tensor& ids) override;
+  Tensor forward(const Tensor& ids) override { return forward(ids, Tensor()); }
+  // Packed rows: as LlamaModel's.
+  Tensor forward(const Tensor& ids, const Tensor& position_ids);
   // Generation (nn/kv_cache.h), as LlamaModel's.
   Tensor forward(const Tensor& ids, KVCache& cache);
   bool supports_gradient_checkpointing() const override { return true; }
@@ -72,6 +76,9 @@ class Phi3ForCausalLM : public CausalLM {
  public:
   explicit Phi3ForCausalLM(const LlamaConfig& c, Generator& gen = default_generator());
   Tensor hidden_states(const Tensor& ids) override { return model->forward(ids); }
+  Tensor hidden_states(const Tensor& ids, const Tensor& position_ids) override {
+    return model->forward(ids, position_ids);
+  }
   Tensor hidden_states(const Tensor& ids, KVCache& cache) override { return model->forward(ids, cache); }
   Embedding& input_embeddings() override { return *model->embed_tokens; }
   ModelDims dims() const override;

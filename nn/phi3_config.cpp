@@ -9,18 +9,19 @@
 namespace tg::nn {
 namespace {
 
+// The RoPE types that read original_max_position_embeddings.
+bool uses_original_context(const RopeScaling& s) {
+  return s.rope_type == "llama3" || s.rope_type == "yarn" || s.rope_type == "longrope";
+}
+
 PretrainedConfig phi3(const ConfigFields& f) {
-  // read_llama_fields reads RoPE and refuses longrope / su scaling (Phi-3-128k, Phi-3.5) by name.
+  // read_llama_fields reads RoPE (longrope: Phi-3-128k, Phi-3.5) and partial_rotary_factor (Phi-4-mini).
   LlamaConfig c = read_llama_fields(f, "Phi3ForCausalLM", 32064, 1e-5);
   c.sliding_window = f.integer("sliding_window", 0, /*lo=*/0);  // null: none
-  auto refuse_partial_rotary = [&](const std::string& key, const json::Value* v) {
-    if (v && !v->is_null() && !(v->is_number() && v->as_double() == 1.0))
-      fail("from_pretrained", "'", f.source(), "': ", key, " = ", json::dump(*v),
-           " is not supported (wants 1.0: RoPE over the whole head)");
-  };
-  refuse_partial_rotary("partial_rotary_factor", f.get("partial_rotary_factor"));
-  if (const json::Value* r = f.get("rope_parameters"); r && r->is_object())
-    refuse_partial_rotary("rope_parameters.partial_rotary_factor", r->find("partial_rotary_factor"));
+  // Phi3Config always has original_max_position_embeddings (default 4096), which transformers
+  // prefers to rope_parameters' (standardize_rope_params).
+  if (uses_original_context(c.rope_scaling) && !f.get("original_max_position_embeddings"))
+    c.rope_scaling.original_max_position_embeddings = 4096;
   if (f.probability("resid_pdrop", 0.0) != 0.0) f.unsupported("resid_pdrop", "wants 0.0");
   // embd_pdrop is in Phi-3's config.json, but transformers' Phi3Model applies no embedding dropout.
   return validated(f, c);
@@ -37,13 +38,15 @@ const std::vector<std::string> kTargets = {"qkv_proj", "o_proj"};
 json::Value Phi3ForCausalLM::config_json() const {
   using json::Value;
   const LlamaConfig& c = config;
+  const RopeScaling& s = c.rope_scaling;
   return llama_fields_json(c, architecture())
-      .set("original_max_position_embeddings", c.max_position_embeddings)
+      .set("original_max_position_embeddings",
+           uses_original_context(s) ? s.original_max_position_embeddings : c.max_position_embeddings)
       .set("embd_pdrop", 0.0)
       .set("resid_pdrop", 0.0)
       .set("sliding_window", c.sliding_window ? Value(c.sliding_window) : Value())
-      .set("partial_rotary_factor", 1.0)
-      .set("rope_parameters", rope_json(c.rope_theta, c.rope_scaling).set("partial_rotary_factor", 1.0));
+      .set("partial_rotary_factor", s.partial_rotary_factor)
+      .set("rope_parameters", rope_json(c.rope_theta, s).set("partial_rotary_factor", s.partial_rotary_factor));
 }
 
 extern const Architecture kPhi3Architecture{"Phi3ForCausalLM", "phi3", "model.", "model.embed_tokens.weight",

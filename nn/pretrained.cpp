@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/autograd.h"
+#include "core/memory.h"
 #include "core/primitives.h"
 #include "io/file.h"
 #include "io/json.h"
@@ -359,15 +360,19 @@ void load_weights(Module& model, const Architecture& arch, const io::Folder& dir
   };
   Progress progress(dir.path(), total, total > kProgressBytes && !o.quiet && ::isatty(STDERR_FILENO));
   auto told = [&](size_t n) { progress.add(n); };
+  // To a GPU: one pair of pinned buffers for every file, reads overlapping the copies.
+  std::optional<HostToDevice> upload;
+  if (o.device.is_cuda()) upload.emplace(o.device, size_t{64} << 20);
+  HostToDevice* via = upload ? &*upload : nullptr;
   for (WeightFile& f : files) {
     for (const Read& r : f.reads) {
       if (r.layer.empty()) {
-        f.reader->read(*r.tensor, r.into, told);
+        f.reader->read(*r.tensor, r.into, told, via);
         continue;
       }
       const Shape& shape = own.at(r.layer + ".weight").shape();
       const Tensor w = staging.as_strided(shape, contiguous_strides(shape), 0);
-      f.reader->read(*r.tensor, r.conv1d ? transpose(w, 0, 1) : w, told);
+      f.reader->read(*r.tensor, r.conv1d ? transpose(w, 0, 1) : w, told, via);
       install_linear_4bit(model, r.layer, quantized(r.tensor->name, w), four.config.compute_dtype, workspace);
     }
     f.reader.reset();  // its staging buffer and file with it

@@ -9,7 +9,7 @@
 #include "core/primitives.h"
 #include "core/trace.h"
 #include "ops/adamw_step_kernels.h"
-#include "ops/dispatch.h"
+#include "ops/detail/dispatch.h"
 #include "ops/shape.h"
 
 namespace tg {

@@ -5,18 +5,20 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <string_view>
 #include <tuple>
 
 #include "core/autograd.h"
+#include "core/cuda_settings.h"
 #include "core/factory.h"
 #include "core/trace.h"
 #include "ops/attention_kernels.h"
 #include "ops/binary.h"
 #include "ops/cast.h"
-#include "ops/checks.h"
-#include "ops/dispatch.h"
+#include "ops/detail/checks.h"
+#include "ops/detail/dispatch.h"
 #include "ops/dropout.h"
-#include "ops/layout.h"
+#include "ops/detail/layout.h"
 #include "ops/masked_fill.h"
 #include "ops/matmul.h"
 #include "ops/reduce.h"
@@ -50,13 +52,19 @@ bool fused_cpu_applies(const Tensor& q, double dropout_p) {
   return q.device().is_cpu() && (q.dtype() == kFloat32 || q.dtype() == kFloat64) && dropout_p == 0.0;
 }
 
-// The CUDA flash kernels' domain (ops/attention_kernels.h); the grid puts heads x batches in its
-// x dim and the 64-row blocks of the sequence in its y dim (at most 65535).
-bool flash_cuda_applies(const Tensor& q, const Tensor& k, const Tensor& v, double dropout_p) {
+// The flash kernels' head dims (ops/attention_kernels.h).
+bool flash_head_dims(int64_t E, int64_t Ev) { return E == Ev && (E == 32 || E == 64 || E == 128); }
+
+// The fused CUDA kernels' domain (ops/attention_kernels.h): the flash kernels' head dims, and
+// cuDNN's multiples of 8 up to 256 when it is enabled (it may still decline the call). The flash
+// grid puts heads x batches in its x dim and the 64-row blocks of the sequence in its y dim (at
+// most 65535).
+bool cuda_fused_applies(const Tensor& q, const Tensor& k, const Tensor& v, double dropout_p) {
   const int64_t n = q.dim();
   if (!q.device().is_cuda() || q.dtype() != kBFloat16 || dropout_p != 0.0 || (n != 3 && n != 4)) return false;
-  const int64_t E = q.shape()[n - 1];
-  if (v.shape()[n - 1] != E || (E != 32 && E != 64 && E != 128)) return false;
+  const int64_t E = q.shape()[n - 1], Ev = v.shape()[n - 1];
+  const bool cudnn = cudnn_sdp_enabled() && E % 8 == 0 && Ev % 8 == 0 && E <= 256 && Ev <= 256;
+  if (!flash_head_dims(E, Ev) && !cudnn) return false;
   if (q.numel() == 0 || k.numel() == 0) return false;
   const int64_t heads = q.shape()[n - 3], batch = n == 4 ? q.shape()[0] : 1;
   constexpr int64_t kMaxRows = int64_t(65535) * 64;
@@ -81,29 +89,50 @@ bool decode_cuda_applies(const Tensor& q, const Tensor& k, const Tensor& v, bool
   return rows_aligned(q, 2) && rows_aligned(k, 3) && rows_aligned(v, 3);
 }
 
+#ifdef TG_WITH_CUDA
+// dq, dk, dv (those `mask` asks for) from cuDNN's backward, which computes all three; empty when
+// cuDNN cannot take the call.
+std::vector<Tensor> cudnn_backward(const Tensor& grad, const Tensor& q, const Tensor& k, const Tensor& v,
+                                   const Tensor& out, const Tensor& lse, bool causal, double scale,
+                                   const GradMask& mask) {
+  Tensor dq = empty_like_layout(q), dk = empty_like_layout(k), dv = empty_like_layout(v);
+  if (!cuda::sdpa_cudnn_backward(dq, dk, dv, grad, q, k, v, out, lse, causal, scale)) return {};
+  KernelTrace::record("sdpa.cudnn_backward");
+  return {mask[0] ? dq : Tensor(), mask[1] ? dk : Tensor(), mask[2] ? dv : Tensor()};
+}
+#endif
+
 // Saves q, k and the per-row logsumexp; v and the output only when dq or dk can be asked for
-// (dv needs neither). Backward recomputes the probabilities (ops/attention_kernels.h).
+// (dv needs neither), or cuDNN's backward (all three at once) is to be tried. Backward
+// recomputes the probabilities (ops/attention_kernels.h).
 struct SdpaFusedBackward final : Node {
   enum { kQ, kK, kV, kOut, kLse };
   bool causal = false;
+  bool try_cudnn = false;    // after cuDNN's forward: its backward first, whichever gradients are asked for
   double scale = 1.0;
-  Tensor attn_mask;          // as the kernel reads it (undefined: none)
+  Tensor first, attn_mask;   // the band and the mask as the kernels read them (undefined: none)
   Shape v_shape, v_strides;  // dv's layout (v itself may not be saved)
   const char* name() const override { return kOp; }
   std::vector<Tensor> backward(const std::vector<Tensor>& g, const GradMask& mask) override {
     Tensor q = unpack(kQ), k = unpack(kK), lse = unpack(kLse);
-    KernelTrace::record(q.device().is_cuda() ? "sdpa.flash_cuda_backward" : "sdpa.fused_cpu_backward");
     const bool dqk = mask[0] || mask[1];
-    Tensor v = dqk ? unpack(kV) : Tensor(), out = dqk ? unpack(kOut) : Tensor();
+    Tensor v = dqk || try_cudnn ? unpack(kV) : Tensor(), out = dqk || try_cudnn ? unpack(kOut) : Tensor();
+#ifdef TG_WITH_CUDA
+    if (try_cudnn) {
+      std::vector<Tensor> grads = cudnn_backward(g[0], q, k, v, out, lse, causal, scale, mask);
+      if (!grads.empty()) return grads;
+    }
+#endif
+    KernelTrace::record(q.device().is_cuda() ? "sdpa.flash_cuda_backward" : "sdpa.fused_cpu_backward");
     Tensor dout = in_place_or_copy(g[0]);
     Tensor dq = mask[0] ? empty_with_layout(q.shape(), q.strides(), q.options()) : Tensor();
     Tensor dk = mask[1] ? empty_with_layout(k.shape(), k.strides(), k.options()) : Tensor();
     Tensor dv = mask[2] ? empty_with_layout(v_shape, v_strides, k.options()) : Tensor();
     Tensor delta = dqk ? Tensor::empty(lse.shape(), lse.options()) : Tensor();
-    if (attn_mask.defined())  // only the CPU kernel takes a mask (flash_cuda_applies)
-      cpu::sdpa_backward(dq, dk, dv, dout, q, k, v, out, lse, delta, causal, scale, attn_mask);
+    if (attn_mask.defined())  // only the CPU kernel takes a mask (cuda_fused_applies)
+      cpu::sdpa_backward(dq, dk, dv, dout, q, k, v, out, lse, delta, causal, scale, first, attn_mask);
     else
-      TG_DISPATCH(q.device(), sdpa_backward, dq, dk, dv, dout, q, k, v, out, lse, delta, causal, scale);
+      TG_DISPATCH(q.device(), sdpa_backward, dq, dk, dv, dout, q, k, v, out, lse, delta, causal, scale, first);
     return {dq, dk, dv};
   }
 };
@@ -118,27 +147,57 @@ Tensor empty_output(const Tensor& q, int64_t Ev) {
   return Tensor::empty(shape, q.options()).as_strided(shape, {L * H * Ev, Ev, H * Ev, 1}, 0);
 }
 
-// mask: undefined, or bool [..., L, S] over q's leading dims with a unit last stride (CPU only).
-Tensor sdpa_fused(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal, double s, const Tensor& mask) {
-  KernelTrace::record(q.device().is_cuda() ? "sdpa.flash_cuda" : "sdpa.fused_cpu");
+// Runs the fused forward and names the kernel that ran: cuDNN's where it takes the call (faster
+// than the flash kernels both ways, deterministic backward included: bench/RESULTS.md), else the
+// flash kernels; nullptr when neither takes it (cuDNN declined a head dim the flash kernels
+// lack). `grads`: a backward may follow. cuDNN's plans are built for such calls (a training step
+// repeats its shapes) and at head dims without a flash kernel; a call without gradients at a
+// flash head dim uses one only when built already (generation's prompts change length at every
+// call, and a plan costs up to a second to build).
+const char* fused_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+                          bool causal, double s, const Tensor& mask, const Tensor& first,
+                          [[maybe_unused]] bool grads) {
+  if (q.device().is_cpu()) {
+    cpu::sdpa_forward(out, lse, q, k, v, causal, s, first, mask);
+    return "sdpa.fused_cpu";
+  }
+#ifdef TG_WITH_CUDA
+  const bool flash = flash_head_dims(q.shape().back(), v.shape().back());
+  if (!first.defined() && cudnn_sdp_enabled() &&  // a band stays on the flash kernels
+      cuda::sdpa_cudnn_forward(out, lse, q, k, v, causal, s, grads && !flash, grads || !flash))
+    return "sdpa.cudnn";
+  if (!flash) return nullptr;
+  cuda::sdpa_forward(out, lse, q, k, v, causal, s, first);
+  return "sdpa.flash_cuda";
+#else
+  fail(kOp, "needs the CUDA backend, which this build lacks");
+#endif
+}
+
+// mask: undefined, or bool [..., L, S] over q's leading dims with a unit last stride (CPU only);
+// first: undefined, or a band as sdpa_band writes it (ops/attention_kernels.h).
+// An undefined result: no fused kernel took the call (fused_forward), the composition serves it.
+Tensor sdpa_fused(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal, double s, const Tensor& mask,
+                  const Tensor& first = Tensor()) {
   Tensor qc = in_place_or_copy(q), kc = in_place_or_copy(k), vc = in_place_or_copy(v);
-  const int64_t n = q.dim();
-  Tensor out = empty_output(q, v.shape()[n - 1]);
+  Tensor out = empty_output(q, v.shape().back());
   Shape lse_shape(q.shape().begin(), q.shape().end() - 1);
   Tensor lse = Tensor::empty(lse_shape, {q.dtype() == kFloat64 ? kFloat64 : kFloat32, q.device()});
-  if (mask.defined())
-    cpu::sdpa_forward(out, lse, qc, kc, vc, is_causal, s, mask);
-  else
-    TG_DISPATCH(q.device(), sdpa_forward, out, lse, qc, kc, vc, is_causal, s);
+  const bool grads = needs_record({{"q", q}, {"k", k}, {"v", v}});
+  const char* kernel = fused_forward(out, lse, qc, kc, vc, is_causal, s, mask, first, grads);
+  if (!kernel) return Tensor();
+  KernelTrace::record(kernel);
   if (auto node = record<SdpaFusedBackward>({{"q", q}, {"k", k}, {"v", v}}, {out})) {
     node->causal = is_causal;
     node->scale = s;
+    node->first = first;
     node->attn_mask = mask;
     node->v_shape = vc.shape();
     node->v_strides = vc.strides();
-    const bool dqk = q.requires_grad() || k.requires_grad();
-    node->saved = {SavedTensor(qc, "q"), SavedTensor(kc, "k"), SavedTensor(dqk ? vc : Tensor(), "v"),
-                   SavedTensor(dqk ? out : Tensor(), "out"), SavedTensor(lse, "lse")};
+    node->try_cudnn = std::string_view(kernel) == "sdpa.cudnn";
+    const bool keep = q.requires_grad() || k.requires_grad() || node->try_cudnn;
+    node->saved = {SavedTensor(qc, "q"), SavedTensor(kc, "k"), SavedTensor(keep ? vc : Tensor(), "v"),
+                   SavedTensor(keep ? out : Tensor(), "out"), SavedTensor(lse, "lse")};
   }
   return out;
 }
@@ -184,36 +243,39 @@ Tensor masked_softmax_rows(const Tensor& scores, const Tensor& mask, Tensor& liv
   return softmax(masked_fill(scores, drop, -std::numeric_limits<double>::infinity()), -1);
 }
 
-}  // namespace
-
-Tensor causal_mask(int64_t L, int64_t S, Device device) {
-  // Made once per shape and device: a training step asks for the same one at every step, and a
-  // CUDA graph's capture cannot upload the ranges. Never destroyed: it may outlive the allocator.
+// A constant table made once per (what, L, S, device): a training step asks for the same one at
+// every step, and a CUDA graph's capture cannot upload it. Never destroyed: it may outlive the
+// allocator.
+enum class Table { CausalMask, KeyIndex };
+Tensor cached_table(Table what, int64_t L, int64_t S, Device device, Tensor (*make)(int64_t, int64_t, Device)) {
   static std::mutex mu;
-  static auto* made = new std::map<std::tuple<int64_t, int64_t, int, int>, Tensor>;
+  static auto* made = new std::map<std::tuple<Table, int64_t, int64_t, int, int>, Tensor>;
   std::lock_guard<std::mutex> lock(mu);
-  const std::tuple<int64_t, int64_t, int, int> key{L, S, static_cast<int>(device.type), device.index};
+  const std::tuple<Table, int64_t, int64_t, int, int> key{what, L, S, static_cast<int>(device.type), device.index};
   auto it = made->find(key);
   if (it != made->end()) return it->second;
   NoGradGuard g;
-  // (j - i) > 0 from two broadcast ranges, without a host loop, on any device.
-  Tensor i = reshape(arange(0, static_cast<double>(L), 1, {kFloat32, device}), {L, 1});
-  Tensor j = reshape(arange(0, static_cast<double>(S), 1, {kFloat32, device}), {1, S});
   if (made->size() >= 16) made->clear();  // bounded: shapes that change every call need no cache
-  return made->emplace(key, to(relu(sub(j, i)), kBool)).first->second;
+  return made->emplace(key, make(L, S, device)).first->second;
 }
 
-Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal,
-                                    std::optional<double> scale, double dropout_p, Generator& gen, bool enable_gqa,
-                                    const Tensor& attn_mask) {
-  const char* op = kOp;
+// 0, 1, ..., S - 1 as float32 [S] (the key index, broadcast against per-query bounds).
+Tensor key_index(int64_t S, Device device) {
+  return cached_table(Table::KeyIndex, 0, S, device, [](int64_t, int64_t s, Device d) {
+    return arange(0, static_cast<double>(s), 1, {kFloat32, d});
+  });
+}
+
+// The checks q, k and v get from every attention op (`op` names it in errors); returns the query
+// heads each kv head serves (1 without grouped-query heads).
+int64_t check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, bool enable_gqa) {
   check_floating(op, "q", q);
   check_floating(op, "k", k);
   check_floating(op, "v", v);
   check_same(op, {{"q", q}, {"k", k}, {"v", v}});
   TG_CHECK(q.dim() >= 2 && k.dim() == q.dim() && v.dim() == q.dim(), op,
            "q, k, v must have the same number of dims (>= 2), got q ", q.shape(), ", k ", k.shape(), ", v ", v.shape());
-  const int64_t n = q.dim(), L = q.shape()[n - 2], S = k.shape()[n - 2], E = q.shape()[n - 1];
+  const int64_t n = q.dim(), S = k.shape()[n - 2], E = q.shape()[n - 1];
   TG_CHECK(k.shape()[n - 1] == E, op, "q has head_dim ", E, " but k has ", k.shape()[n - 1], " (q ", q.shape(),
            ", k ", k.shape(), ")");
   TG_CHECK(v.shape()[n - 2] == S, op, "k has ", S, " keys but v has ", v.shape()[n - 2], " values (k ", k.shape(),
@@ -233,6 +295,62 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
     TG_CHECK(q.shape()[d] == k.shape()[d], op, "leading dims differ: q ", q.shape(), ", k ", k.shape(), ", v ",
              v.shape(), enable_gqa ? "" : " (grouped kv heads want enable_gqa = true)");
   }
+  return group;
+}
+
+// banded_causal_attention's band for L queries (`op` names it in errors): int32 [rows, L] as
+// sdpa_band writes it, rows 1 for position_ids [L] (or none) and `batch` for [batch, L] (batch 0:
+// only [L] is taken).
+Tensor band_of(const char* op, const Tensor& position_ids, int64_t window, int64_t batch, int64_t L, Device device) {
+  TG_CHECK(window >= 0, op, "window must be >= 0 (0: none), got ", window);
+  TG_CHECK(L <= INT32_MAX, op, "more than 2^31 queries: ", L);
+  Tensor pos;
+  int64_t rows = 1;
+  if (position_ids.defined()) {
+    TG_CHECK(is_integral(position_ids.dtype()) && position_ids.dtype() != kBool, op,
+             "position_ids must be int32 or int64, got ", position_ids.dtype());
+    TG_CHECK(position_ids.device() == device, op, "position_ids are on ", position_ids.device(), " but q is on ", device);
+    const Shape& ps = position_ids.shape();
+    TG_CHECK(ps == Shape({L}) || (batch > 0 && ps == Shape({batch, L})), op, "position_ids must be [", L, "]",
+             batch > 0 ? " or [" + std::to_string(batch) + ", " + std::to_string(L) + "]" : std::string(), ", got ", ps);
+    rows = ps.size() == 2 ? batch : 1;
+    NoGradGuard g;
+    pos = contiguous(reshape(to(position_ids, kInt64), {rows, L}));
+  }
+  Tensor first = Tensor::empty({rows, L}, {kInt32, device});
+  if (first.numel() > 0) TG_DISPATCH(device, sdpa_band, first, pos, window);
+  return first;
+}
+
+// The band as a bool mask: [rows, 1, L, S] (4-D attention) or [L, S] (rows 1): true where
+// first[row, i] <= j <= i.
+Tensor band_keep(const Tensor& first, int64_t S, bool four_dims) {
+  NoGradGuard g;
+  const int64_t rows = first.shape()[0], L = first.shape()[1];
+  const Device d = first.device();
+  const Tensor lo = reshape(to(first, kFloat32), {rows, 1, L, 1});
+  const Tensor after = relu(add(sub(key_index(S, d), lo), 0.5));  // > 0 where j >= first[i]
+  Tensor keep = to(mul(after, 1.0 - to(causal_mask(L, S, d), kFloat32)), kBool);
+  return four_dims ? keep : reshape(keep, {L, S});
+}
+
+}  // namespace
+
+Tensor causal_mask(int64_t L, int64_t S, Device device) {
+  return cached_table(Table::CausalMask, L, S, device, [](int64_t l, int64_t s, Device d) {
+    // (j - i) > 0 from two broadcast ranges, without a host loop, on any device.
+    Tensor i = reshape(arange(0, static_cast<double>(l), 1, {kFloat32, d}), {l, 1});
+    Tensor j = reshape(arange(0, static_cast<double>(s), 1, {kFloat32, d}), {1, s});
+    return to(relu(sub(j, i)), kBool);
+  });
+}
+
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal,
+                                    std::optional<double> scale, double dropout_p, Generator& gen, bool enable_gqa,
+                                    const Tensor& attn_mask) {
+  const char* op = kOp;
+  const int64_t group = check_qkv(op, q, k, v, enable_gqa);
+  const int64_t n = q.dim(), L = q.shape()[n - 2], S = k.shape()[n - 2], E = q.shape()[n - 1];
   TG_CHECK(dropout_p >= 0.0 && dropout_p < 1.0, op, "dropout_p must be in [0, 1), got ", dropout_p);
   const double s = scale ? *scale : 1.0 / std::sqrt(static_cast<double>(E));
   const Tensor mask = attn_mask.defined() ? expanded_mask(attn_mask, q, S, is_causal) : Tensor();
@@ -242,8 +360,10 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
     TG_DISPATCH(q.device(), sdpa_decode, out, q, k, v, s, mask);
     return out;
   }
-  if (fused_cpu_applies(q, dropout_p) || (!mask.defined() && flash_cuda_applies(q, k, v, dropout_p)))
-    return sdpa_fused(q, k, v, is_causal, s, mask);
+  if (fused_cpu_applies(q, dropout_p) || (!mask.defined() && cuda_fused_applies(q, k, v, dropout_p))) {
+    Tensor out = sdpa_fused(q, k, v, is_causal, s, mask);
+    if (out.defined()) return out;
+  }
 
   KernelTrace::record("sdpa.composite");
   const Tensor kr = repeat_kv_heads(k, group), vr = repeat_kv_heads(v, group);
@@ -255,6 +375,33 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   if (dropout_p > 0.0) p = dropout(p, dropout_p, true, gen);
   Tensor out = matmul(p, vr);
   return live.defined() ? mul(out, live) : out;
+}
+
+Tensor banded_causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& position_ids,
+                               int64_t window, std::optional<double> scale, double dropout_p, Generator& gen,
+                               bool enable_gqa) {
+  const char* op = "banded_causal_attention";
+  check_qkv(op, q, k, v, enable_gqa);
+  const int64_t n = q.dim(), L = q.shape()[n - 2], S = k.shape()[n - 2], E = q.shape()[n - 1];
+  TG_CHECK(n == 3 || n == 4, op, "wants q, k, v of 3 or 4 dims ([B,] heads, L, E), got q ", q.shape());
+  TG_CHECK(dropout_p >= 0.0 && dropout_p < 1.0, op, "dropout_p must be in [0, 1), got ", dropout_p);
+  TG_CHECK(window >= 0, op, "window must be >= 0 (0: none), got ", window);
+  if (!position_ids.defined() && (window == 0 || window >= L))  // one document, no window reaches back
+    return scaled_dot_product_attention(q, k, v, true, scale, dropout_p, gen, enable_gqa);
+  const Tensor first = band_of(op, position_ids, window, n == 4 ? q.shape()[0] : 0, L, q.device());
+  if (fused_cpu_applies(q, dropout_p) || cuda_fused_applies(q, k, v, dropout_p)) {
+    Tensor out = sdpa_fused(q, k, v, true, scale ? *scale : 1.0 / std::sqrt(static_cast<double>(E)), Tensor(), first);
+    if (out.defined()) return out;  // undefined: a head dim only cuDNN has, which takes no band
+  }
+  return scaled_dot_product_attention(q, k, v, false, scale, dropout_p, gen, enable_gqa, band_keep(first, S, n == 4));
+}
+
+Tensor banded_causal_mask(const Tensor& position_ids, int64_t window, int64_t L, int64_t S, Device device) {
+  const char* op = "banded_causal_mask";
+  TG_CHECK(L >= 0 && S >= 0, op, "wants L, S >= 0, got ", L, " and ", S);
+  const int64_t batch = position_ids.defined() && position_ids.dim() == 2 ? position_ids.shape()[0] : 0;
+  const Tensor first = band_of(op, position_ids, window, batch, L, position_ids.defined() ? position_ids.device() : device);
+  return band_keep(first, S, batch > 0);
 }
 
 }  // namespace tg

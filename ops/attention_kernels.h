@@ -11,18 +11,28 @@
 // strides, zero ones included, except a unit last stride): false drops the key; a row with no
 // key left gives out = 0, lse = -inf.
 //
+// first (undefined: none; only with causal) is banded_causal_attention's band (ops/attention.h):
+// int32 [Bf, L], contiguous, Bf 1 (every sequence) or the batch (q's dims before the heads):
+// query i of sequence b sees keys first[b, i] <= j <= i. sdpa_band writes it, non-decreasing
+// along each row and at most i, which the kernels' tile skipping relies on.
+//
 // CPU: float32 / float64, any E and Ev. CUDA: bfloat16, 3-D or 4-D, E == Ev in {32, 64, 128},
 // every row 16-byte aligned (the op copies other inputs), L and S >= 1.
 #pragma once
+
+#include <cstddef>
 
 #include "core/tensor.h"
 
 namespace tg {
 namespace cpu {
+// first[b, i] = max(i - position_ids[b, i], i - window + 1, 0) over queries 0..i (window 0: none;
+// position_ids int64 [Bf, L] contiguous, or undefined: 0..L-1). A position <= 0 starts a document.
+void sdpa_band(const Tensor& first, const Tensor& position_ids, int64_t window);
 // out = softmax(q k^T * scale [+ causal mask]) v and lse[i] = logsumexp_j(scores[i, j]) (scores
 // already scaled). The [L, S] probabilities are never stored.
 void sdpa_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
-                  bool causal, double scale, const Tensor& mask = Tensor());
+                  bool causal, double scale, const Tensor& first = Tensor(), const Tensor& mask = Tensor());
 // Gradients from dout, flash-attention style (P recomputed from q, k and lse):
 //   P = exp(q k^T * scale - lse),  dv = P^T dout,  dP = dout v^T,  delta = rowsum(dout * out),
 //   dS = P * (dP - delta) * scale,  dq = dS k,  dk = dS^T q.
@@ -30,7 +40,7 @@ void sdpa_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const T
 // are used only for dq or dk and may be undefined otherwise.
 void sdpa_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout, const Tensor& q,
                    const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse, const Tensor& delta,
-                   bool causal, double scale, const Tensor& mask = Tensor());
+                   bool causal, double scale, const Tensor& first = Tensor(), const Tensor& mask = Tensor());
 // Decoding, forward only: out as sdpa_forward's for L == 1 without causal or lse (mask as
 // above, undefined: none). CUDA: bfloat16 or float32, 4-D, E == Ev a power of two in [8, 256],
 // rows 16-byte aligned (ops/attention.cpp checks); the keys split over blocks (flash-decoding).
@@ -38,12 +48,32 @@ void sdpa_decode(const Tensor& out, const Tensor& q, const Tensor& k, const Tens
                  const Tensor& mask);
 }  // namespace cpu
 namespace cuda {
+void sdpa_band(const Tensor& first, const Tensor& position_ids, int64_t window);
 void sdpa_decode(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, double scale,
                  const Tensor& mask);
 void sdpa_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
-                  bool causal, double scale);
+                  bool causal, double scale, const Tensor& first = Tensor());
 void sdpa_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout, const Tensor& q,
                    const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse, const Tensor& delta,
-                   bool causal, double scale);
+                   bool causal, double scale, const Tensor& first = Tensor());
+
+// cuDNN's fused flash attention (ops/cuda/attention_cudnn.cu): the contract above for bfloat16
+// 3-D or 4-D tensors whose head dims E and Ev are multiples of 8 up to 256 (128 before Hopper),
+// rows 16-byte aligned. An execution plan is built per shape and layout (kernels compiled: tens
+// of ms to a second) and kept; never during a CUDA graph capture. Each returns false, having done
+// nothing, when cuDNN cannot take the call: a build without cuDNN, an older runtime than the
+// graphs need, a shape it does not support, or no plan yet where none may be built (a capture
+// runs, or the forward's `build` is false). The backward computes dq, dk and dv together (all
+// defined, in q, k, v's layouts: ops/detail/layout.h; dout in any layout, copied to out's when it has
+// another), deterministic unless tg::set_cudnn_sdp_deterministic(false); sdpa_cudnn_forward
+// `with_backward` also builds (or finds) that plan, and refuses the call without it.
+
+// The cuDNN runtime's version (cudnnGetVersion: 91900 is 9.19.0); 0 in a build without cuDNN.
+size_t sdpa_cudnn_version();
+bool sdpa_cudnn_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+                        bool causal, double scale, bool with_backward, bool build);
+bool sdpa_cudnn_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout, const Tensor& q,
+                         const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse, bool causal,
+                         double scale);
 }  // namespace cuda
 }  // namespace tg

@@ -2,8 +2,8 @@
 
 #include "core/autograd.h"
 #include "ops/binary_kernels.h"
-#include "ops/checks.h"
-#include "ops/dispatch.h"
+#include "ops/detail/checks.h"
+#include "ops/detail/dispatch.h"
 #include "ops/reduce.h"
 
 namespace tg {

@@ -5,9 +5,9 @@
 #include "core/autograd.h"
 #include "core/primitives.h"
 #include "core/trace.h"
-#include "ops/checks.h"
+#include "ops/detail/checks.h"
 #include "ops/cross_entropy_kernels.h"
-#include "ops/dispatch.h"
+#include "ops/detail/dispatch.h"
 #include "ops/shape.h"
 
 namespace tg {

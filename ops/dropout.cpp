@@ -3,8 +3,8 @@
 #include "core/autograd.h"
 #include "core/cuda_graph.h"
 #include "core/primitives.h"
-#include "ops/checks.h"
-#include "ops/dispatch.h"
+#include "ops/detail/checks.h"
+#include "ops/detail/dispatch.h"
 #include "ops/dropout_kernels.h"
 
 namespace tg {

@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "core/philox.h"
+#include "core/detail/philox.h"
 #include "core/tensor.h"
 
 namespace tg {

@@ -5,8 +5,8 @@
 #include "core/autograd.h"
 #include "core/primitives.h"
 #include "core/trace.h"
-#include "ops/checks.h"
-#include "ops/dispatch.h"
+#include "ops/detail/checks.h"
+#include "ops/detail/dispatch.h"
 #include "ops/embedding_kernels.h"
 #include "ops/shape.h"
 

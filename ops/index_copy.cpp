@@ -2,9 +2,9 @@
 
 #include "core/autograd.h"
 #include "core/primitives.h"
-#include "core/type_dispatch.h"
-#include "ops/checks.h"
-#include "ops/dispatch.h"
+#include "core/detail/type_dispatch.h"
+#include "ops/detail/checks.h"
+#include "ops/detail/dispatch.h"
 #include "ops/index_copy_kernels.h"
 #include "ops/shape.h"
 

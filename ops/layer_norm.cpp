@@ -1,7 +1,7 @@
 #include "ops/layer_norm.h"
 
 #include "ops/layer_norm_kernels.h"
-#include "ops/rms_norm_common.h"
+#include "ops/detail/norm_common.h"
 
 namespace tg {
 namespace {

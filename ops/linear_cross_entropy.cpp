@@ -7,10 +7,10 @@
 #include "core/trace.h"
 #include "ops/binary.h"
 #include "ops/cast.h"
-#include "ops/checks.h"
+#include "ops/detail/checks.h"
 #include "ops/cross_entropy_kernels.h"
-#include "ops/dispatch.h"
-#include "ops/matrix_gemm.h"
+#include "ops/detail/dispatch.h"
+#include "ops/detail/matrix_gemm.h"
 #include "ops/shape.h"
 
 namespace tg {

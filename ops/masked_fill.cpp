@@ -1,8 +1,8 @@
 #include "ops/masked_fill.h"
 
 #include "core/autograd.h"
-#include "ops/checks.h"
-#include "ops/dispatch.h"
+#include "ops/detail/checks.h"
+#include "ops/detail/dispatch.h"
 #include "ops/masked_fill_kernels.h"
 #include "ops/shape.h"
 

@@ -2,8 +2,8 @@
 
 #include "core/autograd.h"
 #include "core/trace.h"
-#include "ops/checks.h"
-#include "ops/dispatch.h"
+#include "ops/detail/checks.h"
+#include "ops/detail/dispatch.h"
 #include "ops/gemm_kernels.h"
 #include "ops/reduce.h"
 #include "ops/shape.h"

@@ -1,6 +1,6 @@
-#include "ops/matrix_gemm.h"
+#include "ops/detail/matrix_gemm.h"
 
-#include "ops/dispatch.h"
+#include "ops/detail/dispatch.h"
 #include "ops/gemm_kernels.h"
 #include "ops/shape.h"
 

@@ -4,8 +4,8 @@
 
 #include "core/autograd.h"
 #include "core/primitives.h"
-#include "ops/checks.h"
-#include "ops/dispatch.h"
+#include "ops/detail/checks.h"
+#include "ops/detail/dispatch.h"
 #include "ops/reduce_kernels.h"
 #include "ops/shape.h"
 #include "ops/unary.h"

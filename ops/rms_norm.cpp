@@ -1,6 +1,6 @@
 #include "ops/rms_norm.h"
 
-#include "ops/rms_norm_common.h"
+#include "ops/detail/norm_common.h"
 
 namespace tg {
 namespace {

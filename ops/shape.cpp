@@ -7,7 +7,7 @@
 
 #include "core/autograd.h"
 #include "core/primitives.h"
-#include "ops/checks.h"
+#include "ops/detail/checks.h"
 #include "ops/reduce.h"
 
 namespace tg {

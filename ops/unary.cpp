@@ -1,8 +1,8 @@
 #include "ops/unary.h"
 
 #include "core/autograd.h"
-#include "ops/checks.h"
-#include "ops/dispatch.h"
+#include "ops/detail/checks.h"
+#include "ops/detail/dispatch.h"
 #include "ops/unary_kernels.h"
 
 namespace tg {

@@ -18,7 +18,7 @@
 #include "nn/pretrained.h"
 #include "ops/binary.h"
 #include "ops/cast.h"
-#include "ops/lora_linear.h"
+#include "ops/linear.h"
 #include "ops/matmul.h"
 
 namespace tg::peft {
@@ -36,10 +36,6 @@ bool matches(const std::string& path, const std::vector<std::string>& names) {
     if (path == n || (path.size() > n.size() && path.compare(path.size() - n.size() - 1, n.size() + 1, "." + n) == 0))
       return true;
   return false;
-}
-
-bool is_norm(const nn::Module* m) {
-  return dynamic_cast<const nn::RMSNorm*>(m) != nullptr || dynamic_cast<const nn::LayerNorm*>(m) != nullptr;
 }
 
 std::string last_component(const std::string& path) {
@@ -76,7 +72,7 @@ std::vector<std::string> saved_module_names(const LoraConfig& config, nn::Module
   std::vector<std::string> names = config.modules_to_save;
   if (!config.freeze_norms)
     for (auto& [path, m] : model.named_modules())
-      if (is_norm(m) && !matches(path, names)) names.push_back(last_component(path));
+      if (nn::is_norm(*m) && !matches(path, names)) names.push_back(last_component(path));
   return names;
 }
 
@@ -130,7 +126,7 @@ LoRALinear::LoRALinear(const nn::Linear& base, int64_t rank, double alpha, doubl
 
 Tensor LoRALinear::forward(const Tensor& x) {
   if (merged_) return nn::Linear::forward(x);
-  // One op for the layer (ops/lora_linear.h): the LoRA products on x's dtype (bf16 adapters' tensor
+  // One op for the layer (lora_linear, ops/linear.h): the LoRA products on x's dtype (bf16 adapters' tensor
   // cores for a bf16 layer, as autocast), LoRA-B accumulated into the base GEMM's output.
   if (!quantized_base && (lora_dropout->p == 0.0 || !is_training()))
     return lora_linear(x, weight, bias, lora_A->weight, lora_B->weight, scaling);

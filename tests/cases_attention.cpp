@@ -1,9 +1,10 @@
-// Op cases: scaled_dot_product_attention and apply_rotary. On the CPU these run the fused kernel (float64
+// Op cases: scaled_dot_product_attention, banded_causal_attention and apply_rotary. On the CPU these run the fused kernel (float64
 // gradcheck, and the harness freezes q, k and v in turn); on a GPU they compare the CUDA
 // flash kernels (bf16, head dims 32 / 64 / 128) or the composition against it. Odd sizes (L = 7, E = 5) so no vector width divides a row; L = 70
 // spans three query blocks of the CPU kernel.
+#include "core/factory.h"
 #include "ops/attention.h"
-#include "ops/rope.h"
+#include "ops/apply_rotary.h"
 #include "ops/shape.h"
 #include "tests/op_harness.h"
 
@@ -69,6 +70,31 @@ TG_OP_CASES({
        return scaled_dot_product_attention(x[0], x[1], x[2], false, std::nullopt, 0.0, default_generator(), false, x[3]);
      }},
 
+    // banded_causal_attention: packed documents (positions restarting at 0) per sequence, random
+    // position ids (any ids give a band: the bound only moves forward), sliding windows alone and
+    // with documents, grouped-query heads, 3-D, and the head dim of the CUDA flash kernels
+    {"banded_causal_attention_packed", {S{{2, 3, 11, 5}}, S{{2, 3, 11, 5}}, S{{2, 3, 11, 4}}},
+     [](const Inputs& x) {
+       const std::vector<int64_t> pos = {0, 1, 2, 0, 1, 2, 3, 4, 0, 0, 1,   // documents of 3, 5, 1, 2 tokens
+                                         0, 1, 2, 3, 4, 5, 6, 0, 1, 2, 3};  // 7, 4
+       return banded_causal_attention(x[0], x[1], x[2], from_vector(pos, {2, 11}, x[0].device()));
+     }},
+    {"banded_causal_attention_random_positions", {S{{2, 4, 9, 6}}, S{{2, 2, 9, 6}}, S{{2, 2, 9, 6}}, S{{2, 9}, S::Index, 5}},
+     [](const Inputs& x) {
+       return banded_causal_attention(x[0], x[1], x[2], x[3], 0, std::nullopt, 0.0, default_generator(), true);
+     }},
+    {"banded_causal_attention_window", {S{{1, 2, 9, 4}}, S{{1, 2, 9, 4}}, S{{1, 2, 9, 4}}},
+     [](const Inputs& x) { return banded_causal_attention(x[0], x[1], x[2], Tensor(), 3); }},
+    {"banded_causal_attention_window_3d", {S{{3, 9, 5}}, S{{3, 9, 5}}, S{{3, 9, 5}}, S{{9}, S::Index, 4}},
+     [](const Inputs& x) { return banded_causal_attention(x[0], x[1], x[2], x[3], 4, 0.5); }},
+    {"banded_causal_attention_flash_shapes", {S{{1, 2, 40, 32}}, S{{1, 1, 40, 32}}, S{{1, 1, 40, 32}}},
+     [](const Inputs& x) {
+       std::vector<int64_t> pos(40);
+       for (int64_t i = 0; i < 40; ++i) pos[i] = i < 13 ? i : i < 30 ? i - 13 : i - 30;  // 13, 17, 10 tokens
+       return banded_causal_attention(x[0], x[1], x[2], from_vector(pos, {1, 40}, x[0].device()), 9,
+                                      std::nullopt, 0.0, default_generator(), true);
+     }},
+
     // apply_rotary (fused on the CPU): tables as inputs without gradients, odd T, a head view
     {"rope", {S{{2, 3, 7, 6}}, S{{7, 6}, S::Normal, 0, false}, S{{7, 6}, S::Normal, 0, false}},
      [](const Inputs& x) { return apply_rotary(x[0], x[1], x[2]); }},
@@ -80,6 +106,12 @@ TG_OP_CASES({
     {"rope_wide", {S{{2, 2, 5, 32}}, S{{5, 32}, S::Normal, 0, false}, S{{5, 32}, S::Normal, 0, false}},
      [](const Inputs& x) { return apply_rotary(x[0], x[1], x[2]); }},
     {"rope_wide_head_view", {S{{2, 5, 3, 32}}, S{{5, 32}, S::Normal, 0, false}, S{{5, 32}, S::Normal, 0, false}},
+     [](const Inputs& x) { return apply_rotary(transpose(x[0], 1, 2), x[1], x[2]); }},
+    // a table per sequence [B, 1, T, hd] (packed or left-padded positions), on a head view too
+    {"rope_per_sequence", {S{{2, 3, 7, 6}}, S{{2, 1, 7, 6}, S::Normal, 0, false}, S{{2, 1, 7, 6}, S::Normal, 0, false}},
+     [](const Inputs& x) { return apply_rotary(x[0], x[1], x[2]); }},
+    {"rope_per_sequence_head_view",
+     {S{{2, 5, 3, 32}}, S{{2, 1, 5, 32}, S::Normal, 0, false}, S{{2, 1, 5, 32}, S::Normal, 0, false}},
      [](const Inputs& x) { return apply_rotary(transpose(x[0], 1, 2), x[1], x[2]); }},
     {"rotate_half", {S{{2, 3, 6}}}, [](const Inputs& x) { return rotate_half(x[0]); }},
 });

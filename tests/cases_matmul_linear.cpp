@@ -7,8 +7,6 @@
 #include "ops/binary.h"
 #include "ops/cast.h"
 #include "ops/linear.h"
-#include "ops/linear_group.h"
-#include "ops/lora_linear.h"
 #include "ops/matmul.h"
 #include "ops/nf4.h"
 #include "ops/shape.h"

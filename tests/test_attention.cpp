@@ -14,7 +14,7 @@
 #include "ops/masked_fill.h"
 #include "ops/matmul.h"
 #include "ops/reduce.h"
-#include "ops/rope.h"
+#include "ops/apply_rotary.h"
 #include "ops/shape.h"
 #include "ops/softmax.h"
 #include "testing/testing.h"
@@ -274,6 +274,135 @@ TEST(Attention, BackwardKeepsOnlyWhatTheWantedGradientsNeed) {
   EXPECT_EQ(out2.grad_fn()->saved_bytes(), qk_lse + v.nbytes() + out2.nbytes());
 }
 
+// banded_causal_attention's band by its definition: query i of row b sees keys j with first <= j
+// <= i, first the largest max(i' - pos[i'], i' - window + 1, 0) over i' <= i. bool [rows, 1, L, S].
+Tensor band_by_definition(const std::vector<int64_t>& pos, int64_t rows, int64_t L, int64_t S, int64_t window) {
+  std::vector<bool> keep(static_cast<size_t>(rows * L * S));
+  for (int64_t b = 0; b < rows; ++b) {
+    int64_t first = 0;
+    for (int64_t i = 0; i < L; ++i) {
+      if (!pos.empty()) first = std::max(first, std::min(i, i - pos[b * L + i]));
+      if (window > 0) first = std::max(first, i - window + 1);
+      for (int64_t j = 0; j < S; ++j) keep[(b * L + i) * S + j] = j >= first && j <= i;
+    }
+  }
+  return from_vector(keep, {rows, 1, L, S});
+}
+
+// Position ids of packed documents: 0..len-1 for each length, in order.
+std::vector<int64_t> packed_positions(const std::vector<int64_t>& lengths) {
+  std::vector<int64_t> pos;
+  for (int64_t n : lengths)
+    for (int64_t t = 0; t < n; ++t) pos.push_back(t);
+  return pos;
+}
+
+TEST(BandedAttention, FusedMatchesTheMaskOfItsDefinition) {
+  // Packed documents that cross the CPU kernel's 32-query blocks, random position ids, windows
+  // alone and with documents, grouped-query heads, more and fewer keys than queries.
+  struct Case {
+    std::string what;
+    int64_t B, H, Hkv, L, S;
+    std::vector<int64_t> pos;  // [B, L] (empty: none)
+    int64_t window;
+  };
+  Generator gen(21);
+  std::vector<int64_t> random_pos = to(randint(0, 6, {2, 40}, gen), kInt64).to_vector<int64_t>();
+  std::vector<int64_t> docs = packed_positions({37, 1, 20, 3, 9, 30});
+  std::vector<int64_t> docs2 = packed_positions({64, 36});
+  docs.insert(docs.end(), docs2.begin(), docs2.end());
+  const std::vector<Case> cases = {
+      {"documents", 2, 4, 2, 100, 100, docs, 0},
+      {"random positions", 2, 2, 2, 40, 40, random_pos, 0},
+      {"window", 1, 3, 1, 70, 70, {}, 17},
+      {"documents and window", 2, 2, 1, 100, 100, docs, 25},
+      {"more keys", 2, 2, 2, 40, 47, random_pos, 5},
+      {"fewer keys", 2, 2, 2, 40, 23, random_pos, 0},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    const Shape qs{c.B, c.H, c.L, 8}, ks{c.B, c.Hkv, c.S, 8};
+    const Tensor pos = c.pos.empty() ? Tensor() : from_vector(c.pos, {c.B, c.L});
+    const Tensor keep = band_by_definition(c.pos, c.pos.empty() ? 1 : c.B, c.L, c.S, c.window);
+    for (DType dt : {kFloat32, kFloat64}) {
+      auto runs = [&](auto&& attention) {
+        Generator g(7);
+        Tensor q = randn(qs, g, {dt, Device::cpu(), true}), k = randn(ks, g, {dt, Device::cpu(), true});
+        Tensor v = randn(ks, g, {dt, Device::cpu(), true});
+        AttnRun r{attention(q, k, v)};
+        r.out.backward(randn(r.out.shape(), g, {dt}));
+        r.dq = q.grad(), r.dk = k.grad(), r.dv = v.grad();
+        return r;
+      };
+      KernelTrace trace;
+      AttnRun got = runs([&](const Tensor& q, const Tensor& k, const Tensor& v) {
+        return banded_causal_attention(q, k, v, pos, c.window, std::nullopt, 0.0, default_generator(), c.H != c.Hkv);
+      });
+      EXPECT_TRUE(trace.contains("sdpa.fused_cpu"));
+      AttnRun want = runs([&](const Tensor& q, const Tensor& k, const Tensor& v) {
+        return scaled_dot_product_attention(q, k, v, false, std::nullopt, 0.0, default_generator(), c.H != c.Hkv, keep);
+      });
+      const double tol = dt == kFloat32 ? 1e-5 : 1e-12;
+      EXPECT_TENSOR_NEAR(got.out, want.out, tol, tol);
+      EXPECT_TENSOR_NEAR(got.dq, want.dq, tol, tol);
+      EXPECT_TENSOR_NEAR(got.dk, want.dk, tol, tol);
+      EXPECT_TENSOR_NEAR(got.dv, want.dv, tol, tol);
+    }
+    // banded_causal_mask is the same band
+    EXPECT_TENSOR_EQ(banded_causal_mask(pos, c.window, c.L, c.S), c.pos.empty() ? reshape(keep, {c.L, c.S}) : keep);
+  }
+}
+
+TEST(BandedAttention, EachPackedDocumentAsIfAlone) {
+  // Three documents in one row give, document by document, causal attention over that document
+  // alone: forward and every gradient. The composition (bfloat16 on the CPU) agrees.
+  Generator gen(22);
+  const std::vector<int64_t> lengths = {5, 33, 12};
+  const int64_t H = 2, L = 50, E = 6;
+  Tensor q = randn({1, H, L, E}, gen, {kFloat64, Device::cpu(), true}), k = randn({1, H, L, E}, gen, {kFloat64, Device::cpu(), true});
+  Tensor v = randn({1, H, L, E}, gen, {kFloat64, Device::cpu(), true}), g = randn({1, H, L, E}, gen, {kFloat64});
+  const Tensor pos = from_vector(packed_positions(lengths), {1, L});
+  Tensor out = banded_causal_attention(q, k, v, pos);
+  out.backward(g);
+  int64_t at = 0;
+  for (int64_t n : lengths) {
+    auto part = [&](const Tensor& t) { return clone(slice(t.detach(), 2, at, at + n)).requires_grad_(true); };
+    Tensor qd = part(q), kd = part(k), vd = part(v);
+    Tensor want = scaled_dot_product_attention(qd, kd, vd, true);
+    want.backward(slice(g, 2, at, at + n));
+    EXPECT_TENSOR_NEAR(slice(out, 2, at, at + n), want, 1e-12, 1e-12);
+    EXPECT_TENSOR_NEAR(slice(q.grad(), 2, at, at + n), qd.grad(), 1e-12, 1e-12);
+    EXPECT_TENSOR_NEAR(slice(k.grad(), 2, at, at + n), kd.grad(), 1e-12, 1e-12);
+    EXPECT_TENSOR_NEAR(slice(v.grad(), 2, at, at + n), vd.grad(), 1e-12, 1e-12);
+    at += n;
+  }
+  KernelTrace trace;
+  Tensor bf = banded_causal_attention(to(q.detach(), kBFloat16), to(k.detach(), kBFloat16), to(v.detach(), kBFloat16), pos);
+  EXPECT_TRUE(trace.contains("sdpa.composite"));
+  EXPECT_TENSOR_NEAR(to(bf, kFloat64), out.detach(), 3e-2, 3e-2);
+}
+
+TEST(BandedAttention, OneDocumentWithoutAWindowIsPlainCausal) {
+  Generator gen(23);
+  Tensor q = randn({2, 2, 9, 4}, gen), k = randn({2, 2, 9, 4}, gen), v = randn({2, 2, 9, 4}, gen);
+  const Tensor want = scaled_dot_product_attention(q, k, v, true);
+  EXPECT_TENSOR_EQ(banded_causal_attention(q, k, v, Tensor()), want);
+  EXPECT_TENSOR_EQ(banded_causal_attention(q, k, v, Tensor(), 9), want);  // the window reaches every key
+  EXPECT_TENSOR_NEAR(banded_causal_attention(q, k, v, arange(9)), want, 1e-6, 1e-6);
+}
+
+TEST(BandedAttention, InputsAreChecked) {
+  Tensor q = zeros({2, 3, 5, 4});
+  EXPECT_ERROR_HAS(banded_causal_attention(q, q, q, zeros({2, 5})), "banded_causal_attention", "position_ids must be int32 or int64", "float32");
+  EXPECT_ERROR_HAS(banded_causal_attention(q, q, q, arange(4)), "position_ids must be [5] or [2, 5], got [4]");
+  EXPECT_ERROR_HAS(banded_causal_attention(q, q, q, Tensor(), -1), "window must be >= 0 (0: none), got -1");
+  EXPECT_ERROR_HAS(banded_causal_attention(zeros({5, 4}), zeros({5, 4}), zeros({5, 4}), arange(5)),
+                   "wants q, k, v of 3 or 4 dims");
+  EXPECT_ERROR_HAS(banded_causal_attention(zeros({3, 5, 4}), zeros({3, 5, 4}), zeros({3, 5, 4}), zeros({2, 5}, {kInt64})),
+                   "position_ids must be [5], got [2, 5]");
+  EXPECT_ERROR_HAS(banded_causal_mask(arange(4), -2, 4, 4), "banded_causal_mask", "window must be >= 0");
+}
+
 TEST(Rotary, FusedMatchesCompositeAndKeepsTheHeadLayout) {
   Generator gen(5);
   const int64_t B = 2, T = 9, H = 3, hd = 8;
@@ -299,6 +428,26 @@ TEST(Rotary, FusedMatchesCompositeAndKeepsTheHeadLayout) {
   EXPECT_TENSOR_NEAR(out, want, 1e-6, 1e-6);
   EXPECT_TENSOR_NEAR(dfused, proj2.grad(), 1e-6, 1e-6);
   EXPECT_THROW(apply_rotary(randn({2, 3, 5}, gen), randn({3, 5}, gen), randn({3, 5}, gen)), Error);  // odd hd
+}
+
+TEST(Rotary, PerSequenceTablesAreEachSequencesOwn) {
+  // [B, 1, T, hd] tables: sequence b rotated by its own table, bitwise as alone, and backward too.
+  Generator gen(6);
+  const int64_t B = 3, T = 7, H = 2, hd = 8;
+  Tensor x = transpose(randn({B, T, H, hd}, gen), 1, 2).requires_grad_(true);
+  Tensor cos = randn({B, 1, T, hd}, gen), sin = randn({B, 1, T, hd}, gen), g = randn({B, H, T, hd}, gen);
+  KernelTrace trace;
+  Tensor out = apply_rotary(x, cos, sin);
+  EXPECT_TRUE(trace.contains("rope.fused_cpu"));
+  out.backward(g);
+  for (int64_t b = 0; b < B; ++b) {
+    Tensor xb = clone(slice(x.detach(), 0, b, b + 1)).requires_grad_(true);
+    Tensor want = apply_rotary(xb, reshape(slice(cos, 0, b, b + 1), {T, hd}), reshape(slice(sin, 0, b, b + 1), {T, hd}));
+    want.backward(slice(g, 0, b, b + 1));
+    EXPECT_TENSOR_EQ(contiguous(slice(out, 0, b, b + 1)), contiguous(want));
+    EXPECT_TENSOR_EQ(contiguous(slice(x.grad(), 0, b, b + 1)), contiguous(xb.grad()));
+  }
+  EXPECT_ERROR_HAS(apply_rotary(x, randn({B, H, T, hd}, gen), sin), "cos and sin must be [7, 8] or [3, 1, 7, 8]");
 }
 
 }  // namespace

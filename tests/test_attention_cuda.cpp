@@ -1,8 +1,10 @@
-// The CUDA flash-attention kernels (ops/cuda/attention.cu) against the CPU fused kernel in
-// float64 on the same bf16-rounded inputs, over awkward shapes (T not a multiple of the 64-row
-// tiles, one query, grouped-query ratios 1, 2, 4, causal and not), in the layout the model
-// gives them ([B, H, T, hd] views of [B, T, H, hd] projections); which gradients each mask
-// computes; determinism; and where the composition still runs. GPU tests skip without a device.
+// The CUDA flash-attention kernels (ops/cuda/attention.cu, cuDNN's turned off) against the CPU
+// fused kernel in float64 on the same bf16-rounded inputs, over awkward shapes (T not a multiple
+// of the 64-row tiles, one query, grouped-query ratios 1, 2, 4, causal and not), in the layout
+// the model gives them ([B, H, T, hd] views of [B, T, H, hd] projections); which gradients each
+// mask computes; determinism; and where the composition still runs. GPU tests skip without a
+// device. banded_causal_attention's flash variants likewise against the CPU's banded kernel.
+// tests/test_attention_cudnn.cpp tests cuDNN's kernels.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -19,133 +21,98 @@
 #include "ops/cast.h"
 #include "ops/shape.h"
 #include "testing/testing.h"
+#include "tests/attention_test_util.h"
 #include "tests/test_support.h"
 
 namespace tg {
 namespace {
 
-const Device kGpu = Device::cuda(0);
+using namespace test;
 
-struct Case {
-  int64_t B, H, Hkv, L, S, hd;
-  bool causal;
-};
-
-std::string name_of(const Case& c) {
-  return "B" + std::to_string(c.B) + " H" + std::to_string(c.H) + " Hkv" + std::to_string(c.Hkv) + " L" +
-         std::to_string(c.L) + " S" + std::to_string(c.S) + " hd" + std::to_string(c.hd) +
-         (c.causal ? " causal" : " full");
-}
-
-struct Grads {
-  Tensor out, dq, dk, dv;
-};
-
-// [B, heads, T, hd] as the transpose of a [B, T, heads, hd] tensor (how the model splits heads).
-Tensor head_view(const Tensor& projection) { return transpose(projection, 1, 2); }
-
-// Forward and backward of sdpa on leaves (q, k, v in [B, T, heads, hd] memory) against `dout`.
-Grads run(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, bool causal,
-          std::array<bool, 3> wants = {true, true, true}) {
-  Tensor lq = q.detach().requires_grad_(wants[0]), lk = k.detach().requires_grad_(wants[1]),
-         lv = v.detach().requires_grad_(wants[2]);
-  const bool gqa = q.shape()[2] != k.shape()[2];
-  Tensor out = scaled_dot_product_attention(head_view(lq), head_view(lk), head_view(lv), causal, std::nullopt, 0.0,
-                                            default_generator(), gqa);
-  if (wants[0] || wants[1] || wants[2]) out.backward(dout);
-  return {out.detach(), lq.grad(), lk.grad(), lv.grad()};
-}
-
-// ||got - want|| / ||want|| and max |got - want| / max |want|, both in float64 on the CPU.
-std::pair<double, double> errors(const Tensor& got, const Tensor& want) {
-  const std::vector<double> g = contiguous(to(got, kFloat64, Device::cpu())).to_vector<double>();
-  const std::vector<double> w = contiguous(to(want, kFloat64, Device::cpu())).to_vector<double>();
-  double norm = 0, diff = 0, wmax = 0, dmax = 0;
-  for (size_t i = 0; i < w.size(); ++i) {
-    const double d = std::abs(g[i] - w[i]);
-    norm += w[i] * w[i], diff += d * d;
-    wmax = std::max(wmax, std::abs(w[i]));
-    dmax = std::isnan(d) ? d : std::max(dmax, d);
-  }
-  return {std::sqrt(diff / norm), dmax / wmax};
-}
-
-double max_abs(const Tensor& t) {
-  double m = 0;
-  for (double x : contiguous(to(t, kFloat64, Device::cpu())).to_vector<double>()) m = std::isnan(x) ? x : std::max(m, std::abs(x));
-  return m;
-}
-
-// bf16 operands and outputs: a relative error of a few 2^-9 roundings per element.
-constexpr double kRelTol = 1e-2, kMaxTol = 3e-2;
-
-void expect_close(const Tensor& got, const Tensor& want, const char* what) {
-  ASSERT_TRUE(got.defined()) << what;
-  if (max_abs(want) == 0.0) {  // e.g. dq and dk when every query sees one key: dS = P (dP - delta) = 0
-    EXPECT_LT(max_abs(got), kMaxTol) << what << ": the reference is zero (inputs are of order 1)";
-    return;
-  }
-  auto [rel, mx] = errors(got, want);
-  EXPECT_LT(rel, kRelTol) << what << ": relative error " << rel;
-  EXPECT_LT(mx, kMaxTol) << what << ": max error / max " << mx;
-  EXPECT_FALSE(std::isnan(rel) || std::isnan(mx)) << what << " has NaN (an element not written?)";
-}
-
-// Leaves the caching allocator holding NaN-filled blocks of the sizes the op will ask for, so an
-// element a kernel forgets to write shows up as NaN.
-void poison_allocator(const Case& c) {
-  NoGradGuard g;
-  const double nan = std::numeric_limits<double>::quiet_NaN();
-  for (int64_t n : {c.B * c.L * c.H * c.hd, c.B * c.S * c.Hkv * c.hd, c.B * c.H * c.L})
-    for (DType dt : {kBFloat16, kFloat32}) full({n}, nan, {dt, kGpu});
-}
-
-void check_case(const Case& c, uint64_t seed) {
-  SCOPED_TRACE(name_of(c));
-  Generator gen(seed);
-  // Inputs drawn on the CPU, rounded to bf16; the reference runs in float64 on those values.
-  Tensor q = to(randn({c.B, c.L, c.H, c.hd}, gen), kBFloat16), k = to(randn({c.B, c.S, c.Hkv, c.hd}, gen), kBFloat16);
-  Tensor v = to(randn({c.B, c.S, c.Hkv, c.hd}, gen), kBFloat16), dout = to(randn({c.B, c.H, c.L, c.hd}, gen), kBFloat16);
-  Grads want = run(to(q, kFloat64), to(k, kFloat64), to(v, kFloat64), to(dout, kFloat64), c.causal);
-  poison_allocator(c);
-  KernelTrace trace;
-  Grads got = run(to(q, kGpu), to(k, kGpu), to(v, kGpu), to(dout, kGpu), c.causal);
-  EXPECT_TRUE(trace.contains("sdpa.flash_cuda"));
-  EXPECT_FALSE(trace.contains("sdpa.composite"));
-  expect_close(got.out, want.out, "out");
-  expect_close(got.dq, want.dq, "dq");
-  expect_close(got.dk, want.dk, "dk");
-  expect_close(got.dv, want.dv, "dv");
-}
+constexpr const char* kFlash = "sdpa.flash_cuda";
+constexpr const char* kFlashBackward = "sdpa.flash_cuda_backward";
 
 TEST(AttentionCuda, FlashMatchesFloat64OnShortSequences) {
   TG_REQUIRE_CUDA();
+  CudnnSdpScope flash_only(false);
   uint64_t seed = 100;
   for (int64_t T : {1, 17, 127})
     for (int64_t hd : {32, 64, 128})
       for (int64_t group : {1, 2, 4})
-        for (bool causal : {true, false}) check_case({2, 4, 4 / group, T, T, hd, causal}, seed++);
+        for (bool causal : {true, false}) check_case({2, 4, 4 / group, T, T, hd, causal}, seed++, kFlash, kFlashBackward);
 }
 
 TEST(AttentionCuda, FlashMatchesFloat64OnLongSequences) {
   TG_REQUIRE_CUDA();
+  CudnnSdpScope flash_only(false);
   uint64_t seed = 200;
   for (int64_t T : {1000, 1024})
     for (int64_t hd : {64, 128})
       for (int64_t group : {1, 4})
-        for (bool causal : {true, false}) check_case({1, 4, 4 / group, T, T, hd, causal}, seed++);
+        for (bool causal : {true, false}) check_case({1, 4, 4 / group, T, T, hd, causal}, seed++, kFlash, kFlashBackward);
 }
 
 TEST(AttentionCuda, FlashMatchesFloat64WithMoreOrFewerKeysThanQueries) {
   TG_REQUIRE_CUDA();
+  CudnnSdpScope flash_only(false);
   // causal with S != L: top-left aligned (query i sees keys j <= i), as the CPU kernel.
   uint64_t seed = 300;
   for (auto [L, S] : {std::pair<int64_t, int64_t>{70, 130}, {130, 70}, {1, 65}, {65, 1}})
-    for (bool causal : {true, false}) check_case({1, 2, 2, L, S, 64, causal}, seed++);
+    for (bool causal : {true, false}) check_case({1, 2, 2, L, S, 64, causal}, seed++, kFlash, kFlashBackward);
+}
+
+// Position ids of documents of random lengths in [1, longest], filling each of B rows of L.
+Tensor random_documents(int64_t B, int64_t L, int64_t longest, Generator& gen) {
+  std::vector<int64_t> pos;
+  const std::vector<int64_t> lengths = randint(1, longest + 1, {B * L}, gen, {kInt64}).to_vector<int64_t>();
+  for (int64_t b = 0, d = 0; b < B; ++b)
+    for (int64_t i = 0; i < L;)
+      for (int64_t n = lengths[d++], t = 0; t < n && i < L; ++t, ++i) pos.push_back(t);
+  return from_vector(pos, {B, L});
+}
+
+TEST(AttentionCuda, BandedFlashMatchesFloat64) {
+  TG_REQUIRE_CUDA();
+  // Packed documents (short ones: many bands a tile; long ones: tiles skipped), sliding windows,
+  // both, one band for every sequence; more and fewer keys than queries.
+  uint64_t seed = 1000;
+  Generator gen(999);
+  for (int64_t hd : {32, 64, 128})
+    for (int64_t group : {1, 4}) {
+      const Case c{2, 4, 4 / group, 700, 700, hd, true};
+      check_case(c, seed++, kFlash, kFlashBackward, {random_documents(2, 700, 40, gen)});
+      check_case(c, seed++, kFlash, kFlashBackward, {random_documents(2, 700, 400, gen)});
+      check_case(c, seed++, kFlash, kFlashBackward, {Tensor(), 129});
+      check_case(c, seed++, kFlash, kFlashBackward, {random_documents(2, 700, 300, gen), 100});
+      check_case(c, seed++, kFlash, kFlashBackward, {random_documents(1, 700, 200, gen)});
+    }
+  check_case({1, 2, 2, 150, 260, 64, true}, seed++, kFlash, kFlashBackward, {random_documents(1, 150, 50, gen)});
+  check_case({1, 2, 2, 260, 150, 64, true}, seed++, kFlash, kFlashBackward, {random_documents(1, 260, 90, gen)});
+}
+
+TEST(AttentionCuda, BandedMasksComputeOnlyTheirGradientsBitwise) {
+  TG_REQUIRE_CUDA();
+  Generator gen(1100);
+  const int64_t B = 2, T = 300, H = 4, Hkv = 2, hd = 128;
+  Tensor q = to(randn({B, T, H, hd}, gen), kBFloat16, kGpu), k = to(randn({B, T, Hkv, hd}, gen), kBFloat16, kGpu);
+  Tensor v = to(randn({B, T, Hkv, hd}, gen), kBFloat16, kGpu), dout = to(randn({B, H, T, hd}, gen), kBFloat16, kGpu);
+  const Band band{random_documents(B, T, 90, gen), 64};
+  const Grads all = run(q, k, v, dout, true, {true, true, true}, band);
+  const Grads again = run(q, k, v, dout, true, {true, true, true}, band);
+  EXPECT_TENSOR_EQ(again.dq, all.dq);
+  EXPECT_TENSOR_EQ(again.dk, all.dk);
+  for (std::array<bool, 3> wants : {std::array<bool, 3>{false, true, true}, {true, false, true}, {true, true, false},
+                                    {true, false, false}}) {
+    const Grads part = run(q, k, v, dout, true, wants, band);
+    if (wants[0]) EXPECT_TENSOR_EQ(part.dq, all.dq);
+    if (wants[1]) EXPECT_TENSOR_EQ(part.dk, all.dk);
+    if (wants[2]) EXPECT_TENSOR_EQ(part.dv, all.dv);
+  }
 }
 
 TEST(AttentionCuda, EachMaskComputesOnlyItsGradientsAndTheOthersBitwise) {
   TG_REQUIRE_CUDA();
+  CudnnSdpScope flash_only(false);
   // Both head dims (their kernels differ in tile shapes and in which operands stay in registers).
   for (const int64_t hd : {64, 128}) {
     SCOPED_TRACE("head dim " + std::to_string(hd));
@@ -188,6 +155,7 @@ TEST(AttentionCuda, EachMaskComputesOnlyItsGradientsAndTheOthersBitwise) {
 
 TEST(AttentionCuda, ReadsHeadViewsInPlaceAndKeepsTheirLayout) {
   TG_REQUIRE_CUDA();
+  CudnnSdpScope flash_only(false);
   Generator gen(500);
   Tensor x = to(randn({2, 40, 3, 64}, gen), kBFloat16, kGpu).requires_grad_(true);
   Tensor h = head_view(x);
@@ -200,6 +168,7 @@ TEST(AttentionCuda, ReadsHeadViewsInPlaceAndKeepsTheirLayout) {
 
 TEST(AttentionCuda, MisalignedRowsAreCopiedNotMisread) {
   TG_REQUIRE_CUDA();
+  CudnnSdpScope flash_only(false);
   // Views starting one element into their storage: rows not 16-byte aligned.
   Generator gen(600);
   const int64_t B = 1, T = 33, H = 2, hd = 64, n = B * T * H * hd;
@@ -218,6 +187,7 @@ TEST(AttentionCuda, MisalignedRowsAreCopiedNotMisread) {
 
 TEST(AttentionCuda, CompositionWhereTheFlashKernelsDoNotApply) {
   TG_REQUIRE_CUDA();
+  CudnnSdpScope flash_only(false);
   Generator gen(700);
   auto trace_of = [&](DType dt, int64_t hd, double dropout) {
     Tensor q = to(randn({1, 2, 9, hd}, gen), dt, kGpu);
@@ -233,25 +203,19 @@ TEST(AttentionCuda, CompositionWhereTheFlashKernelsDoNotApply) {
 
 TEST(AttentionCuda, LlamaWithGroupedQueryHeadsUsesTheFlashKernels) {
   TG_REQUIRE_CUDA();
+  CudnnSdpScope flash_only(false);
   nn::LlamaConfig cfg = nn::LlamaConfig::tiny();  // head_dim 32
   cfg.num_key_value_heads = 2;
-  Generator gen(800);
-  auto model = std::make_shared<nn::LlamaForCausalLM>(cfg, gen);
-  Tensor ids = randint(0, cfg.vocab_size, {2, 100}, gen, {kInt64});
-  Tensor want = model->loss(ids, ids);  // float32 on the CPU
-  model->to(kBFloat16, kGpu);
-  KernelTrace trace;
-  Tensor got = model->loss(to(ids, kGpu), to(ids, kGpu));
-  got.backward();
-  EXPECT_EQ(trace.count("sdpa.flash_cuda"), static_cast<size_t>(cfg.num_hidden_layers));
-  EXPECT_EQ(trace.count("sdpa.flash_cuda.dk_dv"), static_cast<size_t>(cfg.num_hidden_layers));
-  EXPECT_FALSE(trace.contains("sdpa.composite"));
+  const LlamaStep step = llama_step(cfg, 100, 800);
+  EXPECT_EQ(step.count("sdpa.flash_cuda"), static_cast<size_t>(cfg.num_hidden_layers));
+  EXPECT_EQ(step.count("sdpa.flash_cuda.dk_dv"), static_cast<size_t>(cfg.num_hidden_layers));
+  EXPECT_FALSE(step.contains("sdpa.composite"));
   // and the other fused CUDA kernels of the block
-  EXPECT_TRUE(trace.contains("rope.fused_cuda") && trace.contains("rope.fused_cuda_backward"));
-  EXPECT_TRUE(trace.contains("silu_mul.fused_cuda") && trace.contains("silu_mul.fused_cuda_backward"));
-  EXPECT_FALSE(trace.contains("rope.composite") || trace.contains("silu_mul.composite"));
-  EXPECT_TRUE(trace.contains("linear_cross_entropy.dx_dweight"));
-  EXPECT_NEAR(got.item<double>(), want.item<double>(), 2e-2 * want.item<double>());
+  EXPECT_TRUE(step.contains("rope.fused_cuda") && step.contains("rope.fused_cuda_backward"));
+  EXPECT_TRUE(step.contains("silu_mul.fused_cuda") && step.contains("silu_mul.fused_cuda_backward"));
+  EXPECT_FALSE(step.contains("rope.composite") || step.contains("silu_mul.composite"));
+  EXPECT_TRUE(step.contains("linear_cross_entropy.dx_dweight"));
+  EXPECT_NEAR(step.got, step.want, 2e-2 * step.want);
 }
 
 // ---- decoding: one query against a cache (ops/cuda/decode_attention.cu), no autograd

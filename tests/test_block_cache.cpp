@@ -1,11 +1,11 @@
-// The allocators' block cache and the CUDA graph pools' bookkeeping (core/block_cache.h), on the
+// The allocators' block cache and the CUDA graph pools' bookkeeping (core/detail/block_cache.h), on the
 // CPU with made-up addresses: which blocks a capture draws from and keeps, and when they rejoin
 // the shared cache.
 #include <gtest/gtest.h>
 
 #include <vector>
 
-#include "core/block_cache.h"
+#include "core/detail/block_cache.h"
 
 namespace tg {
 namespace {

@@ -219,6 +219,62 @@ TEST(Dataset, PaddedRowsArePaddedWithIgnoredLabelsAndLongExamplesCut) {
   EXPECT_EQ(b.targets, 2 + 3);
 }
 
+TEST(Dataset, PackSeparateRowsHoldWholeExamplesWithTheirOwnPositions) {
+  // Examples of 5, 2, 7, 3, 4, 1 and 9 tokens (the last cut to 8) into rows of 8, best fit
+  // decreasing: [9->8], [7, 1], [5, 3], [4, 2] (corpus order within a row). Labels: an example's
+  // first token is not predicted from the one before (-100); padding: pad_id, -100, position 0.
+  std::vector<std::vector<int32_t>> ex;
+  int32_t next = 1;
+  for (int n : {5, 2, 7, 3, 4, 1, 9}) {
+    ex.emplace_back();
+    for (int t = 0; t < n; ++t) ex.back().push_back(next++);
+  }
+  SequenceDataset ds(corpus_from_examples(ex), 8, Layout::PackSeparate, /*pad_id=*/0);
+  EXPECT_EQ(ds.layout(), Layout::PackSeparate);
+  ASSERT_EQ(ds.rows(), 4);
+  EXPECT_EQ(ds.truncated(), 1);
+  Batch b = ds.rows_batch(0, 4, tg::Device::cpu());
+  ASSERT_TRUE(b.position_ids.defined());
+  EXPECT_EQ(b.ids.to_vector<int64_t>(), (std::vector<int64_t>{23, 24, 25, 26, 27, 28, 29, 30,   // the 9, cut
+                                                               8, 9, 10, 11, 12, 13, 14, 22,    // 7, 1
+                                                               1, 2, 3, 4, 5, 15, 16, 17,       // 5, 3
+                                                               6, 7, 18, 19, 20, 21, 0, 0}));   // 2, 4, padding
+  EXPECT_EQ(b.position_ids.to_vector<int64_t>(), (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7,
+                                                                        0, 1, 2, 3, 4, 5, 6, 0,
+                                                                        0, 1, 2, 3, 4, 0, 1, 2,
+                                                                        0, 1, 0, 1, 2, 3, 0, 0}));
+  const std::vector<int64_t> labels = b.labels.to_vector<int64_t>(), ids = b.ids.to_vector<int64_t>(),
+                             pos = b.position_ids.to_vector<int64_t>();
+  int64_t targets = 0;
+  for (size_t i = 0; i < labels.size(); ++i) {
+    const bool starts = pos[i] == 0;  // a document's first token or padding
+    EXPECT_EQ(labels[i], starts ? -100 : ids[i]) << i;
+    targets += i % 8 != 0 && !starts;
+  }
+  EXPECT_EQ(b.targets, targets);
+  EXPECT_EQ(targets, 7 + 6 + 6 + 4);
+  // Drawn in the seeded order like any layout, with the positions of the rows drawn.
+  Batch drawn = ds.batch(1, 2, 5, tg::Device::cpu());
+  ASSERT_TRUE(drawn.position_ids.defined());
+  EXPECT_EQ(drawn.position_ids.shape(), drawn.ids.shape());
+}
+
+TEST(Dataset, PackSeparateSplitsByExamplesAndPacksEachPart) {
+  std::vector<std::vector<int32_t>> ex;
+  for (int i = 0; i < 10; ++i) ex.push_back(std::vector<int32_t>(3 + i % 4, i));
+  SequenceDataset ds(corpus_from_examples(ex), 12, Layout::PackSeparate, /*pad_id=*/99);
+  auto [val, train] = ds.split(0.3);  // examples 7, 8, 9 validate
+  std::multiset<int64_t> seen_val, seen_train;
+  for (int64_t v : val.rows_batch(0, val.rows(), tg::Device::cpu()).ids.to_vector<int64_t>()) seen_val.insert(v);
+  for (int64_t v : train.rows_batch(0, train.rows(), tg::Device::cpu()).ids.to_vector<int64_t>()) seen_train.insert(v);
+  for (int i = 0; i < 10; ++i) {
+    const size_t n = static_cast<size_t>(3 + i % 4);
+    EXPECT_EQ(seen_val.count(i), i >= 7 ? n : 0u) << i;
+    EXPECT_EQ(seen_train.count(i), i < 7 ? n : 0u) << i;
+  }
+  EXPECT_EQ(val.rows(), 2);  // 6 + 3 + 4 tokens in rows of 12
+}
+
 TEST(Dataset, SplitTakesTheLastRowsForValidation) {
   std::vector<int32_t> ids(100);
   for (int i = 0; i < 100; ++i) ids[i] = i;

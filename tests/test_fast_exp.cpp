@@ -1,4 +1,4 @@
-// fast_exp (core/fast_exp.h) against std::exp in double: error in ulps over a sweep of the
+// fast_exp (core/detail/fast_exp.h) against std::exp in double: error in ulps over a sweep of the
 // whole float range, the special values, and the overflow / underflow boundaries.
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <limits>
 
-#include "core/fast_exp.h"
+#include "core/detail/fast_exp.h"
 
 namespace tg {
 namespace {

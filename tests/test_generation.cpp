@@ -22,7 +22,7 @@
 #include "io/json.h"
 #include "nn/generation.h"
 #include "nn/gpt2.h"
-#include "nn/checkpoint.h"
+#include "nn/state_dict.h"
 #include "nn/kv_cache.h"
 #include "nn/llama.h"
 #include "nn/logits_process.h"
@@ -513,6 +513,117 @@ TEST(GenerateExample, AToyCheckpointWithAnAdapterAppliedOrMerged) {
   EXPECT_EQ(rc, 2);  // a usage error: top-k without sampling
   run_generate_example("--model " + (dir / "base.safetensors") + " --prompt x --max-new-tokens 200", dir, &rc);
   EXPECT_EQ(rc, 1);  // past the context: generate's error
+}
+
+// --chat on a tiny model folder with tiny_llama's tokenizer and Qwen2.5's real template: two user
+// turns piped in, each prompt the template's rendering of the conversation so far (the first
+// reply in it), each reply what nn::generate gives for that prompt.
+std::string chat_folder(const TempDir& dir, const std::vector<int32_t>& eos) {
+  const fs::path tokenizers = fs::path(__FILE__).parent_path() / "fixtures" / "tokenizers";
+  const fs::path qwen = fs::path(__FILE__).parent_path() / "fixtures" / "chat_templates" / "qwen2.5";
+  const std::string folder = dir / "chat_model";
+  Generator gen(3);
+  nn::save_pretrained(nn::LlamaForCausalLM({.vocab_size = 601, .hidden_size = 32, .intermediate_size = 64,
+                                            .num_hidden_layers = 1, .num_attention_heads = 4,
+                                            .num_key_value_heads = 2, .max_position_embeddings = 512},
+                                           gen),
+                      folder);
+  fs::copy_file(tokenizers / "tiny_llama" / "tokenizer.json", fs::path(folder) / "tokenizer.json");
+  auto slurp = [](const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  json::Value config = json::parse(slurp(tokenizers / "tiny_llama" / "tokenizer_config.json"));
+  config.set("chat_template", json::parse(slurp(qwen / "tokenizer_config.json")).at("chat_template"));
+  io::write_file_atomic(folder + "/tokenizer_config.json", json::dump(config));
+  json::Value ids = json::Value::array();
+  for (int32_t id : eos) ids.push_back(static_cast<int64_t>(id));
+  json::Value generation = json::Value::object();
+  generation.set("eos_token_id", ids);
+  io::write_file_atomic(folder + "/generation_config.json", json::dump(generation));
+  return folder;
+}
+
+std::string chat(const std::string& args, const std::string& input, const TempDir& dir, int* rc, std::string* err) {
+  io::write_file_atomic(dir / "turns.txt", input);
+  const std::string out = run_generate_example(args + " <" + (dir / "turns.txt"), dir, rc);
+  std::ifstream e(dir / "err.txt");
+  *err = std::string(std::istreambuf_iterator<char>(e), {});
+  return out;
+}
+
+TEST(GenerateExample, ChatRendersEachTurnThroughTheTemplateAndKeepsTheHistory) {
+  TempDir dir;
+  const std::string folder = chat_folder(dir, {2});
+  auto tok = data::Tokenizer::from_pretrained(folder);
+  auto model = nn::from_pretrained(folder);
+  std::vector<data::ChatMessage> history = {{"system", "Be brief."}};
+  std::string want_out;
+  std::vector<std::string> prompts;
+  for (const char* turn : {"Hello there", "And again?"}) {
+    history.push_back({"user", turn});
+    prompts.push_back(tok.apply_chat_template(history, {.add_generation_prompt = true}));
+    const std::vector<int32_t> ids = tok.encode(prompts.back(), false);
+    std::vector<int32_t> reply = nn::generate(*model, {ids}, {.max_new_tokens = 5, .eos_token_id = {2}})[0];
+    reply.erase(reply.begin(), reply.begin() + static_cast<int64_t>(ids.size()));
+    if (!reply.empty() && reply.back() == 2) reply.pop_back();
+    const std::string text = examples::decode_lenient(tok, reply);
+    want_out += examples::printable(text, /*one_line=*/false) + "\n";
+    history.push_back({"assistant", text});
+  }
+  EXPECT_EQ(prompts[0], "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHello there<|im_end|>\n"
+                        "<|im_start|>assistant\n");
+  int rc = 0;
+  std::string err;
+  const std::string got = chat("--model " + folder + " --chat --system 'Be brief.' --print-prompt --max-new-tokens 5 "
+                               "--threads 1",
+                               "Hello there\n\nAnd again?\n", dir, &rc, &err);
+  ASSERT_EQ(rc, 0) << err;
+  EXPECT_EQ(got, want_out);
+  for (const std::string& p : prompts) EXPECT_NE(err.find(p), std::string::npos) << "missing prompt:\n" << p << "\n" << err;
+  EXPECT_NE(prompts[1].find("<|im_start|>assistant\n" + history[2].content + "<|im_end|>"), std::string::npos);
+}
+
+// A reply ends at the first of generation_config.json's EOS ids (the template's end of turn);
+// the id is not part of the reply the history keeps.
+TEST(GenerateExample, ChatStopsAtTheGenerationConfigsEndOfTurn) {
+  TempDir dir;
+  std::string folder = chat_folder(dir, {2});
+  auto tok = data::Tokenizer::from_pretrained(folder);
+  const std::vector<data::ChatMessage> first = {{"user", "Hi"}};
+  const std::vector<int32_t> ids = tok.encode(tok.apply_chat_template(first, {.add_generation_prompt = true}), false);
+  const int32_t greedy_first = nn::generate(*nn::from_pretrained(folder), {ids}, {.max_new_tokens = 1})[0].back();
+  fs::remove_all(folder);
+  folder = chat_folder(dir, {greedy_first});  // the model's first reply token now ends the turn
+  int rc = 0;
+  std::string err;
+  const std::string got =
+      chat("--model " + folder + " --chat --print-prompt --max-new-tokens 8 --threads 1", "Hi\nBye\n", dir, &rc, &err);
+  ASSERT_EQ(rc, 0) << err;
+  EXPECT_EQ(got.substr(0, 1), "\n") << "the first reply is not empty: " << got;
+  EXPECT_NE(err.find("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<|im_end|>\n<|im_start|>user\nBye"),
+            std::string::npos)
+      << err;
+}
+
+TEST(GenerateExample, ChatErrorsNameWhatIsMissing) {
+  const fs::path tokenizers = fs::path(__FILE__).parent_path() / "fixtures" / "tokenizers";
+  TempDir dir;
+  int rc = 0;
+  std::string err;
+  chat("--model " + (tokenizers / "tiny_llama").string() + " --chat", "Hi\n", dir, &rc, &err);
+  EXPECT_EQ(rc, 2);
+  EXPECT_NE(err.find("has no chat template"), std::string::npos) << err;
+  EXPECT_EQ(err.find("model: "), std::string::npos) << "the model was loaded first:\n" << err;
+  const std::string folder = chat_folder(dir, {2});
+  chat("--model " + folder + " --chat --prompt hi", "", dir, &rc, &err);
+  EXPECT_EQ(rc, 2);
+  EXPECT_NE(err.find("--chat reads the user's turns from stdin"), std::string::npos) << err;
+  chat("--model " + folder + " --prompt hi --system x", "", dir, &rc, &err);
+  EXPECT_EQ(rc, 2);
+  chat("--model " + folder + " --chat --max-new-tokens 500 --threads 1", "Hi\n", dir, &rc, &err);
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(err.find("exceeds the model's context of 512 tokens"), std::string::npos) << err;
 }
 
 // Greedy ids transformers' generate gave on the tokenizer fixtures' tiny models, one prompt and

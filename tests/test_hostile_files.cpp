@@ -14,19 +14,21 @@
 
 #include "core/memory.h"
 #include "data/dataset.h"
-#include "data/regex.h"
+#include "data/detail/regex.h"
 #include "data/tokenizer.h"
 #include "distributed/init.h"
-#include "examples/common/checkpoint.h"
 #include "examples/common/flags.h"
 #include "io/file.h"
 #include "io/json.h"
 #include "io/number.h"
 #include "io/safetensors.h"
+#include "nn/generation.h"
 #include "nn/nn.h"
 #include "optim/optimizer.h"
+#include "peft/lora.h"
 #include "tapegrad.h"
 #include "tests/test_support.h"
+#include "train/checkpoint.h"
 
 namespace tg::test {
 namespace {
@@ -50,6 +52,21 @@ TEST(HostileFiles, AFifoOrADeviceIsAnErrorNotAnEndlessRead) {
   EXPECT_ERROR_HAS(data::Tokenizer::from_pretrained(dir / "tok"), "is not a regular file (a FIFO)");
   ASSERT_EQ(::mkfifo((dir / "sp.model").c_str(), 0600), 0);
   EXPECT_ERROR_HAS(data::Tokenizer::from_file(dir / "sp.model"), "no file");
+  // The other files a folder or a flag names, each of which blocked forever at fef9b57.
+  fs::create_directories(dir / "tok2");
+  fs::copy_file(fs::path(__FILE__).parent_path() / "fixtures/tokenizers/gpt2/tokenizer.json", dir / "tok2/tokenizer.json");
+  ASSERT_EQ(::mkfifo((dir / "tok2/tokenizer_config.json").c_str(), 0600), 0);
+  EXPECT_ERROR_HAS(data::Tokenizer::from_pretrained(dir / "tok2"), "tokenizer_config.json' is not a regular file (a FIFO)");
+  ASSERT_EQ(::mkfifo((dir / "generation_config.json").c_str(), 0600), 0);
+  EXPECT_ERROR_HAS(nn::GenerationConfig::from_pretrained(dir.str()), "generation_config.json' is not a regular file (a FIFO)");
+  fs::create_directories(dir / "adapter");
+  ASSERT_EQ(::mkfifo((dir / "adapter/adapter_config.json").c_str(), 0600), 0);
+  nn::Linear layer(2, 2);
+  EXPECT_ERROR_HAS(peft::load_adapter(layer, dir / "adapter"), "adapter_config.json' is not a regular file (a FIFO)");
+  ASSERT_EQ(::mkfifo((dir / "checkpoint.safetensors").c_str(), 0600), 0);  // lora_finetune --resume
+  optim::AdamW opt(layer.named_trainable_parameters(), {});
+  EXPECT_ERROR_HAS(examples::load_training_checkpoint(dir / "checkpoint.safetensors", layer, opt),
+                   "checkpoint.safetensors' is not a regular file (a FIFO)");
 }
 
 TEST(HostileFiles, AFileOverItsKindsLimitIsAnError) {
@@ -92,14 +109,11 @@ TEST(HostileFiles, TokenizerIdsAreRangeCheckedWhereTheyAreParsed) {
   has(tokenizer_json(R"({"a": 1.5})"), "wants an integer id");
   const std::string ab = R"({"a": 0, "b": 1})";
   auto added = [&](const std::string& tokens) { return tokenizer_json(ab, "\"added_tokens\": [" + tokens + "]"); };
-  has(added(R"({"id": 1, "content": "<x>", "special": true})"), "added token '<x>' has id 1, which the vocabulary gives to 'b'");
-  has(added(R"({"id": 4294967296, "content": "<x>"})"), "added token '<x>' id is 4294967296");
-  has(added(R"({"id": 2147483647, "content": "<x>"})"), "outside the ids [0, 2^31 - 1)");  // id + 1 overflowed
-  has(added(R"({"id": 5, "content": "<x>"}, {"id": 5, "content": "<y>"})"), "added tokens '<x>' and '<y>' share id 5");
-  has(added(R"({"id": 5, "content": "<x>"}, {"id": 6, "content": "<x>"})"), "'<x>' is listed with ids 5 and 6");
-  // Restating a vocabulary entry (Llama-2's <s>, GPT-2's <|endoftext|>) is what real files do.
-  write(dir / "tokenizer.json", added(R"({"id": 1, "content": "b", "special": true})"));
-  EXPECT_EQ(data::Tokenizer::from_file(dir / "tokenizer.json").vocab_size(), 2);
+  // Added token ids are tokenizers' own (Tokenizer.AddedTokenIdsAreThoseTokenizersGives): one
+  // listed as 2^32 was truncated to 0, one listed as INT32_MAX overflowed (`id + 1`).
+  has(added(R"({"id": 4294967296, "content": "<x>"})"), "added token '<x>' id is 4294967296, outside the ids [0, 2^32)");
+  write(dir / "tokenizer.json", added(R"({"id": 2147483647, "content": "<x>"})"));
+  EXPECT_EQ(data::Tokenizer::from_file(dir / "tokenizer.json").vocab_size(), 3);
   has(tokenizer_json(ab, R"("post_processor": {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>"}},
       {"Sequence": {"id": "A"}}], "special_tokens": {"<s>": {"id": "<s>", "ids": [7]}}})"),
       "post_processor adds id 7, which is neither in the vocabulary nor an added token");
@@ -189,7 +203,7 @@ TEST(HostileFiles, CheckpointMetadataIsParsedCheckedBeforeAnythingLoads) {
     safetensors::TensorMap tensors;
     for (const auto& [name, p] : layer.named_trainable_parameters()) tensors["param/" + name] = p * 2.0;
     safetensors::save_file(tensors, dir / "ckpt.safetensors", {{"step", step}, {"rng_seed", "0"}, {"rng_offset", "0"}});
-    return error_of([&] { examples::load_training_checkpoint(dir / "ckpt.safetensors", layer, opt); });
+    return error_of([&] { train::load_training_state(dir / "ckpt.safetensors", layer, opt); });
   };
   EXPECT_NE(with_step("2abc").find("metadata step='2abc' is not an integer in [0, 9223372036854775807]"), std::string::npos);
   EXPECT_NE(with_step("99999999999999999999").find("step='99999999999999999999'"), std::string::npos);

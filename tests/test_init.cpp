@@ -4,12 +4,18 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <numbers>
+#include <string>
 #include <vector>
 
 #include "core/factory.h"
-#include "core/philox.h"
+#include "core/detail/philox.h"
+#include "nn/gemma.h"
+#include "nn/gpt2.h"
 #include "nn/init.h"
+#include "nn/llama.h"
+#include "nn/phi3.h"
 #include "ops/cast.h"
 #include "ops/shape.h"
 #include "testing/testing.h"
@@ -78,6 +84,46 @@ TEST(Init, RandnIsItsDocumentedStream) {
   std::vector<double> want(3003);
   for (int64_t i = 0; i < 3003; ++i) want[static_cast<size_t>(i)] = normal_at(7, 0, i);
   EXPECT_EQ(r.to_vector<double>(), want);
+}
+
+// FNV-1a over the bytes of every parameter and buffer, in state_dict order, and gen's offset after.
+std::string digest(const nn::Module& model, const Generator& gen) {
+  uint64_t h = 1469598103934665603ull;
+  for (const auto& [name, t] : model.state_dict()) {
+    const Tensor c = contiguous(t);
+    const auto* p = static_cast<const uint8_t*>(c.data_ptr());
+    for (size_t i = 0; i < c.nbytes(); ++i) h = (h ^ p[i]) * 1099511628211ull;
+  }
+  char out[48];
+  std::snprintf(out, sizeof out, "%016llx@%llu", static_cast<unsigned long long>(h),
+                static_cast<unsigned long long>(gen.offset()));
+  return out;
+}
+
+// The models' constructors draw their layers' default init (kaiming_uniform_, the embedding's
+// N(0, 1)) and then transformers' _init_weights over it; the first draws are only reserved now
+// (ReserveDrawsGuard), and a tied head's draw too: the values of a seed are those of the full
+// draws, as these digests, taken before that change, fix.
+TEST(Init, SeededModelsKeepTheirValues) {
+  nn::LlamaConfig llama = nn::LlamaConfig::tiny();
+  llama.num_hidden_layers = 2;
+  Generator g1(5);
+  EXPECT_EQ(digest(nn::LlamaForCausalLM(llama, g1), g1), "eed84a9c111bc8ae@230400");
+  llama.tie_word_embeddings = true;
+  llama.attention_bias = llama.mlp_bias = true;
+  Generator g2(6);
+  EXPECT_EQ(digest(nn::LlamaForCausalLM(llama, g2), g2), "2c4afd5536d4ce59@231064");
+  nn::LlamaConfig phi3 = nn::LlamaConfig::tiny();
+  phi3.num_hidden_layers = 2;
+  phi3.tie_word_embeddings = true;
+  Generator g3(7);
+  EXPECT_EQ(digest(nn::Phi3ForCausalLM(phi3, g3), g3), "e47104ecd69e2020@230400");
+  Generator g4(8);
+  EXPECT_EQ(digest(nn::GemmaForCausalLM(nn::GemmaConfig{}, g4), g4), "384da6ea19aa09ff@53248");
+  nn::GPT2Config gpt2 = nn::GPT2Config::tiny();
+  gpt2.n_layer = 2;
+  Generator g5(9);
+  EXPECT_EQ(digest(nn::GPT2LMHeadModel(gpt2, g5), g5), "703da9b7ab2fbefc@238144");
 }
 
 }  // namespace

@@ -117,6 +117,35 @@ TEST_F(LoadTest, TensorsLargerThanAChunkArriveWhole) {
   EXPECT_TENSOR_EQ(transpose(base, 0, 1), big);
 }
 
+TEST_F(LoadTest, ReadsToTheGpuThroughPinnedBuffersInTurn) {
+  if (!testing::cuda_ready()) GTEST_SKIP() << "no CUDA device";
+  // 2100 rows of 32 KiB through 1 MiB buffers: many chunks, each buffer refilled while the other's
+  // copy may still run; into the same dtype (straight), another (converted on the device) and a
+  // transposed view.
+  TempDir dir;
+  const Tensor big = add(randn({2100, 1}, gen), randn({1, 8192}, gen));
+  safetensors::save_file({{"big", big}}, dir / "big.safetensors");
+  io::Folder folder(dir.str());
+  safetensors::FileReader reader(folder.open("big.safetensors"));
+  const safetensors::TensorInfo& t = reader.header().tensors.at(0);
+  HostToDevice upload(Device::cuda(), 1 << 20);
+  size_t told = 0;
+  Tensor same = Tensor::empty(t.shape, {kFloat32, Device::cuda()});
+  reader.read(t, same, [&](size_t n) { told += n; }, &upload);
+  EXPECT_EQ(told, big.nbytes());
+  EXPECT_TENSOR_EQ(to(same, Device::cpu()), big);
+  Tensor narrow = Tensor::empty(t.shape, {kBFloat16, Device::cuda()});
+  reader.read(t, narrow, {}, &upload);
+  EXPECT_TENSOR_EQ(to(narrow, Device::cpu()), to(big, kBFloat16));
+  Tensor base = Tensor::empty({8192, 2100}, {kFloat32, Device::cuda()});
+  reader.read(t, transpose(base, 0, 1), {}, &upload);
+  EXPECT_TENSOR_EQ(to(transpose(base, 0, 1), Device::cpu()), big);
+  // A row wider than the buffers goes through the host staging instead.
+  HostToDevice small(Device::cuda(), 4096);
+  reader.read(t, same, {}, &small);
+  EXPECT_TENSOR_EQ(to(same, Device::cpu()), big);
+}
+
 TEST_F(LoadTest, FileReaderErrorsAreDeserializesAndNameTheFile) {
   TempDir dir;
   // A corrupt header: the same message as deserialize's, naming the file.
@@ -129,6 +158,7 @@ TEST_F(LoadTest, FileReaderErrorsAreDeserializesAndNameTheFile) {
   EXPECT_EQ(got, error_of([&] { safetensors::deserialize(bytes.data(), bytes.size(), dir / "bad.safetensors"); }));
   EXPECT_NE(got.find("overlap tensor 'a'"), std::string::npos) << got;
   EXPECT_ERROR_HAS(folder.open("missing.safetensors"), "cannot open", "missing.safetensors");
+  EXPECT_ERROR_HAS(HostToDevice(Device::cpu(), 1 << 20), "HostToDevice", "streams to a GPU");
 
   safetensors::save_file({{"w", randn({4, 3}, gen)}}, dir / "w.safetensors");
   safetensors::FileReader reader(folder.open("w.safetensors"));

@@ -1,7 +1,7 @@
 // examples/lora_finetune end to end on the tiny transformers folders of tests/fixtures/tokenizers
 // (tiny_llama, tiny_gpt2: save_pretrained with their tokenizers): a JSONL fine-tune whose loss
-// falls, the adapter loaded back (its logits those of the merged folder), and each error the
-// loop promises, named by its flag.
+// falls, the adapter loaded back (its logits those of the merged folder), resuming and extending
+// runs through train::Trainer, and each error the program promises, named by its flag.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -60,24 +60,23 @@ std::string write_task(const TempDir& dir, int lines = 120) {
 
 struct LossRow {
   int64_t step;
-  std::string split;
+  std::string split;  // "train" or "validation"
   double loss, tok_s;
 };
+// The Trainer's log.csv: step,epoch,loss,learning_rate,grad_norm,tokens_per_second,eval_loss,...
 std::vector<LossRow> losses(const std::string& csv) {
   std::vector<LossRow> rows;
   std::istringstream in(read(csv));
   std::string line;
   std::getline(in, line);
   while (std::getline(in, line)) {
+    std::vector<std::string> f;
     std::stringstream ss(line);
-    std::string phase, step, split, loss, lr, tok;
-    std::getline(ss, phase, ',');
-    std::getline(ss, step, ',');
-    std::getline(ss, split, ',');
-    std::getline(ss, loss, ',');
-    std::getline(ss, lr, ',');
-    std::getline(ss, tok, ',');
-    rows.push_back({std::stoll(step), split, std::stod(loss), tok.empty() ? 0 : std::stod(tok)});
+    for (std::string cell; std::getline(ss, cell, ',');) f.push_back(cell);
+    f.resize(9);
+    const bool train = !f[2].empty();
+    rows.push_back({std::stoll(f[0]), train ? "train" : "validation", std::stod(train ? f[2] : f[6]),
+                    f[5].empty() ? 0 : std::stod(f[5])});
   }
   return rows;
 }
@@ -96,11 +95,11 @@ TEST_P(LoraFinetuneHf, JsonlFineTuneLowersTheLossAndItsAdapterLoadsBack) {
   TempDir dir;
   const std::string data = write_task(dir), out = dir / "out";
   std::string log;
-  ASSERT_EQ(finetune("--base " + base.string() + " --data " + data + " --steps 40 --warmup 2 --batch 4 --seq 48 "
+  ASSERT_EQ(finetune("--base " + base.string() + " --data " + data + " --steps 40 --warmup 2 --batch 4 --seq 48 --log-every 1 "
                      "--lr 1e-2 --eval-every 20 --sample-tokens 4 --threads 2 --merge --out " + out, dir, &log), 0) << log;
   EXPECT_NE(log.find("sample (greedy)"), std::string::npos) << log;
 
-  const std::vector<LossRow> rows = losses(out + "/loss.csv");
+  const std::vector<LossRow> rows = losses(out + "/log.csv");
   std::vector<double> train, val;
   for (const auto& r : rows) (r.split == "train" ? train : val).push_back(r.loss);
   ASSERT_EQ(train.size(), 40u);
@@ -150,10 +149,10 @@ TEST_P(LoraFinetuneHf, GradientAccumulationMatchesTheLargerBatch) {
   ASSERT_TRUE(fs::exists(base / "config.json"));
   TempDir dir;
   const std::string common = "--base " + base.string() + " --data " + write_task(dir) +
-                             " --steps 3 --warmup 1 --seq 48 --eval-every 0 --sample-tokens 0 --threads 1 ";
+                             " --steps 3 --warmup 1 --seq 48 --eval-every 0 --sample-tokens 0 --threads 1 --log-every 1 ";
   ASSERT_EQ(finetune(common + "--batch 4 --out " + (dir / "big"), dir), 0);
   ASSERT_EQ(finetune(common + "--batch 2 --grad-accum 2 --out " + (dir / "accum"), dir), 0);
-  const auto big = losses(dir / "big/loss.csv"), accum = losses(dir / "accum/loss.csv");
+  const auto big = losses(dir / "big/log.csv"), accum = losses(dir / "accum/log.csv");
   ASSERT_EQ(big.size(), accum.size());
   for (size_t i = 0; i < big.size(); ++i) EXPECT_NEAR(big[i].loss, accum[i].loss, 1e-4 * big[i].loss) << "row " << i;
 }
@@ -166,12 +165,12 @@ TEST_P(LoraFinetuneHf, GradientCheckpointingTrainsTheSameAdapterBitForBit) {
   TempDir dir;
   const std::string common = "--base " + base.string() + " --data " + write_task(dir) +
                              " --steps 4 --warmup 1 --batch 2 --seq 32 --dropout 0.1 --eval-every 2 --eval-batches 1 "
-                             "--sample-tokens 0 --threads 1 ";
+                             "--sample-tokens 0 --threads 1 --log-every 1 ";
   std::string log;
   ASSERT_EQ(finetune(common + "--out " + (dir / "plain"), dir, &log), 0) << log;
   ASSERT_EQ(finetune(common + "--gradient-checkpointing --out " + (dir / "ckpt"), dir, &log), 0) << log;
   EXPECT_NE(log.find("gradient checkpointing: each decoder layer recomputed"), std::string::npos) << log;
-  const auto plain = losses(dir / "plain/loss.csv"), ckpt = losses(dir / "ckpt/loss.csv");
+  const auto plain = losses(dir / "plain/log.csv"), ckpt = losses(dir / "ckpt/log.csv");
   ASSERT_EQ(plain.size(), ckpt.size());
   for (size_t i = 0; i < plain.size(); ++i) EXPECT_EQ(plain[i].loss, ckpt[i].loss) << "row " << i;
   const std::string adapter = "/adapter/adapter_model.safetensors";
@@ -256,7 +255,8 @@ TEST(LoraFinetune, ResumeRefusesAChangedTrainingFlagByName) {
   ASSERT_TRUE(fs::exists(base / "config.json"));
   TempDir dir;
   const std::string common = "--base " + base.string() + " --data " + write_task(dir) +
-                             " --steps 6 --warmup 1 --batch 2 --seq 32 --eval-every 3 --sample-tokens 0 --out " + (dir / "o");
+                             " --steps 6 --warmup 1 --batch 2 --seq 32 --eval-every 3 --sample-tokens 0 --log-every 1 --out " +
+                             (dir / "o");
   ASSERT_EQ(finetune(common + " --stop-at 3", dir), 0);
   std::string log;
   EXPECT_EQ(finetune(common + " --resume --lr 5e-3 --rank 4", dir, &log), 2);
@@ -265,7 +265,7 @@ TEST(LoraFinetune, ResumeRefusesAChangedTrainingFlagByName) {
   EXPECT_NE(log.find("these may change: --out, --device"), std::string::npos) << log;
   // Cadence flags may change; the resumed run's SVG shows the whole run (steps 1-6).
   ASSERT_EQ(finetune(common + " --resume --eval-every 2", dir, &log), 0) << log;
-  const auto rows = losses(dir / "o/loss.csv");
+  const auto rows = losses(dir / "o/log.csv");
   int64_t train_rows = 0;
   for (const auto& r : rows) train_rows += r.split == "train";
   EXPECT_EQ(train_rows, 6);
@@ -278,6 +278,83 @@ TEST(LoraFinetune, ResumeRefusesAChangedTrainingFlagByName) {
   EXPECT_EQ(points, 6u) << "the train line covers steps 1-6";
 }
 
+// What a new user hit before the Trainer (issue 38): a finished run is extended by a larger --steps,
+// a checkpoint of another --out resumes bit-exactly, and an edited data file is refused by name.
+TEST(LoraFinetune, ARunIsExtendedMovedToAnotherOutAndRefusedOnEditedData) {
+  const fs::path base = fixtures() / "tiny_gpt2";
+  ASSERT_TRUE(fs::exists(base / "config.json"));
+  TempDir dir;
+  const std::string data = write_task(dir);
+  const std::string common = "--base " + base.string() + " --data " + data +
+                             " --warmup 1 --batch 2 --seq 32 --eval-every 0 --sample-tokens 0 --log-every 1 --threads 1 ";
+  std::string log;
+  ASSERT_EQ(finetune(common + "--steps 6 --out " + (dir / "straight"), dir, &log), 0) << log;
+
+  // Stopped at 3 in one --out, resumed into another from that checkpoint's folder.
+  ASSERT_EQ(finetune(common + "--steps 6 --stop-at 3 --out " + (dir / "a"), dir, &log), 0) << log;
+  EXPECT_NE(log.find("stopped at step 3; checkpoint in " + (dir / "a/checkpoint-3")), std::string::npos) << log;
+  ASSERT_EQ(finetune(common + "--steps 6 --out " + (dir / "b") + " --resume " + (dir / "a/checkpoint-3"), dir, &log), 0)
+      << log;
+  EXPECT_NE(log.find("resumed from step 3 of 6"), std::string::npos) << log;
+  const std::string adapter = "/adapter/adapter_model.safetensors";
+  EXPECT_TRUE(read(dir / ("straight" + adapter)) == read(dir / ("b" + adapter))) << "the moved resume trained another adapter";
+
+  // A finished run of 6 steps extended to 8: the schedule re-planned over 8, as transformers does.
+  ASSERT_EQ(finetune(common + "--steps 8 --resume --out " + (dir / "straight"), dir, &log), 0) << log;
+  EXPECT_NE(log.find("resumed from step 6 of 8"), std::string::npos) << log;
+  int64_t train_rows = 0;
+  for (const auto& r : losses(dir / "straight/log.csv")) train_rows += r.split == "train";
+  EXPECT_EQ(train_rows, 8);
+  EXPECT_TRUE(fs::exists(dir / "straight/checkpoint-8/training_state.safetensors"));
+
+  // The data edited since the checkpoint: refused, saying what changed (the rows or their count).
+  std::string text = read(data);
+  text.replace(text.find("alice"), 5, "ALICE");
+  write(data, text);
+  EXPECT_EQ(finetune(common + "--steps 10 --resume --out " + (dir / "straight"), dir, &log), 1) << log;
+  EXPECT_NE(log.find("the train_dataset is not the one the checkpoint trained on"), std::string::npos) << log;
+  EXPECT_FALSE(fs::exists(dir / "straight/checkpoint-9")) << "it trained on";
+}
+
+// save_total_limit keeps the newest checkpoints; the log has transformers' grad_norm column
+// (before clipping), empty with --clip 0.
+TEST(LoraFinetune, SaveTotalLimitKeepsTheNewestAndTheLogHasTheGradNorm) {
+  const fs::path base = fixtures() / "tiny_gpt2";
+  ASSERT_TRUE(fs::exists(base / "config.json"));
+  TempDir dir;
+  const std::string common = "--base " + base.string() + " --data " + write_task(dir) +
+                             " --steps 6 --warmup 1 --batch 2 --seq 32 --eval-every 0 --sample-tokens 0 --threads 1 ";
+  std::string log;
+  ASSERT_EQ(finetune(common + "--save-every 2 --save-total-limit 2 --log-every 3 --out " + (dir / "o"), dir, &log), 0)
+      << log;
+  std::vector<std::string> kept;
+  for (const auto& e : fs::directory_iterator(dir / "o"))
+    if (e.path().filename().string().rfind("checkpoint-", 0) == 0) kept.push_back(e.path().filename().string());
+  std::sort(kept.begin(), kept.end());
+  EXPECT_EQ(kept, (std::vector<std::string>{"checkpoint-4", "checkpoint-6"}));
+  EXPECT_TRUE(fs::exists(dir / "o/checkpoint-6/lora_finetune_flags.json"));
+  auto grad_norms = [&](const std::string& csv) {
+    std::vector<std::string> cells;
+    std::istringstream in(read(csv));
+    std::string line;
+    std::getline(in, line);
+    EXPECT_EQ(line.substr(0, line.find(",grad_norm")), "step,epoch,loss,learning_rate");
+    while (std::getline(in, line)) {
+      std::vector<std::string> f;
+      std::stringstream ss(line);
+      for (std::string cell; std::getline(ss, cell, ',');) f.push_back(cell);
+      f.resize(9);
+      if (!f[2].empty()) cells.push_back(f[4]);  // a training row's grad_norm
+    }
+    return cells;
+  };
+  const std::vector<std::string> norms = grad_norms(dir / "o/log.csv");
+  ASSERT_EQ(norms.size(), 2u);  // steps 3 and 6
+  for (const std::string& n : norms) EXPECT_GT(std::stod(n), 0) << n;
+  ASSERT_EQ(finetune(common + "--clip 0 --log-every 3 --out " + (dir / "noclip"), dir, &log), 0) << log;
+  EXPECT_EQ(grad_norms(dir / "noclip/log.csv"), (std::vector<std::string>{"", ""}));
+}
+
 TEST(LoraFinetune, DataTooShortOrNotTextIsAnErrorBeforeStepOneNamingTheFlag) {
   const fs::path base = fixtures() / "tiny_llama";
   ASSERT_TRUE(fs::exists(base / "config.json"));
@@ -288,7 +365,7 @@ TEST(LoraFinetune, DataTooShortOrNotTextIsAnErrorBeforeStepOneNamingTheFlag) {
   EXPECT_EQ(finetune(b + "--data " + (dir / "short.jsonl") + " --seq 64", dir, &log), 2);
   EXPECT_NE(log.find("no training row of --seq 64 tokens"), std::string::npos) << log;
   EXPECT_NE(log.find("lower --seq"), std::string::npos) << log;
-  EXPECT_FALSE(fs::exists(dir / "o/loss.csv")) << "the error comes before step 1";
+  EXPECT_FALSE(fs::exists(dir / "o/log.csv")) << "the error comes before step 1";
   const std::string data = write_task(dir, 12);
   EXPECT_EQ(finetune(b + "--data " + data + " --seq 48 --val-fraction 0.01", dir, &log), 2);
   EXPECT_NE(log.find("--val-fraction 0.01"), std::string::npos) << log;
@@ -322,8 +399,8 @@ TEST(LoraFinetune, TheFirstStepsThroughputIsMeasuredOverTheStepAndALoneValidatio
   ASSERT_TRUE(fs::exists(base / "config.json"));
   TempDir dir;
   ASSERT_EQ(finetune("--base " + base.string() + " --data " + write_task(dir) + " --steps 8 --warmup 1 --batch 2 "
-                     "--seq 32 --eval-every 0 --sample-tokens 0 --threads 1 --out " + (dir / "o"), dir), 0);
-  const auto rows = losses(dir / "o/loss.csv");
+                     "--seq 32 --eval-every 0 --sample-tokens 0 --threads 1 --log-every 1 --out " + (dir / "o"), dir), 0);
+  const auto rows = losses(dir / "o/log.csv");
   ASSERT_GE(rows.size(), 8u);
   // Before, the clock started after the first step: its tokens/s came out thousands of times too high.
   EXPECT_LT(rows[0].tok_s, 10 * rows[7].tok_s);
@@ -406,9 +483,13 @@ TEST(LoraFinetune, FilesAndFlagsAreCheckedBeforeTheModelLoads) {
   refused(b + "--data " + data + " --clip nan", {"--clip wants a finite number in [0, inf), got 'nan'"});
   refused(b + "--data " + data + " --nproc 4294967297", {"--nproc wants an integer in [1, 1024], got '4294967297'"});
   refused(b + "--data " + data + " --eval-batches 4294967297", {"--eval-batches wants an integer in [0, 2147483647]"});
+  refused(b + "--data " + data + " --threads 4294967297", {"--threads wants an integer in [0, 4096], got '4294967297'"});
   refused(b + "--data " + data + " --batch 1099511627776", {"--batch wants an integer in [1, 1048576]"});
   refused(b + "--data " + data + " --grad-accum 1099511627776", {"--grad-accum wants an integer in [1, 1048576]"});
-  refused(b + "--data " + data + " --resume", {"--resume: no checkpoint at"});
+  refused(b + "--data " + data + " --resume", {"--resume: no checkpoint in --out", "--resume <its out>/checkpoint-<step>"});
+  refused(b + "--data " + data + " --resume " + (dir / "nowhere"), {"is not a checkpoint folder"});
+  refused(b + "--data " + data + " --warmup 2", {"--warmup 2 is not below --steps 2", "peak learning rate"});
+  refused(b + "--data " + data + " --lr-scheduler cosine_with_restarts", {"--lr-scheduler wants linear, cosine"});
   EXPECT_EQ(log.find("error: stoll"), std::string::npos) << log;
 }
 
@@ -426,5 +507,40 @@ TEST(LoraFinetune, ATokenFileWithIdsBeyondTheEmbeddingIsRefusedBeforeTraining) {
   EXPECT_NE(log.find("--data '" + (dir / "t.bin") + "' holds token id 1000, outside the model's embedding of 601 rows"),
             std::string::npos)
       << log;
-  EXPECT_FALSE(fs::exists(dir / "o/loss.csv"));
+  EXPECT_FALSE(fs::exists(dir / "o/log.csv"));
 }
+
+// Conversations pack as Layout::PackSeparate unless --layout says otherwise: each conversation
+// attends only to itself, and the training and validation losses are finite.
+TEST(LoraFinetune, ChatDataPacksEachConversationSeparatelyByDefault) {
+  TempDir dir;
+  const fs::path base = dir / "base";
+  fs::create_directories(base);
+  for (const char* f : {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json"})
+    fs::copy_file(fixtures() / "tiny_llama" / f, base / f);
+  write(base / "tokenizer_config.json",
+        R"({"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",)"
+        R"( "chat_template": "{% for m in messages %}{% if m.role == 'assistant' %}{% generation %}{{ m.content }})"
+        R"({{ eos_token }}{% endgeneration %}{% else %}{{ m.content }}{% endif %}{% endfor %}"})");
+  std::string chat;
+  const char* names[] = {"alice", "bob", "carol", "dave", "erin"};
+  for (int i = 0; i < 60; ++i)
+    chat += std::string(R"({"messages": [{"role": "user", "content": "what does )") + names[i % 5] +
+            R"( like?"}, {"role": "assistant", "content": ")" + names[i % 5] + " likes " +
+            std::string(i % 3 ? "tea" : "long walks by the river in the evening") + R"(."}]})" + "\n";
+  write(dir / "chat.jsonl", chat);
+  const std::string args = "--base " + base.string() + " --data " + (dir / "chat.jsonl") +
+                           " --steps 3 --batch 2 --seq 64 --threads 2 --eval-every 3 --sample-tokens 0 --out ";
+  for (const char* layout : {"", "pack"}) {
+    SCOPED_TRACE(*layout ? layout : "auto");
+    std::string log;
+    const std::string out = dir / (std::string("out-") + layout);
+    ASSERT_EQ(finetune(args + out + (*layout ? std::string(" --layout ") + layout : std::string()), dir, &log), 0) << log;
+    EXPECT_NE(log.find(std::string("tokens (") + (*layout ? layout : "pack-separate") + ")"), std::string::npos) << log;
+    for (const LossRow& r : losses(out + "/loss.csv")) EXPECT_TRUE(std::isfinite(r.loss)) << r.split << " " << r.step;
+  }
+  std::string log;
+  EXPECT_EQ(finetune(args + (dir / "o") + " --layout packed", dir, &log), 2);
+  EXPECT_NE(log.find("--layout wants auto, pack, pad or pack-separate, got 'packed'"), std::string::npos) << log;
+}
+

@@ -15,7 +15,7 @@
 #include "ops/cast.h"
 #include "ops/cross_entropy.h"
 #include "ops/reduce.h"
-#include "ops/rope.h"
+#include "ops/apply_rotary.h"
 #include "ops/shape.h"
 #include "ops/unary.h"
 #include "optim/optimizer.h"

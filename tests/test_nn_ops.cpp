@@ -8,7 +8,7 @@
 #include <limits>
 #include <string>
 
-#include "core/philox.h"
+#include "core/detail/philox.h"
 #include "tapegrad.h"
 #include "testing/testing.h"
 #include "tests/test_support.h"

@@ -11,7 +11,7 @@
 
 #include "core/factory.h"
 #include "core/primitives.h"
-#include "nn/checkpoint.h"
+#include "nn/state_dict.h"
 #include "io/file.h"
 #include "io/json.h"
 #include "io/safetensors.h"

@@ -1,6 +1,7 @@
 // train::Trainer on a tiny Llama with LoRA on the CPU: the loss falls, a resumed run is bitwise the
 // uninterrupted one, save_total_limit, extending a finished run, the data fingerprint, argument
-// validation, the callbacks' order, evaluate() against a hand-computed mean, and the schedules.
+// validation, the callbacks' order, evaluate() against a hand-computed mean, the schedules, and
+// packed rows (Layout::PackSeparate) trained with their position ids, on one rank or several.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,6 +13,7 @@
 #include "core/factory.h"
 #include "distributed/fake_communicator.h"
 #include "nn/llama.h"
+#include "nn/quantization.h"
 #include "peft/lora.h"
 #include "tests/test_support.h"
 #include "train/checkpoint.h"
@@ -55,7 +57,8 @@ std::shared_ptr<nn::LlamaForCausalLM> lora_model(double dropout = 0.0, uint64_t 
 }
 
 // Examples whose next token follows from the current one (t -> 3t + 1 mod V): learnable.
-std::shared_ptr<data::SequenceDataset> pattern_rows(int examples = 40, int32_t changed_token = -1) {
+std::shared_ptr<data::SequenceDataset> pattern_rows(int examples = 40, int32_t changed_token = -1,
+                                                    data::Layout layout = data::Layout::Pack) {
   std::vector<std::vector<int32_t>> ids;
   for (int e = 0; e < examples; ++e) {
     std::vector<int32_t> x{static_cast<int32_t>(e % kVocab)};
@@ -63,7 +66,18 @@ std::shared_ptr<data::SequenceDataset> pattern_rows(int examples = 40, int32_t c
     ids.push_back(x);
   }
   if (changed_token >= 0) ids[examples - 1][5] = changed_token;
-  return std::make_shared<data::SequenceDataset>(data::corpus_from_examples(ids), kSeq, data::Layout::Pack);
+  return std::make_shared<data::SequenceDataset>(data::corpus_from_examples(ids), kSeq, layout);
+}
+
+// Short examples of 2 to 5 tokens of the pattern, packed whole into rows (Layout::PackSeparate).
+std::shared_ptr<data::SequenceDataset> packed_rows(int examples = 40) {
+  std::vector<std::vector<int32_t>> ids;
+  for (int e = 0; e < examples; ++e) {
+    std::vector<int32_t> x{static_cast<int32_t>((e * 7) % kVocab)};
+    for (int t = 1; t < 2 + e % 4; ++t) x.push_back((x.back() * 3 + 1) % kVocab);
+    ids.push_back(x);
+  }
+  return std::make_shared<data::SequenceDataset>(data::corpus_from_examples(ids), kSeq, data::Layout::PackSeparate);
 }
 
 TrainingArguments args_in(const TempDir& dir, int64_t max_steps) {
@@ -123,6 +137,13 @@ TEST(Trainer, TinyLlamaLoraLossFalls) {
   EXPECT_TRUE(fs::exists(dir / "out/checkpoint-40/adapter_model.safetensors"));
 }
 
+// The printed row is short (the files keep every digit), the epoch last.
+TEST(Trainer, ALogRowPrintsOnOneShortLine) {
+  EXPECT_EQ(train::TrainLog::console_line({10, {{"loss", 2.3141592653}, {"epoch", 0.5}, {"learning_rate", 2e-4},
+                                                {"grad_norm", 0.123456789}}}),
+            "step 10 | grad_norm 0.12346 | learning_rate 0.0002 | loss 2.3142 | epoch 0.5");
+}
+
 // With LoRA dropout (the default generator) and gradient accumulation (the data position).
 TEST(Trainer, ResumedRunIsBitwiseTheUninterruptedOne) {
   TempDir dir;
@@ -156,6 +177,7 @@ TEST(Trainer, ResumedRunIsBitwiseTheUninterruptedOne) {
   const std::string ja = read(a + "/out/log.jsonl"), jb = read(b + "/out/log.jsonl");
   EXPECT_EQ(std::count(ja.begin(), ja.end(), '\n'), 20);
   EXPECT_EQ(std::count(jb.begin(), jb.end(), '\n'), 20);
+  EXPECT_EQ(read(b + "/out/loss.svg"), read(a + "/out/loss.svg")) << "the resumed run's curve is not the whole run's";
 }
 
 TEST(Trainer, SaveTotalLimitKeepsTheNewestCheckpoints) {
@@ -277,7 +299,8 @@ TEST(Trainer, EveryArgumentIsValidatedByName) {
   EXPECT_ERROR_HAS(Trainer(lora_model(), pattern_rows(), args).train(),
                    "warmup_steps 15 >= the max_steps of num_train_epochs 15");
   args.bf16 = true;
-  EXPECT_ERROR_HAS(Trainer(lora_model(), pattern_rows(), args), "bf16", "is float32", "model->to(tg::kBFloat16)");
+  auto everything_trains = std::make_shared<nn::LlamaForCausalLM>(tiny_config());
+  EXPECT_ERROR_HAS(Trainer(everything_trains, pattern_rows(), args), "bf16", "every parameter trains", "full fine-tuning");
   args.bf16 = false;
   args.cuda_graph = "on";
   args.warmup_steps = 0;
@@ -356,6 +379,113 @@ TEST(Trainer, EvaluateIsTheTokenWeightedMeanLoss) {
   EXPECT_ERROR_HAS(no_eval.evaluate(), "evaluate", "no eval_dataset");
 }
 
+// bf16 by the flag is peft's layout made by hand (the base cast before apply_lora): the same
+// adapters, the same dtypes, the same losses bit for bit.
+TEST(Trainer, Bf16CastsTheFrozenBaseAndKeepsTheAdaptersFloat32) {
+  TempDir dir;
+  TrainingArguments args = args_in(dir, 4);
+  args.bf16 = true;
+  auto by_flag = lora_model();
+  const std::vector<float> adapters = trainable_values(*by_flag);
+  args.output_dir = dir / "flag";
+  Trainer flag(by_flag, pattern_rows(), args);
+  EXPECT_EQ(trainable_values(*by_flag), adapters) << "the float32 adapters were rounded";
+  for (const auto& [name, p] : by_flag->named_parameters())
+    EXPECT_EQ(p.dtype(), p.requires_grad() ? kFloat32 : kBFloat16) << name;
+  for (const auto& [name, b] : by_flag->named_buffers())
+    if (is_floating_point(b.dtype())) EXPECT_EQ(b.dtype(), kBFloat16) << name;
+  flag.train();
+
+  Generator gen(7);
+  auto by_hand = std::make_shared<nn::LlamaForCausalLM>(tiny_config(), gen);
+  by_hand->to(kBFloat16);
+  peft::apply_lora(*by_hand,
+                   {.r = 4, .lora_alpha = 8, .target_modules = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                                                "up_proj", "down_proj"}},
+                   gen);
+  args.output_dir = dir / "hand";
+  Trainer hand(by_hand, pattern_rows(), args);
+  hand.train();
+  const std::vector<double> losses = train_losses(flag.state());
+  EXPECT_EQ(losses, train_losses(hand.state()));
+  for (double l : losses) EXPECT_TRUE(std::isfinite(l));
+  EXPECT_EQ(trainable_values(*by_flag), trainable_values(*by_hand));
+}
+
+// QLoRA under bf16: the 4-bit layers' quantisation state stays float32 (bitsandbytes' layout; a
+// cast would break their dequantisation), everything else frozen is bfloat16, and it trains.
+TEST(Trainer, Bf16KeepsTheQuantisationStateOfA4BitBaseFloat32) {
+  TempDir dir;
+  Generator gen(7);
+  auto model = std::make_shared<nn::LlamaForCausalLM>(tiny_config(), gen);
+  model->to(kBFloat16);
+  nn::replace_with_4bit_linear(*model, {.load_in_4bit = true});
+  peft::apply_lora(*model, {.r = 4, .lora_alpha = 8}, gen);
+  std::map<std::string, DType> before;
+  for (const auto& [name, b] : model->named_buffers()) before[name] = b.dtype();
+  TrainingArguments args = args_in(dir, 3);
+  args.bf16 = true;
+  Trainer trainer(model, pattern_rows(), args);
+  size_t quant_state = 0;
+  for (const auto& [name, b] : model->named_buffers()) {
+    const bool kept = name.find("absmax") != std::string::npos || name.find("quant_map") != std::string::npos ||
+                      name.find("workspace") != std::string::npos;
+    quant_state += kept;
+    EXPECT_EQ(b.dtype(), kept ? before[name] : kBFloat16) << name;
+  }
+  EXPECT_GT(quant_state, 0u);
+  trainer.train();
+  const std::vector<double> losses = train_losses(trainer.state());
+  ASSERT_EQ(losses.size(), 3u);
+  for (double loss : losses) EXPECT_TRUE(std::isfinite(loss));
+}
+
+// evaluate() after train() (and on another dataset, with its own prefix) is logged like the
+// in-run evaluations: the CSV, the JSON lines and the loss curve's markers.
+TEST(Trainer, EvaluateAfterTrainIsLoggedAndDrawn) {
+  TempDir dir;
+  auto rows = pattern_rows();
+  TrainingArguments args = args_in(dir, 4);
+  args.eval_steps = 2;
+  Trainer trainer(lora_model(), rows, args, rows);
+  trainer.train();
+  const LogEntry end = trainer.evaluate();
+  const LogEntry other = trainer.evaluate(pattern_rows(8), "eval_small");
+  EXPECT_TRUE(other.has("eval_small_loss") && other.has("eval_small_perplexity") && other.has("eval_small_tokens"));
+  EXPECT_FALSE(other.has("eval_loss"));
+  const std::string jsonl = read(dir / "out/log.jsonl");
+  EXPECT_EQ(std::count(jsonl.begin(), jsonl.end(), '\n'), 4 + 2 + 2);  // steps, in-run evaluations, these two
+  EXPECT_NE(jsonl.find(end.json()), std::string::npos);
+  const std::string csv = read(dir / "out/log.csv");
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 1 + 4 + 2 + 2);
+  const std::string svg = read(dir / "out/loss.svg");
+  size_t markers = 0;
+  for (size_t at = svg.find("<circle"); at != std::string::npos; at = svg.find("<circle", at + 1)) ++markers;
+  EXPECT_EQ(markers, 3u);  // eval_loss at steps 2, 4 and after train()
+  EXPECT_NE(svg.find("optimizer step"), std::string::npos);
+
+TEST(Trainer, PackedRowsTrainWithTheirPositionIds) {
+  // A step's loss on PackSeparate rows is the model's loss given the rows' position ids (each
+  // example alone: tests/test_packing.cpp), not the loss of the rows read as one sequence.
+  TempDir dir;
+  auto rows = packed_rows();
+  TrainingArguments args = args_in(dir, 1);
+  const data::Batch first = rows->batch(0, args.per_device_train_batch_size, static_cast<uint64_t>(args.seed), Device::cpu());
+  double separate = 0, crossed = 0;
+  {
+    NoGradGuard no_grad;
+    auto before = lora_model();
+    separate = before->loss(first.ids, first.labels, first.position_ids).item<double>();
+    crossed = before->loss(first.ids, first.labels).item<double>();
+  }
+  Trainer trainer(lora_model(), rows, args, rows);
+  trainer.train();
+  ASSERT_EQ(train_losses(trainer.state()).size(), 1u);
+  EXPECT_NEAR(train_losses(trainer.state())[0], separate, 1e-6);
+  EXPECT_GT(std::abs(separate - crossed), 1e-4);
+  EXPECT_TRUE(std::isfinite(trainer.evaluate().at("eval_loss")));
+}
+
 TEST(Trainer, SaveModelWritesThePeftAdapter) {
   TempDir dir;
   auto model = lora_model();
@@ -389,53 +519,60 @@ TEST(Trainer, SchedulesAreTransformers) {
 // Two ranks (threads of a FakeGroup) of 2 rows each train as one process of 4 rows: the same
 // global batches, the gradients averaged (to float rounding: the sums run in another order).
 TEST(Trainer, DataParallelRanksTrainAsOneProcess) {
-  TempDir dir;
-  TrainingArguments args = args_in(dir, 6);
-  args.output_dir = dir / "one";
-  auto single = lora_model();
-  Trainer one(single, pattern_rows(), args);
-  one.train();
+  for (bool packed : {false, true}) {  // PackSeparate: each rank takes its rows' position ids
+    SCOPED_TRACE(packed ? "PackSeparate" : "Pack");
+    auto rows = [packed] { return packed ? packed_rows() : pattern_rows(); };
+    TempDir dir;
+    TrainingArguments args = args_in(dir, 6);
+    args.output_dir = dir / "one";
+    auto single = lora_model();
+    Trainer one(single, rows(), args);
+    one.train();
 
-  args.output_dir = dir / "ranks";
-  args.per_device_train_batch_size = 2;
-  std::vector<std::shared_ptr<nn::LlamaForCausalLM>> models = {lora_model(), lora_model()};
-  std::vector<std::vector<double>> losses(2);
-  distributed::FakeGroup::run(2, [&](distributed::Communicator& comm) {
-    Trainer rank(models[comm.rank()], pattern_rows(), args);
-    rank.use_communicator(comm);
-    rank.train();
-    losses[comm.rank()] = train_losses(rank.state());
-  });
-  const std::vector<double> want = train_losses(one.state());
-  ASSERT_EQ(losses[0].size(), want.size());
-  for (size_t i = 0; i < want.size(); ++i) {
-    EXPECT_NEAR(losses[0][i], want[i], 1e-5) << "step " << i + 1;
-    EXPECT_EQ(losses[1][i], losses[0][i]);  // every rank logs the global loss
+    args.output_dir = dir / "ranks";
+    args.per_device_train_batch_size = 2;
+    std::vector<std::shared_ptr<nn::LlamaForCausalLM>> models = {lora_model(), lora_model()};
+    std::vector<std::vector<double>> losses(2);
+    distributed::FakeGroup::run(2, [&](distributed::Communicator& comm) {
+      Trainer rank(models[comm.rank()], rows(), args);
+      rank.use_communicator(comm);
+      rank.train();
+      losses[comm.rank()] = train_losses(rank.state());
+    });
+    const std::vector<double> want = train_losses(one.state());
+    ASSERT_EQ(losses[0].size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_NEAR(losses[0][i], want[i], 1e-5) << "step " << i + 1;
+      EXPECT_EQ(losses[1][i], losses[0][i]);  // every rank logs the global loss
+    }
+    const std::vector<float> a = trainable_values(*single), b = trainable_values(*models[0]);
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5);
+    EXPECT_EQ(trainable_values(*models[1]), b);
+    EXPECT_TRUE(fs::exists(dir / "ranks/checkpoint-6/training_state.safetensors"));  // rank 0 wrote it
   }
-  const std::vector<float> a = trainable_values(*single), b = trainable_values(*models[0]);
-  ASSERT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5);
-  EXPECT_EQ(trainable_values(*models[1]), b);
-  EXPECT_TRUE(fs::exists(dir / "ranks/checkpoint-6/training_state.safetensors"));  // rank 0 wrote it
 }
 
 // On the GPU the captured step's replays are the eager steps bit for bit (the lead's GPU run).
 TEST(Trainer, CudaGraphRunEqualsTheEagerOneOnTheGpu) {
   if (!cuda_is_available()) GTEST_SKIP() << "no CUDA device";
   TempDir dir;
-  std::vector<std::vector<float>> weights;
-  for (const char* graph : {"off", "on"}) {
-    TrainingArguments args = args_in(dir, 8);
-    args.use_cpu = false;
-    args.cuda_graph = graph;
-    args.output_dir = dir / graph;
-    auto model = lora_model();
-    Trainer trainer(model, pattern_rows(), args);
-    trainer.train();
-    EXPECT_EQ(trainer.uses_cuda_graph(), std::string(graph) == "on");
-    weights.push_back(trainable_values(*model));
+  for (bool packed : {false, true}) {  // PackSeparate rows: the graph replays their position ids too
+    SCOPED_TRACE(packed ? "PackSeparate" : "Pack");
+    std::vector<std::vector<float>> weights;
+    for (const char* graph : {"off", "on"}) {
+      TrainingArguments args = args_in(dir, 8);
+      args.use_cpu = false;
+      args.cuda_graph = graph;
+      args.output_dir = dir / (std::string(graph) + (packed ? "-packed" : ""));
+      auto model = lora_model();
+      Trainer trainer(model, packed ? packed_rows() : pattern_rows(), args);
+      trainer.train();
+      EXPECT_EQ(trainer.uses_cuda_graph(), std::string(graph) == "on");
+      weights.push_back(trainable_values(*model));
+    }
+    EXPECT_EQ(weights[0], weights[1]);
   }
-  EXPECT_EQ(weights[0], weights[1]);
 }
 
 }  // namespace

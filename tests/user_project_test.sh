@@ -7,8 +7,18 @@ src=$1 build=$2
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cmake --install "$build" --prefix "$work/prefix" >/dev/null
+# The package holds the public headers only: tapegrad.h reaches each one (testing/testing.h is
+# tapegrad::testing's), and it compiles with the installed headers alone, so no public header
+# includes an internal one.
+inc=$work/prefix/include/tapegrad
+deps=$(${CXX:-c++} -std=c++20 -MM -I"$inc" -x c++ "$inc/tapegrad.h" | tr -s ' \\\n' '\n\n\n')
+unreached=$(cd "$inc" && find . -name '*.h' ! -path ./tapegrad.h ! -path ./testing/testing.h | sed 's|^\./||' |
+  while read -r h; do grep -qxF "$inc/$h" <<<"$deps" || echo "$h"; done)
+[ -z "$unreached" ] || { echo "installed but not reached from tapegrad.h (internal? then name it so):" $unreached >&2; exit 1; }
+echo "installed headers: $(cd "$inc" && find . -name '*.h' | wc -l), every one reached from tapegrad.h"
 cmake -S "$src/examples/user_project" -B "$work/b" -DCMAKE_PREFIX_PATH="$work/prefix" -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$work/b" -j2 >/dev/null
+"$work/b/public_ops"
 # docs/huggingface.md's fine-tune of a Hugging Face folder, on the tiny Llama fixture and a small task.
 folder=${TG_TOKENIZER_FIXTURES:-$src/tests/fixtures/tokenizers}/tiny_llama
 for i in $(seq 1 60); do

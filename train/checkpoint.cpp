@@ -2,10 +2,13 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <limits>
+#include <optional>
 
 #include "core/autograd.h"
 #include "core/generator.h"
 #include "core/primitives.h"
+#include "io/number.h"
 #include "io/safetensors.h"
 
 namespace tg::train {
@@ -37,14 +40,22 @@ CheckpointMetadata training_state_metadata(const std::string& path) {
 
 int64_t load_training_state(const std::string& path, nn::Module& model, optim::Optimizer& opt) {
   auto loaded = safetensors::load_file_with_metadata(path);
+  // The metadata first: a bad field leaves the model and optimizer untouched.
   auto meta = [&](const char* key) {
     auto it = loaded.metadata.find(key);
     TG_CHECK(it != loaded.metadata.end(), "load_training_state", "'", path, "' lacks '", key,
              "' in its metadata: not a training state");
     return it->second;
   };
-  const int64_t step = std::stoll(meta("step"));
-  const uint64_t rng_seed = std::stoull(meta("rng_seed")), rng_offset = std::stoull(meta("rng_offset"));
+  auto number = [&]<class T>(const char* key, T) {
+    const std::string text = meta(key);
+    const std::optional<T> v = io::parse_integer<T>(text);
+    TG_CHECK(v.has_value() && *v >= 0, "load_training_state", "'", path, "' metadata ", key, "='", text,
+             "' is not an integer in [0, ", std::numeric_limits<T>::max(), "]");
+    return *v;
+  };
+  const int64_t step = number("step", int64_t{});
+  const uint64_t rng_seed = number("rng_seed", uint64_t{}), rng_offset = number("rng_offset", uint64_t{});
   NoGradGuard no_grad;
   for (const auto& [name, p] : model.named_trainable_parameters()) {
     auto it = loaded.tensors.find("param/" + name);
@@ -52,8 +63,8 @@ int64_t load_training_state(const std::string& path, nn::Module& model, optim::O
              "' (was it written for another model or LoRA setting?)");
     TG_CHECK(it->second.shape() == p.shape(), "load_training_state", "parameter '", name, "' is ", it->second.shape(),
              " in '", path, "', the model has ", p.shape());
-    copy_(p, it->second);
   }
+  for (const auto& [name, p] : model.named_trainable_parameters()) copy_(p, loaded.tensors.at("param/" + name));
   optim::OptimizerState optim_state;
   for (const auto& [key, t] : loaded.tensors)
     if (key.rfind("optim/", 0) == 0) optim_state[key.substr(6)] = t;

@@ -54,6 +54,8 @@ DataFingerprint fingerprint(const data::SequenceDataset& dataset) {
       const data::Batch b = dataset.rows_batch(first, std::min(kChunk, end - first), Device::cpu());
       for (int64_t id : b.ids.to_vector<int64_t>()) mix(h, id);
       for (int64_t label : b.labels.to_vector<int64_t>()) mix(h, label);
+      if (b.position_ids.defined())  // where the documents of packed rows start
+        for (int64_t p : b.position_ids.to_vector<int64_t>()) mix(h, p);
     }
     f.segments.push_back(h);
   }

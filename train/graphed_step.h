@@ -14,17 +14,18 @@ namespace tg::train {
 
 class GraphedStep {
  public:
-  // step(ids, labels) -> its outputs (the loss, the gradient norm): the whole step (zero_grad,
-  // forward, backward, clipping, optimizer) with fixed shapes, no dropout and no host reads.
-  // Disabled: every call runs it eagerly.
-  using Fn = std::function<std::vector<Tensor>(const Tensor& ids, const Tensor& labels)>;
+  // step(ids, labels, position_ids) -> its outputs (the loss, the gradient norm): the whole step
+  // (zero_grad, forward, backward, clipping, optimizer) with fixed shapes, no dropout and no host
+  // reads. position_ids: packed rows' (data::Batch), else undefined. Disabled: every call runs it
+  // eagerly.
+  using Fn = std::function<std::vector<Tensor>(const Tensor& ids, const Tensor& labels, const Tensor& position_ids)>;
   GraphedStep(bool enabled, Fn step) : enabled_(enabled), step_(std::move(step)) {}
 
   // The first call runs eagerly (the warm-up a capture needs: cuBLAS, the optimizer's state); the
   // second captures and every call from then on copies the batch into the captured inputs and
   // replays. On replays the outputs are the graph's tensors, overwritten by the next call.
   // tg::Error when a batch's shape differs from the captured one's.
-  std::vector<Tensor> operator()(const Tensor& ids, const Tensor& labels);
+  std::vector<Tensor> operator()(const Tensor& ids, const Tensor& labels, const Tensor& position_ids = Tensor());
   bool enabled() const { return enabled_; }
   bool replaying() const { return graph_ != nullptr; }
 
@@ -32,7 +33,7 @@ class GraphedStep {
   bool enabled_;
   Fn step_;
   bool warmed_up_ = false;
-  Tensor ids_, labels_;
+  Tensor ids_, labels_, position_ids_;
   std::vector<Tensor> outputs_;
   std::unique_ptr<cuda::CUDAGraph> graph_;
 };

@@ -65,12 +65,12 @@ const char* TrainLog::csv_header() {
   return "step,epoch,loss,learning_rate,grad_norm,tokens_per_second,eval_loss,eval_perplexity,eval_tokens";
 }
 
-TrainLog::TrainLog(const std::string& dir, int64_t max_steps, int64_t resume_step, bool live)
+TrainLog::TrainLog(const std::string& dir, int64_t max_steps, int64_t keep_until, bool live)
     : max_steps_(max_steps), live_(live && isatty(STDERR_FILENO) != 0), start_(std::chrono::steady_clock::now()) {
   if (dir.empty()) return;
   std::filesystem::create_directories(dir);
-  open_log(csv_, dir + "/log.csv", csv_header(), resume_step, csv_step);
-  open_log(jsonl_, dir + "/log.jsonl", "", resume_step, jsonl_step);
+  open_log(csv_, dir + "/log.csv", csv_header(), keep_until, csv_step);
+  open_log(jsonl_, dir + "/log.jsonl", "", keep_until, jsonl_step);
 }
 
 void TrainLog::step(int64_t step, double loss, double lr, int64_t tokens) {
@@ -103,9 +103,22 @@ void TrainLog::log(const LogEntry& entry) {
     }
     csv_ << "\n" << std::flush;
   }
-  const std::string line = entry.json();
-  if (jsonl_) jsonl_ << line << "\n" << std::flush;
-  note(line);
+  if (jsonl_) jsonl_ << entry.json() << "\n" << std::flush;
+  note(console_line(entry));
+}
+
+std::string TrainLog::console_line(const LogEntry& entry) {
+  // Five significant digits (the files keep every bit); the epoch last.
+  auto value = [](const std::string& key, double v) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, " | %s %.5g", key.c_str(), v);
+    return std::string(buf);
+  };
+  std::string line = "step " + std::to_string(entry.step);
+  for (const auto& [k, v] : entry.values)
+    if (k != "epoch") line += value(k, v);
+  if (entry.has("epoch")) line += value("epoch", entry.at("epoch"));
+  return line;
 }
 
 void TrainLog::note(const std::string& line) {

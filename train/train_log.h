@@ -1,6 +1,6 @@
 // The Trainer's logs: every LogEntry as a row of <dir>/log.csv and a line of <dir>/log.jsonl
-// (transformers' log_history), printed as a line on stdout, and while stderr is a terminal a live
-// progress line there (step, loss, lr, tokens/s, elapsed, ETA), redrawn after each step.
+// (transformers' log_history), printed as a line on stdout (console_line), and while stderr is a
+// terminal a live progress line there (step, loss, lr, tokens/s, elapsed, ETA), redrawn each step.
 #pragma once
 
 #include <chrono>
@@ -14,9 +14,9 @@ namespace tg::train {
 
 class TrainLog {
  public:
-  // dir "": print only (a rank other than 0). resume_step > 0 continues the files of an earlier
-  // run: its rows up to that step stay, later ones (steps being redone) go.
-  TrainLog(const std::string& dir, int64_t max_steps, int64_t resume_step, bool live);
+  // dir "": print only (a rank other than 0). keep_until > 0 continues the files of an earlier
+  // run: its rows up to that step stay, later ones (steps being redone) go; 0 starts them afresh.
+  TrainLog(const std::string& dir, int64_t max_steps, int64_t keep_until, bool live);
 
   // One optimizer step done over `tokens` tokens: redraws the live line.
   void step(int64_t step, double loss, double lr, int64_t tokens);
@@ -26,6 +26,8 @@ class TrainLog {
   // Ends the live line and flushes the files.
   void finish();
   static const char* csv_header();
+  // "step 10 | learning_rate 0.0002 | loss 2.3141 | ... | epoch 0.5": a row as printed.
+  static std::string console_line(const LogEntry& entry);
 
  private:
   void clear_live_line();

@@ -13,6 +13,7 @@
 #include "distributed/init.h"
 #include "io/file.h"
 #include "nn/architecture.h"
+#include "nn/norm.h"
 #include "nn/pretrained.h"
 #include "ops/cast.h"
 #include "ops/shape.h"
@@ -20,6 +21,7 @@
 #include "optim/clip_grad.h"
 #include "train/checkpoint.h"
 #include "train/graphed_step.h"
+#include "train/loss_svg.h"
 #include "train/lr_schedule.h"
 #include "train/train_log.h"
 
@@ -34,7 +36,7 @@ constexpr const char* kArgs = "TrainingArguments";
 std::vector<optim::ParamGroupSpec> param_groups(nn::CausalLM& model, double weight_decay) {
   std::set<std::string> no_decay;
   for (const auto& [path, m] : model.named_modules()) {
-    const bool norm = m->type_name().find("Norm") != std::string::npos;
+    const bool norm = nn::is_norm(*m);
     for (const auto& [name, p] : m->named_parameters(/*recurse=*/false))
       if (norm || name == "bias") no_decay.insert(path.empty() ? name : path + "." + name);
   }
@@ -47,18 +49,15 @@ std::vector<optim::ParamGroupSpec> param_groups(nn::CausalLM& model, double weig
   return groups;
 }
 
-// bf16 describes the model's layout (peft's mixed precision); the Trainer does not cast it.
-void check_precision(const nn::CausalLM& model, bool bf16) {
-  if (!bf16) return;
+// bf16: the frozen base in bfloat16, the trainable weights in float32 (peft's autocast_adapter_dtype).
+// A 4-bit layer's quantisation state stays float32, as bitsandbytes keeps it (its buffers keep their dtype).
+void cast_for_bf16(nn::CausalLM& model) {
   bool frozen = false;
-  for (const auto& [name, p] : model.named_parameters()) {
-    if (p.requires_grad() || !is_floating_point(p.dtype())) continue;
-    frozen = true;
-    TG_CHECK(p.dtype() == kBFloat16, kArgs, "bf16 is true but the frozen parameter '", name, "' is ", p.dtype(),
-             ": cast the base with model->to(tg::kBFloat16) before peft::apply_lora (the adapters stay float32)");
-  }
+  for (const auto& [name, p] : model.named_parameters()) frozen |= !p.requires_grad() && is_floating_point(p.dtype());
   TG_CHECK(frozen, kArgs, "bf16 is true but every parameter trains: bf16 is a bfloat16 frozen base with float32 ",
            "trainable weights (for bfloat16 full fine-tuning cast the model to tg::kBFloat16 and leave bf16 false)");
+  model.to(kBFloat16, [](const std::string&, const Tensor& t) { return !t.requires_grad(); });
+  model.to(kFloat32, [](const std::string&, const Tensor& t) { return t.requires_grad(); });
 }
 
 std::string meta_at(const CheckpointMetadata& meta, const std::string& key, const std::string& file) {
@@ -102,23 +101,26 @@ Trainer::Trainer(std::shared_ptr<nn::CausalLM> model, std::shared_ptr<const data
              context, " (", model_->dims().context_field, ")");
   }
   device_ = args_.use_cpu ? Device::cpu() : default_device();
-  if (distributed::launched()) {
+  if (distributed::launched()) {  // the rank's GPU now; the group is joined by train()
     TG_CHECK(!args_.use_cpu, kArgs, "use_cpu with data parallelism: the ranks reduce over NCCL, one GPU each");
-    own_comm_ = distributed::init(&device_);
+    const distributed::LaunchInfo launch = distributed::launch_info();
+    distributed::check_can_join(launch);
+    device_ = Device::cuda(launch.local_rank);
   }
+  TG_CHECK(!model_->trainable_parameters().empty(), kWhere, "the model has no trainable parameter (wrap it with ",
+           "peft::apply_lora, or leave its weights trainable for full fine-tuning)");
+  if (args_.bf16) cast_for_bf16(*model_);
   model_->to(device_);
   model_->train();
   if (args_.gradient_checkpointing) model_->gradient_checkpointing_enable();
-  check_precision(*model_, args_.bf16);
-  TG_CHECK(!model_->trainable_parameters().empty(), kWhere, "the model has no trainable parameter (wrap it with ",
-           "peft::apply_lora, or leave its weights trainable for full fine-tuning)");
   optimizer_ = std::make_unique<optim::AdamW>(
       param_groups(*model_, args_.weight_decay),
       optim::AdamWOptions{.lr = args_.learning_rate, .beta1 = args_.adam_beta1, .beta2 = args_.adam_beta2,
                           .eps = args_.adam_epsilon, .weight_decay = args_.weight_decay});
   for (const optim::ParamGroup& g : optimizer_->param_groups()) base_lrs_.push_back(g.lr);
-  if (own_comm_) use_communicator(*own_comm_);
 }
+
+Trainer::~Trainer() = default;
 
 void Trainer::use_communicator(distributed::Communicator& comm) {
   TG_CHECK(comm_ == nullptr, kWhere, "use_communicator: the Trainer already trains data-parallel");
@@ -150,7 +152,8 @@ std::vector<double> Trainer::sum_over_ranks(std::vector<double> values) const {
 data::Batch Trainer::shard(const data::Batch& global) const {
   const int64_t n = args_.per_device_train_batch_size;
   auto rows = [&](const Tensor& t) { return contiguous(slice(t, 0, rank_ * n, (rank_ + 1) * n)); };
-  data::Batch out{to(rows(global.ids), device_), to(rows(global.labels), device_), 0};
+  data::Batch out{to(rows(global.ids), device_), to(rows(global.labels), device_), 0,
+                  global.position_ids.defined() ? to(rows(global.position_ids), device_) : Tensor()};
   // As the dataset counts them: positions after a row's first whose label is not ignored.
   const std::vector<int64_t> labels = rows(global.labels).to_vector<int64_t>();
   const int64_t seq = global.labels.size(1);
@@ -159,13 +162,36 @@ data::Batch Trainer::shard(const data::Batch& global) const {
   return out;
 }
 
+TrainLog& Trainer::train_log() {
+  // Outside train() (an evaluate() after it): appended to the files, every row of them kept.
+  if (!log_)
+    log_ = std::make_unique<TrainLog>(main_process() ? args_.output_dir : "", state_.max_steps, INT64_MAX,
+                                      !args_.disable_tqdm);
+  return *log_;
+}
+
+void Trainer::write_loss_curve() const {
+  if (!main_process()) return;
+  LossSeries train{"train", {}, false}, eval{"evaluation", {}, true};
+  for (const LogEntry& e : state_.log_history) {
+    if (e.has("loss")) train.points.emplace_back(static_cast<double>(e.step), e.at("loss"));
+    if (e.has("eval_loss")) eval.points.emplace_back(static_cast<double>(e.step), e.at("eval_loss"));
+  }
+  write_loss_svg((fs::path(args_.output_dir) / "loss.svg").string(), "loss", {train, eval});
+}
+
 void Trainer::log(const LogEntry& entry) {
   state_.log_history.push_back(entry);
-  if (log_ && main_process()) log_->log(entry);
+  if (main_process()) train_log().log(entry);
+  if (entry.has("eval_loss")) write_loss_curve();
   for (auto& cb : callbacks_) cb->on_log(state_, entry);
 }
 
 TrainOutput Trainer::train() {
+  if (!comm_ && distributed::launched()) {
+    own_comm_ = distributed::init();
+    use_communicator(*own_comm_);
+  }
   const int64_t accum = args_.gradient_accumulation_steps, global_batch = args_.per_device_train_batch_size * world_;
   if (args_.max_steps > 0) {
     state_.max_steps = args_.max_steps;
@@ -199,12 +225,10 @@ TrainOutput Trainer::train() {
   }
   state_.global_step = start;
   state_.epoch = epoch_at(start);
-  TrainLog train_log(main_process() ? args_.output_dir : "", state_.max_steps, start, !args_.disable_tqdm);
-  log_ = &train_log;
-  struct Detach {
-    TrainLog*& log;
-    ~Detach() { log = nullptr; }
-  } detach{log_};
+  // The files keep the rows up to the step trained from (a resumed run redoes the later ones).
+  log_ = std::make_unique<TrainLog>(main_process() ? args_.output_dir : "", state_.max_steps, start,
+                                    !args_.disable_tqdm);
+  TrainLog& train_log = *log_;
   if (start > 0 && main_process())
     train_log.note("resumed from step " + std::to_string(start) + " of " + std::to_string(state_.max_steps));
   if (start >= state_.max_steps) {
@@ -213,12 +237,25 @@ TrainOutput Trainer::train() {
                      ": nothing to train (raise max_steps to extend the run)");
     return {start, NAN};
   }
+  if (main_process()) {  // what the run does, in a line
+    std::string line = "training: " + std::to_string(train_->rows()) + " rows of " + std::to_string(train_->seq()) +
+                       " tokens, " + std::to_string(accum) + " x " + std::to_string(global_batch) +
+                       " rows a step, steps " + std::to_string(start + 1) + "-" + std::to_string(state_.max_steps);
+    if (comm_) line += ", data parallel: " + std::to_string(world_) + " ranks over " + comm_->backend();
+    if (device_.is_cuda())
+      line += use_graph_                       ? ", the step replayed as a CUDA graph"
+              : args_.cuda_graph == "off"      ? ", no CUDA graph (cuda_graph 'off')"
+              : !blocker.empty()               ? ", no CUDA graph: " + blocker
+                                               : ", no CUDA graph: this model is not validated under capture yet "
+                                                 "(cuda_graph 'on' tries it)";
+    train_log.note(line);
+  }
   for (auto& cb : callbacks_) cb->on_train_begin(state_);
 
   optim::Optimizer& opt = *optimizer_;
-  GraphedStep graphed(use_graph_, [&](const Tensor& ids, const Tensor& labels) {
+  GraphedStep graphed(use_graph_, [&](const Tensor& ids, const Tensor& labels, const Tensor& position_ids) {
     opt.zero_grad();
-    Tensor loss = model_->loss(ids, labels);
+    Tensor loss = model_->loss(ids, labels, position_ids);
     loss.backward();
     Tensor norm = args_.max_grad_norm > 0 ? optim::clip_grad_norm_(model_->trainable_parameters(), args_.max_grad_norm)
                                           : Tensor();
@@ -262,6 +299,7 @@ TrainOutput Trainer::train() {
   }
   for (auto& cb : callbacks_) cb->on_train_end(state_);
   train_log.finish();
+  write_loss_curve();
   return {state_.global_step, run_steps ? run_loss / static_cast<double>(run_steps) : NAN};
 }
 
@@ -280,7 +318,7 @@ Trainer::StepResult Trainer::run_step(int64_t step, GraphedStep& graphed) {
   double loss = 0;
   if (graphed.enabled()) {  // one micro-batch, one process
     if (targets > 0) {
-      const std::vector<Tensor> out = graphed(micro[0].ids, micro[0].labels);
+      const std::vector<Tensor> out = graphed(micro[0].ids, micro[0].labels, micro[0].position_ids);
       loss = out[0].item();
       r.grad_norm = out[1];
     }
@@ -289,7 +327,7 @@ Trainer::StepResult Trainer::run_step(int64_t step, GraphedStep& graphed) {
     for (int64_t k = 0; k < accum; ++k) {
       const data::Batch& b = micro[k];
       if (b.targets == 0) continue;  // with data parallelism sync_gradients adds zeros for it
-      Tensor l = model_->loss(b.ids, b.labels);
+      Tensor l = model_->loss(b.ids, b.labels, b.position_ids);
       const double weight = static_cast<double>(b.targets) / static_cast<double>(targets);
       loss += l.item() * weight;
       // The ranks' gradients are averaged: this rank's share is scaled up by the world size.
@@ -304,8 +342,8 @@ Trainer::StepResult Trainer::run_step(int64_t step, GraphedStep& graphed) {
   }
   loss = sum_over_ranks({loss})[0];
   if (targets == 0) {
-    if (log_ && main_process())
-      log_->note("step " + std::to_string(step) + ": every label of the batch is -100 (prompt or padding); no update");
+    if (main_process())
+      train_log().note("step " + std::to_string(step) + ": every label of the batch is -100 (prompt or padding); no update");
     return r;
   }
   r.loss = loss;
@@ -317,28 +355,32 @@ Trainer::StepResult Trainer::run_step(int64_t step, GraphedStep& graphed) {
   return r;
 }
 
-LogEntry Trainer::evaluate() {
-  TG_CHECK(eval_ != nullptr, kWhere, "evaluate: no eval_dataset (pass one to the constructor)");
+LogEntry Trainer::evaluate(std::shared_ptr<const data::SequenceDataset> dataset, const std::string& metric_key_prefix) {
+  if (!dataset) dataset = eval_;
+  TG_CHECK(dataset != nullptr, kWhere, "evaluate: no eval_dataset (pass one to the constructor or to evaluate)");
+  TG_CHECK(dataset->seq() <= model_->dims().context, kWhere, "evaluate: the dataset's rows have ", dataset->seq(),
+           " tokens, the model's context is ", model_->dims().context);
   const bool was_training = model_->is_training();
   double total = 0;
   int64_t targets = 0;
   {
     NoGradGuard no_grad;
     model_->eval();
-    for (int64_t first = 0; first < eval_->rows(); first += args_.per_device_eval_batch_size) {
+    for (int64_t first = 0; first < dataset->rows(); first += args_.per_device_eval_batch_size) {
       const data::Batch b =
-          eval_->rows_batch(first, std::min(args_.per_device_eval_batch_size, eval_->rows() - first), device_);
+          dataset->rows_batch(first, std::min(args_.per_device_eval_batch_size, dataset->rows() - first), device_);
       if (b.targets == 0) continue;
-      total += model_->loss(b.ids, b.labels).item() * static_cast<double>(b.targets);
+      total += model_->loss(b.ids, b.labels, b.position_ids).item() * static_cast<double>(b.targets);
       targets += b.targets;
     }
     model_->train(was_training);
   }
-  TG_CHECK(targets > 0, kWhere, "evaluate: the eval_dataset has no target token (every label -100)");
+  TG_CHECK(targets > 0, kWhere, "evaluate: the ", metric_key_prefix, " dataset has no target token (every label -100)");
   const double loss = total / static_cast<double>(targets);
-  LogEntry metrics{state_.global_step, {{"eval_loss", loss},
-                                        {"eval_perplexity", std::exp(loss)},
-                                        {"eval_tokens", static_cast<double>(targets)},
+  const std::string& p = metric_key_prefix;
+  LogEntry metrics{state_.global_step, {{p + "_loss", loss},
+                                        {p + "_perplexity", std::exp(loss)},
+                                        {p + "_tokens", static_cast<double>(targets)},
                                         {"epoch", state_.epoch}}};
   log(metrics);
   for (auto& cb : callbacks_) cb->on_evaluate(state_, metrics);

@@ -17,6 +17,13 @@
 // step's loss is the mean over all of them), clipping to max_grad_norm, AdamW, the schedule. On a
 // GPU the step is replayed as a CUDA graph where it can be (TrainingArguments::cuda_graph).
 //
+// Logs: every logging_steps a row (loss, learning_rate, grad_norm, tokens_per_second) printed and
+// appended to <output_dir>/log.csv and log.jsonl, evaluations too, and <output_dir>/loss.svg, the
+// loss curve of the whole run (train/train_log.h).
+//
+// bf16 (peft's mixed precision): the Trainer casts the frozen base to bfloat16 and keeps the
+// trainable weights (and so their gradients and AdamW's state) in float32.
+//
 // Checkpoints: <output_dir>/checkpoint-<step> every save_steps, at the end and when a callback
 // stops the run (train/checkpoint.h); save_total_limit keeps the newest. A resumed run
 // (resume_from_checkpoint) continues bit for bit as the uninterrupted one: the trainable weights,
@@ -68,13 +75,16 @@ class Trainer {
   // that is invalid, or when the model has nothing to train or the datasets no rows.
   Trainer(std::shared_ptr<nn::CausalLM> model, std::shared_ptr<const data::SequenceDataset> train_dataset,
           TrainingArguments args, std::shared_ptr<const data::SequenceDataset> eval_dataset = nullptr);
+  ~Trainer();
 
   // Trains up to max_steps (from the checkpoint of resume_from_checkpoint, if any).
   TrainOutput train();
-  // The loss over every row of the eval dataset, weighted by target tokens (the mean over every
-  // token scored): "eval_loss", "eval_perplexity" (exp of it), "eval_tokens". Logged and passed to
-  // on_evaluate. The model's training mode is restored after.
-  LogEntry evaluate();
+  // The loss over every row of the eval dataset (or of `dataset`), weighted by target tokens (the
+  // mean over every token scored): "eval_loss", "eval_perplexity" (exp of it), "eval_tokens", the
+  // prefix "eval" being metric_key_prefix (transformers' evaluate). Logged (also after train())
+  // and passed to on_evaluate. The model's training mode is restored after.
+  LogEntry evaluate(std::shared_ptr<const data::SequenceDataset> dataset = nullptr,
+                    const std::string& metric_key_prefix = "eval");
   // A LoRA model's adapter in peft's format (adapter_model.safetensors + adapter_config.json,
   // PeftModel.from_pretrained loads it), else the model as save_pretrained writes it. dir "":
   // output_dir.
@@ -85,7 +95,8 @@ class Trainer {
   // Trainer reads r, lora_alpha, lora_dropout and the targets from the model's LoRA layers.
   void set_lora_config(peft::LoraConfig config) { lora_config_ = std::move(config); }
   // Data parallelism over `comm` (the group must outlive the Trainer); call before train(). A
-  // process started by a launcher joins the group itself.
+  // process started by a launcher trains on its LOCAL_RANK's GPU and joins the group itself when
+  // train() starts, unless given one here (a program with several Trainers shares one group).
   void use_communicator(distributed::Communicator& comm);
 
   const TrainingArguments& args() const { return args_; }
@@ -102,6 +113,8 @@ class Trainer {
   void save_checkpoint(int64_t step);
   peft::LoraConfig lora_config();
   void log(const LogEntry& entry);
+  TrainLog& train_log();
+  void write_loss_curve() const;
   data::Batch shard(const data::Batch& global) const;
   double epoch_at(int64_t step) const;
   bool main_process() const { return rank_ == 0; }
@@ -123,7 +136,7 @@ class Trainer {
   int rank_ = 0, world_ = 1;
   bool use_graph_ = false;
   TrainerState state_;
-  TrainLog* log_ = nullptr;  // while train() runs
+  std::unique_ptr<TrainLog> log_;  // the files of output_dir, opened by train() or the first log
 };
 
 }  // namespace tg::train

@@ -32,9 +32,10 @@ struct TrainingArguments {
   int64_t per_device_eval_batch_size = 8;
   int64_t gradient_accumulation_steps = 1;
   double max_grad_norm = 1.0;  // clipping by global norm; 0: no clipping (and no grad_norm logged)
-  // Mixed precision as peft's default: the frozen base in bfloat16, trainable weights and AdamW
-  // state in float32. The Trainer checks the model is laid out so (model->to(kBFloat16) before
-  // peft::apply_lora); it does not cast.
+  // Mixed precision as peft's default: the Trainer casts the frozen base to bfloat16 and keeps the
+  // trainable weights (so their gradients and AdamW's state) in float32; a 4-bit layer's
+  // quantisation state stays float32. Full fine-tuning (nothing frozen) is refused: cast the model
+  // to tg::kBFloat16 yourself and leave bf16 false.
   bool bf16 = false;
   bool gradient_checkpointing = false;  // recompute each layer at backward: less memory, same gradients
   int64_t logging_steps = 500;  // a log row (loss, learning_rate, grad_norm, tokens/s) every N steps

@@ -23,7 +23,7 @@
 
 #include "core/bfloat16.h"
 #include "core/error.h"
-#include "core/type_dispatch.h"
+#include "core/detail/type_dispatch.h"
 
 namespace tg::cuda {
 

@@ -10,7 +10,7 @@
 
 #include "core/cuda/elementwise.cuh"
 #include "core/cuda/runtime.h"
-#include "core/type_dispatch.h"
+#include "core/detail/type_dispatch.h"
 
 namespace tg::cuda {
 namespace {

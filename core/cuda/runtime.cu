@@ -9,7 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/block_cache.h"
+#include "core/detail/block_cache.h"
 #include "core/cuda/cuda_utils.cuh"
 #include "core/cuda/runtime.h"
 #include "core/cuda_settings.h"
@@ -28,7 +28,7 @@ struct DeviceState {
   cudaStream_t stream = nullptr;
   int sm_count = 0;
   int l2_bytes = -1;
-  PooledBlockCache cache;  // with the pools of CUDA graphs (core/block_cache.h)
+  PooledBlockCache cache;  // with the pools of CUDA graphs (core/detail/block_cache.h)
   MemoryStats stats;
 };
 
@@ -341,6 +341,41 @@ void synchronize(int device) {
     check_not_capturing(st, device, "synchronize");
   }
   TG_CUDA_CHECK(cudaStreamSynchronize(stream(device)));
+}
+
+void* allocate_pinned(size_t nbytes) {
+  void* p = nullptr;
+  const cudaError_t err = cudaHostAlloc(&p, nbytes, cudaHostAllocDefault);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    fail("allocate_pinned", "cannot pin ", nbytes, " bytes of host memory: ", cudaGetErrorString(err));
+  }
+  return p;
+}
+
+void free_pinned(void* ptr) noexcept {
+  if (ptr) cudaFreeHost(ptr);  // a destructor's call: nothing to report to
+}
+
+void* copy_pinned_async(void* dst, int device, const void* src, size_t n) {
+  {
+    DeviceState& st = state(device);
+    std::lock_guard<std::mutex> lock(st.mu);
+    check_not_capturing(st, device, "copy to the GPU");
+  }
+  cudaStream_t s = stream(device);
+  TG_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, s));
+  cudaEvent_t done;
+  TG_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+  TG_CUDA_CHECK(cudaEventRecord(done, s));
+  return done;
+}
+
+void wait_and_destroy_event(void* event) {
+  auto e = static_cast<cudaEvent_t>(event);
+  const cudaError_t err = cudaEventSynchronize(e);
+  cudaEventDestroy(e);
+  TG_CUDA_CHECK(err);
 }
 
 // One switch for the whole process (core/cuda_settings.h), also visible in CPU-only builds.

@@ -45,6 +45,14 @@ void destroy_graph(int device, void* exec);
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t n);
 void synchronize(int device);
 
+// Pinned (page-locked) host memory and asynchronous uploads from it (tg::HostToDevice's parts):
+// copy_pinned_async queues n bytes from pinned `src` to `dst` on the device's stream and returns
+// an event that completes with the copy; wait_and_destroy_event blocks the host until it has.
+void* allocate_pinned(size_t nbytes);
+void free_pinned(void* ptr) noexcept;
+void* copy_pinned_async(void* dst, int device, const void* src, size_t n);
+void wait_and_destroy_event(void* event);
+
 // TF32 for float32 GEMMs (off by default, as in PyTorch's "highest" precision).
 void set_allow_tf32(bool allow);
 bool allow_tf32();

@@ -9,7 +9,7 @@
 // memory, a third barrier a step. Its shared-memory layout and step loading are the library
 // kernel's, written out again here so the library kernel's code stays as measured; adopting this
 // kernel means sharing them. Checked on the CPU by dev/cuda/flash_attention_cpu.cpp, timed by
-// dev/cuda/attention_tiles.cu ("pairs").
+// dev/cuda/02_attention_tiles.cu ("pairs").
 #pragma once
 
 #include "ops/cuda/flash_attention.cuh"

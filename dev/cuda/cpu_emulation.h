@@ -1,7 +1,7 @@
 // Runs a dev/cuda kernel on the CPU, for checking its logic on a machine without a GPU: every
 // CUDA thread of a block is a ucontext fiber on one OS thread, blocks run one after another.
 // Covers what the attention kernels use: threadIdx / blockIdx / blockDim / gridDim,
-// __syncthreads, __syncwarp, __shfl_xor_sync (float), dynamic shared memory (by default
+// __syncthreads, __syncwarp, __shfl_xor_sync / __shfl_up_sync / __shfl_sync (float, int), dynamic shared memory (by default
 // `extern __shared__ float smem[]`; emu::use_shared names another array), cp.async as
 // emu::cp_async / commit / wait: a copy writes NaN bytes (0xff) at issue and its data at the wait
 // that completes its group, so reading a tile before its wait (RAW) or refilling one other warps
@@ -207,14 +207,32 @@ void launch(void (*kernel)(P), dim3 grid, int threads, size_t smem_bytes, const 
 
 inline void __syncthreads() { emu::arrive(emu::block_barrier); }
 inline void __syncwarp(unsigned = 0xffffffffu) { emu::arrive(emu::warp_barriers[threadIdx.x / 32]); }
-inline float __shfl_xor_sync(unsigned, float v, int lane_mask) {  // every lane of the warp takes part
-  std::array<float, 32>& x = emu::warp_exchange[threadIdx.x / 32];
+namespace emu {
+// Lane src(lane)'s v for every lane of the warp (each takes part); ints travel as their bits.
+template <class T, class Src>
+T shuffle(T v, Src src) {
+  static_assert(sizeof(T) == sizeof(float));
+  std::array<float, 32>& x = warp_exchange[threadIdx.x / 32];
   const int lane = threadIdx.x % 32;
-  x[lane] = v;
+  std::memcpy(&x[lane], &v, sizeof v);
   __syncwarp();
-  const float r = x[lane ^ lane_mask];
+  T r;
+  std::memcpy(&r, &x[src(lane)], sizeof r);
   __syncwarp();
   return r;
+}
+}  // namespace emu
+template <class T>
+T __shfl_xor_sync(unsigned, T v, int lane_mask) {
+  return emu::shuffle(v, [&](int lane) { return lane ^ lane_mask; });
+}
+template <class T>
+T __shfl_up_sync(unsigned, T v, unsigned delta) {  // lanes below delta keep their own
+  return emu::shuffle(v, [&](int lane) { return lane >= int(delta) ? lane - int(delta) : lane; });
+}
+template <class T>
+T __shfl_sync(unsigned, T v, int src_lane) {
+  return emu::shuffle(v, [&](int) { return src_lane % 32; });
 }
 
 namespace emu {

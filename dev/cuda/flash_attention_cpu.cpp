@@ -10,7 +10,9 @@ one query, sequence lengths that do not fill a block and more or fewer keys than
 and lse, the delta pre-pass, dq, dk and dv within kTolerance of each output's largest value (or
 of 0.1); the dk-only and dv-only kernels bitwise equal to the dk / dv kernel's outputs (what a
 frozen q, k or v relies on); the same for dev/cuda/attention_dkdv_pairs.cuh's dk / dv variant
-at head dim 128. The emulator runs one warp at a time as far as it can, so a missing
+at head dim 128. Banded attention (kBand: packed documents of random lengths per sequence or
+shared, sliding windows, both; rows whose band starts past the last key): the band pre-pass
+equal to its definition and the kernels as above against the float64 reference of the band. The emulator runs one warp at a time as far as it can, so a missing
 __syncthreads or a cp.async wait for the wrong group reads poisoned (NaN) shared memory and
 fails the check. ctest runs it (FlashAttentionCpu.*) wherever the CUDA headers are.
 
@@ -41,9 +43,18 @@ namespace {
 
 constexpr double kTolerance = 1e-2;  // of each output's largest magnitude: bf16 P and dS in the MMAs
 
+// Banded attention: documents of 1..max_doc tokens (0: none; shared: one layout for every
+// sequence) and / or a sliding window (0: none). Either makes the case banded (and causal).
+struct Band {
+  int max_doc = 0, window = 0;
+  bool shared = false;
+  bool on() const { return max_doc > 0 || window > 0; }
+};
+
 struct Case {
   int B, H, Hkv, L, S, hd;
   bool causal;
+  Band band = {};
 };
 
 // One problem in [B, T, H, hd] projections (q, k, v and their gradients, as the model passes
@@ -52,6 +63,9 @@ struct Problem {
   Case c;
   std::vector<bf16> q, k, v, o, dout, dq, dk, dv;
   std::vector<float> lse, delta;
+  std::vector<int64_t> pos;  // banded: position ids [rows, L] (empty: none)
+  std::vector<int> first;    // banded: the band pre-pass's first keys [rows, L]
+  int band_rows = 0;
   Params p;
   explicit Problem(const Case& cs, uint64_t seed) : c(cs) {
     std::mt19937_64 gen(seed);
@@ -81,8 +95,34 @@ struct Problem {
     p.scale = 1.f / std::sqrt(float(c.hd));
     p.scale_log2 = p.scale * kLog2e;
     p.causal = c.causal;
+    if (!c.band.on()) return;
+    band_rows = c.band.shared ? 1 : c.B;
+    if (c.band.max_doc > 0) {
+      std::uniform_int_distribution<int> doc(1, c.band.max_doc);
+      for (int r = 0; r < band_rows; ++r)
+        for (int i = 0; i < c.L;)
+          for (int n = doc(gen), t = 0; t < n && i < c.L; ++t, ++i) pos.push_back(t);
+    }
+    first.assign(size_t(band_rows) * c.L, -1);
+    const BandParams bp{first.data(), pos.empty() ? nullptr : pos.data(), band_rows, c.L, c.band.window};
+    emu::launch(attention_band, dim3(unsigned((band_rows + kThreads / 32 - 1) / (kThreads / 32))), kThreads, 0, bp);
+    p.first = first.data();
+    p.first_sb = c.band.shared ? 0 : c.L;
   }
   double at(const Rows& r, int b, int h, int t, int d) const { return __bfloat162float(r.at(b, h, t)[d]); }
+  // The first key query i of sequence b sees (0 without a band).
+  int first_key(int b, int i) const { return first.empty() ? 0 : first[size_t(c.band.shared ? 0 : b) * c.L + i]; }
+  // Whether the pre-pass wrote the band's definition: the largest max(i' - pos, i' - window + 1, 0)
+  // over i' <= i.
+  bool band_as_defined() const {
+    for (int r = 0; r < band_rows; ++r)
+      for (int i = 0, want = 0; i < c.L; ++i) {
+        if (!pos.empty()) want = std::max(want, pos[size_t(r) * c.L + i] <= 0 ? i : i - int(pos[size_t(r) * c.L + i]));
+        if (c.band.window > 0) want = std::max(want, i - c.band.window + 1);
+        if (first[size_t(r) * c.L + i] != want) return false;
+      }
+    return true;
+  }
 };
 
 // The float64 reference from the same bf16 inputs: [B, H, L | S, hd] arrays and lse [B, H, L].
@@ -97,31 +137,32 @@ struct Reference {
       for (int h = 0; h < c.H; ++h) {
         const int hk = h / (c.H / c.Hkv);
         for (int i = 0; i < c.L; ++i) {
-          const int keys = c.causal ? std::min(i + 1, c.S) : c.S;
-          std::vector<double> s(keys), dp(keys);
+          // keys [j0, keys): from the band's first (0 without one) to the causal end
+          const int keys = c.causal ? std::min(i + 1, c.S) : c.S, j0 = std::min(pr.first_key(b, i), keys);
+          std::vector<double> s(keys, 0.0), dp(keys, 0.0);
           double mx = -INFINITY, sum = 0.0, delta = 0.0;
-          for (int j = 0; j < keys; ++j) {
+          for (int j = j0; j < keys; ++j) {
             double x = 0.0;
             for (int d = 0; d < c.hd; ++d) x += pr.at(p.q, b, h, i, d) * pr.at(p.k, b, hk, j, d);
             s[j] = x * p.scale;
             mx = std::max(mx, s[j]);
           }
-          for (int j = 0; j < keys; ++j) sum += std::exp(s[j] - mx);
+          for (int j = j0; j < keys; ++j) sum += std::exp(s[j] - mx);
           const size_t row = (size_t(b) * c.H + h) * c.L + i;
-          lse[row] = keys ? mx + std::log(sum) : -INFINITY;
-          for (int j = 0; j < keys; ++j) s[j] = std::exp(s[j] - lse[row]);  // P
+          lse[row] = keys > j0 ? mx + std::log(sum) : -INFINITY;
+          for (int j = j0; j < keys; ++j) s[j] = std::exp(s[j] - lse[row]);  // P
           for (int d = 0; d < c.hd; ++d) {
             double acc = 0.0;
-            for (int j = 0; j < keys; ++j) acc += s[j] * pr.at(p.v, b, hk, j, d);
+            for (int j = j0; j < keys; ++j) acc += s[j] * pr.at(p.v, b, hk, j, d);
             o[row * c.hd + d] = acc;
             delta += acc * pr.at(p.dout, b, h, i, d);
           }
-          for (int j = 0; j < keys; ++j) {
+          for (int j = j0; j < keys; ++j) {
             double x = 0.0;
             for (int d = 0; d < c.hd; ++d) x += pr.at(p.dout, b, h, i, d) * pr.at(p.v, b, hk, j, d);
             dp[j] = s[j] * (x - delta);  // dS
           }
-          for (int j = 0; j < keys; ++j) {
+          for (int j = j0; j < keys; ++j) {
             const size_t kv = ((size_t(b) * c.Hkv + hk) * c.S + j) * c.hd;
             for (int d = 0; d < c.hd; ++d) {
               dq[row * c.hd + d] += dp[j] * pr.at(p.k, b, hk, j, d) * p.scale;
@@ -154,26 +195,27 @@ constexpr size_t tile_bytes(int rows) {
   return size_t(rows) * kLd<HD> * sizeof(bf16);
 }
 
-// The launches of ops/cuda/attention.cu, for its tile shapes (Tiles<HD> there).
-template <int HD, int MT, int BN>
+// The launches of ops/cuda/attention.cu, for its tile shapes (Tiles<HD> there), banded or not.
+template <int HD, int MT, int BN, bool kBand = false>
 void forward(const Params& p) {
-  emu::launch(flash_forward<HD, MT, BN>, flash_grid((p.L + kBlock * MT - 1) / (kBlock * MT), p.H, p.B), kThreads,
-              tile_bytes<HD>(kBlock * MT + 4 * BN), p);
+  emu::launch(flash_forward<HD, MT, BN, kBand>, flash_grid((p.L + kBlock * MT - 1) / (kBlock * MT), p.H, p.B),
+              kThreads, tile_bytes<HD>(kBlock * MT + 4 * BN), p);
 }
 template <int HD>
 void delta(const Params& p) {
   const int64_t rows = int64_t(p.B) * p.H * p.L, per_block = 256 / 32 * kDeltaRowsPerWarp<HD>;
   emu::launch(attention_delta<HD>, dim3(unsigned((rows + per_block - 1) / per_block)), 256, 0, p);
 }
-template <int HD, int BQ, int MT, bool DK, bool DV>
+template <int HD, int BQ, int MT, bool DK, bool DV, bool kBand = false>
 void dkdv(const Params& p) {
-  emu::launch(flash_backward_dkdv<HD, BQ, MT, DK, DV>, flash_grid((p.S + kBlock * MT - 1) / (kBlock * MT), p.Hkv, p.B),
-              kThreads, tile_bytes<HD>(2 * kBlock * MT + 4 * BQ) + 4 * BQ * sizeof(float), p);
+  emu::launch(flash_backward_dkdv<HD, BQ, MT, DK, DV, kBand>,
+              flash_grid((p.S + kBlock * MT - 1) / (kBlock * MT), p.Hkv, p.B), kThreads,
+              tile_bytes<HD>(2 * kBlock * MT + 4 * BQ) + (kBand ? 6 : 4) * BQ * sizeof(float), p);
 }
-template <int HD, int BN, int MT>
+template <int HD, int BN, int MT, bool kBand = false>
 void dq(const Params& p) {
-  emu::launch(flash_backward_dq<HD, BN, MT>, flash_grid((p.L + kBlock * MT - 1) / (kBlock * MT), p.H, p.B), kThreads,
-              tile_bytes<HD>(2 * kBlock * MT + 4 * BN), p);
+  emu::launch(flash_backward_dq<HD, BN, MT, kBand>, flash_grid((p.L + kBlock * MT - 1) / (kBlock * MT), p.H, p.B),
+              kThreads, tile_bytes<HD>(2 * kBlock * MT + 4 * BN), p);
 }
 
 template <int HD, int BQ, bool DK, bool DV>
@@ -204,13 +246,15 @@ bool check_pairs(const Case& c, uint64_t seed) {
   return ok;
 }
 
-template <int HD, int FMT, int FBN, int BQ, int KMT, int QBN, int QMT>
-bool check(const Case& c, uint64_t seed) {
+template <int HD, int FMT, int FBN, int BQ, int KMT, int QBN, int QMT, bool kBand>
+bool check_band(const Case& c, uint64_t seed) {
   Problem pr(c, seed);
   const Reference ref(pr);
-  forward<HD, FMT, FBN>(pr.p);
-  double lse_err = 0.0;
-  for (size_t i = 0; i < ref.lse.size(); ++i) lse_err = std::max(lse_err, std::abs(pr.lse[i] - ref.lse[i]));
+  const bool band_ok = !kBand || pr.band_as_defined();
+  forward<HD, FMT, FBN, kBand>(pr.p);
+  double lse_err = 0.0;  // a row that sees no key: -inf in both
+  for (size_t i = 0; i < ref.lse.size(); ++i)
+    lse_err = std::max(lse_err, pr.lse[i] == ref.lse[i] ? 0.0 : std::isnan(pr.lse[i]) ? INFINITY : std::abs(pr.lse[i] - ref.lse[i]));
   delta<HD>(pr.p);
   double delta_err = 0.0, delta_scale = 1e-30;
   for (int b = 0; b < c.B; ++b)  // delta of the kernel's own out, in float64
@@ -221,21 +265,32 @@ bool check(const Case& c, uint64_t seed) {
         const size_t row = (size_t(b) * c.H + h) * c.L + i;
         delta_err = std::max(delta_err, std::abs(pr.delta[row] - want)), delta_scale = std::max(delta_scale, std::abs(want));
       }
-  dkdv<HD, BQ, KMT, true, true>(pr.p);
-  dq<HD, QBN, QMT>(pr.p);
+  dkdv<HD, BQ, KMT, true, true, kBand>(pr.p);
+  dq<HD, QBN, QMT, kBand>(pr.p);
   const double e_o = error(pr, pr.p.o, c.H, c.L, ref.o), e_q = error(pr, pr.p.dq, c.H, c.L, ref.dq);
   const double e_k = error(pr, pr.p.dk, c.Hkv, c.S, ref.dk), e_v = error(pr, pr.p.dv, c.Hkv, c.S, ref.dv);
   const std::vector<bf16> dk_both = pr.dk, dv_both = pr.dv;
-  dkdv<HD, BQ, KMT, true, false>(pr.p);
+  dkdv<HD, BQ, KMT, true, false, kBand>(pr.p);
   const bool dk_same = !std::memcmp(pr.dk.data(), dk_both.data(), dk_both.size() * sizeof(bf16));
-  dkdv<HD, BQ, KMT, false, true>(pr.p);
+  dkdv<HD, BQ, KMT, false, true, kBand>(pr.p);
   const bool dv_same = !std::memcmp(pr.dv.data(), dv_both.data(), dv_both.size() * sizeof(bf16));
-  const bool ok = e_o < kTolerance && lse_err < 1e-3 && delta_err / delta_scale < 1e-5 && e_q < kTolerance &&
-                  e_k < kTolerance && e_v < kTolerance && dk_same && dv_same;
-  std::printf("hd %3d B %d H %d/%d L %4d S %4d %-7s out %.1e lse %.1e delta %.1e dq %.1e dk %.1e dv %.1e %s%s%s\n",
+  const bool ok = band_ok && e_o < kTolerance && lse_err < 1e-3 && delta_err / delta_scale < 1e-5 &&
+                  e_q < kTolerance && e_k < kTolerance && e_v < kTolerance && dk_same && dv_same;
+  char band[64] = "";
+  if (kBand)
+    std::snprintf(band, sizeof band, " band: docs <= %d%s window %d%s", c.band.max_doc, c.band.shared ? " shared" : "",
+                  c.band.window, band_ok ? "" : " (pre-pass wrong)");
+  std::printf("hd %3d B %d H %d/%d L %4d S %4d %-7s out %.1e lse %.1e delta %.1e dq %.1e dk %.1e dv %.1e%s%s%s%s\n",
               HD, c.B, c.H, c.Hkv, c.L, c.S, c.causal ? "causal" : "full", e_o, lse_err, delta_err / delta_scale, e_q,
-              e_k, e_v, dk_same ? "" : " dk-alone differs", dv_same ? "" : " dv-alone differs", ok ? "  ok" : "  FAILED");
+              e_k, e_v, band, dk_same ? "" : " dk-alone differs", dv_same ? "" : " dv-alone differs",
+              ok ? "  ok" : "  FAILED");
   return ok;
+}
+
+template <int HD, int FMT, int FBN, int BQ, int KMT, int QBN, int QMT>
+bool check(const Case& c, uint64_t seed) {
+  return c.band.on() ? check_band<HD, FMT, FBN, BQ, KMT, QBN, QMT, true>(c, seed)
+                     : check_band<HD, FMT, FBN, BQ, KMT, QBN, QMT, false>(c, seed);
 }
 
 }  // namespace
@@ -245,7 +300,13 @@ int main() {
   std::printf("the library's flash kernels on the CPU (tolerance %.0e of each output's largest value)\n", kTolerance);
   const Case cases[] = {{1, 2, 1, 70, 70, 0, true}, {1, 2, 2, 130, 70, 0, true}, {1, 2, 1, 70, 130, 0, false},
                         {2, 2, 2, 17, 17, 0, true}, {1, 2, 1, 150, 150, 0, true}, {1, 4, 1, 1, 1, 0, true},
-                        {1, 4, 1, 64, 64, 0, false}};
+                        {1, 4, 1, 64, 64, 0, false},
+                        // banded: documents per sequence, shared, a window, both; more and fewer keys
+                        {1, 2, 1, 150, 150, 0, true, {.max_doc = 50}}, {2, 2, 2, 97, 97, 0, true, {.max_doc = 9}},
+                        {2, 4, 2, 97, 97, 0, true, {.max_doc = 40, .shared = true}},
+                        {1, 2, 1, 160, 160, 0, true, {.window = 37}},
+                        {1, 2, 2, 140, 140, 0, true, {.max_doc = 70, .window = 50}},
+                        {1, 2, 1, 70, 130, 0, true, {.max_doc = 25}}, {1, 2, 1, 150, 90, 0, true, {.max_doc = 60}}};
   bool ok = true;
   uint64_t seed = 1;
   for (Case c : cases) {
@@ -253,7 +314,8 @@ int main() {
     c.hd = 64, ok &= check<64, 2, 128, 64, 1, 32, 1>(c, seed++);
     c.hd = 128, ok &= check<128, 2, 64, 64, 1, 32, 2>(c, seed++);
   }
-  for (Case c : cases) c.hd = 128, ok &= check_pairs<128, 2, 64, 64>(c, seed++);
+  for (Case c : cases)  // the pairs variant has no band
+    if (!c.band.on()) c.hd = 128, ok &= check_pairs<128, 2, 64, 64>(c, seed++);
   std::printf("check: %s\n", ok ? "all ok" : "FAILED");
   return ok ? 0 : 1;
 }

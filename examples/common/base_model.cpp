@@ -3,7 +3,7 @@
 #include <filesystem>
 
 #include "core/error.h"
-#include "nn/checkpoint.h"
+#include "nn/state_dict.h"
 #include "io/file.h"
 #include "io/file.h"
 #include "io/safetensors.h"

@@ -10,13 +10,13 @@
 
 #include "data/dataset.h"
 #include "data/tokenizer.h"
-#include "nn/module.h"
+#include "nn/causal_lm.h"
 #include "nn/pretrained.h"
 
 namespace examples {
 
 struct BaseModel {
-  std::shared_ptr<tg::nn::Module> model;  // float32, eval mode off (training)
+  std::shared_ptr<tg::nn::CausalLM> model;  // float32, eval mode off (training)
   std::string architecture;               // "LlamaForCausalLM" or "GPT2LMHeadModel"
   bool hf_folder = false;                 // false: a toy_transformer checkpoint
   int64_t context = 0;                    // the longest sequence the model takes

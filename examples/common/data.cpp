@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "core/factory.h"
-#include "core/philox.h"
+#include "core/detail/philox.h"
 
 namespace examples {
 namespace {

@@ -6,7 +6,6 @@
 #include "distributed/init.h"
 #include "examples/common/launcher.h"
 #include "ops/cast.h"
-#include "ops/shape.h"
 
 namespace examples {
 
@@ -34,26 +33,10 @@ Ranks join_if_launched(tg::Device& device, const std::string& device_flag) {
   return ranks;
 }
 
-void check_batch_splits(int64_t batch, const Ranks& ranks) {
-  if (batch % ranks.world != 0)
-    throw UsageError("--batch " + std::to_string(batch) + " does not split between " + std::to_string(ranks.world) +
+void check_batch_splits(int64_t batch, int world) {
+  if (batch % world != 0)
+    throw UsageError("--batch " + std::to_string(batch) + " does not split between " + std::to_string(world) +
                      " ranks: make it a multiple of --nproc\n");
-}
-
-tg::Tensor shard_rows(const tg::Tensor& global, const Ranks& ranks, tg::Device device) {
-  check_batch_splits(global.size(0), ranks);
-  const int64_t n = global.size(0) / ranks.world;
-  return tg::to(tg::contiguous(tg::slice(global, 0, ranks.rank * n, (ranks.rank + 1) * n)), device);
-}
-
-tg::data::Batch shard_batch(const tg::data::Batch& global, const Ranks& ranks, tg::Device device) {
-  tg::data::Batch out{shard_rows(global.ids, ranks, device), shard_rows(global.labels, ranks, device), 0};
-  // As the dataset counts them: positions after the first whose label is not ignored.
-  const std::vector<int64_t> labels = shard_rows(global.labels, ranks, tg::Device::cpu()).to_vector<int64_t>();
-  const int64_t seq = global.labels.size(1);
-  for (size_t i = 0; i < labels.size(); ++i)
-    out.targets += static_cast<int64_t>(i) % seq != 0 && labels[i] != tg::data::kIgnoreIndex;
-  return out;
 }
 
 std::vector<double> sum_over_ranks(const Ranks& ranks, std::vector<double> values, tg::Device device) {

@@ -1,15 +1,12 @@
 // Data parallelism in the examples: --nproc N starts N ranks of the program (one per GPU);
-// started as a rank (by --nproc, examples/launch or torchrun), a program joins the group, takes
-// its rows of every global batch and all-reduces its gradients (tg::distributed::DataParallel).
-// A global batch is the same on any world size, so the loss curve and a checkpoint's resume do
-// not depend on it.
+// started as a rank (by --nproc, examples/launch or torchrun), a program joins the group and its
+// train::Trainer takes the rank's rows of every global batch and averages the gradients.
 #pragma once
 
 #include <memory>
 #include <vector>
 
 #include "core/device.h"
-#include "data/dataset.h"
 #include "distributed/communicator.h"
 #include "examples/common/flags.h"
 
@@ -30,14 +27,8 @@ struct Ranks {
 // single process otherwise. tg::Error when a rank is asked for the CPU.
 Ranks join_if_launched(tg::Device& device, const std::string& device_flag);
 
-// UsageError unless the ranks split `batch` rows evenly.
-void check_batch_splits(int64_t batch, const Ranks& ranks);
-// Rows [rank * B / world, (rank + 1) * B / world) of a global batch [B, ...] on `device`.
-// UsageError unless world divides B.
-tg::Tensor shard_rows(const tg::Tensor& global, const Ranks& ranks, tg::Device device);
-// The same of a data::Batch, with the shard's target count.
-tg::data::Batch shard_batch(const tg::data::Batch& global, const Ranks& ranks, tg::Device device);
-
+// UsageError unless `world` ranks split `batch` rows evenly.
+void check_batch_splits(int64_t batch, int world);
 // The element-wise sums over the ranks of a few numbers (one small all-reduce).
 std::vector<double> sum_over_ranks(const Ranks& ranks, std::vector<double> values, tg::Device device);
 

@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <string_view>
 
-#include "data/utf8.h"
+#include "core/detail/utf8.h"
 
 namespace examples {
 
@@ -11,8 +11,8 @@ std::string printable(const std::string& text, bool one_line) {
   std::string out;
   for (size_t i = 0; i < text.size();) {
     const unsigned char c = static_cast<unsigned char>(text[i]);
-    const size_t valid = c >= 0x80 ? tg::data::utf8::valid_prefix(std::string_view(text).substr(i, 4)) : 0;
-    const size_t n = c >= 0x80 ? tg::data::utf8::char_len(c) : 1;
+    const size_t valid = c >= 0x80 ? tg::utf8::valid_prefix(std::string_view(text).substr(i, 4)) : 0;
+    const size_t n = c >= 0x80 ? tg::utf8::char_len(c) : 1;
     if (c >= 0x80 && valid >= n) {  // a whole UTF-8 character
       out.append(text, i, n);
       i += n;
@@ -44,7 +44,7 @@ size_t finished_prefix(const std::string& text) {
     const unsigned char c = static_cast<unsigned char>(text[text.size() - back]);
     if ((c & 0xC0) == 0x80) continue;  // a continuation byte
     const bool lead = c >= 0xC2 && c <= 0xF4;
-    return lead && tg::data::utf8::char_len(c) > back ? text.size() - back : text.size();
+    return lead && tg::utf8::char_len(c) > back ? text.size() - back : text.size();
   }
   return text.size();
 }

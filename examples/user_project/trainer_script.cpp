@@ -16,7 +16,7 @@ int main(int argc, char** argv) {
   auto [val, train] = rows.split(0.1);  // the last 10% of the rows validate
   train::TrainingArguments args{.output_dir = argv[3], .learning_rate = 1e-2, .lr_scheduler_type = "cosine",
                                 .warmup_steps = 3, .max_steps = 30, .per_device_train_batch_size = 4,
-                                .logging_steps = 10, .eval_steps = 15, .save_steps = 15, .save_total_limit = 1};
+                                .logging_steps = 10, .eval_steps = 20, .save_steps = 15, .save_total_limit = 1};
   train::Trainer trainer(model, std::make_shared<data::SequenceDataset>(train), args,
                          std::make_shared<data::SequenceDataset>(val));
   const train::TrainOutput out = trainer.train();  // resume_from_checkpoint = "latest" continues a run

@@ -24,9 +24,9 @@
 #include <vector>
 
 #include "ops/cpu/eigen.h"
-#include "core/fast_exp.h"
+#include "core/detail/fast_exp.h"
 #include "core/parallel.h"
-#include "core/type_dispatch.h"
+#include "core/detail/type_dispatch.h"
 #include "ops/attention_kernels.h"
 
 namespace tg::cpu {
@@ -99,9 +99,22 @@ struct HeadMap {
 // Keys query i of a block sees: all S, or (causal) keys 0..i.
 inline int64_t visible(int64_t i, int64_t S, bool causal) { return causal ? std::min(S, i + 1) : S; }
 
+// Banded attention's first key of query i of q's matrix b (0 without a band): first is [Bf, L]
+// over the sequences (q's dims before the heads), Bf 1 when every sequence shares it.
+struct Band {
+  const int32_t* first = nullptr;
+  int64_t sb = 0, hq = 1;
+  Band(const Tensor& f, const HeadMap& heads) : hq(heads.hq) {
+    if (!f.defined()) return;
+    first = f.data_ptr<int32_t>();
+    sb = f.shape()[0] == 1 ? 0 : f.shape()[1];
+  }
+  int64_t operator()(int64_t b, int64_t i) const { return first ? first[(b / hq) * sb + i] : 0; }
+};
+
 template <class T>
 void forward_typed(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
-                   bool causal, double scale_d, const Tensor& mask) {
+                   bool causal, double scale_d, const Tensor& first, const Tensor& mask) {
   using A = acc_t<T>;
   const int64_t n = q.dim(), L = q.shape()[n - 2], S = k.shape()[n - 2], E = q.shape()[n - 1],
                 Ev = v.shape()[n - 1];
@@ -109,6 +122,7 @@ void forward_typed(const Tensor& out, const Tensor& lse, const Tensor& q, const 
   const Operand<bool> M(mask);
   const int64_t BH = static_cast<int64_t>(Q.off.size());
   const HeadMap heads(q, k);
+  const Band band(first, heads);
   A* plse = lse.data_ptr<A>();
   const T scale = static_cast<T>(scale_d);
   const int64_t blocks = (L + kBlockQ - 1) / kBlockQ;
@@ -122,32 +136,35 @@ void forward_typed(const Tensor& out, const Tensor& lse, const Tensor& q, const 
     std::vector<T> inv(kBlockQ);
     for (int64_t u = u0; u < u1; ++u) {
       const int64_t b = u / blocks, c = heads.kv(b), i0 = (u % blocks) * kBlockQ, m = std::min(kBlockQ, L - i0);
-      const int64_t nk = visible(i0 + m - 1, S, causal);  // keys the block's last query sees
-      auto Pb = P.topLeftCorner(m, nk);
-      Pb.noalias() = Q.crows(b, i0, m, E) * K.crows(c, 0, nk, E).transpose();
+      // Keys [k0, nk): from the block's first query's first key (the band only moves forward) to
+      // the last query's last. P's columns are keys from k0.
+      const int64_t k0 = band(b, i0), nk = std::max(k0, visible(i0 + m - 1, S, causal)), w = nk - k0;
+      auto Ob = O.rows(b, i0, m, Ev);
+      auto Pb = P.topLeftCorner(m, w);
+      Pb.noalias() = Q.crows(b, i0, m, E) * K.crows(c, k0, w, E).transpose();
       for (int64_t r = 0; r < m; ++r) {
         T* p = P.data() + r * S;
-        const int64_t vis = visible(i0 + r, S, causal);
-        for (int64_t j = 0; j < vis; ++j) p[j] *= scale;
+        const int64_t lo = std::min(band(b, i0 + r) - k0, w), vis = std::max(lo, visible(i0 + r, S, causal) - k0);
+        std::fill(p, p + lo, T(0));    // before the row's band
+        std::fill(p + vis, p + w, T(0));  // the masked keys of the diagonal block
+        for (int64_t j = lo; j < vis; ++j) p[j] *= scale;
         if (M) {
-          const bool* keep = M.row(b, i0 + r);
-          for (int64_t j = 0; j < vis; ++j) p[j] = keep[j] ? p[j] : -std::numeric_limits<T>::infinity();
+          const bool* keep = M.row(b, i0 + r) + k0;
+          for (int64_t j = lo; j < vis; ++j) p[j] = keep[j] ? p[j] : -std::numeric_limits<T>::infinity();
         }
-        const T mx = Vec<T>(p, vis).maxCoeff();
-        if (M && mx == -std::numeric_limits<T>::infinity()) {  // every key masked out: a zero row
-          std::fill(p, p + nk, T(0));
+        const T mx = vis > lo ? Vec<T>(p + lo, vis - lo).maxCoeff() : -std::numeric_limits<T>::infinity();
+        if (mx == -std::numeric_limits<T>::infinity()) {  // every key masked out (or none left): a zero row
+          std::fill(p + lo, p + vis, T(0));
           inv[r] = T(0);
           plse[b * L + i0 + r] = -std::numeric_limits<A>::infinity();
           continue;
         }
-        for (int64_t j = 0; j < vis; ++j) p[j] = exp_of(p[j] - mx);  // a masked key: exp(-inf) = 0
-        std::fill(p + vis, p + nk, T(0));  // the masked keys of the diagonal block
-        const T sum = Vec<T>(p, vis).sum();
+        for (int64_t j = lo; j < vis; ++j) p[j] = exp_of(p[j] - mx);  // a masked key: exp(-inf) = 0
+        const T sum = Vec<T>(p + lo, vis - lo).sum();
         inv[r] = T(1) / sum;
         plse[b * L + i0 + r] = static_cast<A>(mx + std::log(sum));
       }
-      auto Ob = O.rows(b, i0, m, Ev);
-      Ob.noalias() = Pb * V.crows(c, 0, nk, Ev);
+      Ob.noalias() = Pb * V.crows(c, k0, w, Ev);
       for (int64_t r = 0; r < m; ++r) Ob.row(r) *= inv[r];
     }
   });
@@ -156,7 +173,7 @@ void forward_typed(const Tensor& out, const Tensor& lse, const Tensor& q, const 
 template <class T>
 void backward_typed(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout, const Tensor& q,
                     const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse, const Tensor& delta,
-                    bool causal, double scale_d, const Tensor& mask) {
+                    bool causal, double scale_d, const Tensor& first, const Tensor& mask) {
   using A = acc_t<T>;
   const int64_t n = q.dim(), L = q.shape()[n - 2], S = k.shape()[n - 2], E = q.shape()[n - 1],
                 Ev = dout.shape()[n - 1];
@@ -164,6 +181,7 @@ void backward_typed(const Tensor& dq, const Tensor& dk, const Tensor& dv, const 
   const Operand<bool> M(mask);
   const int64_t BKV = static_cast<int64_t>(K.off.size());
   const HeadMap heads(q, k);
+  const Band band(first, heads);
   const A* plse = lse.data_ptr<A>();
   const T scale = static_cast<T>(scale_d);
   const bool want_ds = dQ || dK;  // dP and dS are needed only for dq and dk
@@ -187,35 +205,37 @@ void backward_typed(const Tensor& dq, const Tensor& dk, const Tensor& dv, const 
           continue;
         }
         for (int64_t i0 = 0; i0 < L; i0 += kBlockQ) {
-          const int64_t m = std::min(kBlockQ, L - i0), nk = visible(i0 + m - 1, S, causal);
+          const int64_t m = std::min(kBlockQ, L - i0);
+          const int64_t k0 = band(b, i0), nk = std::max(k0, visible(i0 + m - 1, S, causal)), w = nk - k0;  // as forward's
           const auto Qb = Q.crows(b, i0, m, E);
-          const auto Kb = K.crows(c, 0, nk, E);
+          const auto Kb = K.crows(c, k0, w, E);
           const auto dOb = dO.crows(b, i0, m, Ev);
-          auto Pb = P.topLeftCorner(m, nk);
+          auto Pb = P.topLeftCorner(m, w);
           Pb.noalias() = Qb * Kb.transpose();
           for (int64_t r = 0; r < m; ++r) {
             T* p = P.data() + r * S;
-            const int64_t vis = visible(i0 + r, S, causal);
+            const int64_t lo = std::min(band(b, i0 + r) - k0, w), vis = std::max(lo, visible(i0 + r, S, causal) - k0);
             const T l = static_cast<T>(plse[b * L + i0 + r]);
-            for (int64_t j = 0; j < vis; ++j) p[j] = exp_of(p[j] * scale - l);
+            for (int64_t j = lo; j < vis; ++j) p[j] = exp_of(p[j] * scale - l);
             if (M) {  // a masked key has P = 0 (in a zero row, lse = -inf made every exp inf)
-              const bool* keep = M.row(b, i0 + r);
-              for (int64_t j = 0; j < vis; ++j) p[j] = keep[j] ? p[j] : T(0);
+              const bool* keep = M.row(b, i0 + r) + k0;
+              for (int64_t j = lo; j < vis; ++j) p[j] = keep[j] ? p[j] : T(0);
             }
-            std::fill(p + vis, p + nk, T(0));
+            std::fill(p, p + lo, T(0));
+            std::fill(p + vis, p + w, T(0));
           }
-          if (dV) dV.rows(c, 0, nk, Ev).noalias() += Pb.transpose() * dOb;
+          if (dV) dV.rows(c, k0, w, Ev).noalias() += Pb.transpose() * dOb;
           if (!want_ds) continue;
-          auto dPb = dP.topLeftCorner(m, nk);
-          dPb.noalias() = dOb * V.crows(c, 0, nk, Ev).transpose();
+          auto dPb = dP.topLeftCorner(m, w);
+          dPb.noalias() = dOb * V.crows(c, k0, w, Ev).transpose();
           for (int64_t r = 0; r < m; ++r) {  // dS, in place of dP
             T* ds = dP.data() + r * S;
             const T* p = P.data() + r * S;
             const T d = static_cast<T>(D[i0 + r]);
-            for (int64_t j = 0; j < nk; ++j) ds[j] = p[j] * (ds[j] - d) * scale;
+            for (int64_t j = 0; j < w; ++j) ds[j] = p[j] * (ds[j] - d) * scale;
           }
           if (dQ) dQ.rows(b, i0, m, E).noalias() = dPb * Kb;
-          if (dK) dK.rows(c, 0, nk, E).noalias() += dPb.transpose() * Qb;
+          if (dK) dK.rows(c, k0, w, E).noalias() += dPb.transpose() * Qb;
         }
       }
     }
@@ -224,21 +244,40 @@ void backward_typed(const Tensor& dq, const Tensor& dk, const Tensor& dv, const 
 
 }  // namespace
 
+void sdpa_band(const Tensor& first, const Tensor& position_ids, int64_t window) {
+  const int64_t rows = first.shape()[0], L = first.shape()[1];
+  int32_t* f = first.data_ptr<int32_t>();
+  const int64_t* pos = position_ids.defined() ? position_ids.data_ptr<int64_t>() : nullptr;
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t run = 0;  // the largest first key so far: at most i, since each query's is
+    for (int64_t i = 0; i < L; ++i) {
+      int64_t lo = 0;
+      if (pos) {  // i - position, without overflow for any int64 position
+        const int64_t p = pos[r * L + i];
+        lo = p <= 0 ? i : p >= i ? 0 : i - p;
+      }
+      if (window > 0) lo = std::max(lo, i - window + 1);
+      run = std::max(run, lo);
+      f[r * L + i] = static_cast<int32_t>(run);
+    }
+  }
+}
+
 void sdpa_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
-                  bool causal, double scale, const Tensor& mask) {
+                  bool causal, double scale, const Tensor& first, const Tensor& mask) {
   switch (q.dtype()) {
-    case kFloat32: return forward_typed<float>(out, lse, q, k, v, causal, scale, mask);
-    case kFloat64: return forward_typed<double>(out, lse, q, k, v, causal, scale, mask);
+    case kFloat32: return forward_typed<float>(out, lse, q, k, v, causal, scale, first, mask);
+    case kFloat64: return forward_typed<double>(out, lse, q, k, v, causal, scale, first, mask);
     default: fail("scaled_dot_product_attention", "the fused CPU kernel wants float32 or float64, got ", q.dtype());
   }
 }
 
 void sdpa_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout, const Tensor& q,
                    const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse, const Tensor& delta,
-                   bool causal, double scale, const Tensor& mask) {
+                   bool causal, double scale, const Tensor& first, const Tensor& mask) {
   switch (q.dtype()) {
-    case kFloat32: return backward_typed<float>(dq, dk, dv, dout, q, k, v, out, lse, delta, causal, scale, mask);
-    case kFloat64: return backward_typed<double>(dq, dk, dv, dout, q, k, v, out, lse, delta, causal, scale, mask);
+    case kFloat32: return backward_typed<float>(dq, dk, dv, dout, q, k, v, out, lse, delta, causal, scale, first, mask);
+    case kFloat64: return backward_typed<double>(dq, dk, dv, dout, q, k, v, out, lse, delta, causal, scale, first, mask);
     default: fail("scaled_dot_product_attention", "the fused CPU kernel wants float32 or float64, got ", q.dtype());
   }
 }
@@ -247,7 +286,7 @@ void sdpa_decode(const Tensor& out, const Tensor& q, const Tensor& k, const Tens
                  const Tensor& mask) {
   Shape lse_shape(q.shape().begin(), q.shape().end() - 1);
   const Tensor lse = Tensor::empty(lse_shape, {q.dtype() == kFloat64 ? kFloat64 : kFloat32, q.device()});
-  sdpa_forward(out, lse, q, k, v, false, scale, mask);
+  sdpa_forward(out, lse, q, k, v, false, scale, Tensor(), mask);
 }
 
 }  // namespace tg::cpu

@@ -1,5 +1,5 @@
-#include "core/strided_loop.h"
-#include "core/type_dispatch.h"
+#include "core/detail/strided_loop.h"
+#include "core/detail/type_dispatch.h"
 #include "ops/binary_kernels.h"
 
 namespace tg::cpu {

@@ -8,9 +8,9 @@
 #include <limits>
 
 #include "core/factory.h"
-#include "core/fast_exp.h"
+#include "core/detail/fast_exp.h"
 #include "core/parallel.h"
-#include "core/type_dispatch.h"
+#include "core/detail/type_dispatch.h"
 #include "ops/cpu/softmax_rows.h"
 #include "ops/cross_entropy_kernels.h"
 #include "ops/softmax_math.h"

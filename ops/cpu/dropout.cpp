@@ -1,6 +1,6 @@
 // CPU dropout: one strided pass (read x, write out); one Philox block per four elements.
-#include "core/strided_loop.h"
-#include "core/type_dispatch.h"
+#include "core/detail/strided_loop.h"
+#include "core/detail/type_dispatch.h"
 #include "ops/dropout_kernels.h"
 
 namespace tg::cpu {

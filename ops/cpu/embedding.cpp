@@ -4,7 +4,7 @@
 #include <algorithm>
 
 #include "core/parallel.h"
-#include "core/type_dispatch.h"
+#include "core/detail/type_dispatch.h"
 #include "ops/embedding_kernels.h"
 
 namespace tg::cpu {

@@ -20,7 +20,7 @@
 #include "ops/cpu/eigen.h"
 #include "core/parallel.h"
 #include "core/primitives.h"
-#include "core/type_dispatch.h"
+#include "core/detail/type_dispatch.h"
 #include "ops/gemm_kernels.h"
 
 namespace tg::cpu {

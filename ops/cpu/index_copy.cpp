@@ -1,7 +1,7 @@
 // CPU index_copy_: one memcpy of `inner` elements per (outer, index entry).
 #include <cstring>
 
-#include "core/type_dispatch.h"
+#include "core/detail/type_dispatch.h"
 #include "ops/index_copy_kernels.h"
 
 namespace tg::cpu {

@@ -1,5 +1,5 @@
-// CPU layer_norm kernels (the templates are in ops/cpu/rms_norm_common.h).
-#include "ops/cpu/rms_norm_common.h"
+// CPU layer_norm kernels (the templates are in ops/cpu/norm_rows.h).
+#include "ops/cpu/norm_rows.h"
 #include "ops/layer_norm_kernels.h"
 
 namespace tg::cpu {

@@ -1,6 +1,6 @@
 // CPU masked_fill: one strided pass (read x and mask, write out).
-#include "core/strided_loop.h"
-#include "core/type_dispatch.h"
+#include "core/detail/strided_loop.h"
+#include "core/detail/type_dispatch.h"
 #include "ops/masked_fill_kernels.h"
 
 namespace tg::cpu {

@@ -7,8 +7,8 @@
 #include <mutex>
 
 #include "core/error.h"
+#include "core/detail/type_dispatch.h"
 #include "core/parallel.h"
-#include "core/type_dispatch.h"
 #include "ops/nf4_kernels.h"
 #include "ops/nf4_math.h"
 

@@ -1,8 +1,8 @@
 // CPU reductions. Sums accumulate in double (float32 sums over long rows lose digits otherwise).
 #include <limits>
 
-#include "core/strided_loop.h"
-#include "core/type_dispatch.h"
+#include "core/detail/strided_loop.h"
+#include "core/detail/type_dispatch.h"
 #include "ops/reduce_kernels.h"
 
 namespace tg::cpu {

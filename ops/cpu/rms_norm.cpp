@@ -1,6 +1,6 @@
 // CPU rms_norm / fused_add_rms_norm kernels, and the partial-buffer query layer_norm shares (the
-// templates are in ops/cpu/rms_norm_common.h).
-#include "ops/cpu/rms_norm_common.h"
+// templates are in ops/cpu/norm_rows.h).
+#include "ops/cpu/norm_rows.h"
 #include "ops/rms_norm_kernels.h"
 
 namespace tg::cpu {

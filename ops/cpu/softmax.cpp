@@ -9,9 +9,9 @@
 #include <limits>
 #include <type_traits>
 
-#include "core/fast_exp.h"
+#include "core/detail/fast_exp.h"
 #include "core/parallel.h"
-#include "core/type_dispatch.h"
+#include "core/detail/type_dispatch.h"
 #include "ops/cpu/softmax_rows.h"
 #include "ops/softmax_kernels.h"
 #include "ops/softmax_math.h"

@@ -11,8 +11,8 @@
 #include <cstdint>
 #include <limits>
 
-#include "core/fast_exp.h"
-#include "core/type_dispatch.h"
+#include "core/detail/fast_exp.h"
+#include "core/detail/type_dispatch.h"
 
 // An OpenMP simd reduction where the build has OpenMP (it lets the compiler reorder a float
 // sum or max across vector lanes, which it may not do on its own without -ffast-math).

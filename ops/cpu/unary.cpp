@@ -5,9 +5,9 @@
 // general ones.
 #include <cmath>
 
-#include "core/fast_exp.h"
-#include "core/strided_loop.h"
-#include "core/type_dispatch.h"
+#include "core/detail/fast_exp.h"
+#include "core/detail/strided_loop.h"
+#include "core/detail/type_dispatch.h"
 #include "ops/unary_kernels.h"
 
 namespace tg::cpu {

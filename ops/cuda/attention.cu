@@ -1,6 +1,10 @@
 // Launches the flash-attention kernels of ops/cuda/flash_attention.cuh for the backend contract
-// (ops/attention_kernels.h): tile shapes per head dim, the mask's kernel variants, traces.
+// (ops/attention_kernels.h): tile shapes per head dim, the mask's and the band's kernel variants,
+// traces.
 #include "ops/cuda/flash_attention.cuh"
+
+#include <algorithm>
+#include <type_traits>
 
 #include "core/cuda/cuda_utils.cuh"
 #include "core/trace.h"
@@ -22,7 +26,7 @@ Rows rows_of(const Tensor& t) {
   return r;
 }
 
-Params params_of(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale) {
+Params params_of(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale, const Tensor& first) {
   const char* op = "scaled_dot_product_attention (CUDA)";
   const int64_t n = q.dim();
   TG_CHECK((n == 3 || n == 4) && q.dtype() == kBFloat16 && k.dtype() == kBFloat16 && v.dtype() == kBFloat16, op,
@@ -40,6 +44,12 @@ Params params_of(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
   p.scale = static_cast<float>(scale);
   p.scale_log2 = static_cast<float>(scale * 1.4426950408889634);
   p.causal = causal;
+  if (first.defined()) {
+    TG_CHECK(causal && first.dtype() == kInt32 && first.dim() == 2 && first.shape()[1] == p.L, op,
+             "a band wants causal attention and int32 first keys [rows, ", p.L, "], got ", first.shape());
+    p.first = first.data_ptr<int>();
+    p.first_sb = first.shape()[0] == 1 ? 0 : p.L;
+  }
   return p;
 }
 
@@ -82,14 +92,14 @@ struct Tiles {
   static constexpr int kDqMT = HD == 64 ? 1 : 2, kBN = HD == 32 ? 64 : 32;
 };
 
-template <int HD>
+template <int HD, bool kBand>
 void forward_hd(const Params& p, cudaStream_t s) {
   constexpr int MT = Tiles<HD>::kFwdMT, BN = Tiles<HD>::kFwdBN;
   const dim3 grid = flash_grid((p.L + kBlock * MT - 1) / (kBlock * MT), p.H, p.B);
-  launch(flash_forward<HD, MT, BN>, grid, tile_bytes<HD>(kBlock * MT + 4 * BN), p, s);
+  launch(flash_forward<HD, MT, BN, kBand>, grid, tile_bytes<HD>(kBlock * MT + 4 * BN), p, s);
 }
 
-template <int HD>
+template <int HD, bool kBand>
 void backward_hd(const Params& p, bool want_dq, bool want_dk, bool want_dv, cudaStream_t s) {
   if (want_dq || want_dk) {
     const int64_t rows = int64_t(p.B) * p.H * p.L;
@@ -99,56 +109,80 @@ void backward_hd(const Params& p, bool want_dq, bool want_dk, bool want_dv, cuda
   if (want_dk || want_dv) {
     constexpr int MT = Tiles<HD>::kKvMT, BQ = Tiles<HD>::kBQ;
     const dim3 grid = flash_grid((p.S + kBlock * MT - 1) / (kBlock * MT), p.Hkv, p.B);
-    const size_t smem = tile_bytes<HD>(2 * kBlock * MT + 4 * BQ) + 4 * BQ * sizeof(float);
+    // lse and delta (and a band's first keys) of two stages
+    const size_t smem = tile_bytes<HD>(2 * kBlock * MT + 4 * BQ) + (kBand ? 6 : 4) * BQ * sizeof(float);
     const bool after_delta = want_dq || want_dk;
     if (want_dk && want_dv) {
       KernelTrace::record("sdpa.flash_cuda.dk_dv");
-      launch(flash_backward_dkdv<HD, BQ, MT, true, true>, grid, smem, p, s, after_delta);
+      launch(flash_backward_dkdv<HD, BQ, MT, true, true, kBand>, grid, smem, p, s, after_delta);
     } else if (want_dk) {
       KernelTrace::record("sdpa.flash_cuda.dk");
-      launch(flash_backward_dkdv<HD, BQ, MT, true, false>, grid, smem, p, s, after_delta);
+      launch(flash_backward_dkdv<HD, BQ, MT, true, false, kBand>, grid, smem, p, s, after_delta);
     } else {
       KernelTrace::record("sdpa.flash_cuda.dv");
-      launch(flash_backward_dkdv<HD, BQ, MT, false, true>, grid, smem, p, s, after_delta);
+      launch(flash_backward_dkdv<HD, BQ, MT, false, true, kBand>, grid, smem, p, s, after_delta);
     }
   }
   if (want_dq) {
     constexpr int MT = Tiles<HD>::kDqMT, BN = Tiles<HD>::kBN;
     KernelTrace::record("sdpa.flash_cuda.dq");
     const dim3 grid = flash_grid((p.L + kBlock * MT - 1) / (kBlock * MT), p.H, p.B);
-    launch(flash_backward_dq<HD, BN, MT>, grid, tile_bytes<HD>(2 * kBlock * MT + 4 * BN), p, s, want_dk || want_dv);
+    launch(flash_backward_dq<HD, BN, MT, kBand>, grid, tile_bytes<HD>(2 * kBlock * MT + 4 * BN), p, s,
+           want_dk || want_dv);
+  }
+}
+
+// Head dim and band as template arguments: f(std::integral_constant<int, HD>, std::bool_constant<kBand>).
+template <class F>
+void with_shape(int64_t hd, bool band, F&& f) {
+  auto with_band = [&](auto hd_tag) {
+    if (band) f(hd_tag, std::true_type{});
+    else f(hd_tag, std::false_type{});
+  };
+  switch (hd) {
+    case 32: return with_band(std::integral_constant<int, 32>{});
+    case 64: return with_band(std::integral_constant<int, 64>{});
+    default: return with_band(std::integral_constant<int, 128>{});
   }
 }
 
 }  // namespace
 
+void sdpa_band(const Tensor& first, const Tensor& position_ids, int64_t window) {
+  const int64_t rows = first.shape()[0], L = first.shape()[1];
+  TG_CHECK(rows <= INT32_MAX && L <= INT32_MAX, "banded_causal_attention (CUDA)", "a band of ", rows, " x ", L,
+           " queries is past 2^31");
+  constexpr int kRowsPerBlock = kThreads / 32;
+  // A window as long as the row reaches every key: capped there, it fits an int.
+  const BandParams bp{first.data_ptr<int>(), position_ids.defined() ? position_ids.data_ptr<int64_t>() : nullptr,
+                      static_cast<int>(rows), static_cast<int>(L), static_cast<int>(std::min(window, L))};
+  attention_band<<<static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock), kThreads, 0, stream_for(first)>>>(bp);
+  TG_CUDA_CHECK_LAUNCH("attention_band");
+}
+
 void sdpa_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
-                  bool causal, double scale) {
-  Params p = params_of(q, k, v, causal, scale);
+                  bool causal, double scale, const Tensor& first) {
+  Params p = params_of(q, k, v, causal, scale, first);
   p.o = rows_of(out);
   p.lse = lse.data_ptr<float>();
   cudaStream_t s = stream_for(q);
-  switch (q.shape().back()) {
-    case 32: return forward_hd<32>(p, s);
-    case 64: return forward_hd<64>(p, s);
-    default: return forward_hd<128>(p, s);
-  }
+  with_shape(q.shape().back(), first.defined(), [&](auto hd, auto band) {
+    forward_hd<decltype(hd)::value, decltype(band)::value>(p, s);
+  });
 }
 
 void sdpa_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout, const Tensor& q,
                    const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse, const Tensor& delta,
-                   bool causal, double scale) {
-  Params p = params_of(q, k, v, causal, scale);
+                   bool causal, double scale, const Tensor& first) {
+  Params p = params_of(q, k, v, causal, scale, first);
   p.o = rows_of(out), p.dout = rows_of(dout), p.dq = rows_of(dq), p.dk = rows_of(dk), p.dv = rows_of(dv);
   p.lse = lse.data_ptr<float>();
   p.delta = delta.defined() ? delta.data_ptr<float>() : nullptr;
   cudaStream_t s = stream_for(q);
   const bool wq = dq.defined(), wk = dk.defined(), wv = dv.defined();
-  switch (q.shape().back()) {
-    case 32: return backward_hd<32>(p, wq, wk, wv, s);
-    case 64: return backward_hd<64>(p, wq, wk, wv, s);
-    default: return backward_hd<128>(p, wq, wk, wv, s);
-  }
+  with_shape(q.shape().back(), first.defined(), [&](auto hd, auto band) {
+    backward_hd<decltype(hd)::value, decltype(band)::value>(p, wq, wk, wv, s);
+  });
 }
 
 }  // namespace tg::cuda

@@ -4,7 +4,7 @@
 // vector loads when all three are contiguous and aligned, the strided kernel otherwise (a bias
 // broadcast [N, D] + [D] re-reads b from cache).
 #include "core/cuda/elementwise.cuh"
-#include "core/type_dispatch.h"
+#include "core/detail/type_dispatch.h"
 #include "ops/binary_kernels.h"
 
 namespace tg::cuda {

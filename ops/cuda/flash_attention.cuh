@@ -8,13 +8,16 @@
 // keys in the dk / dv pass).
 //
 // forward: a block per (batch, head, 64 MT queries) streams BN-key tiles of K and V: S = Q K^T,
-//   online softmax in registers, O += P V; tiles above the causal diagonal are never loaded.
+//   online softmax in registers, O += P V; tiles above the causal diagonal are never loaded, nor
+//   (banded: packed documents, sliding windows; kBand) those before the block's band.
 //   Writes out and the float32 logsumexp. Traffic: q once, k and v once per query block, out + lse.
 // backward: delta = rowsum(dO * O) (one pass over dO and O), then one kernel per wanted
 //   gradient family, each summing in a fixed order (deterministic, no atomics):
 //   dk / dv: a block per (batch, kv head, 64 keys) walks the query blocks of every query head of
-//     its group: S^T = K Q^T, P^T, dV += P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - delta),
-//     dK += dS^T Q. K and V stay in shared memory; Q, dO, lse and delta stream.
+//     its group (banded: up to the last query whose band starts within its keys, found by a
+//     binary search since bands only move forward): S^T = K Q^T, P^T, dV += P^T dO,
+//     dP^T = V dO^T, dS^T = P^T (dP^T - delta), dK += dS^T Q. K and V stay in shared memory;
+//     Q, dO, lse and delta (and the queries' first keys) stream.
 //   dq: a block per (batch, head, 64 queries) walks the key blocks: S, P, dP = dO V^T, dS,
 //     dQ += dS K. It recomputes S and dP (7 tile products in all, FlashAttention-2 has 5) in
 //     exchange for no float32 dq accumulator and no atomics.
@@ -58,7 +61,17 @@ struct Params {
   int B = 0, H = 0, Hkv = 0, L = 0, S = 0;
   float scale = 0.f, scale_log2 = 0.f;  // scale * log2(e): softmax in base 2
   bool causal = false;
+  // Banded (the kernels' kBand): query i of sequence b sees keys first[b * first_sb + i] <= j <= i,
+  // non-decreasing along i (ops/attention_kernels.h); first_sb 0 when every sequence shares it.
+  const int* first = nullptr;
+  int64_t first_sb = 0;
 };
+
+// The first key query i of sequence b sees (i clamped to the last query: the rows of a tile past L
+// read a real one, and are never stored).
+__device__ __forceinline__ int first_key(const Params& p, int b, int i) {
+  return p.first[b * p.first_sb + min(i, p.L - 1)];
+}
 
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   bf16x2 v = __floats2bfloat162_rn(lo, hi);
@@ -163,8 +176,10 @@ __device__ __forceinline__ void load_tile(__nv_bfloat16* s, const Rows& g, int b
   }
 }
 
-// n floats of a [B, H, L] row statistic from index i0 (zeros past L).
-__device__ __forceinline__ void load_stat(float* s, const float* g, int64_t row_base, int i0, int n, int L) {
+// n 4-byte values of a [B, H, L] row statistic (or a band's [B, L] first keys) from index i0 (zeros
+// past L).
+template <class T>
+__device__ __forceinline__ void load_stat(T* s, const T* g, int64_t row_base, int i0, int n, int L) {
   for (int i = threadIdx.x; i < n; i += kThreads) {
     const bool ok = i0 + i < L;
     cp_async4(s + i, g + row_base + (ok ? i0 + i : 0), ok);
@@ -205,27 +220,65 @@ __device__ __forceinline__ void fill(float (&a)[MT][2], float v) {
   for (int m = 0; m < MT; ++m) a[m][0] = a[m][1] = v;
 }
 
-// A warp's score tile of keys [n0, n0 + BN) for rows from row0: the scores of keys past S or
-// (causal) past their query set to `value`, in the tiles where the warp has such keys only.
-template <int MT, int NT, int BN>
+// A warp's score tile of keys [n0, n0 + BN) for rows from row0 (of sequence b): the scores of keys
+// past S, (causal) past their query or (kBand) before their query's first key set to `value`, in
+// the tiles where the warp has such keys only (the first key of the warp's last row is the
+// largest of its rows'; read here, not kept in a register through the key loop).
+template <int MT, int NT, int BN, bool kBand>
 __device__ __forceinline__ void mask_scores(float (&s)[MT][NT][4], float value, const Params& p, int n0, int row0,
-                                            int g, int t) {
-  if (n0 + BN <= p.S && !(p.causal && n0 + BN - 1 > row0)) return;
+                                            int g, int t, int b) {
+  if (n0 + BN <= p.S && !(p.causal && n0 + BN - 1 > row0) && (!kBand || n0 >= first_key(p, b, row0 + 16 * MT - 1)))
+    return;
+  if constexpr (kBand) {
 #pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
+    for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
+      for (int r = 0; r < 2; ++r) {  // row by row, its keys [first, last] (fewer registers live)
+        const int row = row0 + 16 * mt + g + 8 * r, first = first_key(p, b, row) - n0 - 2 * t;
+        const int last = (p.causal ? min(row, p.S - 1) : p.S - 1) - n0 - 2 * t;
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int key = n0 + nt * 8 + 2 * t + (e & 1), row = row0 + 16 * mt + g + 8 * (e >> 1);
-        if (key >= p.S || (p.causal && key > row)) s[mt][nt][e] = value;
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int j = 0; j < 2; ++j)
+            if (nt * 8 + j < first || nt * 8 + j > last) s[mt][nt][2 * r + j] = value;
       }
+  } else {  // the order the unbanded kernels' registers were tuned with
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int key = n0 + nt * 8 + 2 * t + (e & 1), row = row0 + 16 * mt + g + 8 * (e >> 1);
+          if (key >= p.S || (p.causal && key > row)) s[mt][nt][e] = value;
+        }
+  }
 }
 
 // Number of key tiles of `bn` keys that queries [m0, m0 + bm) see.
 __device__ __forceinline__ int key_tiles(const Params& p, int m0, int bm, int bn) {
   const int keys = p.causal ? min(m0 + bm, p.S) : p.S;
   return (keys + bn - 1) / bn;
+}
+
+// The first key tile of `bn` keys that queries from m0 (of sequence b) see: a band only moves
+// forward, so query m0's first key is the smallest of the block's.
+template <bool kBand>
+__device__ __forceinline__ int first_key_tile(const Params& p, int b, int m0, int bn) {
+  if constexpr (kBand) return first_key(p, b, m0) / bn;
+  else return 0;
+}
+
+// The last query from `from` (whose band starts at most at key_end) whose band starts at most at
+// key_end: a binary search, since the first keys do not decrease.
+__device__ __forceinline__ int last_query_from(const Params& p, int b, int from, int key_end) {
+  int lo = from, hi = p.L - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (first_key(p, b, mid) <= key_end) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
 }
 
 // Q-like operands (16 x HD a warp) stay in registers for one row tile; with two, the accumulators
@@ -284,9 +337,46 @@ inline dim3 flash_grid(int seq_blocks, int heads, int batch) {
   return dim3(static_cast<unsigned>(heads) * static_cast<unsigned>(batch), static_cast<unsigned>(seq_blocks));
 }
 
+// ---------------------------------------------------------------- band
+
+// Banded attention's first keys (ops/attention_kernels.h's sdpa_band): first[r, i] is the largest
+// max(i' - pos[r, i'], i' - window + 1, 0) over i' <= i (pos null: none; window 0: none; a
+// position <= 0 starts a document). A warp per row, 32 queries a step: a max-scan across the
+// lanes, carried from step to step.
+struct BandParams {
+  int* first = nullptr;          // [rows, L]
+  const int64_t* pos = nullptr;  // [rows, L] or null
+  int rows = 0, L = 0, window = 0;
+};
+__global__ void __launch_bounds__(kThreads) attention_band(const BandParams bp) {
+  const int r = blockIdx.x * (kThreads / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int L = bp.L, window = bp.window;
+  int* first = bp.first;
+  const int64_t* pos = bp.pos;
+  if (r >= bp.rows) return;
+  int carried = 0;
+  for (int i0 = 0; i0 < L; i0 += 32) {
+    const int i = i0 + lane;
+    int lo = 0;
+    if (i < L && pos) {
+      const int64_t q = pos[int64_t(r) * L + i];
+      lo = q <= 0 ? i : q >= i ? 0 : i - static_cast<int>(q);
+    }
+    if (i < L && window > 0) lo = max(lo, i - window + 1);
+#pragma unroll
+    for (int d = 1; d < 32; d *= 2) {
+      const int before = __shfl_up_sync(0xffffffffu, lo, d);
+      if (lane >= d) lo = max(lo, before);
+    }
+    lo = max(lo, carried);
+    if (i < L) first[int64_t(r) * L + i] = lo;
+    carried = __shfl_sync(0xffffffffu, lo, 31);
+  }
+}
+
 // ---------------------------------------------------------------- forward
 
-template <int HD, int MT, int BN>
+template <int HD, int MT, int BN, bool kBand = false>
 __global__ void __launch_bounds__(kThreads) flash_forward(const Params p) {
   constexpr int LD = kLd<HD>, KT = HD / 16, BM = kBlock * MT, NT = BN / 8;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -297,11 +387,13 @@ __global__ void __launch_bounds__(kThreads) flash_forward(const Params p) {
   const int h = blockIdx.x % p.H, b = blockIdx.x / p.H, hk = h / (p.H / p.Hkv);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int m0 = mb * BM, wrow = warp * 16 * MT;  // the warp's rows: m0 + wrow + 16 mt + g (+ 8)
-  const int tiles = key_tiles(p, m0, BM, BN);
+  // Key tiles [first_tile, tiles): before the band's start (kBand) and above the causal diagonal
+  // none is loaded.
+  const int first_tile = first_key_tile<kBand>(p, b, m0, BN), tiles = key_tiles(p, m0, BM, BN);
 
   load_tile<HD, BM>(sQ, p.q, b, h, m0, p.L);
-  load_tile<HD, BN>(sK, p.k, b, hk, 0, p.S);
-  load_tile<HD, BN>(sV, p.v, b, hk, 0, p.S);
+  load_tile<HD, BN>(sK + (first_tile & 1) * BN * kLd<HD>, p.k, b, hk, first_tile * BN, p.S);
+  load_tile<HD, BN>(sV + (first_tile & 1) * BN * kLd<HD>, p.v, b, hk, first_tile * BN, p.S);
   cp_async_commit();
 
   ARows<LD, KT, MT, kInRegisters<HD, MT>> q(sQ, wrow, lane);
@@ -310,17 +402,18 @@ __global__ void __launch_bounds__(kThreads) flash_forward(const Params p) {
   float m[MT][2], l[MT][2];
   fill(m, -INFINITY);
   fill(l, 0.f);
-  for (int nb = 0; nb < tiles; ++nb) {
+  for (int nb = first_tile; nb < tiles; ++nb) {
     const int stage = nb & 1;
     next_kv_tile<HD, BN>(sK, sV, p, b, hk, nb, tiles);
-    if (nb == 0) q.load();
+    if (nb == first_tile) q.load();
 
     float s[MT][NT][4];
     zero(s);
     mma_abt<LD, KT, NT, MT>(s, q, sK + stage * BN * LD, lane);
 
-    // Keys past S and (causal) past the query are -inf, only in the tiles where the warp has some.
-    mask_scores<MT, NT, BN>(s, -INFINITY, p, nb * BN, m0 + wrow, g, t);
+    // Keys past S, (causal) past the query and (kBand) before its band are -inf, only in the tiles
+    // where the warp has some.
+    mask_scores<MT, NT, BN, kBand>(s, -INFINITY, p, nb * BN, m0 + wrow, g, t, b);
     // Online softmax on the raw scores (m is their running max), the scale folded into the
     // exponent: p = exp2(s scale log2(e) - m scale log2(e)), one FFMA and one ex2 a score. The 4
     // lanes of a row group share its max; sums stay per lane until the end.
@@ -350,6 +443,7 @@ __global__ void __launch_bounds__(kThreads) flash_forward(const Params p) {
     mma_pv<LD, HD, NT, MT>(o, s, sV + stage * BN * LD, lane);
     __syncthreads();  // this stage is refilled next iteration
   }
+  if constexpr (kBand) cp_async_wait<0>();  // a block whose band starts past S ran no step
 
   float inv[MT][2];
 #pragma unroll
@@ -405,7 +499,8 @@ __global__ void attention_delta(const Params p) {
 }
 
 // dK and / or dV of 64 MT keys of one kv head; BQ queries a step.
-template <int HD, int BQ, int MT, bool kDK, bool kDV>
+// kBand: 2 BQ ints of shared memory more (the steps' first keys).
+template <int HD, int BQ, int MT, bool kDK, bool kDV, bool kBand = false>
 __global__ void __launch_bounds__(kThreads) flash_backward_dkdv(const Params p) {
   constexpr int LD = kLd<HD>, KT = HD / 16, QT = BQ / 8, BK = kBlock * MT;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -415,10 +510,15 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dkdv(const Params p) 
   __nv_bfloat16* sO = sQ + 2 * BQ * LD;  // dO, two stages
   float* sL = reinterpret_cast<float*>(sO + 2 * BQ * LD);  // lse, two stages
   float* sD = sL + 2 * BQ;                                 // delta, two stages
+  int* sF = reinterpret_cast<int*>(sD + 2 * BQ);           // kBand: first keys, two stages
   const int nb = blockIdx.y, hk = blockIdx.x % p.Hkv, b = blockIdx.x / p.Hkv, group = p.H / p.Hkv;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int n0 = nb * BK, wrow = warp * 16 * MT;  // the warp's keys: n0 + wrow + 16 mt + g (+ 8)
-  const int first = p.causal ? n0 / BQ : 0, blocks = (p.L + BQ - 1) / BQ;
+  // Query blocks [first, blocks): none before the keys (causal), none past the last query whose
+  // band starts within them (kBand).
+  int first = p.causal ? n0 / BQ : 0, blocks = (p.L + BQ - 1) / BQ;
+  if constexpr (kBand)
+    if (n0 < p.L) blocks = last_query_from(p, b, n0, n0 + BK - 1) / BQ + 1;
   const int steps = blocks > first ? group * (blocks - first) : 0;
 
   float dk[MT][HD / 8][4], dv[MT][HD / 8][4];
@@ -434,6 +534,7 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dkdv(const Params p) 
     load_tile<HD, BQ>(sQ + stage * BQ * LD, p.q, b, h, i0, p.L);
     load_tile<HD, BQ>(sO + stage * BQ * LD, p.dout, b, h, i0, p.L);
     load_stat(sL + stage * BQ, p.lse, (int64_t(b) * p.H + h) * p.L, i0, BQ, p.L);
+    if (kBand) load_stat(sF + stage * BQ, p.first, b * p.first_sb, i0, BQ, p.L);
   };
   auto load_delta = [&](int h, int m, int stage) {
     if (kDK) load_stat(sD + stage * BQ, p.delta, (int64_t(b) * p.H + h) * p.L, m * BQ, BQ, p.L);
@@ -467,6 +568,7 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dkdv(const Params p) 
     __syncthreads();
     const __nv_bfloat16 *q_s = sQ + stage * BQ * LD, *do_s = sO + stage * BQ * LD;
     const float *l_s = sL + stage * BQ, *d_s = sD + stage * BQ;
+    const int* f_s = sF + stage * BQ;
 
     float pt[MT][QT][4];  // S^T, then P^T
     zero(pt);
@@ -494,6 +596,16 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dkdv(const Params p) 
             const int qi = i0 + nt * 8 + 2 * t + (e & 1), key = n0 + wrow + 16 * mt + g + 8 * (e >> 1);
             if (key > qi) pt[mt][nt][e] = 0.f;
           }
+    // Zero for keys before the query's band, only in the steps where some query's band starts
+    // past the warp's first key (the step's last query has the largest first key).
+    if (kBand && f_s[min(BQ, p.L - i0) - 1] > n0 + wrow)
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < QT; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            if (n0 + wrow + 16 * mt + g + 8 * (e >> 1) < f_s[nt * 8 + 2 * t + (e & 1)]) pt[mt][nt][e] = 0.f;
     if (kDV) mma_pv<LD, HD, QT, MT>(dv, pt, do_s, lane);
     if (kDK) {
       float ds[MT][QT][4];  // dP^T, then dS^T
@@ -518,7 +630,7 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dkdv(const Params p) 
 }
 
 // dQ of 64 MT queries of one head; BN keys a step.
-template <int HD, int BN, int MT>
+template <int HD, int BN, int MT, bool kBand = false>
 __global__ void __launch_bounds__(kThreads) flash_backward_dq(const Params p) {
   constexpr int LD = kLd<HD>, KT = HD / 16, NT = BN / 8, BM = kBlock * MT;
   constexpr bool kRegs = kInRegisters<HD, MT>;
@@ -531,12 +643,12 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dq(const Params p) {
   const int h = blockIdx.x % p.H, b = blockIdx.x / p.H, hk = h / (p.H / p.Hkv);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int m0 = mb * BM, wrow = warp * 16 * MT;
-  const int tiles = key_tiles(p, m0, BM, BN);
+  const int first_tile = first_key_tile<kBand>(p, b, m0, BN), tiles = key_tiles(p, m0, BM, BN);  // as forward's
 
   load_tile<HD, BM>(sQ, p.q, b, h, m0, p.L);
   load_tile<HD, BM>(sO, p.dout, b, h, m0, p.L);
-  load_tile<HD, BN>(sK, p.k, b, hk, 0, p.S);
-  load_tile<HD, BN>(sV, p.v, b, hk, 0, p.S);
+  load_tile<HD, BN>(sK + (first_tile & 1) * BN * kLd<HD>, p.k, b, hk, first_tile * BN, p.S);
+  load_tile<HD, BN>(sV + (first_tile & 1) * BN * kLd<HD>, p.v, b, hk, first_tile * BN, p.S);
   cp_async_commit();
   float lse2[MT][2], dl[MT][2];  // this thread's rows' lse in base 2 and delta (zeros past L)
   const int64_t stat = (int64_t(b) * p.H + h) * p.L;
@@ -552,25 +664,25 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dq(const Params p) {
   ARows<LD, KT, MT, kRegs> q(sQ, wrow, lane), o(sO, wrow, lane);
   float dq[MT][HD / 8][4];
   zero(dq);
-  for (int nb = 0; nb < tiles; ++nb) {
+  for (int nb = first_tile; nb < tiles; ++nb) {
     const int stage = nb & 1;
     next_kv_tile<HD, BN>(sK, sV, p, b, hk, nb, tiles);
-    if (nb == 0) q.load(), o.load();
+    if (nb == first_tile) q.load(), o.load();
     const __nv_bfloat16 *k_s = sK + stage * BN * LD, *v_s = sV + stage * BN * LD;
     float pr[MT][NT][4], ds[MT][NT][4];  // P; dP, then dS
     zero(pr);
     zero(ds);
     mma_abt<LD, KT, NT, MT>(pr, q, k_s, lane);
     mma_abt<LD, KT, NT, MT>(ds, o, v_s, lane);
-    // P = exp2(S scale log2(e) - lse log2(e)), zero for keys past S or (causal) past the query
-    // (only in the tiles where the warp has some); dS = P (dP - delta).
+    // P = exp2(S scale log2(e) - lse log2(e)), zero for keys past S, (causal) past the query or
+    // (kBand) before its band (only in the tiles where the warp has some); dS = P (dP - delta).
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) pr[mt][nt][e] = exp2_approx(fmaf(pr[mt][nt][e], p.scale_log2, -lse2[mt][e >> 1]));
-    mask_scores<MT, NT, BN>(pr, 0.f, p, nb * BN, m0 + wrow, g, t);
+    mask_scores<MT, NT, BN, kBand>(pr, 0.f, p, nb * BN, m0 + wrow, g, t, b);
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -580,6 +692,7 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dq(const Params p) {
     mma_pv<LD, HD, NT, MT>(dq, ds, k_s, lane);
     __syncthreads();
   }
+  if constexpr (kBand) cp_async_wait<0>();  // a block whose band starts past S ran no step
   float scale[MT][2];
   fill(scale, p.scale);
   store_rows<HD, MT>(p.dq, b, h, m0 + wrow, p.L, dq, scale, lane);

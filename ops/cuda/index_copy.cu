@@ -5,7 +5,7 @@
 #include <cstdint>
 
 #include "core/cuda/cuda_utils.cuh"
-#include "core/type_dispatch.h"
+#include "core/detail/type_dispatch.h"
 #include "ops/cuda/index_check.cuh"
 #include "ops/index_copy_kernels.h"
 

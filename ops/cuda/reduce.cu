@@ -18,7 +18,7 @@
 #include "core/cuda/runtime.h"
 #include "core/primitives.h"
 #include "core/trace.h"
-#include "core/type_dispatch.h"
+#include "core/detail/type_dispatch.h"
 #include "ops/reduce_kernels.h"
 
 namespace tg::cuda {

@@ -3,7 +3,7 @@
 // (core/cuda/elementwise.cuh): forward reads x and writes out; backward reads g (and v) and
 // writes dx; 16-byte vector loads when every operand is contiguous and aligned.
 #include "core/cuda/elementwise.cuh"
-#include "core/type_dispatch.h"
+#include "core/detail/type_dispatch.h"
 #include "ops/unary_kernels.h"
 
 namespace tg::cuda {

@@ -1,0 +1,35 @@
+// Rotary position embedding, Hugging Face's "rotate half" convention:
+//   apply_rotary(x, cos, sin) = x * cos + rotate_half(x) * sin,
+//   rotate_half(u) = cat(-u[..., hd/2:], u[..., :hd/2])
+// x [B, H, T, hd]; cos, sin [T, hd] (broadcast over B and H), or per sequence [B, 1, T, hd]
+// (broadcast over H: positions that differ between sequences, packed or left-padded); cast to
+// x's dtype.
+// With tables that do not require grad, one fused pass forward and one backward (ops/apply_rotary_kernels.h;
+// CPU float32 / float64, trace "rope.fused_cpu"; CUDA float32 / bfloat16, "rope.fused_cuda"); the
+// output keeps x's memory layout (a [B, H, T, hd] view of [B, T, H, hd] memory stays one) and
+// backward saves only the tables. Otherwise (CPU bfloat16, tables that require grad) a
+// composition of slice / cat / neg / mul / add (trace "rope.composite").
+#pragma once
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace tg {
+
+Tensor rotate_half(const Tensor& x);
+Tensor apply_rotary(const Tensor& x, const Tensor& cos, const Tensor& sin);
+
+// The [T, head_dim] cos and sin tables for positions 0..T-1, float32, computed the way
+// transformers does in float32: inv_freq = 1 / theta^(2i/hd), angle = t * inv_freq,
+// emb = cat(angle, angle).
+std::pair<Tensor, Tensor> rotary_cos_sin(int64_t T, int64_t head_dim, double theta = 10000.0,
+                                         Device device = Device::cpu());
+// The same tables from given frequencies (head_dim / 2 of them: scaled RoPE, nn/rotary.h).
+std::pair<Tensor, Tensor> rotary_cos_sin(int64_t T, const std::vector<float>& inv_freq, Device device = Device::cpu());
+// inv_freq[i] = 1 / theta^(2i/hd) in float32, as transformers computes it.
+std::vector<float> rotary_inv_freq(int64_t head_dim, double theta);
+
+}  // namespace tg

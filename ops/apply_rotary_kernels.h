@@ -1,0 +1,27 @@
+// Backend contract for the fused rotary embedding (ops/apply_rotary.h).
+//
+// x, out, g, dx are [..., T, hd] with a unit stride in the last dim and any other strides; cos
+// and sin are contiguous [T, hd] or [B, 1, T, hd] (a table per sequence: x's leading matrices
+// m = b * H + h read table b) of x's dtype (CPU: float32 or float64, CUDA: float32 or bfloat16,
+// computed in float32). h = hd / 2.
+#pragma once
+
+#include "core/tensor.h"
+
+namespace tg {
+namespace cpu {
+
+// out[.., t, i] = x[t, i] cos[t, i] + r[t, i] sin[t, i],  r[i] = -x[i + h] (i < h), x[i - h] (i >= h).
+// Reads x once and writes out once (cos and sin stay in cache).
+void rope_forward(const Tensor& out, const Tensor& x, const Tensor& cos, const Tensor& sin);
+
+// The adjoint: dx[.., t, j] = g[j] cos[j] + (j < h ? g[j + h] sin[j + h] : -g[j - h] sin[j - h]).
+// Reads g once and writes dx once; x itself is not needed.
+void rope_backward(const Tensor& dx, const Tensor& g, const Tensor& cos, const Tensor& sin);
+
+}  // namespace cpu
+namespace cuda {
+void rope_forward(const Tensor& out, const Tensor& x, const Tensor& cos, const Tensor& sin);
+void rope_backward(const Tensor& dx, const Tensor& g, const Tensor& cos, const Tensor& sin);
+}  // namespace cuda
+}  // namespace tg

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Attention on the GPU machine in one call (issue 36: the cuDNN path beside the flash kernels):
+#   build     configure <build dir> with cuDNN (scripts/cudnn-root.sh: the toolkit's, else PyTorch's
+#             nvidia-cudnn wheel's) and build tapegrad_tests, attention_bench, train_step_bench;
+#   tests     the attention tests (cuDNN's and the flash kernels, the op harness's sdpa cases, the
+#             CUDA graph steps, mixed precision) -> tests.txt;
+#   memcheck  compute-sanitizer memcheck over the cuDNN tests and a flash one -> memcheck.txt;
+#   bench     scripts/gpu/run_attention_bench.sh: the cuDNN (deterministic and not) and flash paths beside
+#             PyTorch's SDPA backends -> attention.json, torch_attention.json, bench.txt;
+#   step      train_step_bench llama-1b LoRA bf16, eager and CUDA graph, cuDNN on and off -> step.txt.
+# About 3 min to build, 2 for tests, 2 for memcheck, 2 for bench, 1.5 for step on an H200.
+#   TG_COMMIT=<commit> scripts/gpu/attention_check.sh <build dir> [out dir] [stages...]   (default: all)
+set -euo pipefail
+build=${1:?usage: scripts/gpu/attention_check.sh <build dir> [out dir] [build tests memcheck bench step]}
+out=${2:-out/attention_check}
+shift $(( $# < 2 ? $# : 2 ))
+stages=${*:-build tests memcheck bench step}
+mkdir -p "$out"
+has() { [[ " $stages " == *" $1 "* ]]; }
+status=0
+
+if has build; then
+  echo "== build"
+  cudnn=$(scripts/cudnn-root.sh || true)
+  echo "cuDNN: ${cudnn:-none found (the flash kernels serve every call)}" | tee "$out/build.txt"
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTG_CUDA=ON ${cudnn:+-DTG_CUDNN_ROOT="$cudnn"} \
+    >> "$out/build.txt"
+  cmake --build "$build" -j"$(nproc)" --target tapegrad_tests attention_bench train_step_bench >> "$out/build.txt"
+fi
+
+if has tests; then
+  echo "== tests"
+  filter='Attention*:Ops/OpTest.CudaMatchesCpu/sdpa*:CudaGraph*:MixedPrecisionTest.*'
+  "$build/tests/tapegrad_tests" --gtest_filter="$filter" > "$out/tests.txt" 2>&1 || status=1
+  grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/tests.txt" || true
+fi
+
+if has memcheck; then
+  echo "== memcheck"
+  filter='AttentionCudnn.MatchesFloat64AtEveryHeadDim:AttentionCudnn.ValuesOfAnotherHeadDim:AttentionCudnn.EveryMask*'
+  filter+=':AttentionCudnn.CudaGraph*:AttentionCudnn.ACapture*:AttentionCuda.FlashMatchesFloat64OnShortSequences'
+  if compute-sanitizer --tool memcheck --error-exitcode 1 "$build/tests/tapegrad_tests" --gtest_filter="$filter" \
+       > "$out/memcheck.txt" 2>&1; then
+    echo "memcheck: clean"
+  else
+    echo "memcheck: FAILED (see $out/memcheck.txt)"
+    status=1
+  fi
+fi
+
+if has bench; then
+  echo "== bench"
+  scripts/gpu/run_attention_bench.sh "$build" "$out" | tee "$out/bench.txt"
+fi
+
+if has step; then
+  echo "== step: llama-1b LoRA bf16, cuDNN on / off, eager / graph"
+  for cudnn in true false; do
+    for graph in false true; do
+      "$build/bench/train_step_bench" --config llama-1b --device cuda --dtype bf16 --modes lora --warmup 2 --steps 8 \
+        --cudnn-sdp "$cudnn" --cuda-graph "$graph" | sed "s/^/cudnn-sdp=$cudnn graph=$graph  /"
+    done
+  done | tee "$out/step.txt"
+fi
+exit $status

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Issue 36's real-size training step on one GPU, in one call from the repo root:
+#   TG_COMMIT=<commit> OUT=<dir> scripts/gpu/run_real_step.sh [llama-1b | llama3-8b]
+# 1. builds train_step_bench in $BUILD_DIR (build-gpu) if it is absent (the repo's CUDA Release flags);
+# 2. tapegrad bf16, LoRA and full, each with and without gradient checkpointing and the CUDA graph;
+# 3. bench/torch_toy_lora.py, eager and torch.compile, bf16 autocast, sdpa (llama3-8b: LoRA only:
+#    a float32 8B with AdamW's state does not fit), in the same call;
+# 4. rows to $OUT/train_step-h200-real.json (llama3-8b: train_step-h200-real-llama3-8b.json; copy
+#    them to bench/results/ and run bench/make_results.py);
+# 5. ncu (--clock-control none) over $NCU_STEPS eager LoRA steps (the bench's timed steps only:
+#    --profile-from-start off) and bench/ncu_census.py's table of where the time goes, printed and
+#    saved as $OUT/census-<config>-lora.md (the raw report beside it).
+# Each part prints its seconds. llama-1b fits 9 minutes on one H200 with the build present (about
+# 1 min ours, 4-5 torch, 1-2 ncu); run llama3-8b as its own call. Knobs: BUILD_DIR, STEPS (timed
+# steps, 10), TORCH_BUDGET_S (torch_toy_lora.py's --budget-s), NCU_STEPS, TG_REAL_TORCH=0 (ours only).
+set -euo pipefail
+config=${1:-llama-1b}
+case "$config" in
+  llama-1b) suffix="" torch_modes=lora,full budget=${TORCH_BUDGET_S:-300} ncu_steps=${NCU_STEPS:-2} ;;
+  llama3-8b) suffix="-llama3-8b" torch_modes=lora budget=${TORCH_BUDGET_S:-330} ncu_steps=${NCU_STEPS:-1} ;;
+  *) echo "usage: scripts/gpu/run_real_step.sh [llama-1b | llama3-8b], got '$config'" >&2; exit 2 ;;
+esac
+build=${BUILD_DIR:-build-gpu}
+out=${OUT:-out/real_step}
+steps=${STEPS:-10}
+bench_dir=$(cd "$(dirname "$0")/../../bench" && pwd)
+tmp=$(mktemp -d)
+mkdir -p "$out"
+[ -n "${TG_COMMIT:-}" ] || echo "note: TG_COMMIT is not set: the rows name the GPU machine's (stale) checkout"
+part() { echo "== $1 ($((SECONDS - t0)) s so far)"; }
+t0=$SECONDS
+
+part "build"
+[ -f "$build/build.ninja" ] || cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTG_CUDA=ON
+cmake --build "$build" -j"$(nproc)" --target train_step_bench
+
+bench=("$build/bench/train_step_bench" --config "$config" --device cuda --dtype bf16 --modes "lora,full" --warmup 3
+       --steps "$steps")
+ours=()
+for ckpt in false true; do
+  for graph in false true; do
+    part "tapegrad $config, gradient checkpointing $ckpt, CUDA graph $graph"
+    rows="$tmp/tapegrad-ckpt-$ckpt-graph-$graph.json"
+    # One variant failing (out of memory) leaves the others' rows.
+    if "${bench[@]}" --gradient-checkpointing "$ckpt" --cuda-graph "$graph" --real-json "$rows"; then
+      ours+=("$rows")
+    else
+      echo "tapegrad $config ckpt $ckpt graph $graph: FAILED"
+    fi
+  done
+done
+
+torch_args=()
+if [ "${TG_REAL_TORCH:-1}" != 0 ]; then
+  part "PyTorch $config ($torch_modes), eager and torch.compile"
+  python3 "$bench_dir/torch_toy_lora.py" --configs "$config" --precs bf16 --modes "$torch_modes" --attns sdpa \
+    --exec eager,compile --n-warm 3 --n-time "$steps" --budget-s "$budget" --out "$tmp" --jsonl torch.jsonl |
+    grep -E "^(llama|TOY|config|ERROR|SKIPPED)" || true
+  [ -f "$tmp/torch.jsonl" ] && torch_args=(--torch "$tmp/torch.jsonl")
+fi
+rows_out="$out/train_step-h200-real$suffix.json"
+python3 "$bench_dir/real_step_rows.py" "$rows_out" "${ours[@]}" "${torch_args[@]}"
+
+ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+if [ -x "$ncu" ]; then
+  part "ncu over $ncu_steps eager LoRA steps"
+  report="$out/ncu-$config-lora.csv"
+  "$ncu" --clock-control none --profile-from-start off --metrics gpu__time_duration.sum --csv --page raw \
+    --print-units base --log-file "$report" \
+    "$build/bench/train_step_bench" --config "$config" --device cuda --dtype bf16 --modes lora --warmup 1 \
+    --steps "$ncu_steps" | grep -vE "^==PROF==" || true
+  step_ms=$(python3 -c 'import json, sys
+rows = [r for r in json.load(open(sys.argv[1])) if r["impl"] == "tapegrad" and r["mode"] == "lora" and not r["graph"] and not r["ckpt"]]
+print(rows[0]["ms"] if rows else "")' "$rows_out")
+  OUT=$out python3 "$bench_dir/ncu_census.py" "$report" --steps "$ncu_steps" ${step_ms:+--step-ms "$step_ms"} \
+    --title "$config-lora"
+else
+  echo "no ncu: census skipped"
+fi
+part "done"
