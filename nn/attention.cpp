@@ -4,6 +4,7 @@
 #include <limits>
 #include <vector>
 
+#include "core/factory.h"
 #include "ops/attention.h"
 #include "ops/binary.h"
 #include "ops/cast.h"

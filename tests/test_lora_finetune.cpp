@@ -214,13 +214,13 @@ TEST_P(LoraFinetuneHf, LoadIn4bitTrainsOnAFourBitBaseAndMergesDense) {
   TempDir dir;
   const std::string data = write_task(dir), out = dir / "out";
   std::string log;
-  ASSERT_EQ(finetune("--base " + base.string() + " --data " + data + " --load-in-4bit --steps 40 --warmup 2 "
+  ASSERT_EQ(finetune("--base " + base.string() + " --data " + data + " --load-in-4bit --steps 40 --warmup 2 --log-every 1 "
                      "--batch 4 --seq 48 --lr 1e-2 --eval-every 0 --sample-tokens 0 --threads 2 --merge --out " + out,
                      dir, &log), 0) << log;
   EXPECT_NE(log.find("peak memory: host"), std::string::npos) << log;
   EXPECT_NE(log.find("merge_and_unload: the 4-bit base is dequantised to float32"), std::string::npos) << log;
   std::vector<double> train;
-  for (const auto& r : losses(out + "/loss.csv"))
+  for (const auto& r : losses(out + "/log.csv"))
     if (r.split == "train") train.push_back(r.loss);
   ASSERT_EQ(train.size(), 40u);
   double first = 0, last = 0;
