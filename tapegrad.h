@@ -65,6 +65,7 @@
 #include "train/checkpoint.h"
 #include "train/data_fingerprint.h"
 #include "train/graphed_step.h"
+#include "train/loss_svg.h"
 #include "train/lr_schedule.h"
 #include "train/train_log.h"
 #include "train/trainer.h"

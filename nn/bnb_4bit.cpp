@@ -1,4 +1,4 @@
-#include "nn/bnb_4bit.h"
+#include "nn/detail/bnb_4bit.h"
 
 #include <cmath>
 #include <cstring>

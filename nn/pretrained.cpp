@@ -18,7 +18,7 @@
 #include "io/file.h"
 #include "io/json.h"
 #include "io/safetensors.h"
-#include "nn/bnb_4bit.h"
+#include "nn/detail/bnb_4bit.h"
 #include "nn/config_fields.h"
 #include "nn/init.h"
 #include "nn/linear4bit.h"
@@ -445,7 +445,7 @@ void write_weights(io::FolderWriter& out, const safetensors::TensorMap& tensors,
   out.write(kIndex, json::dump(index, 2, /*sort_keys=*/true) + "\n");
 }
 
-// The Linear4bit layers' tensors of `tensors` (tapegrad's names) replaced by bitsandbytes' (nn/bnb_4bit.h),
+// The Linear4bit layers' tensors of `tensors` (tapegrad's names) replaced by bitsandbytes' (nn/detail/bnb_4bit.h),
 // and the QuantizationConfig that describes them (the unquantised Linear layers as skip_modules);
 // nullopt when the model has none.
 std::optional<QuantizationConfig> quantized_layers(const Module& model, safetensors::TensorMap& tensors) {

@@ -49,7 +49,7 @@ struct PretrainedOptions {
 // folder holds another architecture, an unsupported option, or weights that do not fit the
 // config (every missing, unexpected and mis-shaped tensor listed).
 // A folder transformers + bitsandbytes saved in 4-bit (config.json's quantization_config, the
-// layers' packed weights and quant_state: nn/bnb_4bit.h) loads as it is: the layers the files
+// layers' packed weights and quant_state: nn/detail/bnb_4bit.h) loads as it is: the layers the files
 // hold quantised become nn::Linear4bit, computing in options.quantization.compute_dtype when
 // options.quantization.load_in_4bit, else in the folder's bnb_4bit_compute_dtype.
 std::shared_ptr<LlamaForCausalLM> from_pretrained_llama(const std::string& dir, const PretrainedOptions& options = {});
@@ -70,7 +70,7 @@ struct SaveOptions {
 // Writes config.json and the weights in the parameters' dtype (tied lm_head once, under the
 // embedding's name; GPT-2's Conv1D weights as [in, out]); files from an earlier save of the other
 // layout are removed, anything else in `dir` stays. A model with nn::Linear4bit layers is written
-// as transformers + bitsandbytes write one (nn/bnb_4bit.h: the packed weights, their quant_state
+// as transformers + bitsandbytes write one (nn/detail/bnb_4bit.h: the packed weights, their quant_state
 // and config.json's quantization_config), so both load it quantised. The folder is written as a unit
 // (io::write_folder_atomic): a reader sees the old model or the new one, never a mix. tg::Error
 // for other models and for models with LoRA layers (merge_and_unload them, or save the adapter with peft::save_adapter).

@@ -63,10 +63,10 @@ TEST(HostileFiles, AFifoOrADeviceIsAnErrorNotAnEndlessRead) {
   ASSERT_EQ(::mkfifo((dir / "adapter/adapter_config.json").c_str(), 0600), 0);
   nn::Linear layer(2, 2);
   EXPECT_ERROR_HAS(peft::load_adapter(layer, dir / "adapter"), "adapter_config.json' is not a regular file (a FIFO)");
-  ASSERT_EQ(::mkfifo((dir / "checkpoint.safetensors").c_str(), 0600), 0);  // lora_finetune --resume
+  ASSERT_EQ(::mkfifo((dir / train::kTrainingStateFile).c_str(), 0600), 0);  // lora_finetune --resume
   optim::AdamW opt(layer.named_trainable_parameters(), {});
-  EXPECT_ERROR_HAS(examples::load_training_checkpoint(dir / "checkpoint.safetensors", layer, opt),
-                   "checkpoint.safetensors' is not a regular file (a FIFO)");
+  EXPECT_ERROR_HAS(train::load_training_state(dir / train::kTrainingStateFile, layer, opt),
+                   "training_state.safetensors' is not a regular file (a FIFO)");
 }
 
 TEST(HostileFiles, AFileOverItsKindsLimitIsAnError) {

@@ -16,7 +16,7 @@
 #include "io/file.h"
 #include "io/json.h"
 #include "io/safetensors.h"
-#include "nn/bnb_4bit.h"
+#include "nn/detail/bnb_4bit.h"
 #include "nn/init.h"
 #include "nn/linear4bit.h"
 #include "nn/pretrained.h"

@@ -463,6 +463,7 @@ TEST(Trainer, EvaluateAfterTrainIsLoggedAndDrawn) {
   for (size_t at = svg.find("<circle"); at != std::string::npos; at = svg.find("<circle", at + 1)) ++markers;
   EXPECT_EQ(markers, 3u);  // eval_loss at steps 2, 4 and after train()
   EXPECT_NE(svg.find("optimizer step"), std::string::npos);
+}
 
 TEST(Trainer, PackedRowsTrainWithTheirPositionIds) {
   // A step's loss on PackSeparate rows is the model's loss given the rows' position ids (each
