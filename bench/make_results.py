@@ -228,6 +228,7 @@ REAL_STEP_MS_TARGET = {("llama-1b", "lora"): 78.0, ("llama-1b", "full"): 120.0}
 
 
 def real_step_section(rows, census_texts=()):
+    rows = [r for r in rows if "quant" not in r]  # QLoRA's rows have their own section
     compile_of = {(r["config"], r["mode"]): r for r in rows if r["impl"] == "torch_compile"}
     cells = []
     for r in rows:
@@ -267,6 +268,49 @@ then copy `$OUT/train_step-h200-real*.json` and `$OUT/census-*.md` to `bench/res
 {census}"""
 
 
+def qlora_section(rows):
+    """Issue 37's rows: train_step_bench --qlora beside its bf16 LoRA twin (and PyTorch's)."""
+    def key(r):
+        return (r["config"], r.get("layers"), r.get("batch"), r.get("seq"))
+    bf16 = {key(r): r for r in rows if r["impl"] == "tapegrad" and r["quant"] == "none"}
+    cells = []
+    for r in rows:
+        twin = bf16.get(key(r)) if r["quant"] == "nf4" else None
+        gib, extra = r["peak_mib"] / 1024, r.get("peak_mib_extrapolated")
+        misses = []
+        if r["quant"] == "nf4" and r["config"] == "llama3-8b" and r.get("batch") == 4 and r.get("seq") == 2048:
+            misses += ["peak over 8 GiB"] if gib > 8 else []
+            misses += ["over 1.15x the bf16 step"] if twin and r["ms"] > 1.15 * twin["ms"] else []
+        if r["quant"] == "nf4" and r["config"] == "llama3-70b" and extra and extra / 1024 > 46:
+            misses.append("80 layers over 46 GiB")
+        mib = lambda k: f"{r[k]:.0f}" if r.get(k) is not None else "–"
+        cells.append([r["config"], r.get("layers", "–"), f"{r.get('batch', '?')} x {r.get('seq', '?')}", r["impl"],
+                      r["quant"], f"{r['ms']:.1f}", ratio(r["ms"], twin["ms"]) if twin else "–", f"{gib:.2f}",
+                      f"{extra / 1024:.1f}" if extra else "–", mib("quant_mib"), mib("dense_mib"), mib("ckpt_mib"),
+                      ", ".join(misses)])
+    header = ["config", "layers:", "tokens", "impl", "base", "ms/step:", "/ bf16 LoRA:", "peak GiB:",
+              "80 layers GiB:", "4-bit MiB:", "dense MiB:", "checkpoints MiB:", "misses"]
+    return f"""## QLoRA (issue 37): LoRA on an NF4 base beside the bf16 base
+
+Measured: {measured(rows)}.
+
+`bench/train_step_bench --qlora --gradient-checkpointing true --dtype bf16`: LoRA r 8 on q/k/v/o (float32
+adapters, AdamW), the base's Linear layers but the head in NF4 with double quantisation (bf16 compute,
+dequantised into one shared workspace before each GEMM) beside the same step on a bf16 base; every
+decoder layer checkpointed (one [B, T, d] tensor a layer kept). Peak: the most bytes of live tensors
+over the steps, the model included. llama3-70b: Llama-3-70B's shape with only `layers` of its 80, the
+peak extrapolated by what one more layer keeps (its weights, LoRA with gradients and moments, its
+checkpoint); the 4-layer rows check the extrapolation of the 2-layer ones. PyTorch: peft's bf16
+setup (bf16 base, float32 LoRA, autocast, torch.utils.checkpoint per block; no bitsandbytes there).
+Targets: llama3-8b at 4 x 2048 tokens at most 8 GiB and 1.15x the bf16 LoRA step; 70B at most 46 GiB.
+
+Reproduce: `scripts/gpu/run_qlora_step.sh` on the GPU machine, then copy `$OUT/train_step-h200-qlora.json`
+and `$OUT/load-qlora.json` to `bench/results/`.
+
+{table(header, cells)}
+"""
+
+
 def load_section(rows):
     cells = []
     for r in rows:
@@ -275,7 +319,8 @@ def load_section(rows):
         misses = [m for m, bad in (("load over 1.5x read", r["seconds"] > 1.5 * r["read_seconds"]),
                                    ("peak RSS over " + ("1.1x the folder" if r["device"] == "cpu" else
                                                         "the largest file + 1 GiB"), peak > limit)) if bad]
-        cells.append([r["config"], r["device"], r["machine"], f"{r['folder_bytes'] / 1e9:.2f}", r["files"],
+        config = r["config"] + (" (NF4 as it loads)" if r.get("quant") == "nf4" else "")
+        cells.append([config, r["device"], r["machine"], f"{r['folder_bytes'] / 1e9:.2f}", r["files"],
                       f"{r['seconds']:.2f}", f"{r['read_seconds']:.2f}", ratio(r["seconds"], r["read_seconds"]),
                       f"{peak:.0f}" + ("" if r.get("peak_is_the_loads", True) else " (process)"), ratio(peak, folder),
                       ", ".join(misses)])
@@ -548,6 +593,8 @@ figures are in git history; what the measurements taught is in `dev/NOTES.md`.
         parts.append(train_section(get("train_step_bench"), get("torch_toy_lora")))
     if get("train_step_real"):
         parts.append(real_step_section(get("train_step_real"), census))
+    if [r for r in get("train_step_real") if "quant" in r]:
+        parts.append(qlora_section([r for r in get("train_step_real") if "quant" in r]))
     if get("data_parallel"):
         parts.append(data_parallel_section(get("data_parallel")))
     if get("generate_bench"):

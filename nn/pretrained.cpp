@@ -303,7 +303,7 @@ void load_weights(Module& model, const Architecture& arch, const io::Folder& dir
         if (!ignored) unexpected.push_back(key);
         continue;
       }
-      Read read{&value, it->second};
+      Read read{&value, it->second, "", false};
       Shape want = it->second.shape();
       if (state_names.count(name)) {
         // bitsandbytes' tensors are read as they are stored, never converted; the packed weight is a column

@@ -28,6 +28,7 @@
 #include "ops/shape.h"
 #include "peft/lora.h"
 #include "testing/testing.h"
+#include "tests/test_models.h"
 #include "tests/test_support.h"
 
 namespace tg::test {
@@ -40,30 +41,6 @@ using nn::LlamaConfig;
 using nn::LlamaForCausalLM;
 
 const fs::path kFixtures = fs::path(__FILE__).parent_path() / "fixtures" / "hf";
-
-LlamaConfig llama_config() {  // grouped-query heads, a rope_theta and eps other than the defaults
-  LlamaConfig c;
-  c.vocab_size = 64;
-  c.hidden_size = 32;
-  c.intermediate_size = 48;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.max_position_embeddings = 16;
-  c.rope_theta = 500.0;
-  c.rms_norm_eps = 1e-6;
-  return c;
-}
-
-GPT2Config gpt2_config() {  // dropout 0.1 as in transformers: from_pretrained must return eval mode
-  GPT2Config c;
-  c.vocab_size = 72;
-  c.n_positions = 16;
-  c.n_embd = 32;
-  c.n_layer = 2;
-  c.n_head = 4;
-  return c;
-}
 
 Tensor ids() { return from_vector<int64_t>({1, 5, 2, 63, 0, 7, 3, 3, 9, 4, 11, 6, 40, 41, 2, 8}, {2, 8}); }
 

@@ -214,8 +214,8 @@ TEST_P(LoraFinetuneHf, LoadIn4bitTrainsOnAFourBitBaseAndMergesDense) {
   TempDir dir;
   const std::string data = write_task(dir), out = dir / "out";
   std::string log;
-  ASSERT_EQ(finetune("--base " + base.string() + " --data " + data + " --load-in-4bit --steps 40 --warmup 2 "
-                     "--batch 4 --seq 48 --lr 1e-2 --eval-every 0 --log-every 1 --sample-tokens 0 --threads 2 --merge --out " + out,
+  ASSERT_EQ(finetune("--base " + base.string() + " --data " + data + " --load-in-4bit --steps 40 --warmup 2 --log-every 1 "
+                     "--batch 4 --seq 48 --lr 1e-2 --eval-every 0 --sample-tokens 0 --threads 2 --merge --out " + out,
                      dir, &log), 0) << log;
   EXPECT_NE(log.find("peak memory: host"), std::string::npos) << log;
   EXPECT_NE(log.find("merge_and_unload: the 4-bit base is dequantised to float32"), std::string::npos) << log;

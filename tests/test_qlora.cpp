@@ -26,36 +26,13 @@
 #include "peft/lora.h"
 #include "testing/testing.h"
 #include "tests/qlora_tiny_run.h"
+#include "tests/test_models.h"
 #include "tests/test_support.h"
 
 namespace tg::test {
 namespace {
 
 namespace fs = std::filesystem;
-
-nn::LlamaConfig llama_config() {
-  nn::LlamaConfig c;
-  c.vocab_size = 64;
-  c.hidden_size = 64;
-  c.intermediate_size = 96;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.max_position_embeddings = 16;
-  return c;
-}
-
-nn::GPT2Config gpt2_config() {  // Conv1D layers, a tied head
-  nn::GPT2Config c;
-  c.vocab_size = 72;
-  c.n_positions = 16;
-  c.n_embd = 64;
-  c.n_layer = 2;
-  c.n_head = 4;
-  return c;
-}
-
-Tensor ids() { return from_vector<int64_t>({1, 5, 2, 63, 0, 7, 3, 3, 9, 4, 11, 6, 40, 41, 2, 8}, {2, 8}); }
 
 const nn::QuantizationConfig kNF4{.load_in_4bit = true, .quant_type = "nf4", .double_quant = true,
                                   .compute_dtype = kBFloat16};
@@ -122,7 +99,7 @@ TEST_F(QloraTest, FromPretrainedQuantisesAsItStreams) {
       const std::vector<std::string> paths = nn::replace_with_4bit_linear(*dense, q);
       EXPECT_EQ(count_4bit(*streamed), static_cast<int>(paths.size()));
       expect_same_state(*streamed, *dense);
-      EXPECT_TENSOR_EQ(streamed->forward(ids()), dense->forward(ids()));
+      EXPECT_TENSOR_EQ(streamed->forward(tiny_qlora_ids()), dense->forward(tiny_qlora_ids()));
       // The load's peak over what the model holds: one dense layer (twice for GPT-2's Conv1D, read
       // transposed through the file reader's buffer) and the quantiser's float32 absmax of it, far
       // below the dense linear layers a dense load would hold.
@@ -169,11 +146,11 @@ TEST_F(QloraTest, SavedFourBitFolderRoundTrips) {
     EXPECT_EQ(qc.at("bnb_4bit_quant_storage").as_string(), "uint8");
     EXPECT_EQ(json::dump(qc.at("llm_int8_skip_modules")), "[\"lm_head\"]");
     const safetensors::Loaded file = safetensors::load_file_with_metadata(dir + "/model.safetensors");
-    const std::string w = "model.layers.1.mlp.down_proj.weight";  // [64, 96]: 6144 values, 96 blocks
+    const std::string w = "model.layers.1.mlp.down_proj.weight";  // [32, 48]: 1536 values, 24 blocks
     EXPECT_EQ(file.tensors.at(w).dtype(), kUInt8);
-    EXPECT_EQ(file.tensors.at(w).shape(), Shape({3072, 1}));
+    EXPECT_EQ(file.tensors.at(w).shape(), Shape({768, 1}));
     EXPECT_EQ(file.tensors.at(w + ".absmax").dtype(), double_quant ? kUInt8 : kFloat32);
-    EXPECT_EQ(file.tensors.at(w + ".absmax").shape(), Shape({96}));
+    EXPECT_EQ(file.tensors.at(w + ".absmax").shape(), Shape({24}));
     EXPECT_EQ(file.tensors.at(w + ".quant_map").shape(), Shape({16}));
     EXPECT_EQ(file.tensors.count(w + ".nested_absmax"), double_quant ? 1u : 0u);
     const Tensor json_bytes = file.tensors.at(w + ".quant_state.bitsandbytes__nf4");
@@ -182,7 +159,7 @@ TEST_F(QloraTest, SavedFourBitFolderRoundTrips) {
     EXPECT_EQ(state.at("quant_type").as_string(), "nf4");
     EXPECT_EQ(state.at("blocksize").as_int(), 64);
     EXPECT_EQ(state.at("dtype").as_string(), "bfloat16");
-    EXPECT_EQ(json::dump(state.at("shape")), "[64,96]");
+    EXPECT_EQ(json::dump(state.at("shape")), "[32,48]");
     EXPECT_EQ(state.find("nested_offset") != nullptr, double_quant);
     if (double_quant) EXPECT_EQ(state.at("nested_blocksize").as_int(), 256);
     EXPECT_EQ(file.tensors.count("model.layers.1.mlp.down_proj.absmax"), 0u);  // tapegrad's names stay inside
@@ -191,7 +168,7 @@ TEST_F(QloraTest, SavedFourBitFolderRoundTrips) {
     auto back = nn::from_pretrained(dir, {.dtype = kBFloat16});
     EXPECT_EQ(count_4bit(*back), 14);
     expect_same_state(*back, *model);
-    EXPECT_TENSOR_EQ(back->forward(ids()), model->forward(ids()));
+    EXPECT_TENSOR_EQ(back->forward(tiny_qlora_ids()), model->forward(tiny_qlora_ids()));
     // The caller's compute dtype wins over the folder's; the format is the folder's.
     nn::QuantizationConfig fp4 = kNF4;
     fp4.quant_type = "fp4";
@@ -221,7 +198,7 @@ Tensor json_tensor(const std::string& text) {
 TEST_F(QloraTest, BadFourBitFoldersNameTheTensor) {
   write_llama(tmp / "dense");
   nn::save_pretrained(*nn::from_pretrained(tmp / "dense", {.dtype = kBFloat16, .quantization = kNF4}), tmp / "good");
-  const std::string w = "model.layers.0.self_attn.q_proj.weight";  // [64, 64]
+  const std::string w = "model.layers.0.self_attn.q_proj.weight";  // [32, 32]: 1024 values, 16 blocks
   const std::string key_str = w + ".quant_state.bitsandbytes__nf4";
   const char* key = key_str.c_str();
   int n = 0;
@@ -232,30 +209,30 @@ TEST_F(QloraTest, BadFourBitFoldersNameTheTensor) {
     return dir;
   };
   auto load = [](const std::string& dir) { nn::from_pretrained(dir); };
-  const std::string packed_size = w + " (file [2047, 1], config.json wants [2048, 1])",
+  const std::string packed_size = w + " (file [511, 1], config.json wants [512, 1])",
                     packed_dtype = w + " (file BF16, bitsandbytes' U8)", map_size = w + ".quant_map (file [15]",
-                    absmax_size = w + ".absmax (file [63]";
-  EXPECT_ERROR_HAS(load(broken([&](auto& t) { t[w] = zeros({2047, 1}, {kUInt8}); })), "from_pretrained",
+                    absmax_size = w + ".absmax (file [15]";
+  EXPECT_ERROR_HAS(load(broken([&](auto& t) { t[w] = zeros({511, 1}, {kUInt8}); })), "from_pretrained",
                    "wrong shape", packed_size.c_str());
-  EXPECT_ERROR_HAS(load(broken([&](auto& t) { t[w] = zeros({2048, 1}, {kBFloat16}); })), "wrong dtype",
+  EXPECT_ERROR_HAS(load(broken([&](auto& t) { t[w] = zeros({512, 1}, {kBFloat16}); })), "wrong dtype",
                    packed_dtype.c_str());
   EXPECT_ERROR_HAS(load(broken([&](auto& t) { t[w + ".quant_map"] = zeros({15}); })), map_size.c_str(), "wants [16]");
-  EXPECT_ERROR_HAS(load(broken([&](auto& t) { t[w + ".absmax"] = zeros({63}, {kUInt8}); })), absmax_size.c_str(),
-                   "wants [64]");
+  EXPECT_ERROR_HAS(load(broken([&](auto& t) { t[w + ".absmax"] = zeros({15}, {kUInt8}); })), absmax_size.c_str(),
+                   "wants [16]");
   EXPECT_ERROR_HAS(load(broken([&](auto& t) { t.erase(w + ".nested_absmax"); })), "missing",
                    "model.layers.0.self_attn.q_proj.nested_absmax");
-  const std::string good_state = R"({"quant_type": "nf4", "blocksize": 64, "dtype": "bfloat16", "shape": [64, 64], )"
+  const std::string good_state = R"({"quant_type": "nf4", "blocksize": 64, "dtype": "bfloat16", "shape": [32, 32], )"
                                  R"("nested_blocksize": 256, "nested_dtype": "float32", "nested_offset": 0.01})";
   auto with_state = [&](std::string text) { return broken([&](auto& t) { t[key_str] = json_tensor(text); }); };
   EXPECT_NO_THROW(load(with_state(good_state)));
-  EXPECT_ERROR_HAS(load(with_state(R"({"quant_type": "fp4", "blocksize": 64, "dtype": "bfloat16", "shape": [64, 64]})")),
+  EXPECT_ERROR_HAS(load(with_state(R"({"quant_type": "fp4", "blocksize": 64, "dtype": "bfloat16", "shape": [32, 32]})")),
                    key, "quant_type is \"fp4\"", "bitsandbytes__nf4");
-  EXPECT_ERROR_HAS(load(with_state(R"({"quant_type": "nf4", "blocksize": 64, "dtype": "bfloat16", "shape": [64, 32], )"
+  EXPECT_ERROR_HAS(load(with_state(R"({"quant_type": "nf4", "blocksize": 64, "dtype": "bfloat16", "shape": [32, 16], )"
                                    R"("nested_blocksize": 256, "nested_offset": 0.5})")),
-                   key, "says shape [64, 32]", "[64, 64]");
-  EXPECT_ERROR_HAS(load(with_state(R"({"quant_type": "nf4", "blocksize": 48, "dtype": "bfloat16", "shape": [64, 64]})")),
+                   key, "says shape [32, 16]", "[32, 32]");
+  EXPECT_ERROR_HAS(load(with_state(R"({"quant_type": "nf4", "blocksize": 48, "dtype": "bfloat16", "shape": [32, 32]})")),
                    key, "blocksize is 48");
-  EXPECT_ERROR_HAS(load(with_state(R"({"quant_type": "nf4", "blocksize": 64, "dtype": "bfloat16", "shape": [64, 64]})")),
+  EXPECT_ERROR_HAS(load(with_state(R"({"quant_type": "nf4", "blocksize": 64, "dtype": "bfloat16", "shape": [32, 32]})")),
                    key, "is nf4", "quantization_config says nf4 double-quantised");
   EXPECT_ERROR_HAS(load(with_state("not json")), key, "not bitsandbytes' quant_state JSON");
   EXPECT_ERROR_HAS(load(with_state(R"({"blocksize": 64})")), key, "has no quant_type");
@@ -321,7 +298,7 @@ TEST_F(QloraTest, MergeAndUnloadDequantises) {
       want = tg::to(add(tg::to(l->quantized_base->dequantized_weight(kBFloat16), kFloat32), l->delta_weight()),
                     kBFloat16);
   }
-  const Tensor before = model->forward(ids());
+  const Tensor before = model->forward(tiny_qlora_ids());
   const Tensor dequantised_down = dynamic_cast<nn::Linear4bit*>(model->get_submodule("model.layers.0.mlp.down_proj").get())
                                       ->dequantized_weight(kBFloat16);
   ::testing::internal::CaptureStderr();
@@ -337,7 +314,7 @@ TEST_F(QloraTest, MergeAndUnloadDequantises) {
   auto down = std::dynamic_pointer_cast<nn::Linear>(model->get_submodule("model.layers.0.mlp.down_proj"));
   ASSERT_TRUE(down && down->is_plain());
   EXPECT_TENSOR_EQ(down->weight, dequantised_down);
-  EXPECT_TENSOR_NEAR(tg::to(model->forward(ids()), kFloat32), tg::to(before, kFloat32), 0.05, 0.02);
+  EXPECT_TENSOR_NEAR(tg::to(model->forward(tiny_qlora_ids()), kFloat32), tg::to(before, kFloat32), 0.05, 0.02);
 }
 
 const fs::path kQloraFixtures = fs::path(__FILE__).parent_path() / "fixtures" / "qlora";

@@ -14,8 +14,10 @@
 # 4. bench/torch_lora_ckpt_ref.py: PyTorch's bf16 LoRA with checkpointing at 4 x 2048 (llama3-8b,
 #    llama-1b; no bitsandbytes there, so no PyTorch QLoRA row);
 # 5. load_bench llama-1b: from_pretrained bf16 against quantising as it streams, CPU and GPU.
-# Rows: $OUT/train_step-h200-qlora.json (bench/real_step_rows.py), $OUT/load-qlora.json; the logs
-# of every part in $OUT/*.log. Copy the JSON to bench/results/ and run bench/make_results.py.
+# $OUT gets four files (a device call returns few): train_step-h200-qlora.json
+# (bench/real_step_rows.py), load-qlora.json, qlora-expected.safetensors and log.txt (every part's
+# full output; build.log too when the build fails). Copy the JSON to bench/results/ and run
+# bench/make_results.py.
 # Knobs: BUILD_DIR, STEPS (timed steps, 5), TG_QLORA_TORCH=0 (no PyTorch rows).
 set -uo pipefail
 build=${BUILD_DIR:-build-gpu}
@@ -30,13 +32,16 @@ part() { echo "== $1 ($((SECONDS - t0)) s so far)"; }
 
 part "build"
 [ -f "$build/build.ninja" ] || cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTG_CUDA=ON >/dev/null
-cmake --build "$build" -j"$(nproc)" --target tapegrad_tests interop_dump train_step_bench load_bench >"$out/build.log" 2>&1 ||
-  { tail -30 "$out/build.log"; exit 1; }
+cmake --build "$build" -j"$(nproc)" --target tapegrad_tests interop_dump train_step_bench load_bench >"$tmp/build.log" 2>&1 ||
+  { cp "$tmp/build.log" "$out/build.log"; tail -30 "$out/build.log"; exit 1; }
+log="$out/log.txt"
 
 part "peft fixture (tests/fixtures/qlora/make_fixtures.py) and the GPU tests"
 python3 tests/fixtures/qlora/make_fixtures.py && cp tests/fixtures/qlora/expected.safetensors "$out/qlora-expected.safetensors"
 (cd "$build" && ./tests/tapegrad_tests --gtest_brief=1 \
-  --gtest_filter='NF4.*:Linear4bitTest.*:Qlora*:*Checkpoint*:Hf*:Peft*') 2>&1 | tee "$out/tests.log" | tail -15
+  --gtest_filter='NF4.*:Linear4bitTest.*:Qlora*:*Checkpoint*:Hf*:Peft*') >"$tmp/tests.log" 2>&1
+tail -15 "$tmp/tests.log"
+{ echo "== tests"; cat "$tmp/tests.log"; } >>"$log"
 
 bench=("$build/bench/train_step_bench" --device cuda --dtype bf16 --modes lora --qlora true
        --gradient-checkpointing true --warmup 2 --steps "$steps")
@@ -45,12 +50,13 @@ run() {  # name, then train_step_bench flags
   local name=$1
   shift
   part "tapegrad $name"
-  if "${bench[@]}" "$@" --real-json "$tmp/$name.json" >"$out/$name.log" 2>&1; then
+  if "${bench[@]}" "$@" --real-json "$tmp/$name.json" >"$tmp/$name.log" 2>&1; then
     ours+=("$tmp/$name.json")
   else
     echo "$name: FAILED"
   fi
-  grep -E "quantised|memory|extrapolated|cuda " "$out/$name.log"
+  grep -E "quantised|memory|extrapolated|cuda |error" "$tmp/$name.log"
+  { echo "== $name"; cat "$tmp/$name.log"; } >>"$log"
 }
 run llama3-8b-4x2048 --config llama3-8b --batch 4 --seq 2048
 run llama3-8b-2x2048 --config llama3-8b --batch 2 --seq 2048
@@ -66,12 +72,12 @@ torch_args=()
 if [ "${TG_QLORA_TORCH:-1}" != 0 ]; then
   part "PyTorch bf16 LoRA with checkpointing (llama3-8b, llama-1b at 4 x 2048)"
   (cd "$here" && timeout 240 python3 torch_lora_ckpt_ref.py --configs llama3-8b,llama-1b --batch 4 --seq 2048 \
-    --n-warm 2 --n-time "$steps" --jsonl "$tmp/torch.jsonl") 2>&1 | tee "$out/torch.log" | grep -v Warning
+    --n-warm 2 --n-time "$steps" --jsonl "$tmp/torch.jsonl") 2>&1 | tee -a "$log" | grep -v Warning
   [ -f "$tmp/torch.jsonl" ] && torch_args=(--torch "$tmp/torch.jsonl")
 fi
 python3 "$here/real_step_rows.py" "$out/train_step-h200-qlora.json" "${ours[@]}" "${torch_args[@]}"
 
 part "load_bench llama-1b: bf16 against NF4 while streaming"
 "$build/bench/load_bench" --config llama-1b --dir "${LOAD_DIR:-/tmp/tg_load_bench}/llama-1b" --devices cpu,cuda \
-  --quant none,nf4 --json "$out/load-qlora.json" 2>&1 | tee "$out/load.log"
+  --quant none,nf4 --json "$out/load-qlora.json" 2>&1 | tee -a "$log"
 part "done"
