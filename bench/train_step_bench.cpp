@@ -28,7 +28,7 @@
 // and AdamW moments, its checkpoint): llama3-70b's 80 layers from 2 of them.
 // --json: rows as bench/results/train_step-*.json; --real-json: rows as issue 36's
 // bench/results/train_step-h200-real.json (impl, config, mode, graph, ckpt, ms, tflops, peak_mib;
-// and quant "none" / "nf4", layers, the breakdown in MiB, the extrapolated peak).
+// with --qlora also quant "none" / "nf4", layers, the breakdown in MiB, the extrapolated peak).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -288,8 +288,8 @@ int main(int argc, char** argv) {
           .num("threads", get_num_threads())
           .num("peak_mib", peak_mib, 5)
           .num("tflops", tflops, 4);
-      real_rows.add()
-          .str("impl", "tapegrad")
+      bench::JsonRow& real = real_rows.add();
+      real.str("impl", "tapegrad")
           .str("config", name)
           .str("mode", mode)
           .boolean("graph", graphed)
@@ -302,16 +302,17 @@ int main(int argc, char** argv) {
           .num("tok_s", static_cast<double>(B * T) / (med / 1e3), 5)
           .num("tflop", flops.total() / 1e12, 5)
           .num("tflops", tflops, 4)
-          .num("peak_mib", peak_mib, 5)
-          .str("quant", quant)
-          .num("layers", static_cast<double>(c.num_hidden_layers))
-          .num("quant_mib", bytes.quant / kMiB, 5)
-          .num("dense_mib", bytes.dense / kMiB, 5)
-          .num("workspace_mib", bytes.workspace / kMiB, 5)
-          .num("lora_state_mib", 4 * bytes.lora / kMiB, 5)
-          .num("ckpt_mib", ckpt_bytes / kMiB, 5)
-          .num("extrapolated_layers", static_cast<double>(extrapolate))
-          .num("peak_mib_extrapolated", extrapolated_mib, 5);
+          .num("peak_mib", peak_mib, 5);
+      if (flags.boolean("qlora"))  // issue 37's rows (bench/make_results.py's QLoRA section)
+        real.str("quant", quant)
+            .num("layers", static_cast<double>(c.num_hidden_layers))
+            .num("quant_mib", bytes.quant / kMiB, 5)
+            .num("dense_mib", bytes.dense / kMiB, 5)
+            .num("workspace_mib", bytes.workspace / kMiB, 5)
+            .num("lora_state_mib", 4 * bytes.lora / kMiB, 5)
+            .num("ckpt_mib", ckpt_bytes / kMiB, 5)
+            .num("extrapolated_layers", static_cast<double>(extrapolate))
+            .num("peak_mib_extrapolated", extrapolated_mib, 5);
     }
     rows.write(flags.str("json"));
     real_rows.write(flags.str("real-json"));

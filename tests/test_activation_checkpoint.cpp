@@ -180,6 +180,20 @@ TEST_P(CheckpointModels, BackwardWithInputsGivesTheSameGradientsAndOnlyThose) {
   EXPECT_EQ(std::count(masks[1].begin(), masks[1].end(), true), 1) << "only the one lora_A of layer 0";
 }
 
+// What that relies on: fused_add_rms_norm(-0, x) sums to x bit for bit (signed zeros, the largest
+// values, subnormals) and normalises as rms_norm(x) does, in float32 and bfloat16.
+TEST_P(CheckpointModels, FusedAddOfMinusZeroIsTheIdentity) {
+  const Tensor x32 = from_vector<float>({0.0f, -0.0f, 1.5f, -2.25f, 1e-40f, -3e38f, 7.0f, -0.0f}, {2, 4});
+  const Tensor w = from_vector<float>({1.0f, 0.5f, -2.0f, 3.0f}, {4});
+  for (DType dt : {kFloat32, kBFloat16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    const Tensor x = to(to(x32, dt), dev()), wt = to(to(w, dt), dev());
+    auto [y, r] = fused_add_rms_norm(full(x.shape(), -0.0, x.options()), x, wt);
+    EXPECT_TENSOR_EQ(to(r, Device::cpu()), to(x, Device::cpu()));
+    EXPECT_TENSOR_EQ(to(y, Device::cpu()), to(rms_norm(x, wt), Device::cpu()));
+  }
+}
+
 // A checkpointed Llama keeps one [B, T, d] tensor a decoder layer between forward and backward
 // (h + m), not two: four layers hold two tensors more than two layers do.
 TEST_P(CheckpointModels, LlamaKeepsOneTensorALayer) {
