@@ -157,6 +157,8 @@ bool needs_record(const std::vector<NamedInput>& inputs) {
   return false;
 }
 
+bool recorded_at_backward() { return !grad_enabled && observed != nullptr; }
+
 void Node::connect(const std::shared_ptr<Node>& self, const std::vector<NamedInput>& inputs,
                    const std::vector<Tensor>& outputs) {
   for (const auto& in : inputs) {

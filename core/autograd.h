@@ -142,6 +142,10 @@ class Node {
 
 // True when an op over these inputs must be recorded.
 bool needs_record(const std::vector<NamedInput>& inputs);
+// True inside tg::checkpoint's unrecorded first run, which backward repeats with recording on: an
+// op whose kernel choice depends on recording chooses as if recording, so both runs compute the
+// same bits.
+bool recorded_at_backward();
 
 // Records node N for an op with these inputs and outputs (sets the outputs' grad_fn), or
 // returns nullptr when grad mode is off or no input requires grad.

@@ -183,7 +183,9 @@ Tensor sdpa_fused(const Tensor& q, const Tensor& k, const Tensor& v, bool is_cau
   Tensor out = empty_output(q, v.shape().back());
   Shape lse_shape(q.shape().begin(), q.shape().end() - 1);
   Tensor lse = Tensor::empty(lse_shape, {q.dtype() == kFloat64 ? kFloat64 : kFloat32, q.device()});
-  const bool grads = needs_record({{"q", q}, {"k", k}, {"v", v}});
+  // A checkpointed layer's first run picks the kernel its recomputation will (cuDNN's or the flash
+  // kernels round differently).
+  const bool grads = needs_record({{"q", q}, {"k", k}, {"v", v}}) || recorded_at_backward();
   const char* kernel = fused_forward(out, lse, qc, kc, vc, is_causal, s, mask, first, grads);
   if (!kernel) return Tensor();
   KernelTrace::record(kernel);

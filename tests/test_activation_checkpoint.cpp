@@ -114,6 +114,22 @@ class CheckpointModels : public ::testing::TestWithParam<Device> {
 
 // The GPU's embedding backward adds with atomics (not bitwise run to run): full fine-tuning
 // compares on the CPU only, LoRA (embeddings frozen) on both.
+// An op that picks its kernel by whether it records (attention: cuDNN's or the flash kernels) is
+// told in the first, unrecorded run that backward will run it again with recording.
+TEST(Checkpoint, TheFirstRunKnowsItIsRecordedAtBackward) {
+  std::vector<bool> seen;
+  Tensor x = randn({3}).requires_grad_();
+  auto out = checkpoint([&](const std::vector<Tensor>& in) {
+    seen.push_back(recorded_at_backward());
+    return std::vector<Tensor>{mul(in[0], in[0])};
+  }, {x});
+  EXPECT_FALSE(recorded_at_backward());
+  sum(out[0]).backward();
+  EXPECT_EQ(seen, (std::vector<bool>{true, false}));  // the first run, then the recomputation
+  NoGradGuard g;
+  EXPECT_FALSE(recorded_at_backward()) << "a plain no-grad scope is not a checkpoint";
+}
+
 TEST(Checkpoint, FullLlamaGqaGradientsAreBitwiseThoseWithout) {
   Generator gen(1);
   nn::LlamaForCausalLM model(llama_gqa(), gen);
