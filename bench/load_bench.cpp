@@ -7,8 +7,8 @@
 // process then). Rows as bench/results/load.json: config, device, folder_bytes, seconds,
 // read_seconds, peak_rss_mib (and rss_before_mib, largest_file_bytes, files).
 // With --construct, instead times building the config's model with its random init
-// (LlamaForCausalLM(config, gen), float32 on the CPU, as a user does before .to(device)): rows
-// config, what "construct", parameters, seconds, threads, peak_rss_mib.
+// (LlamaForCausalLM(config, gen), float32 on the CPU, as a user does before .to(device)): rows of
+// bench "construct_bench": config, parameters, seconds, threads, peak_rss_mib.
 //   load_bench --config llama-1b --devices cpu,cuda --json out/load.json
 //   load_bench --config llama3.2-1b --construct true
 #include <chrono>
@@ -76,12 +76,16 @@ int main(int argc, char** argv) {
       .add("rewrite", "false", "write the folder even when it exists")
       .add("max-shard-bytes", "5000000000", "save_pretrained's shard size (transformers' default 5GB; 0: one file)")
       .add("devices", "cpu", "where to load: cpu and/or cuda")
+      .add("dtype", "bf16", "the parameters' dtype: bf16 (the files': no conversion) or f32 (converted on the way)")
       .add("construct", "false", "time building the model with its random init instead of loading it")
       .add("json", "", "also write the rows to this file (bench/results/load.json's rows)");
   try {
     if (!flags.parse(argc, argv)) return std::cout << flags.usage(), 0;
     const std::string config = flags.str("config");
     const nn::LlamaConfig c = bench::bench_llama(config).config;
+    TG_CHECK(flags.str("dtype") == "bf16" || flags.str("dtype") == "f32", "load_bench", "--dtype wants bf16 or f32, got '",
+             flags.str("dtype"), "'");
+    const DType dtype = flags.str("dtype") == "bf16" ? kBFloat16 : kFloat32;
     const std::string dir = flags.str("dir").empty() ? "/tmp/tg_load_bench/" + config : flags.str("dir");
     std::vector<Device> devices;
     for (const std::string& d : flags.list("devices")) {
@@ -89,7 +93,7 @@ int main(int argc, char** argv) {
       devices.push_back(d == "cuda" ? Device::cuda() : Device::cpu());
     }
     if (flags.boolean("construct")) {
-      bench::JsonRows rows("load_bench", bench::machine(Device::cpu()));
+      bench::JsonRows rows("construct_bench", bench::machine(Device::cpu()));
       reset_peak_rss();
       Generator gen(0);
       const auto t0 = std::chrono::steady_clock::now();
@@ -99,8 +103,6 @@ int main(int argc, char** argv) {
                   config.c_str(), static_cast<double>(c.num_parameters()), s, get_num_threads(), peak);
       rows.add()
           .str("config", config)
-          .str("what", "construct")
-          .str("device", "cpu")
           .num("parameters", static_cast<double>(c.num_parameters()), 12)
           .num("seconds", s, 5)
           .num("threads", get_num_threads())
@@ -140,7 +142,7 @@ int main(int argc, char** argv) {
       if (!reset) std::printf("note: /proc/self/clear_refs refused: the %s row's peak RSS is the process's\n",
                               device.str().c_str());
       const auto t0 = std::chrono::steady_clock::now();
-      std::shared_ptr<nn::Module> model = nn::from_pretrained(dir, {.dtype = kBFloat16, .device = device});
+      std::shared_ptr<nn::Module> model = nn::from_pretrained(dir, {.dtype = dtype, .device = device});
       synchronize(device);
       const double load_s = seconds_since(t0), peak = status_mib("VmHWM");
       model.reset();
@@ -150,6 +152,7 @@ int main(int argc, char** argv) {
       rows.add()
           .str("config", config)
           .str("device", device.is_cuda() ? "cuda" : "cpu")
+          .str("dtype", dtype_name(dtype))
           .num("folder_bytes", static_cast<double>(folder_bytes), 12)
           .num("largest_file_bytes", static_cast<double>(largest), 12)
           .num("files", static_cast<double>(files.size()))

@@ -170,6 +170,7 @@ void load_weights(Module& model, const Architecture& arch, const io::Folder& dir
   struct Read {
     const safetensors::TensorInfo* tensor;
     Tensor into;
+    bool whole;  // `into` is the parameter itself, not a view of it
   };
   struct File {
     std::unique_ptr<safetensors::FileReader> reader;
@@ -207,7 +208,7 @@ void load_weights(Module& model, const Architecture& arch, const io::Folder& dir
       }
       TG_CHECK(loaded.insert(name).second, "from_pretrained", "'", path, "' holds '", key,
                "', which an earlier file of '", dir.path(), "' held too (each tensor belongs to one shard)");
-      files.back().reads.push_back({&value, conv1d ? transpose(it->second, 0, 1) : it->second});
+      files.back().reads.push_back({&value, conv1d ? transpose(it->second, 0, 1) : it->second, !conv1d});
       total += value.end - value.begin;
     }
   }
@@ -225,9 +226,21 @@ void load_weights(Module& model, const Architecture& arch, const io::Folder& dir
   std::optional<HostToDevice> upload;
   if (o.device.is_cuda()) upload.emplace(o.device, size_t{64} << 20);
   for (File& f : files) {
-    for (const Read& r : f.reads)
-      f.reader->read(*r.tensor, r.into, [&](size_t n) { progress.add(n); }, upload ? &*upload : nullptr);
-    f.reader.reset();  // its staging buffer and file with it
+    for (const Read& r : f.reads) {
+      // On the host in the file's dtype the parameter takes the file's pages (mapped copy-on-write):
+      // no copy, and no fresh memory to fault in, whose first touch made loading 2-4x slower than
+      // reading (dev/NOTES.md).
+      Tensor pages;
+      if (o.device.is_cpu() && r.whole && r.into.dtype() == r.tensor->dtype) pages = f.reader->mapped(*r.tensor);
+      if (pages.defined()) {
+        r.into.impl().storage = pages.storage();
+        r.into.impl().offset = 0;
+        progress.add(r.into.nbytes());
+      } else {
+        f.reader->read(*r.tensor, r.into, [&](size_t n) { progress.add(n); }, upload ? &*upload : nullptr);
+      }
+    }
+    f.reader.reset();  // its staging buffer and file with it (mapped pages stay with their tensors)
   }
 }
 

@@ -273,5 +273,48 @@ TEST_F(LoadTest, AFolderLoadsInTheModelsMemoryPlusAShard) {
       << "peak RSS " << rss_peak << " bytes, " << rss_before << " before the load; model " << model_bytes;
 }
 
+// On the host in the files' dtype the parameters take the files' pages (mapped copy-on-write):
+// no tensor memory for them, the values a copying load gives, writes private to the model, and a
+// save over the folder (files replaced, never rewritten) leaves the loaded model as it was.
+TEST_F(LoadTest, AHostLoadInTheFilesDtypeTakesTheirPages) {
+  nn::LlamaConfig c;
+  c.vocab_size = 64;
+  c.hidden_size = 32;
+  c.intermediate_size = 48;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.max_position_embeddings = 16;
+  c.tie_word_embeddings = true;
+  TempDir dir;
+  nn::LlamaForCausalLM made(c, gen);
+  made.to(kBFloat16);
+  nn::save_pretrained(made, dir / "m", {.max_shard_bytes = 20000});  // several shards
+  empty_cache(Device::cpu());
+  const size_t in_use = memory_stats().bytes_in_use;
+  auto model = nn::from_pretrained_llama(dir / "m", {.dtype = kBFloat16});
+  int64_t model_bytes = 0;
+  for (const auto& [name, p] : model->named_parameters()) model_bytes += static_cast<int64_t>(p.nbytes());
+  EXPECT_LT(memory_stats().bytes_in_use - in_use, static_cast<size_t>(model_bytes) / 4) << "the buffers only";
+  auto copied = nn::from_pretrained_llama(dir / "m");  // float32: read and converted
+  for (const auto& [name, p] : model->named_parameters())
+    EXPECT_TENSOR_EQ(to(copied->get_parameter(name), kBFloat16), p) << name;
+  EXPECT_TRUE(model->lm_head->weight.same(model->model->embed_tokens->weight));
+
+  NoGradGuard no_grad;
+  const Tensor w = (*model->model->layers)[0].self_attn->q_proj->weight;
+  const Tensor before = clone(w);
+  fill_(w, 0.5);
+  EXPECT_TENSOR_EQ(nn::from_pretrained_llama(dir / "m", {.dtype = kBFloat16})->get_parameter(
+                       "model.layers.0.self_attn.q_proj.weight"),
+                   before);
+  nn::save_pretrained(*model, dir / "m");
+  EXPECT_TENSOR_EQ((*model->model->layers)[0].self_attn->k_proj->weight,
+                   to((*copied->model->layers)[0].self_attn->k_proj->weight, kBFloat16));
+  EXPECT_EQ(max(nn::from_pretrained_llama(dir / "m", {.dtype = kBFloat16})->get_parameter(
+                    "model.layers.0.self_attn.q_proj.weight"))
+                .item<float>(),
+            0.5f);
+}
+
 }  // namespace
 }  // namespace tg::test
