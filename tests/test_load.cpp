@@ -169,6 +169,19 @@ TEST_F(LoadTest, FileReaderErrorsAreDeserializesAndNameTheFile) {
   EXPECT_ERROR_HAS(reader.read(t, Tensor::empty({4, 3})), "w.safetensors", "truncated");
 }
 
+// Grouped-query heads, two layers, float32.
+nn::LlamaConfig small_llama() {
+  nn::LlamaConfig l;
+  l.vocab_size = 64;
+  l.hidden_size = 32;
+  l.intermediate_size = 48;
+  l.num_hidden_layers = 2;
+  l.num_attention_heads = 4;
+  l.num_key_value_heads = 2;
+  l.max_position_embeddings = 16;
+  return l;
+}
+
 TEST_F(LoadTest, LoadsToTheGpuAsToTheCpu) {
   if (!testing::cuda_ready()) GTEST_SKIP() << "no CUDA device";
   // bf16 and f32 files into bf16 and f32 parameters, and GPT-2's transposed Conv1D weights.
@@ -178,14 +191,7 @@ TEST_F(LoadTest, LoadsToTheGpuAsToTheCpu) {
   g.n_embd = 32;
   g.n_layer = 2;
   g.n_head = 4;
-  nn::LlamaConfig l;
-  l.vocab_size = 64;
-  l.hidden_size = 32;
-  l.intermediate_size = 48;
-  l.num_hidden_layers = 2;
-  l.num_attention_heads = 4;
-  l.num_key_value_heads = 2;
-  l.max_position_embeddings = 16;
+  const nn::LlamaConfig l = small_llama();
   TempDir dir;
   nn::GPT2LMHeadModel gpt(g, gen);
   nn::save_pretrained(gpt, dir / "g");
@@ -277,13 +283,7 @@ TEST_F(LoadTest, AFolderLoadsInTheModelsMemoryPlusAShard) {
 // no tensor memory for them, the values a copying load gives, writes private to the model, and a
 // save over the folder (files replaced, never rewritten) leaves the loaded model as it was.
 TEST_F(LoadTest, AHostLoadInTheFilesDtypeTakesTheirPages) {
-  nn::LlamaConfig c;
-  c.vocab_size = 64;
-  c.hidden_size = 32;
-  c.intermediate_size = 48;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.max_position_embeddings = 16;
+  nn::LlamaConfig c = small_llama();
   c.tie_word_embeddings = true;
   TempDir dir;
   nn::LlamaForCausalLM made(c, gen);
