@@ -9,8 +9,8 @@
 // --quant none,nf4 also times the QLoRA load (options.quantization: every Linear but the head
 // quantised to NF4 as it streams), with the device's peak of live tensors beside the peak RSS.
 // With --construct, instead times building the config's model with its random init
-// (LlamaForCausalLM(config, gen), float32 on the CPU, as a user does before .to(device)): rows
-// config, what "construct", parameters, seconds, threads, peak_rss_mib.
+// (LlamaForCausalLM(config, gen), float32 on the CPU, as a user does before .to(device)): rows of
+// bench "construct_bench": config, parameters, seconds, threads, peak_rss_mib.
 //   load_bench --config llama-1b --devices cpu,cuda --json out/load.json
 //   load_bench --config llama3.2-1b --construct true
 #include <chrono>
@@ -79,12 +79,16 @@ int main(int argc, char** argv) {
       .add("max-shard-bytes", "5000000000", "save_pretrained's shard size (transformers' default 5GB; 0: one file)")
       .add("devices", "cpu", "where to load: cpu and/or cuda")
       .add("quant", "none", "none and/or nf4 (QLoRA's load: quantised as it streams)")
+      .add("dtype", "bf16", "the parameters' dtype: bf16 (the files': no conversion) or f32 (converted on the way)")
       .add("construct", "false", "time building the model with its random init instead of loading it")
       .add("json", "", "also write the rows to this file (bench/results/load.json's rows)");
   try {
     if (!flags.parse(argc, argv)) return std::cout << flags.usage(), 0;
     const std::string config = flags.str("config");
     const nn::LlamaConfig c = bench::bench_llama(config).config;
+    TG_CHECK(flags.str("dtype") == "bf16" || flags.str("dtype") == "f32", "load_bench", "--dtype wants bf16 or f32, got '",
+             flags.str("dtype"), "'");
+    const DType dtype = flags.str("dtype") == "bf16" ? kBFloat16 : kFloat32;
     const std::string dir = flags.str("dir").empty() ? "/tmp/tg_load_bench/" + config : flags.str("dir");
     std::vector<Device> devices;
     for (const std::string& d : flags.list("devices")) {
@@ -92,7 +96,7 @@ int main(int argc, char** argv) {
       devices.push_back(d == "cuda" ? Device::cuda() : Device::cpu());
     }
     if (flags.boolean("construct")) {
-      bench::JsonRows rows("load_bench", bench::machine(Device::cpu()));
+      bench::JsonRows rows("construct_bench", bench::machine(Device::cpu()));
       reset_peak_rss();
       Generator gen(0);
       const auto t0 = std::chrono::steady_clock::now();
@@ -102,8 +106,6 @@ int main(int argc, char** argv) {
                   config.c_str(), static_cast<double>(c.num_parameters()), s, get_num_threads(), peak);
       rows.add()
           .str("config", config)
-          .str("what", "construct")
-          .str("device", "cpu")
           .num("parameters", static_cast<double>(c.num_parameters()), 12)
           .num("seconds", s, 5)
           .num("threads", get_num_threads())
@@ -147,7 +149,7 @@ int main(int argc, char** argv) {
       reset_peak_memory_stats(device);
       const size_t live_before = memory_stats(device).bytes_in_use;
       const auto t0 = std::chrono::steady_clock::now();
-      nn::PretrainedOptions options{.dtype = kBFloat16, .device = device};
+      nn::PretrainedOptions options{.dtype = dtype, .device = device};
       if (quant == "nf4") options.quantization = {.load_in_4bit = true, .quant_type = "nf4", .double_quant = true};
       std::shared_ptr<nn::Module> model = nn::from_pretrained(dir, options);
       synchronize(device);
@@ -163,6 +165,7 @@ int main(int argc, char** argv) {
           .str("device", device.is_cuda() ? "cuda" : "cpu")
           .str("quant", quant)
           .num("device_peak_mib", device_peak, 6)
+          .str("dtype", dtype_name(dtype))
           .num("folder_bytes", static_cast<double>(folder_bytes), 12)
           .num("largest_file_bytes", static_cast<double>(largest), 12)
           .num("files", static_cast<double>(files.size()))

@@ -320,22 +320,41 @@ def load_section(rows):
                                    ("peak RSS over " + ("1.1x the folder" if r["device"] == "cpu" else
                                                         "the largest file + 1 GiB"), peak > limit)) if bad]
         config = r["config"] + (" (NF4 as it loads)" if r.get("quant") == "nf4" else "")
-        cells.append([config, r["device"], r["machine"], f"{r['folder_bytes'] / 1e9:.2f}", r["files"],
+        cells.append([config, r["device"], r.get("dtype", "bfloat16"), r["machine"], f"{r['folder_bytes'] / 1e9:.2f}", r["files"],
                       f"{r['seconds']:.2f}", f"{r['read_seconds']:.2f}", ratio(r["seconds"], r["read_seconds"]),
                       f"{peak:.0f}" + ("" if r.get("peak_is_the_loads", True) else " (process)"), ratio(peak, folder),
                       ", ".join(misses)])
-    header = ["config", "device", "machine", "folder GB:", "files:", "load s:", "read s:", "load / read:",
+    header = ["config", "device", "dtype", "machine", "folder GB:", "files:", "load s:", "read s:", "load / read:",
               "peak RSS MiB:", "peak / folder:", "misses"]
     return f"""## Loading a Hugging Face folder (nn::from_pretrained, issue 34)
 
 Measured: {measured(rows)}.
 
 `bench/load_bench`: a bf16 Llama folder of the config written by save_pretrained (5 GB shards), then
-reading its files (page cache warm) against `from_pretrained(dir, {{bf16, device}})`; peak RSS: the
-process's VmHWM over the load (reset before it). Targets: load at most 1.5x the read, peak RSS at most
+reading its files (page cache warm) against `from_pretrained(dir, {{dtype, device}})` (bfloat16: the
+files' dtype, on the host their pages mapped; float32: converted); peak RSS: the process's VmHWM
+over the load (reset before it). Targets: load at most 1.5x the read, peak RSS at most
 1.1x the folder (CPU) or the largest file + 1 GiB (GPU).
 
 Reproduce: `scripts/gpu/run_load_bench.sh` on the GPU machine, then copy `$OUT/load.json` to `bench/results/`.
+
+{table(header, cells)}
+"""
+
+
+def construct_section(rows):
+    cells = [[r["config"], r["machine"], r["threads"], f"{r['parameters'] / 1e9:.2f}", f"{r['seconds']:.1f}",
+              f"{r['peak_rss_mib']:.0f}"] for r in rows]
+    header = ["config", "machine", "threads:", "parameters (B):", "seconds:", "peak RSS MiB:"]
+    return f"""## Building a random model (LlamaForCausalLM(config, gen), issue 34)
+
+Measured: {measured(rows)}.
+
+`bench/load_bench --construct true`: the config's model with its random init, float32 on the CPU
+(the values of a seed are those of every earlier version). Targets: a 1.6B Llama (llama-1b) in at
+most 10 s on the GPU machine's 16 cores, a 1.24B one (llama3.2-1b) in at most 30 s on 2 cores.
+
+Reproduce: `bench/run_load_bench.sh` on the GPU machine (`$OUT/construct.json`).
 
 {table(header, cells)}
 """
@@ -607,6 +626,8 @@ figures are in git history; what the measurements taught is in `dev/NOTES.md`.
         parts.append(load_section(get("load_bench")))
     if get("packing"):
         parts.append(packing_section(get("packing")))
+    if get("construct_bench"):
+        parts.append(construct_section(get("construct_bench")))
     if get("tokenizer_bench"):
         parts.append(tokenizer_section(get("tokenizer_bench")))
     if get("norm_bench"):

@@ -194,8 +194,8 @@ void* HostToDevice::buffer() {
 
 void HostToDevice::send(void* dst, size_t n) {
   TG_CHECK(n <= bytes_, "HostToDevice", "send of ", n, " bytes from a buffer of ", bytes_);
-#ifdef TG_WITH_CUDA
   TG_CHECK(!copied_[next_], "HostToDevice", "send() without buffer() first");
+#ifdef TG_WITH_CUDA
   if (n > 0) copied_[next_] = cuda::copy_pinned_async(dst, device_.index, buffers_[next_], n);
 #else
   (void)dst;

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 #include "core/device.h"
 
@@ -12,6 +13,9 @@ namespace tg {
 class Storage {
  public:
   Storage(size_t nbytes, Device device);
+  // Host memory another object owns (from_pretrained's file mappings): `owner` is held until the
+  // storage goes, nothing is allocated or freed here.
+  Storage(void* data, size_t nbytes, std::shared_ptr<const void> owner);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -26,6 +30,7 @@ class Storage {
   void* data_ = nullptr;
   size_t nbytes_ = 0;
   Device device_;
+  std::shared_ptr<const void> owner_;
   uint64_t version_ = 0;
 };
 

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -309,6 +310,21 @@ File::File(int fd, std::string path) : fd_(fd), path_(std::move(path)) {
   }
   size_ = static_cast<uint64_t>(st.st_size);
   ::posix_fadvise(fd_, 0, 0, POSIX_FADV_SEQUENTIAL);  // a hint for read-ahead; failure changes nothing
+}
+
+std::shared_ptr<uint8_t> File::map_private() const {
+  TG_CHECK(size_ > 0, "read_file", "'", path_, "' is empty: nothing to map");
+  const auto n = static_cast<size_t>(size_);
+  // Read-only while populating (a writable private mapping would copy every page), writable after.
+  void* p = ::mmap(nullptr, n, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd_, 0);
+  TG_CHECK(p != MAP_FAILED, "read_file", "cannot map '", path_, "': ", errno_text());
+  std::shared_ptr<uint8_t> mapped(static_cast<uint8_t*>(p), [n](uint8_t* q) { ::munmap(q, n); });
+  TG_CHECK(::mprotect(p, n, PROT_READ | PROT_WRITE) == 0, "read_file", "cannot map '", path_, "' writable: ",
+           errno_text());
+  struct stat st {};
+  TG_CHECK(::fstat(fd_, &st) == 0 && static_cast<uint64_t>(st.st_size) >= size_, "read_file", "'", path_,
+           "' was truncated while being read (", size_, " bytes when opened)");
+  return mapped;
 }
 
 File::File(File&& other) noexcept : fd_(other.fd_), size_(other.size_), path_(std::move(other.path_)) {

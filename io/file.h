@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <set>
 #include <string>
 #include <utility>
@@ -81,6 +82,11 @@ class File {
   // Reads bytes [offset, offset + n) into `out`; tg::Error naming the file when it ends earlier
   // (it was truncated since it was opened) or the read fails.
   void read_at(uint64_t offset, void* out, size_t n) const;
+  // The whole file mapped copy-on-write: its pages are the page cache's (read in before this
+  // returns), a page written is copied first, the file never changes. Unmapped with the last copy
+  // of the pointer. A file truncated in place while mapped would fault where it was cut (SIGBUS);
+  // savers replace files (io's atomic writes, save_pretrained, transformers') and never do that.
+  std::shared_ptr<uint8_t> map_private() const;
 
  private:
   int fd_ = -1;

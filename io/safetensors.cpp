@@ -123,6 +123,21 @@ void decode(const TensorInfo& t, const uint8_t* src, size_t count, void* dst) {
   }
 }
 
+// copy_(dst, src) on the host, rows (dim 0) split between the pool's threads: the conversion of
+// a float32 load of bf16 files, and the first touch of the parameters' fresh pages.
+void convert_rows(const Tensor& dst, const Tensor& src) {
+  detail::check_writable("safetensors", dst);
+  dst.bump_version();  // once: the threads write dst's storage directly
+  const int64_t rows = dst.shape()[0], per_row = rows ? dst.numel() / rows : 0;
+  auto part = [](const Tensor& t, int64_t b, int64_t e) {
+    Shape shape = t.shape();
+    shape[0] = e - b;
+    return t.as_strided(shape, t.strides(), t.storage_offset() + b * t.stride(0));
+  };
+  parallel_for(0, rows, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, per_row)),
+               [&](int64_t b, int64_t e) { detail::cpu_copy(part(dst, b, e), part(src, b, e)); });
+}
+
 // A contiguous tensor of `dtype` and `shape` over the first bytes of `buffer` (a kUInt8 tensor).
 Tensor view_bytes(const Tensor& buffer, DType dtype, const Shape& shape) {
   auto impl = std::make_shared<TensorImpl>();
@@ -277,6 +292,18 @@ FileReader::FileReader(io::File file) : file_(std::move(file)) {
                         file_.path());
 }
 
+Tensor FileReader::mapped(const TensorInfo& t) {
+  const uint64_t at = header_.data_start + t.begin, bytes = t.end - t.begin;
+  if (!is_raw(t) || bytes == 0 || at % element_size(t.dtype) != 0) return {};
+  if (!mapping_) mapping_ = file_.map_private();
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::make_shared<Storage>(mapping_.get() + at, static_cast<size_t>(bytes), mapping_);
+  impl->shape = t.shape;
+  impl->strides = contiguous_strides(t.shape);
+  impl->dtype = t.dtype;
+  return Tensor(std::move(impl));
+}
+
 void FileReader::read_parallel(uint64_t offset, void* out, uint64_t n) {
   // By as many threads as there are cores: most of the time goes to the kernel's copying from the
   // page cache and faulting in the destination's fresh pages.
@@ -354,7 +381,7 @@ void FileReader::read(const TensorInfo& t, const Tensor& dst, const std::functio
     const int64_t k = std::min(per_chunk, rows - r);
     const size_t n = static_cast<size_t>(k) * row_bytes;
     reserve(staging_, n);
-    file_.read_at(start + static_cast<uint64_t>(r) * row_bytes, staging_.data_ptr(), n);
+    read_parallel(start + static_cast<uint64_t>(r) * row_bytes, staging_.data_ptr(), n);
     Shape shape = t.shape;
     if (!shape.empty()) shape[0] = k;
     Tensor src;
@@ -365,7 +392,12 @@ void FileReader::read(const TensorInfo& t, const Tensor& dst, const std::functio
       src = view_bytes(widened_, t.dtype, shape);
       decode(t, static_cast<const uint8_t*>(staging_.data_ptr()), static_cast<size_t>(src.numel()), src.data_ptr());
     }
-    copy_(t.shape.empty() ? dst : dst.as_strided(shape, dst.strides(), dst.storage_offset() + r * dst.stride(0)), src);
+    const Tensor into = t.shape.empty() ? dst : dst.as_strided(shape, dst.strides(), dst.storage_offset() + r * dst.stride(0));
+    if (into.device().is_cpu() && !t.shape.empty()) {
+      convert_rows(into, src);
+    } else {
+      copy_(into, src);
+    }
     told(n);
   }
 }

@@ -196,6 +196,7 @@ struct Read {
   Tensor into;
   std::string layer;
   bool conv1d = false;
+  bool whole = false;  // `into` is the parameter itself, not a view of it (its storage may be swapped)
 };
 struct WeightFile {
   std::unique_ptr<safetensors::FileReader> reader;
@@ -303,7 +304,7 @@ void load_weights(Module& model, const Architecture& arch, const io::Folder& dir
         if (!ignored) unexpected.push_back(key);
         continue;
       }
-      Read read{&value, it->second, "", false};
+      Read read{&value, it->second, "", false, false};
       Shape want = it->second.shape();
       if (state_names.count(name)) {
         // bitsandbytes' tensors are read as they are stored, never converted; the packed weight is a column
@@ -328,6 +329,7 @@ void load_weights(Module& model, const Architecture& arch, const io::Folder& dir
       TG_CHECK(loaded.insert(name).second, "from_pretrained", "'", path, "' holds '", key,
                "', which an earlier file of '", dir.path(), "' held too (each tensor belongs to one shard)");
       if (name.ends_with(".weight") && quantize.count(layer_of(name))) read.layer = layer_of(name);
+      read.whole = read.layer.empty() && !read.conv1d && read.into.same(it->second);
       f.reads.push_back(std::move(read));
       total += value.end - value.begin;
     }
@@ -366,6 +368,17 @@ void load_weights(Module& model, const Architecture& arch, const io::Folder& dir
   HostToDevice* via = upload ? &*upload : nullptr;
   for (WeightFile& f : files) {
     for (const Read& r : f.reads) {
+      // On the host in the file's dtype the parameter takes the file's pages (mapped copy-on-write):
+      // no copy, and no fresh memory to fault in, whose first touch made loading 2-4x slower than
+      // reading (dev/NOTES.md).
+      Tensor pages;
+      if (o.device.is_cpu() && r.whole && r.into.dtype() == r.tensor->dtype) pages = f.reader->mapped(*r.tensor);
+      if (pages.defined()) {
+        r.into.impl().storage = pages.storage();
+        r.into.impl().offset = 0;
+        progress.add(r.into.nbytes());
+        continue;
+      }
       if (r.layer.empty()) {
         f.reader->read(*r.tensor, r.into, told, via);
         continue;
@@ -375,7 +388,7 @@ void load_weights(Module& model, const Architecture& arch, const io::Folder& dir
       f.reader->read(*r.tensor, r.conv1d ? transpose(w, 0, 1) : w, told, via);
       install_linear_4bit(model, r.layer, quantized(r.tensor->name, w), four.config.compute_dtype, workspace);
     }
-    f.reader.reset();  // its staging buffer and file with it
+    f.reader.reset();  // its staging buffer and file with it (mapped pages stay with their tensors)
   }
   for (const std::string& layer : quantize_after)
     install_linear_4bit(model, layer, quantized(layer + ".weight", own.at(layer + ".weight")),

@@ -169,6 +169,19 @@ TEST_F(LoadTest, FileReaderErrorsAreDeserializesAndNameTheFile) {
   EXPECT_ERROR_HAS(reader.read(t, Tensor::empty({4, 3})), "w.safetensors", "truncated");
 }
 
+// Grouped-query heads, two layers, float32.
+nn::LlamaConfig small_llama() {
+  nn::LlamaConfig l;
+  l.vocab_size = 64;
+  l.hidden_size = 32;
+  l.intermediate_size = 48;
+  l.num_hidden_layers = 2;
+  l.num_attention_heads = 4;
+  l.num_key_value_heads = 2;
+  l.max_position_embeddings = 16;
+  return l;
+}
+
 TEST_F(LoadTest, LoadsToTheGpuAsToTheCpu) {
   if (!testing::cuda_ready()) GTEST_SKIP() << "no CUDA device";
   // bf16 and f32 files into bf16 and f32 parameters, and GPT-2's transposed Conv1D weights.
@@ -178,14 +191,7 @@ TEST_F(LoadTest, LoadsToTheGpuAsToTheCpu) {
   g.n_embd = 32;
   g.n_layer = 2;
   g.n_head = 4;
-  nn::LlamaConfig l;
-  l.vocab_size = 64;
-  l.hidden_size = 32;
-  l.intermediate_size = 48;
-  l.num_hidden_layers = 2;
-  l.num_attention_heads = 4;
-  l.num_key_value_heads = 2;
-  l.max_position_embeddings = 16;
+  const nn::LlamaConfig l = small_llama();
   TempDir dir;
   nn::GPT2LMHeadModel gpt(g, gen);
   nn::save_pretrained(gpt, dir / "g");
@@ -259,7 +265,7 @@ TEST_F(LoadTest, AFolderLoadsInTheModelsMemoryPlusAShard) {
   const int64_t rss_peak = status_bytes("VmHWM");
   const size_t tensors_peak = memory_stats().peak_bytes - in_use;
 
-  // The tensors the load allocated: the model's, and no staging (bf16 into bf16 reads in place).
+  // The tensors the load allocated: at most the model's (made, then given the file's pages), no staging.
   EXPECT_LE(tensors_peak, static_cast<size_t>(model_bytes) + (1 << 20));
   NoGradGuard no_grad;
   for (const auto& [name, p] : model->named_parameters()) {
@@ -271,6 +277,43 @@ TEST_F(LoadTest, AFolderLoadsInTheModelsMemoryPlusAShard) {
   constexpr int64_t kSlack = 256 << 20;
   EXPECT_LE(rss_peak - rss_before, model_bytes + shard + kSlack)
       << "peak RSS " << rss_peak << " bytes, " << rss_before << " before the load; model " << model_bytes;
+}
+
+// On the host in the files' dtype the parameters take the files' pages (mapped copy-on-write):
+// no tensor memory for them, the values a copying load gives, writes private to the model, and a
+// save over the folder (files replaced, never rewritten) leaves the loaded model as it was.
+TEST_F(LoadTest, AHostLoadInTheFilesDtypeTakesTheirPages) {
+  nn::LlamaConfig c = small_llama();
+  c.tie_word_embeddings = true;
+  TempDir dir;
+  nn::LlamaForCausalLM made(c, gen);
+  made.to(kBFloat16);
+  nn::save_pretrained(made, dir / "m", {.max_shard_bytes = 20000});  // several shards
+  empty_cache(Device::cpu());
+  const size_t in_use = memory_stats().bytes_in_use;
+  auto model = nn::from_pretrained_llama(dir / "m", {.dtype = kBFloat16});
+  int64_t model_bytes = 0;
+  for (const auto& [name, p] : model->named_parameters()) model_bytes += static_cast<int64_t>(p.nbytes());
+  EXPECT_LT(memory_stats().bytes_in_use - in_use, static_cast<size_t>(model_bytes) / 4) << "the buffers only";
+  auto copied = nn::from_pretrained_llama(dir / "m");  // float32: read and converted
+  for (const auto& [name, p] : model->named_parameters())
+    EXPECT_TENSOR_EQ(to(copied->get_parameter(name), kBFloat16), p) << name;
+  EXPECT_TRUE(model->lm_head->weight.same(model->model->embed_tokens->weight));
+
+  NoGradGuard no_grad;
+  const Tensor w = (*model->model->layers)[0].self_attn->q_proj->weight;
+  const Tensor before = clone(w);
+  fill_(w, 0.5);
+  EXPECT_TENSOR_EQ(nn::from_pretrained_llama(dir / "m", {.dtype = kBFloat16})->get_parameter(
+                       "model.layers.0.self_attn.q_proj.weight"),
+                   before);
+  nn::save_pretrained(*model, dir / "m");
+  EXPECT_TENSOR_EQ((*model->model->layers)[0].self_attn->k_proj->weight,
+                   to((*copied->model->layers)[0].self_attn->k_proj->weight, kBFloat16));
+  EXPECT_EQ(max(nn::from_pretrained_llama(dir / "m", {.dtype = kBFloat16})->get_parameter(
+                    "model.layers.0.self_attn.q_proj.weight"))
+                .item<float>(),
+            0.5f);
 }
 
 }  // namespace

@@ -14,7 +14,12 @@
 #include "core/factory.h"
 #include "data/dataset.h"
 #include "data/tokenizer.h"
+#include "data/utf8.h"
+#include "examples/common/printable.h"
 #include "io/json.h"
+#include "nn/generation.h"
+#include "nn/gemma.h"
+#include "nn/llama.h"
 #include "nn/pretrained.h"
 #include "peft/lora.h"
 #include "tests/test_support.h"
@@ -38,12 +43,20 @@ std::string read(const std::string& p) {
 
 void write(const std::string& path, const std::string& content) { std::ofstream(path, std::ios::binary) << content; }
 
-// Runs lora_finetune; returns its exit status, its output in `log`.
-int finetune(const std::string& args, const TempDir& dir, std::string* log = nullptr) {
+// Runs an example program; returns its exit status, its output in `log` (stdout and stderr, or
+// stdout alone, stderr going to dir/err.txt).
+int run(const std::string& program, const std::string& args, const TempDir& dir, std::string* log = nullptr,
+        bool with_stderr = true) {
   const std::string out = dir / "log.txt";
-  const int rc = std::system((std::string(TG_LORA_FINETUNE) + " " + args + " >" + out + " 2>&1").c_str());
+  const std::string err = with_stderr ? std::string(" 2>&1") : " 2>" + (dir / "err.txt");
+  const int rc = std::system((program + " " + args + " >" + out + err).c_str());
   if (log) *log = read(out);
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+// Runs lora_finetune, as run().
+int finetune(const std::string& args, const TempDir& dir, std::string* log = nullptr) {
+  return run(TG_LORA_FINETUNE, args, dir, log);
 }
 
 // A small JSONL task: the completion follows from the prompt.
@@ -249,6 +262,94 @@ TEST_P(LoraFinetuneHf, LoadIn4bitTrainsOnAFourBitBaseAndMergesDense) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Folders, LoraFinetuneHf, ::testing::Values("tiny_llama", "tiny_gpt2"));
+
+// Issue 34 end to end with real tokenizers: random tiny Llama 3, Qwen3 and Gemma 3 shaped models
+// with the vocabularies of tests/fixtures/tokenizers' llama3, qwen2 and spm_metaspace (Gemma's
+// sentencepiece layout) tokenizer.json files, saved by save_pretrained with those files; then
+// examples/lora_finetune --base trains an adapter on each and examples/generate continues a prompt
+// with it into text the tokenizer decodes.
+TEST(LoraFinetune, RealTokenizerFamiliesTrainSaveAndGenerate) {
+  auto llama_like = [](const char* architecture, int64_t vocab) {
+    tg::nn::LlamaConfig c;
+    c.architecture = architecture;
+    c.vocab_size = vocab;
+    c.hidden_size = 32;
+    c.intermediate_size = 64;
+    c.num_hidden_layers = 2;
+    c.num_attention_heads = 4;
+    c.num_key_value_heads = 2;
+    c.max_position_embeddings = 128;
+    c.tie_word_embeddings = true;
+    c.initializer_range = 0.2;  // activations large enough that attention's adapters move the loss
+    return c;
+  };
+  for (const std::string family : {"llama3", "qwen3", "gemma3"}) {
+    SCOPED_TRACE(family);
+    const std::string tokenizer = family == "llama3" ? "llama3" : family == "qwen3" ? "qwen2" : "spm_metaspace";
+    const fs::path tok_dir = fixtures() / tokenizer;
+    const auto tok = tg::data::Tokenizer::from_pretrained(tok_dir.string());
+    tg::Generator gen(1);
+    std::shared_ptr<tg::nn::CausalLM> model;
+    if (family == "llama3") {
+      tg::nn::LlamaConfig c = llama_like("LlamaForCausalLM", tok.vocab_size());
+      c.rope_theta = 500000.0;
+      c.rope_scaling = {.rope_type = "llama3", .factor = 32.0, .original_max_position_embeddings = 64};
+      model = std::make_shared<tg::nn::LlamaForCausalLM>(c, gen);
+    } else if (family == "qwen3") {
+      tg::nn::LlamaConfig c = llama_like("Qwen3ForCausalLM", tok.vocab_size());
+      c.attention_head_dim = 16;
+      c.qk_norm = true;
+      c.rope_theta = 1e6;
+      model = std::make_shared<tg::nn::LlamaForCausalLM>(c, gen);
+    } else {
+      tg::nn::GemmaConfig c;
+      c.architecture = "Gemma3ForCausalLM";
+      c.vocab_size = tok.vocab_size();
+      c.hidden_size = 32;
+      c.qk_norm = true;
+      c.attn_logit_softcapping = c.final_logit_softcapping = 0;
+      c.sliding_window = 16;  // shorter than the training sequences and the generation
+      c.layer_types = {"sliding_attention", "full_attention"};
+      c.rope_theta = 1e6;
+      c.initializer_range = 0.2;
+      model = std::make_shared<tg::nn::GemmaForCausalLM>(c, gen);
+    }
+    TempDir dir;
+    const std::string base = dir / "base";
+    tg::nn::save_pretrained(*model, base);
+    for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) fs::copy_file(tok_dir / f, fs::path(base) / f);
+
+    std::string log;
+    ASSERT_EQ(finetune("--base " + base + " --data " + write_task(dir) + " --steps 30 --warmup 2 --batch 4 --seq 48 "
+                       "--lr 2e-2 --eval-every 0 --sample-tokens 0 --threads 2 --out " + (dir / "out"), dir, &log),
+              0) << log;
+    std::vector<double> train;
+    for (const auto& r : losses(dir / "out/loss.csv"))
+      if (r.split == "train") train.push_back(r.loss);
+    ASSERT_EQ(train.size(), 30u);
+    EXPECT_LT(train.back() + train[train.size() - 2], train[0] + train[1] - 0.5) << "the training loss did not fall: "
+                                                                                 << train[0] << " .. " << train.back();
+    ASSERT_TRUE(fs::exists(dir / "out/adapter/adapter_model.safetensors"));
+    const tg::json::Value cfg = tg::json::parse(read(dir / "out/adapter/adapter_config.json"));
+    EXPECT_EQ(cfg.at("base_model_name_or_path").as_string(), base);
+
+    ASSERT_EQ(run(TG_GENERATE_EXAMPLE, "--model " + base + " --adapter " + (dir / "out/adapter") +
+                                           " --prompt 'Q: what does bob like?' --max-new-tokens 24 --threads 2",
+                  dir, &log, /*with_stderr=*/false),
+              0) << read(dir / "err.txt");
+    // What it printed: the decode of what the library generates with that adapter, text throughout.
+    auto adapted = tg::nn::from_pretrained(base);
+    tg::peft::load_adapter(*adapted, dir / "out/adapter");
+    const std::vector<int32_t> prompt = tok.encode("Q: what does bob like?");
+    const auto want = tg::nn::generate(
+        *adapted, {prompt},
+        {.max_new_tokens = 24, .eos_token_id = tg::nn::GenerationConfig::from_pretrained(base).eos_token_id})[0];
+    ASSERT_GT(want.size(), prompt.size());
+    const std::string text = tok.decode(want, /*skip_special_tokens=*/true);
+    EXPECT_EQ(log, examples::printable(text, /*one_line=*/false) + "\n");
+    EXPECT_TRUE(tg::data::utf8::is_valid(text)) << text;
+  }
+}
 
 TEST(LoraFinetune, ResumeRefusesAChangedTrainingFlagByName) {
   const fs::path base = fixtures() / "tiny_gpt2";

@@ -1,0 +1,81 @@
+// Where from_pretrained's CPU time goes (issue 34): reading a file that sits in the page cache into
+// (1) fresh 4 KiB pages, (2) fresh pages advised MADV_HUGEPAGE, (3) pages touched before (the read
+// alone), and (4) mapping it with MAP_POPULATE (no copy), each with `threads` readers in 8 MiB
+// pieces as FileReader reads. The gap between (1) and (3) is the first-touch cost of the model's
+// memory; whether (2) closes it decides MADV_HUGEPAGE for large host allocations.
+//   g++ -O2 -std=c++20 dev/load/fault_probe.cpp -o fault_probe -lpthread && ./fault_probe <file> [threads]
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+#include <vector>
+
+namespace {
+
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+void read_into(int fd, char* p, size_t n, int threads) {
+  constexpr size_t kPiece = 8 << 20;
+  const size_t pieces = (n + kPiece - 1) / kPiece;
+  std::vector<std::thread> ts;
+  for (int t = 0; t < threads; ++t)
+    ts.emplace_back([&, t] {
+      for (size_t k = static_cast<size_t>(t); k < pieces; k += static_cast<size_t>(threads)) {
+        size_t at = k * kPiece, len = std::min(kPiece, n - at);
+        while (len > 0) {
+          const ssize_t got = pread(fd, p + at, len, static_cast<off_t>(at));
+          if (got <= 0) std::abort();
+          at += static_cast<size_t>(got), len -= static_cast<size_t>(got);
+        }
+      }
+    });
+  for (auto& t : ts) t.join();
+}
+
+char* fresh(size_t n, bool huge) {
+  void* p = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) std::abort();
+  if (huge) madvise(p, n, MADV_HUGEPAGE);
+  return static_cast<char*>(p);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) return std::fprintf(stderr, "usage: fault_probe <file> [threads]\n"), 2;
+  const int threads = argc > 2 ? std::atoi(argv[2]) : static_cast<int>(std::thread::hardware_concurrency());
+  const int fd = open(argv[1], O_RDONLY);
+  struct stat st {};
+  if (fd < 0 || fstat(fd, &st) != 0) return std::perror(argv[1]), 1;
+  const size_t n = static_cast<size_t>(st.st_size);
+  char* warm = fresh(n, false);
+  read_into(fd, warm, n, threads);  // the page cache warm, and pages to reuse below
+  auto row = [&](const char* what, double s) {
+    std::printf("%-34s %8.3f s %7.2f GB/s\n", what, s, static_cast<double>(n) / 1e9 / s);
+  };
+  std::printf("%s: %.3f GB, %d threads\n", argv[1], static_cast<double>(n) / 1e9, threads);
+  for (bool huge : {false, true}) {
+    char* p = fresh(n, huge);
+    const double t0 = now();
+    read_into(fd, p, n, threads);
+    row(huge ? "read into fresh MADV_HUGEPAGE pages" : "read into fresh 4 KiB pages", now() - t0);
+    munmap(p, n);
+  }
+  double t0 = now();
+  read_into(fd, warm, n, threads);
+  row("read into touched pages", now() - t0);
+  t0 = now();
+  void* m = mmap(nullptr, n, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+  row("mmap MAP_POPULATE (no copy)", now() - t0);
+  if (m != MAP_FAILED) munmap(m, n);
+  std::FILE* thp = std::fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+  char mode[128] = "?";
+  if (thp && std::fgets(mode, sizeof mode, thp)) std::printf("transparent_hugepage: %s", mode);
+  if (thp) std::fclose(thp);
+}
