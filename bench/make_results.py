@@ -354,7 +354,7 @@ Measured: {measured(rows)}.
 (the values of a seed are those of every earlier version). Targets: a 1.6B Llama (llama-1b) in at
 most 10 s on the GPU machine's 16 cores, a 1.24B one (llama3.2-1b) in at most 30 s on 2 cores.
 
-Reproduce: `bench/run_load_bench.sh` on the GPU machine (`$OUT/construct.json`).
+Reproduce: `scripts/gpu/run_load_bench.sh` on the GPU machine (`$OUT/construct.json`).
 
 {table(header, cells)}
 """
