@@ -14,7 +14,7 @@
 #include "core/factory.h"
 #include "data/dataset.h"
 #include "data/tokenizer.h"
-#include "data/utf8.h"
+#include "core/detail/utf8.h"
 #include "examples/common/printable.h"
 #include "io/json.h"
 #include "nn/generation.h"
@@ -347,7 +347,7 @@ TEST(LoraFinetune, RealTokenizerFamiliesTrainSaveAndGenerate) {
     ASSERT_GT(want.size(), prompt.size());
     const std::string text = tok.decode(want, /*skip_special_tokens=*/true);
     EXPECT_EQ(log, examples::printable(text, /*one_line=*/false) + "\n");
-    EXPECT_TRUE(tg::data::utf8::is_valid(text)) << text;
+    EXPECT_TRUE(tg::utf8::is_valid(text)) << text;
   }
 }
 
