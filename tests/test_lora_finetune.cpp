@@ -321,10 +321,10 @@ TEST(LoraFinetune, RealTokenizerFamiliesTrainSaveAndGenerate) {
 
     std::string log;
     ASSERT_EQ(finetune("--base " + base + " --data " + write_task(dir) + " --steps 30 --warmup 2 --batch 4 --seq 48 "
-                       "--lr 2e-2 --eval-every 0 --sample-tokens 0 --threads 2 --out " + (dir / "out"), dir, &log),
+                       "--lr 2e-2 --eval-every 0 --log-every 1 --sample-tokens 0 --threads 2 --out " + (dir / "out"), dir, &log),
               0) << log;
     std::vector<double> train;
-    for (const auto& r : losses(dir / "out/loss.csv"))
+    for (const auto& r : losses(dir / "out/log.csv"))
       if (r.split == "train") train.push_back(r.loss);
     ASSERT_EQ(train.size(), 30u);
     EXPECT_LT(train.back() + train[train.size() - 2], train[0] + train[1] - 0.5) << "the training loss did not fall: "
