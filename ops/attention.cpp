@@ -183,7 +183,8 @@ Tensor sdpa_fused(const Tensor& q, const Tensor& k, const Tensor& v, bool is_cau
   Tensor out = empty_output(q, v.shape().back());
   Shape lse_shape(q.shape().begin(), q.shape().end() - 1);
   Tensor lse = Tensor::empty(lse_shape, {q.dtype() == kFloat64 ? kFloat64 : kFloat32, q.device()});
-  const bool grads = needs_record({{"q", q}, {"k", k}, {"v", v}});
+  // tg::checkpoint's first pass picks the kernel its recomputation at backward will pick
+  const bool grads = needs_record({{"q", q}, {"k", k}, {"v", v}}) || recorded_at_backward();
   const char* kernel = fused_forward(out, lse, qc, kc, vc, is_causal, s, mask, first, grads);
   if (!kernel) return Tensor();
   KernelTrace::record(kernel);
