@@ -4,9 +4,10 @@
 // "tapegrad_cudnn" (the default: cuDNN, deterministic backward), "tapegrad_cudnn_nondet" (cuDNN's
 // atomic-dq backward) and "tapegrad_flash" (cuDNN off: tapegrad's kernels). Each row names the
 // kernels that ran (the trace) and the memory a forward + backward adds at its peak. q, k, v are
-// the [B, H, T, hd] views of [B, T, H, hd] projections the model passes. Each call is bracketed
-// by CUDA events after a 256 MB L2 flush; median of --reps. TFLOP/s counts causal FLOPs halved:
-// forward 4 B H T^2 hd / 2, backward 2.5x forward (the work FlashAttention-2 does).
+// the [B, H, T, hd] views of [B, T, H, hd] projections the model passes, and so is dout (as the
+// backward of the merge of heads gives it). Each call is bracketed by CUDA events after a 256 MB
+// L2 flush; median of --reps. TFLOP/s counts causal FLOPs halved: forward 4 B H T^2 hd / 2,
+// backward 2.5x forward (the work FlashAttention-2 does).
 //   attention_bench [--reps N] [--json path] [--split] [--only SHAPE] [--impls a,b,...]
 // bench/torch_attention_ref.py times PyTorch's SDPA backends on the same shapes in the same call
 // (scripts/gpu/run_attention_bench.sh runs the two; rows to bench/results/{attention,torch_attention}.json).
@@ -168,7 +169,7 @@ int main(int argc, char** argv) {
       return to(randn({s.B, s.T, heads, s.hd}, gen), kBFloat16, dev).requires_grad_(true);
     };
     Tensor pq = projection(s.H), pk = projection(s.Hkv), pv = projection(s.Hkv);
-    Tensor dout = to(randn({s.B, s.H, s.T, s.hd}, gen), kBFloat16, dev);
+    Tensor dout = transpose(to(randn({s.B, s.T, s.H, s.hd}, gen), kBFloat16, dev), 1, 2);
     const bool gqa = s.H != s.Hkv;
     auto forward = [&] {
       return scaled_dot_product_attention(transpose(pq, 1, 2), transpose(pk, 1, 2), transpose(pv, 1, 2), true,
@@ -216,6 +217,7 @@ int main(int argc, char** argv) {
           .str("shape", s.name())
           .str("impl", impl.name)
           .str("kernels", kernels)
+          .str("dout", "out_layout")
           .num("fwd_ms", fwd, 4)
           .num("bwd_ms", bwd, 4)
           .num("fwdbwd_ms", fb, 4)

@@ -414,7 +414,8 @@ def attention_section(ours, torch_rows, step_rows=()):
         ref = by_shape.get(r["shape"], {})
         fa2, cudnn = ref.get("torch_flash", {}).get("fwdbwd_ms"), ref.get("torch_cudnn", {}).get("fwdbwd_ms")
         extra = r.get("extra_mib")
-        rows.append([r["shape"], r.get("impl", "tapegrad"), f"{r['fwd_ms']:.3f}", f"{r['bwd_ms']:.3f}",
+        path = r.get("impl", "tapegrad") + (" (dout)" if r.get("dout") else "")
+        rows.append([r["shape"], path, f"{r['fwd_ms']:.3f}", f"{r['bwd_ms']:.3f}",
                      f"{r['fwdbwd_ms']:.3f}", f1(r["tflops"]), "–" if extra is None else f"{extra:.0f}",
                      "–" if fa2 is None else f"{fa2:.3f}", "–" if cudnn is None else f"{cudnn:.3f}",
                      ratio(fa2, r["fwdbwd_ms"]), ratio(cudnn, r["fwdbwd_ms"])])
@@ -428,7 +429,8 @@ def attention_section(ours, torch_rows, step_rows=()):
 Measured: {measured(ours)}; PyTorch: {measured(torch_rows)}.
 
 `bench/attention_bench`: q, k, v as the [B, H, T, hd] views of [B, T, H, hd] projections (as the
-models pass them; `-kv8`: 8 kv heads, grouped-query); each call after a 256 MB L2 flush, CUDA
+models pass them; dout too in rows marked "(dout)", contiguous in the others, which costs cuDNN's
+path a copy; `-kv8`: 8 kv heads, grouped-query); each call after a 256 MB L2 flush, CUDA
 events, median. TFLOP/s count causal FLOPs halved, backward at 2.5x forward (FlashAttention-2's
 work). Paths: `tapegrad_cudnn`, the default where the build has cuDNN (its fused kernels through
 the backend graph API, deterministic backward: ops/cuda/attention_cudnn.cu);

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """PyTorch's scaled_dot_product_attention on the shapes of bench/attention_bench.cu, timed the
-same way (causal, bf16, q/k/v as [B, H, T, hd] views of [B, T, H, hd] projections; CUDA events
+same way (causal, bf16, q/k/v and dout as [B, H, T, hd] views of [B, T, H, hd] memory; CUDA events
 after a 256 MB L2 flush; median), once per SDPA backend PyTorch offers (FlashAttention-2, cuDNN,
 memory-efficient). Prints the ratio to attention_bench's rows of the same call:
 
@@ -42,7 +42,7 @@ def main():
     for B, H, Hkv, T, hd in SHAPES:
         proj = lambda heads: torch.randn(B, T, heads, hd, device=dev, dtype=torch.bfloat16).requires_grad_(True)
         pq, pk, pv = proj(H), proj(Hkv), proj(Hkv)
-        dout = torch.randn(B, H, T, hd, device=dev, dtype=torch.bfloat16)
+        dout = torch.randn(B, T, H, hd, device=dev, dtype=torch.bfloat16).transpose(1, 2)
         fwd_flops = 4.0 * B * H * T * T * hd / 2
         gqa = H != Hkv
 
@@ -63,7 +63,7 @@ def main():
                 continue
             tflops = 3.5 * fwd_flops / (both * 1e-3) / 1e12
             print(f"{name(B, H, Hkv, T, hd):22} {impl:16} {fwd:9.3f} {bwd:9.3f} {both:9.3f} {tflops:8.1f}")
-            rows.append({"shape": name(B, H, Hkv, T, hd), "impl": impl, "torch": torch.__version__,
+            rows.append({"shape": name(B, H, Hkv, T, hd), "impl": impl, "torch": torch.__version__, "dout": "out_layout",
                          "fwd_ms": round(fwd, 4), "bwd_ms": round(bwd, 4), "fwdbwd_ms": round(both, 4),
                          "tflops": round(tflops, 1)})
     ours = {}

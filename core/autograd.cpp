@@ -147,6 +147,8 @@ HookHandle register_post_accumulate_grad_hook(const Tensor& leaf, std::function<
   return HookHandle(leaf.impl_ptr(), id);
 }
 
+bool recorded_at_backward() { return observed != nullptr; }
+
 bool needs_record(const std::vector<NamedInput>& inputs) {
   if (!grad_enabled) {
     if (observed) observe(inputs);
@@ -156,8 +158,6 @@ bool needs_record(const std::vector<NamedInput>& inputs) {
     if (in.tensor.defined() && in.tensor.requires_grad()) return true;
   return false;
 }
-
-bool recorded_at_backward() { return !grad_enabled && observed != nullptr; }
 
 void Node::connect(const std::shared_ptr<Node>& self, const std::vector<NamedInput>& inputs,
                    const std::vector<Tensor>& outputs) {

@@ -61,6 +61,11 @@ class ObservedNoGradGuard {
   NoGradGuard no_grad_;  // also hides an observer from outside
 };
 
+// Whether ops on this thread run in an ObservedNoGradGuard's scope: tg::checkpoint's first pass
+// of a function that backward runs again with recording on. An op that picks its kernels by
+// whether a backward follows picks as it will then, so both passes compute the same bits.
+bool recorded_at_backward();
+
 using GradMask = std::vector<bool>;
 
 struct Edge {
@@ -142,10 +147,6 @@ class Node {
 
 // True when an op over these inputs must be recorded.
 bool needs_record(const std::vector<NamedInput>& inputs);
-// True inside tg::checkpoint's unrecorded first run, which backward repeats with recording on: an
-// op whose kernel choice depends on recording chooses as if recording, so both runs compute the
-// same bits.
-bool recorded_at_backward();
 
 // Records node N for an op with these inputs and outputs (sets the outputs' grad_fn), or
 // returns nullptr when grad mode is off or no input requires grad.

@@ -28,10 +28,11 @@
 //                      repeated for GQA.
 // The fused kernels skip the causal upper triangle and save only the output and a per-row
 // logsumexp for backward, which recomputes the probabilities: the [L, S] matrix never reaches
-// memory (cuDNN's deterministic backward keeps dP in its workspace, in chunks of batches or
-// heads of at most 256 MiB, or of one kv head's query heads where those alone take more). The flash kernels' backward computes each of dq, dk, dv only when it
-// is asked for. A 4-D call returns its [B, H, L, Ev] output as a view of [B, L, H, Ev] memory (as
-// PyTorch's flash attention), so merging the heads back is a free reshape.
+// memory (cuDNN's deterministic backward keeps dP, [B, H, L, S] bf16, in its workspace: up to
+// 1/64 of the device's memory, a larger call runs in chunks of batches or kv-head groups). The
+// flash kernels' backward computes each of dq, dk, dv only when it is asked for. A 4-D call
+// returns its [B, H, L, Ev] output as a view of [B, L, H, Ev] memory (as PyTorch's flash
+// attention), so merging the heads back is a free reshape.
 #pragma once
 
 #include <cstdint>

@@ -7,6 +7,10 @@
 // GPU or without cuDNN in the build.
 #include <gtest/gtest.h>
 
+#include <optional>
+#include <string>
+#include <vector>
+
 #include "core/autograd.h"
 #include "core/cuda_graph.h"
 #include "core/factory.h"
@@ -215,7 +219,7 @@ Both flash_and_cudnn(int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t hd, u
   both.cudnn = attend(q, k, v, dout);
   synchronize(kGpu);
   EXPECT_TRUE(trace.contains("sdpa.cudnn") && trace.contains("sdpa.cudnn_backward")) << trace.str();
-  // dP, [B, H, T, T] bf16, would be more than the 256 MiB the chunks keep
+  // dP, [B, H, T, T] bf16, is more than the chunks keep (1/64 of the device's memory)
   const size_t dp = size_t(B * H) * T * T * 2, peak = memory_stats(kGpu).peak_bytes - before;
   EXPECT_LT(peak, dp) << "peak " << peak << " bytes";
   return both;
@@ -223,9 +227,11 @@ Both flash_and_cudnn(int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t hd, u
 
 TEST(AttentionCudnn, DeterministicBackwardInChunksOfBatchesOrHeads) {
   TG_REQUIRE_CUDNN();
-  for (auto [B, H, Hkv] : {std::array<int64_t, 3>{4, 16, 16}, {1, 64, 8}}) {  // batch chunks; kv-head chunks
-    SCOPED_TRACE("B" + std::to_string(B) + " H" + std::to_string(H) + " Hkv" + std::to_string(Hkv));
-    const Both both = flash_and_cudnn(B, 2048, H, Hkv, 64, 2000 + B);
+  // dP 4 GiB each, more than any device up to 256 GB gives it: batch chunks, kv-head chunks
+  for (auto [B, H, Hkv, T] : {std::array<int64_t, 4>{8, 16, 16, 4096}, {1, 32, 8, 8192}}) {
+    SCOPED_TRACE("B" + std::to_string(B) + " H" + std::to_string(H) + " Hkv" + std::to_string(Hkv) + " T" +
+                 std::to_string(T));
+    const Both both = flash_and_cudnn(B, T, H, Hkv, 64, 2000 + B);
     const char* what[] = {"out", "dq", "dk", "dv"};
     for (size_t t = 0; t < 4; ++t) {
       auto [rel, mx] = errors(both.cudnn[t], both.flash[t]);
@@ -248,6 +254,29 @@ TEST(AttentionCudnn, CallsWithoutGradientsBuildPlansOnlyWhereNoFlashKernelServes
   EXPECT_NE(trace_of(64, true).find("sdpa.cudnn"), std::string::npos);       // a training call builds it
   EXPECT_NE(trace_of(64, false).find("sdpa.cudnn"), std::string::npos);      // then inference uses it
   EXPECT_NE(trace_of(96, false).find("sdpa.cudnn"), std::string::npos);      // no flash kernel at 96
+}
+
+TEST(AttentionCudnn, ACheckpointsFirstPassPicksTheKernelOfItsRecomputation) {
+  TG_REQUIRE_CUDNN();
+  // tg::checkpoint runs a function without recording, then again at backward with recording: both
+  // passes must pick one kernel (the same bits), though only the second takes gradients. Head dim
+  // 8: cuDNN may take its forward and not its backward (then neither pass takes cuDNN).
+  Generator gen(2200);
+  for (int64_t hd : {64, 8}) {
+    Tensor q = to(randn({1, 448, 2, hd}, gen), kBFloat16, kGpu).requires_grad_(true);  // a shape no other test uses
+    auto kernel_of = [&](bool first_pass) {
+      std::vector<Tensor> used;
+      std::optional<ObservedNoGradGuard> no_recording;
+      if (first_pass) no_recording.emplace(used);
+      KernelTrace trace;
+      scaled_dot_product_attention(head_view(q), head_view(q), head_view(q), true);
+      for (const std::string& e : trace.events())
+        if (e.rfind("sdpa.", 0) == 0) return e;
+      return std::string("none");
+    };
+    const std::string first = kernel_of(true);  // at a new shape: no plan built before
+    EXPECT_EQ(first, kernel_of(false)) << "head dim " << hd;
+  }
 }
 
 TEST(AttentionCudnn, TurnedOffTheFlashKernelsServe) {

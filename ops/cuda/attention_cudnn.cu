@@ -6,6 +6,7 @@
 #include "ops/attention_kernels.h"
 
 #ifdef TG_WITH_CUDNN
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -93,11 +94,23 @@ Plans& plans() {
   return *p;
 }
 
-// cuDNN's deterministic backward keeps dP ([b, hq, sq, skv] bf16) in its workspace: a call whose
-// dP is larger runs in chunks of batches, or of kv-head groups of one batch, of at most this
-// (cudnn-frontend's default limit for that workspace when it was optional, 8.9.5 to 9.0), or of
-// one kv head's group where that alone is more.
-constexpr int64_t kDpWorkspace = int64_t(256) << 20;
+// cuDNN's deterministic backward keeps dP ([b, hq, sq, skv] bf16) in its workspace, quadratic in
+// the length. A call whose dP would take more than 1/64 of the device's memory (at least 256 MiB,
+// cudnn-frontend's default limit for that workspace when it was optional) runs in chunks of
+// batches, or of kv-head groups of one batch, that fit (or of one kv head's group where that alone
+// is more). Chunks cost time (bench/RESULTS.md): the budget keeps training shapes whole.
+int64_t dp_budget(int device) {
+  static std::mutex mu;
+  static std::map<int, int64_t> budgets;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = budgets.find(device);
+  if (it == budgets.end()) {
+    cudaDeviceProp prop;
+    TG_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+    it = budgets.emplace(device, std::max<int64_t>(int64_t(256) << 20, int64_t(prop.totalGlobalMem / 64))).first;
+  }
+  return it->second;
+}
 
 // How a backward call runs: `sub` (the plan's problem) over chunks of `batches` batches and
 // `kv_heads` kv heads (with their query heads), each a divisor of the call's, so one plan serves.
@@ -106,19 +119,20 @@ struct Chunks {
   int64_t batches, kv_heads;
 };
 
-Chunks chunks_of(const Problem& p) {
+Chunks chunks_of(const Problem& p, int device) {
   Chunks c{p, p.b, p.hkv};
   const int64_t group = p.hq / p.hkv;
   auto dp_bytes = [&](int64_t b, int64_t kv) { return b * kv * group * p.sq * p.skv * int64_t(2); };
-  if (!p.deterministic || dp_bytes(p.b, p.hkv) <= kDpWorkspace) return c;
+  const int64_t budget = dp_budget(device);
+  if (!p.deterministic || dp_bytes(p.b, p.hkv) <= budget) return c;
   auto largest_divisor = [](int64_t n, auto&& ok) {
     for (int64_t d = n; d > 1; --d)
       if (n % d == 0 && ok(d)) return d;
     return int64_t(1);
   };
-  c.batches = largest_divisor(p.b, [&](int64_t b) { return dp_bytes(b, p.hkv) <= kDpWorkspace; });
-  if (dp_bytes(c.batches, p.hkv) > kDpWorkspace)
-    c.kv_heads = largest_divisor(p.hkv, [&](int64_t kv) { return dp_bytes(1, kv) <= kDpWorkspace; });
+  c.batches = largest_divisor(p.b, [&](int64_t b) { return dp_bytes(b, p.hkv) <= budget; });
+  if (dp_bytes(c.batches, p.hkv) > budget)
+    c.kv_heads = largest_divisor(p.hkv, [&](int64_t kv) { return dp_bytes(1, kv) <= budget; });
   c.sub.b = c.batches, c.sub.hkv = c.kv_heads, c.sub.hq = c.kv_heads * group;
   return c;
 }
@@ -150,7 +164,8 @@ bool sdpa_cudnn_forward(const Tensor& out, const Tensor& lse, const Tensor& q, c
   const int device = q.device().index;
   const Plan* fwd = plans().get(problem_of(q, k, v, out, causal, false), device, build);
   if (!fwd) return false;
-  if (with_backward && !plans().get(chunks_of(problem_of(q, k, v, out, causal, true)).sub, device, true)) return false;
+  if (with_backward && !plans().get(chunks_of(problem_of(q, k, v, out, causal, true), device).sub, device, true))
+    return false;
   Tensor workspace = workspace_for(*fwd, q.device());
   cudnn_sdpa::execute(cudnn_handle(device), *fwd, pointers_of(q, k, v, out, lse), static_cast<float>(scale),
                       workspace.data_ptr());
@@ -162,7 +177,7 @@ bool sdpa_cudnn_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, c
                          double scale) {
   const int device = q.device().index;
   const Problem p = problem_of(q, k, v, out, causal, true);
-  const Chunks c = chunks_of(p);
+  const Chunks c = chunks_of(p, device);
   const Plan* bwd = plans().get(c.sub, device, true);
   if (!bwd) return false;
   TG_CHECK(dq.strides() == dense_strides_like(q.shape(), q.strides()) &&

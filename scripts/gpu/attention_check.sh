@@ -3,7 +3,7 @@
 #   build     configure <build dir> with cuDNN (scripts/cudnn-root.sh: the toolkit's, else PyTorch's
 #             nvidia-cudnn wheel's) and build tapegrad_tests, attention_bench, train_step_bench;
 #   tests     the attention tests (cuDNN's and the flash kernels, the op harness's sdpa cases, the
-#             CUDA graph steps, mixed precision) -> tests.txt;
+#             CUDA graph steps, mixed precision, checkpointing's bitwise steps) -> tests.txt;
 #   memcheck  compute-sanitizer memcheck over the cuDNN tests and a flash one -> memcheck.txt;
 #   bench     scripts/gpu/run_attention_bench.sh: the cuDNN (deterministic and not) and flash paths beside
 #             PyTorch's SDPA backends -> attention.json, torch_attention.json, bench.txt;
@@ -30,7 +30,7 @@ fi
 
 if has tests; then
   echo "== tests"
-  filter='Attention*:Ops/OpTest.CudaMatchesCpu/sdpa*:CudaGraph*:MixedPrecisionTest.*'
+  filter='Attention*:Ops/OpTest.CudaMatchesCpu/sdpa*:CudaGraph*:MixedPrecisionTest.*:*Checkpoint*'
   "$build/tests/tapegrad_tests" --gtest_filter="$filter" > "$out/tests.txt" 2>&1 || status=1
   grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/tests.txt" || true
 fi
