@@ -20,7 +20,7 @@ so a misfiled kernel is seen at once.
 
 Categories, from the kernel's name (first rule that matches):
   attention fwd / bwd: our flash_forward, flash_backward_dq / _dkdv, attention_delta (and
-      FlashAttention / cuDNN fmha names);
+      FlashAttention / cuDNN fmha names, cuDNN's sdpa fprop / bprop and matmul_dq);
   adamw; cross-entropy / head (the loss kernels; the head's GEMMs are GEMMs); norms; rope; swiglu;
   casts and copies (convert_packed_kernel, ConvertFn);
   GEMMs (cuBLAS: nvjet_*, *xmma*, cutlass*, gemv*): split-K reduces; LoRA small GEMMs (a CTA
@@ -40,8 +40,8 @@ import sys
 UNIT_NS = {"nsecond": 1.0, "ns": 1.0, "usecond": 1e3, "us": 1e3, "msecond": 1e6, "ms": 1e6, "second": 1e9, "s": 1e9}
 
 RULES = [
-    ("attention fwd", r"flash_forward|flash_fwd|fmha.*fwd|attention_forward"),
-    ("attention bwd", r"flash_backward|flash_bwd|attention_delta|fmha.*bwd|dot_do_o|convert_dq"),
+    ("attention fwd", r"flash_forward|flash_fwd|fmha.*fwd|attention_forward|sdpa.*fprop"),  # ours, FA, cuDNN's
+    ("attention bwd", r"flash_backward|flash_bwd|attention_delta|fmha.*bwd|dot_do_o|convert_dq|sdpa.*bprop|matmul_dq"),
     ("adamw", r"adamw"),
     ("cross-entropy / head", r"cross_entropy|logsumexp"),
     ("norms", r"norm_fwd|norm_bwd|rms_norm|layer_norm"),
