@@ -83,7 +83,7 @@ constexpr size_t tile_bytes(int rows) {
 
 // Tile shapes per head dim: forward 16 MT query rows a warp and BN keys a step; dk / dv 16 MT keys
 // a warp and BQ queries a step; dq 16 MT query rows a warp and BN keys a step. The fastest of
-// dev/cuda/attention_tiles.cu's on the H200 (8x12x1024x64 and 4x32x2048x128, causal; the table is
+// dev/cuda/02_attention_tiles.cu's on the H200 (8x12x1024x64 and 4x32x2048x128, causal; the table is
 // in dev/cuda/attention.md); head dim 32 (not timed) keeps the shapes 64 had before.
 template <int HD>
 struct Tiles {

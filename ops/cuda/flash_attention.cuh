@@ -1,5 +1,5 @@
 // Flash-attention kernels (device code: ops/cuda/attention.cu launches them, dev/cuda/
-// attention_tiles.cu times other tile shapes of them) on tensor cores for bfloat16 q, k, v of
+// 02_attention_tiles.cu times other tile shapes of them) on tensor cores for bfloat16 q, k, v of
 // head dim 32, 64 or 128, read in any row-aligned strided layout ([B, H, T, hd] views of
 // [B, T, H, hd] projections in place), with grouped-query heads (query head h reads kv head
 // h / (H / Hkv)). FlashAttention-2's scheme with mma.sync m16n8k16 (bf16 operands, float32
