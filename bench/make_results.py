@@ -315,10 +315,16 @@ def load_section(rows):
     cells = []
     for r in rows:
         folder, peak = r["folder_bytes"] / 2**20, r["peak_rss_mib"]
-        limit = 1.1 * folder if r["device"] == "cpu" else r["largest_file_bytes"] / 2**20 + 1024
-        misses = [m for m, bad in (("load over 1.5x read", r["seconds"] > 1.5 * r["read_seconds"]),
-                                   ("peak RSS over " + ("1.1x the folder" if r["device"] == "cpu" else
-                                                        "the largest file + 1 GiB"), peak > limit)) if bad]
+        largest = r["largest_file_bytes"] / 2**20
+        if r["device"] == "cuda":
+            limit, limit_name = largest + 1024, "the largest file + 1 GiB"
+        elif r.get("dtype", "bfloat16") == "bfloat16":
+            limit, limit_name = 1.1 * folder, "1.1x the folder"
+        else:  # converted on the host: the model is larger than the folder (issue 34's load test)
+            limit, limit_name = 2 * folder + largest + 256, "the float32 model + the largest file + 256 MiB"
+        quantised = r.get("quant") == "nf4"  # quantised as it streams: not under the 1.5x of a plain load
+        misses = [m for m, bad in (("load over 1.5x read", not quantised and r["seconds"] > 1.5 * r["read_seconds"]),
+                                   ("peak RSS over " + limit_name, peak > limit)) if bad]
         config = r["config"] + (" (NF4 as it loads)" if r.get("quant") == "nf4" else "")
         cells.append([config, r["device"], r.get("dtype", "bfloat16"), r["machine"], f"{r['folder_bytes'] / 1e9:.2f}", r["files"],
                       f"{r['seconds']:.2f}", f"{r['read_seconds']:.2f}", ratio(r["seconds"], r["read_seconds"]),
@@ -333,8 +339,9 @@ Measured: {measured(rows)}.
 `bench/load_bench`: a bf16 Llama folder of the config written by save_pretrained (5 GB shards), then
 reading its files (page cache warm) against `from_pretrained(dir, {{dtype, device}})` (bfloat16: the
 files' dtype, on the host their pages mapped; float32: converted); peak RSS: the process's VmHWM
-over the load (reset before it). Targets: load at most 1.5x the read, peak RSS at most
-1.1x the folder (CPU) or the largest file + 1 GiB (GPU).
+over the load (reset before it). Targets: load at most 1.5x the read (NF4 rows quantise as they
+load: timed, not judged), peak RSS at most 1.1x the folder (CPU, bfloat16), the float32 model + the
+largest file + 256 MiB (CPU, float32) or the largest file + 1 GiB (GPU).
 
 Reproduce: `scripts/gpu/run_load_bench.sh` on the GPU machine, then copy `$OUT/load.json` to `bench/results/`.
 
@@ -343,9 +350,14 @@ Reproduce: `scripts/gpu/run_load_bench.sh` on the GPU machine, then copy `$OUT/l
 
 
 def construct_section(rows):
-    cells = [[r["config"], r["machine"], r["threads"], f"{r['parameters'] / 1e9:.2f}", f"{r['seconds']:.1f}",
-              f"{r['peak_rss_mib']:.0f}"] for r in rows]
-    header = ["config", "machine", "threads:", "parameters (B):", "seconds:", "peak RSS MiB:"]
+    limits = {("llama-1b", 16): 10.0, ("llama3.2-1b", 2): 30.0}
+    cells = []
+    for r in rows:
+        limit = limits.get((r["config"], r["threads"]))
+        miss = f"over {limit:.0f} s" if limit is not None and r["seconds"] > limit else ""
+        cells.append([r["config"], r["machine"], r["threads"], f"{r['parameters'] / 1e9:.2f}", f"{r['seconds']:.1f}",
+                      f"{r['peak_rss_mib']:.0f}", f"{limit:.0f}" if limit is not None else "–", miss])
+    header = ["config", "machine", "threads:", "parameters (B):", "seconds:", "peak RSS MiB:", "target s:", "misses"]
     return f"""## Building a random model (LlamaForCausalLM(config, gen), issue 34)
 
 Measured: {measured(rows)}.
@@ -354,7 +366,8 @@ Measured: {measured(rows)}.
 (the values of a seed are those of every earlier version). Targets: a 1.6B Llama (llama-1b) in at
 most 10 s on the GPU machine's 16 cores, a 1.24B one (llama3.2-1b) in at most 30 s on 2 cores.
 
-Reproduce: `scripts/gpu/run_load_bench.sh` on the GPU machine (`$OUT/construct.json`).
+Reproduce: `scripts/gpu/run_load_bench.sh` on the GPU machine (`$OUT/construct.json`); the 2-core row:
+`bench/load_bench --config llama3.2-1b --construct true --json <file>` on the 2-core CPU VM.
 
 {table(header, cells)}
 """
@@ -645,7 +658,8 @@ figures are in git history; what the measurements taught is in `dev/NOTES.md`.
         parts.append(nf4_section(get("nf4_bench")))
     known = {"train_step_bench", "torch_toy_lora", "attention_bench", "torch_attention_ref", "norm_bench", "torch_norm_ref", "linear_bench", "gemm_bench",
              "elementwise_bench", "torch_ref_gemm_elementwise", "generate_bench", "generate_bench_torch",
-             "tokenizer_bench", "data_parallel", "linear_ce", "train_step_real", "load_bench", "nf4_bench", "packing"}
+             "tokenizer_bench", "data_parallel", "linear_ce", "train_step_real", "load_bench", "nf4_bench", "packing",
+             "construct_bench"}
     unknown = sorted(set(by_bench) - known)
     if unknown:
         sys.exit(f"make_results.py: no table for the rows of {', '.join(unknown)}: add a section")
