@@ -259,7 +259,7 @@ int run(int argc, char** argv) {
                                   .num("ms", ms, 5)
                                   .num("peak_mib", peak, 5);
         if (impl == "tapegrad_fused")  // the rows a chunk the op chose
-          row.num("chunk_rows", double(detail::linear_cross_entropy_chunk_rows(c.N, c.H, c.V, x.element_size(), trainable)));
+          row.num("chunk_rows", double(detail::linear_cross_entropy_chunk_rows(c.N, c.V, x.element_size(), trainable)));
       }
       for (const int64_t r : sweep) {
         auto step = [&] { detail::linear_cross_entropy_chunked(x, w, targets, -100, Reduction::Mean, r).backward(); };

@@ -63,16 +63,15 @@ TEST(LinearCrossEntropy, MatchesLinearThenCrossEntropyInAnyChunks) {
   }
 }
 
-TEST(LinearCrossEntropy, ChunksOf2048RowsAtMost512MiBOfLogitsUnlessDwWantsMore) {
+TEST(LinearCrossEntropy, ChunksOf2048RowsAtMost256MiBOfLogitsOr4096WithDw) {
   using detail::linear_cross_entropy_chunk_rows;
-  EXPECT_EQ(linear_cross_entropy_chunk_rows(8192, 768, 32000, 2, false), 2048);
-  EXPECT_EQ(linear_cross_entropy_chunk_rows(8192, 768, 32000, 2, true), 2048);
-  EXPECT_EQ(linear_cross_entropy_chunk_rows(16384, 2048, 128256, 2, false), 2048);
-  EXPECT_EQ(linear_cross_entropy_chunk_rows(16384, 2048, 128256, 2, true), 4096);  // 1 GiB: dW's float32
-  EXPECT_EQ(linear_cross_entropy_chunk_rows(16384, 2304, 256000, 2, false), 1024);  // whole tiles under 512 MiB
-  EXPECT_EQ(linear_cross_entropy_chunk_rows(16384, 64, 1 << 24, 4, false), 128);    // never under a tile
-  EXPECT_EQ(linear_cross_entropy_chunk_rows(600, 64, 70000, 4, true), 600);
-  EXPECT_EQ(linear_cross_entropy_chunk_rows(0, 64, 70000, 4, false), 1);
+  EXPECT_EQ(linear_cross_entropy_chunk_rows(8192, 32000, 2, false), 2048);
+  EXPECT_EQ(linear_cross_entropy_chunk_rows(8192, 32000, 2, true), 4096);
+  EXPECT_EQ(linear_cross_entropy_chunk_rows(16384, 128256, 2, false), 1024);  // whole tiles under 256 MiB
+  EXPECT_EQ(linear_cross_entropy_chunk_rows(16384, 128256, 2, true), 4096);
+  EXPECT_EQ(linear_cross_entropy_chunk_rows(16384, 1 << 24, 4, false), 128);  // never under a tile
+  EXPECT_EQ(linear_cross_entropy_chunk_rows(600, 70000, 4, true), 600);
+  EXPECT_EQ(linear_cross_entropy_chunk_rows(0, 70000, 4, false), 1);
   EXPECT_ERROR_HAS(detail::linear_cross_entropy_chunked(ones({2, 3}), ones({4, 3}), from_vector(std::vector<int64_t>{0, 1}, {2}),
                                                         -100, Reduction::Mean, -1),
                    "linear_cross_entropy", "at least one row", "got -1");
@@ -119,7 +118,8 @@ TEST(LinearCrossEntropy, ModelsLossTakesItAndMatchesTheLogitsPath) {
 TEST(LinearCrossEntropy, Bf16OnTheGpuMatchesTheFloat32Logits) {
   TG_REQUIRE_CUDA();
   Generator gen(5);
-  const int64_t N = 3000, H = 64, V = 32000;  // the op's chunks: 2048 rows, then 952; or 256 rows
+  // the op's chunks: frozen 2048 rows, then 952; trainable all 3000 at once; or 256 rows
+  const int64_t N = 3000, H = 64, V = 32000;
   Tensor x = to(mul(randn({N, H}, gen), 0.3), kBFloat16, Device::cuda());
   Tensor w = to(mul(randn({V, H}, gen), 0.3), kBFloat16, Device::cuda());
   Tensor t = to(randint(0, V, {N}, gen), Device::cuda());
