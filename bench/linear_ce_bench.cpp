@@ -5,7 +5,11 @@
 // 256 MB L2 flush, on the CPU the host clock) and the peak memory above the inputs and their
 // gradients over one call (the allocator's peak bytes in use). Before timing, the two losses and
 // gradients are compared: a fused result that is not the unfused one stops the benchmark.
+// --chunk-rows R,... also times the fused op with chunks of R rows (the choice's sweep; rows to
+// --chunks-json). --profile runs one more fused call a case between cudaProfilerStart / Stop
+// (for `ncu --profile-from-start off`).
 //   linear_ce_bench [--device cuda|cpu] [--shapes NxHxV,...] [--reps N] [--json out.json]
+//                   [--chunk-rows R,... --chunks-json chunks.json]
 // bench/torch_linear_ce_ref.py times PyTorch (eager, torch.compile, Liger) on the same cases;
 // scripts/gpu/run_linear_ce_bench.sh runs both (rows to bench/results/{linear_ce,torch_linear_ce}.json).
 #include <algorithm>
@@ -23,9 +27,12 @@
 #include "bench/bench_json.h"
 #include "examples/common/flags.h"
 #include "examples/common/precision.h"
+#include "ops/detail/linear_cross_entropy_chunks.h"
 #include "ops/linear_cross_entropy.h"
 #include "tapegrad.h"
 #ifdef TG_WITH_CUDA
+#include <cuda_profiler_api.h>
+
 #include "core/cuda/cuda_utils.cuh"
 #endif
 
@@ -50,6 +57,20 @@ std::vector<Case> parse_cases(const std::string& list) {
     cases.push_back(c);
   }
   return cases;
+}
+
+// "R,R,..." chunk rows, each at least 1.
+std::vector<int64_t> parse_rows(const std::string& list) {
+  std::vector<int64_t> rows;
+  std::stringstream ss(list);
+  for (std::string s; std::getline(ss, s, ',');) {
+    char tail = 0;
+    int64_t r = 0;
+    if (std::sscanf(s.c_str(), "%" SCNd64 "%c", &r, &tail) != 1 || r < 1)
+      throw examples::UsageError("--chunk-rows wants R,... with positive rows, got '" + s + "'\n");
+    rows.push_back(r);
+  }
+  return rows;
 }
 
 // Median ms of f() over `reps` calls after 3 warm-up calls.
@@ -135,6 +156,19 @@ double relative_error(const Tensor& a, const Tensor& b) {
   return std::sqrt(sum(mul(d, d)).item() / std::max(sum(mul(b32, b32)).item(), 1e-30));
 }
 
+// f() between cudaProfilerStart / Stop.
+void profiled(Device device, const std::function<void()>& f) {
+  synchronize(device);
+#ifdef TG_WITH_CUDA
+  if (device.is_cuda()) TG_CUDA_CHECK(cudaProfilerStart());
+#endif
+  f();
+  synchronize(device);
+#ifdef TG_WITH_CUDA
+  if (device.is_cuda()) TG_CUDA_CHECK(cudaProfilerStop());
+#endif
+}
+
 struct Result {
   double loss;
   Tensor dx, dw;
@@ -149,7 +183,10 @@ int run(int argc, char** argv) {
       .add("shapes", "", "NxHxV,... (default: 8192x768x32000,16384x2048x128256 on cuda, 512x64x2000 on cpu)")
       .add("reps", "30", "timed calls per case (the median is reported)")
       .add("threads", "2", "CPU threads")
-      .add("json", "", "also write the rows to this file (bench/results/linear_ce.json's rows)");
+      .add("json", "", "also write the rows to this file (bench/results/linear_ce.json's rows)")
+      .add("chunk-rows", "", "R,...: also time the fused op with chunks of R rows")
+      .add("chunks-json", "", "write those rows to this file")
+      .add("profile", "0", "1: one more fused call a case between cudaProfilerStart / Stop");
   if (!flags.parse(argc, argv)) return std::cout << flags.usage(), 0;
   const std::string device_name = flags.str("device");
   if (device_name != "cuda" && device_name != "cpu")
@@ -167,8 +204,9 @@ int run(int argc, char** argv) {
   // Differences between the fused and unfused results above these stop the benchmark: both
   // round the same logits, dlogits go through the dtype once in either order.
   const double tolerance = dtype == kBFloat16 ? 2e-2 : 1e-4;
+  const std::vector<int64_t> sweep = parse_rows(flags.str("chunk-rows"));
   Timer timer(device);
-  bench::JsonRows rows("linear_ce", bench::machine(device));
+  bench::JsonRows rows("linear_ce", bench::machine(device)), sweep_rows("linear_ce_chunks", bench::machine(device));
   std::printf("%-20s %-9s %-16s %10s %10s %12s %12s\n", "shape (NxHxV)", "weight", "impl", "ms", "peak MiB",
               "loss err", "grad err");
   for (const Case& c : cases) {
@@ -205,6 +243,7 @@ int run(int argc, char** argv) {
         throw Error("linear_ce_bench: at " + c.name() + " (" + weight + ") the fused loss / gradients differ from the " +
                     "unfused ones by " + std::to_string(loss_err) + " / " + std::to_string(grad_err) +
                     " (relative), wanted at most 1e-3 / " + std::to_string(tolerance));
+      if (flags.integer("profile")) profiled(device, [&] { impls[0].second().backward(); });
       for (const auto& [impl, loss_of] : impls) {
         auto step = [&] { loss_of().backward(); };  // gradients accumulate into the existing .grad
         step();                                     // .grad exists before the measurements
@@ -212,17 +251,35 @@ int run(int argc, char** argv) {
         const double ms = timer.median_ms(step, reps);
         std::printf("%-20s %-9s %-16s %10.3f %10.1f %12.2e %12.2e\n", c.name().c_str(), weight, impl.c_str(), ms, peak,
                     loss_err, grad_err);
-        rows.add()
+        bench::JsonRow& row = rows.add()
+                                  .str("shape", c.name())
+                                  .str("impl", impl)
+                                  .str("weight", weight)
+                                  .str("dtype", flags.str("dtype"))
+                                  .num("ms", ms, 5)
+                                  .num("peak_mib", peak, 5);
+        if (impl == "tapegrad_fused")  // the rows a chunk the op chose
+          row.num("chunk_rows", double(detail::linear_cross_entropy_chunk_rows(c.N, c.V, x.element_size(), trainable)));
+      }
+      for (const int64_t r : sweep) {
+        auto step = [&] { detail::linear_cross_entropy_chunked(x, w, targets, -100, Reduction::Mean, r).backward(); };
+        step();
+        const double peak = peak_mib_above(device, step);
+        const double ms = timer.median_ms(step, reps);
+        const std::string impl = "fused, " + std::to_string(r) + " rows";
+        std::printf("%-20s %-9s %-16s %10.3f %10.1f\n", c.name().c_str(), weight, impl.c_str(), ms, peak);
+        sweep_rows.add()
             .str("shape", c.name())
-            .str("impl", impl)
             .str("weight", weight)
             .str("dtype", flags.str("dtype"))
+            .num("chunk_rows", double(r))
             .num("ms", ms, 5)
             .num("peak_mib", peak, 5);
       }
     }
   }
   rows.write(flags.str("json"));
+  sweep_rows.write(flags.str("chunks-json"));
   return 0;
 }
 

@@ -10,6 +10,7 @@
 #include "ops/detail/checks.h"
 #include "ops/cross_entropy_kernels.h"
 #include "ops/detail/dispatch.h"
+#include "ops/detail/linear_cross_entropy_chunks.h"
 #include "ops/detail/matrix_gemm.h"
 #include "ops/shape.h"
 
@@ -18,15 +19,11 @@ namespace {
 
 constexpr const char* kOp = "linear_cross_entropy";
 constexpr int64_t kMiB = int64_t{1} << 20;
-constexpr int64_t kDwBlockBytes = 16 * kMiB;  // of float32 dW scaled and rounded at a time
-
-// Rows of logits a chunk: without dW, about 16 MiB of them (at least 256 rows, so the GEMMs stay
-// wide); with dW, whose float32 accumulator every chunk reads and writes, about half that
-// accumulator's size and at least 64 MiB, so its traffic stays a fraction of the GEMMs'.
-int64_t chunk_rows(int64_t N, int64_t V, int64_t H, int64_t element_size, bool want_dw) {
-  const int64_t bytes = want_dw ? std::max(64 * kMiB, V * H * 4 / 2) : 16 * kMiB;
-  return std::max<int64_t>(1, std::min(N, std::max<int64_t>(256, bytes / (V * element_size))));
-}
+constexpr int64_t kDwBlockBytes = 16 * kMiB;     // of float32 dW scaled and rounded at a time
+constexpr int64_t kGemmRows = 2048;              // a chunk's rows where its GEMMs run near peak
+constexpr int64_t kMaxChunkBytes = 256 * kMiB;   // of logits a chunk without dW
+constexpr int64_t kDwRows = 4096;                // a chunk's rows with dW: the dW GEMM's K
+constexpr int64_t kTileRows = 128;               // chunks in whole GEMM tiles
 
 // dx and dW for a unit incoming gradient (computed with the loss); backward scales them.
 struct LinearCrossEntropyBackward final : Node {
@@ -59,8 +56,22 @@ struct LinearCrossEntropyBackward final : Node {
 
 }  // namespace
 
-Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& targets, int64_t ignore_index,
-                            Reduction reduction) {
+namespace detail {
+
+// Both GEMMs of a chunk want rows by the thousand: [rows, H] x [H, V], and [rows, V] x [V, H],
+// whose output is only rows x H (256 rows left it to split-K). So 2048 rows, fewer where their
+// logits would pass 256 MiB (1024 at Llama-3's vocabulary: 3% slower than 2048, but the step's
+// peak stays where it was). With dW 4096 rows: its GEMM's K, and per chunk the float32
+// accumulator is read and written once more (at 2048 rows 3% slower than 4096). Measured on an
+// H200 with linear_ce_bench --chunk-rows (dev/NOTES.md).
+int64_t linear_cross_entropy_chunk_rows(int64_t N, int64_t V, int64_t element_size, bool want_dw) {
+  int64_t rows = want_dw ? kDwRows : std::min(kGemmRows, kMaxChunkBytes / (V * element_size));
+  rows = std::max(kTileRows, rows / kTileRows * kTileRows);
+  return std::max<int64_t>(1, std::min(N, rows));
+}
+
+Tensor linear_cross_entropy_chunked(const Tensor& x, const Tensor& weight, const Tensor& targets,
+                                    int64_t ignore_index, Reduction reduction, int64_t chunk_rows) {
   check_floating(kOp, "x", x);
   check_floating(kOp, "weight", weight);
   check_defined(kOp, "targets", targets);
@@ -76,6 +87,7 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor&
            x.shape(), "), got ", targets.shape());
   TG_CHECK(reduction != Reduction::None, kOp, "wants Reduction::Mean or Sum (None needs the per-row logits: use ",
            "linear and cross_entropy)");
+  TG_CHECK(chunk_rows >= 0, kOp, "wants chunks of at least one row (or 0: its choice), got ", chunk_rows);
   const Device dev = x.device();
   Tensor xc, w, tgt;
   {
@@ -94,7 +106,8 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor&
   Tensor loss_rows = Tensor::empty({N}, {acc, dev}), lse = Tensor::empty({N}, {acc, dev});
   Tensor dx = want_dx ? Tensor::empty({N, x.shape()[1]}, x.options()) : Tensor();
   Tensor dw = want_dw ? Tensor::empty(w.shape(), {acc, dev}) : Tensor();
-  const int64_t chunk = chunk_rows(N, V, x.shape()[1], int64_t(x.element_size()), want_dw);
+  const int64_t chunk = chunk_rows > 0 ? chunk_rows
+                                       : linear_cross_entropy_chunk_rows(N, V, x.element_size(), want_dw);
   Tensor buf = Tensor::empty({std::min(chunk, std::max<int64_t>(N, 1)), V}, x.options());
   for (int64_t r0 = 0; r0 < N; r0 += chunk) {
     const int64_t rows = std::min(chunk, N - r0);
@@ -118,6 +131,13 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor&
     node->saved = {SavedTensor(dx, "dx"), SavedTensor(dw, "dweight"), SavedTensor(count, "count")};
   }
   return out;
+}
+
+}  // namespace detail
+
+Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& targets, int64_t ignore_index,
+                            Reduction reduction) {
+  return detail::linear_cross_entropy_chunked(x, weight, targets, ignore_index, reduction, 0);
 }
 
 }  // namespace tg

@@ -1,7 +1,7 @@
 // linear_cross_entropy(x, weight, targets) = cross_entropy(x @ weight^T, targets), fused as
 // Liger-Kernel's FusedLinearCrossEntropy: the [N, V] logits never exist whole. Rows go through in
-// chunks (about 16 MiB of logits without dW; with dW, half the size of its float32 accumulator and
-// at least 64 MiB, since each chunk reads and writes it): the chunk's logits (a GEMM in x's dtype, float32
+// chunks (2048 rows, or 256 MiB of logits if less; with dW 4096 rows, since each chunk reads and
+// writes its float32 accumulator): the chunk's logits (a GEMM in x's dtype, float32
 // accumulation: what autocast's matmul followed by .float() gives), its cross entropy and, when
 // a gradient can be asked for, at once its dlogits (in the same buffer) and their products
 // dx = dlogits W and dW += dlogits^T x (float32). Backward only scales those by the incoming

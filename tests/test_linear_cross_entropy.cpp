@@ -1,6 +1,6 @@
-// linear_cross_entropy against linear + cross_entropy (several chunks, ignore_index, frozen
-// weight: no dW), the models' loss through it, and its argument checks. GPU parity: the op
-// harness (cases_nn_ops.cpp) and the bf16 case here.
+// linear_cross_entropy against linear + cross_entropy (in chunks of any size, ignore_index,
+// frozen weight: no dW), the chunk sizes it chooses, the models' loss through it, and its
+// argument checks. GPU parity: the op harness (cases_nn_ops.cpp) and the bf16 case here.
 #include <gtest/gtest.h>
 
 #include "core/autograd.h"
@@ -12,6 +12,7 @@
 #include "ops/cast.h"
 #include "ops/cross_entropy.h"
 #include "ops/linear.h"
+#include "ops/detail/linear_cross_entropy_chunks.h"
 #include "ops/linear_cross_entropy.h"
 #include "ops/shape.h"
 #include "ops/unary.h"
@@ -35,9 +36,9 @@ LossRun run(F&& f, const Tensor& x, const Tensor& w, const Tensor& t, bool w_gra
 
 Tensor reference(const Tensor& x, const Tensor& w, const Tensor& t) { return cross_entropy(to(linear(x, w), kFloat32), t); }
 
-TEST(LinearCrossEntropy, MatchesLinearThenCrossEntropyOverSeveralChunks) {
-  // V = 70000 float32: chunks of 256 rows (the least), so 600 rows take three; dW (17.9 MB in
-  // float32) is scaled and rounded in two row blocks.
+TEST(LinearCrossEntropy, MatchesLinearThenCrossEntropyInAnyChunks) {
+  // 600 rows: one chunk (the op's choice here), chunks of 256 and of 97 (the last ones short); dW
+  // (17.9 MB in float32) is scaled and rounded in two row blocks.
   Generator gen(1);
   const int64_t N = 600, H = 64, V = 70000;
   Tensor x = randn({N, H}, gen), w = randn({V, H}, gen);
@@ -45,17 +46,35 @@ TEST(LinearCrossEntropy, MatchesLinearThenCrossEntropyOverSeveralChunks) {
   tv[3] = tv[500] = -100;  // ignored rows add no loss and no gradient
   Tensor t = from_vector(tv, {N});
   for (bool w_grad : {true, false}) {
-    SCOPED_TRACE(w_grad ? "trainable weight" : "frozen weight");
-    KernelTrace trace;
-    LossRun got = run([](const auto& x, const auto& w, const auto& t) { return linear_cross_entropy(x, w, t); }, x, w, t, w_grad);
-    EXPECT_EQ(trace.contains("linear_cross_entropy.dx_dweight"), w_grad);
-    EXPECT_EQ(trace.contains("linear_cross_entropy.dx"), !w_grad);
     LossRun want = run([](const auto& x, const auto& w, const auto& t) { return reference(x, w, t); }, x, w, t, w_grad);
-    EXPECT_TENSOR_NEAR(got.loss, want.loss, 1e-5, 1e-5);
-    EXPECT_TENSOR_NEAR(got.dx, want.dx, 1e-5, 1e-6);
-    EXPECT_EQ(got.dw.defined(), w_grad);
-    if (w_grad) EXPECT_TENSOR_NEAR(got.dw, want.dw, 1e-5, 1e-6);
+    for (int64_t chunk : {int64_t{0}, int64_t{256}, int64_t{97}}) {
+      SCOPED_TRACE(std::string(w_grad ? "trainable" : "frozen") + " weight, chunks of " + std::to_string(chunk));
+      KernelTrace trace;
+      LossRun got = run([chunk](const auto& x, const auto& w, const auto& t) {
+        return detail::linear_cross_entropy_chunked(x, w, t, -100, Reduction::Mean, chunk);
+      }, x, w, t, w_grad);
+      EXPECT_EQ(trace.contains("linear_cross_entropy.dx_dweight"), w_grad);
+      EXPECT_EQ(trace.contains("linear_cross_entropy.dx"), !w_grad);
+      EXPECT_TENSOR_NEAR(got.loss, want.loss, 1e-5, 1e-5);
+      EXPECT_TENSOR_NEAR(got.dx, want.dx, 1e-5, 1e-6);
+      EXPECT_EQ(got.dw.defined(), w_grad);
+      if (w_grad) EXPECT_TENSOR_NEAR(got.dw, want.dw, 1e-5, 1e-6);
+    }
   }
+}
+
+TEST(LinearCrossEntropy, ChunksOf2048RowsAtMost256MiBOfLogitsOr4096WithDw) {
+  using detail::linear_cross_entropy_chunk_rows;
+  EXPECT_EQ(linear_cross_entropy_chunk_rows(8192, 32000, 2, false), 2048);
+  EXPECT_EQ(linear_cross_entropy_chunk_rows(8192, 32000, 2, true), 4096);
+  EXPECT_EQ(linear_cross_entropy_chunk_rows(16384, 128256, 2, false), 1024);  // whole tiles under 256 MiB
+  EXPECT_EQ(linear_cross_entropy_chunk_rows(16384, 128256, 2, true), 4096);
+  EXPECT_EQ(linear_cross_entropy_chunk_rows(16384, 1 << 24, 4, false), 128);  // never under a tile
+  EXPECT_EQ(linear_cross_entropy_chunk_rows(600, 70000, 4, true), 600);
+  EXPECT_EQ(linear_cross_entropy_chunk_rows(0, 70000, 4, false), 1);
+  EXPECT_ERROR_HAS(detail::linear_cross_entropy_chunked(ones({2, 3}), ones({4, 3}), from_vector(std::vector<int64_t>{0, 1}, {2}),
+                                                        -100, Reduction::Mean, -1),
+                   "linear_cross_entropy", "at least one row", "got -1");
 }
 
 TEST(LinearCrossEntropy, SumReductionAndNoGradMode) {
@@ -99,17 +118,23 @@ TEST(LinearCrossEntropy, ModelsLossTakesItAndMatchesTheLogitsPath) {
 TEST(LinearCrossEntropy, Bf16OnTheGpuMatchesTheFloat32Logits) {
   TG_REQUIRE_CUDA();
   Generator gen(5);
-  const int64_t N = 3000, H = 64, V = 32000;  // bf16: 262 rows a chunk (frozen) or 1048 (with dW)
+  // the op's chunks: frozen 2048 rows, then 952; trainable all 3000 at once; or 256 rows
+  const int64_t N = 3000, H = 64, V = 32000;
   Tensor x = to(mul(randn({N, H}, gen), 0.3), kBFloat16, Device::cuda());
   Tensor w = to(mul(randn({V, H}, gen), 0.3), kBFloat16, Device::cuda());
   Tensor t = to(randint(0, V, {N}, gen), Device::cuda());
   for (bool w_grad : {false, true}) {
-    LossRun got = run([](const auto& x, const auto& w, const auto& t) { return linear_cross_entropy(x, w, t); }, x, w, t, w_grad);
     LossRun want = run([](const auto& x, const auto& w, const auto& t) { return reference(x, w, t); }, x, w, t, w_grad);
-    EXPECT_EQ(got.loss.dtype(), kFloat32);
-    EXPECT_TENSOR_NEAR(got.loss, want.loss, 1e-3, 1e-3);
-    EXPECT_TENSOR_NEAR(to(got.dx, kFloat32), to(want.dx, kFloat32), 2e-2, 1e-4);
-    if (w_grad) EXPECT_TENSOR_NEAR(to(got.dw, kFloat32), to(want.dw, kFloat32), 2e-2, 1e-4);
+    for (int64_t chunk : {int64_t{0}, int64_t{256}}) {
+      SCOPED_TRACE(std::string(w_grad ? "trainable" : "frozen") + " weight, chunks of " + std::to_string(chunk));
+      LossRun got = run([chunk](const auto& x, const auto& w, const auto& t) {
+        return detail::linear_cross_entropy_chunked(x, w, t, -100, Reduction::Mean, chunk);
+      }, x, w, t, w_grad);
+      EXPECT_EQ(got.loss.dtype(), kFloat32);
+      EXPECT_TENSOR_NEAR(got.loss, want.loss, 1e-3, 1e-3);
+      EXPECT_TENSOR_NEAR(to(got.dx, kFloat32), to(want.dx, kFloat32), 2e-2, 1e-4);
+      if (w_grad) EXPECT_TENSOR_NEAR(to(got.dw, kFloat32), to(want.dw, kFloat32), 2e-2, 1e-4);
+    }
   }
 }
 
