@@ -22,7 +22,7 @@ cmake --build "$build" -j"$(nproc)" --target tapegrad_tests packing_bench flash_
   || { tail -30 "$out/build.txt"; exit 1; }
 
 echo "== 2. GPU tests"
-gpu='AttentionCuda.*:PackingCuda.*:Ops/OpTest.CudaMatchesCpu/banded*:Ops/OpTest.CudaMatchesCpu/rope*:Ops/OpTest.CudaMatchesCpu/sdpa*:Trainer.CudaGraph*'
+gpu='AttentionCuda.*:PackingCuda.*:Ops/OpTest.CudaMatchesCpu/banded*:Ops/OpTest.CudaMatchesCpu/apply_rotary*:Ops/OpTest.CudaMatchesCpu/sdpa*:Trainer.CudaGraph*'
 cpu='BandedAttention.*:Packing.*:Rotary.*:Attention.*:Trainer.*:Dataset.*'
 "$build/tests/tapegrad_tests" --gtest_filter="$gpu:$cpu" > "$out/tests.txt" 2>&1 || true
 grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]' "$out/tests.txt" || tail -20 "$out/tests.txt"
@@ -34,7 +34,7 @@ cat "$out/packing_bench.txt"
 echo "== 4. memcheck"
 if command -v compute-sanitizer > /dev/null; then
   compute-sanitizer --tool memcheck --error-exitcode 99 --print-limit 20 "$build/tests/tapegrad_tests" \
-    --gtest_filter='AttentionCuda.Banded*:PackingCuda.*:Ops/OpTest.CudaMatchesCpu/banded*:Ops/OpTest.CudaMatchesCpu/rope_per*' \
+    --gtest_filter='AttentionCuda.Banded*:PackingCuda.*:Ops/OpTest.CudaMatchesCpu/banded*:Ops/OpTest.CudaMatchesCpu/apply_rotary_per*' \
     --gtest_brief=1 > "$out/memcheck.txt" 2>&1 && echo "memcheck: clean" || echo "memcheck: FAILED (see memcheck.txt)"
 fi
 
