@@ -8,7 +8,7 @@
 // band starts past the last key) also check the band pre-pass against its definition. The
 // emulator runs one warp at a time as far as it can, so a missing __syncthreads or a cp.async wait
 // for the wrong group reads poisoned (NaN) shared memory and fails. ctest runs it
-// (FlashEmulation.*, about 15 s) wherever the CUDA headers are; it needs no GPU.
+// (FlashEmulation.*, under a minute) wherever the CUDA headers are; it needs no GPU.
 #include <gtest/gtest.h>
 
 #include "flash_check.h"
