@@ -21,7 +21,7 @@ so a misfiled kernel is seen at once.
 Categories, from the kernel's name (first rule that matches):
   attention fwd / bwd: our flash_forward, flash_backward_dq / _dkdv, attention_delta (and
       FlashAttention / cuDNN fmha names, cuDNN's sdpa fprop / bprop and matmul_dq);
-  adamw; cross-entropy / head (the loss kernels; the head's GEMMs are GEMMs); norms; rope; swiglu;
+  adamw; cross-entropy / head (the loss kernels; the head's GEMMs are GEMMs); norms; rope (apply_rotary); swiglu;
   casts and copies (convert_packed_kernel, ConvertFn);
   GEMMs (cuBLAS: nvjet_*, *xmma*, cutlass*, gemv*): split-K reduces; LoRA small GEMMs (a CTA
       tile of width <= 16, a gemv, or an nvjet bf16/fp16 GEMM writing float32: the adapters'
@@ -45,7 +45,7 @@ RULES = [
     ("adamw", r"adamw"),
     ("cross-entropy / head", r"cross_entropy|logsumexp"),
     ("norms", r"norm_fwd|norm_bwd|rms_norm|layer_norm"),
-    ("rope", r"rope"),
+    ("rope", r"apply_rotary|rope"),  # apply_rotary_kernel (rope_kernel before)
     ("swiglu", r"silu_mul|swiglu"),
     ("casts and copies", r"convert_packed|convertfn"),
 ]

@@ -1,6 +1,7 @@
 // Jinja2's lexer (with trim_blocks and lstrip_blocks) and parser for the subset of data/detail/jinja.h.
 #include <algorithm>
 #include <cstring>
+#include <initializer_list>
 #include <set>
 
 #include "core/error.h"
@@ -452,22 +453,21 @@ class Parser {
     return n;
   }
 
-  NodeP parse_or() {
-    NodeP a = parse_and();
-    while (is_name("or")) {
-      const int line = take().line;
-      a = binary(Node::Type::Or, "or", std::move(a), parse_and(), line);
+  // operand (op operand)*, left-associative, for the operators `ops` (tokens of `kind`: Op, or Name
+  // for and / or): `type` nodes named by their operator.
+  template <class Operand>
+  NodeP left_chain(Token::Kind kind, std::initializer_list<const char*> ops, Node::Type type, Operand operand) {
+    NodeP a = operand();
+    auto at_op = [&] { return std::any_of(ops.begin(), ops.end(), [&](const char* op) { return cur().text == op; }); };
+    while (cur().kind == kind && at_op()) {
+      const Token op = take();
+      a = binary(type, op.text, std::move(a), operand(), op.line);
     }
     return a;
   }
-  NodeP parse_and() {
-    NodeP a = parse_not();
-    while (is_name("and")) {
-      const int line = take().line;
-      a = binary(Node::Type::And, "and", std::move(a), parse_not(), line);
-    }
-    return a;
-  }
+
+  NodeP parse_or() { return left_chain(Token::Name, {"or"}, Node::Type::Or, [this] { return parse_and(); }); }
+  NodeP parse_and() { return left_chain(Token::Name, {"and"}, Node::Type::And, [this] { return parse_not(); }); }
   NodeP parse_not() {
     if (is_name("not")) {
       NodeP n = node(Node::Type::Not, take().line);
@@ -500,37 +500,13 @@ class Parser {
     }
   }
   NodeP parse_math1() {
-    NodeP a = parse_concat();
-    while (is_op("+") || is_op("-")) {
-      const Token op = take();
-      a = binary(Node::Type::Binary, op.text, std::move(a), parse_concat(), op.line);
-    }
-    return a;
+    return left_chain(Token::Op, {"+", "-"}, Node::Type::Binary, [this] { return parse_concat(); });
   }
-  NodeP parse_concat() {
-    NodeP a = parse_math2();
-    while (is_op("~")) {
-      const Token op = take();
-      a = binary(Node::Type::Binary, "~", std::move(a), parse_math2(), op.line);
-    }
-    return a;
-  }
+  NodeP parse_concat() { return left_chain(Token::Op, {"~"}, Node::Type::Binary, [this] { return parse_math2(); }); }
   NodeP parse_math2() {
-    NodeP a = parse_pow();
-    while (is_op("*") || is_op("/") || is_op("//") || is_op("%")) {
-      const Token op = take();
-      a = binary(Node::Type::Binary, op.text, std::move(a), parse_pow(), op.line);
-    }
-    return a;
+    return left_chain(Token::Op, {"*", "/", "//", "%"}, Node::Type::Binary, [this] { return parse_pow(); });
   }
-  NodeP parse_pow() {
-    NodeP a = parse_unary(true);
-    while (is_op("**")) {
-      const Token op = take();
-      a = binary(Node::Type::Binary, "**", std::move(a), parse_unary(true), op.line);
-    }
-    return a;
-  }
+  NodeP parse_pow() { return left_chain(Token::Op, {"**"}, Node::Type::Binary, [this] { return parse_unary(true); }); }
   NodeP parse_unary(bool with_filter) {
     NodeP n;
     if (is_op("-") || is_op("+")) {
@@ -649,14 +625,19 @@ class Parser {
         for (int k = 0; k < (colons ? 3 : 1); ++k) sub->kids.push_back(std::move(parts[k]));
         n = std::move(sub);
       } else if (is_op("(")) {
-        NodeP call = node(Node::Type::Call, cur().line);
-        call->kids.push_back(std::move(n));
-        parse_args(*call);
-        n = std::move(call);
+        n = parse_call(std::move(n));
       } else {
         return n;
       }
     }
+  }
+
+  // n(args): the call node.
+  NodeP parse_call(NodeP n) {
+    NodeP call = node(Node::Type::Call, cur().line);
+    call->kids.push_back(std::move(n));
+    parse_args(*call);
+    return call;
   }
 
   // '(' args ')' into n.kids / n.keywords.
@@ -706,10 +687,7 @@ class Parser {
         }
         n = std::move(t);
       } else if (is_op("(")) {
-        NodeP call = node(Node::Type::Call, cur().line);
-        call->kids.push_back(std::move(n));
-        parse_args(*call);
-        n = std::move(call);
+        n = parse_call(std::move(n));
       } else {
         return n;
       }

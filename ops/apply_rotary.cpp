@@ -25,13 +25,13 @@ Tensor unit_last(const Tensor& t) {
 }
 
 // The gradient needs only the tables (x enters linearly), so they are all that is saved.
-struct RopeFusedBackward final : Node {
+struct ApplyRotaryFusedBackward final : Node {
   const char* name() const override { return "apply_rotary"; }
   std::vector<Tensor> backward(const std::vector<Tensor>& g, const GradMask&) override {
     Tensor gc = unit_last(g[0]);
-    KernelTrace::record(gc.device().is_cuda() ? "rope.fused_cuda_backward" : "rope.fused_cpu_backward");
+    KernelTrace::record(gc.device().is_cuda() ? "apply_rotary.fused_cuda_backward" : "apply_rotary.fused_cpu_backward");
     Tensor dx = empty_like_layout(gc);
-    if (dx.numel() > 0) TG_DISPATCH(gc.device(), rope_backward, dx, gc, unpack(0), unpack(1));
+    if (dx.numel() > 0) TG_DISPATCH(gc.device(), apply_rotary_backward, dx, gc, unpack(0), unpack(1));
     return {dx};
   }
 };
@@ -68,18 +68,19 @@ Tensor apply_rotary(const Tensor& x, const Tensor& cos, const Tensor& sin) {
            " for x ", x.shape(), ", got cos ", cos.shape(), ", sin ", sin.shape());
   TG_CHECK(hd % 2 == 0, "apply_rotary", "head_dim (the last dim of x) must be even, got shape ", x.shape());
   if (fused_applies(x) && !cos.requires_grad() && !sin.requires_grad()) {
-    KernelTrace::record(x.device().is_cuda() ? "rope.fused_cuda" : "rope.fused_cpu");
+    KernelTrace::record(x.device().is_cuda() ? "apply_rotary.fused_cuda" : "apply_rotary.fused_cpu");
     Tensor xc = unit_last(x), c, s;
     {
       NoGradGuard g;
       c = contiguous(to(cos, x.dtype())), s = contiguous(to(sin, x.dtype()));
     }
     Tensor out = empty_like_layout(xc);  // keeps a head-split view's layout (see ops/detail/layout.h)
-    if (out.numel() > 0) TG_DISPATCH(x.device(), rope_forward, out, xc, c, s);
-    if (auto node = record<RopeFusedBackward>({{"x", x}}, {out})) node->saved = {SavedTensor(c, "cos"), SavedTensor(s, "sin")};
+    if (out.numel() > 0) TG_DISPATCH(x.device(), apply_rotary_forward, out, xc, c, s);
+    if (auto node = record<ApplyRotaryFusedBackward>({{"x", x}}, {out}))
+      node->saved = {SavedTensor(c, "cos"), SavedTensor(s, "sin")};
     return out;
   }
-  KernelTrace::record("rope.composite");
+  KernelTrace::record("apply_rotary.composite");
   Tensor c = to(cos, x.dtype()), s = to(sin, x.dtype());
   return add(mul(x, c), mul(rotate_half(x), s));
 }

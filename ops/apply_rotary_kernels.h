@@ -13,15 +13,15 @@ namespace cpu {
 
 // out[.., t, i] = x[t, i] cos[t, i] + r[t, i] sin[t, i],  r[i] = -x[i + h] (i < h), x[i - h] (i >= h).
 // Reads x once and writes out once (cos and sin stay in cache).
-void rope_forward(const Tensor& out, const Tensor& x, const Tensor& cos, const Tensor& sin);
+void apply_rotary_forward(const Tensor& out, const Tensor& x, const Tensor& cos, const Tensor& sin);
 
 // The adjoint: dx[.., t, j] = g[j] cos[j] + (j < h ? g[j + h] sin[j + h] : -g[j - h] sin[j - h]).
 // Reads g once and writes dx once; x itself is not needed.
-void rope_backward(const Tensor& dx, const Tensor& g, const Tensor& cos, const Tensor& sin);
+void apply_rotary_backward(const Tensor& dx, const Tensor& g, const Tensor& cos, const Tensor& sin);
 
 }  // namespace cpu
 namespace cuda {
-void rope_forward(const Tensor& out, const Tensor& x, const Tensor& cos, const Tensor& sin);
-void rope_backward(const Tensor& dx, const Tensor& g, const Tensor& cos, const Tensor& sin);
+void apply_rotary_forward(const Tensor& out, const Tensor& x, const Tensor& cos, const Tensor& sin);
+void apply_rotary_backward(const Tensor& dx, const Tensor& g, const Tensor& cos, const Tensor& sin);
 }  // namespace cuda
 }  // namespace tg

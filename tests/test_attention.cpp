@@ -413,7 +413,7 @@ TEST(Rotary, FusedMatchesCompositeAndKeepsTheHeadLayout) {
   KernelTrace trace;
   Tensor x = transpose(proj, 1, 2);
   Tensor out = apply_rotary(x, cos, sin);
-  EXPECT_TRUE(trace.contains("rope.fused_cpu"));
+  EXPECT_TRUE(trace.contains("apply_rotary.fused_cpu"));
   EXPECT_EQ(out.strides(), x.strides());  // [B, H, T, hd] view of [B, T, H, hd] memory
   EXPECT_EQ(out.grad_fn()->saved_bytes(), 2 * cos.nbytes());  // the tables, not x
   out.backward(g);
@@ -423,7 +423,7 @@ TEST(Rotary, FusedMatchesCompositeAndKeepsTheHeadLayout) {
   Tensor proj2 = proj.detach().requires_grad_(true);
   KernelTrace trace2;
   Tensor want = apply_rotary(transpose(proj2, 1, 2), cg, sg);
-  EXPECT_TRUE(trace2.contains("rope.composite"));
+  EXPECT_TRUE(trace2.contains("apply_rotary.composite"));
   want.backward(g);
   EXPECT_TENSOR_NEAR(out, want, 1e-6, 1e-6);
   EXPECT_TENSOR_NEAR(dfused, proj2.grad(), 1e-6, 1e-6);
@@ -438,7 +438,7 @@ TEST(Rotary, PerSequenceTablesAreEachSequencesOwn) {
   Tensor cos = randn({B, 1, T, hd}, gen), sin = randn({B, 1, T, hd}, gen), g = randn({B, H, T, hd}, gen);
   KernelTrace trace;
   Tensor out = apply_rotary(x, cos, sin);
-  EXPECT_TRUE(trace.contains("rope.fused_cpu"));
+  EXPECT_TRUE(trace.contains("apply_rotary.fused_cpu"));
   out.backward(g);
   for (int64_t b = 0; b < B; ++b) {
     Tensor xb = clone(slice(x.detach(), 0, b, b + 1)).requires_grad_(true);

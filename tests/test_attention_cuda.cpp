@@ -208,9 +208,9 @@ TEST(AttentionCuda, LlamaWithGroupedQueryHeadsUsesTheFlashKernels) {
   EXPECT_EQ(step.count("sdpa.flash_cuda.dk_dv"), static_cast<size_t>(cfg.num_hidden_layers));
   EXPECT_FALSE(step.contains("sdpa.composite"));
   // and the other fused CUDA kernels of the block
-  EXPECT_TRUE(step.contains("rope.fused_cuda") && step.contains("rope.fused_cuda_backward"));
+  EXPECT_TRUE(step.contains("apply_rotary.fused_cuda") && step.contains("apply_rotary.fused_cuda_backward"));
   EXPECT_TRUE(step.contains("silu_mul.fused_cuda") && step.contains("silu_mul.fused_cuda_backward"));
-  EXPECT_FALSE(step.contains("rope.composite") || step.contains("silu_mul.composite"));
+  EXPECT_FALSE(step.contains("apply_rotary.composite") || step.contains("silu_mul.composite"));
   EXPECT_TRUE(step.contains("linear_cross_entropy.dx_dweight"));
   EXPECT_NEAR(step.got, step.want, 2e-2 * step.want);
 }

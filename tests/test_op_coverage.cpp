@@ -19,7 +19,6 @@ const std::string kOpsDir = (std::filesystem::path(__FILE__).parent_path().paren
 // Case-name prefixes that abbreviate the op they exercise.
 const std::map<std::string, std::string> kCasePrefixes = {
     {"sdpa", "scaled_dot_product_attention"},
-    {"rope", "apply_rotary"},
 };
 
 // Functions without a case, and why.

@@ -11,6 +11,7 @@
 //   store_pack<A>(dst, p)      one whole-pack global store under cache hint A
 //   aligned(p, bytes)          whether p is a multiple of `bytes`
 //   dispatch_gpu_float(t, op, f)  f(type_tag<T>{}) for float32 / bfloat16, else an error naming op
+//   dispatch_gpu_float_index(t, i, op, f)  f(type_tag<T>{}, type_tag<I>{}), I int32 / int64
 #pragma once
 
 #include <cuda_bf16.h>
@@ -156,6 +157,11 @@ void dispatch_gpu_float(DType t, const char* op, F&& f) {
            "float32 or bfloat16");
     default: fail(op, "wants a floating-point tensor (float32 or bfloat16 on CUDA), got ", t);
   }
+}
+// f(type_tag<T>{}, type_tag<I>{}) for a float32 / bfloat16 value dtype and an index dtype.
+template <class F>
+void dispatch_gpu_float_index(DType value, DType index, const char* op, F&& f) {
+  dispatch_gpu_float(value, op, [&](auto tag) { dispatch_index(index, op, [&](auto itag) { f(tag, itag); }); });
 }
 
 }  // namespace tg::cuda

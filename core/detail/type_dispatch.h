@@ -43,6 +43,13 @@ decltype(auto) dispatch_index(DType t, const char* op, F&& f) {
   }
 }
 
+// f(type_tag<T>{}, type_tag<I>{}) for a floating-point value dtype and an index dtype (lookups
+// and losses by target).
+template <class F>
+void dispatch_floating_index(DType value, DType index, const char* op, F&& f) {
+  dispatch_floating(value, op, [&](auto tag) { dispatch_index(index, op, [&](auto itag) { f(tag, itag); }); });
+}
+
 // Value conversions that also handle bf16 (which only converts through float).
 template <class To, class From>
 inline To convert(From v) {

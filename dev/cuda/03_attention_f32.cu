@@ -768,7 +768,7 @@ bool check_shape(const Shape& s, const Inputs& in, Backend& be) {
 }  // namespace
 
 // Everything above (kernels, launch shapes, reference, check) also runs on the CPU under
-// dev/cuda/cpu_emulation.h: dev/cuda/03_attention_f32_cpu.cpp.
+// tests/flash_emulation/cpu_emulation.h: dev/cuda/03_attention_f32_cpu.cpp.
 #ifndef ATTENTION_F32_KERNELS_ONLY
 namespace {
 

@@ -1,7 +1,7 @@
 /*
-dev/cuda/03_attention_f32.cu's kernels run on the CPU under dev/cuda/cpu_emulation.h, through that
-file's own check (every variant, every check shape, against its float64 reference): a kernel
-change's logic and synchronisation checked without a GPU. The GPU run stays the authority: here
+dev/cuda/03_attention_f32.cu's kernels run on the CPU under tests/flash_emulation/cpu_emulation.h,
+through that file's own check (every variant, every check shape, against its float64 reference):
+a kernel change's logic and synchronisation checked without a GPU. The GPU run stays the authority: here
 exp2f / log2f are glibc's, and the emulation says nothing of speed, registers or bank conflicts.
 
 Build and run (from the repository root; about 15 s):
@@ -9,7 +9,7 @@ Build and run (from the repository root; about 15 s):
     dev/cuda/03_attention_f32_cpu.cpp
   ./attention_f32_cpu
 */
-#include "flash_ptx_cpu.h"
+#include "tests/flash_emulation/flash_ptx_cpu.h"
 
 #include "ops/cuda/flash_attention.cuh"  // the constants 03_attention_f32.cu takes from it
 

@@ -8,7 +8,7 @@
 // 4x32x2048x128.) Costs: P^T in bf16 for dS (the library keeps it in float32), 8 KB more shared
 // memory, a third barrier a step. Its shared-memory layout and step loading are the library
 // kernel's, written out again here so the library kernel's code stays as measured; adopting this
-// kernel means sharing them. Checked on the CPU by dev/cuda/flash_attention_cpu.cpp, timed by
+// kernel means sharing them. Checked on the CPU by dev/cuda/02_attention_tiles_cpu.cpp, timed by
 // dev/cuda/02_attention_tiles.cu ("pairs").
 #pragma once
 

@@ -66,7 +66,7 @@ void backward_typed(const Tensor& dx, const Tensor& g, const Tensor& cos, const 
 
 }  // namespace
 
-void rope_forward(const Tensor& out, const Tensor& x, const Tensor& cos, const Tensor& sin) {
+void apply_rotary_forward(const Tensor& out, const Tensor& x, const Tensor& cos, const Tensor& sin) {
   switch (x.dtype()) {
     case kFloat32: return forward_typed<float>(out, x, cos, sin);
     case kFloat64: return forward_typed<double>(out, x, cos, sin);
@@ -74,7 +74,7 @@ void rope_forward(const Tensor& out, const Tensor& x, const Tensor& cos, const T
   }
 }
 
-void rope_backward(const Tensor& dx, const Tensor& g, const Tensor& cos, const Tensor& sin) {
+void apply_rotary_backward(const Tensor& dx, const Tensor& g, const Tensor& cos, const Tensor& sin) {
   switch (g.dtype()) {
     case kFloat32: return backward_typed<float>(dx, g, cos, sin);
     case kFloat64: return backward_typed<double>(dx, g, cos, sin);

@@ -22,8 +22,9 @@ constexpr int kThreads = 256, kRowsPerBlock = 64;
 // row; its threads take (row, pack) pairs of those rows, `packs` = h / N packs a half-row.
 // The tables are contiguous, one for every `group` consecutive matrices (all of them for [T, hd]).
 template <class T, int N, bool kBackward>
-__global__ void rope_kernel(T* dst, const T* src, const T* cos, const T* sin, StridedIndex dlead, StridedIndex slead,
-                            int64_t lead, int64_t group, int64_t drs, int64_t srs, int T_, int h) {
+__global__ void apply_rotary_kernel(T* dst, const T* src, const T* cos, const T* sin, StridedIndex dlead,
+                                    StridedIndex slead, int64_t lead, int64_t group, int64_t drs, int64_t srs,
+                                    int T_, int h) {
   const int packs = h / N, t0 = blockIdx.x * kRowsPerBlock, rows = min(kRowsPerBlock, T_ - t0);
   for (int64_t m = blockIdx.y; m < lead; m += gridDim.y) {
     const T* xm = src + slead.offset(m);
@@ -69,7 +70,7 @@ bool packs_fit(const Tensor& t, int64_t h, int N) {
 }
 
 template <bool kBackward>
-void rope(const Tensor& dst, const Tensor& src, const Tensor& cos, const Tensor& sin) {
+void apply_rotary_launch(const Tensor& dst, const Tensor& src, const Tensor& cos, const Tensor& sin) {
   dispatch_gpu_float(src.dtype(), "apply_rotary", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const int64_t n = src.dim(), T_ = src.shape()[n - 2], hd = src.shape()[n - 1], h = hd / 2;
@@ -79,7 +80,7 @@ void rope(const Tensor& dst, const Tensor& src, const Tensor& cos, const Tensor&
                     static_cast<unsigned>(std::min<int64_t>(lead, 65535)));
     auto launch = [&](auto width) {
       constexpr int N = decltype(width)::value;
-      rope_kernel<T, N, kBackward><<<grid, kThreads, 0, stream_for(src)>>>(
+      apply_rotary_kernel<T, N, kBackward><<<grid, kThreads, 0, stream_for(src)>>>(
           dst.data_ptr<T>(), src.data_ptr<T>(), cos.data_ptr<T>(), sin.data_ptr<T>(), lead_index(dst),
           lead_index(src), lead, group, dst.strides()[n - 2], src.strides()[n - 2], static_cast<int>(T_),
           static_cast<int>(h));
@@ -98,12 +99,12 @@ void rope(const Tensor& dst, const Tensor& src, const Tensor& cos, const Tensor&
 
 }  // namespace
 
-void rope_forward(const Tensor& out, const Tensor& x, const Tensor& cos, const Tensor& sin) {
-  rope<false>(out, x, cos, sin);
+void apply_rotary_forward(const Tensor& out, const Tensor& x, const Tensor& cos, const Tensor& sin) {
+  apply_rotary_launch<false>(out, x, cos, sin);
 }
 
-void rope_backward(const Tensor& dx, const Tensor& g, const Tensor& cos, const Tensor& sin) {
-  rope<true>(dx, g, cos, sin);
+void apply_rotary_backward(const Tensor& dx, const Tensor& g, const Tensor& cos, const Tensor& sin) {
+  apply_rotary_launch<true>(dx, g, cos, sin);
 }
 
 }  // namespace tg::cuda

@@ -98,19 +98,17 @@ void launch_forward(const Tensor& loss_rows, const Tensor& lse, const Tensor& lo
                     int64_t ignore_index) {
   const int device = logits.device().index;
   index_check::raise_pending(device);
-  dispatch_gpu_float(logits.dtype(), "cross_entropy", [&](auto tag) {
+  dispatch_gpu_float_index(logits.dtype(), targets.dtype(), "cross_entropy", [&](auto tag, auto itag) {
     using T = typename decltype(tag)::type;
-    dispatch_index(targets.dtype(), "cross_entropy", [&](auto itag) {
-      using I = typename decltype(itag)::type;
-      cudaStream_t s = stream_for(logits);
-      T* px = logits.data_ptr<T>();  // written only with kGrad (the contract's in-place case)
-      const int64_t rows = logits.shape()[0], classes = logits.shape()[1], ld = logits.strides()[0];
-      cross_entropy_forward<T, I, kGrad><<<static_cast<unsigned>(rows), row_threads(classes), 0, s>>>(
-          loss_rows.data_ptr<float>(), lse.data_ptr<float>(), px, ld, targets.data_ptr<I>(), classes, ignore_index,
-          index_check::flag(device));
-      TG_CUDA_CHECK_LAUNCH("cross_entropy_forward");
-      index_check::watch(device, s);
-    });
+    using I = typename decltype(itag)::type;
+    cudaStream_t s = stream_for(logits);
+    T* px = logits.data_ptr<T>();  // written only with kGrad (the contract's in-place case)
+    const int64_t rows = logits.shape()[0], classes = logits.shape()[1], ld = logits.strides()[0];
+    cross_entropy_forward<T, I, kGrad><<<static_cast<unsigned>(rows), row_threads(classes), 0, s>>>(
+        loss_rows.data_ptr<float>(), lse.data_ptr<float>(), px, ld, targets.data_ptr<I>(), classes, ignore_index,
+        index_check::flag(device));
+    TG_CUDA_CHECK_LAUNCH("cross_entropy_forward");
+    index_check::watch(device, s);
   });
 }
 
@@ -126,33 +124,29 @@ void cross_entropy_with_grad(const Tensor& loss_rows, const Tensor& lse, const T
 
 void cross_entropy_reduce(const Tensor& out, const Tensor& count, const Tensor& loss_rows, const Tensor& targets,
                           int64_t ignore_index, bool mean) {
-  dispatch_gpu_float(out.dtype(), "cross_entropy", [&](auto tag) {
+  dispatch_gpu_float_index(out.dtype(), targets.dtype(), "cross_entropy", [&](auto tag, auto itag) {
     using T = typename decltype(tag)::type;
-    dispatch_index(targets.dtype(), "cross_entropy", [&](auto itag) {
-      using I = typename decltype(itag)::type;
-      cross_entropy_reduce_kernel<T, I><<<1, kReduceThreads, 0, stream_for(out)>>>(
-          out.data_ptr<T>(), count.defined() ? count.data_ptr<float>() : nullptr, loss_rows.data_ptr<float>(),
-          targets.data_ptr<I>(), loss_rows.numel(), ignore_index, mean);
-      TG_CUDA_CHECK_LAUNCH("cross_entropy_reduce");
-    });
+    using I = typename decltype(itag)::type;
+    cross_entropy_reduce_kernel<T, I><<<1, kReduceThreads, 0, stream_for(out)>>>(
+        out.data_ptr<T>(), count.defined() ? count.data_ptr<float>() : nullptr, loss_rows.data_ptr<float>(),
+        targets.data_ptr<I>(), loss_rows.numel(), ignore_index, mean);
+    TG_CUDA_CHECK_LAUNCH("cross_entropy_reduce");
   });
 }
 
 void cross_entropy_backward(const Tensor& dlogits, const Tensor& grad, const Tensor& lse, const Tensor& logits,
                             const Tensor& targets, int64_t ignore_index, const Tensor& count) {
   index_check::raise_pending(logits.device().index);
-  dispatch_gpu_float(logits.dtype(), "cross_entropy", [&](auto tag) {
+  dispatch_gpu_float_index(logits.dtype(), targets.dtype(), "cross_entropy", [&](auto tag, auto itag) {
     using T = typename decltype(tag)::type;
-    dispatch_index(targets.dtype(), "cross_entropy", [&](auto itag) {
-      using I = typename decltype(itag)::type;
-      const T* px = logits.data_ptr<T>();
-      T* pd = dlogits.data_ptr<T>();
-      const int64_t rows = logits.shape()[0], classes = logits.shape()[1], ld = logits.strides()[0];
-      cross_entropy_backward_kernel<T, I><<<static_cast<unsigned>(rows), row_threads(classes), 0, stream_for(dlogits)>>>(
-          pd, grad.data_ptr<T>(), grad.dim() == 0 ? 0 : 1, count.defined() ? count.data_ptr<float>() : nullptr,
-          lse.data_ptr<float>(), px, ld, targets.data_ptr<I>(), classes, ignore_index);
-      TG_CUDA_CHECK_LAUNCH("cross_entropy_backward");
-    });
+    using I = typename decltype(itag)::type;
+    const T* px = logits.data_ptr<T>();
+    T* pd = dlogits.data_ptr<T>();
+    const int64_t rows = logits.shape()[0], classes = logits.shape()[1], ld = logits.strides()[0];
+    cross_entropy_backward_kernel<T, I><<<static_cast<unsigned>(rows), row_threads(classes), 0, stream_for(dlogits)>>>(
+        pd, grad.data_ptr<T>(), grad.dim() == 0 ? 0 : 1, count.defined() ? count.data_ptr<float>() : nullptr,
+        lse.data_ptr<float>(), px, ld, targets.data_ptr<I>(), classes, ignore_index);
+    TG_CUDA_CHECK_LAUNCH("cross_entropy_backward");
   });
 }
 

@@ -77,64 +77,60 @@ __global__ void embedding_backward_runs(float* dweight, const T* grad, const uin
 void embedding(const Tensor& out, const Tensor& weight, const Tensor& indices) {
   const int device = weight.device().index;
   index_check::raise_pending(device);
-  dispatch_gpu_float(weight.dtype(), "embedding", [&](auto tag) {
+  dispatch_gpu_float_index(weight.dtype(), indices.dtype(), "embedding", [&](auto tag, auto itag) {
     using T = typename decltype(tag)::type;
-    dispatch_index(indices.dtype(), "embedding", [&](auto itag) {
-      using I = typename decltype(itag)::type;
-      cudaStream_t s = stream_for(weight);
-      const T* pw = weight.data_ptr<T>();
-      T* po = out.data_ptr<T>();
-      const int64_t rows = weight.shape()[0], dim = weight.shape()[1], s0 = weight.strides()[0],
-                    s1 = weight.strides()[1], count = indices.numel();
-      const I* pi = indices.data_ptr<I>();
-      long long* flag = index_check::flag(device);
-      if (s1 == 1 && aligned(pw, 16) && aligned(po, 16) && dim % kPack16<T> == 0 && s0 % kPack16<T> == 0) {
-        const int64_t packs = count * (dim / kPack16<T>);
-        embedding_forward<T, I, true><<<blocks_for(packs, kThreads), kThreads, 0, s>>>(po, pw, s0, s1, pi, count,
-                                                                                      rows, dim, flag);
-      } else {
-        embedding_forward<T, I, false><<<blocks_for(count * dim, kThreads), kThreads, 0, s>>>(po, pw, s0, s1, pi,
-                                                                                             count, rows, dim, flag);
-      }
-      TG_CUDA_CHECK_LAUNCH("embedding_forward");
-      index_check::watch(device, s);
-    });
+    using I = typename decltype(itag)::type;
+    cudaStream_t s = stream_for(weight);
+    const T* pw = weight.data_ptr<T>();
+    T* po = out.data_ptr<T>();
+    const int64_t rows = weight.shape()[0], dim = weight.shape()[1], s0 = weight.strides()[0],
+                  s1 = weight.strides()[1], count = indices.numel();
+    const I* pi = indices.data_ptr<I>();
+    long long* flag = index_check::flag(device);
+    if (s1 == 1 && aligned(pw, 16) && aligned(po, 16) && dim % kPack16<T> == 0 && s0 % kPack16<T> == 0) {
+      const int64_t packs = count * (dim / kPack16<T>);
+      embedding_forward<T, I, true><<<blocks_for(packs, kThreads), kThreads, 0, s>>>(po, pw, s0, s1, pi, count,
+                                                                                    rows, dim, flag);
+    } else {
+      embedding_forward<T, I, false><<<blocks_for(count * dim, kThreads), kThreads, 0, s>>>(po, pw, s0, s1, pi,
+                                                                                           count, rows, dim, flag);
+    }
+    TG_CUDA_CHECK_LAUNCH("embedding_forward");
+    index_check::watch(device, s);
   });
 }
 
 void embedding_backward(const Tensor& dweight, const Tensor& grad, const Tensor& indices) {
   index_check::raise_pending(grad.device().index);
-  dispatch_gpu_float(grad.dtype(), "embedding", [&](auto tag) {
+  dispatch_gpu_float_index(grad.dtype(), indices.dtype(), "embedding", [&](auto tag, auto itag) {
     using T = typename decltype(tag)::type;
+    using I = typename decltype(itag)::type;
     TG_CHECK(dweight.dtype() == kFloat32, "embedding", "the CUDA gradient accumulator must be float32, got ",
              dweight.dtype());
-    dispatch_index(indices.dtype(), "embedding", [&](auto itag) {
-      using I = typename decltype(itag)::type;
-      const int64_t count = indices.numel(), rows = dweight.shape()[0], dim = dweight.shape()[1];
-      TG_CHECK(count < (int64_t(1) << 31) && rows < (int64_t(1) << 31), "embedding",
-               "the CUDA backward takes fewer than 2^31 indices and rows, got ", count, " indices into ", rows,
-               " rows");
-      cudaStream_t s = stream_for(grad);
-      const Device dev = grad.device();
-      // keys and positions, then their sorted copies (int32 tensors hold the uint32 keys)
-      Tensor buf = Tensor::empty({4, count}, {kInt32, dev});
-      int32_t* b = buf.data_ptr<int32_t>();
-      uint32_t *keys = reinterpret_cast<uint32_t*>(b), *sorted_keys = reinterpret_cast<uint32_t*>(b + 2 * count);
-      int32_t *pos = b + count, *sorted_pos = b + 3 * count;
-      embedding_sort_keys<I><<<blocks_for(count, kThreads), kThreads, 0, s>>>(keys, pos, indices.data_ptr<I>(), count,
-                                                                             rows);
-      TG_CUDA_CHECK_LAUNCH("embedding_sort_keys");
-      const int end_bit = std::bit_width(static_cast<uint64_t>(rows));  // the keys are at most rows
-      size_t temp_bytes = 0;
-      TG_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, keys, sorted_keys, pos, sorted_pos,
-                                                    static_cast<int>(count), 0, end_bit, s));
-      Tensor temp = Tensor::empty({static_cast<int64_t>(temp_bytes / 8 + 1)}, {kInt64, dev});
-      TG_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp.data_ptr<int64_t>(), temp_bytes, keys, sorted_keys, pos,
-                                                    sorted_pos, static_cast<int>(count), 0, end_bit, s));
-      embedding_backward_runs<T><<<static_cast<unsigned>(count), 128, 0, s>>>(
-          dweight.data_ptr<float>(), grad.data_ptr<T>(), sorted_keys, sorted_pos, count, rows, dim);
-      TG_CUDA_CHECK_LAUNCH("embedding_backward");
-    });
+    const int64_t count = indices.numel(), rows = dweight.shape()[0], dim = dweight.shape()[1];
+    TG_CHECK(count < (int64_t(1) << 31) && rows < (int64_t(1) << 31), "embedding",
+             "the CUDA backward takes fewer than 2^31 indices and rows, got ", count, " indices into ", rows,
+             " rows");
+    cudaStream_t s = stream_for(grad);
+    const Device dev = grad.device();
+    // keys and positions, then their sorted copies (int32 tensors hold the uint32 keys)
+    Tensor buf = Tensor::empty({4, count}, {kInt32, dev});
+    int32_t* b = buf.data_ptr<int32_t>();
+    uint32_t *keys = reinterpret_cast<uint32_t*>(b), *sorted_keys = reinterpret_cast<uint32_t*>(b + 2 * count);
+    int32_t *pos = b + count, *sorted_pos = b + 3 * count;
+    embedding_sort_keys<I><<<blocks_for(count, kThreads), kThreads, 0, s>>>(keys, pos, indices.data_ptr<I>(), count,
+                                                                           rows);
+    TG_CUDA_CHECK_LAUNCH("embedding_sort_keys");
+    const int end_bit = std::bit_width(static_cast<uint64_t>(rows));  // the keys are at most rows
+    size_t temp_bytes = 0;
+    TG_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, keys, sorted_keys, pos, sorted_pos,
+                                                  static_cast<int>(count), 0, end_bit, s));
+    Tensor temp = Tensor::empty({static_cast<int64_t>(temp_bytes / 8 + 1)}, {kInt64, dev});
+    TG_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp.data_ptr<int64_t>(), temp_bytes, keys, sorted_keys, pos,
+                                                  sorted_pos, static_cast<int>(count), 0, end_bit, s));
+    embedding_backward_runs<T><<<static_cast<unsigned>(count), 128, 0, s>>>(
+        dweight.data_ptr<float>(), grad.data_ptr<T>(), sorted_keys, sorted_pos, count, rows, dim);
+    TG_CUDA_CHECK_LAUNCH("embedding_backward");
   });
 }
 

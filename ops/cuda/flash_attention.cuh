@@ -457,7 +457,7 @@ __global__ void __launch_bounds__(kThreads) flash_forward(const Params p) {
       const int row = m0 + wrow + 16 * mt + g + 8 * r;
       if (t == 0 && row < p.L)
         p.lse[(int64_t(b) * p.H + h) * p.L + row] =
-            sum > 0.f ? (m[mt][r] * p.scale_log2 + __log2f(sum)) * kLn2 : -INFINITY;
+            sum > 0.f ? (m[mt][r] * p.scale_log2 + log2_approx(sum)) * kLn2 : -INFINITY;
     }
   store_rows<HD, MT>(p.o, b, h, m0 + wrow, p.L, o, inv, lane);
 }

@@ -1,10 +1,16 @@
 // The PTX the flash-attention kernels (ops/cuda/flash_attention.cuh) use: cp.async, ldmatrix,
-// mma.sync m16n8k16 bf16, ex2.approx and the programmatic-dependent-launch controls. Kept apart
-// so that dev/cuda/flash_attention_cpu.cpp can define the same functions for the CPU (it defines
-// this file's include guard first) and run the library's kernels there.
+// mma.sync m16n8k16 bf16, ex2.approx / lg2.approx and the programmatic-dependent-launch controls.
+// Kept apart so that the kernels can run on the CPU: with TG_FLASH_PTX_EMULATE defined (by
+// tests/flash_emulation/flash_ptx_cpu.h, which defines the same functions for a host compiler)
+// this file declares nothing. The CUDA build never defines it.
 #ifndef TG_OPS_CUDA_FLASH_PTX_CUH
 #define TG_OPS_CUDA_FLASH_PTX_CUH
 
+#if defined(TG_FLASH_PTX_EMULATE) && defined(__CUDACC__)
+#error "TG_FLASH_PTX_EMULATE is for the host-compiled CPU emulation, not for nvcc"
+#endif
+
+#if !defined(TG_FLASH_PTX_EMULATE)
 #include <cuda_bf16.h>
 
 #include <cstdint>
@@ -55,6 +61,7 @@ __device__ __forceinline__ float exp2_approx(float x) {  // ex2.approx: exp2(-in
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
 }
+__device__ __forceinline__ float log2_approx(float x) { return __log2f(x); }  // lg2.approx
 
 // Programmatic dependent launch (sm_90): a kernel launched with the programmatic-serialization
 // attribute may start while the kernel before it in the stream runs. wait_for_previous_kernel
@@ -72,5 +79,6 @@ __device__ __forceinline__ void wait_for_previous_kernel() {
 }
 
 }  // namespace tg::cuda::flash
+#endif  // !TG_FLASH_PTX_EMULATE
 
 #endif  // TG_OPS_CUDA_FLASH_PTX_CUH

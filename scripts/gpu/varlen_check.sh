@@ -7,7 +7,7 @@
 #      documents alone in bf16, the Trainer's CUDA graph replaying position ids;
 #   3. scripts/gpu/run_packing_bench.sh: <out>/packing.json (copy to bench/results/);
 #   4. the banded GPU tests under compute-sanitizer memcheck;
-#   5. FlashAttentionCpu (the kernels under CPU emulation, as ctest runs it).
+#   5. FlashEmulation.* (the kernels under CPU emulation, as ctest runs it).
 # The most wanted first: a run cut short keeps what it wrote to <out>.
 #   TG_COMMIT=<commit> scripts/gpu/varlen_check.sh <build dir> [out dir]
 set -euo pipefail
@@ -18,11 +18,11 @@ out=${2:-$build/varlen-check}
 case "$out" in /*) ;; *) out=$PWD/$out ;; esac
 mkdir -p "$out"
 [ -f "$build/CMakeCache.txt" ] || BUILD_DIR="$build" "$root/scripts/gpu/gpu-check.sh" configure > "$out/configure.txt" 2>&1
-cmake --build "$build" -j"$(nproc)" --target tapegrad_tests packing_bench flash_attention_cpu > "$out/build.txt" 2>&1 \
+cmake --build "$build" -j"$(nproc)" --target tapegrad_tests packing_bench flash_emulation_tests > "$out/build.txt" 2>&1 \
   || { tail -30 "$out/build.txt"; exit 1; }
 
 echo "== 2. GPU tests"
-gpu='AttentionCuda.*:PackingCuda.*:Ops/OpTest.CudaMatchesCpu/banded*:Ops/OpTest.CudaMatchesCpu/rope*:Ops/OpTest.CudaMatchesCpu/sdpa*:Trainer.CudaGraph*'
+gpu='AttentionCuda.*:PackingCuda.*:Ops/OpTest.CudaMatchesCpu/banded*:Ops/OpTest.CudaMatchesCpu/apply_rotary*:Ops/OpTest.CudaMatchesCpu/sdpa*:Trainer.CudaGraph*'
 cpu='BandedAttention.*:Packing.*:Rotary.*:Attention.*:Trainer.*:Dataset.*'
 "$build/tests/tapegrad_tests" --gtest_filter="$gpu:$cpu" > "$out/tests.txt" 2>&1 || true
 grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]' "$out/tests.txt" || tail -20 "$out/tests.txt"
@@ -34,9 +34,9 @@ cat "$out/packing_bench.txt"
 echo "== 4. memcheck"
 if command -v compute-sanitizer > /dev/null; then
   compute-sanitizer --tool memcheck --error-exitcode 99 --print-limit 20 "$build/tests/tapegrad_tests" \
-    --gtest_filter='AttentionCuda.Banded*:PackingCuda.*:Ops/OpTest.CudaMatchesCpu/banded*:Ops/OpTest.CudaMatchesCpu/rope_per*' \
+    --gtest_filter='AttentionCuda.Banded*:PackingCuda.*:Ops/OpTest.CudaMatchesCpu/banded*:Ops/OpTest.CudaMatchesCpu/apply_rotary_per*' \
     --gtest_brief=1 > "$out/memcheck.txt" 2>&1 && echo "memcheck: clean" || echo "memcheck: FAILED (see memcheck.txt)"
 fi
 
-echo "== 5. FlashAttentionCpu"
-"$build/tests/flash_attention_cpu" > "$out/flash_attention_cpu.txt" 2>&1 && echo "all ok" || tail -5 "$out/flash_attention_cpu.txt"
+echo "== 5. FlashEmulation"
+"$build/tests/flash_emulation_tests" > "$out/flash_emulation.txt" 2>&1 && echo "all ok" || tail -5 "$out/flash_emulation.txt"

@@ -1,7 +1,7 @@
-// ops/cuda/flash_ptx.cuh on the CPU, over dev/cuda/cpu_emulation.h: the same functions (cp.async,
-// ldmatrix, mma.sync, ex2.approx, the dependent-launch controls) for the CPU harnesses that run
-// the attention kernels. Include it before ops/cuda/flash_attention.cuh: it defines flash_ptx.cuh's
-// include guard, so the library header takes these instead.
+// ops/cuda/flash_ptx.cuh on the CPU, over cpu_emulation.h: the same functions (cp.async,
+// ldmatrix, mma.sync, ex2.approx, lg2.approx, the dependent-launch controls) for the CPU harnesses
+// that run the attention kernels. It defines TG_FLASH_PTX_EMULATE, the switch that makes
+// flash_ptx.cuh declare nothing; include it before ops/cuda/flash_attention.cuh.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -12,8 +12,7 @@
 
 #include "cpu_emulation.h"
 
-#define TG_OPS_CUDA_FLASH_PTX_CUH
-#define __log2f log2f  // a device intrinsic the forward kernel calls
+#define TG_FLASH_PTX_EMULATE 1
 
 namespace tg::cuda::flash {
 inline void cp_async16(void* dst, const void* src, bool valid) { emu::cp_async(dst, src, 16, valid); }
@@ -27,6 +26,7 @@ inline void ldsm_x4(uint32_t (&r)[4], const __nv_bfloat16* p) { emu::ldmatrix_x4
 inline void ldsm_x4_t(uint32_t (&r)[4], const __nv_bfloat16* p) { emu::ldmatrix_x4(r, p, true); }
 inline void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) { emu::mma_16816(d, a, b0, b1); }
 inline float exp2_approx(float x) { return std::exp2(x); }
+inline float log2_approx(float x) { return std::log2(x); }
 inline void launch_dependents() {}
 inline void wait_for_previous_kernel() {}
 }  // namespace tg::cuda::flash

@@ -1,26 +1,9 @@
-/*
-The library's flash-attention kernels (ops/cuda/flash_attention.cuh, the tile shapes
-ops/cuda/attention.cu launches) run on the CPU under dev/cuda/cpu_emulation.h, against a float64
-reference: a kernel change's indexing, fragments and synchronisation checked without a GPU before
-a device call is spent on it. dev/cuda/flash_ptx_cpu.h stands in for ops/cuda/flash_ptx.cuh
-(cp.async, ldmatrix, mma.sync, ex2.approx); the GPU run stays the authority.
+// Runs the library's flash-attention kernels (ops/cuda/flash_attention.cuh) on the CPU under
+// cpu_emulation.h: random bf16 problems in the model's layouts, their float64 reference, the error
+// measure and ops/cuda/attention.cu's launches. test_flash_emulation.cpp checks the library's
+// kernels with it, dev/cuda/02_attention_tiles_cpu.cpp the lab's variants of them.
+#pragma once
 
-Checks, for head dims 32, 64 and 128, causal and not, one, two and four query heads a kv head,
-one query, sequence lengths that do not fill a block and more or fewer keys than queries: out
-and lse, the delta pre-pass, dq, dk and dv within kTolerance of each output's largest value (or
-of 0.1); the dk-only and dv-only kernels bitwise equal to the dk / dv kernel's outputs (what a
-frozen q, k or v relies on); the same for dev/cuda/attention_dkdv_pairs.cuh's dk / dv variant
-at head dim 128. Banded attention (kBand: packed documents of random lengths per sequence or
-shared, sliding windows, both; rows whose band starts past the last key): the band pre-pass
-equal to its definition and the kernels as above against the float64 reference of the band. The emulator runs one warp at a time as far as it can, so a missing
-__syncthreads or a cp.async wait for the wrong group reads poisoned (NaN) shared memory and
-fails the check. ctest runs it (FlashAttentionCpu.*) wherever the CUDA headers are.
-
-Build and run (from the repository root; about 15 s):
-  g++ -std=c++20 -O2 -fno-strict-aliasing -I. -I/usr/local/cuda/include -Wno-attributes \
-    -o flash_attention_cpu dev/cuda/flash_attention_cpu.cpp
-  ./flash_attention_cpu
-*/
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -30,16 +13,15 @@ Build and run (from the repository root; about 15 s):
 #include "flash_ptx_cpu.h"
 
 #include "ops/cuda/flash_attention.cuh"
-#include "attention_dkdv_pairs.cuh"  // a dk / dv variant the library does not ship (yet)
 
 namespace tg::cuda::flash {
-alignas(16) unsigned char smem[227 << 10];  // the kernels' `extern __shared__ unsigned char smem[]`
+alignas(16) inline unsigned char smem[227 << 10];  // the kernels' `extern __shared__ unsigned char smem[]`
 }
+
+namespace flash_check {
 
 using namespace tg::cuda::flash;
 using bf16 = __nv_bfloat16;
-
-namespace {
 
 constexpr double kTolerance = 1e-2;  // of each output's largest magnitude: bf16 P and dS in the MMAs
 
@@ -177,7 +159,7 @@ struct Reference {
 
 // Largest |got - want| over the largest |want| (at least 0.1: with one key dq and dk are 0 but for
 // rounding), got read through `rows` ([B, heads, T, hd]).
-double error(const Problem& pr, const Rows& rows, int heads, int T, const std::vector<double>& want) {
+inline double error(const Problem& pr, const Rows& rows, int heads, int T, const std::vector<double>& want) {
   double worst = 0.0, scale = 0.1;
   for (double w : want) scale = std::max(scale, std::abs(w));
   for (int b = 0; b < pr.c.B; ++b)
@@ -218,104 +200,15 @@ void dq(const Params& p) {
               kThreads, tile_bytes<HD>(2 * kBlock * MT + 4 * BN), p);
 }
 
-template <int HD, int BQ, bool DK, bool DV>
-void dkdv_pairs(const Params& p) {
-  emu::launch(flash_backward_dkdv_pairs<HD, BQ, DK, DV>, flash_grid((p.S + kBlock - 1) / kBlock, p.Hkv, p.B), kThreads,
-              kPairsSmem<HD, BQ>, p);
-}
+// Shapes for head dims 32, 64 and 128 (hd set per check): causal and not, one, two and four query
+// heads a kv head, one query, lengths that do not fill a block, more and fewer keys than queries.
+inline const Case kCases[] = {
+    {1, 2, 1, 70, 70, 0, true}, {1, 2, 2, 130, 70, 0, true}, {1, 2, 1, 70, 130, 0, false},
+    {2, 2, 2, 17, 17, 0, true}, {1, 2, 1, 150, 150, 0, true}, {1, 4, 1, 1, 1, 0, true}, {1, 4, 1, 64, 64, 0, false},
+    // banded: documents per sequence, shared, a window, both; more and fewer keys
+    {1, 2, 1, 150, 150, 0, true, {.max_doc = 50}}, {2, 2, 2, 97, 97, 0, true, {.max_doc = 9}},
+    {2, 4, 2, 97, 97, 0, true, {.max_doc = 40, .shared = true}}, {1, 2, 1, 160, 160, 0, true, {.window = 37}},
+    {1, 2, 2, 140, 140, 0, true, {.max_doc = 70, .window = 50}}, {1, 2, 1, 70, 130, 0, true, {.max_doc = 25}},
+    {1, 2, 1, 150, 90, 0, true, {.max_doc = 60}}};
 
-// dev/cuda/attention_dkdv_pairs.cuh's kernel on the library forward's out and lse: dk and dv
-// against float64, and its dk-only / dv-only variants bitwise equal to the dk / dv one.
-template <int HD, int FMT, int FBN, int BQ>
-bool check_pairs(const Case& c, uint64_t seed) {
-  Problem pr(c, seed);
-  const Reference ref(pr);
-  forward<HD, FMT, FBN>(pr.p);
-  delta<HD>(pr.p);
-  dkdv_pairs<HD, BQ, true, true>(pr.p);
-  const double e_k = error(pr, pr.p.dk, c.Hkv, c.S, ref.dk), e_v = error(pr, pr.p.dv, c.Hkv, c.S, ref.dv);
-  const std::vector<bf16> dk_both = pr.dk, dv_both = pr.dv;
-  dkdv_pairs<HD, BQ, true, false>(pr.p);
-  const bool dk_same = !std::memcmp(pr.dk.data(), dk_both.data(), dk_both.size() * sizeof(bf16));
-  dkdv_pairs<HD, BQ, false, true>(pr.p);
-  const bool dv_same = !std::memcmp(pr.dv.data(), dv_both.data(), dv_both.size() * sizeof(bf16));
-  const bool ok = e_k < kTolerance && e_v < kTolerance && dk_same && dv_same;
-  std::printf("hd %3d B %d H %d/%d L %4d S %4d %-7s dk dv by warp pairs: dk %.1e dv %.1e %s%s%s\n", HD, c.B, c.H,
-              c.Hkv, c.L, c.S, c.causal ? "causal" : "full", e_k, e_v, dk_same ? "" : " dk-alone differs",
-              dv_same ? "" : " dv-alone differs", ok ? "  ok" : "  FAILED");
-  return ok;
-}
-
-template <int HD, int FMT, int FBN, int BQ, int KMT, int QBN, int QMT, bool kBand>
-bool check_band(const Case& c, uint64_t seed) {
-  Problem pr(c, seed);
-  const Reference ref(pr);
-  const bool band_ok = !kBand || pr.band_as_defined();
-  forward<HD, FMT, FBN, kBand>(pr.p);
-  double lse_err = 0.0;  // a row that sees no key: -inf in both
-  for (size_t i = 0; i < ref.lse.size(); ++i)
-    lse_err = std::max(lse_err, pr.lse[i] == ref.lse[i] ? 0.0 : std::isnan(pr.lse[i]) ? INFINITY : std::abs(pr.lse[i] - ref.lse[i]));
-  delta<HD>(pr.p);
-  double delta_err = 0.0, delta_scale = 1e-30;
-  for (int b = 0; b < c.B; ++b)  // delta of the kernel's own out, in float64
-    for (int h = 0; h < c.H; ++h)
-      for (int i = 0; i < c.L; ++i) {
-        double want = 0.0;
-        for (int d = 0; d < c.hd; ++d) want += pr.at(pr.p.o, b, h, i, d) * pr.at(pr.p.dout, b, h, i, d);
-        const size_t row = (size_t(b) * c.H + h) * c.L + i;
-        delta_err = std::max(delta_err, std::abs(pr.delta[row] - want)), delta_scale = std::max(delta_scale, std::abs(want));
-      }
-  dkdv<HD, BQ, KMT, true, true, kBand>(pr.p);
-  dq<HD, QBN, QMT, kBand>(pr.p);
-  const double e_o = error(pr, pr.p.o, c.H, c.L, ref.o), e_q = error(pr, pr.p.dq, c.H, c.L, ref.dq);
-  const double e_k = error(pr, pr.p.dk, c.Hkv, c.S, ref.dk), e_v = error(pr, pr.p.dv, c.Hkv, c.S, ref.dv);
-  const std::vector<bf16> dk_both = pr.dk, dv_both = pr.dv;
-  dkdv<HD, BQ, KMT, true, false, kBand>(pr.p);
-  const bool dk_same = !std::memcmp(pr.dk.data(), dk_both.data(), dk_both.size() * sizeof(bf16));
-  dkdv<HD, BQ, KMT, false, true, kBand>(pr.p);
-  const bool dv_same = !std::memcmp(pr.dv.data(), dv_both.data(), dv_both.size() * sizeof(bf16));
-  const bool ok = band_ok && e_o < kTolerance && lse_err < 1e-3 && delta_err / delta_scale < 1e-5 &&
-                  e_q < kTolerance && e_k < kTolerance && e_v < kTolerance && dk_same && dv_same;
-  char band[64] = "";
-  if (kBand)
-    std::snprintf(band, sizeof band, " band: docs <= %d%s window %d%s", c.band.max_doc, c.band.shared ? " shared" : "",
-                  c.band.window, band_ok ? "" : " (pre-pass wrong)");
-  std::printf("hd %3d B %d H %d/%d L %4d S %4d %-7s out %.1e lse %.1e delta %.1e dq %.1e dk %.1e dv %.1e%s%s%s%s\n",
-              HD, c.B, c.H, c.Hkv, c.L, c.S, c.causal ? "causal" : "full", e_o, lse_err, delta_err / delta_scale, e_q,
-              e_k, e_v, band, dk_same ? "" : " dk-alone differs", dv_same ? "" : " dv-alone differs",
-              ok ? "  ok" : "  FAILED");
-  return ok;
-}
-
-template <int HD, int FMT, int FBN, int BQ, int KMT, int QBN, int QMT>
-bool check(const Case& c, uint64_t seed) {
-  return c.band.on() ? check_band<HD, FMT, FBN, BQ, KMT, QBN, QMT, true>(c, seed)
-                     : check_band<HD, FMT, FBN, BQ, KMT, QBN, QMT, false>(c, seed);
-}
-
-}  // namespace
-
-int main() {
-  emu::use_shared(tg::cuda::flash::smem, sizeof(tg::cuda::flash::smem));
-  std::printf("the library's flash kernels on the CPU (tolerance %.0e of each output's largest value)\n", kTolerance);
-  const Case cases[] = {{1, 2, 1, 70, 70, 0, true}, {1, 2, 2, 130, 70, 0, true}, {1, 2, 1, 70, 130, 0, false},
-                        {2, 2, 2, 17, 17, 0, true}, {1, 2, 1, 150, 150, 0, true}, {1, 4, 1, 1, 1, 0, true},
-                        {1, 4, 1, 64, 64, 0, false},
-                        // banded: documents per sequence, shared, a window, both; more and fewer keys
-                        {1, 2, 1, 150, 150, 0, true, {.max_doc = 50}}, {2, 2, 2, 97, 97, 0, true, {.max_doc = 9}},
-                        {2, 4, 2, 97, 97, 0, true, {.max_doc = 40, .shared = true}},
-                        {1, 2, 1, 160, 160, 0, true, {.window = 37}},
-                        {1, 2, 2, 140, 140, 0, true, {.max_doc = 70, .window = 50}},
-                        {1, 2, 1, 70, 130, 0, true, {.max_doc = 25}}, {1, 2, 1, 150, 90, 0, true, {.max_doc = 60}}};
-  bool ok = true;
-  uint64_t seed = 1;
-  for (Case c : cases) {
-    c.hd = 32, ok &= check<32, 2, 64, 64, 1, 64, 2>(c, seed++);
-    c.hd = 64, ok &= check<64, 2, 128, 64, 1, 32, 1>(c, seed++);
-    c.hd = 128, ok &= check<128, 2, 64, 64, 1, 32, 2>(c, seed++);
-  }
-  for (Case c : cases)  // the pairs variant has no band
-    if (!c.band.on()) c.hd = 128, ok &= check_pairs<128, 2, 64, 64>(c, seed++);
-  std::printf("check: %s\n", ok ? "all ok" : "FAILED");
-  return ok ? 0 : 1;
-}
+}  // namespace flash_check

@@ -1,4 +1,4 @@
-// Runs a dev/cuda kernel on the CPU, for checking its logic on a machine without a GPU: every
+// Runs a CUDA kernel on the CPU, for checking its logic on a machine without a GPU: every
 // CUDA thread of a block is a ucontext fiber on one OS thread, blocks run one after another.
 // Covers what the attention kernels use: threadIdx / blockIdx / blockDim / gridDim,
 // __syncthreads, __syncwarp, __shfl_xor_sync / __shfl_up_sync / __shfl_sync (float, int), dynamic shared memory (by default
