@@ -21,6 +21,20 @@ Tensor CausalLM::loss(const Tensor& ids, const Tensor& labels, const Tensor& pos
   return causal_lm_loss_from_hidden(hidden_states(ids, position_ids), lm_head->weight, labels);
 }
 
+void check_ids(const char* who, const Tensor& ids) {
+  TG_CHECK(ids.defined() && ids.dim() == 2 && is_integral(ids.dtype()) && ids.dtype() != kBool, who,
+           "ids must be [B, T] int32/int64, got ", ids.defined() ? shape_str(ids.shape()) : std::string("undefined"),
+           ids.defined() ? std::string(" ") + dtype_name(ids.dtype()) : std::string());
+}
+
+void check_ids(const char* who, const Tensor& ids, const KVCache& cache, int64_t num_layers) {
+  TG_CHECK(ids.defined() && ids.dim() == 2 && is_integral(ids.dtype()) && ids.dtype() != kBool &&
+               ids.shape()[0] == cache.batch() && cache.num_layers() == num_layers,
+           who, "a cached forward wants ids [", cache.batch(), ", T] int32/int64 for a KVCache of ",
+           cache.num_layers(), " layers (the model has ", num_layers, "), got ",
+           ids.defined() ? shape_str(ids.shape()) : std::string("undefined"));
+}
+
 void check_position_ids(const char* who, const Tensor& ids, const Tensor& position_ids, int64_t context) {
   TG_CHECK(is_integral(position_ids.dtype()) && position_ids.dtype() != kBool, who,
            "position_ids must be int32 or int64, got ", dtype_name(position_ids.dtype()));

@@ -57,6 +57,11 @@ class CausalLM : public Module {
   std::shared_ptr<Linear> lm_head;
 };
 
+// What a family's forward checks of ids (`who` names it in errors): [B, T] int32 or int64; for a
+// cached forward also B = cache.batch() and a cache of num_layers layers.
+void check_ids(const char* who, const Tensor& ids);
+void check_ids(const char* who, const Tensor& ids, const KVCache& cache, int64_t num_layers);
+
 // What a family's forward checks of position_ids (`who` names it in errors): [B, T] as ids, int32
 // or int64, on ids' device, every position in [0, context) (read on the host for CPU tensors; on
 // a GPU the position lookup's index checks report one outside).

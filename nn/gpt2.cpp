@@ -74,8 +74,7 @@ GPT2Model::GPT2Model(const GPT2Config& c, Generator& gen) : Module("GPT2Model"),
 }
 
 Tensor GPT2Model::forward(const Tensor& ids, const Tensor& position_ids) {
-  TG_CHECK(ids.defined() && ids.dim() == 2 && is_integral(ids.dtype()) && ids.dtype() != kBool, "GPT2Model",
-           "ids must be [B, T] int32/int64");
+  check_ids("GPT2Model", ids);
   const int64_t T = ids.shape()[1];
   TG_CHECK(T <= config.n_positions, "GPT2Model", "sequence length ", T, " exceeds n_positions ", config.n_positions);
   if (position_ids.defined()) check_position_ids("GPT2Model", ids, position_ids, config.n_positions);
@@ -95,11 +94,7 @@ Tensor GPT2Model::positions(int64_t T, Device device) {
 }
 
 Tensor GPT2Model::forward(const Tensor& ids, KVCache& cache) {
-  TG_CHECK(ids.defined() && ids.dim() == 2 && is_integral(ids.dtype()) && ids.dtype() != kBool &&
-               ids.shape()[0] == cache.batch() && cache.num_layers() == static_cast<int64_t>(h->size()),
-           "GPT2Model", "a cached forward wants ids [", cache.batch(), ", T] int32/int64 for a KVCache of ",
-           cache.num_layers(), " layers (the model has ", h->size(), "), got ",
-           ids.defined() ? shape_str(ids.shape()) : std::string("undefined"));
+  check_ids("GPT2Model", ids, cache, static_cast<int64_t>(h->size()));
   const int64_t T = ids.shape()[1];
   const CacheStep step = cache.step(T, "GPT2Model");
   TG_CHECK(step.max_position < config.n_positions, "GPT2Model", "position ", step.max_position,
