@@ -173,18 +173,8 @@ DecoderForCausalLM::DecoderForCausalLM(const DecoderSpec& s, Generator& gen) : C
   }
   register_module("model", model);
   register_module("lm_head", lm_head);
-  // transformers' _init_weights: every Linear and the embedding ~ N(0, initializer_range), biases
-  // zero, norms as they start (one; Gemma's zero, which its 1 + w makes one); drawn in module order.
-  for (auto& [name, m] : named_modules()) {
-    if (auto* lin = dynamic_cast<Linear*>(m)) {
-      if (s.tie_word_embeddings && lin == lm_head.get()) init::reserve_draw(lin->weight, gen);  // tied below
-      else init::normal_(lin->weight, 0.0, s.initializer_range, gen);
-      if (lin->bias.defined()) init::zeros_(lin->bias);
-    } else if (auto* emb = dynamic_cast<Embedding*>(m)) {
-      init::normal_(emb->weight, 0.0, s.initializer_range, gen);
-    }
-  }
-  if (s.tie_word_embeddings) lm_head->weight = model->embed_tokens->weight;
+  // The norms stay as they start (one; Gemma's zero, which its 1 + w makes one).
+  init_weights(s.initializer_range, s.tie_word_embeddings, gen);
 }
 
 Tensor DecoderForCausalLM::logits(const Tensor& hidden) {
@@ -215,6 +205,26 @@ const Architecture& DecoderForCausalLM::architecture() const {
   const Architecture* a = find_architecture(name);
   TG_CHECK(a, type_name().c_str(), "config.architecture \"", name, "\" is not registered (", architecture_names(), ")");
   return *a;
+}
+
+json::Value DecoderForCausalLM::sized_config_json() const {
+  const DecoderSpec& s = model->spec;
+  const Architecture& arch = architecture();
+  return json::Value::object()
+      .set("architectures", json::Value::array({arch.name}))
+      .set("model_type", arch.model_type)
+      .set("vocab_size", s.vocab_size)
+      .set("hidden_size", s.hidden_size)
+      .set("intermediate_size", s.intermediate_size)
+      .set("num_hidden_layers", s.num_hidden_layers)
+      .set("num_attention_heads", s.num_attention_heads)
+      .set("num_key_value_heads", s.attention.num_kv_heads)
+      .set("head_dim", s.attention.head_dim)
+      .set("max_position_embeddings", s.max_position_embeddings)
+      .set("initializer_range", s.initializer_range)
+      .set("rms_norm_eps", s.rms_norm_eps)
+      .set("tie_word_embeddings", s.tie_word_embeddings)
+      .set("attention_dropout", 0.0);
 }
 
 }  // namespace tg::nn

@@ -17,7 +17,9 @@
 #include <utility>
 #include <vector>
 
+#include "core/error.h"
 #include "core/generator.h"
+#include "io/json.h"
 #include "nn/attention.h"
 #include "nn/causal_lm.h"
 #include "nn/embedding.h"
@@ -53,6 +55,16 @@ struct DecoderSpec {
 
   bool is_sliding(int64_t layer) const;
 };
+
+// tg::Error naming `who` and the field unless the sizes the families' configs name alike are positive.
+template <class Config>
+void check_sizes(const Config& c, const char* who) {
+  const std::pair<int64_t, const char*> sizes[] = {
+      {c.vocab_size, "vocab_size"}, {c.hidden_size, "hidden_size"}, {c.intermediate_size, "intermediate_size"},
+      {c.num_hidden_layers, "num_hidden_layers"}, {c.num_attention_heads, "num_attention_heads"},
+      {c.max_position_embeddings, "max_position_embeddings"}};
+  for (const auto& [v, name] : sizes) TG_CHECK(v > 0, who, name, " must be positive, got ", v);
+}
 
 // A spec with the fields the families' configs name alike (transformers' names); the family sets
 // the rest.
@@ -142,6 +154,11 @@ class DecoderForCausalLM : public CausalLM {
   const Architecture& architecture() const override;
 
   std::shared_ptr<DecoderModel> model;
+
+ protected:
+  // config.json's fields every family of the stack writes alike: architectures, model_type, the
+  // sizes, rms_norm_eps, initializer_range, tie_word_embeddings, attention_dropout 0.
+  json::Value sized_config_json() const;
 };
 
 }  // namespace tg::nn

@@ -9,17 +9,9 @@ bool GemmaConfig::is_sliding(int64_t layer) const {
 }
 
 void GemmaConfig::validate() const {
-  auto positive = [](int64_t v, const char* name) {
-    TG_CHECK(v > 0, "GemmaConfig", name, " must be positive, got ", v);
-  };
-  positive(vocab_size, "vocab_size");
-  positive(hidden_size, "hidden_size");
-  positive(intermediate_size, "intermediate_size");
-  positive(num_hidden_layers, "num_hidden_layers");
-  positive(num_attention_heads, "num_attention_heads");
-  positive(num_key_value_heads, "num_key_value_heads");
-  positive(head_dim, "head_dim");
-  positive(max_position_embeddings, "max_position_embeddings");
+  check_sizes(*this, "GemmaConfig");
+  TG_CHECK(num_key_value_heads > 0, "GemmaConfig", "num_key_value_heads must be positive, got ", num_key_value_heads);
+  TG_CHECK(head_dim > 0, "GemmaConfig", "head_dim must be positive, got ", head_dim);
   TG_CHECK(num_attention_heads % num_key_value_heads == 0, "GemmaConfig", "num_key_value_heads ",
            num_key_value_heads, " must divide num_attention_heads ", num_attention_heads);
   TG_CHECK(head_dim % 2 == 0, "GemmaConfig", "head_dim ", head_dim, " must be even for rotary embedding");

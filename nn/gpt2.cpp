@@ -120,19 +120,12 @@ GPT2LMHeadModel::GPT2LMHeadModel(const GPT2Config& c, Generator& gen) : CausalLM
   register_module("transformer", transformer);
   register_module("lm_head", lm_head);
   // transformers' GPT2 init: weights ~ N(0, 0.02), biases 0, LayerNorm (1, 0), and the residual
-  // projections (c_proj) ~ N(0, 0.02 / sqrt(2 n_layer)).
+  // projections (c_proj) ~ N(0, 0.02 / sqrt(2 n_layer)); lm_head is wte (one tensor, two names).
   const double proj_std = c.initializer_range / std::sqrt(2.0 * static_cast<double>(c.n_layer));
-  for (auto& [name, m] : named_modules()) {
-    if (auto* lin = dynamic_cast<Linear*>(m)) {
-      const bool residual = name.size() >= 6 && name.compare(name.size() - 6, 6, "c_proj") == 0;
-      if (lin == lm_head.get()) init::reserve_draw(lin->weight, gen);  // tied below
-      else init::normal_(lin->weight, 0.0, residual ? proj_std : c.initializer_range, gen);
-      if (lin->bias.defined()) init::zeros_(lin->bias);
-    } else if (auto* emb = dynamic_cast<Embedding*>(m)) {
-      init::normal_(emb->weight, 0.0, c.initializer_range, gen);
-    }
-  }
-  lm_head->weight = transformer->wte->weight;  // tied: one tensor under two names
+  init_weights(c.initializer_range, /*tie_head=*/true, gen, [&](const std::string& name) {
+    const bool residual = name.size() >= 6 && name.compare(name.size() - 6, 6, "c_proj") == 0;
+    return residual ? proj_std : c.initializer_range;
+  });
 }
 
 ModelDims GPT2LMHeadModel::dims() const {

@@ -3,15 +3,7 @@
 namespace tg::nn {
 
 void LlamaConfig::validate() const {
-  auto positive = [](int64_t v, const char* name) {
-    TG_CHECK(v > 0, "LlamaConfig", name, " must be positive, got ", v);
-  };
-  positive(vocab_size, "vocab_size");
-  positive(hidden_size, "hidden_size");
-  positive(intermediate_size, "intermediate_size");
-  positive(num_hidden_layers, "num_hidden_layers");
-  positive(num_attention_heads, "num_attention_heads");
-  positive(max_position_embeddings, "max_position_embeddings");
+  check_sizes(*this, "LlamaConfig");
   TG_CHECK(attention_head_dim >= 0, "LlamaConfig", "head_dim must be >= 0, got ", attention_head_dim);
   TG_CHECK(attention_head_dim > 0 || hidden_size % num_attention_heads == 0, "LlamaConfig", "hidden_size ",
            hidden_size, " is not divisible by num_attention_heads ", num_attention_heads);

@@ -62,8 +62,9 @@ class ConfigFields;
 // silu, no attention dropout), with the family's defaults for vocab_size and rms_norm_eps
 // (nn/llama_config.cpp). tg::Error naming the field.
 LlamaConfig read_llama_fields(const ConfigFields& f, const std::string& architecture, int64_t vocab, double eps);
-// Those fields as config.json, for `arch` (its name and model_type), with the token ids as read.
-json::Value llama_fields_json(const LlamaConfig& c, const Architecture& arch);
+// Those fields as config.json: `sized` (DecoderForCausalLM::sized_config_json) with hidden_act,
+// RoPE and the token ids as read.
+json::Value llama_fields_json(const LlamaConfig& c, json::Value sized);
 
 // The decoder stack's LlamaConfig: Llama's pre-norm blocks with the config's options
 // (c.validate() first: tg::Error naming the bad field).
