@@ -65,6 +65,19 @@ bool DecoderSpec::is_sliding(int64_t layer) const {
   return sliding_layers.empty() || sliding_layers.at(static_cast<size_t>(layer));
 }
 
+void DecoderSpec::validate() const {
+  TG_CHECK(!architecture.empty() && !family.empty(), "DecoderSpec", "architecture and family must be named");
+  check_sizes(*this, "DecoderSpec");
+  const int64_t kv = attention.num_kv_heads, hd = attention.head_dim;
+  TG_CHECK(kv > 0 && num_attention_heads % kv == 0, "DecoderSpec", "attention.num_kv_heads ", kv,
+           " must divide num_attention_heads ", num_attention_heads);
+  TG_CHECK(hd > 0 && hd % 2 == 0, "DecoderSpec", "attention.head_dim must be positive and even (RoPE), got ", hd);
+  TG_CHECK(sliding_layers.empty() || static_cast<int64_t>(sliding_layers.size()) == num_hidden_layers, "DecoderSpec",
+           "sliding_layers has ", sliding_layers.size(), " entries for num_hidden_layers ", num_hidden_layers);
+  rope.scaling.validate(hd);
+  if (local_rope) local_rope->scaling.validate(hd);
+}
+
 DecoderLayer::DecoderLayer(const DecoderSpec& s, int64_t index, Generator& gen)
     : Module(s.family + "DecoderLayer"), sliding(s.is_sliding(index)) {
   auto rms_norm = [&] { return std::make_shared<RMSNorm>(s.hidden_size, s.rms_norm_eps, s.unit_offset_norms); };
@@ -107,6 +120,7 @@ std::pair<Tensor, Tensor> DecoderLayer::forward_unsummed(const Tensor& residual,
 }
 
 DecoderModel::DecoderModel(const DecoderSpec& s, Generator& gen) : Module(s.family + "Model"), spec(s) {
+  s.validate();
   embed_tokens = std::make_shared<Embedding>(s.vocab_size, s.hidden_size, gen);
   layers = std::make_shared<ModuleList<DecoderLayer>>();
   for (int64_t i = 0; i < s.num_hidden_layers; ++i) layers->push_back(std::make_shared<DecoderLayer>(s, i, gen));

@@ -54,6 +54,7 @@ struct DecoderSpec {
   double final_logit_softcapping = 0;  // > 0: logits tanh(l / cap) * cap
 
   bool is_sliding(int64_t layer) const;
+  void validate() const;  // tg::Error naming the bad field
 };
 
 // tg::Error naming `who` and the field unless the sizes the families' configs name alike are positive.
