@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/generator.h"
+#include "nn/decoder.h"
 #include "nn/gemma.h"
 #include "nn/gpt2.h"
 #include "nn/llama.h"
@@ -21,8 +22,8 @@ class CausalLM;
 class ConfigFields;
 
 // Each family's config struct (Mistral, the Qwen models and Phi-3 are LlamaConfig with their options,
-// Gemma 2 and 3 GemmaConfig).
-using PretrainedConfig = std::variant<LlamaConfig, GPT2Config, GemmaConfig>;
+// Gemma 2 and 3 GemmaConfig); a family of one's own on the decoder stack carries its DecoderSpec.
+using PretrainedConfig = std::variant<LlamaConfig, GPT2Config, GemmaConfig, DecoderSpec>;
 
 struct Architecture {
   std::string name;        // config.json's "architectures" entry, e.g. "Qwen2ForCausalLM"

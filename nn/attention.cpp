@@ -92,17 +92,13 @@ Tensor merge_heads(const Tensor& x) {
   return reshape(transpose(x, 1, 2), {x.shape()[0], x.shape()[2], x.shape()[1] * x.shape()[3]});
 }
 
-}  // namespace
-
-CausalSelfAttention::CausalSelfAttention(int64_t h, int64_t heads, int64_t kv_heads, bool bias, Generator& gen)
-    : CausalSelfAttention(h, heads, AttentionOptions{.num_kv_heads = kv_heads, .qkv_bias = bias, .o_bias = bias}, gen) {}
-
+// What CausalSelfAttention computes between its projections: q [B, T, num_heads * head_dim], k and
+// v [B, T, num_kv_heads * head_dim] (o.num_kv_heads and o.head_dim resolved), each head of q and k
+// through q_norm / k_norm where given, rotated by cos / sin -> [B, T, num_heads * head_dim].
 Tensor causal_attention(int64_t num_heads, const AttentionOptions& o, const Tensor& q, const Tensor& k,
                         const Tensor& v, const Tensor& cos, const Tensor& sin, const LayerCache* cache,
-                        const char* who, Module* q_norm, Module* k_norm, const Tensor& position_ids) {
-  TG_CHECK(num_heads > 0 && o.num_kv_heads > 0 && num_heads % o.num_kv_heads == 0 && o.head_dim > 0, who,
-           "causal_attention wants num_kv_heads dividing num_heads and a head_dim, got ", num_heads, ", ",
-           o.num_kv_heads, " and ", o.head_dim);
+                        Module* q_norm, Module* k_norm, const Tensor& position_ids) {
+  const char* who = "CausalSelfAttention";
   Tensor qh = split_heads(q, num_heads, o.head_dim, q_norm);
   Tensor kh = split_heads(k, o.num_kv_heads, o.head_dim, k_norm);
   Tensor vh = split_heads(v, o.num_kv_heads, o.head_dim);
@@ -141,6 +137,12 @@ Tensor causal_attention(int64_t num_heads, const AttentionOptions& o, const Tens
   return merge_heads(a);
 }
 
+}  // namespace
+
+CausalSelfAttention::CausalSelfAttention(int64_t h, int64_t heads, int64_t kv_heads, bool bias, Generator& gen)
+    : CausalSelfAttention(h, heads, AttentionOptions{.num_kv_heads = kv_heads, .qkv_bias = bias, .o_bias = bias}, gen) {}
+
+
 CausalSelfAttention::CausalSelfAttention(int64_t h, int64_t heads, const AttentionOptions& o, Generator& gen)
     : Module("CausalSelfAttention"),
       hidden(h),
@@ -158,14 +160,21 @@ CausalSelfAttention::CausalSelfAttention(int64_t h, int64_t heads, const Attenti
   head_dim = o.head_dim > 0 ? o.head_dim : h / heads;
   options_.num_kv_heads = num_kv_heads;
   options_.head_dim = head_dim;
-  q_proj = std::make_shared<Linear>(h, heads * head_dim, o.qkv_bias, gen);
-  k_proj = std::make_shared<Linear>(h, num_kv_heads * head_dim, o.qkv_bias, gen);
-  v_proj = std::make_shared<Linear>(h, num_kv_heads * head_dim, o.qkv_bias, gen);
-  o_proj = std::make_shared<Linear>(heads * head_dim, h, o.o_bias, gen);
-  register_module("q_proj", q_proj);
-  register_module("k_proj", k_proj);
-  register_module("v_proj", v_proj);
-  register_module("o_proj", o_proj);
+  if (o.fused_qkv) {
+    qkv_proj = std::make_shared<Linear>(h, (heads + 2 * num_kv_heads) * head_dim, o.qkv_bias, gen);
+    o_proj = std::make_shared<Linear>(heads * head_dim, h, o.o_bias, gen);
+    register_module("o_proj", o_proj);  // before qkv_proj, as transformers' Phi3Attention (the init's order)
+    register_module("qkv_proj", qkv_proj);
+  } else {
+    q_proj = std::make_shared<Linear>(h, heads * head_dim, o.qkv_bias, gen);
+    k_proj = std::make_shared<Linear>(h, num_kv_heads * head_dim, o.qkv_bias, gen);
+    v_proj = std::make_shared<Linear>(h, num_kv_heads * head_dim, o.qkv_bias, gen);
+    o_proj = std::make_shared<Linear>(heads * head_dim, h, o.o_bias, gen);
+    register_module("q_proj", q_proj);
+    register_module("k_proj", k_proj);
+    register_module("v_proj", v_proj);
+    register_module("o_proj", o_proj);
+  }
   if (o.qk_norm) {
     q_norm = std::make_shared<RMSNorm>(head_dim, o.qk_norm_eps, o.qk_norm_unit_offset);
     k_norm = std::make_shared<RMSNorm>(head_dim, o.qk_norm_eps, o.qk_norm_unit_offset);
@@ -177,9 +186,11 @@ CausalSelfAttention::CausalSelfAttention(int64_t h, int64_t heads, const Attenti
 Tensor CausalSelfAttention::forward(const Tensor& x, const Tensor& cos, const Tensor& sin, const LayerCache* cache,
                                    const Tensor& position_ids) {
   check_input("CausalSelfAttention", x, hidden);
-  const std::vector<Tensor> qkv = forward_group({q_proj, k_proj, v_proj}, x);  // one op for the three
+  const int64_t q = num_heads * head_dim, kv = num_kv_heads * head_dim;
+  const std::vector<Tensor> qkv = qkv_proj ? split(qkv_proj->forward(x), {q, kv, kv}, -1)
+                                           : forward_group({q_proj, k_proj, v_proj}, x);  // one op for the three
   return o_proj->forward(causal_attention(num_heads, options_, qkv[0], qkv[1], qkv[2], cos, sin, cache,
-                                          "CausalSelfAttention", q_norm.get(), k_norm.get(), position_ids));
+                                          q_norm.get(), k_norm.get(), position_ids));
 }
 
 std::string CausalSelfAttention::extra_repr() const {

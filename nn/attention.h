@@ -27,20 +27,12 @@ struct AttentionOptions {
   // the attention kernels have no soft-capping, so these layers compose it from matmul, tanh and softmax.
   double softcap = 0;
   bool qk_norm_unit_offset = false;  // q_norm / k_norm are Gemma's (1 + w) RMSNorm (nn/norm.h)
+  bool fused_qkv = false;  // Phi-3: one qkv_proj, q rows then k rows then v rows
 };
 
-// What CausalSelfAttention computes between its projections, for layers whose projections differ
-// (Phi-3's fused qkv_proj): q [B, T, num_heads * head_dim], k and v [B, T, num_kv_heads * head_dim]
-// (o.num_kv_heads and o.head_dim given), each head of q and k through q_norm / k_norm where given,
-// rotated by cos / sin (CausalSelfAttention::forward's) -> [B, T, num_heads * head_dim], o_proj's
-// input. `who` names the layer in errors. position_ids: as CausalSelfAttention::forward's.
-Tensor causal_attention(int64_t num_heads, const AttentionOptions& o, const Tensor& q, const Tensor& k,
-                        const Tensor& v, const Tensor& cos, const Tensor& sin, const LayerCache* cache,
-                        const char* who, Module* q_norm = nullptr, Module* k_norm = nullptr,
-                        const Tensor& position_ids = Tensor());
-
-// Llama attention: q/k/v/o projections, rotary embedding on q and k, grouped-query heads
-// (num_kv_heads divides num_heads; each kv head serves num_heads / num_kv_heads query heads).
+// Llama attention: q/k/v/o projections (or one qkv_proj: Phi-3), rotary embedding on q and k,
+// grouped-query heads (num_kv_heads divides num_heads; each kv head serves num_heads / num_kv_heads
+// query heads).
 class CausalSelfAttention : public Module {
  public:
   CausalSelfAttention(int64_t hidden, int64_t num_heads, int64_t num_kv_heads = 0 /* = num_heads */,
@@ -57,7 +49,9 @@ class CausalSelfAttention : public Module {
   Tensor forward(const Tensor& x) override { return forward(x, Tensor(), Tensor()); }
 
   int64_t hidden, num_heads, num_kv_heads, head_dim, sliding_window;
-  std::shared_ptr<Linear> q_proj, k_proj, v_proj, o_proj;
+  std::shared_ptr<Linear> q_proj, k_proj, v_proj;  // unfused only
+  std::shared_ptr<Linear> qkv_proj;                 // fused_qkv only
+  std::shared_ptr<Linear> o_proj;
   std::shared_ptr<RMSNorm> q_norm, k_norm;  // qk_norm only
 
  protected:

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "nn/architecture.h"
+#include "nn/init.h"
 #include "nn/loss.h"
 #include "ops/cast.h"
 
@@ -19,6 +20,34 @@ Tensor CausalLM::loss(const Tensor& ids, const Tensor& labels, const Tensor& pos
   if (!lm_head->is_plain() || lm_head->bias.defined())
     return causal_lm_loss(logits(hidden_states(ids, position_ids)), labels);
   return causal_lm_loss_from_hidden(hidden_states(ids, position_ids), lm_head->weight, labels);
+}
+
+void CausalLM::init_weights(double std, bool tie_head, Generator& gen,
+                            const std::function<double(const std::string& name)>& linear_std) {
+  for (auto& [name, m] : named_modules()) {
+    if (auto* lin = dynamic_cast<Linear*>(m)) {
+      if (tie_head && lin == lm_head.get()) init::reserve_draw(lin->weight, gen);  // tied below
+      else init::normal_(lin->weight, 0.0, linear_std ? linear_std(name) : std, gen);
+      if (lin->bias.defined()) init::zeros_(lin->bias);
+    } else if (auto* emb = dynamic_cast<Embedding*>(m)) {
+      init::normal_(emb->weight, 0.0, std, gen);
+    }
+  }
+  if (tie_head) lm_head->weight = input_embeddings().weight;
+}
+
+void check_ids(const char* who, const Tensor& ids) {
+  TG_CHECK(ids.defined() && ids.dim() == 2 && is_integral(ids.dtype()) && ids.dtype() != kBool, who,
+           "ids must be [B, T] int32/int64, got ", ids.defined() ? shape_str(ids.shape()) : std::string("undefined"),
+           ids.defined() ? std::string(" ") + dtype_name(ids.dtype()) : std::string());
+}
+
+void check_ids(const char* who, const Tensor& ids, const KVCache& cache, int64_t num_layers) {
+  TG_CHECK(ids.defined() && ids.dim() == 2 && is_integral(ids.dtype()) && ids.dtype() != kBool &&
+               ids.shape()[0] == cache.batch() && cache.num_layers() == num_layers,
+           who, "a cached forward wants ids [", cache.batch(), ", T] int32/int64 for a KVCache of ",
+           cache.num_layers(), " layers (the model has ", num_layers, "), got ",
+           ids.defined() ? shape_str(ids.shape()) : std::string("undefined"));
 }
 
 void check_position_ids(const char* who, const Tensor& ids, const Tensor& position_ids, int64_t context) {

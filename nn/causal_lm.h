@@ -5,8 +5,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <string>
 
+#include "core/generator.h"
 #include "io/json.h"
 #include "nn/embedding.h"
 #include "nn/kv_cache.h"
@@ -55,7 +58,19 @@ class CausalLM : public Module {
   virtual json::Value config_json() const = 0;
 
   std::shared_ptr<Linear> lm_head;
+
+ protected:
+  // transformers' _init_weights, drawn from `gen` in module order: every Linear weight ~ N(0, std)
+  // (linear_std(its name) where given), biases zero, embeddings ~ N(0, std); with tie_head,
+  // lm_head only advances gen past its draw and then shares input_embeddings()' weight.
+  void init_weights(double std, bool tie_head, Generator& gen,
+                    const std::function<double(const std::string& name)>& linear_std = nullptr);
 };
+
+// What a family's forward checks of ids (`who` names it in errors): [B, T] int32 or int64; for a
+// cached forward also B = cache.batch() and a cache of num_layers layers.
+void check_ids(const char* who, const Tensor& ids);
+void check_ids(const char* who, const Tensor& ids, const KVCache& cache, int64_t num_layers);
 
 // What a family's forward checks of position_ids (`who` names it in errors): [B, T] as ids, int32
 // or int64, on ids' device, every position in [0, context) (read on the host for CPU tensors; on

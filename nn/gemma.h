@@ -18,11 +18,8 @@
 #include <vector>
 
 #include "core/generator.h"
-#include "nn/attention.h"
-#include "nn/causal_lm.h"
-#include "nn/embedding.h"
-#include "nn/linear.h"
-#include "nn/norm.h"
+#include "io/json.h"
+#include "nn/decoder.h"
 #include "nn/rotary.h"
 
 namespace tg::nn {
@@ -57,70 +54,16 @@ struct GemmaConfig {
   void validate() const;  // tg::Error naming the bad field
 };
 
-// Gemma's MLP: down_proj(gelu_tanh(gate_proj(x)) * up_proj(x)).
-class GemmaMLP : public Module {
- public:
-  GemmaMLP(int64_t hidden, int64_t intermediate, Generator& gen = default_generator());
-  Tensor forward(const Tensor& x) override;
+// The decoder stack's GemmaConfig (c.validate() first: tg::Error naming the bad field).
+DecoderSpec gemma_spec(const GemmaConfig& c);
 
-  std::shared_ptr<Linear> gate_proj, up_proj, down_proj;
-};
-
-// h = x + post_attention_layernorm(self_attn(input_layernorm(x)));
-// out = h + post_feedforward_layernorm(mlp(pre_feedforward_layernorm(h))).
-class GemmaDecoderLayer : public Module {
- public:
-  GemmaDecoderLayer(const GemmaConfig& c, int64_t index, Generator& gen = default_generator());
-  Tensor forward(const Tensor& x, const Tensor& cos, const Tensor& sin, const LayerCache* cache = nullptr,
-                 const Tensor& position_ids = Tensor());
-
-  bool sliding;
-  std::shared_ptr<RMSNorm> input_layernorm, post_attention_layernorm, pre_feedforward_layernorm,
-      post_feedforward_layernorm;
-  std::shared_ptr<CausalSelfAttention> self_attn;
-  std::shared_ptr<GemmaMLP> mlp;
-};
-
-// Embeddings (scaled), blocks and the final norm: ids [B, T] -> hidden states [B, T, hidden].
-class GemmaModel : public Module {
- public:
-  explicit GemmaModel(const GemmaConfig& c, Generator& gen = default_generator());
-  Tensor forward(const Tensor& ids) override { return forward(ids, Tensor()); }
-  // Packed rows: as LlamaModel's.
-  Tensor forward(const Tensor& ids, const Tensor& position_ids);
-  // Generation (nn/kv_cache.h), as LlamaModel's.
-  Tensor forward(const Tensor& ids, KVCache& cache);
-  bool supports_gradient_checkpointing() const override { return true; }
-
-  GemmaConfig config;
-  std::shared_ptr<Embedding> embed_tokens;
-  std::shared_ptr<ModuleList<GemmaDecoderLayer>> layers;
-  std::shared_ptr<RMSNorm> norm;
-  std::shared_ptr<RotaryEmbedding> rotary_emb, rotary_emb_local;  // full / sliding layers' (buffers only)
-
- private:
-  Tensor embed(const Tensor& ids) const;
-};
-
-class GemmaForCausalLM : public CausalLM {
+// forward(ids [B, T] int32/int64) -> logits [B, T, vocab] (soft-capped); loss: nn/causal_lm.h.
+class GemmaForCausalLM : public DecoderForCausalLM {
  public:
   explicit GemmaForCausalLM(const GemmaConfig& c, Generator& gen = default_generator());
-  Tensor hidden_states(const Tensor& ids) override { return model->forward(ids); }
-  Tensor hidden_states(const Tensor& ids, const Tensor& position_ids) override {
-    return model->forward(ids, position_ids);
-  }
-  Tensor hidden_states(const Tensor& ids, KVCache& cache) override { return model->forward(ids, cache); }
-  // The head, then final_logit_softcapping.
-  Tensor logits(const Tensor& hidden) override;
-  // With final soft-capping the loss takes the capped logits (no fused head + cross-entropy).
-  Tensor loss(const Tensor& ids, const Tensor& labels, const Tensor& position_ids = Tensor()) override;
-  Embedding& input_embeddings() override { return *model->embed_tokens; }
-  ModelDims dims() const override;
-  const Architecture& architecture() const override;
   json::Value config_json() const override;
 
   GemmaConfig config;
-  std::shared_ptr<GemmaModel> model;
 };
 
 }  // namespace tg::nn

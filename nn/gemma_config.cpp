@@ -112,23 +112,9 @@ json::Value GemmaForCausalLM::config_json() const {
   const Architecture& arch = architecture();
   Value types = Value::array();
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) types.push_back(c.is_sliding(i) ? "sliding_attention" : "full_attention");
-  Value v = Value::object()
-                .set("architectures", Value::array({arch.name}))
-                .set("model_type", arch.model_type)
-                .set("vocab_size", c.vocab_size)
-                .set("hidden_size", c.hidden_size)
-                .set("intermediate_size", c.intermediate_size)
-                .set("num_hidden_layers", c.num_hidden_layers)
-                .set("num_attention_heads", c.num_attention_heads)
-                .set("num_key_value_heads", c.num_key_value_heads)
-                .set("head_dim", c.head_dim)
+  Value v = sized_config_json()
                 .set("hidden_activation", "gelu_pytorch_tanh")
-                .set("max_position_embeddings", c.max_position_embeddings)
-                .set("initializer_range", c.initializer_range)
-                .set("rms_norm_eps", c.rms_norm_eps)
-                .set("tie_word_embeddings", c.tie_word_embeddings)
                 .set("attention_bias", c.attention_bias)
-                .set("attention_dropout", 0.0)
                 // an integer where it is one: transformers 5 validates the field as an int
                 .set("query_pre_attn_scalar", c.query_pre_attn_scalar == std::floor(c.query_pre_attn_scalar)
                                                   ? Value(static_cast<int64_t>(c.query_pre_attn_scalar))

@@ -74,8 +74,7 @@ GPT2Model::GPT2Model(const GPT2Config& c, Generator& gen) : Module("GPT2Model"),
 }
 
 Tensor GPT2Model::forward(const Tensor& ids, const Tensor& position_ids) {
-  TG_CHECK(ids.defined() && ids.dim() == 2 && is_integral(ids.dtype()) && ids.dtype() != kBool, "GPT2Model",
-           "ids must be [B, T] int32/int64");
+  check_ids("GPT2Model", ids);
   const int64_t T = ids.shape()[1];
   TG_CHECK(T <= config.n_positions, "GPT2Model", "sequence length ", T, " exceeds n_positions ", config.n_positions);
   if (position_ids.defined()) check_position_ids("GPT2Model", ids, position_ids, config.n_positions);
@@ -95,11 +94,7 @@ Tensor GPT2Model::positions(int64_t T, Device device) {
 }
 
 Tensor GPT2Model::forward(const Tensor& ids, KVCache& cache) {
-  TG_CHECK(ids.defined() && ids.dim() == 2 && is_integral(ids.dtype()) && ids.dtype() != kBool &&
-               ids.shape()[0] == cache.batch() && cache.num_layers() == static_cast<int64_t>(h->size()),
-           "GPT2Model", "a cached forward wants ids [", cache.batch(), ", T] int32/int64 for a KVCache of ",
-           cache.num_layers(), " layers (the model has ", h->size(), "), got ",
-           ids.defined() ? shape_str(ids.shape()) : std::string("undefined"));
+  check_ids("GPT2Model", ids, cache, static_cast<int64_t>(h->size()));
   const int64_t T = ids.shape()[1];
   const CacheStep step = cache.step(T, "GPT2Model");
   TG_CHECK(step.max_position < config.n_positions, "GPT2Model", "position ", step.max_position,
@@ -125,19 +120,12 @@ GPT2LMHeadModel::GPT2LMHeadModel(const GPT2Config& c, Generator& gen) : CausalLM
   register_module("transformer", transformer);
   register_module("lm_head", lm_head);
   // transformers' GPT2 init: weights ~ N(0, 0.02), biases 0, LayerNorm (1, 0), and the residual
-  // projections (c_proj) ~ N(0, 0.02 / sqrt(2 n_layer)).
+  // projections (c_proj) ~ N(0, 0.02 / sqrt(2 n_layer)); lm_head is wte (one tensor, two names).
   const double proj_std = c.initializer_range / std::sqrt(2.0 * static_cast<double>(c.n_layer));
-  for (auto& [name, m] : named_modules()) {
-    if (auto* lin = dynamic_cast<Linear*>(m)) {
-      const bool residual = name.size() >= 6 && name.compare(name.size() - 6, 6, "c_proj") == 0;
-      if (lin == lm_head.get()) init::reserve_draw(lin->weight, gen);  // tied below
-      else init::normal_(lin->weight, 0.0, residual ? proj_std : c.initializer_range, gen);
-      if (lin->bias.defined()) init::zeros_(lin->bias);
-    } else if (auto* emb = dynamic_cast<Embedding*>(m)) {
-      init::normal_(emb->weight, 0.0, c.initializer_range, gen);
-    }
-  }
-  lm_head->weight = transformer->wte->weight;  // tied: one tensor under two names
+  init_weights(c.initializer_range, /*tie_head=*/true, gen, [&](const std::string& name) {
+    const bool residual = name.size() >= 6 && name.compare(name.size() - 6, 6, "c_proj") == 0;
+    return residual ? proj_std : c.initializer_range;
+  });
 }
 
 ModelDims GPT2LMHeadModel::dims() const {

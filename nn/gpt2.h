@@ -60,7 +60,7 @@ class GPT2Model : public Module {
   Tensor forward(const Tensor& ids) override { return forward(ids, Tensor()); }  // [B, T] -> [B, T, n_embd]
   // Packed rows: position_ids [B, T] index wpe, and each token attends only to its document.
   Tensor forward(const Tensor& ids, const Tensor& position_ids);
-  // Generation: as LlamaModel's (positions continue the cache's sequences).
+  // Generation: as DecoderModel's (positions continue the cache's sequences).
   Tensor forward(const Tensor& ids, KVCache& cache);
   // With gradient_checkpointing_enable(), each block runs under tg::checkpoint while training.
   bool supports_gradient_checkpointing() const override { return true; }

@@ -55,9 +55,7 @@ json::Value GPT2LMHeadModel::config_json() const {
       .set("activation_function", "gelu_new")
       .set("layer_norm_epsilon", c.layer_norm_epsilon)
       .set("initializer_range", c.initializer_range)
-      .set("embd_pdrop", c.embd_pdrop)
-      .set("attn_pdrop", c.attn_pdrop)
-      .set("resid_pdrop", c.resid_pdrop)
+      .set("embd_pdrop", c.embd_pdrop).set("attn_pdrop", c.attn_pdrop).set("resid_pdrop", c.resid_pdrop)
       .set("scale_attn_weights", true)
       .set("tie_word_embeddings", true);
 }

@@ -1,6 +1,6 @@
 // nn::KVCache: the keys and values of every attention layer for generation, allocated once
 // (transformers' StaticCache): per layer [batch, kv_heads, max_length, head_dim], filled column by
-// column as the model's cached forward (LlamaModel / GPT2Model::forward(ids, cache)) runs.
+// column as the model's cached forward (DecoderModel / GPT2Model::forward(ids, cache)) runs.
 // Sequences of different lengths are left-padded: sequence b's first padding[b] columns hold no
 // token, no query attends to them, and b's positions (RoPE, GPT-2's wpe) count from its first
 // real token, as transformers' position_ids from an attention mask.

@@ -13,12 +13,8 @@
 #include <string>
 
 #include "core/generator.h"
-#include "nn/attention.h"
-#include "nn/causal_lm.h"
-#include "nn/embedding.h"
-#include "nn/linear.h"
-#include "nn/mlp.h"
-#include "nn/norm.h"
+#include "io/json.h"
+#include "nn/decoder.h"
 #include "nn/rotary.h"
 
 namespace tg::nn {
@@ -66,66 +62,21 @@ class ConfigFields;
 // silu, no attention dropout), with the family's defaults for vocab_size and rms_norm_eps
 // (nn/llama_config.cpp). tg::Error naming the field.
 LlamaConfig read_llama_fields(const ConfigFields& f, const std::string& architecture, int64_t vocab, double eps);
-// Those fields as config.json, for `arch` (its name and model_type), with the token ids as read.
-json::Value llama_fields_json(const LlamaConfig& c, const Architecture& arch);
+// Those fields as config.json: `sized` (DecoderForCausalLM::sized_config_json) with hidden_act,
+// RoPE and the token ids as read.
+json::Value llama_fields_json(const LlamaConfig& c, json::Value sized);
 
-// One pre-norm block: h = x + self_attn(input_layernorm(x));
-//                     out = h + mlp(post_attention_layernorm(h)).
-class LlamaDecoderLayer : public Module {
- public:
-  explicit LlamaDecoderLayer(const LlamaConfig& c, Generator& gen = default_generator());
-  // cache: generation (nn/kv_cache.h); cos, sin may be per sequence [B, 1, T, head_dim];
-  // position_ids: packed rows (CausalSelfAttention::forward).
-  Tensor forward(const Tensor& x, const Tensor& cos, const Tensor& sin, const LayerCache* cache = nullptr,
-                 const Tensor& position_ids = Tensor());
-  // The same layer on x = residual + delta (delta undefined: x = residual), its output h + m left
-  // as {h, m}: LlamaModel's next norm adds the two in its kernel (fused_add_rms_norm), so no
-  // residual add runs on its own.
-  std::pair<Tensor, Tensor> forward_unsummed(const Tensor& residual, const Tensor& delta, const Tensor& cos,
-                                             const Tensor& sin, const LayerCache* cache = nullptr,
-                                             const Tensor& position_ids = Tensor());
-
-  std::shared_ptr<RMSNorm> input_layernorm, post_attention_layernorm;
-  std::shared_ptr<CausalSelfAttention> self_attn;
-  std::shared_ptr<SwiGLUMLP> mlp;
-};
-
-// Embeddings, blocks and the final norm: ids [B, T] -> hidden states [B, T, hidden].
-class LlamaModel : public Module {
- public:
-  explicit LlamaModel(const LlamaConfig& c, Generator& gen = default_generator());
-  Tensor forward(const Tensor& ids) override { return forward(ids, Tensor()); }
-  // Packed rows: position_ids [B, T] (CausalLM::hidden_states; undefined: 0..T-1 in every row).
-  Tensor forward(const Tensor& ids, const Tensor& position_ids);
-  // Generation: ids [B, T] continue the sequences of `cache`, their keys and values join it
-  // (under NoGradGuard; nn/kv_cache.h); hidden states [B, T, hidden].
-  Tensor forward(const Tensor& ids, KVCache& cache);
-  // With gradient_checkpointing_enable(), each layer runs under tg::checkpoint while training.
-  bool supports_gradient_checkpointing() const override { return true; }
-
-  LlamaConfig config;
-  std::shared_ptr<Embedding> embed_tokens;
-  std::shared_ptr<ModuleList<LlamaDecoderLayer>> layers;
-  std::shared_ptr<RMSNorm> norm;
-  std::shared_ptr<RotaryEmbedding> rotary_emb;  // buffers only, not in the state dict
-};
+// The decoder stack's LlamaConfig: Llama's pre-norm blocks with the config's options
+// (c.validate() first: tg::Error naming the bad field).
+DecoderSpec llama_spec(const LlamaConfig& c);
 
 // forward(ids [B, T] int32/int64) -> logits [B, T, vocab]; loss(ids, labels): nn/causal_lm.h.
-class LlamaForCausalLM : public CausalLM {
+class LlamaForCausalLM : public DecoderForCausalLM {
  public:
   explicit LlamaForCausalLM(const LlamaConfig& c, Generator& gen = default_generator());
-  Tensor hidden_states(const Tensor& ids) override { return model->forward(ids); }
-  Tensor hidden_states(const Tensor& ids, const Tensor& position_ids) override {
-    return model->forward(ids, position_ids);
-  }
-  Tensor hidden_states(const Tensor& ids, KVCache& cache) override { return model->forward(ids, cache); }
-  Embedding& input_embeddings() override { return *model->embed_tokens; }
-  ModelDims dims() const override;
-  const Architecture& architecture() const override;
   json::Value config_json() const override;
 
   LlamaConfig config;
-  std::shared_ptr<LlamaModel> model;
 };
 
 }  // namespace tg::nn

@@ -102,28 +102,13 @@ const std::vector<std::string> kIgnored = {".rotary_emb.inv_freq"};
 
 }  // namespace
 
-json::Value llama_fields_json(const LlamaConfig& c, const Architecture& arch) {
+json::Value llama_fields_json(const LlamaConfig& c, json::Value v) {
   using json::Value;
-  Value v = Value::object()
-                .set("architectures", Value::array({arch.name}))
-                .set("model_type", arch.model_type)
-                .set("vocab_size", c.vocab_size)
-                .set("hidden_size", c.hidden_size)
-                .set("intermediate_size", c.intermediate_size)
-                .set("num_hidden_layers", c.num_hidden_layers)
-                .set("num_attention_heads", c.num_attention_heads)
-                .set("num_key_value_heads", c.kv_heads())
-                .set("head_dim", c.head_dim())
-                .set("hidden_act", "silu")
-                .set("max_position_embeddings", c.max_position_embeddings)
-                .set("initializer_range", c.initializer_range)
-                .set("rms_norm_eps", c.rms_norm_eps)
-                .set("tie_word_embeddings", c.tie_word_embeddings)
-                .set("attention_dropout", 0.0)
-                // Both spellings, so that transformers 4 and 5 read the same RoPE.
-                .set("rope_theta", c.rope_theta)
-                .set("rope_parameters", rope_json(c.rope_theta, c.rope_scaling))
-                .set("rope_scaling", c.rope_scaling.rope_type == "default" ? Value() : rope_json(c.rope_theta, c.rope_scaling));
+  v.set("hidden_act", "silu")
+      // Both spellings, so that transformers 4 and 5 read the same RoPE.
+      .set("rope_theta", c.rope_theta)
+      .set("rope_parameters", rope_json(c.rope_theta, c.rope_scaling))
+      .set("rope_scaling", c.rope_scaling.rope_type == "default" ? Value() : rope_json(c.rope_theta, c.rope_scaling));
   for (size_t i = 0; i < c.token_ids.size(); ++i) v.set(c.token_ids.keys()[i], c.token_ids.values()[i]);
   return v;
 }
@@ -132,7 +117,7 @@ json::Value LlamaForCausalLM::config_json() const {
   using json::Value;
   const LlamaConfig& c = config;
   const Architecture& arch = architecture();
-  Value v = llama_fields_json(c, arch);
+  Value v = llama_fields_json(c, sized_config_json());
   if (arch.model_type == "llama") v.set("attention_bias", c.attention_bias).set("mlp_bias", c.mlp_bias);
   if (arch.model_type == "mistral") v.set("sliding_window", c.sliding_window ? Value(c.sliding_window) : Value());
   if (arch.model_type == "qwen2" || arch.model_type == "qwen3")

@@ -10,13 +10,26 @@
 
 namespace tg::nn {
 
-// Llama's MLP: down_proj(silu(gate_proj(x)) * up_proj(x)).
-class SwiGLUMLP : public Module {
+// What the gated MLPs of the decoder families change.
+struct GatedMLPOptions {
+  enum class Activation { SiLU, GELUTanh };
+  Activation activation = Activation::SiLU;  // SwiGLU (Llama, Qwen, Phi-3) or GeGLU with tanh GELU (Gemma)
+  bool bias = false;        // on gate, up and down (Llama's mlp_bias)
+  bool fused = false;       // Phi-3: one gate_up_proj, gate rows then up rows
+};
+
+// down_proj(act(gate_proj(x)) * up_proj(x)) (transformers' LlamaMLP, GemmaMLP, Phi3MLP).
+class GatedMLP : public Module {
  public:
-  SwiGLUMLP(int64_t hidden, int64_t intermediate, bool bias = false, Generator& gen = default_generator());
+  GatedMLP(int64_t hidden, int64_t intermediate, const GatedMLPOptions& options = {},
+           Generator& gen = default_generator());
   Tensor forward(const Tensor& x) override;
 
-  std::shared_ptr<Linear> gate_proj, up_proj, down_proj;
+  int64_t intermediate;
+  GatedMLPOptions options;
+  std::shared_ptr<Linear> gate_proj, up_proj;  // unfused only
+  std::shared_ptr<Linear> gate_up_proj;        // fused only
+  std::shared_ptr<Linear> down_proj;
 };
 
 // GPT-2's MLP: dropout(c_proj(gelu_tanh(c_fc(x)))).

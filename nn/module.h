@@ -82,7 +82,7 @@ class Module {
 
   // ---- activation checkpointing (transformers' gradient_checkpointing_enable) ----
   // Sets the flag on this module and every descendant. A model whose layer loop honours it
-  // (LlamaModel, GPT2Model) then runs each layer under tg::checkpoint while training: the layer's
+  // (DecoderModel, GPT2Model) then runs each layer under tg::checkpoint while training: the layer's
   // activations are recomputed at backward instead of kept (less memory, one more forward of
   // each layer), the gradients bitwise as without. tg::Error when nothing in the subtree honours it.
   Module& gradient_checkpointing_enable();

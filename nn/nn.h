@@ -5,6 +5,7 @@
 #include "nn/attention.h"
 #include "nn/causal_lm.h"
 #include "nn/config_fields.h"
+#include "nn/decoder.h"
 #include "nn/dropout.h"
 #include "nn/embedding.h"
 #include "nn/gemma.h"

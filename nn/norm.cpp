@@ -10,24 +10,24 @@
 #include "ops/unary.h"
 
 namespace tg::nn {
-namespace {
 
-std::string norm_repr(int64_t dim, double eps) {
+Norm::Norm(const char* type_name, int64_t d, double e) : Module(type_name), dim(d), eps(e) {
+  TG_CHECK(d > 0, type_name, "dim must be positive, got ", d);
+  weight = empty({d}, init::parameter_options());
+  register_parameter("weight", weight);
+}
+
+std::string Norm::extra_repr() const {
   std::ostringstream os;
   os << "(" << dim << ",), eps=" << eps;
   return os.str();
 }
 
-}  // namespace
-
-RMSNorm::RMSNorm(int64_t d, double e, bool offset) : Module("RMSNorm"), dim(d), eps(e), unit_offset(offset) {
-  TG_CHECK(d > 0, "RMSNorm", "dim must be positive, got ", d);
-  weight = empty({d}, init::parameter_options());
+RMSNorm::RMSNorm(int64_t d, double e, bool offset) : Norm("RMSNorm", d, e), unit_offset(offset) {
   if (offset)
     init::zeros_(weight);
   else
     init::ones_(weight);
-  register_parameter("weight", weight);
 }
 
 Tensor RMSNorm::forward(const Tensor& x) {
@@ -37,26 +37,19 @@ Tensor RMSNorm::forward(const Tensor& x) {
   return tg::to(rms_norm(tg::to(x, wide), add(tg::to(weight, wide), 1.0), eps), x.dtype());
 }
 
-std::string RMSNorm::extra_repr() const { return norm_repr(dim, eps) + (unit_offset ? ", unit_offset=True" : ""); }
+std::string RMSNorm::extra_repr() const { return Norm::extra_repr() + (unit_offset ? ", unit_offset=True" : ""); }
 
-LayerNorm::LayerNorm(int64_t d, double e, bool with_bias) : Module("LayerNorm"), dim(d), eps(e) {
-  TG_CHECK(d > 0, "LayerNorm", "dim must be positive, got ", d);
-  weight = empty({d}, init::parameter_options());
+LayerNorm::LayerNorm(int64_t d, double e, bool with_bias) : Norm("LayerNorm", d, e) {
   init::ones_(weight);
   if (with_bias) {
     bias = empty({d}, init::parameter_options());
     init::zeros_(bias);
   }
-  register_parameter("weight", weight);
   register_parameter("bias", bias);
 }
 
 Tensor LayerNorm::forward(const Tensor& x) { return layer_norm(x, weight, bias, eps); }
 
-std::string LayerNorm::extra_repr() const { return norm_repr(dim, eps); }
-
-bool is_norm(const Module& m) {
-  return dynamic_cast<const RMSNorm*>(&m) != nullptr || dynamic_cast<const LayerNorm*>(&m) != nullptr;
-}
+bool is_norm(const Module& m) { return dynamic_cast<const Norm*>(&m) != nullptr; }
 
 }  // namespace tg::nn

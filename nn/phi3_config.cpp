@@ -39,7 +39,7 @@ json::Value Phi3ForCausalLM::config_json() const {
   using json::Value;
   const LlamaConfig& c = config;
   const RopeScaling& s = c.rope_scaling;
-  return llama_fields_json(c, architecture())
+  return llama_fields_json(c, sized_config_json())
       .set("original_max_position_embeddings",
            uses_original_context(s) ? s.original_max_position_embeddings : c.max_position_embeddings)
       .set("embd_pdrop", 0.0)

@@ -878,32 +878,5 @@ TEST(HfFixtures, SlidingWindowAttendsInsideTheWindow) {
                    "within sliding_window 8", "spans 11 positions", "dynamic cache");
 }
 
-// Issue 35: a family of the user's is one registration (transformers' AutoModelForCausalLM.register).
-TEST(HfFixtures, AUserFamilyIsOneRegistration) {
-  static const nn::Architecture toy{
-      "ToyForCausalLM", "toy", "model.", "model.embed_tokens.weight", {}, {"q_proj"}, {},
-      [](const nn::ConfigFields& f) -> nn::PretrainedConfig {
-        LlamaConfig c = llama_config();
-        c.architecture = "ToyForCausalLM";
-        c.num_hidden_layers = f.integer("num_hidden_layers", 2);
-        return c;
-      },
-      [](const nn::PretrainedConfig& c, Generator& g) -> std::shared_ptr<nn::CausalLM> {
-        return std::make_shared<LlamaForCausalLM>(std::get<LlamaConfig>(c), g);
-      }};
-  if (!nn::find_architecture("ToyForCausalLM")) nn::register_architecture(toy);
-  EXPECT_ERROR_HAS(nn::register_architecture(toy), "is taken by ToyForCausalLM");
-  LlamaConfig c = llama_config();
-  c.architecture = "ToyForCausalLM";
-  Generator gen(3);
-  LlamaForCausalLM model(c, gen);
-  TempDir dir;
-  nn::save_pretrained(model, dir / "toy");
-  EXPECT_EQ(read_json(dir / "toy/config.json").at("model_type").as_string(), "toy");
-  auto back = nn::from_pretrained(dir / "toy");
-  EXPECT_EQ(back->architecture().name, "ToyForCausalLM");
-  EXPECT_TENSOR_EQ(back->forward(ids()), model.forward(ids()));
-}
-
 }  // namespace
 }  // namespace tg::test

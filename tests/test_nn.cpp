@@ -215,7 +215,7 @@ TEST_F(NnTest, GradcheckLinearEmbeddingNorms) {
 }
 
 TEST_F(NnTest, GradcheckMlpsAttentionAndBlocks) {
-  nn::SwiGLUMLP swiglu(6, 10, false, gen);
+  nn::GatedMLP swiglu(6, 10, {}, gen);
   swiglu.to(kFloat64);
   Tensor x = randn({2, 3, 6}, gen, {kFloat64, Device::cpu(), true});
   EXPECT_GRADCHECK([&] { return swiglu.forward(x); }, {x, swiglu.gate_proj->weight, swiglu.up_proj->weight,
@@ -404,11 +404,13 @@ TEST_F(NnTest, LlamaSmallAndBenchCounts) {
   EXPECT_EQ(m.num_parameters(), gqa.num_parameters());
 }
 
-// The decoder layer (which fuses the residual add into the second norm) computes the spec's
-// formula: h = x + attn(input_layernorm(x)); out = h + mlp(post_attention_layernorm(h)).
-TEST_F(NnTest, LlamaDecoderLayerIsThePreNormFormula) {
+// The decoder layer (which fuses the residual adds into the norms) computes the spec's formula:
+// h = x + attn(input_layernorm(x)); out = h + mlp(post_attention_layernorm(h)); with Gemma's
+// sandwich norms h = x + post_attention_layernorm(attn(input_layernorm(x)));
+// out = h + post_feedforward_layernorm(mlp(pre_feedforward_layernorm(h))).
+TEST_F(NnTest, DecoderLayerIsThePreNormFormula) {
   LlamaConfig c = micro_llama();
-  nn::LlamaDecoderLayer layer(c, gen);
+  nn::DecoderLayer layer(nn::llama_spec(c), 0, gen);
   nn::init::normal_(layer.input_layernorm->weight, 1.0, 0.3, gen);
   nn::init::normal_(layer.post_attention_layernorm->weight, 1.0, 0.3, gen);
   nn::RotaryEmbedding rope(c.head_dim(), 8);
@@ -417,6 +419,20 @@ TEST_F(NnTest, LlamaDecoderLayerIsThePreNormFormula) {
   Tensor h = add(x, layer.self_attn->forward(layer.input_layernorm->forward(x), cos, sin));
   Tensor want = add(h, layer.mlp->forward(layer.post_attention_layernorm->forward(h)));
   EXPECT_TENSOR_NEAR(layer.forward(x, cos, sin), want, 1e-5, 1e-6);
+
+  nn::GemmaConfig g;
+  g.hidden_size = 8, g.intermediate_size = 12, g.num_attention_heads = 2, g.num_key_value_heads = 1, g.head_dim = 4;
+  nn::DecoderLayer sandwich(nn::gemma_spec(g), 1, gen);  // layer 1: global attention
+  for (auto* n : {&sandwich.input_layernorm, &sandwich.post_attention_layernorm, &sandwich.pre_feedforward_layernorm,
+                  &sandwich.post_feedforward_layernorm})
+    nn::init::normal_((*n)->weight, 0.0, 0.3, gen);
+  nn::RotaryEmbedding grope(4, 8);
+  std::tie(cos, sin) = grope.cos_sin(5);
+  h = add(x, sandwich.post_attention_layernorm->forward(
+                 sandwich.self_attn->forward(sandwich.input_layernorm->forward(x), cos, sin)));
+  want = add(h, sandwich.post_feedforward_layernorm->forward(
+                    sandwich.mlp->forward(sandwich.pre_feedforward_layernorm->forward(h))));
+  EXPECT_TENSOR_NEAR(sandwich.forward(x, cos, sin), want, 1e-5, 1e-6);
 }
 
 TEST_F(NnTest, LlamaForwardIsCausal) {
