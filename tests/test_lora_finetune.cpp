@@ -20,6 +20,7 @@
 #include "nn/generation.h"
 #include "nn/gemma.h"
 #include "nn/llama.h"
+#include "nn/phi3.h"
 #include "nn/pretrained.h"
 #include "peft/lora.h"
 #include "tests/test_support.h"
@@ -263,9 +264,10 @@ TEST_P(LoraFinetuneHf, LoadIn4bitTrainsOnAFourBitBaseAndMergesDense) {
 
 INSTANTIATE_TEST_SUITE_P(Folders, LoraFinetuneHf, ::testing::Values("tiny_llama", "tiny_gpt2"));
 
-// Issue 34 end to end with real tokenizers: random tiny Llama 3, Qwen3 and Gemma 3 shaped models
-// with the vocabularies of tests/fixtures/tokenizers' llama3, qwen2 and spm_metaspace (Gemma's
-// sentencepiece layout) tokenizer.json files, saved by save_pretrained with those files; then
+// Issue 34 end to end with real tokenizers: random tiny models of every decoder family (Llama 3,
+// Mistral, Qwen2, Qwen3, Gemma 2, Gemma 3, Phi-3) with the vocabularies of
+// tests/fixtures/tokenizers' llama3, qwen2 and spm_metaspace (sentencepiece's layout: Gemma's,
+// Mistral's and Phi-3's) tokenizer.json files, saved by save_pretrained with those files; then
 // examples/lora_finetune --base trains an adapter on each and examples/generate continues a prompt
 // with it into text the tokenizer decodes.
 TEST(LoraFinetune, RealTokenizerFamiliesTrainSaveAndGenerate) {
@@ -283,9 +285,11 @@ TEST(LoraFinetune, RealTokenizerFamiliesTrainSaveAndGenerate) {
     c.initializer_range = 0.2;  // activations large enough that attention's adapters move the loss
     return c;
   };
-  for (const std::string family : {"llama3", "qwen3", "gemma3"}) {
+  for (const std::string family : {"llama3", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"}) {
     SCOPED_TRACE(family);
-    const std::string tokenizer = family == "llama3" ? "llama3" : family == "qwen3" ? "qwen2" : "spm_metaspace";
+    const std::string tokenizer = family == "llama3"                       ? "llama3"
+                                  : family == "qwen2" || family == "qwen3" ? "qwen2"
+                                                                           : "spm_metaspace";
     const fs::path tok_dir = fixtures() / tokenizer;
     const auto tok = tg::data::Tokenizer::from_pretrained(tok_dir.string());
     tg::Generator gen(1);
@@ -295,19 +299,33 @@ TEST(LoraFinetune, RealTokenizerFamiliesTrainSaveAndGenerate) {
       c.rope_theta = 500000.0;
       c.rope_scaling = {.rope_type = "llama3", .factor = 32.0, .original_max_position_embeddings = 64};
       model = std::make_shared<tg::nn::LlamaForCausalLM>(c, gen);
+    } else if (family == "mistral") {
+      tg::nn::LlamaConfig c = llama_like("MistralForCausalLM", tok.vocab_size());
+      c.tie_word_embeddings = false;
+      c.sliding_window = 16;  // shorter than the training sequences and the generation
+      model = std::make_shared<tg::nn::LlamaForCausalLM>(c, gen);
+    } else if (family == "qwen2") {
+      tg::nn::LlamaConfig c = llama_like("Qwen2ForCausalLM", tok.vocab_size());
+      c.qkv_bias = true;
+      c.rope_theta = 1e6;
+      model = std::make_shared<tg::nn::LlamaForCausalLM>(c, gen);
     } else if (family == "qwen3") {
       tg::nn::LlamaConfig c = llama_like("Qwen3ForCausalLM", tok.vocab_size());
       c.attention_head_dim = 16;
       c.qk_norm = true;
       c.rope_theta = 1e6;
       model = std::make_shared<tg::nn::LlamaForCausalLM>(c, gen);
+    } else if (family == "phi3") {
+      tg::nn::LlamaConfig c = llama_like("Phi3ForCausalLM", tok.vocab_size());
+      c.tie_word_embeddings = false;
+      model = std::make_shared<tg::nn::Phi3ForCausalLM>(c, gen);
     } else {
       tg::nn::GemmaConfig c;
-      c.architecture = "Gemma3ForCausalLM";
+      c.architecture = family == "gemma2" ? "Gemma2ForCausalLM" : "Gemma3ForCausalLM";
       c.vocab_size = tok.vocab_size();
       c.hidden_size = 32;
-      c.qk_norm = true;
-      c.attn_logit_softcapping = c.final_logit_softcapping = 0;
+      c.qk_norm = family == "gemma3";
+      if (family == "gemma3") c.attn_logit_softcapping = c.final_logit_softcapping = 0;  // Gemma 2 keeps its defaults
       c.sliding_window = 16;  // shorter than the training sequences and the generation
       c.layer_types = {"sliding_attention", "full_attention"};
       c.rope_theta = 1e6;
