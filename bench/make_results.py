@@ -241,7 +241,8 @@ def real_step_section(rows, census_texts=()):
             elif r["config"] == "llama3-8b" and r["mode"] == "lora" and ref:
                 misses = ", ".join(m for m, bad in (("under 1.25x compile's tok/s", ref["ms"] / r["ms"] < 1.25),
                                                     ("over 0.7x compile's peak", r["peak_mib"] > 0.7 * ref["peak_mib"])) if bad)
-        cells.append([r["config"], r["impl"], r["mode"], "yes" if r["ckpt"] else "no", "yes" if r["graph"] else "no",
+        mode = r["mode"] + (", atomic dq" if r.get("sdp_deterministic") is False else "")
+        cells.append([r["config"], r["impl"], mode, "yes" if r["ckpt"] else "no", "yes" if r["graph"] else "no",
                       f"{r['ms']:.1f}", f1(r.get("tflops")), f"{r['peak_mib']:.0f}",
                       ratio(ref["ms"] if ref else None, r["ms"]), ratio(r["peak_mib"], ref["peak_mib"] if ref else None),
                       misses])
@@ -606,9 +607,11 @@ Reproduce: `scripts/gpu/run_packing_bench.sh build-gpu`.
 
 
 def census_texts(results_dir):
-    """bench/ncu_census.py's tables saved as census-*.md beside the rows, in name order."""
+    """bench/ncu_census.py's and bench/timeline_census.py's tables saved as census-*.md and timeline-*.md
+    beside the rows, in name order."""
     texts = []
-    for path in sorted(glob.glob(os.path.join(results_dir, "census-*.md"))):
+    for path in sorted(glob.glob(os.path.join(results_dir, "census-*.md")) +
+                       glob.glob(os.path.join(results_dir, "timeline-*.md"))):
         with open(path) as f:
             texts.append(f.read())
     return texts

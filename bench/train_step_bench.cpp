@@ -18,6 +18,8 @@
 // On the GPU the timed steps run between cudaProfilerStart / Stop, so `ncu --profile-from-start
 // off` sees them alone (scripts/gpu/run_real_step.sh's census).
 // --cudnn-sdp false: attention on tapegrad's flash kernels instead of cuDNN's (tg::enable_cudnn_sdp).
+// --sdp-deterministic false: cuDNN's attention backward with atomic dq, as PyTorch's cuDNN backend
+// runs it (tg::set_cudnn_sdp_deterministic); rows say "sdp_deterministic": false.
 // --qlora: each LoRA row is followed by its QLoRA twin (issue 37): the same LoRA on a base whose
 // Linear layers (all but the head) are NF4 with double quantisation, bfloat16 compute
 // (nn::replace_with_4bit_linear, timed), with where the memory goes: the 4-bit state, the dense
@@ -145,12 +147,14 @@ int main(int argc, char** argv) {
       .add("gradient-checkpointing", "false", "recompute each decoder layer's activations at backward")
       .add("cuda-graph", "false", "time replays of the step captured as one CUDA graph (GPU)")
       .add("cudnn-sdp", "true", "attention through cuDNN where it takes the call (tg::enable_cudnn_sdp)")
+      .add("sdp-deterministic", "true", "cuDNN's attention backward without atomics (tg::set_cudnn_sdp_deterministic)")
       .add("json", "", "also write the rows to this file (bench/results/train_step.json's rows)")
       .add("real-json", "", "also write the rows to this file as issue 36's real-size rows");
   try {
     if (!flags.parse(argc, argv)) return std::cout << flags.usage(), 0;
     set_num_threads(static_cast<int>(flags.integer("threads")));
     enable_cudnn_sdp(flags.boolean("cudnn-sdp"));
+    set_cudnn_sdp_deterministic(flags.boolean("sdp-deterministic"));
     Device device = flags.str("device") == "cuda" ? Device::cuda() : Device::cpu();
     const DType dtype = examples::dtype_flag(flags);
     std::string name;
@@ -294,6 +298,7 @@ int main(int argc, char** argv) {
           .str("mode", mode)
           .boolean("graph", graphed)
           .boolean("ckpt", checkpointing)
+          .boolean("sdp_deterministic", flags.boolean("sdp-deterministic"))
           .str("dtype", flags.str("dtype"))
           .num("batch", static_cast<double>(B))
           .num("seq", static_cast<double>(T))

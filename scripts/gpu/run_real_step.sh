@@ -10,6 +10,10 @@
 # 5. ncu (--clock-control none) over $NCU_STEPS eager LoRA steps (the bench's timed steps only:
 #    --profile-from-start off) and bench/ncu_census.py's table of where the time goes, printed and
 #    saved as $OUT/census-<config>-lora.md (the raw report beside it).
+# 6. the same LoRA step traced in place (bench/cupti_timeline.cpp, eager and graphed) and
+#    bench/timeline_census.py's table of kernel time and idle time, saved as
+#    $OUT/timeline-<config>-lora[-graph].md;
+# 7. tapegrad's LoRA step with cuDNN's atomic-dq attention backward (as PyTorch runs it) beside the rows.
 # Each part prints its seconds. llama-1b fits 9 minutes on one H200 with the build present (about
 # 1 min ours, 4-5 torch, 1-2 ncu); run llama3-8b as its own call. Knobs: BUILD_DIR, STEPS (timed
 # steps, 10), TORCH_BUDGET_S (torch_toy_lora.py's --budget-s), NCU_STEPS, TG_REAL_TORCH=0 (ours only).
@@ -32,7 +36,7 @@ t0=$SECONDS
 
 part "build"
 [ -f "$build/build.ninja" ] || cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTG_CUDA=ON
-cmake --build "$build" -j"$(nproc)" --target train_step_bench
+cmake --build "$build" -j"$(nproc)" --target train_step_bench tg_timeline
 
 bench=("$build/bench/train_step_bench" --config "$config" --device cuda --dtype bf16 --modes "lora,full" --warmup 3
        --steps "$steps")
@@ -49,6 +53,10 @@ for ckpt in false true; do
     fi
   done
 done
+
+part "tapegrad $config LoRA, atomic-dq attention backward"
+rows="$tmp/tapegrad-atomic-dq.json"
+if "${bench[@]}" --modes lora --sdp-deterministic false --real-json "$rows"; then ours+=("$rows"); fi
 
 torch_args=()
 if [ "${TG_REAL_TORCH:-1}" != 0 ]; then
@@ -77,4 +85,13 @@ print(rows[0]["ms"] if rows else "")' "$rows_out")
 else
   echo "no ncu: census skipped"
 fi
+timeline="$build/bench/libtg_timeline.so"
+for graph in false true; do
+  part "timeline of 5 LoRA steps, CUDA graph $graph"
+  title="$config-lora$([ "$graph" = true ] && echo -graph)"
+  CUDA_INJECTION64_PATH="$timeline" TG_TIMELINE="$tmp/timeline.csv" "$build/bench/train_step_bench" \
+    --config "$config" --device cuda --dtype bf16 --modes lora --warmup 2 --steps 5 --cuda-graph "$graph" |
+    tail -n 1
+  OUT=$out python3 "$bench_dir/timeline_census.py" "$tmp/timeline.csv" --title "$title" || true
+done
 part "done"
