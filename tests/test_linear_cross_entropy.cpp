@@ -1,7 +1,12 @@
 // linear_cross_entropy against linear + cross_entropy (in chunks of any size, ignore_index,
 // frozen weight: no dW), the chunk sizes it chooses, the models' loss through it, and its
-// argument checks. GPU parity: the op harness (cases_nn_ops.cpp) and the bf16 case here.
+// argument checks. GPU parity: the op harness (cases_nn_ops.cpp), the bf16 cases here and the
+// CUDA kernel of the chunks (cross_entropy_with_grad: row-once and two-read) against the CPU's.
 #include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
 
 #include "core/autograd.h"
 #include "core/factory.h"
@@ -11,6 +16,7 @@
 #include "nn/loss.h"
 #include "ops/cast.h"
 #include "ops/cross_entropy.h"
+#include "ops/cross_entropy_kernels.h"
 #include "ops/linear.h"
 #include "ops/detail/linear_cross_entropy_chunks.h"
 #include "ops/linear_cross_entropy.h"
@@ -137,6 +143,81 @@ TEST(LinearCrossEntropy, Bf16OnTheGpuMatchesTheFloat32Logits) {
     }
   }
 }
+
+TEST(LinearCrossEntropy, Bf16AtLlama3VocabularyOnTheGpuTakesTheRowOnceKernel) {
+  TG_REQUIRE_CUDA();
+  Generator gen(6);
+  const int64_t N = 300, H = 64, V = 128256;  // chunks of 128 rows: 128, 128, 44
+  Tensor x = to(mul(randn({N, H}, gen), 0.3), kBFloat16, Device::cuda());
+  Tensor w = to(mul(randn({V, H}, gen), 0.3), kBFloat16, Device::cuda());
+  std::vector<int64_t> tv = randint(0, V, {N}, gen).to_vector<int64_t>();
+  tv[7] = tv[200] = -100;
+  tv[8] = 0, tv[9] = V - 1;
+  Tensor t = to(from_vector(tv, {N}), Device::cuda());
+  LossRun want = run([](const auto& x, const auto& w, const auto& t) { return reference(x, w, t); }, x, w, t, true);
+  KernelTrace trace;
+  LossRun got = run([](const auto& x, const auto& w, const auto& t) {
+    return detail::linear_cross_entropy_chunked(x, w, t, -100, Reduction::Mean, 128);
+  }, x, w, t, true);
+  EXPECT_TRUE(trace.contains("cross_entropy.grad_row_once"));  // an sm_90 build on an H100 / H200
+  EXPECT_TENSOR_NEAR(got.loss, want.loss, 1e-3, 1e-3);
+  EXPECT_TENSOR_NEAR(to(got.dx, kFloat32), to(want.dx, kFloat32), 2e-2, 1e-4);
+  EXPECT_TENSOR_NEAR(to(got.dw, kFloat32), to(want.dw, kFloat32), 2e-2, 1e-4);
+}
+
+#ifdef TG_WITH_CUDA
+// The chunks' kernel against the CPU's: loss and lse of every row and dlogits (in place), with an
+// ignored target, one out of range (nan loss, zero row, reported by a later call), the first and
+// the last class. Rows of >= 16384 classes in 16-byte packs take the row-once kernel (a cluster
+// of 1, 2, 4 or 8 CTAs a row, the last slice shorter where the packs do not split evenly); the
+// others the two-read kernel: too few classes, not a whole number of packs, over 8 slices.
+TEST(CrossEntropyWithGradCuda, RowOnceAndTwoReadKernelsMatchTheCpu) {
+  TG_REQUIRE_CUDA();
+  struct Case {
+    DType dtype;
+    int64_t classes;
+    bool row_once;
+    DType index = kInt64;
+  };
+  const Case cases[] = {
+      {kBFloat16, 128256, true},            // 4 CTAs a row
+      {kFloat32, 128256, true},             // 8
+      {kBFloat16, 32000, true, kInt32},     // 1
+      {kFloat32, 32000, true},              // 2
+      {kBFloat16, 40008, true},             // 2, the second slice a pack shorter
+      {kBFloat16, 50257, false},            // rows not in whole packs (GPT-2)
+      {kBFloat16, 8192, false},             // short rows
+      {kFloat32, 262144, false},            // more than 8 slices of 64 KB
+  };
+  Generator gen(7);
+  const int64_t N = 37;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string(c.dtype == kBFloat16 ? "bf16 " : "float32 ") + std::to_string(c.classes) + " classes");
+    const int64_t V = c.classes;
+    Tensor logits = to(add(mul(randn({N, V}, gen), 3.0), 1.0), c.dtype);
+    std::vector<int64_t> tv = randint(0, V, {N}, gen).to_vector<int64_t>();
+    tv[1] = -100, tv[2] = V + 5, tv[3] = 0, tv[4] = V - 1;
+    Tensor targets = to(from_vector(tv, {N}), c.index);
+    const TensorOptions acc{.dtype = kFloat32};
+    Tensor want_x = clone(logits), want_loss = Tensor::empty({N}, acc), want_lse = Tensor::empty({N}, acc);
+    cpu::cross_entropy_with_grad(want_loss, want_lse, want_x, targets, -100);
+    const TensorOptions dacc{.dtype = kFloat32, .device = Device::cuda()};
+    Tensor x = to(logits, Device::cuda()), loss = Tensor::empty({N}, dacc), lse = Tensor::empty({N}, dacc);
+    KernelTrace trace;
+    cuda::cross_entropy_with_grad(loss, lse, x, to(targets, Device::cuda()), -100);
+    EXPECT_EQ(trace.contains("cross_entropy.grad_row_once"), c.row_once);
+    EXPECT_EQ(trace.contains("cross_entropy.grad_two_reads"), !c.row_once);
+    EXPECT_TENSOR_NEAR(to(loss, Device::cpu()), want_loss, 1e-5, 1e-5);  // row 2: nan on both
+    EXPECT_TENSOR_NEAR(to(lse, Device::cpu()), want_lse, 1e-5, 1e-5);
+    const double rtol = c.dtype == kBFloat16 ? 1e-2 : 1e-4;  // bf16: one rounding apart at most
+    EXPECT_TENSOR_NEAR(to(to(x, Device::cpu()), kFloat32), to(want_x, kFloat32), rtol, 1e-7);
+    const std::string bad = "target " + std::to_string(V + 5), bound = std::to_string(V) + " classes";
+    EXPECT_ERROR_HAS(cross_entropy(to(slice(logits, 0, 0, 2), Device::cuda()),
+                                   to(from_vector<int64_t>({0, 1}), Device::cuda())),
+                     "cross_entropy", bad.c_str(), bound.c_str());  // reported by the next call
+  }
+}
+#endif
 
 }  // namespace
 }  // namespace tg
