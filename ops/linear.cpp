@@ -16,6 +16,10 @@ namespace tg {
 namespace {
 
 constexpr size_t kMaxParts = 8;  // of a linear_group
+// A group's base weights are concatenated for one GEMM up to this many bytes; above it each part's
+// GEMM writes its columns of y, as concatenating would read and write every weight each call for
+// no FLOP (llama3-8b's gate / up: 224 MiB a layer, 4.2 ms of a 245 ms step on an H200).
+constexpr int64_t kMaxCatBytes = int64_t{8} << 20;
 
 // The node's input names: x, then weight / bias (/ lora_A / lora_B) of each part: plain for linear
 // and lora_linear, numbered for linear_group.
@@ -211,14 +215,15 @@ std::vector<Tensor> forward(const char* op, const Tensor& x, const std::vector<L
     NoGradGuard no_grad;  // the internal views and copies: the op's node covers them
     const Tensor x2 = matrix::rows(x);
     y = Tensor::empty({x2.shape()[0], total}, x.options());
+    const bool split = specs.size() > 1 && total * x.shape().back() * specs[0].weight.element_size() > kMaxCatBytes;
     // Each part's columns start as its bias and / or its LoRA-B product (the thin GEMM first, the
-    // base GEMM accumulating onto it, as lora_linear); bias-free plain ones as zeros when the
-    // base GEMM accumulates.
+    // base GEMM accumulating onto it, as lora_linear); bias-free plain ones as zeros when one
+    // base GEMM over every part accumulates.
     const bool accumulate = any_bias || rank > 0;
     for (size_t i = 0; i < specs.size(); ++i) {
       Tensor yi = columns(y, parts[i].col, parts[i].out);
       if (specs[i].bias.defined()) copy_(yi, expand(specs[i].bias.detach(), yi.shape()));
-      else if (!specs[i].lora_A.defined() && accumulate) zero_(yi);
+      else if (!specs[i].lora_A.defined() && accumulate && !split) zero_(yi);
     }
     if (rank > 0) {
       // The adapters in x's dtype: every A then every B rounded into one buffer by one launch, so
@@ -246,10 +251,19 @@ std::vector<Tensor> forward(const char* op, const Tensor& x, const std::vector<L
           matrix::gemm(columns(y, parts[i].col, parts[i].out), columns(t, parts[i].lcol, parts[i].r),
                        transpose(b_rounded[i], 0, 1), parts[i].scaling, specs[i].bias.defined() ? 1.0 : 0.0);
     }
-    std::vector<Tensor> weights;
-    for (const LinearSpec& s : specs) weights.push_back(s.weight.detach());
-    const Tensor w_cat = weights.size() == 1 ? weights[0] : cat(weights, 0);  // [sum out, in]
-    matrix::gemm(y, x2, transpose(w_cat, 0, 1), 1.0, accumulate ? 1.0 : 0.0);
+    if (split) {
+      trace(op, "gemm_a_part");
+      for (size_t i = 0; i < specs.size(); ++i) {
+        const bool onto = specs[i].bias.defined() || specs[i].lora_A.defined();
+        matrix::gemm(columns(y, parts[i].col, parts[i].out), x2, transpose(specs[i].weight.detach(), 0, 1), 1.0,
+                     onto ? 1.0 : 0.0);
+      }
+    } else {
+      std::vector<Tensor> weights;
+      for (const LinearSpec& s : specs) weights.push_back(s.weight.detach());
+      const Tensor w_cat = weights.size() == 1 ? weights[0] : cat(weights, 0);  // [sum out, in]
+      matrix::gemm(y, x2, transpose(w_cat, 0, 1), 1.0, accumulate ? 1.0 : 0.0);
+    }
   }
 
   // The outputs: column blocks of y under x's leading dims.

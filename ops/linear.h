@@ -14,8 +14,10 @@
 // float32 from bf16 products accumulated and stored in float32. Forward computes the thin LoRA-B
 // product first and the base GEMM accumulates onto it (no separate add).
 //
-// linear_group: one GEMM for every base weight (W_i concatenated) and one for every LoRA-A product
-// (A_i concatenated), the outputs column blocks of one [..., sum out_i] buffer (views, as split);
+// linear_group: one GEMM for every base weight (W_i concatenated; above 8 MiB of weights one GEMM a
+// part instead, each writing its columns in place, as the copy would cost more than the launches)
+// and one for every LoRA-A product (A_i concatenated), the outputs column blocks of one
+// [..., sum out_i] buffer (views, as split);
 // dx accumulated by the GEMMs into one buffer (no adds), the LoRA-A gradients of every part from
 // one GEMM. The models' q / k / v and gate / up projections use it (nn::forward_group).
 #pragma once

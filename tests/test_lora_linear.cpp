@@ -4,6 +4,8 @@
 // uses it; and the float32-from-bfloat16 GEMM it relies on. GPU cases skip without a device.
 #include <gtest/gtest.h>
 
+#include <vector>
+
 #include "core/autograd.h"
 #include "core/factory.h"
 #include "core/trace.h"
@@ -12,6 +14,7 @@
 #include "ops/detail/dispatch.h"
 #include "ops/gemm_kernels.h"
 #include "ops/linear.h"
+#include "ops/reduce.h"
 #include "ops/matmul.h"
 #include "ops/shape.h"
 #include "ops/unary.h"
@@ -132,6 +135,55 @@ TEST(LoraLinear, LoraLinearLayersUseIt) {
   KernelTrace trace2;
   dropped.forward(x);
   EXPECT_FALSE(trace2.contains("lora_linear"));
+}
+
+// A group of large weights (over 8 MiB together) runs a base GEMM a part, each into its columns of
+// the output, instead of concatenating the weights: the same outputs and gradients as the layers
+// alone. Part 0 has LoRA, part 1 a bias, part 2 neither (its GEMM writes its columns unzeroed).
+void check_large_group(Device dev, DType dtype, double tol) {
+  SCOPED_TRACE(dev.str() + " " + dtype_name(dtype));
+  Generator gen(5);
+  const int64_t in = 1024;
+  auto draw = [&](const Shape& s, DType dt, double scale) { return to(mul(randn(s, gen), scale), dt, dev); };
+  Tensor x = draw({3, 5, in}, dtype, 1.0), w0 = draw({1100, in}, dtype, 0.03), w1 = draw({1200, in}, dtype, 0.03);
+  Tensor w2 = draw({300, in}, dtype, 0.03), b1 = draw({1200}, dtype, 0.5);
+  Tensor a = draw({4, in}, kFloat32, 0.03), b = draw({1100, 4}, kFloat32, 0.2);
+  if (dtype != kBFloat16) a = to(a, dtype), b = to(b, dtype);
+  ASSERT_GT((w0.numel() + w1.numel() + w2.numel()) * w0.element_size(), int64_t{8} << 20);
+  auto grads = [&](auto&& f) {  // outputs and the gradients of x, A, B and the bias against a fixed dy
+    Tensor lx = x.detach().requires_grad_(true), la = a.detach().requires_grad_(true),
+           lb = b.detach().requires_grad_(true), lb1 = b1.detach().requires_grad_(true);
+    std::vector<Tensor> ys = f(lx, la, lb, lb1);
+    Generator g(6);
+    Tensor loss;
+    for (const Tensor& y : ys) {
+      Tensor term = sum(mul(y, to(randn(y.shape(), g), dtype, dev)));
+      loss = loss.defined() ? add(loss, term) : term;
+    }
+    loss.backward();
+    std::vector<Tensor> out;
+    for (const Tensor& y : ys) out.push_back(y.detach());
+    for (const Tensor& t : {lx, la, lb, lb1}) out.push_back(t.grad());
+    return out;
+  };
+  KernelTrace trace;
+  std::vector<Tensor> got = grads([&](const Tensor& x, const Tensor& a, const Tensor& b, const Tensor& b1) {
+    return linear_group(x, {{w0, Tensor(), a, b, 2.0}, {w1, b1}, {w2}});
+  });
+  EXPECT_TRUE(trace.contains("linear_group.gemm_a_part")) << trace.str();
+  std::vector<Tensor> want = grads([&](const Tensor& x, const Tensor& a, const Tensor& b, const Tensor& b1) {
+    return std::vector<Tensor>{lora_linear(x, w0, Tensor(), a, b, 2.0), linear(x, w1, b1), linear(x, w2)};
+  });
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_TENSOR_NEAR(got[i], want[i], tol, tol) << "output / gradient " << i;
+}
+
+TEST(LinearGroup, LargeWeightsRunAGemmAPartAsTheLayersAloneOnTheCpu) { check_large_group(Device::cpu(), kFloat32, 1e-5); }
+
+TEST(LinearGroup, LargeWeightsRunAGemmAPartAsTheLayersAloneOnTheGpu) {
+  TG_REQUIRE_CUDA();
+  check_large_group(Device::cuda(), kFloat32, 1e-4);
+  check_large_group(Device::cuda(), kBFloat16, 2e-2);
 }
 
 TEST(Gemm, Float32FromBfloat16OperandsIsTheProductOfTheRoundedValues) {
