@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <tuple>
 #include <vector>
 
 #include "core/factory.h"
@@ -29,12 +30,16 @@ Tensor split_heads(const Tensor& x, int64_t heads, int64_t hd, Module* norm = nu
   return transpose(norm ? norm->forward(h) : h, 1, 2);
 }
 
-// Rotary embedding (shared [T, hd] or per-sequence [B, 1, T, hd] tables). Tables narrower than
-// the head rotate its first dims and pass the rest (Phi-3's partial_rotary_factor).
-Tensor rotate(const Tensor& x, const Tensor& cos, const Tensor& sin) {
-  const int64_t last = x.dim() - 1, hd = x.shape()[last], rd = cos.shape().back();
-  if (rd < hd) return cat({apply_rotary(slice(x, last, 0, rd), cos, sin), slice(x, last, rd, hd)}, last);
-  return apply_rotary(x, cos, sin);
+// Rotary embedding of q and k with the same tables (shared [T, hd] or per-sequence [B, 1, T, hd]),
+// one fused op for both. Tables narrower than the head rotate its first dims and pass the rest
+// (Phi-3's partial_rotary_factor).
+std::pair<Tensor, Tensor> rotate(const Tensor& q, const Tensor& k, const Tensor& cos, const Tensor& sin) {
+  const int64_t last = q.dim() - 1, hd = q.shape()[last], rd = cos.shape().back();
+  if (rd < hd) {
+    auto [qr, kr] = apply_rotary_pos_emb(slice(q, last, 0, rd), slice(k, last, 0, rd), cos, sin);
+    return {cat({qr, slice(q, last, rd, hd)}, last), cat({kr, slice(k, last, rd, hd)}, last)};
+  }
+  return apply_rotary_pos_emb(q, k, cos, sin);
 }
 
 // A cached step's mask under a sliding window: query column c sees key columns c - window < j <= c,
@@ -103,8 +108,7 @@ Tensor causal_attention(int64_t num_heads, const AttentionOptions& o, const Tens
   Tensor kh = split_heads(k, o.num_kv_heads, o.head_dim, k_norm);
   Tensor vh = split_heads(v, o.num_kv_heads, o.head_dim);
   if (cos.defined()) {
-    qh = rotate(qh, cos, sin);
-    kh = rotate(kh, cos, sin);
+    std::tie(qh, kh) = rotate(qh, kh, cos, sin);
   }
   const int64_t T = q.shape()[1];
   // Generation once the cache holds more columns than the window: the older keys masked.

@@ -36,6 +36,52 @@ struct ApplyRotaryFusedBackward final : Node {
   }
 };
 
+// apply_rotary_pos_emb's node: inputs q, k; outputs q_embed, k_embed. One backward launch computes
+// the masked gradients (dq, dk or both); an output no gradient reached gives zeros.
+struct ApplyRotaryPosEmbBackward final : Node {
+  const char* name() const override { return "apply_rotary_pos_emb"; }
+  Shape shape[2];  // q's and k's, for the zeros of an output no gradient reached
+  std::vector<Tensor> backward(const std::vector<Tensor>& g, const GradMask& mask) override {
+    const Tensor c = unpack(0), s = unpack(1);
+    Tensor src[2], dst[2];
+    for (int i = 0; i < 2; ++i) {
+      if (!mask[i]) continue;
+      if (!g[i].defined()) {
+        dst[i] = zeros(shape[i], c.options());
+        continue;
+      }
+      src[i] = unit_last(g[i]);
+      dst[i] = empty_like_layout(src[i]);
+      if (dst[i].numel() == 0) src[i] = Tensor();  // nothing to compute
+    }
+    if (src[0].defined() || src[1].defined()) {
+      KernelTrace::record(c.device().is_cuda() ? "apply_rotary_pos_emb.fused_cuda_backward"
+                                               : "apply_rotary_pos_emb.fused_cpu_backward");
+      TG_DISPATCH(c.device(), apply_rotary_pair_backward, src[0].defined() ? dst[0] : Tensor(),
+                  src[1].defined() ? dst[1] : Tensor(), src[0], src[1], c, s);
+    }
+    return {dst[0], dst[1]};
+  }
+};
+
+// apply_rotary's argument checks for x (named `name` in errors) and the tables.
+void check_rotary(const char* op, const char* name, const Tensor& x, const Tensor& cos, const Tensor& sin) {
+  check_floating(op, name, x);
+  check_floating(op, "cos", cos);
+  check_floating(op, "sin", sin);
+  check_same(op, {{name, x}, {"cos", cos}, {"sin", sin}}, false);
+  TG_CHECK(x.dim() >= 2, op, name, " must be [..., T, head_dim], got ", x.shape());
+  const int64_t T = x.shape()[x.dim() - 2], hd = x.shape().back();
+  const bool per_sequence = x.dim() == 4 && cos.dim() == 4;
+  const Shape table = per_sequence ? Shape({x.shape()[0], 1, T, hd}) : Shape({T, hd});
+  TG_CHECK(cos.shape() == table && sin.shape() == table, op, "cos and sin must be [", T, ", ", hd, "]",
+           x.dim() == 4 ? " or [" + std::to_string(x.shape()[0]) + ", 1, " + std::to_string(T) + ", " +
+                              std::to_string(hd) + "]"
+                        : std::string(),
+           " for ", name, " ", x.shape(), ", got cos ", cos.shape(), ", sin ", sin.shape());
+  TG_CHECK(hd % 2 == 0, op, "head_dim (the last dim of ", name, ") must be even, got shape ", x.shape());
+}
+
 // The fused kernels' dtypes (ops/apply_rotary_kernels.h).
 bool fused_applies(const Tensor& x) {
   if (x.device().is_cpu()) return x.dtype() == kFloat32 || x.dtype() == kFloat64;
@@ -53,20 +99,7 @@ Tensor rotate_half(const Tensor& x) {
 }
 
 Tensor apply_rotary(const Tensor& x, const Tensor& cos, const Tensor& sin) {
-  check_floating("apply_rotary", "x", x);
-  check_floating("apply_rotary", "cos", cos);
-  check_floating("apply_rotary", "sin", sin);
-  check_same("apply_rotary", {{"x", x}, {"cos", cos}, {"sin", sin}}, false);
-  TG_CHECK(x.dim() >= 2, "apply_rotary", "x must be [..., T, head_dim], got ", x.shape());
-  const int64_t T = x.shape()[x.dim() - 2], hd = x.shape().back();
-  const bool per_sequence = x.dim() == 4 && cos.dim() == 4;
-  const Shape table = per_sequence ? Shape({x.shape()[0], 1, T, hd}) : Shape({T, hd});
-  TG_CHECK(cos.shape() == table && sin.shape() == table, "apply_rotary", "cos and sin must be [", T, ", ", hd, "]",
-           x.dim() == 4 ? " or [" + std::to_string(x.shape()[0]) + ", 1, " + std::to_string(T) + ", " +
-                              std::to_string(hd) + "]"
-                        : std::string(),
-           " for x ", x.shape(), ", got cos ", cos.shape(), ", sin ", sin.shape());
-  TG_CHECK(hd % 2 == 0, "apply_rotary", "head_dim (the last dim of x) must be even, got shape ", x.shape());
+  check_rotary("apply_rotary", "x", x, cos, sin);
   if (fused_applies(x) && !cos.requires_grad() && !sin.requires_grad()) {
     KernelTrace::record(x.device().is_cuda() ? "apply_rotary.fused_cuda" : "apply_rotary.fused_cpu");
     Tensor xc = unit_last(x), c, s;
@@ -83,6 +116,32 @@ Tensor apply_rotary(const Tensor& x, const Tensor& cos, const Tensor& sin) {
   KernelTrace::record("apply_rotary.composite");
   Tensor c = to(cos, x.dtype()), s = to(sin, x.dtype());
   return add(mul(x, c), mul(rotate_half(x), s));
+}
+
+std::pair<Tensor, Tensor> apply_rotary_pos_emb(const Tensor& q, const Tensor& k, const Tensor& cos, const Tensor& sin) {
+  check_rotary("apply_rotary_pos_emb", "q", q, cos, sin);
+  check_rotary("apply_rotary_pos_emb", "k", k, cos, sin);
+  check_same("apply_rotary_pos_emb", {{"q", q}, {"k", k}});
+  if (!fused_applies(q) || cos.requires_grad() || sin.requires_grad()) {
+    KernelTrace::record("apply_rotary_pos_emb.unfused");
+    return {apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)};
+  }
+  KernelTrace::record(q.device().is_cuda() ? "apply_rotary_pos_emb.fused_cuda" : "apply_rotary_pos_emb.fused_cpu");
+  Tensor qc = unit_last(q), kc = unit_last(k), c, s;
+  {
+    NoGradGuard g;
+    c = contiguous(to(cos, q.dtype())), s = contiguous(to(sin, q.dtype()));
+  }
+  Tensor oq = empty_like_layout(qc), ok = empty_like_layout(kc);  // keep head-split views' layouts
+  const bool do_q = oq.numel() > 0, do_k = ok.numel() > 0;
+  if (do_q || do_k)
+    TG_DISPATCH(q.device(), apply_rotary_pair_forward, do_q ? oq : Tensor(), do_k ? ok : Tensor(),
+                do_q ? qc : Tensor(), do_k ? kc : Tensor(), c, s);
+  if (auto node = record<ApplyRotaryPosEmbBackward>({{"q", q}, {"k", k}}, {oq, ok})) {
+    node->saved = {SavedTensor(c, "cos"), SavedTensor(s, "sin")};
+    node->shape[0] = q.shape(), node->shape[1] = k.shape();
+  }
+  return {oq, ok};
 }
 
 std::vector<float> rotary_inv_freq(int64_t head_dim, double theta) {

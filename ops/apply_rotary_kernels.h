@@ -19,9 +19,21 @@ void apply_rotary_forward(const Tensor& out, const Tensor& x, const Tensor& cos,
 // Reads g once and writes dx once; x itself is not needed.
 void apply_rotary_backward(const Tensor& dx, const Tensor& g, const Tensor& cos, const Tensor& sin);
 
+// apply_rotary_pos_emb: the two above for q and k with the same tables (each [..., T, hd], any
+// leading dims; a per-sequence table's b is each tensor's first dim). Either tensor of a pair may
+// be undefined: that side is not computed. The CPU runs the single kernels in turn; CUDA one launch.
+void apply_rotary_pair_forward(const Tensor& out_q, const Tensor& out_k, const Tensor& q, const Tensor& k,
+                               const Tensor& cos, const Tensor& sin);
+void apply_rotary_pair_backward(const Tensor& dq, const Tensor& dk, const Tensor& gq, const Tensor& gk,
+                                const Tensor& cos, const Tensor& sin);
+
 }  // namespace cpu
 namespace cuda {
 void apply_rotary_forward(const Tensor& out, const Tensor& x, const Tensor& cos, const Tensor& sin);
 void apply_rotary_backward(const Tensor& dx, const Tensor& g, const Tensor& cos, const Tensor& sin);
+void apply_rotary_pair_forward(const Tensor& out_q, const Tensor& out_k, const Tensor& q, const Tensor& k,
+                               const Tensor& cos, const Tensor& sin);
+void apply_rotary_pair_backward(const Tensor& dq, const Tensor& dk, const Tensor& gq, const Tensor& gk,
+                                const Tensor& cos, const Tensor& sin);
 }  // namespace cuda
 }  // namespace tg

@@ -14,6 +14,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -22,6 +23,7 @@
 #include "core/factory.h"
 #include "core/trace.h"
 #include "nn/llama.h"
+#include "ops/apply_rotary.h"
 #include "ops/attention.h"
 #include "ops/cast.h"
 #include "ops/shape.h"
@@ -177,5 +179,62 @@ class CudnnSdpScope {
  private:
   bool was_;
 };
+
+// apply_rotary_pos_emb against two apply_rotary calls on the same inputs, bitwise, forward and
+// backward (outputs, their layouts, the gradients): q [B, H, T, hd] and k [B, Hkv, T, hd] as
+// head views of one [B, T, (H + 2 Hkv) hd] projection (as nn::forward_group gives them), shared
+// [T, hd] or per-sequence [B, 1, T, hd] tables; then with k frozen and with q frozen, only the
+// other's gradient, still bitwise. One forward and one backward event in `dev`'s trace.
+inline void expect_pos_emb_is_two_apply_rotary(Device dev, DType dt, int64_t B, int64_t T, int64_t H, int64_t Hkv,
+                                               int64_t hd, bool per_sequence, uint64_t seed) {
+  SCOPED_TRACE("B" + std::to_string(B) + " T" + std::to_string(T) + " H" + std::to_string(H) + " Hkv" +
+               std::to_string(Hkv) + " hd" + std::to_string(hd) + (per_sequence ? " per-sequence" : "") + " " +
+               dtype_name(dt) + " " + dev.str());
+  Generator gen(seed);
+  const int64_t W = (H + 2 * Hkv) * hd;
+  const Tensor proj = to(randn({B, T, W}, gen), dt, dev);
+  auto heads = [&](const Tensor& p, int64_t first, int64_t n) {
+    return transpose(reshape(slice(p, 2, first * hd, (first + n) * hd), {B, T, n, hd}), 1, 2);
+  };
+  Tensor cos, sin;
+  if (per_sequence) {
+    cos = to(randn({B, 1, T, hd}, gen), dev), sin = to(randn({B, 1, T, hd}, gen), dev);
+  } else {
+    std::tie(cos, sin) = rotary_cos_sin(T, hd, 10000.0, dev);
+  }
+  const Tensor gq = to(randn({B, H, T, hd}, gen), dt, dev), gk = to(randn({B, Hkv, T, hd}, gen), dt, dev);
+  const std::string fused = dev.is_cuda() ? "apply_rotary_pos_emb.fused_cuda" : "apply_rotary_pos_emb.fused_cpu";
+  EXPECT_EQ(heads(proj, H, Hkv).strides(), (Shape{T * W, hd, W, 1}));  // views of the projection, not copies
+
+  // both from one projection
+  Tensor pa = proj.detach().requires_grad_(true), pb = clone(proj).requires_grad_(true);
+  KernelTrace trace;
+  auto [qe, ke] = apply_rotary_pos_emb(heads(pa, 0, H), heads(pa, H, Hkv), cos, sin);
+  backward({qe, ke}, {gq, gk});
+  EXPECT_EQ(trace.count(fused), 1u);
+  EXPECT_EQ(trace.count(fused + "_backward"), 1u);
+  Tensor qr = apply_rotary(heads(pb, 0, H), cos, sin), kr = apply_rotary(heads(pb, H, Hkv), cos, sin);
+  backward({qr, kr}, {gq, gk});
+  EXPECT_EQ(qe.strides(), qr.strides());
+  EXPECT_EQ(ke.strides(), kr.strides());
+  EXPECT_TENSOR_EQ(contiguous(qe), contiguous(qr));
+  EXPECT_TENSOR_EQ(contiguous(ke), contiguous(kr));
+  EXPECT_TENSOR_EQ(pa.grad(), pb.grad());
+
+  // one of them frozen: the other's gradient alone
+  for (bool q_frozen : {false, true}) {
+    SCOPED_TRACE(q_frozen ? "q frozen" : "k frozen");
+    Tensor q = heads(proj.detach(), 0, H).requires_grad_(!q_frozen);
+    Tensor k = heads(proj.detach(), H, Hkv).requires_grad_(q_frozen);
+    auto [q2, k2] = apply_rotary_pos_emb(q, k, cos, sin);
+    backward({q2, k2}, {gq, gk});
+    EXPECT_EQ(q.grad().defined(), !q_frozen);
+    EXPECT_EQ(k.grad().defined(), q_frozen);
+    const Tensor got = q_frozen ? k.grad() : q.grad();
+    const int64_t first = q_frozen ? H : 0, n = q_frozen ? Hkv : H;
+    const Tensor want = reshape(contiguous(slice(pb.grad(), 2, first * hd, (first + n) * hd)), {B, T, n, hd});
+    if (got.defined()) EXPECT_TENSOR_EQ(contiguous(transpose(got, 1, 2)), want);
+  }
+}
 
 }  // namespace tg::test

@@ -1,10 +1,11 @@
-// Op cases: scaled_dot_product_attention, banded_causal_attention and apply_rotary. On the CPU these run the fused kernel (float64
+// Op cases: scaled_dot_product_attention, banded_causal_attention, apply_rotary and apply_rotary_pos_emb. On the CPU these run the fused kernel (float64
 // gradcheck, and the harness freezes q, k and v in turn); on a GPU they compare the CUDA
 // flash kernels (bf16, head dims 32 / 64 / 128) or the composition against it. Odd sizes (L = 7, E = 5) so no vector width divides a row; L = 70
 // spans three query blocks of the CPU kernel.
 #include "core/factory.h"
 #include "ops/attention.h"
 #include "ops/apply_rotary.h"
+#include "ops/binary.h"
 #include "ops/shape.h"
 #include "tests/op_harness.h"
 
@@ -116,6 +117,41 @@ TG_OP_CASES({
     {"apply_rotary_per_sequence_head_view",
      {S{{2, 5, 3, 32}}, S{{2, 1, 5, 32}, S::Normal, 0, false}, S{{2, 1, 5, 32}, S::Normal, 0, false}},
      [](const Inputs& x) { return apply_rotary(transpose(x[0], 1, 2), x[1], x[2]); }},
+    // apply_rotary_pos_emb: q and k (GQA: fewer kv heads) rotated as one node; outputs joined on the heads
+    {"apply_rotary_pos_emb",
+     {S{{2, 3, 7, 6}}, S{{2, 3, 7, 6}}, S{{7, 6}, S::Normal, 0, false}, S{{7, 6}, S::Normal, 0, false}},
+     [](const Inputs& x) {
+       auto [q, k] = apply_rotary_pos_emb(x[0], x[1], x[2], x[3]);
+       return cat({q, k}, 1);
+     }},
+    {"apply_rotary_pos_emb_gqa_wide",
+     {S{{2, 4, 5, 32}}, S{{2, 2, 5, 32}}, S{{5, 32}, S::Normal, 0, false}, S{{5, 32}, S::Normal, 0, false}},
+     [](const Inputs& x) {
+       auto [q, k] = apply_rotary_pos_emb(x[0], x[1], x[2], x[3]);
+       return cat({q, k}, 1);
+     }},
+    // q and k as head views of one [B, T, (4 + 2) * 32] projection, as the models give them
+    {"apply_rotary_pos_emb_head_views",
+     {S{{2, 5, 192}}, S{{5, 32}, S::Normal, 0, false}, S{{5, 32}, S::Normal, 0, false}},
+     [](const Inputs& x) {
+       Tensor q = transpose(reshape(slice(x[0], 2, 0, 128), {2, 5, 4, 32}), 1, 2);
+       Tensor k = transpose(reshape(slice(x[0], 2, 128, 192), {2, 5, 2, 32}), 1, 2);
+       auto [qe, ke] = apply_rotary_pos_emb(q, k, x[1], x[2]);
+       return cat({qe, ke}, 1);
+     }},
+    {"apply_rotary_pos_emb_per_sequence",
+     {S{{2, 3, 7, 6}}, S{{2, 1, 7, 6}}, S{{2, 1, 7, 6}, S::Normal, 0, false}, S{{2, 1, 7, 6}, S::Normal, 0, false}},
+     [](const Inputs& x) {
+       auto [q, k] = apply_rotary_pos_emb(x[0], x[1], x[2], x[3]);
+       return cat({q, k}, 1);
+     }},
+    // one output unused: its input's gradient is zeros, the other's alone
+    {"apply_rotary_pos_emb_q_only",
+     {S{{2, 3, 7, 6}}, S{{2, 1, 7, 6}}, S{{7, 6}, S::Normal, 0, false}, S{{7, 6}, S::Normal, 0, false}},
+     [](const Inputs& x) { return apply_rotary_pos_emb(x[0], x[1], x[2], x[3]).first; }},
+    {"apply_rotary_pos_emb_k_only",
+     {S{{2, 3, 7, 6}}, S{{2, 1, 7, 6}}, S{{7, 6}, S::Normal, 0, false}, S{{7, 6}, S::Normal, 0, false}},
+     [](const Inputs& x) { return apply_rotary_pos_emb(x[0], x[1], x[2], x[3]).second * 1.5; }},
     {"rotate_half", {S{{2, 3, 6}}}, [](const Inputs& x) { return rotate_half(x[0]); }},
 });
 

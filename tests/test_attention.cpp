@@ -18,6 +18,7 @@
 #include "ops/shape.h"
 #include "ops/softmax.h"
 #include "testing/testing.h"
+#include "tests/attention_test_util.h"
 #include "tests/test_support.h"
 
 namespace tg {
@@ -448,6 +449,35 @@ TEST(Rotary, PerSequenceTablesAreEachSequencesOwn) {
     EXPECT_TENSOR_EQ(contiguous(slice(x.grad(), 0, b, b + 1)), contiguous(xb.grad()));
   }
   EXPECT_ERROR_HAS(apply_rotary(x, randn({B, H, T, hd}, gen), sin), "cos and sin must be [7, 8] or [3, 1, 7, 8]");
+}
+
+TEST(Rotary, PosEmbIsTwoApplyRotaryCallsBitwise) {
+  // q and k as head views of one projection, equal heads and GQA, shared and per-sequence tables,
+  // one of them frozen (tests/attention_test_util.h); the CUDA side is AttentionCuda.RotaryPosEmb*.
+  for (DType dt : {kFloat32, kFloat64}) {
+    test::expect_pos_emb_is_two_apply_rotary(Device::cpu(), dt, 2, 9, 3, 3, 8, false, 1);
+    test::expect_pos_emb_is_two_apply_rotary(Device::cpu(), dt, 2, 9, 4, 2, 16, false, 2);
+    test::expect_pos_emb_is_two_apply_rotary(Device::cpu(), dt, 3, 7, 4, 1, 6, true, 3);
+  }
+}
+
+TEST(Rotary, PosEmbChecksItsArguments) {
+  Generator gen(7);
+  auto [cos, sin] = rotary_cos_sin(5, 8);
+  const Tensor q = randn({2, 4, 5, 8}, gen), k = randn({2, 2, 5, 8}, gen);
+  EXPECT_ERROR_HAS(apply_rotary_pos_emb(q, randn({2, 2, 6, 8}, gen), cos, sin), "apply_rotary_pos_emb",
+                   "for k [2, 2, 6, 8]");
+  EXPECT_ERROR_HAS(apply_rotary_pos_emb(q, to(k, kFloat64), cos, sin), "apply_rotary_pos_emb", "k");
+  EXPECT_ERROR_HAS(apply_rotary_pos_emb(randn({2, 4, 5, 7}, gen), k, randn({5, 7}, gen), randn({5, 7}, gen)),
+                   "apply_rotary_pos_emb");
+  // per-sequence tables want the same batch in q and k
+  EXPECT_ERROR_HAS(apply_rotary_pos_emb(q, randn({3, 2, 5, 8}, gen), randn({2, 1, 5, 8}, gen), randn({2, 1, 5, 8}, gen)),
+                   "cos and sin must be [5, 8] or [3, 1, 5, 8]");
+  // tables that require grad, and CPU bfloat16: the two apply_rotary calls
+  KernelTrace trace;
+  auto [qe, ke] = apply_rotary_pos_emb(to(q, kBFloat16), to(k, kBFloat16), cos, sin);
+  EXPECT_TRUE(trace.contains("apply_rotary_pos_emb.unfused"));
+  EXPECT_TENSOR_EQ(ke, apply_rotary(to(k, kBFloat16), cos, sin));
 }
 
 }  // namespace

@@ -208,9 +208,11 @@ TEST(AttentionCuda, LlamaWithGroupedQueryHeadsUsesTheFlashKernels) {
   EXPECT_EQ(step.count("sdpa.flash_cuda.dk_dv"), static_cast<size_t>(cfg.num_hidden_layers));
   EXPECT_FALSE(step.contains("sdpa.composite"));
   // and the other fused CUDA kernels of the block
-  EXPECT_TRUE(step.contains("apply_rotary.fused_cuda") && step.contains("apply_rotary.fused_cuda_backward"));
+  EXPECT_TRUE(step.contains("apply_rotary_pos_emb.fused_cuda") &&
+              step.contains("apply_rotary_pos_emb.fused_cuda_backward"));
   EXPECT_TRUE(step.contains("silu_mul.fused_cuda") && step.contains("silu_mul.fused_cuda_backward"));
-  EXPECT_FALSE(step.contains("apply_rotary.composite") || step.contains("silu_mul.composite"));
+  EXPECT_FALSE(step.contains("apply_rotary.composite") || step.contains("apply_rotary_pos_emb.unfused") ||
+               step.contains("silu_mul.composite"));
   EXPECT_TRUE(step.contains("linear_cross_entropy.dx_dweight"));
   EXPECT_NEAR(step.got, step.want, 2e-2 * step.want);
 }
@@ -278,6 +280,19 @@ TEST(AttentionCuda, DecodeOnlyWithoutGradientsAndForOneQuery) {
   EXPECT_FALSE(trace_of(1, true, false));   // training: the flash kernels keep lse for backward
   EXPECT_FALSE(trace_of(2, false, false));  // a chunk of queries
   EXPECT_FALSE(trace_of(1, false, true));   // causal with one query sees key 0 only: the flash kernel
+}
+
+TEST(AttentionCuda, RotaryPosEmbIsTwoApplyRotaryCallsBitwise) {
+  // apply_rotary_pos_emb's one launch against apply_rotary's two (tests/attention_test_util.h):
+  // head views of one projection, 16-byte packs (hd 128, 64) and narrower (hd 6), GQA,
+  // per-sequence tables, T not a multiple of the 64-row blocks, one of q and k frozen.
+  TG_REQUIRE_CUDA();
+  for (DType dt : {kBFloat16, kFloat32}) {
+    expect_pos_emb_is_two_apply_rotary(kGpu, dt, 2, 130, 4, 4, 128, false, 1);
+    expect_pos_emb_is_two_apply_rotary(kGpu, dt, 1, 100, 8, 2, 64, false, 2);
+    expect_pos_emb_is_two_apply_rotary(kGpu, dt, 3, 70, 4, 1, 64, true, 3);
+    expect_pos_emb_is_two_apply_rotary(kGpu, dt, 2, 9, 3, 1, 6, false, 4);
+  }
 }
 
 }  // namespace

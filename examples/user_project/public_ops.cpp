@@ -98,6 +98,9 @@ int main() {
   const auto [cos, sin] = rotary_cos_sin(3, 4);
   check("apply_rotary", apply_rotary(qh, to(cos, kFloat64), to(sin, kFloat64)),
         qh * to(cos, kFloat64) + rotate_half(qh) * to(sin, kFloat64), 1e-14);
+  const auto [q_embed, k_embed] = apply_rotary_pos_emb(qh, kh, to(cos, kFloat64), to(sin, kFloat64));
+  check("apply_rotary_pos_emb q", q_embed, qh * to(cos, kFloat64) + rotate_half(qh) * to(sin, kFloat64), 1e-14);
+  check("apply_rotary_pos_emb k", k_embed, kh * to(cos, kFloat64) + rotate_half(kh) * to(sin, kFloat64), 1e-14);
 
   // a gradient through the composition
   Tensor leaf = randn({2, 4}, gen, f64).requires_grad_();

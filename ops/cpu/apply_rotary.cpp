@@ -82,4 +82,16 @@ void apply_rotary_backward(const Tensor& dx, const Tensor& g, const Tensor& cos,
   }
 }
 
+void apply_rotary_pair_forward(const Tensor& out_q, const Tensor& out_k, const Tensor& q, const Tensor& k,
+                               const Tensor& cos, const Tensor& sin) {
+  if (q.defined()) apply_rotary_forward(out_q, q, cos, sin);
+  if (k.defined()) apply_rotary_forward(out_k, k, cos, sin);
+}
+
+void apply_rotary_pair_backward(const Tensor& dq, const Tensor& dk, const Tensor& gq, const Tensor& gk,
+                                const Tensor& cos, const Tensor& sin) {
+  if (gq.defined()) apply_rotary_backward(dq, gq, cos, sin);
+  if (gk.defined()) apply_rotary_backward(dk, gk, cos, sin);
+}
+
 }  // namespace tg::cpu
