@@ -143,11 +143,11 @@ TEST(LoraLinear, LoraLinearLayersUseIt) {
 void check_large_group(Device dev, DType dtype, double tol) {
   SCOPED_TRACE(dev.str() + " " + dtype_name(dtype));
   Generator gen(5);
-  const int64_t in = 1024;
+  const int64_t in = 1024, k = dtype == kBFloat16 ? 2 : 1;  // over 8 MiB in either dtype
   auto draw = [&](const Shape& s, DType dt, double scale) { return to(mul(randn(s, gen), scale), dt, dev); };
-  Tensor x = draw({3, 5, in}, dtype, 1.0), w0 = draw({1100, in}, dtype, 0.03), w1 = draw({1200, in}, dtype, 0.03);
-  Tensor w2 = draw({300, in}, dtype, 0.03), b1 = draw({1200}, dtype, 0.5);
-  Tensor a = draw({4, in}, kFloat32, 0.03), b = draw({1100, 4}, kFloat32, 0.2);
+  Tensor x = draw({3, 5, in}, dtype, 1.0), w0 = draw({1100 * k, in}, dtype, 0.03);
+  Tensor w1 = draw({1200 * k, in}, dtype, 0.03), w2 = draw({300 * k, in}, dtype, 0.03), b1 = draw({1200 * k}, dtype, 0.5);
+  Tensor a = draw({4, in}, kFloat32, 0.03), b = draw({1100 * k, 4}, kFloat32, 0.2);
   if (dtype != kBFloat16) a = to(a, dtype), b = to(b, dtype);
   ASSERT_GT((w0.numel() + w1.numel() + w2.numel()) * w0.element_size(), int64_t{8} << 20);
   auto grads = [&](auto&& f) {  // outputs and the gradients of x, A, B and the bias against a fixed dy

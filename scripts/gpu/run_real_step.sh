@@ -16,11 +16,12 @@
 # 7. tapegrad's LoRA step with cuDNN's atomic-dq attention backward (as PyTorch runs it) beside the rows.
 # Each part prints its seconds. llama-1b fits 9 minutes on one H200 with the build present (about
 # 1 min ours, 4-5 torch, 1-2 ncu); run llama3-8b as its own call. Knobs: BUILD_DIR, STEPS (timed
-# steps, 10), TORCH_BUDGET_S (torch_toy_lora.py's --budget-s), NCU_STEPS, TG_REAL_TORCH=0 (ours only).
+# steps, 10), TORCH_BUDGET_S (torch_toy_lora.py's --budget-s), TORCH_MODES (llama-1b's: lora,full),
+# NCU_STEPS (0: no ncu census), TG_REAL_TORCH=0 (ours only).
 set -euo pipefail
 config=${1:-llama-1b}
 case "$config" in
-  llama-1b) suffix="" torch_modes=lora,full budget=${TORCH_BUDGET_S:-300} ncu_steps=${NCU_STEPS:-2} ;;
+  llama-1b) suffix="" torch_modes=${TORCH_MODES:-lora,full} budget=${TORCH_BUDGET_S:-300} ncu_steps=${NCU_STEPS:-2} ;;
   llama3-8b) suffix="-llama3-8b" torch_modes=lora budget=${TORCH_BUDGET_S:-330} ncu_steps=${NCU_STEPS:-1} ;;
   *) echo "usage: scripts/gpu/run_real_step.sh [llama-1b | llama3-8b], got '$config'" >&2; exit 2 ;;
 esac
@@ -70,7 +71,9 @@ rows_out="$out/train_step-h200-real$suffix.json"
 python3 "$bench_dir/real_step_rows.py" "$rows_out" "${ours[@]}" "${torch_args[@]}"
 
 ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
-if [ -x "$ncu" ]; then
+if [ "$ncu_steps" = 0 ]; then
+  echo "NCU_STEPS=0: census skipped"
+elif [ -x "$ncu" ]; then
   part "ncu over $ncu_steps eager LoRA steps"
   report="$out/ncu-$config-lora.csv"
   "$ncu" --clock-control none --profile-from-start off --metrics gpu__time_duration.sum --csv --page raw \
