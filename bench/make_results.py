@@ -263,7 +263,8 @@ Targets: llama-1b LoRA at most 78 ms, full at most 120 ms; llama3-8b LoRA at lea
 torch.compile's tokens/s at no more than 0.7x its peak.
 
 Reproduce: `scripts/gpu/run_real_step.sh` (llama-1b) and `scripts/gpu/run_real_step.sh llama3-8b` on the GPU machine,
-then copy `$OUT/train_step-h200-real*.json` and `$OUT/census-*.md` to `bench/results/`.
+then copy `$OUT/train_step-h200-real*.json`, `$OUT/census-*.md` (ncu: each kernel alone) and `$OUT/timeline-*.md`
+(bench/cupti_timeline.cpp: the kernels as they ran in the step) to `bench/results/`.
 
 {table(header, cells)}
 {census}"""
