@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <limits>
+#include <tuple>
 
 #include "core/autograd.h"
 #include "core/factory.h"
@@ -463,7 +464,8 @@ TEST(Rotary, PosEmbIsTwoApplyRotaryCallsBitwise) {
 
 TEST(Rotary, PosEmbChecksItsArguments) {
   Generator gen(7);
-  auto [cos, sin] = rotary_cos_sin(5, 8);
+  Tensor cos, sin;  // not a structured binding: EXPECT_ERROR_HAS's lambda captures them (clang 14)
+  std::tie(cos, sin) = rotary_cos_sin(5, 8);
   const Tensor q = randn({2, 4, 5, 8}, gen), k = randn({2, 2, 5, 8}, gen);
   EXPECT_ERROR_HAS(apply_rotary_pos_emb(q, randn({2, 2, 6, 8}, gen), cos, sin), "apply_rotary_pos_emb",
                    "for k [2, 2, 6, 8]");
