@@ -157,6 +157,16 @@ def census(launches, steps, step_ms=None, title="step"):
     return "\n".join(lines) + "\n"
 
 
+def emit(text, out, prefix, title):
+    """Prints the table and writes it to `out`, or to $OUT/<prefix>-<title>.md when out is None and OUT is set."""
+    print(text, end="")
+    if out is None and os.environ.get("OUT"):
+        out = os.path.join(os.environ["OUT"], prefix + "-" + re.sub(r"[^A-Za-z0-9.-]+", "-", title) + ".md")
+    if out:
+        with open(out, "w") as f:
+            f.write(text)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("csv", help="ncu --csv --page raw report")
@@ -167,14 +177,7 @@ def main():
     args = ap.parse_args()
     if args.steps < 1:
         sys.exit(f"ncu_census.py: --steps wants a positive count, got {args.steps}")
-    text = census(read_launches(args.csv), args.steps, args.step_ms, args.title)
-    print(text, end="")
-    out = args.out
-    if out is None and os.environ.get("OUT"):
-        out = os.path.join(os.environ["OUT"], "census-" + re.sub(r"[^A-Za-z0-9.-]+", "-", args.title) + ".md")
-    if out:
-        with open(out, "w") as f:
-            f.write(text)
+    emit(census(read_launches(args.csv), args.steps, args.step_ms, args.title), args.out, "census", args.title)
 
 
 if __name__ == "__main__":

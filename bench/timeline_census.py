@@ -25,7 +25,7 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ncu_census import ORDER, classify, short  # noqa: E402
+from ncu_census import ORDER, classify, emit, short  # noqa: E402
 
 BUCKETS = [(0, 2e3, "under 2 us"), (2e3, 5e3, "2-5 us"), (5e3, 20e3, "5-20 us"), (20e3, 100e3, "20-100 us"),
            (100e3, float("inf"), "100 us and over")]
@@ -116,14 +116,8 @@ def main():
     ap.add_argument("--title", default="step")
     ap.add_argument("--out", default=None, help="also write here (default: $OUT/timeline-<title>.md when OUT is set)")
     args = ap.parse_args()
-    text = census(window(read_trace(args.trace), args.window), args.step_begins, args.title)
-    print(text, end="")
-    out = args.out
-    if out is None and os.environ.get("OUT"):
-        out = os.path.join(os.environ["OUT"], "timeline-" + re.sub(r"[^A-Za-z0-9.-]+", "-", args.title) + ".md")
-    if out:
-        with open(out, "w") as f:
-            f.write(text)
+    emit(census(window(read_trace(args.trace), args.window), args.step_begins, args.title), args.out, "timeline",
+         args.title)
 
 
 if __name__ == "__main__":
