@@ -241,7 +241,8 @@ def real_step_section(rows, census_texts=()):
             elif r["config"] == "llama3-8b" and r["mode"] == "lora" and ref:
                 misses = ", ".join(m for m, bad in (("under 1.25x compile's tok/s", ref["ms"] / r["ms"] < 1.25),
                                                     ("over 0.7x compile's peak", r["peak_mib"] > 0.7 * ref["peak_mib"])) if bad)
-        mode = r["mode"] + (", atomic dq" if r.get("sdp_deterministic") is False else "")
+        mode = r["mode"] + (", atomic dq" if r.get("sdp_deterministic") is False else "") + (
+            ", weights apart" if r.get("adjacent_weights") is False else "")
         cells.append([r["config"], r["impl"], mode, "yes" if r["ckpt"] else "no", "yes" if r["graph"] else "no",
                       f"{r['ms']:.1f}", f1(r.get("tflops")), f"{r['peak_mib']:.0f}",
                       ratio(ref["ms"] if ref else None, r["ms"]), ratio(r["peak_mib"], ref["peak_mib"] if ref else None),

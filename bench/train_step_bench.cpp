@@ -28,6 +28,8 @@
 // --layers N builds only N of the config's decoder layers; --extrapolate-layers M (checkpointing
 // on) adds to the peak (M - N) x what one more layer keeps (its weights, its LoRA with gradients
 // and AdamW moments, its checkpoint): llama3-70b's 80 layers from 2 of them.
+// --adjacent-weights false: q / k / v and gate / up weights each in their own allocation (rows say
+// "adjacent_weights": false), as before nn::place_weights_adjacent, for an A/B in one call.
 // --json: rows as bench/results/train_step-*.json; --real-json: rows as issue 36's
 // bench/results/train_step-h200-real.json (impl, config, mode, graph, ckpt, ms, tflops, peak_mib;
 // with --qlora also quant "none" / "nf4", layers, the breakdown in MiB, the extrapolated peak).
@@ -39,6 +41,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -100,7 +103,8 @@ void profiler(bool start, Device device) {
 #endif
 }
 
-// Where a model's bytes are, by the names of its parameters and buffers (each storage once).
+// Where a model's bytes are, by the names of its parameters and buffers (each tensor's memory once:
+// a shared workspace, not q / k / v's one allocation).
 struct ModelBytes {
   double quant = 0, dense = 0, lora = 0, workspace = 0;
   double layer0 = 0, layer0_lora = 0;  // decoder layer 0's weights (4-bit or dense) and LoRA
@@ -108,11 +112,11 @@ struct ModelBytes {
 
 ModelBytes model_bytes(nn::Module& model) {
   ModelBytes b;
-  std::set<const Storage*> seen;
+  std::set<std::pair<const Storage*, int64_t>> seen;
   nn::NamedTensors all = model.named_parameters();
   for (auto& named : model.named_buffers()) all.push_back(named);
   for (const auto& [name, t] : all) {
-    if (!seen.insert(t.storage().get()).second) continue;
+    if (!seen.insert({t.storage().get(), t.storage_offset()}).second) continue;
     const double n = static_cast<double>(t.nbytes());
     const bool lora = name.find(".lora_") != std::string::npos, layer0 = name.starts_with("model.layers.0.");
     if (name.ends_with("workspace")) b.workspace += n;
@@ -122,6 +126,20 @@ ModelBytes model_bytes(nn::Module& model) {
     if (layer0 && !name.ends_with("workspace")) (lora ? b.layer0_lora : b.layer0) += n;
   }
   return b;
+}
+
+// --adjacent-weights false: each q / k / v and gate / up weight moved into its own allocation, as
+// the models held them before nn::place_weights_adjacent, so one call times both layouts.
+void separate_group_weights(nn::Module& model) {
+  NoGradGuard no_grad;
+  for (const auto& [name, w] : model.named_parameters())
+    for (const char* part : {"q_proj.weight", "k_proj.weight", "v_proj.weight", "gate_proj.weight", "up_proj.weight"})
+      if (name.ends_with(part)) {
+        const Tensor own = Tensor::empty(w.shape(), w.options());
+        copy_(own, w);
+        w.impl().storage = own.storage();
+        w.impl().offset = 0;
+      }
 }
 
 constexpr double kMiB = 1048576.0, kGiB = 1073741824.0;
@@ -147,6 +165,7 @@ int main(int argc, char** argv) {
       .add("gradient-checkpointing", "false", "recompute each decoder layer's activations at backward")
       .add("cuda-graph", "false", "time replays of the step captured as one CUDA graph (GPU)")
       .add("cudnn-sdp", "true", "attention through cuDNN where it takes the call (tg::enable_cudnn_sdp)")
+      .add("adjacent-weights", "true", "q / k / v and gate / up weights in one allocation each (false: apart)")
       .add("sdp-deterministic", "true", "cuDNN's attention backward without atomics (tg::set_cudnn_sdp_deterministic)")
       .add("json", "", "also write the rows to this file (bench/results/train_step.json's rows)")
       .add("real-json", "", "also write the rows to this file as issue 36's real-size rows");
@@ -189,6 +208,7 @@ int main(int argc, char** argv) {
         model = std::make_shared<nn::LlamaForCausalLM>(c, gen);
         model->to(dtype, device);
       }
+      if (!flags.boolean("adjacent-weights")) separate_group_weights(*model);
       if (quant == "nf4") {
         synchronize(device);
         int64_t dense_bytes = 0;
@@ -299,6 +319,7 @@ int main(int argc, char** argv) {
           .boolean("graph", graphed)
           .boolean("ckpt", checkpointing)
           .boolean("sdp_deterministic", flags.boolean("sdp-deterministic"))
+          .boolean("adjacent_weights", flags.boolean("adjacent-weights"))
           .str("dtype", flags.str("dtype"))
           .num("batch", static_cast<double>(B))
           .num("seq", static_cast<double>(T))

@@ -174,6 +174,7 @@ CausalSelfAttention::CausalSelfAttention(int64_t h, int64_t heads, const Attenti
     k_proj = std::make_shared<Linear>(h, num_kv_heads * head_dim, o.qkv_bias, gen);
     v_proj = std::make_shared<Linear>(h, num_kv_heads * head_dim, o.qkv_bias, gen);
     o_proj = std::make_shared<Linear>(heads * head_dim, h, o.o_bias, gen);
+    place_weights_adjacent({q_proj, k_proj, v_proj});  // forward_group's one GEMM reads them in place
     register_module("q_proj", q_proj);
     register_module("k_proj", k_proj);
     register_module("v_proj", v_proj);

@@ -37,6 +37,13 @@ class Linear : public Module {
   std::string extra_repr() const override;
 };
 
+// Moves the layers' weights into one allocation, consecutive row blocks in order (values kept;
+// every handle sees the move), so forward_group's linear_group reads them as one [sum out, in]
+// matrix: one GEMM, no copy. The models call it on their q / k / v and gate / up projections.
+// Does nothing unless every weight is allocated, contiguous, of one dtype, device and input width.
+// A later to(device or dtype) moves each weight alone, and the group then copies or splits.
+void place_weights_adjacent(const std::vector<std::shared_ptr<Linear>>& layers);
+
 // The layers' forward on one x, one linear_group when every layer has a spec of one dtype
 // (each layer's own forward otherwise).
 std::vector<Tensor> forward_group(const std::vector<std::shared_ptr<Linear>>& layers, const Tensor& x);

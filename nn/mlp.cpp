@@ -15,6 +15,7 @@ GatedMLP::GatedMLP(int64_t hidden, int64_t inter, const GatedMLPOptions& o, Gene
   } else {
     gate_proj = std::make_shared<Linear>(hidden, inter, o.bias, gen);
     up_proj = std::make_shared<Linear>(hidden, inter, o.bias, gen);
+    place_weights_adjacent({gate_proj, up_proj});  // forward_group's one GEMM reads them in place
     register_module("gate_proj", gate_proj);
     register_module("up_proj", up_proj);
   }

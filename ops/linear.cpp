@@ -16,9 +16,10 @@ namespace tg {
 namespace {
 
 constexpr size_t kMaxParts = 8;  // of a linear_group
-// A group's base weights are concatenated for one GEMM up to this many bytes; above it each part's
-// GEMM writes its columns of y, as concatenating would read and write every weight each call for
-// no FLOP (llama3-8b's gate / up: 224 MiB a layer, 4.2 ms of a 245 ms step on an H200).
+// A group's base weights not adjacent in memory are concatenated for one GEMM up to this many
+// bytes; above it each part's GEMM writes its columns of y, as concatenating would read and write
+// every weight each call for no FLOP (llama3-8b's gate / up: 224 MiB a layer, 4.2 ms of a 245 ms
+// step on an H200).
 constexpr int64_t kMaxCatBytes = int64_t{8} << 20;
 
 // The node's input names: x, then weight / bias (/ lora_A / lora_B) of each part: plain for linear
@@ -69,6 +70,18 @@ Tensor columns(const Tensor& m, int64_t c0, int64_t cols) {
 // Row block [r0, r0 + rows) of a contiguous 2-D matrix (itself contiguous).
 Tensor row_block(const Tensor& m, int64_t r0, int64_t rows) {
   return m.as_strided({rows, m.shape()[1]}, {m.shape()[1], 1}, m.storage_offset() + r0 * m.shape()[1]);
+}
+
+// W_0, W_1, ... as one [sum out, in] matrix when they are consecutive row blocks of one
+// allocation (nn::place_weights_adjacent), else undefined.
+Tensor adjacent_weights(const std::vector<LinearSpec>& specs, int64_t total) {
+  const Tensor& w0 = specs[0].weight;
+  int64_t next = w0.storage_offset();
+  for (const LinearSpec& s : specs) {
+    if (!s.weight.is_contiguous() || !s.weight.shares_storage_with(w0) || s.weight.storage_offset() != next) return {};
+    next += s.weight.numel();
+  }
+  return w0.detach().as_strided({total, w0.shape()[1]}, {w0.shape()[1], 1}, w0.storage_offset());
 }
 
 struct Part {
@@ -215,7 +228,9 @@ std::vector<Tensor> forward(const char* op, const Tensor& x, const std::vector<L
     NoGradGuard no_grad;  // the internal views and copies: the op's node covers them
     const Tensor x2 = matrix::rows(x);
     y = Tensor::empty({x2.shape()[0], total}, x.options());
-    const bool split = specs.size() > 1 && total * x.shape().back() * specs[0].weight.element_size() > kMaxCatBytes;
+    Tensor w_cat = specs.size() == 1 ? specs[0].weight.detach() : adjacent_weights(specs, total);  // [sum out, in]
+    const bool split =
+        !w_cat.defined() && total * x.shape().back() * specs[0].weight.element_size() > kMaxCatBytes;
     // Each part's columns start as its bias and / or its LoRA-B product (the thin GEMM first, the
     // base GEMM accumulating onto it, as lora_linear); bias-free plain ones as zeros when one
     // base GEMM over every part accumulates.
@@ -259,9 +274,12 @@ std::vector<Tensor> forward(const char* op, const Tensor& x, const std::vector<L
                      onto ? 1.0 : 0.0);
       }
     } else {
-      std::vector<Tensor> weights;
-      for (const LinearSpec& s : specs) weights.push_back(s.weight.detach());
-      const Tensor w_cat = weights.size() == 1 ? weights[0] : cat(weights, 0);  // [sum out, in]
+      if (!w_cat.defined()) {
+        trace(op, "weights_concatenated");
+        std::vector<Tensor> weights;
+        for (const LinearSpec& s : specs) weights.push_back(s.weight.detach());
+        w_cat = cat(weights, 0);
+      }
       matrix::gemm(y, x2, transpose(w_cat, 0, 1), 1.0, accumulate ? 1.0 : 0.0);
     }
   }

@@ -186,6 +186,53 @@ TEST(LinearGroup, LargeWeightsRunAGemmAPartAsTheLayersAloneOnTheGpu) {
   check_large_group(Device::cuda(), kBFloat16, 2e-2);
 }
 
+// Weights that are consecutive row blocks of one allocation (nn::place_weights_adjacent) are read
+// in place as one matrix: no concatenation, and the outputs and gradients of the concatenated
+// copy's one GEMM, bitwise (the same GEMM on the same values).
+void check_adjacent_group(Device dev, DType dtype) {
+  SCOPED_TRACE(dev.str() + " " + dtype_name(dtype));
+  Generator gen(8);
+  const int64_t in = 96;
+  auto draw = [&](const Shape& s, double scale) { return to(mul(randn(s, gen), scale), dtype, dev); };
+  Tensor x = draw({2, 7, in}, 1.0), a = draw({4, in}, 0.1), b = draw({64, 4}, 0.2), b1 = draw({40}, 0.5);
+  Tensor w[3] = {draw({64, in}, 0.1), draw({40, in}, 0.1), draw({24, in}, 0.1)};
+  auto run = [&](const Tensor (&ws)[3], std::string& traced) {
+    Tensor lx = x.detach().requires_grad_(true), la = a.detach().requires_grad_(true);
+    KernelTrace trace;
+    std::vector<Tensor> ys = linear_group(lx, {{ws[0], Tensor(), la, b, 2.0}, {ws[1], b1}, {ws[2]}});
+    traced = trace.str();
+    Generator g(9);
+    Tensor loss;
+    for (const Tensor& y : ys) {
+      Tensor term = sum(mul(y, to(randn(y.shape(), g), dtype, dev)));
+      loss = loss.defined() ? add(loss, term) : term;
+    }
+    loss.backward();
+    ys.push_back(lx.grad());
+    ys.push_back(la.grad());
+    return ys;
+  };
+  std::string apart_trace, adjacent_trace;
+  const std::vector<Tensor> apart = run(w, apart_trace);
+  EXPECT_NE(apart_trace.find("linear_group.weights_concatenated"), std::string::npos) << apart_trace;
+  Tensor all = cat({w[0], w[1], w[2]}, 0);
+  const Tensor adjacent[3] = {all.as_strided({64, in}, {in, 1}, 0), all.as_strided({40, in}, {in, 1}, 64 * in),
+                              all.as_strided({24, in}, {in, 1}, 104 * in)};
+  const std::vector<Tensor> got = run(adjacent, adjacent_trace);
+  EXPECT_EQ(adjacent_trace.find("weights_concatenated"), std::string::npos) << adjacent_trace;
+  EXPECT_EQ(adjacent_trace.find("gemm_a_part"), std::string::npos) << adjacent_trace;
+  ASSERT_EQ(got.size(), apart.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_TENSOR_EQ(got[i], apart[i]) << "output / gradient " << i;
+}
+
+TEST(LinearGroup, AdjacentWeightsAreOneMatrixReadInPlaceOnTheCpu) { check_adjacent_group(Device::cpu(), kFloat32); }
+
+TEST(LinearGroup, AdjacentWeightsAreOneMatrixReadInPlaceOnTheGpu) {
+  TG_REQUIRE_CUDA();
+  check_adjacent_group(Device::cuda(), kFloat32);
+  check_adjacent_group(Device::cuda(), kBFloat16);
+}
+
 TEST(Gemm, Float32FromBfloat16OperandsIsTheProductOfTheRoundedValues) {
   Generator gen(5);
   for (Device dev : {Device::cpu(), Device::cuda()}) {

@@ -9,6 +9,7 @@
 #include "core/autograd.h"
 #include "core/factory.h"
 #include "core/primitives.h"
+#include "core/trace.h"
 #include "nn/nn.h"
 #include "ops/attention.h"
 #include "ops/binary.h"
@@ -387,6 +388,36 @@ TEST_F(NnTest, LlamaTinyNamesAndParameterCount) {
   for (float v : w) ss += v * v;
   EXPECT_NEAR(std::sqrt(ss / w.size()), 0.02, 0.001);
   EXPECT_EQ(model.model->norm->weight.to_vector<float>()[5], 1.0f);
+}
+
+// q / k / v and gate / up are consecutive row blocks of one allocation each, so the forward's
+// linear_group reads them in place (no weight concatenated), and the values are the init's.
+TEST_F(NnTest, LlamaGroupsItsProjectionWeightsInOneAllocation) {
+  Generator g1(3), g2(4), g3(4);
+  nn::LlamaForCausalLM model(LlamaConfig::tiny(), g1);
+  for (const char* group : {"self_attn.q_proj self_attn.k_proj self_attn.v_proj", "mlp.gate_proj mlp.up_proj"}) {
+    SCOPED_TRACE(group);
+    std::vector<Tensor> ws;
+    for (const auto& [name, t] : model.named_parameters())
+      if (name.starts_with("model.layers.2.") && name.ends_with(".weight") &&
+          std::string(group).find(name.substr(15, name.size() - 22)) != std::string::npos)
+        ws.push_back(t);
+    ASSERT_EQ(ws.size(), std::string(group).starts_with("self") ? 3u : 2u);
+    for (size_t i = 1; i < ws.size(); ++i) {
+      EXPECT_TRUE(ws[i].shares_storage_with(ws[0]));
+      EXPECT_EQ(ws[i].storage_offset(), ws[i - 1].storage_offset() + ws[i - 1].numel());
+    }
+  }
+  // The same draws as layers each holding its own weight: the move kept the values.
+  nn::GatedMLP mlp(6, 10, {}, g2);
+  nn::Linear gate(6, 10, false, g3), up(6, 10, false, g3);
+  EXPECT_TRUE(mlp.up_proj->weight.shares_storage_with(mlp.gate_proj->weight));
+  EXPECT_TENSOR_EQ(mlp.gate_proj->weight, gate.weight);
+  EXPECT_TENSOR_EQ(mlp.up_proj->weight, up.weight);
+  KernelTrace trace;
+  model.forward(from_vector<int64_t>({1, 2, 3, 4}, {1, 4}));
+  EXPECT_NE(trace.str().find("linear_group"), std::string::npos) << trace.str();
+  EXPECT_EQ(trace.str().find("weights_concatenated"), std::string::npos) << trace.str();
 }
 
 TEST_F(NnTest, LlamaSmallAndBenchCounts) {

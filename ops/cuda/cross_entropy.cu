@@ -33,6 +33,21 @@ constexpr int kReduceThreads = 1024;
 
 int row_threads(int64_t v) { return v >= 16384 ? 1024 : v >= 2048 ? 512 : 128; }
 
+// Writes a row's lse and loss: 0 for an ignored target, nan (and the index-error flag) for one out
+// of range, else lse - the target's logit.
+__device__ __forceinline__ void write_row_loss(float* loss, float* lse, int64_t row, float l, float xt, int64_t t,
+                                               int64_t classes, int64_t ignore_index, long long* flag) {
+  lse[row] = l;
+  if (t == ignore_index) {
+    loss[row] = 0.f;
+  } else if (t < 0 || t >= classes) {
+    loss[row] = std::numeric_limits<float>::quiet_NaN();
+    index_check::report(flag, index_check::kCrossEntropy, t, classes);
+  } else {
+    loss[row] = l - xt;
+  }
+}
+
 // kGrad: the row then becomes its dlogits for a unit gradient (x is contiguous and written in
 // place: the target's logit is read before the block's merge, so before any thread writes).
 template <class T, class I, bool kGrad>
@@ -45,17 +60,7 @@ __global__ void cross_entropy_forward(float* loss, float* lse, T* logits, int64_
   const float xt = threadIdx.x == 0 && valid ? cvt<float>(x[t]) : 0.f;
   const OnlineSoftmax<float> st = nn::block_merge(nn::row_stats(x, classes, threadIdx.x, blockDim.x));
   const float l = st.logsumexp();
-  if (threadIdx.x == 0) {
-    lse[row] = l;
-    if (t == ignore_index) {
-      loss[row] = 0.f;
-    } else if (!valid) {
-      loss[row] = std::numeric_limits<float>::quiet_NaN();
-      index_check::report(flag, index_check::kCrossEntropy, t, classes);
-    } else {
-      loss[row] = l - xt;
-    }
-  }
+  if (threadIdx.x == 0) write_row_loss(loss, lse, row, l, xt, t, classes, ignore_index, flag);
   if constexpr (kGrad) {
     if (!valid) {
       for (int64_t j = threadIdx.x; j < classes; j += blockDim.x) x[j] = cvt<T>(0.f);
@@ -143,17 +148,7 @@ __global__ void __launch_bounds__(kRowOnceThreads, 3)
   }
   cluster.barrier_arrive();  // done with the other CTAs' `part`; waited for before exit
   const float l = all.logsumexp();
-  if (rank == 0 && threadIdx.x == 0) {
-    lse[row] = l;
-    if (t == ignore_index) {
-      loss[row] = 0.f;
-    } else if (!valid) {
-      loss[row] = std::numeric_limits<float>::quiet_NaN();
-      index_check::report(flag, index_check::kCrossEntropy, t, classes);
-    } else {
-      loss[row] = l - xt;
-    }
-  }
+  if (rank == 0 && threadIdx.x == 0) write_row_loss(loss, lse, row, l, xt, t, classes, ignore_index, flag);
   const float ll = l * nn::kLog2e;
   const int64_t ts = valid ? t - k0 * P : -1;  // the target in the slice (-1: nowhere)
   unrolled<kRounds>([&](auto r) {

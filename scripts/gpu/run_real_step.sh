@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 36's real-size training step on one GPU, in one call from the repo root:
 #   TG_COMMIT=<commit> OUT=<dir> scripts/gpu/run_real_step.sh [llama-1b | llama3-8b]
-# 1. builds train_step_bench in $BUILD_DIR (build-gpu) if it is absent (the repo's CUDA Release flags);
+# 1. builds train_step_bench and tg_timeline in $BUILD_DIR (build-gpu; the repo's CUDA Release flags),
+#    or uses the ones there when it holds them without a build.ninja (built elsewhere and carried);
 # 2. tapegrad bf16, LoRA and full, each with and without gradient checkpointing and the CUDA graph;
 # 3. bench/torch_toy_lora.py, eager and torch.compile, bf16 autocast, sdpa (llama3-8b: LoRA only:
 #    a float32 8B with AdamW's state does not fit), in the same call;
@@ -13,7 +14,8 @@
 # 6. the same LoRA step traced in place (bench/cupti_timeline.cpp, eager and graphed) and
 #    bench/timeline_census.py's table of kernel time and idle time, saved as
 #    $OUT/timeline-<config>-lora[-graph].md;
-# 7. tapegrad's LoRA step with cuDNN's atomic-dq attention backward (as PyTorch runs it) beside the rows.
+# 7. tapegrad's LoRA step with cuDNN's atomic-dq attention backward (as PyTorch runs it), and with
+#    the grouped projections' weights apart (--adjacent-weights false), beside the rows.
 # Each part prints its seconds. llama-1b fits 9 minutes on one H200 with the build present (about
 # 1 min ours, 4-5 torch, 1-2 ncu); run llama3-8b as its own call. Knobs: BUILD_DIR, STEPS (timed
 # steps, 10), TORCH_BUDGET_S (torch_toy_lora.py's --budget-s), TORCH_MODES (llama-1b's: lora,full),
@@ -36,8 +38,12 @@ part() { echo "== $1 ($((SECONDS - t0)) s so far)"; }
 t0=$SECONDS
 
 part "build"
-[ -f "$build/build.ninja" ] || cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTG_CUDA=ON
-cmake --build "$build" -j"$(nproc)" --target train_step_bench tg_timeline
+if [ ! -f "$build/build.ninja" ] && [ -x "$build/bench/train_step_bench" ]; then
+  echo "using the prebuilt $build/bench/train_step_bench (no build.ninja: carried from another machine)"
+else
+  [ -f "$build/build.ninja" ] || cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTG_CUDA=ON
+  cmake --build "$build" -j"$(nproc)" --target train_step_bench tg_timeline
+fi
 
 bench=("$build/bench/train_step_bench" --config "$config" --device cuda --dtype bf16 --modes "lora,full" --warmup 3
        --steps "$steps")
@@ -58,6 +64,10 @@ done
 part "tapegrad $config LoRA, atomic-dq attention backward"
 rows="$tmp/tapegrad-atomic-dq.json"
 if "${bench[@]}" --modes lora --sdp-deterministic false --real-json "$rows"; then ours+=("$rows"); fi
+
+part "tapegrad $config LoRA, q / k / v and gate / up weights each in their own allocation"
+rows="$tmp/tapegrad-weights-apart.json"
+if "${bench[@]}" --modes lora --adjacent-weights false --real-json "$rows"; then ours+=("$rows"); fi
 
 torch_args=()
 if [ "${TG_REAL_TORCH:-1}" != 0 ]; then
