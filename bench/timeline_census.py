@@ -77,6 +77,7 @@ def census(rows, begins, title):
     n = len(steps)
     spans = [s[0] / 1e6 for s in steps]
     busy = sum(s[1] for s in steps) / 1e6 / n
+    idle_ms = sum(s[0] - s[1] for s in steps) / 1e6 / n  # a mean, as busy: the median span less busy can go negative
     idle_all = [g for s in steps for g in s[3]]
     by_cat = {}
     for s in steps:
@@ -91,7 +92,7 @@ def census(rows, begins, title):
     kernel_ms = sum(c[1] for c in by_cat.values()) / 1e6 / n
     lines = [f"### Timeline: {title}", "",
              f"{n} steps in place (CUPTI): span {span:.3f} ms a step (median; {min(spans):.3f}-{max(spans):.3f}), "
-             f"GPU busy {busy:.3f} ms, idle {span - busy:.3f} ms in {len(idle_all) / n:.1f} intervals; "
+             f"GPU busy {busy:.3f} ms, idle {idle_ms:.3f} ms in {len(idle_all) / n:.1f} intervals (means); "
              f"{sum(c[0] for c in by_cat.values()) / n:.0f} launches, {kernel_ms:.3f} ms of kernel time.", "",
              "| category | launches | kernel ms | idle ms before it |", "| --- | ---: | ---: | ---: |"]
     for cat in ORDER + sorted(set(by_cat) - set(ORDER)):

@@ -98,7 +98,7 @@ print(rows[0]["ms"] if rows else "")' "$rows_out")
 else
   echo "no ncu: census skipped"
 fi
-timeline="$build/bench/libtg_timeline.so"
+timeline="$(cd "$build" && pwd)/bench/libtg_timeline.so"  # CUDA_INJECTION64_PATH wants it absolute
 for graph in false true; do
   part "timeline of 5 LoRA steps, CUDA graph $graph"
   title="$config-lora$([ "$graph" = true ] && echo -graph)"
