@@ -11,9 +11,9 @@
 # 5. ncu (--clock-control none) over $NCU_STEPS eager LoRA steps (the bench's timed steps only:
 #    --profile-from-start off) and bench/ncu_census.py's table of where the time goes, printed and
 #    saved as $OUT/census-<config>-lora.md (the raw report beside it).
-# 6. the same LoRA step traced in place (bench/cupti_timeline.cpp, eager and graphed) and
-#    bench/timeline_census.py's table of kernel time and idle time, saved as
-#    $OUT/timeline-<config>-lora[-graph].md;
+# 6. the same LoRA step traced in place (bench/cupti_timeline.cpp, eager and graphed), and the full
+#    step eager, with bench/timeline_census.py's table of kernel time and idle time, saved as
+#    $OUT/timeline-<config>-lora[-graph].md and timeline-<config>-full.md;
 # 7. tapegrad's LoRA step with cuDNN's atomic-dq attention backward (as PyTorch runs it), and with
 #    the grouped projections' weights apart (--adjacent-weights false), beside the rows.
 # Each part prints its seconds. llama-1b fits 9 minutes on one H200 with the build present (about
@@ -99,11 +99,12 @@ else
   echo "no ncu: census skipped"
 fi
 timeline="$(cd "$build" && pwd)/bench/libtg_timeline.so"  # CUDA_INJECTION64_PATH wants it absolute
-for graph in false true; do
-  part "timeline of 5 LoRA steps, CUDA graph $graph"
-  title="$config-lora$([ "$graph" = true ] && echo -graph)"
+for run in lora:false lora:true full:false; do
+  mode=${run%:*} graph=${run#*:}
+  part "timeline of 5 $mode steps, CUDA graph $graph"
+  title="$config-$mode$([ "$graph" = true ] && echo -graph)"
   CUDA_INJECTION64_PATH="$timeline" TG_TIMELINE="$tmp/timeline.csv" "$build/bench/train_step_bench" \
-    --config "$config" --device cuda --dtype bf16 --modes lora --warmup 2 --steps 5 --cuda-graph "$graph" |
+    --config "$config" --device cuda --dtype bf16 --modes "$mode" --warmup 2 --steps 5 --cuda-graph "$graph" |
     tail -n 1
   OUT=$out python3 "$bench_dir/timeline_census.py" "$tmp/timeline.csv" --title "$title" || true
 done
