@@ -137,6 +137,17 @@ TEST(LoraLinear, LoraLinearLayersUseIt) {
   EXPECT_FALSE(trace2.contains("lora_linear"));
 }
 
+// Backward from the outputs ys with a fixed random dy each (drawn from `seed`).
+void backward_against_random(const std::vector<Tensor>& ys, uint64_t seed) {
+  Generator g(seed);
+  Tensor loss;
+  for (const Tensor& y : ys) {
+    Tensor term = sum(mul(y, to(randn(y.shape(), g), y.dtype(), y.device())));
+    loss = loss.defined() ? add(loss, term) : term;
+  }
+  loss.backward();
+}
+
 // A group of large weights (over 8 MiB together) runs a base GEMM a part, each into its columns of
 // the output, instead of concatenating the weights: the same outputs and gradients as the layers
 // alone. Part 0 has LoRA, part 1 a bias, part 2 neither (its GEMM writes its columns unzeroed).
@@ -154,13 +165,7 @@ void check_large_group(Device dev, DType dtype, double tol) {
     Tensor lx = x.detach().requires_grad_(true), la = a.detach().requires_grad_(true),
            lb = b.detach().requires_grad_(true), lb1 = b1.detach().requires_grad_(true);
     std::vector<Tensor> ys = f(lx, la, lb, lb1);
-    Generator g(6);
-    Tensor loss;
-    for (const Tensor& y : ys) {
-      Tensor term = sum(mul(y, to(randn(y.shape(), g), dtype, dev)));
-      loss = loss.defined() ? add(loss, term) : term;
-    }
-    loss.backward();
+    backward_against_random(ys, 6);
     std::vector<Tensor> out;
     for (const Tensor& y : ys) out.push_back(y.detach());
     for (const Tensor& t : {lx, la, lb, lb1}) out.push_back(t.grad());
@@ -201,13 +206,7 @@ void check_adjacent_group(Device dev, DType dtype) {
     KernelTrace trace;
     std::vector<Tensor> ys = linear_group(lx, {{ws[0], Tensor(), la, b, 2.0}, {ws[1], b1}, {ws[2]}});
     traced = trace.str();
-    Generator g(9);
-    Tensor loss;
-    for (const Tensor& y : ys) {
-      Tensor term = sum(mul(y, to(randn(y.shape(), g), dtype, dev)));
-      loss = loss.defined() ? add(loss, term) : term;
-    }
-    loss.backward();
+    backward_against_random(ys, 9);
     ys.push_back(lx.grad());
     ys.push_back(la.grad());
     return ys;
