@@ -261,7 +261,10 @@ full: bf16 parameters), median of the timed steps on the host clock; PyTorch eag
 (bf16 autocast over float32 weights, sdpa) in the same call. TFLOP/s of model FLOPs (forward and dx
 GEMMs, dW where trained, causal attention with its backward at 2.5x the forward; no recomputation).
 Targets: llama-1b LoRA at most 78 ms, full at most 120 ms; llama3-8b LoRA at least 1.25x
-torch.compile's tokens/s at no more than 0.7x its peak.
+torch.compile's tokens/s at no more than 0.7x its peak. Mode "atomic dq": cuDNN's attention
+backward adding dq with atomics, as PyTorch runs it (`--sdp-deterministic false`); "weights apart":
+q / k / v and gate / up each in their own allocation, as before nn::place_weights_adjacent
+(`--adjacent-weights false`), so linear_group copies or splits them.
 
 Reproduce: `scripts/gpu/run_real_step.sh` (llama-1b) and `scripts/gpu/run_real_step.sh llama3-8b` on the GPU machine,
 then copy `$OUT/train_step-h200-real*.json`, `$OUT/census-*.md` (ncu: each kernel alone) and `$OUT/timeline-*.md`
