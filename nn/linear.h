@@ -41,7 +41,7 @@ class Linear : public Module {
 // every handle sees the move), so forward_group's linear_group reads them as one [sum out, in]
 // matrix: one GEMM, no copy. The models call it on their q / k / v and gate / up projections.
 // Does nothing unless every weight is allocated, contiguous, of one dtype, device and input width.
-// A later to(device or dtype) moves each weight alone, and the group then copies or splits.
+// Module::to keeps such a group in one allocation.
 void place_weights_adjacent(const std::vector<std::shared_ptr<Linear>>& layers);
 
 // The layers' forward on one x, one linear_group when every layer has a spec of one dtype

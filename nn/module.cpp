@@ -1,5 +1,7 @@
 #include "nn/module.h"
 
+#include <algorithm>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -20,6 +22,47 @@ void set_data(const Tensor& t, const Tensor& value) {
   d.strides = s.strides;
   d.offset = s.offset;
   d.dtype = s.dtype;
+}
+
+// Whether the tensors all[k], k in group, are contiguous and tile one range of their allocation
+// (in some order), with no two the same.
+bool tiles(const NamedTensors& all, std::vector<size_t>& group) {
+  if (group.size() < 2) return false;
+  std::sort(group.begin(), group.end(), [&](size_t a, size_t b) {
+    return all[a].second.storage_offset() < all[b].second.storage_offset();
+  });
+  for (size_t j = 0; j < group.size(); ++j) {
+    const Tensor& t = all[group[j]].second;
+    if (!t.is_contiguous() || t.numel() == 0) return false;
+    if (j > 0) {
+      const Tensor& prev = all[group[j - 1]].second;
+      if (t.dtype() != prev.dtype() || t.storage_offset() != prev.storage_offset() + prev.numel()) return false;
+    }
+  }
+  return true;
+}
+
+// A tiling group's new values as views of one new allocation, in the same order, when every value
+// is new, contiguous and of one dtype and device; the values themselves otherwise.
+std::vector<Tensor> adjacent_copies(const std::vector<Tensor>& values, const NamedTensors& all,
+                                    const std::vector<size_t>& group) {
+  int64_t total = 0;
+  for (size_t j = 0; j < values.size(); ++j) {
+    const Tensor& v = values[j];
+    if (v.shares_storage_with(all[group[j]].second) || !v.is_contiguous() || v.dtype() != values[0].dtype() ||
+        v.device() != values[0].device())
+      return values;
+    total += v.numel();
+  }
+  const Tensor buffer = Tensor::empty({total}, values[0].options());
+  std::vector<Tensor> out;
+  int64_t at = 0;
+  for (const Tensor& v : values) {
+    out.push_back(buffer.as_strided(v.shape(), v.strides(), at));
+    copy_(out.back(), v);
+    at += v.numel();
+  }
+  return out;
 }
 
 }  // namespace
@@ -194,16 +237,31 @@ Module& Module::gradient_checkpointing_disable() {
 
 Module& Module::convert(const std::function<Tensor(const std::string& name, const Tensor&)>& f) {
   NoGradGuard no_grad;
-  auto apply = [&](const std::string& name, const Tensor& t) {
-    Tensor value = f(name, t);
-    if (value.same(t) || (value.dtype() == t.dtype() && value.device() == t.device() && value.shares_storage_with(t)))
-      return;
-    Tensor grad = t.grad();
-    set_data(t, value);
-    if (grad.defined()) t.set_grad(tg::to(grad, value.dtype(), value.device()));
-  };
-  for (auto& [name, t] : named_parameters()) apply(name, t);
-  for (auto& [name, t] : named_buffers()) apply(name, t);
+  NamedTensors all = named_parameters();
+  for (auto& named : named_buffers()) all.push_back(named);
+  std::map<const Storage*, std::vector<size_t>> by_storage;
+  for (size_t i = 0; i < all.size(); ++i) by_storage[all[i].second.storage().get()].push_back(i);
+  std::vector<bool> done(all.size());
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (done[i]) continue;
+    // One tensor at a time (the peak grows by one tensor), or a whole allocation that tensors
+    // tile (nn::place_weights_adjacent's groups), kept one allocation if they convert alike.
+    std::vector<size_t> group = by_storage[all[i].second.storage().get()];
+    if (!tiles(all, group)) group = {i};
+    std::vector<Tensor> values;
+    for (size_t k : group) values.push_back(f(all[k].first, all[k].second));
+    if (group.size() > 1) values = adjacent_copies(values, all, group);
+    for (size_t j = 0; j < group.size(); ++j) {
+      const Tensor& t = all[group[j]].second;
+      const Tensor& value = values[j];
+      done[group[j]] = true;
+      if (value.same(t) || (value.dtype() == t.dtype() && value.device() == t.device() && value.shares_storage_with(t)))
+        continue;
+      Tensor grad = t.grad();
+      set_data(t, value);
+      if (grad.defined()) t.set_grad(tg::to(grad, value.dtype(), value.device()));
+    }
+  }
   return *this;
 }
 

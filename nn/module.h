@@ -92,6 +92,7 @@ class Module {
   virtual bool supports_gradient_checkpointing() const { return false; }
 
   // ---- placement: parameters, buffers (and existing grads) change in place ----
+  // Tensors that tile one allocation (nn::place_weights_adjacent) and convert alike tile a new one.
   Module& to(Device device);
   // Floating-point parameters and buffers only; integer buffers and buffers registered with
   // keeps_dtype keep their dtype.

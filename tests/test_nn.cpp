@@ -391,21 +391,31 @@ TEST_F(NnTest, LlamaTinyNamesAndParameterCount) {
 }
 
 // q / k / v and gate / up are consecutive row blocks of one allocation each, so the forward's
-// linear_group reads them in place (no weight concatenated), and the values are the init's.
+// linear_group reads them in place (no weight concatenated), and the values are the init's; a
+// conversion keeps the layout.
 TEST_F(NnTest, LlamaGroupsItsProjectionWeightsInOneAllocation) {
   Generator g1(3), g2(4), g3(4);
   nn::LlamaForCausalLM model(LlamaConfig::tiny(), g1);
   const std::vector<std::vector<std::string>> groups = {{"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"},
                                                         {"mlp.gate_proj", "mlp.up_proj"}};
-  for (const auto& group : groups) {
-    SCOPED_TRACE(group[0]);
-    std::vector<Tensor> ws;
-    for (const std::string& layer : group) ws.push_back(model.get_parameter("model.layers.2." + layer + ".weight"));
-    for (size_t i = 1; i < ws.size(); ++i) {
-      EXPECT_TRUE(ws[i].shares_storage_with(ws[0]));
-      EXPECT_EQ(ws[i].storage_offset(), ws[i - 1].storage_offset() + ws[i - 1].numel());
+  auto expect_adjacent = [&] {
+    for (const auto& group : groups) {
+      SCOPED_TRACE(group[0]);
+      std::vector<Tensor> ws;
+      for (const std::string& layer : group) ws.push_back(model.get_parameter("model.layers.2." + layer + ".weight"));
+      for (size_t i = 1; i < ws.size(); ++i) {
+        EXPECT_TRUE(ws[i].shares_storage_with(ws[0]));
+        EXPECT_EQ(ws[i].storage_offset(), ws[i - 1].storage_offset() + ws[i - 1].numel());
+      }
     }
-  }
+  };
+  expect_adjacent();
+  // Module::to converts such a group into one new allocation, with each weight's own values.
+  const Tensor k_float = clone(model.get_parameter("model.layers.2.self_attn.k_proj.weight"));
+  model.to(kBFloat16);
+  expect_adjacent();
+  EXPECT_TENSOR_EQ(model.get_parameter("model.layers.2.self_attn.k_proj.weight"), to(k_float, kBFloat16));
+  model.to(kFloat32);
   // The same draws as layers each holding its own weight: the move kept the values.
   nn::GatedMLP mlp(6, 10, {}, g2);
   nn::Linear gate(6, 10, false, g3), up(6, 10, false, g3);
