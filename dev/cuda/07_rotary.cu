@@ -39,6 +39,7 @@ Build and run (sm_90; dev/cuda/07_rotary.sh does both):
 
 #include <string>
 
+#include "core/cuda/cuda_utils.cuh"
 #include "core/cuda/device_utils.cuh"
 
 using tg::bf16;
@@ -50,19 +51,8 @@ using tg::cuda::pack_of;
 using tg::cuda::store_pack;
 
 // ---------------------------------------------------------------------------- device side
-// The leading matrices' offsets, as the library's StridedIndex (core/cuda/cuda_utils.cuh).
-struct Lead {
-  int ndim = 0;
-  int64_t sizes[8];
-  int64_t strides[8];
-  __host__ __device__ int64_t offset(int64_t i) const {
-    int64_t off = 0;
-    for (int d = ndim - 1; d >= 0; --d) {
-      off += (i % sizes[d]) * strides[d];
-      i /= sizes[d];
-    }
-    return off;
-  }
+// The leading matrices' offsets: the library's StridedIndex, plus a 32-bit variant.
+struct Lead : tg::cuda::StridedIndex {
   // The same for an index below 2^32 (any count of matrices here): 32-bit division, about a
   // fifth of the instructions of the 64-bit one.
   __device__ int64_t offset32(unsigned i) const {
