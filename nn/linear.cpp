@@ -3,9 +3,8 @@
 #include <cmath>
 #include <typeinfo>
 
-#include "core/autograd.h"
 #include "core/factory.h"
-#include "core/primitives.h"
+#include "nn/detail/adjacent_storage.h"
 #include "nn/init.h"
 #include "ops/linear.h"
 
@@ -55,25 +54,17 @@ std::optional<LinearSpec> Linear::spec() const {
 void place_weights_adjacent(const std::vector<std::shared_ptr<Linear>>& layers) {
   if (layers.size() < 2) return;
   const Tensor& w0 = layers[0]->weight;
-  int64_t total = 0;
+  std::vector<Tensor> weights;
   for (const auto& layer : layers) {
     const Tensor& w = layer->weight;
     if (!w.defined() || init::is_unallocated(w) || !w.is_contiguous() || w.dim() != 2 || w.dtype() != w0.dtype() ||
         w.device() != w0.device() || w.shape()[1] != w0.shape()[1])
       return;
-    total += w.numel();
+    weights.push_back(w);
   }
-  NoGradGuard no_grad;
-  const Tensor all = empty({total}, w0.options());
-  int64_t at = 0;
-  for (const auto& layer : layers) {
-    const Tensor& w = layer->weight;
-    const Tensor block = all.as_strided(w.shape(), w.strides(), at);
-    if (!init::skipping()) copy_(block, w);  // skipped: uninitialised, the file's values come next
-    w.impl().storage = block.storage();
-    w.impl().offset = at;
-    at += w.numel();
-  }
+  // Under init::skipping() the values are uninitialised: the file's come next.
+  const std::vector<Tensor> blocks = detail::adjacent_copies(weights, !init::skipping());
+  for (size_t i = 0; i < layers.size(); ++i) detail::set_data(layers[i]->weight, blocks[i]);
 }
 
 std::vector<Tensor> forward_group(const std::vector<std::shared_ptr<Linear>>& layers, const Tensor& x) {

@@ -7,22 +7,11 @@
 
 #include "core/autograd.h"
 #include "core/primitives.h"
+#include "nn/detail/adjacent_storage.h"
 #include "ops/cast.h"
 
 namespace tg::nn {
 namespace {
-
-// Points `t` (and so every handle to it) at `value`'s data, keeping its autograd identity:
-// the same leaf, requires_grad unchanged. This is torch's `param.data = value`.
-void set_data(const Tensor& t, const Tensor& value) {
-  TensorImpl& d = t.impl();
-  const TensorImpl& s = value.impl();
-  d.storage = s.storage;
-  d.shape = s.shape;
-  d.strides = s.strides;
-  d.offset = s.offset;
-  d.dtype = s.dtype;
-}
 
 // Whether the tensors all[k], k in group, are contiguous and tile one range of their allocation
 // (in some order), with no two the same.
@@ -44,25 +33,15 @@ bool tiles(const NamedTensors& all, std::vector<size_t>& group) {
 
 // A tiling group's new values as views of one new allocation, in the same order, when every value
 // is new, contiguous and of one dtype and device; the values themselves otherwise.
-std::vector<Tensor> adjacent_copies(const std::vector<Tensor>& values, const NamedTensors& all,
-                                    const std::vector<size_t>& group) {
-  int64_t total = 0;
+std::vector<Tensor> regrouped(const std::vector<Tensor>& values, const NamedTensors& all,
+                              const std::vector<size_t>& group) {
   for (size_t j = 0; j < values.size(); ++j) {
     const Tensor& v = values[j];
     if (v.shares_storage_with(all[group[j]].second) || !v.is_contiguous() || v.dtype() != values[0].dtype() ||
         v.device() != values[0].device())
       return values;
-    total += v.numel();
   }
-  const Tensor buffer = Tensor::empty({total}, values[0].options());
-  std::vector<Tensor> out;
-  int64_t at = 0;
-  for (const Tensor& v : values) {
-    out.push_back(buffer.as_strided(v.shape(), v.strides(), at));
-    copy_(out.back(), v);
-    at += v.numel();
-  }
-  return out;
+  return detail::adjacent_copies(values);
 }
 
 }  // namespace
@@ -250,7 +229,7 @@ Module& Module::convert(const std::function<Tensor(const std::string& name, cons
     if (!tiles(all, group)) group = {i};
     std::vector<Tensor> values;
     for (size_t k : group) values.push_back(f(all[k].first, all[k].second));
-    if (group.size() > 1) values = adjacent_copies(values, all, group);
+    if (group.size() > 1) values = regrouped(values, all, group);
     for (size_t j = 0; j < group.size(); ++j) {
       const Tensor& t = all[group[j]].second;
       const Tensor& value = values[j];
@@ -258,7 +237,7 @@ Module& Module::convert(const std::function<Tensor(const std::string& name, cons
       if (value.same(t) || (value.dtype() == t.dtype() && value.device() == t.device() && value.shares_storage_with(t)))
         continue;
       Tensor grad = t.grad();
-      set_data(t, value);
+      detail::set_data(t, value);
       if (grad.defined()) t.set_grad(tg::to(grad, value.dtype(), value.device()));
     }
   }
