@@ -6,6 +6,7 @@
 #include "core/primitives.h"
 #include "core/trace.h"
 #include "ops/binary.h"
+#include "ops/binary_kernels.h"
 #include "ops/cast.h"
 #include "ops/detail/checks.h"
 #include "ops/cross_entropy_kernels.h"
@@ -19,7 +20,6 @@ namespace {
 
 constexpr const char* kOp = "linear_cross_entropy";
 constexpr int64_t kMiB = int64_t{1} << 20;
-constexpr int64_t kDwBlockBytes = 16 * kMiB;     // of float32 dW scaled and rounded at a time
 constexpr int64_t kGemmRows = 2048;              // a chunk's rows where its GEMMs run near peak
 constexpr int64_t kMaxChunkBytes = 256 * kMiB;   // of logits a chunk without dW
 constexpr int64_t kDwRows = 4096;                // a chunk's rows with dW: the dW GEMM's K
@@ -40,15 +40,10 @@ struct LinearCrossEntropyBackward final : Node {
       dx = mul(unit, to(scale, unit.dtype()));
     }
     Tensor dw;
-    if (mask[1]) {  // scaled and rounded a row block at a time: one float32 block, not a whole copy
+    if (mask[1]) {  // the unit dW (float32 for a bfloat16 weight) scaled and rounded in one pass
       Tensor unit = unpack(kDw), s = to(scale, unit.dtype());
       dw = Tensor::empty(unit.shape(), {w_dtype, unit.device()});
-      const int64_t V = unit.shape()[0];
-      const int64_t rows = std::max<int64_t>(1, kDwBlockBytes / (4 * std::max<int64_t>(1, unit.shape()[1])));
-      for (int64_t r0 = 0; r0 < V; r0 += rows) {
-        const int64_t r1 = std::min(V, r0 + rows);
-        copy_(slice(dw, 0, r0, r1), mul(slice(unit, 0, r0, r1), s));
-      }
+      TG_DISPATCH(unit.device(), binary, BinaryOp::Mul, dw, unit, expand(s, unit.shape()));
     }
     return {dx, dw};
   }

@@ -14,9 +14,12 @@
 #include "nn/gpt2.h"
 #include "nn/llama.h"
 #include "nn/loss.h"
+#include "ops/binary.h"
+#include "ops/binary_kernels.h"
 #include "ops/cast.h"
 #include "ops/cross_entropy.h"
 #include "ops/cross_entropy_kernels.h"
+#include "ops/detail/dispatch.h"
 #include "ops/linear.h"
 #include "ops/detail/linear_cross_entropy_chunks.h"
 #include "ops/linear_cross_entropy.h"
@@ -43,8 +46,7 @@ LossRun run(F&& f, const Tensor& x, const Tensor& w, const Tensor& t, bool w_gra
 Tensor reference(const Tensor& x, const Tensor& w, const Tensor& t) { return cross_entropy(to(linear(x, w), kFloat32), t); }
 
 TEST(LinearCrossEntropy, MatchesLinearThenCrossEntropyInAnyChunks) {
-  // 600 rows: one chunk (the op's choice here), chunks of 256 and of 97 (the last ones short); dW
-  // (17.9 MB in float32) is scaled and rounded in two row blocks.
+  // 600 rows: one chunk (the op's choice here), chunks of 256 and of 97 (the last ones short).
   Generator gen(1);
   const int64_t N = 600, H = 64, V = 70000;
   Tensor x = randn({N, H}, gen), w = randn({V, H}, gen);
@@ -119,6 +121,24 @@ TEST(LinearCrossEntropy, ModelsLossTakesItAndMatchesTheLogitsPath) {
   nn::GPT2LMHeadModel gpt2(gc, gen);
   Tensor gids = randint(0, gc.vocab_size, {2, 9}, gen);
   EXPECT_TENSOR_NEAR(gpt2.loss(gids, gids), nn::causal_lm_loss(gpt2.forward(gids), gids), 1e-5, 1e-6);
+}
+
+// A bfloat16 weight's dW is its float32 unit dW times the incoming scale, rounded once: the
+// backends' binary with float32 operands and a bfloat16 out (one pass, no float32 copy), against
+// the float32 product then rounded, bitwise, with the scale broadcast and operands strided.
+TEST(LinearCrossEntropy, ScaledDwIsRoundedOnceIntoBfloat16OnEveryBackend) {
+  Generator gen(9);
+  const Tensor a = randn({37, 41}, gen), scale = full({}, 1.0 / 3.0), wide = randn({37, 82}, gen);
+  for (Device dev : {Device::cpu(), Device::cuda()}) {
+    if (dev.is_cuda() && !testing::cuda_ready()) continue;
+    SCOPED_TRACE(dev.str());
+    for (const Tensor& x : {a, slice(wide, 1, 3, 44)}) {  // contiguous, then a strided view
+      const Tensor dx = to(x, dev), s = expand(to(scale, dev), x.shape());
+      Tensor out = Tensor::empty(x.shape(), {kBFloat16, dev});
+      TG_DISPATCH(dev, binary, BinaryOp::Mul, out, dx, s);
+      EXPECT_TENSOR_EQ(to(out, Device::cpu()), to(mul(x, scale), kBFloat16));
+    }
+  }
 }
 
 TEST(LinearCrossEntropy, Bf16OnTheGpuMatchesTheFloat32Logits) {

@@ -10,22 +10,29 @@
 namespace tg::cuda {
 namespace {
 
-template <BinaryOp OP, class T>
+// The value in TI's accumulator type, rounded once into TO.
+template <BinaryOp OP, class TO, class TI>
 struct BinaryFn {
-  __device__ T operator()(T a, T b) const {
-    using A = acc_t<T>;
-    return cvt<T>(binary_value<OP, A>(cvt<A>(a), cvt<A>(b)));
+  __device__ TO operator()(TI a, TI b) const {
+    using A = acc_t<TI>;
+    return cvt<TO>(binary_value<OP, A>(cvt<A>(a), cvt<A>(b)));
   }
 };
 
 }  // namespace
 
 void binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b) {
+  if (out.dtype() == kBFloat16 && a.dtype() == kFloat32) {  // float32 operands rounded into bfloat16
+    visit_binary(op, [&](auto kind) {
+      launch_elementwise<bf16, float, 2>("binary", out, {a, b}, BinaryFn<decltype(kind)::value, bf16, float>{});
+    });
+    return;
+  }
   dispatch_floating(out.dtype(), "binary", [&](auto tag) {
     using T = typename decltype(tag)::type;
     visit_binary(op, [&](auto kind) {
       constexpr BinaryOp OP = decltype(kind)::value;
-      launch_elementwise<T, T, 2>("binary", out, {a, b}, BinaryFn<OP, T>{});
+      launch_elementwise<T, T, 2>("binary", out, {a, b}, BinaryFn<OP, T, T>{});
     });
   });
 }
