@@ -102,7 +102,7 @@ timeline="$(cd "$build" && pwd)/bench/libtg_timeline.so"  # CUDA_INJECTION64_PAT
 for run in lora:false lora:true full:false; do
   mode=${run%:*} graph=${run#*:}
   part "timeline of 5 $mode steps, CUDA graph $graph"
-  title="$config-$mode$([ "$graph" = true ] && echo -graph)"
+  title=$config-$mode; [ "$graph" = false ] || title+=-graph
   CUDA_INJECTION64_PATH="$timeline" TG_TIMELINE="$tmp/timeline.csv" "$build/bench/train_step_bench" \
     --config "$config" --device cuda --dtype bf16 --modes "$mode" --warmup 2 --steps 5 --cuda-graph "$graph" |
     tail -n 1
