@@ -6,7 +6,8 @@
 //            (on the CPU both runs use the CPU's attention kernel: only the head differs).
 // Exit 1 when a step's losses differ by more than --rtol (relative), when a loss is not finite, or
 // when the fused run's loss does not fall over the steps (the comparison would then prove little).
-// The default --rtol is bfloat16's epsilon (2^-7: one rounding of the loss) in bf16 and 1e-5 in f32.
+// The default --rtol is 1e-3 in bf16 (an eighth of its epsilon: the loss is a float32 mean over every
+// token, so the bf16 roundings under it average out; llama-1b on the H200 differed by 4e-5) and 1e-5 in f32.
 // The ctests Bench.FusedLossMatchesUnfusedOnTheCpu* run the tiny config; on the GPU machine:
 //   fused_loss_check --config llama-1b --device cuda --dtype bf16
 #include <cmath>
@@ -58,7 +59,7 @@ int main(int argc, char** argv) {
       .add("dtype", "f32", "f32 | bf16 (the frozen base's; LoRA in float32)")
       .add("steps", "20", "training steps")
       .add("lr", "1e-3", "AdamW's learning rate")
-      .add("rtol", "0", "largest relative difference of a step's losses (0: 2^-7 in bf16, 1e-5 in f32)");
+      .add("rtol", "0", "largest relative difference of a step's losses (0: 1e-3 in bf16, 1e-5 in f32)");
   try {
     if (!flags.parse(argc, argv)) return std::cout << flags.usage(), 0;
     const Device device = flags.str("device") == "cuda" ? Device::cuda() : Device::cpu();
@@ -68,7 +69,7 @@ int main(int argc, char** argv) {
     if (flags.integer("seq") > 0) bl.seq = flags.integer("seq");
     const int64_t steps = flags.integer("steps");
     TG_CHECK(steps >= 2, "fused_loss_check", "--steps wants at least 2, got ", steps);
-    const double rtol = flags.number("rtol") > 0 ? flags.number("rtol") : dtype == kBFloat16 ? 0.0078125 : 1e-5;
+    const double rtol = flags.number("rtol") > 0 ? flags.number("rtol") : dtype == kBFloat16 ? 1e-3 : 1e-5;
     const std::vector<double> fused = run_steps(bl, dtype, device, true, steps, flags.number("lr"));
     const std::vector<double> unfused = run_steps(bl, dtype, device, false, steps, flags.number("lr"));
     std::printf("%s %s %s, batch %lld x %lld, %lld LoRA steps\n%5s %12s %12s %10s\n", flags.str("config").c_str(),
