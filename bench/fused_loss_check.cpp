@@ -30,7 +30,7 @@ namespace {
 
 // The loss of each of `steps` AdamW steps on ids (the step's loss before its update).
 std::vector<double> run_steps(const bench::BenchLlama& bl, DType dtype, Device device, bool fused, int64_t steps,
-                          double lr) {
+                              double lr) {
   enable_cudnn_sdp(fused);
   auto model = bench::fast_llama(bl.config, dtype, device, 7);
   Generator gen(11);
@@ -55,14 +55,14 @@ int main(int argc, char** argv) {
   flags.add("config", "tiny", "tiny | small | bench-135m | llama-1b | llama3-8b (bench/real_llama.h)")
       .add("batch", "0", "sequences a step (0: the config's)")
       .add("seq", "0", "tokens a sequence (0: the config's)")
-      .add("device", "cpu", "cpu | cuda")
+      .add("device", "cpu", "cpu | cuda | auto")
       .add("dtype", "f32", "f32 | bf16 (the frozen base's; LoRA in float32)")
       .add("steps", "20", "training steps")
       .add("lr", "1e-3", "AdamW's learning rate")
       .add("rtol", "0", "largest relative difference of a step's losses (0: 1e-3 in bf16, 1e-5 in f32)");
   try {
     if (!flags.parse(argc, argv)) return std::cout << flags.usage(), 0;
-    const Device device = flags.str("device") == "cuda" ? Device::cuda() : Device::cpu();
+    const Device device = examples::device_flag(flags);
     const DType dtype = examples::dtype_flag(flags);
     bench::BenchLlama bl = bench::bench_llama(flags.str("config"));
     if (flags.integer("batch") > 0) bl.batch = flags.integer("batch");

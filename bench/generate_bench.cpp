@@ -48,7 +48,7 @@ Timing time_once(nn::Module& model, const std::vector<std::vector<int32_t>>& pro
 int main(int argc, char** argv) {
   examples::Flags flags("generate_bench", "Times nn::generate (greedy) on a Llama config with random weights.");
   flags.add("config", "bench-135m", "tiny | small | bench-135m")
-      .add("device", "cuda", "cpu | cuda")
+      .add("device", "cuda", "cpu | cuda | auto")
       .add("dtype", "bf16", examples::kDtypeHelp)
       .add("batches", "1,32", "batch sizes")
       .add("prompt", "128", "prompt tokens per sequence")
@@ -61,7 +61,7 @@ int main(int argc, char** argv) {
   try {
     if (!flags.parse(argc, argv)) return std::cout << flags.usage(), 0;
     if (flags.integer("threads") > 0) set_num_threads(static_cast<int>(flags.integer("threads")));
-    const Device device = flags.str("device") == "cuda" ? Device::cuda() : Device::cpu();
+    const Device device = examples::device_flag(flags);
     const DType dtype = examples::dtype_flag(flags);
     const nn::LlamaConfig c = nn::LlamaConfig::by_name(flags.str("config"));
     const int64_t P = flags.integer("prompt"), N = flags.integer("new-tokens");

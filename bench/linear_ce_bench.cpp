@@ -178,7 +178,7 @@ struct Result {
 
 int run(int argc, char** argv) {
   examples::Flags flags("linear_ce_bench", "Times linear_cross_entropy against linear + cross_entropy, fwd+bwd.");
-  flags.add("device", "cuda", "cuda | cpu")
+  flags.add("device", "cuda", "cuda | cpu | auto")
       .add("dtype", "bf16", examples::kDtypeHelp)
       .add("shapes", "", "NxHxV,... (default: 8192x768x32000,16384x2048x128256 on cuda, 512x64x2000 on cpu)")
       .add("reps", "30", "timed calls per case (the median is reported)")
@@ -188,10 +188,7 @@ int run(int argc, char** argv) {
       .add("chunks-json", "", "write those rows to this file")
       .add("profile", "0", "1: one more fused call a case between cudaProfilerStart / Stop");
   if (!flags.parse(argc, argv)) return std::cout << flags.usage(), 0;
-  const std::string device_name = flags.str("device");
-  if (device_name != "cuda" && device_name != "cpu")
-    throw examples::UsageError("--device wants cuda or cpu, got '" + device_name + "'\n");
-  const Device device = device_name == "cuda" ? Device::cuda() : Device::cpu();
+  const Device device = examples::device_flag(flags);
   if (device.is_cuda() && !cuda_is_available()) throw Error("linear_ce_bench: --device cuda, but no CUDA device");
   set_num_threads(static_cast<int>(flags.integer("threads")));
   const DType dtype = examples::dtype_flag(flags);

@@ -26,6 +26,7 @@
 #include "bench/bench_json.h"
 #include "bench/real_llama.h"
 #include "examples/common/flags.h"
+#include "examples/common/precision.h"
 #include "io/file.h"
 #include "io/json.h"
 #include "optim/optimizer.h"
@@ -64,7 +65,7 @@ int main(int argc, char** argv) {
       .add("seq", "2048", "tokens a row")
       .add("batch", "4", "rows a step (pad-tight: as many tokens in shorter rows)")
       .add("modes", "pack,pack-separate,pad,pad-tight", "the layouts to time (vs pack: against the first pack row)")
-      .add("device", "cuda", "cpu | cuda")
+      .add("device", "cuda", "cpu | cuda | auto")
       .add("dtype", "bf16", "f32 | bf16 (bf16: the frozen base in bfloat16, float32 adapters)")
       .add("threads", "2", "CPU threads")
       .add("warmup", "3", "untimed steps")
@@ -74,7 +75,7 @@ int main(int argc, char** argv) {
   try {
     if (!flags.parse(argc, argv)) return std::cout << flags.usage(), 0;
     set_num_threads(static_cast<int>(flags.integer("threads", 1, 1024)));
-    const Device device = flags.str("device") == "cuda" ? Device::cuda() : Device::cpu();
+    const Device device = examples::device_flag(flags);
     const DType dtype = flags.str("dtype") == "bf16" ? kBFloat16 : kFloat32;
     const int64_t seq = flags.integer("seq", 2, 1 << 20), batch = flags.integer("batch", 1, 1 << 16);
     const bool graphed = flags.boolean("cuda-graph");

@@ -153,7 +153,7 @@ int main(int argc, char** argv) {
       .add("batch", "0", "sequences a step (0: the config's)")
       .add("seq", "0", "tokens a sequence (0: the config's)")
       .add("build", "fast", "fast (bench::fast_llama) | constructor (LlamaForCausalLM's, host init)")
-      .add("device", "cpu", "cpu | cuda")
+      .add("device", "cpu", "cpu | cuda | auto")
       .add("dtype", "f32", "f32 | bf16 (see the top of bench/train_step_bench.cpp)")
       .add("threads", "2", "CPU threads")
       .add("warmup", "3", "untimed steps")
@@ -174,7 +174,7 @@ int main(int argc, char** argv) {
     set_num_threads(static_cast<int>(flags.integer("threads")));
     enable_cudnn_sdp(flags.boolean("cudnn-sdp"));
     set_cudnn_sdp_deterministic(flags.boolean("sdp-deterministic"));
-    Device device = flags.str("device") == "cuda" ? Device::cuda() : Device::cpu();
+    Device device = examples::device_flag(flags);
     const DType dtype = examples::dtype_flag(flags);
     std::string name;
     const bench::BenchLlama bl = config_of(flags, name);

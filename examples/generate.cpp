@@ -153,10 +153,7 @@ int run(int argc, char** argv) {
       .add("dtype", "f32", "f32 | bf16 (the base in bfloat16; an adapter stays float32)")
       .add("threads", "0", "CPU threads (0: all cores)");
   if (!flags.parse(argc, argv)) return std::cout << flags.usage(), 0;
-  const std::string dev = flags.str("device");
-  if (dev != "auto" && dev != "cpu" && dev != "cuda")
-    throw examples::UsageError("--device wants cpu, cuda or auto, got '" + dev + "'\n" + flags.usage());
-  const Device device = dev == "auto" ? default_device() : dev == "cuda" ? Device::cuda() : Device::cpu();
+  const Device device = examples::device_flag(flags);
   const DType dtype = examples::dtype_flag(flags);
   if (const int64_t threads = flags.integer("threads", 0, 4096); threads > 0) set_num_threads(static_cast<int>(threads));
 

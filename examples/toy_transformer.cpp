@@ -94,10 +94,7 @@ int run(int argc, char** argv) {
     return 0;
   }
   if (const int status = examples::launch_if_asked(flags, argc, argv); status >= 0) return status;
-  Device device = flags.str("device") == "auto" ? default_device()
-                  : flags.str("device") == "cuda" ? Device::cuda()
-                  : flags.str("device") == "cpu" ? Device::cpu()
-                  : throw examples::UsageError("--device wants cpu, cuda or auto\n" + flags.usage());
+  Device device = examples::device_flag(flags);
   const DType dtype = examples::dtype_flag(flags);
   const examples::Ranks ranks = examples::join_if_launched(device, flags.str("device"));
   if (flags.integer("threads") > 0) set_num_threads(static_cast<int>(flags.integer("threads")));

@@ -18,6 +18,7 @@
 #include "data/tokenizer.h"
 #include "distributed/init.h"
 #include "examples/common/flags.h"
+#include "examples/common/precision.h"
 #include "io/file.h"
 #include "io/json.h"
 #include "io/number.h"
@@ -192,6 +193,32 @@ TEST(HostileFiles, NumbersFromTextAreCheckedWholeAndInRange) {
             std::string::npos);
   EXPECT_NE(usage_error([&] { flags.integer("threads", 0, 4096); }).find("--threads wants an integer in [0, 4096], got '2abc'"),
             std::string::npos);
+}
+
+// A misspelt --device or --dtype is an error naming what it got, never a silent CPU or float32 run.
+TEST(HostileFiles, DeviceAndDtypeFlagsNameWhatTheyGot) {
+  examples::Flags flags("p", "");
+  flags.add("device", "cpu", "").add("dtype", "f32", "");
+  const char* argv[] = {"p", "--device", "gpu", "--dtype", "fp16"};
+  ASSERT_TRUE(flags.parse(5, const_cast<char**>(argv)));
+  auto usage_error = [](auto&& f) {
+    try {
+      f();
+    } catch (const examples::UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  EXPECT_NE(usage_error([&] { examples::device_flag(flags); }).find("--device wants cpu, cuda or auto, got 'gpu'"),
+            std::string::npos);
+  EXPECT_NE(usage_error([&] { examples::dtype_flag(flags); }).find("--dtype wants f32 or bf16, got 'fp16'"),
+            std::string::npos);
+  examples::Flags defaults("p", "");
+  defaults.add("device", "cpu", "").add("dtype", "bf16", "");
+  const char* none[] = {"p"};
+  ASSERT_TRUE(defaults.parse(1, const_cast<char**>(none)));
+  EXPECT_EQ(examples::device_flag(defaults), Device::cpu());
+  EXPECT_EQ(examples::dtype_flag(defaults), kBFloat16);
 }
 
 TEST(HostileFiles, CheckpointMetadataIsParsedCheckedBeforeAnythingLoads) {

@@ -19,6 +19,14 @@ tg::DType dtype_flag(const Flags& flags) {
   throw UsageError("--dtype wants f32 or bf16, got '" + d + "'\n" + flags.usage());
 }
 
+tg::Device device_flag(const Flags& flags) {
+  const std::string d = flags.str("device");
+  if (d == "cpu") return tg::Device::cpu();
+  if (d == "cuda") return tg::Device::cuda();
+  if (d == "auto") return tg::default_device();
+  throw UsageError("--device wants cpu, cuda or auto, got '" + d + "'\n" + flags.usage());
+}
+
 void add_quantization_flags(Flags& flags) {
   flags.add("load-in-4bit", "false", "QLoRA: the frozen base's Linear layers (all but the head) in 4 bits, "
                                      "quantised as the model loads; LoRA trains on top")

@@ -1,4 +1,4 @@
-// The examples' --dtype flag and the GPU memory line of their reports.
+// The examples' --dtype and --device flags and the GPU memory line of their reports.
 //   f32:  everything in float32.
 //   bf16: mixed precision, as peft's default: the frozen base in bfloat16 (bf16 GEMMs and
 //         activations), the LoRA weights, their gradients and the AdamW state in float32
@@ -19,6 +19,9 @@ extern const char* const kDtypeHelp;
 
 // --dtype: "f32" -> kFloat32, "bf16" -> kBFloat16; UsageError (with the usage) otherwise.
 tg::DType dtype_flag(const Flags& flags);
+
+// --device: "cpu", "cuda", or "auto" (tg::default_device()); UsageError (with the usage) otherwise.
+tg::Device device_flag(const Flags& flags);
 
 // QLoRA's flags, with transformers' BitsAndBytesConfig names: --load-in-4bit,
 // --bnb-4bit-quant-type nf4 | fp4, --bnb-4bit-use-double-quant.
