@@ -18,7 +18,7 @@
 #include "examples/common/flags.h"
 #include "examples/common/launcher.h"
 #include "examples/common/precision.h"
-#include "nn/llama.h"
+#include "nn/models/llama.h"
 #include "optim/optimizer.h"
 #include "peft/lora.h"
 #include "tapegrad.h"

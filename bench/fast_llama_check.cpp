@@ -7,7 +7,7 @@
 #include <string>
 
 #include "bench/real_llama.h"
-#include "nn/llama.h"
+#include "nn/models/llama.h"
 #include "tapegrad.h"
 
 using namespace tg;

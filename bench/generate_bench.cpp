@@ -15,8 +15,8 @@
 #include "core/cuda/runtime.h"
 #include "examples/common/flags.h"
 #include "examples/common/precision.h"
-#include "nn/generation.h"
-#include "nn/llama.h"
+#include "nn/generation/generation.h"
+#include "nn/models/llama.h"
 #include "tapegrad.h"
 
 using namespace tg;

@@ -27,7 +27,7 @@
 #include "core/cuda/runtime.h"
 #include "core/memory.h"
 #include "examples/common/flags.h"
-#include "nn/pretrained.h"
+#include "nn/models/pretrained.h"
 #include "tapegrad.h"
 
 using namespace tg;

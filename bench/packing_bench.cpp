@@ -138,9 +138,9 @@ int main(int argc, char** argv) {
         }
       }
       // A CUDA graph replays one layout's shapes: a step of its own for each (run, captured, replayed).
-      train::GraphedStep timed(graphed, [&](const Tensor& ids, const Tensor& labels, const Tensor& position_ids) {
+      train::GraphedStep timed(graphed, [&](const data::Batch& b) {
         opt.zero_grad();
-        Tensor loss = model->loss(ids, labels, position_ids);
+        Tensor loss = model->loss(b.ids, b.labels, b.position_ids);
         loss.backward();
         opt.step();
         return std::vector<Tensor>{loss};
@@ -149,7 +149,7 @@ int main(int argc, char** argv) {
       for (int64_t i = 0; i < draws; ++i) {
         const data::Batch& b = batches[static_cast<size_t>(i)];
         const auto t0 = std::chrono::steady_clock::now();
-        const double loss = timed(b.ids, b.labels, b.position_ids)[0].item();
+        const double loss = timed(b)[0].item();
         const double t = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         TG_CHECK(std::isfinite(loss), "packing_bench", name, ": the loss of step ", i, " is ", loss);
         if (i >= warmup) ms.push_back(t);

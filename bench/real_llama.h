@@ -20,9 +20,9 @@
 #include "core/factory.h"
 #include "core/primitives.h"
 #include "nn/init.h"
-#include "nn/llama.h"
-#include "ops/unary.h"
+#include "nn/models/llama.h"
 #include "ops/shape.h"
+#include "ops/unary.h"
 
 namespace tg::bench {
 

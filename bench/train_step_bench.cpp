@@ -35,9 +35,9 @@
 // with --qlora also quant "none" / "nf4", layers, the breakdown in MiB, the extrapolated peak).
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
-#include <cmath>
 #include <memory>
 #include <set>
 #include <string>
@@ -52,9 +52,9 @@
 #include "examples/common/flags.h"
 #include "examples/common/precision.h"
 #include "io/file.h"
-#include "nn/llama.h"
-#include "nn/pretrained.h"
-#include "nn/quantization.h"
+#include "nn/models/llama.h"
+#include "nn/models/pretrained.h"
+#include "nn/models/quantization.h"
 #include "optim/optimizer.h"
 #include "peft/lora.h"
 #include "tapegrad.h"
@@ -75,10 +75,11 @@ bench::BenchLlama config_of(const examples::Flags& flags, std::string& name) {
   } else {
     name = flags.str("config-json");
     const std::vector<uint8_t> bytes = io::read_file(name);
-    const nn::PretrainedConfig parsed = nn::parse_pretrained_config(std::string(bytes.begin(), bytes.end()), name);
-    TG_CHECK(std::holds_alternative<nn::LlamaConfig>(parsed), "train_step_bench",
-             "--config-json wants a Llama config.json (LlamaForCausalLM), got another architecture in ", name);
-    b.config = std::get<nn::LlamaConfig>(parsed);
+    const nn::ModelBuilder parsed = nn::parse_pretrained_config(std::string(bytes.begin(), bytes.end()), name);
+    const auto* llama = std::any_cast<nn::LlamaConfig>(&parsed.config);
+    TG_CHECK(llama, "train_step_bench", "--config-json wants a Llama config.json (LlamaForCausalLM), got another ",
+             "architecture in ", name);
+    b.config = *llama;
     b.batch = 1;
     b.seq = std::min<int64_t>(4096, b.config.max_position_embeddings);
   }

@@ -25,7 +25,7 @@
 #include "examples/common/precision.h"
 #include "examples/common/printable.h"
 #include "examples/common/vocabulary.h"
-#include "nn/generation.h"
+#include "nn/generation/generation.h"
 #include "peft/lora.h"
 #include "tapegrad.h"
 

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "nn/init.h"
-#include "nn/llama.h"
+#include "nn/models/llama.h"
 #include "peft/lora.h"
 
 namespace {

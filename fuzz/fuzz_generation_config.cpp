@@ -6,7 +6,7 @@
 
 #include "core/error.h"
 #include "fuzz/fuzz_scratch.h"
-#include "nn/generation.h"
+#include "nn/generation/generation.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const std::string dir = fuzz_scratch_dir("generation_config");

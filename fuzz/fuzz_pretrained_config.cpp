@@ -1,12 +1,12 @@
 // config.json text -> nn::parse_pretrained_config: a tg::Error, or a config that validates; a
 // small one is built into its model, which runs a forward pass.
+#include <any>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
-#include <variant>
 
 #include "core/factory.h"
-#include "nn/pretrained.h"
+#include "nn/models/pretrained.h"
 
 namespace {
 
@@ -34,20 +34,19 @@ void run(const Config& c, int64_t vocab) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  tg::nn::PretrainedConfig config;
+  tg::nn::ModelBuilder config;
   try {
     config = tg::nn::parse_pretrained_config(std::string(reinterpret_cast<const char*>(data), size));
   } catch (const tg::Error&) {
     return 0;
   }
-  if (const auto* l = std::get_if<tg::nn::LlamaConfig>(&config)) {
+  if (const auto* l = std::any_cast<tg::nn::LlamaConfig>(&config.config)) {
     l->validate();  // parse_pretrained_config promised it: a throw here is a finding
     if (llama_params(*l) <= kMaxParams && l->max_position_embeddings >= 2)
       run<tg::nn::LlamaForCausalLM>(*l, l->vocab_size);
-  } else {
-    const auto& g = std::get<tg::nn::GPT2Config>(config);
-    g.validate();
-    if (gpt2_params(g) <= kMaxParams && g.n_positions >= 2) run<tg::nn::GPT2LMHeadModel>(g, g.vocab_size);
+  } else if (const auto* g = std::any_cast<tg::nn::GPT2Config>(&config.config)) {
+    g->validate();
+    if (gpt2_params(*g) <= kMaxParams && g->n_positions >= 2) run<tg::nn::GPT2LMHeadModel>(*g, g->vocab_size);
   }
   return 0;
 }

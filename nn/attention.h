@@ -7,7 +7,7 @@
 
 #include "core/generator.h"
 #include "nn/dropout.h"
-#include "nn/kv_cache.h"
+#include "nn/generation/kv_cache.h"
 #include "nn/linear.h"
 #include "nn/norm.h"
 
@@ -41,7 +41,7 @@ class CausalSelfAttention : public Module {
                       Generator& gen = default_generator());
   // x [B, T, hidden]; cos, sin [T, head_dim] from a RotaryEmbedding (undefined: no rotary), or
   // [B, 1, T, head_dim] per sequence. With a cache (generation): the T tokens' keys and values
-  // join it, and the tokens attend to everything cached before them (nn/kv_cache.h). position_ids
+  // join it, and the tokens attend to everything cached before them (nn/generation/kv_cache.h). position_ids
   // [B, T] (packed rows, no cache): each token attends only to the tokens of its document, whose
   // positions count from 0 (banded_causal_attention, ops/attention.h).
   Tensor forward(const Tensor& x, const Tensor& cos, const Tensor& sin, const LayerCache* cache = nullptr,

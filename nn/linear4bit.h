@@ -1,13 +1,9 @@
 // nn::Linear4bit: a frozen Linear whose weight is stored in bitsandbytes' 4-bit format (ops/nf4.h),
-// as bitsandbytes.nn.Linear4bit. forward is linear_4bit: the weight is dequantised to the
-// compute dtype right before the GEMM (and again for dx in backward) into the workspace, one
-// buffer shared by a model's quantised layers (nn/quantization.h makes it). It never has a
-// weight gradient: the packed uint8 weight refuses requires_grad_ (only floating tensors train).
-//
-// Registered as "weight" (the packed uint8 values), "bias", and the buffers "absmax",
-// "quant_map", "nested_absmax", "nested_quant_map" (bitsandbytes' "weight.absmax", ...) and the
-// non-persistent "workspace", so to(device) moves the whole state; to(dtype) leaves the state and
-// the workspace as they are (only the bias follows), so a quantised model may be cast like any.
+// as bitsandbytes.nn.Linear4bit. forward is linear_4bit: the weight is dequantised to the compute
+// dtype right before the GEMM (and again for dx) into a workspace shared by a model's quantised
+// layers (nn/models/quantization.h). The packed uint8 weight refuses requires_grad_. Registered as
+// "weight", "bias", the buffers "absmax", "quant_map", "nested_absmax", "nested_quant_map" and the
+// non-persistent "workspace": to(device) moves the whole state, to(dtype) only the bias.
 #pragma once
 
 #include <utility>

@@ -1,24 +1,10 @@
 // nn::Module: the base of every layer, as torch.nn.Module. A module registers its parameters,
-// buffers and submodules by name; everything else (dotted names, state dicts, moving, freezing)
-// walks that registry.
-//
-//   struct Block : tg::nn::Module {
-//     std::shared_ptr<tg::nn::Linear> fc1, fc2;
-//     Block() : Module("Block") {
-//       fc1 = std::make_shared<tg::nn::Linear>(16, 64);
-//       fc2 = std::make_shared<tg::nn::Linear>(64, 16);
-//       register_module("fc1", fc1);
-//       register_module("fc2", fc2);
-//     }
-//     tg::Tensor forward(const tg::Tensor& x) override { return (*fc2)(tg::relu((*fc1)(x))); }
-//   };
-//   block.named_parameters()  // {"fc1.weight", ...}, {"fc1.bias", ...}, ...
-//
-// Registration stores a reference to the member, not a copy: assigning a new tensor or a new
-// submodule to the member (weight tying, LoRA wrapping via replace_module) is what the registry
-// sees. Modules are therefore neither copyable nor movable; hold them by shared_ptr (or in place).
-// Parameters are leaf tensors; to(...) and load_state_dict change their data in place, so every
-// holder of the handle (an optimizer, a tied module) sees the change.
+// buffers and submodules by name (register_parameter / register_module, in its constructor);
+// dotted names, state dicts, moving and freezing walk that registry. Registration stores a
+// reference to the member, so assigning a new tensor or submodule to it (weight tying, LoRA's
+// replace_module) is what the registry sees: modules are neither copyable nor movable (hold them
+// by shared_ptr). Parameters are leaf tensors that to(...) and load_state_dict change in place.
+// docs/your-project.md has a module of one's own, with its test.
 #pragma once
 
 #include <cstdint>

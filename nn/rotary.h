@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "nn/kv_cache.h"
+#include "nn/generation/kv_cache.h"
 #include "nn/module.h"
 
 namespace tg::nn {

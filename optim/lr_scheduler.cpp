@@ -8,6 +8,24 @@
 
 namespace tg::optim {
 
+void check_schedule_type(const std::string& type) {
+  TG_CHECK(type == "linear" || type == "cosine" || type == "constant" || type == "constant_with_warmup",
+           "TrainingArguments", "lr_scheduler_type must be 'linear', 'cosine', 'constant' or 'constant_with_warmup', ",
+           "got '", type, "'");
+}
+
+double lr_factor(const std::string& type, int64_t step, int64_t warmup, int64_t max_steps) {
+  check_schedule_type(type);
+  TG_CHECK(step >= 0 && warmup >= 0 && max_steps >= 1, "lr_factor", "wants step >= 0, warmup_steps >= 0 and ",
+           "max_steps >= 1, got ", step, ", ", warmup, ", ", max_steps);
+  if (type == "constant") return 1.0;
+  if (step < warmup) return static_cast<double>(step) / static_cast<double>(std::max<int64_t>(1, warmup));
+  if (type == "constant_with_warmup") return 1.0;
+  if (type == "cosine") return warmup_cosine_factor(step, warmup, max_steps);
+  const int64_t left = std::max<int64_t>(0, max_steps - step);
+  return static_cast<double>(left) / static_cast<double>(std::max<int64_t>(1, max_steps - warmup));
+}
+
 double warmup_cosine_factor(int64_t step, int64_t warmup, int64_t total, double min_ratio) {
   TG_CHECK(warmup >= 0 && total >= 0 && step >= 0, "warmup_cosine_factor", "steps must be >= 0, got step ", step,
            ", warmup ", warmup, ", total ", total);

@@ -1,12 +1,22 @@
-// Learning-rate schedules.
+// Learning-rate schedules: transformers' get_scheduler types as functions of the step (what a
+// checkpoint needs to resume a schedule is then the step alone), and torch's LambdaLR-style object.
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "optim/optimizer.h"
 
 namespace tg::optim {
+
+// tg::Error unless `type` is "linear", "cosine", "constant" or "constant_with_warmup".
+void check_schedule_type(const std::string& type);
+
+// The multiplier of the base learning rate after `step` optimizer steps (step 0 is the first
+// update's), as transformers' schedules: linear and cosine rise linearly over the warmup and then
+// fall to 0 at max_steps (held at 0 after it); constant_with_warmup rises and stays at 1; constant is 1.
+double lr_factor(const std::string& type, int64_t step, int64_t warmup_steps, int64_t max_steps);
 
 // The multiplier of transformers' get_cosine_schedule_with_warmup at `step`: step / warmup
 // during warmup, then a half cosine from 1 down to min_lr_ratio at total_steps (held there

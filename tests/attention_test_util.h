@@ -22,7 +22,7 @@
 #include "core/cuda_settings.h"
 #include "core/factory.h"
 #include "core/trace.h"
-#include "nn/llama.h"
+#include "nn/models/llama.h"
 #include "ops/apply_rotary.h"
 #include "ops/attention.h"
 #include "ops/cast.h"

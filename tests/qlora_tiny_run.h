@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "core/factory.h"
-#include "nn/pretrained.h"
+#include "nn/models/pretrained.h"
 #include "optim/optimizer.h"
 #include "peft/lora.h"
 

@@ -7,9 +7,9 @@
 
 #include "core/activation_checkpoint.h"
 #include "core/memory.h"
-#include "nn/gpt2.h"
 #include "nn/init.h"
-#include "nn/llama.h"
+#include "nn/models/gpt2.h"
+#include "nn/models/llama.h"
 #include "peft/lora.h"
 #include "tapegrad.h"
 #include "test_support.h"

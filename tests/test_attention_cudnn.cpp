@@ -16,7 +16,7 @@
 #include "core/factory.h"
 #include "core/memory.h"
 #include "core/trace.h"
-#include "nn/llama.h"
+#include "nn/models/llama.h"
 #include "ops/attention.h"
 #include "ops/attention_kernels.h"
 #include "ops/cast.h"

@@ -17,7 +17,7 @@
 #include "distributed/fake_communicator.h"
 #include "distributed/init.h"
 #include "io/file.h"
-#include "nn/llama.h"
+#include "nn/models/llama.h"
 #include "ops/binary.h"
 #include "ops/cast.h"
 #include "ops/reduce.h"
@@ -25,9 +25,9 @@
 #include "optim/clip_grad.h"
 #include "optim/optimizer.h"
 #include "peft/lora.h"
+#include "testing/testing.h"
 #include "tests/test_models.h"
 #include "tests/test_support.h"
-#include "testing/testing.h"
 
 namespace tg::test {
 namespace {

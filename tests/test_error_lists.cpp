@@ -3,8 +3,8 @@
 #include <gtest/gtest.h>
 
 #include "core/factory.h"
-#include "nn/llama.h"
-#include "nn/pretrained.h"
+#include "nn/models/llama.h"
+#include "nn/models/pretrained.h"
 #include "tests/test_support.h"
 
 namespace {

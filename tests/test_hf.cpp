@@ -18,10 +18,10 @@
 #include "io/file.h"
 #include "io/json.h"
 #include "io/safetensors.h"
-#include "nn/architecture.h"
-#include "nn/config_fields.h"
+#include "nn/models/architecture.h"
+#include "nn/models/config_fields.h"
+#include "nn/models/pretrained.h"
 #include "nn/nn.h"
-#include "nn/pretrained.h"
 #include "ops/binary.h"
 #include "ops/cast.h"
 #include "ops/rms_norm.h"
@@ -527,10 +527,10 @@ TEST(HfFixtures, UnimplementedFamilyOptionsAreRefusedByName) {
   // Phi-4-mini's partial rotary factor, beside rope_parameters or in it (which wins).
   json::Value top = phi3;
   top.set("rope_parameters", json::Value()).set("partial_rotary_factor", 0.75);
-  EXPECT_EQ(std::get<nn::LlamaConfig>(nn::parse_pretrained_config(json::dump(top))).rope_scaling.partial_rotary_factor,
+  EXPECT_EQ(std::any_cast<nn::LlamaConfig>(nn::parse_pretrained_config(json::dump(top)).config).rope_scaling.partial_rotary_factor,
             0.75);
   top.set("rope_parameters", json::Value::object().set("rope_type", "default").set("partial_rotary_factor", 0.5));
-  EXPECT_EQ(std::get<nn::LlamaConfig>(nn::parse_pretrained_config(json::dump(top))).rope_scaling.partial_rotary_factor,
+  EXPECT_EQ(std::any_cast<nn::LlamaConfig>(nn::parse_pretrained_config(json::dump(top)).config).rope_scaling.partial_rotary_factor,
             0.5);
   EXPECT_ERROR_HAS(nn::parse_pretrained_config(with(phi3, "rope_parameters",
                                                     json::Value::object()
@@ -562,19 +562,19 @@ TEST(HfFixtures, GemmaAndPhi3ConfigsReadAsTransformersWritesThem) {
   auto read = [](const std::string& name) {
     return nn::parse_pretrained_config(json::dump(read_json((kFixtures / name / "config.json").string())));
   };
-  const auto g2 = std::get<nn::GemmaConfig>(read("gemma2"));
+  const auto g2 = std::any_cast<nn::GemmaConfig>(read("gemma2").config);
   EXPECT_EQ(g2.attn_logit_softcapping, 50.0);
   EXPECT_EQ(g2.final_logit_softcapping, 30.0);
   EXPECT_EQ(g2.query_pre_attn_scalar, 24.0);
   EXPECT_EQ(g2.sliding_window, 8);
   EXPECT_TRUE(g2.is_sliding(0) && !g2.is_sliding(1) && !g2.qk_norm && g2.tie_word_embeddings);
-  const auto g3 = std::get<nn::GemmaConfig>(read("gemma3"));
+  const auto g3 = std::any_cast<nn::GemmaConfig>(read("gemma3").config);
   EXPECT_EQ(g3.attn_logit_softcapping, 0.0);  // null in config.json: none
   EXPECT_EQ(g3.final_logit_softcapping, 0.0);
   EXPECT_EQ(g3.rope_theta, 1e6);
   EXPECT_EQ(g3.rope_local_base_freq, 1e4);
   EXPECT_TRUE(g3.is_sliding(0) && g3.is_sliding(1) && !g3.is_sliding(2) && g3.qk_norm);
-  const auto p3 = std::get<LlamaConfig>(read("phi3"));
+  const auto p3 = std::any_cast<LlamaConfig>(read("phi3").config);
   EXPECT_EQ(p3.architecture, "Phi3ForCausalLM");
   EXPECT_EQ(p3.sliding_window, 0);  // null
   EXPECT_FALSE(p3.tie_word_embeddings);
@@ -584,7 +584,7 @@ TEST(HfFixtures, GemmaAndPhi3ConfigsReadAsTransformersWritesThem) {
       .set("rope_theta", 5e5)
       .set("rope_local_base_freq", 2e4)
       .set("rope_scaling", json::Value::object().set("rope_type", "linear").set("factor", 8.0));
-  const auto g3old = std::get<nn::GemmaConfig>(nn::parse_pretrained_config(json::dump(old)));
+  const auto g3old = std::any_cast<nn::GemmaConfig>(nn::parse_pretrained_config(json::dump(old)).config);
   EXPECT_EQ(g3old.rope_theta, 5e5);
   EXPECT_EQ(g3old.rope_scaling.rope_type, "linear");
   EXPECT_EQ(g3old.rope_scaling.factor, 8.0);
@@ -592,7 +592,7 @@ TEST(HfFixtures, GemmaAndPhi3ConfigsReadAsTransformersWritesThem) {
   EXPECT_EQ(g3old.rope_local_scaling.rope_type, "default");
   // No layer_types: Gemma 3's sliding_window_pattern (every 6th layer global), Gemma 2's alternation.
   old.set("layer_types", json::Value()).set("num_hidden_layers", 7).set("sliding_window_pattern", 3);
-  const auto pattern = std::get<nn::GemmaConfig>(nn::parse_pretrained_config(json::dump(old)));
+  const auto pattern = std::any_cast<nn::GemmaConfig>(nn::parse_pretrained_config(json::dump(old)).config);
   for (int64_t i = 0; i < 7; ++i) EXPECT_EQ(pattern.is_sliding(i), i % 3 != 2) << i;
 }
 
@@ -741,8 +741,8 @@ TEST(HfFixtures, RopeScalingsRoundTripCacheAndTrain) {
     TempDir dir;
     nn::save_pretrained(*model, dir / "m");
     std::shared_ptr<nn::CausalLM> back = nn::from_pretrained(dir / "m");
-    const nn::LlamaConfig want = std::get<nn::LlamaConfig>(nn::parse_pretrained_config(json::dump(model->config_json())));
-    EXPECT_EQ(std::get<nn::LlamaConfig>(nn::parse_pretrained_config(json::dump(back->config_json()))).rope_scaling,
+    const nn::LlamaConfig want = std::any_cast<nn::LlamaConfig>(nn::parse_pretrained_config(json::dump(model->config_json())).config);
+    EXPECT_EQ(std::any_cast<nn::LlamaConfig>(nn::parse_pretrained_config(json::dump(back->config_json())).config).rope_scaling,
               want.rope_scaling);
     EXPECT_TENSOR_EQ(back->forward(ids()), model->forward(ids()));
 
@@ -843,7 +843,7 @@ TEST(HfFixtures, FamilyOptionsTheModelsDoNotImplementAreRefused) {
   EXPECT_ERROR_HAS(nn::parse_pretrained_config(qwen + R"("use_sliding_window": true})"), "use_sliding_window");
   EXPECT_ERROR_HAS(nn::parse_pretrained_config(qwen + R"("layer_types": ["full_attention", "sliding_attention"]})"),
                    "layer_types");
-  const auto c = std::get<LlamaConfig>(nn::parse_pretrained_config(qwen + R"("tie_word_embeddings": true})"));
+  const auto c = std::any_cast<LlamaConfig>(nn::parse_pretrained_config(qwen + R"("tie_word_embeddings": true})").config);
   EXPECT_TRUE(c.qkv_bias && !c.attention_bias && c.tie_word_embeddings);
 }
 

@@ -23,7 +23,7 @@
 #include "io/json.h"
 #include "io/number.h"
 #include "io/safetensors.h"
-#include "nn/generation.h"
+#include "nn/generation/generation.h"
 #include "nn/nn.h"
 #include "optim/optimizer.h"
 #include "peft/lora.h"

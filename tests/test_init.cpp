@@ -9,13 +9,13 @@
 #include <string>
 #include <vector>
 
-#include "core/factory.h"
 #include "core/detail/philox.h"
-#include "nn/gemma.h"
-#include "nn/gpt2.h"
+#include "core/factory.h"
 #include "nn/init.h"
-#include "nn/llama.h"
-#include "nn/phi3.h"
+#include "nn/models/gemma.h"
+#include "nn/models/gpt2.h"
+#include "nn/models/llama.h"
+#include "nn/models/phi3.h"
 #include "ops/cast.h"
 #include "ops/shape.h"
 #include "testing/testing.h"

@@ -11,17 +11,17 @@
 #include <sstream>
 
 #include "core/autograd.h"
+#include "core/detail/utf8.h"
 #include "core/factory.h"
 #include "data/dataset.h"
 #include "data/tokenizer.h"
-#include "core/detail/utf8.h"
 #include "examples/common/printable.h"
 #include "io/json.h"
-#include "nn/generation.h"
-#include "nn/gemma.h"
-#include "nn/llama.h"
-#include "nn/phi3.h"
-#include "nn/pretrained.h"
+#include "nn/generation/generation.h"
+#include "nn/models/gemma.h"
+#include "nn/models/llama.h"
+#include "nn/models/phi3.h"
+#include "nn/models/pretrained.h"
 #include "peft/lora.h"
 #include "tests/test_support.h"
 

@@ -1,8 +1,8 @@
 // Model configs the tests share.
 #pragma once
 
-#include "nn/gpt2.h"
-#include "nn/llama.h"
+#include "nn/models/gpt2.h"
+#include "nn/models/llama.h"
 
 namespace tg::test {
 

@@ -12,12 +12,12 @@
 #include "core/autograd.h"
 #include "core/factory.h"
 #include "distributed/fake_communicator.h"
-#include "nn/llama.h"
-#include "nn/quantization.h"
+#include "nn/models/llama.h"
+#include "nn/models/quantization.h"
+#include "optim/lr_scheduler.h"
 #include "peft/lora.h"
 #include "tests/test_support.h"
 #include "train/checkpoint.h"
-#include "train/lr_schedule.h"
 #include "train/train_log.h"
 #include "train/trainer.h"
 
@@ -226,7 +226,7 @@ TEST(Trainer, AFinishedRunIsExtendedWhenMaxStepsGrows) {
   // The schedule re-planned over 16 steps: step 11 runs at the factor of step 10 of 16.
   const LogEntry& step11 = longer.state().log_history.at(10);
   ASSERT_EQ(step11.step, 11);
-  EXPECT_DOUBLE_EQ(step11.at("learning_rate"), 1e-2 * train::lr_factor("linear", 10, 2, 16));
+  EXPECT_DOUBLE_EQ(step11.at("learning_rate"), 1e-2 * optim::lr_factor("linear", 10, 2, 16));
 }
 
 TEST(Trainer, ResumingOnOtherDataNamesWhatChanged) {
@@ -506,16 +506,16 @@ TEST(Trainer, SaveModelWritesThePeftAdapter) {
 
 TEST(Trainer, SchedulesAreTransformers) {
   // get_linear_schedule_with_warmup(warmup 2, total 10), get_cosine_..., constant_with_warmup.
-  EXPECT_DOUBLE_EQ(train::lr_factor("linear", 0, 2, 10), 0.0);
-  EXPECT_DOUBLE_EQ(train::lr_factor("linear", 1, 2, 10), 0.5);
-  EXPECT_DOUBLE_EQ(train::lr_factor("linear", 2, 2, 10), 1.0);
-  EXPECT_DOUBLE_EQ(train::lr_factor("linear", 6, 2, 10), 0.5);
-  EXPECT_DOUBLE_EQ(train::lr_factor("linear", 12, 2, 10), 0.0);
-  EXPECT_NEAR(train::lr_factor("cosine", 6, 2, 10), 0.5, 1e-15);
-  EXPECT_NEAR(train::lr_factor("cosine", 4, 2, 10), 0.5 * (1 + std::cos(M_PI * 0.25)), 1e-15);
-  EXPECT_DOUBLE_EQ(train::lr_factor("constant_with_warmup", 1, 4, 10), 0.25);
-  EXPECT_DOUBLE_EQ(train::lr_factor("constant_with_warmup", 9, 4, 10), 1.0);
-  EXPECT_DOUBLE_EQ(train::lr_factor("constant", 0, 0, 10), 1.0);
+  EXPECT_DOUBLE_EQ(optim::lr_factor("linear", 0, 2, 10), 0.0);
+  EXPECT_DOUBLE_EQ(optim::lr_factor("linear", 1, 2, 10), 0.5);
+  EXPECT_DOUBLE_EQ(optim::lr_factor("linear", 2, 2, 10), 1.0);
+  EXPECT_DOUBLE_EQ(optim::lr_factor("linear", 6, 2, 10), 0.5);
+  EXPECT_DOUBLE_EQ(optim::lr_factor("linear", 12, 2, 10), 0.0);
+  EXPECT_NEAR(optim::lr_factor("cosine", 6, 2, 10), 0.5, 1e-15);
+  EXPECT_NEAR(optim::lr_factor("cosine", 4, 2, 10), 0.5 * (1 + std::cos(M_PI * 0.25)), 1e-15);
+  EXPECT_DOUBLE_EQ(optim::lr_factor("constant_with_warmup", 1, 4, 10), 0.25);
+  EXPECT_DOUBLE_EQ(optim::lr_factor("constant_with_warmup", 9, 4, 10), 1.0);
+  EXPECT_DOUBLE_EQ(optim::lr_factor("constant", 0, 0, 10), 1.0);
 }
 // Two ranks (threads of a FakeGroup) of 2 rows each train as one process of 4 rows: the same
 // global batches, the gradients averaged (to float rounding: the sums run in another order).

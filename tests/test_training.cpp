@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "examples/common/data.h"
-#include "nn/llama.h"
+#include "nn/models/llama.h"
 #include "optim/optimizer.h"
 #include "peft/lora.h"
 #include "tapegrad.h"

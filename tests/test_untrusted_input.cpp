@@ -44,7 +44,7 @@ std::string llama_with(const std::string& field, const std::string& value) {
   return json::dump(v.set(field, json::parse(value)));
 }
 
-// Finding 2: nn/pretrained.cpp divided by num_attention_heads (-1: INT64_MIN / -1) before
+// Finding 2: nn/models/pretrained.cpp divided by num_attention_heads (-1: INT64_MIN / -1) before
 // validating, and head_dim * num_attention_heads overflowed.
 TEST(UntrustedConfig, TheIssuesSigfpeConfigIsAnError) {
   EXPECT_CONFIG_ERROR_HAS(
@@ -84,11 +84,11 @@ TEST(UntrustedConfig, EveryNumericFieldIsRangeCheckedByName) {
 }
 
 TEST(UntrustedConfig, ParsePretrainedConfigChecksAsFromPretrainedDoes) {
-  const auto c = std::get<nn::LlamaConfig>(nn::parse_pretrained_config(llama_with("num_key_value_heads", "1")));
+  const auto c = std::any_cast<nn::LlamaConfig>(nn::parse_pretrained_config(llama_with("num_key_value_heads", "1")).config);
   EXPECT_EQ(c.vocab_size, 32);
   EXPECT_EQ(c.kv_heads(), 1);
   const std::string gpt2 = R"({"model_type": "gpt2", "n_embd": 8, "n_head": 2, "n_inner": null})";
-  EXPECT_EQ(std::get<nn::GPT2Config>(nn::parse_pretrained_config(gpt2)).inner(), 32);
+  EXPECT_EQ(std::any_cast<nn::GPT2Config>(nn::parse_pretrained_config(gpt2).config).inner(), 32);
   EXPECT_ERROR_HAS(nn::parse_pretrained_config(llama_with("head_dim", "-4"), "my.json"), "'my.json'", "head_dim is -4");
 }
 

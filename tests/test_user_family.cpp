@@ -1,5 +1,5 @@
 // Issue 35: a family of the user's is one file and one registration (transformers'
-// AutoModelForCausalLM.register). "Toy" is a two-layer family on the decoder stack (nn/decoder.h)
+// AutoModelForCausalLM.register). "Toy" is a two-layer family on the decoder stack (nn/models/decoder.h)
 // with a difference of its own, Gemma's sandwich norms around Llama's plain RMSNorm and a GeGLU MLP:
 // its config.json is read into a DecoderSpec and written back, and from_pretrained,
 // save_pretrained, forward and generate reach it through the registry alone.
@@ -10,8 +10,8 @@
 #include "core/factory.h"
 #include "io/file.h"
 #include "io/json.h"
-#include "nn/architecture.h"
-#include "nn/config_fields.h"
+#include "nn/models/architecture.h"
+#include "nn/models/config_fields.h"
 #include "nn/nn.h"
 #include "testing/testing.h"
 #include "tests/test_support.h"
@@ -34,7 +34,7 @@ class ToyForCausalLM : public nn::DecoderForCausalLM {
   }
 };
 
-nn::PretrainedConfig parse_toy(const nn::ConfigFields& f) {
+nn::ModelBuilder parse_toy(const nn::ConfigFields& f) {
   nn::DecoderSpec s;
   s.architecture = "ToyForCausalLM";
   s.family = "Toy";
@@ -53,14 +53,16 @@ nn::PretrainedConfig parse_toy(const nn::ConfigFields& f) {
   if (act != "silu" && act != "gelu_pytorch_tanh") f.unsupported("hidden_act", "wants \"silu\" or \"gelu_pytorch_tanh\"");
   s.mlp.activation = act == "silu" ? Activation::SiLU : Activation::GELUTanh;
   s.sandwich_norms = true;
-  return nn::validated(f, s);
+  return nn::builder_of<ToyForCausalLM>(nn::validated(f, s));
 }
 
-const nn::Architecture kToy{"ToyForCausalLM", "toy", "model.", "model.embed_tokens.weight", {".rotary_emb.inv_freq"},
-                            {"q_proj", "v_proj"}, {}, parse_toy,
-                            [](const nn::PretrainedConfig& c, Generator& gen) -> std::shared_ptr<nn::CausalLM> {
-                              return std::make_shared<ToyForCausalLM>(std::get<nn::DecoderSpec>(c), gen);
-                            }};
+const nn::Architecture kToy{.name = "ToyForCausalLM",
+                            .model_type = "toy",
+                            .base_prefix = "model.",
+                            .embedding = "model.embed_tokens.weight",
+                            .ignored_suffixes = {".rotary_emb.inv_freq"},
+                            .lora_targets = {"q_proj", "v_proj"},
+                            .parse = parse_toy};
 
 // ---- the checks ----
 
@@ -82,9 +84,10 @@ std::string config_text() {
 
 TEST_F(UserFamily, SavesLoadsRunsAndGeneratesThroughTheRegistry) {
   EXPECT_ERROR_HAS(nn::register_architecture(kToy), "is taken by ToyForCausalLM");
-  const nn::DecoderSpec spec = std::get<nn::DecoderSpec>(nn::parse_pretrained_config(config_text()));
+  const nn::ModelBuilder builder = nn::parse_pretrained_config(config_text());
+  const nn::DecoderSpec spec = std::any_cast<nn::DecoderSpec>(builder.config);
   EXPECT_EQ(spec.mlp.activation, Activation::SiLU);
-  const std::shared_ptr<nn::CausalLM> model = kToy.build(spec, gen);
+  const std::shared_ptr<nn::CausalLM> model = builder.build(gen);
   EXPECT_EQ(model->type_name(), "ToyForCausalLM");
   EXPECT_EQ(model->get_submodule("model.layers.1")->type_name(), "ToyDecoderLayer");
   EXPECT_EQ(model->state_dict().count("model.layers.1.post_feedforward_layernorm.weight"), 1u);

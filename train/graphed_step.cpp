@@ -5,28 +5,30 @@
 
 namespace tg::train {
 
-std::vector<Tensor> GraphedStep::operator()(const Tensor& ids, const Tensor& labels, const Tensor& position_ids) {
+std::vector<Tensor> GraphedStep::operator()(const data::Batch& batch) {
   if (!enabled_ || !warmed_up_) {
     warmed_up_ = true;
-    return step_(ids, labels, position_ids);
+    return step_(batch);
   }
+  data::Batch& in = captured_;
   if (!graph_) {
-    ids_ = clone(ids);
-    labels_ = clone(labels);
-    if (position_ids.defined()) position_ids_ = clone(position_ids);
-    auto graph = std::make_unique<cuda::CUDAGraph>(ids.device());
-    graph->capture([&] { outputs_ = step_(ids_, labels_, position_ids_); });
+    in = {clone(batch.ids), clone(batch.labels), batch.targets,
+          batch.position_ids.defined() ? clone(batch.position_ids) : Tensor()};
+    auto graph = std::make_unique<cuda::CUDAGraph>(batch.ids.device());
+    graph->capture([&] { outputs_ = step_(in); });
     graph_ = std::move(graph);
   } else {
-    TG_CHECK(ids.shape() == ids_.shape() && labels.shape() == labels_.shape(), "GraphedStep", "a batch of ids ",
-             ids.shape(), " and labels ", labels.shape(), ", the CUDA graph was captured for ", ids_.shape(), " and ",
-             labels_.shape(), " (a graph replays fixed shapes)");
-    TG_CHECK(position_ids.defined() == position_ids_.defined(), "GraphedStep", "a batch ",
-             position_ids.defined() ? "with" : "without", " position_ids, the CUDA graph was captured ",
-             position_ids_.defined() ? "with" : "without", " them");
-    copy_(ids_, ids);
-    copy_(labels_, labels);
-    if (position_ids.defined()) copy_(position_ids_, position_ids);
+    TG_CHECK(batch.ids.shape() == in.ids.shape() && batch.labels.shape() == in.labels.shape(), "GraphedStep",
+             "a batch of ids ", batch.ids.shape(), " and labels ", batch.labels.shape(),
+             ", the CUDA graph was captured for ", in.ids.shape(), " and ", in.labels.shape(),
+             " (a graph replays fixed shapes)");
+    TG_CHECK(batch.position_ids.defined() == in.position_ids.defined(), "GraphedStep", "a batch ",
+             batch.position_ids.defined() ? "with" : "without", " position_ids, the CUDA graph was captured ",
+             in.position_ids.defined() ? "with" : "without", " them");
+    copy_(in.ids, batch.ids);
+    copy_(in.labels, batch.labels);
+    if (batch.position_ids.defined()) copy_(in.position_ids, batch.position_ids);
+    in.targets = batch.targets;
   }
   graph_->replay();
   return outputs_;

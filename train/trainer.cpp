@@ -12,17 +12,17 @@
 #include "core/factory.h"
 #include "distributed/init.h"
 #include "io/file.h"
-#include "nn/architecture.h"
+#include "nn/models/architecture.h"
+#include "nn/models/pretrained.h"
 #include "nn/norm.h"
-#include "nn/pretrained.h"
 #include "ops/cast.h"
 #include "ops/shape.h"
 #include "ops/unary.h"
 #include "optim/clip_grad.h"
+#include "optim/lr_scheduler.h"
 #include "train/checkpoint.h"
 #include "train/graphed_step.h"
 #include "train/loss_svg.h"
-#include "train/lr_schedule.h"
 #include "train/train_log.h"
 
 namespace tg::train {
@@ -212,8 +212,8 @@ TrainOutput Trainer::train() {
     if (blocker.empty() && layer->lora_dropout && layer->lora_dropout->p > 0)
       blocker = "the LoRA layer '" + path + "' has dropout " + std::to_string(layer->lora_dropout->p);
   TG_CHECK(args_.cuda_graph != "on" || blocker.empty(), kArgs, "cuda_graph 'on': cannot capture the step, ", blocker);
-  // auto captures what has run under capture on the H200 (Llama-family LoRA); on tries the rest.
-  const bool validated = !lora.empty() && model_->architecture().name.rfind("GPT2", 0) != 0;
+  // auto captures the LoRA step of the families checked under capture; on tries the rest.
+  const bool validated = !lora.empty() && model_->architecture().cuda_graph_validated;
   use_graph_ = args_.cuda_graph != "off" && blocker.empty() && (validated || args_.cuda_graph == "on");
 
   int64_t start = 0;
@@ -253,21 +253,13 @@ TrainOutput Trainer::train() {
   for (auto& cb : callbacks_) cb->on_train_begin(state_);
 
   optim::Optimizer& opt = *optimizer_;
-  GraphedStep graphed(use_graph_, [&](const Tensor& ids, const Tensor& labels, const Tensor& position_ids) {
-    opt.zero_grad();
-    Tensor loss = model_->loss(ids, labels, position_ids);
-    loss.backward();
-    Tensor norm = args_.max_grad_norm > 0 ? optim::clip_grad_norm_(model_->trainable_parameters(), args_.max_grad_norm)
-                                          : Tensor();
-    opt.step();
-    return std::vector<Tensor>{loss, norm};
-  });
+  GraphedStep graphed(use_graph_, [&](const data::Batch& b) { return device_step({&b, 1}, b.targets); });
   const int64_t tokens_per_step = accum * global_batch * train_->seq();
   double run_loss = 0, window_loss = 0;
   int64_t run_steps = 0, window_steps = 0, window_tokens = 0;
   auto window_start = std::chrono::steady_clock::now();
   for (int64_t step = start + 1; step <= state_.max_steps; ++step) {
-    const double factor = lr_factor(args_.lr_scheduler_type, step - 1, args_.warmup_steps, state_.max_steps);
+    const double factor = optim::lr_factor(args_.lr_scheduler_type, step - 1, args_.warmup_steps, state_.max_steps);
     std::span<optim::ParamGroup> groups = opt.param_groups();
     for (size_t g = 0; g < groups.size(); ++g) groups[g].lr = base_lrs_[g] * factor;
     const double lr = opt.lr();
@@ -315,44 +307,48 @@ Trainer::StepResult Trainer::run_step(int64_t step, GraphedStep& graphed) {
     micro.push_back(comm_ ? shard(global) : global);
   }
   StepResult r;
-  double loss = 0;
-  if (graphed.enabled()) {  // one micro-batch, one process
-    if (targets > 0) {
-      const std::vector<Tensor> out = graphed(micro[0].ids, micro[0].labels, micro[0].position_ids);
-      loss = out[0].item();
-      r.grad_norm = out[1];
-    }
-  } else {
-    optimizer_->zero_grad();
-    for (int64_t k = 0; k < accum; ++k) {
-      const data::Batch& b = micro[k];
-      if (b.targets == 0) continue;  // with data parallelism sync_gradients adds zeros for it
-      Tensor l = model_->loss(b.ids, b.labels, b.position_ids);
-      const double weight = static_cast<double>(b.targets) / static_cast<double>(targets);
-      loss += l.item() * weight;
-      // The ranks' gradients are averaged: this rank's share is scaled up by the world size.
-      Tensor scaled = accum == 1 && !comm_ ? l : mul(l, weight * world_);
-      if (dp_ && k + 1 < accum) {
-        auto no_sync = dp_->no_sync();
-        scaled.backward();
-      } else {
-        scaled.backward();
-      }
-    }
-  }
-  loss = sum_over_ranks({loss})[0];
-  if (targets == 0) {
+  if (targets == 0) {  // the global batch's count: every rank skips the step alike
     if (main_process())
       train_log().note("step " + std::to_string(step) + ": every label of the batch is -100 (prompt or padding); no update");
     return r;
   }
-  r.loss = loss;
-  if (!graphed.enabled()) {  // the graph's step clips and steps itself
-    if (dp_) dp_->sync_gradients();
-    if (args_.max_grad_norm > 0) r.grad_norm = optim::clip_grad_norm_(model_->trainable_parameters(), args_.max_grad_norm);
-    optimizer_->step();
-  }
+  // The graph holds one micro-batch of one process (train() decided).
+  const std::vector<Tensor> out = graphed.enabled() ? graphed(micro[0]) : device_step(micro, targets);
+  double loss = 0;
+  for (size_t k = 0; k < micro.size(); ++k)
+    if (out[k].defined()) loss += out[k].item() * static_cast<double>(micro[k].targets) / static_cast<double>(targets);
+  r.loss = sum_over_ranks({loss})[0];
+  r.grad_norm = out.back();
   return r;
+}
+
+// One optimizer step on the device, the same eagerly and under capture: zero_grad, each
+// micro-batch's loss backward (weighted by its share of the step's target tokens), the ranks'
+// gradients summed, clipping, the update. Reads nothing on the host. Returns each micro-batch's
+// loss (undefined where it has no target) and the gradient norm (undefined without clipping).
+std::vector<Tensor> Trainer::device_step(std::span<const data::Batch> micro, int64_t targets) {
+  optimizer_->zero_grad();
+  std::vector<Tensor> out;
+  for (size_t k = 0; k < micro.size(); ++k) {
+    const data::Batch& b = micro[k];
+    if (b.targets == 0) {  // with data parallelism sync_gradients adds zeros for it
+      out.emplace_back();
+      continue;
+    }
+    Tensor loss = model_->loss(b.ids, b.labels, b.position_ids);
+    const double weight = static_cast<double>(b.targets) / static_cast<double>(targets);
+    // The ranks' gradients are averaged: this rank's share is scaled up by the world size.
+    Tensor scaled = micro.size() == 1 && !comm_ ? loss : mul(loss, weight * world_);
+    std::optional<distributed::DataParallel::NoSync> no_sync;  // accumulate locally but for the last
+    if (dp_ && k + 1 < micro.size()) no_sync.emplace(*dp_);
+    scaled.backward();
+    out.push_back(loss);
+  }
+  if (dp_) dp_->sync_gradients();
+  out.push_back(args_.max_grad_norm > 0 ? optim::clip_grad_norm_(model_->trainable_parameters(), args_.max_grad_norm)
+                                        : Tensor());
+  optimizer_->step();
+  return out;
 }
 
 LogEntry Trainer::evaluate(std::shared_ptr<const data::SequenceDataset> dataset, const std::string& metric_key_prefix) {

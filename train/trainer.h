@@ -1,57 +1,23 @@
-// train::Trainer: the fine-tuning loop of transformers' Trainer over a tapegrad causal LM.
-//
-//   auto model = tg::nn::from_pretrained("TinyLlama-folder");
-//   tg::peft::apply_lora(*model, lora);
-//   auto tok = tg::data::Tokenizer::from_pretrained("TinyLlama-folder");
-//   auto rows = std::make_shared<tg::data::SequenceDataset>(tg::data::tokenize_jsonl_file("train.jsonl", tok), 256,
-//                                                           tg::data::Layout::Pack, *tok.eos_token_id());
-//   auto [val, train] = rows->split(0.1);
-//   tg::train::Trainer trainer(model, std::make_shared<tg::data::SequenceDataset>(train),
-//                              {.output_dir = "out", .learning_rate = 2e-4, .max_steps = 300, .eval_steps = 100},
-//                              std::make_shared<tg::data::SequenceDataset>(val));
-//   trainer.train();
-//   trainer.save_model();   // out/adapter_model.safetensors + adapter_config.json (peft's format)
-//
-// A step: gradient_accumulation_steps micro-batches of per_device_train_batch_size rows (the
-// dataset's seeded order: data::SequenceDataset::batch), each weighted by its target tokens (the
-// step's loss is the mean over all of them), clipping to max_grad_norm, AdamW, the schedule. On a
-// GPU the step is replayed as a CUDA graph where it can be (TrainingArguments::cuda_graph).
-//
-// Logs: every logging_steps a row (loss, learning_rate, grad_norm, tokens_per_second) printed and
-// appended to <output_dir>/log.csv and log.jsonl, evaluations too, and <output_dir>/loss.svg, the
-// loss curve of the whole run (train/train_log.h).
-//
-// bf16 (peft's mixed precision): the Trainer casts the frozen base to bfloat16 and keeps the
-// trainable weights (and so their gradients and AdamW's state) in float32.
-//
-// Checkpoints: <output_dir>/checkpoint-<step> every save_steps, at the end and when a callback
-// stops the run (train/checkpoint.h); save_total_limit keeps the newest. A resumed run
-// (resume_from_checkpoint) continues bit for bit as the uninterrupted one: the trainable weights,
-// AdamW's state, the default generator (dropout) and the step (which fixes the data position and
-// the schedule) come back. It refuses, naming each, changed arguments that decide the numbers
-// (TrainingArguments::resume_fixed_fields) and training data other than the checkpoint's (a
-// fingerprint of its rows). max_steps may grow: a finished run is extended, and the schedule is
-// re-planned as transformers does, i.e. the learning rate from the checkpoint's step on is that of
-// the schedule over the new max_steps (linear and cosine then rise again from where the shorter
-// run had decayed to).
-//
-// Data parallelism: started as a rank (examples/launch, torchrun), the Trainer joins the group on
-// its GPU; each rank takes its share of every global batch of per_device_train_batch_size x world
-// rows, gradients are averaged (distributed::DataParallel), rank 0 logs and writes. A global batch
-// is the same on any world size, so a checkpoint resumes on another number of GPUs.
+// train::Trainer: the fine-tuning loop of transformers' Trainer over a tapegrad causal LM: a step
+// of gradient_accumulation_steps micro-batches (each weighted by its target tokens), clipping,
+// AdamW and the schedule (replayed as a CUDA graph on a GPU where it can be); logs to
+// <output_dir>/log.csv, log.jsonl and loss.svg; checkpoints that resume bit for bit (refusing
+// changed arguments or data); data parallelism when started as a rank. docs/trainer.md tells it
+// whole, with a script; README.md has a complete one.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "data/dataset.h"
 #include "distributed/communicator.h"
 #include "distributed/data_parallel.h"
-#include "nn/causal_lm.h"
+#include "nn/models/causal_lm.h"
 #include "optim/optimizer.h"
 #include "peft/lora.h"
 #include "train/callbacks.h"
@@ -109,6 +75,7 @@ class Trainer {
  private:
   struct StepResult;
   StepResult run_step(int64_t step, GraphedStep& graphed);
+  std::vector<Tensor> device_step(std::span<const data::Batch> micro, int64_t targets);
   int64_t resume();
   void save_checkpoint(int64_t step);
   peft::LoraConfig lora_config();

@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "train/lr_schedule.h"
+#include "optim/lr_scheduler.h"
 
 namespace tg::train {
 namespace {
@@ -20,6 +20,12 @@ void check_at_least(const char* name, int64_t v, int64_t least, const char* why 
 
 }  // namespace
 
+void check_warmup(int64_t warmup_steps, int64_t max_steps, const char* steps_from) {
+  TG_CHECK(warmup_steps < max_steps, kWhere, "warmup_steps ", warmup_steps, " >= ", steps_from, " ", max_steps,
+           ": the run would end inside its warmup, at or below the peak learning_rate and never decaying (lower "
+           "warmup_steps or raise max_steps)");
+}
+
 void TrainingArguments::validate() const {
   TG_CHECK(!output_dir.empty(), kWhere, "output_dir is empty (checkpoints and logs go there)");
   check_finite("learning_rate", learning_rate);
@@ -30,7 +36,7 @@ void TrainingArguments::validate() const {
     TG_CHECK(std::isfinite(beta) && beta >= 0 && beta < 1, kWhere, name, " must be in [0, 1), got ", beta);
   check_finite("adam_epsilon", adam_epsilon);
   TG_CHECK(adam_epsilon > 0, kWhere, "adam_epsilon must be > 0, got ", adam_epsilon);
-  check_schedule_type(lr_scheduler_type);
+  optim::check_schedule_type(lr_scheduler_type);
   check_at_least("warmup_steps", warmup_steps, 0);
   TG_CHECK(lr_scheduler_type != "constant" || warmup_steps == 0, kWhere, "lr_scheduler_type 'constant' has no warmup, ",
            "got warmup_steps ", warmup_steps, " (use 'constant_with_warmup')");

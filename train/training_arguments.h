@@ -49,7 +49,8 @@ struct TrainingArguments {
   bool use_cpu = false;  // else the GPU when there is one
   bool disable_tqdm = false;  // no live progress line (it is drawn only when stderr is a terminal)
   // tapegrad's own: "auto" | "on" | "off": replay the step as a CUDA graph on the GPU (auto: LoRA
-  // on a Llama-family model, one micro-batch, no LoRA dropout, no checkpointing, one process).
+  // on a family checked under capture (Architecture::cuda_graph_validated), one micro-batch, no
+  // LoRA dropout, no checkpointing, one process).
   std::string cuda_graph = "auto";
 
   // tg::Error naming the first field that is out of range (NaN and infinities included).
@@ -59,5 +60,8 @@ struct TrainingArguments {
   // The fields a resumed run must keep for the resume to continue bit-exactly.
   static const std::vector<std::string>& resume_fixed_fields();
 };
+
+// tg::Error (naming warmup_steps and `steps_from`) unless warmup_steps < max_steps.
+void check_warmup(int64_t warmup_steps, int64_t max_steps, const char* steps_from);
 
 }  // namespace tg::train

@@ -1,8 +1,8 @@
 // Tiny Llama and GPT-2 folders (random weights, save_pretrained) with the local tokenizers, for
 // running lora_finetune against the cross-check tokenizers. Build against libtapegrad.a.
 #include <filesystem>
-#include "nn/pretrained.h"
 #include "data/tokenizer.h"
+#include "nn/models/pretrained.h"
 using namespace tg;
 int main(int argc, char** argv) {
   std::string root = argv[1];

@@ -3,12 +3,11 @@
 #include <filesystem>
 
 #include "core/error.h"
-#include "nn/state_dict.h"
-#include "io/file.h"
 #include "io/file.h"
 #include "io/safetensors.h"
-#include "nn/pretrained.h"
-#include "nn/quantization.h"
+#include "nn/models/pretrained.h"
+#include "nn/models/quantization.h"
+#include "nn/state_dict.h"
 
 namespace examples {
 namespace fs = std::filesystem;

@@ -10,8 +10,8 @@
 
 #include "data/dataset.h"
 #include "data/tokenizer.h"
-#include "nn/causal_lm.h"
-#include "nn/pretrained.h"
+#include "nn/models/causal_lm.h"
+#include "nn/models/pretrained.h"
 
 namespace examples {
 

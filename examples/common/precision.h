@@ -10,7 +10,7 @@
 #include "core/device.h"
 #include "core/dtype.h"
 #include "examples/common/flags.h"
-#include "nn/quantization.h"
+#include "nn/models/quantization.h"
 
 namespace examples {
 

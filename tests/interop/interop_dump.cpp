@@ -14,7 +14,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <sstream>
-#include "nn/pretrained.h"
+#include "nn/models/pretrained.h"
 #include "tapegrad.h"
 #include "tests/qlora_tiny_run.h"
 using namespace tg;

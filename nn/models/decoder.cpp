@@ -1,0 +1,244 @@
+#include "nn/models/decoder.h"
+
+#include <cmath>
+#include <tuple>
+
+#include "core/activation_checkpoint.h"
+#include "core/bfloat16.h"
+#include "core/factory.h"
+#include "nn/init.h"
+#include "nn/loss.h"
+#include "nn/models/architecture.h"
+#include "ops/binary.h"
+#include "ops/rms_norm.h"
+#include "ops/unary.h"
+
+namespace tg::nn {
+namespace {
+
+using CosSin = std::pair<Tensor, Tensor>;
+
+// {norm(x), x} of x = residual + delta (delta undefined: x = residual): one kernel where the norm
+// is a plain RMSNorm (fused_add_rms_norm), the add and Gemma's norm otherwise.
+std::pair<Tensor, Tensor> add_norm(RMSNorm& norm, const Tensor& delta, const Tensor& residual) {
+  if (!delta.defined()) return {norm.forward(residual), residual};
+  if (norm.unit_offset) {
+    Tensor x = add(residual, delta);
+    return {norm.forward(x), x};
+  }
+  return fused_add_rms_norm(delta, residual, norm.weight, norm.eps);
+}
+
+// The layer's forward_unsummed under tg::checkpoint: its activations are recomputed at backward.
+// The checkpoint keeps one tensor a layer, x = residual + delta (rounded as fused_add_rms_norm
+// rounds it), not the two: the layer recomputes fused_add_rms_norm(-0, x), whose sum is x bit for
+// bit (-0 + v = v for every v) and whose backward gives x the gradient it gives residual and delta
+// without checkpointing, which add's backward hands to both unchanged: the same bits, half the
+// memory (QLoRA's 8B at 4 x 2048 tokens keeps 2 GiB of checkpoints, not 4). A layer whose norm
+// adds on its own (Gemma's) recomputes from x alone.
+// position_ids (no gradient) are captured, not passed as an input.
+std::pair<Tensor, Tensor> checkpointed(const std::shared_ptr<DecoderLayer>& layer, const Tensor& residual,
+                                       const Tensor& delta, const Tensor& cos, const Tensor& sin,
+                                       const Tensor& position_ids) {
+  const bool fused = delta.defined() && !layer->input_layernorm->unit_offset;
+  auto fn = [layer, position_ids, fused](const std::vector<Tensor>& in) {
+    const Tensor minus_zero = fused ? full(in[0].shape(), -0.0, in[0].options()) : Tensor();
+    auto [h, m] = layer->forward_unsummed(in[0], minus_zero, in[1], in[2], nullptr, position_ids);
+    return std::vector<Tensor>{h, m};
+  };
+  const std::vector<Tensor> out = checkpoint(fn, {delta.defined() ? add(residual, delta) : residual, cos, sin});
+  return {out[0], out[1]};
+}
+
+// transformers multiplies by sqrt(hidden_size) as a tensor of the embeddings' dtype: rounded to it.
+double embed_scale(int64_t hidden, DType dtype) {
+  const double s = std::sqrt(static_cast<double>(hidden));
+  if (dtype == kFloat64) return s;
+  if (dtype == kBFloat16) return static_cast<float>(bf16(static_cast<float>(s)));
+  return static_cast<float>(s);
+}
+
+}  // namespace
+
+bool DecoderSpec::is_sliding(int64_t layer) const {
+  if (attention.sliding_window <= 0) return false;
+  return sliding_layers.empty() || sliding_layers.at(static_cast<size_t>(layer));
+}
+
+void DecoderSpec::validate() const {
+  TG_CHECK(!architecture.empty() && !family.empty(), "DecoderSpec", "architecture and family must be named");
+  check_sizes(*this, "DecoderSpec");
+  const int64_t kv = attention.num_kv_heads, hd = attention.head_dim;
+  TG_CHECK(kv > 0 && num_attention_heads % kv == 0, "DecoderSpec", "attention.num_kv_heads ", kv,
+           " must divide num_attention_heads ", num_attention_heads);
+  TG_CHECK(hd > 0 && hd % 2 == 0, "DecoderSpec", "attention.head_dim must be positive and even (RoPE), got ", hd);
+  TG_CHECK(sliding_layers.empty() || static_cast<int64_t>(sliding_layers.size()) == num_hidden_layers, "DecoderSpec",
+           "sliding_layers has ", sliding_layers.size(), " entries for num_hidden_layers ", num_hidden_layers);
+  rope.scaling.validate(hd);
+  if (local_rope) local_rope->scaling.validate(hd);
+}
+
+DecoderLayer::DecoderLayer(const DecoderSpec& s, int64_t index, Generator& gen)
+    : Module(s.family + "DecoderLayer"), sliding(s.is_sliding(index)) {
+  auto rms_norm = [&] { return std::make_shared<RMSNorm>(s.hidden_size, s.rms_norm_eps, s.unit_offset_norms); };
+  AttentionOptions attention = s.attention;
+  if (!sliding) attention.sliding_window = 0;
+  self_attn = std::make_shared<CausalSelfAttention>(s.hidden_size, s.num_attention_heads, attention, gen);
+  mlp = std::make_shared<GatedMLP>(s.hidden_size, s.intermediate_size, s.mlp, gen);
+  input_layernorm = rms_norm();
+  post_attention_layernorm = rms_norm();
+  register_module("self_attn", self_attn);
+  register_module("mlp", mlp);
+  register_module("input_layernorm", input_layernorm);
+  register_module("post_attention_layernorm", post_attention_layernorm);
+  if (s.sandwich_norms) {
+    pre_feedforward_layernorm = rms_norm();
+    post_feedforward_layernorm = rms_norm();
+    register_module("pre_feedforward_layernorm", pre_feedforward_layernorm);
+    register_module("post_feedforward_layernorm", post_feedforward_layernorm);
+  }
+}
+
+Tensor DecoderLayer::forward(const Tensor& x, const Tensor& cos, const Tensor& sin, const LayerCache* cache,
+                             const Tensor& position_ids) {
+  auto [h, m] = forward_unsummed(x, Tensor(), cos, sin, cache, position_ids);
+  return add(h, m);
+}
+
+std::pair<Tensor, Tensor> DecoderLayer::forward_unsummed(const Tensor& residual, const Tensor& delta,
+                                                         const Tensor& cos, const Tensor& sin,
+                                                         const LayerCache* cache, const Tensor& position_ids) {
+  auto [n, x] = add_norm(*input_layernorm, delta, residual);
+  Tensor a = self_attn->forward(n, cos, sin, cache, position_ids);
+  if (pre_feedforward_layernorm) {
+    Tensor h = add(x, post_attention_layernorm->forward(a));
+    return {h, post_feedforward_layernorm->forward(mlp->forward(pre_feedforward_layernorm->forward(h)))};
+  }
+  // h = x + a and n = post_attention_layernorm(h) in one pass (one kernel instead of two).
+  auto [n2, h] = fused_add_rms_norm(a, x, post_attention_layernorm->weight, post_attention_layernorm->eps);
+  return {h, mlp->forward(n2)};
+}
+
+DecoderModel::DecoderModel(const DecoderSpec& s, Generator& gen) : Module(s.family + "Model"), spec(s) {
+  s.validate();
+  embed_tokens = std::make_shared<Embedding>(s.vocab_size, s.hidden_size, gen);
+  layers = std::make_shared<ModuleList<DecoderLayer>>();
+  for (int64_t i = 0; i < s.num_hidden_layers; ++i) layers->push_back(std::make_shared<DecoderLayer>(s, i, gen));
+  norm = std::make_shared<RMSNorm>(s.hidden_size, s.rms_norm_eps, s.unit_offset_norms);
+  const int64_t head_dim = s.attention.head_dim, context = s.max_position_embeddings;
+  rotary_emb = std::make_shared<RotaryEmbedding>(head_dim, context, s.rope.theta, s.rope.scaling);
+  register_module("embed_tokens", embed_tokens);
+  register_module("layers", layers);
+  register_module("norm", norm);
+  register_module("rotary_emb", rotary_emb);
+  if (s.local_rope) {
+    rotary_emb_local = std::make_shared<RotaryEmbedding>(head_dim, context, s.local_rope->theta, s.local_rope->scaling);
+    register_module("rotary_emb_local", rotary_emb_local);
+  }
+}
+
+Tensor DecoderModel::embed(const Tensor& ids) const {
+  Tensor e = embed_tokens->forward(ids);
+  return spec.scale_embeddings ? mul(e, embed_scale(spec.hidden_size, e.dtype())) : e;
+}
+
+Tensor DecoderModel::forward(const Tensor& ids, const Tensor& position_ids) {
+  const char* who = type_name().c_str();
+  check_ids(who, ids);
+  if (position_ids.defined()) check_position_ids(who, ids, position_ids, spec.max_position_embeddings);
+  auto tables = [&](const RotaryEmbedding& rope) {
+    return position_ids.defined() ? rope.cos_sin(position_ids, embed_tokens->weight.dtype())
+                                  : rope.cos_sin(ids.shape()[1]);
+  };
+  const CosSin global = tables(*rotary_emb), local = rotary_emb_local ? tables(*rotary_emb_local) : global;
+  Tensor h = embed(ids), m;  // each layer's output is h + m
+  const bool checkpointing = is_gradient_checkpointing() && is_training();
+  for (const auto& layer : *layers) {
+    const auto& [cos, sin] = layer->sliding ? local : global;
+    std::tie(h, m) = checkpointing ? checkpointed(layer, h, m, cos, sin, position_ids)
+                                   : layer->forward_unsummed(h, m, cos, sin, nullptr, position_ids);
+  }
+  return add_norm(*norm, m, h).first;
+}
+
+Tensor DecoderModel::forward(const Tensor& ids, KVCache& cache) {
+  const char* who = type_name().c_str();
+  check_ids(who, ids, cache, static_cast<int64_t>(layers->size()));
+  const int64_t T = ids.shape()[1];
+  const CacheStep step = cache.step(T, who);
+  const DType dt = embed_tokens->weight.dtype();
+  const CosSin global = rotary_emb->cos_sin(step, dt), local = rotary_emb_local ? rotary_emb_local->cos_sin(step, dt) : global;
+  Tensor h = embed(ids), m;
+  for (size_t i = 0; i < layers->size(); ++i) {
+    const LayerCache layer_cache = cache.layer(static_cast<int64_t>(i), step);
+    DecoderLayer& layer = (*layers)[i];
+    const auto& [cos, sin] = layer.sliding ? local : global;
+    std::tie(h, m) = layer.forward_unsummed(h, m, cos, sin, &layer_cache);
+  }
+  cache.advance(T);
+  return add_norm(*norm, m, h).first;
+}
+
+DecoderForCausalLM::DecoderForCausalLM(const DecoderSpec& s, Generator& gen) : CausalLM(s.family + "ForCausalLM") {
+  {
+    init::ReserveDrawsGuard redrawn_below;  // the layers' default init: only its counters are used
+    model = std::make_shared<DecoderModel>(s, gen);
+    lm_head = std::make_shared<Linear>(s.hidden_size, s.vocab_size, false, gen);
+  }
+  register_module("model", model);
+  register_module("lm_head", lm_head);
+  // The norms stay as they start (one; Gemma's zero, which its 1 + w makes one).
+  init_weights(s.initializer_range, s.tie_word_embeddings, gen);
+}
+
+Tensor DecoderForCausalLM::logits(const Tensor& hidden) {
+  Tensor logits = lm_head->forward(hidden);
+  const double cap = model->spec.final_logit_softcapping;
+  return cap > 0 ? mul(tanh(div(logits, cap)), cap) : logits;
+}
+
+Tensor DecoderForCausalLM::loss(const Tensor& ids, const Tensor& labels, const Tensor& position_ids) {
+  if (model->spec.final_logit_softcapping > 0) return causal_lm_loss(logits(hidden_states(ids, position_ids)), labels);
+  return CausalLM::loss(ids, labels, position_ids);
+}
+
+ModelDims DecoderForCausalLM::dims() const {
+  const DecoderSpec& s = model->spec;
+  bool sliding_layers = false;
+  for (int64_t i = 0; i < s.num_hidden_layers; ++i) sliding_layers = sliding_layers || s.is_sliding(i);
+  return {.vocab_size = s.vocab_size,
+          .context = s.max_position_embeddings,
+          .num_layers = s.num_hidden_layers,
+          .kv_heads = s.attention.num_kv_heads,
+          .head_dim = s.attention.head_dim,
+          .sliding_window = sliding_layers ? s.attention.sliding_window : 0};
+}
+
+const Architecture& DecoderForCausalLM::architecture() const {
+  const std::string& name = model->spec.architecture;
+  const Architecture* a = find_architecture(name);
+  TG_CHECK(a, type_name().c_str(), "config.architecture \"", name, "\" is not registered (", architecture_names(), ")");
+  return *a;
+}
+
+json::Value DecoderForCausalLM::sized_config_json() const {
+  const DecoderSpec& s = model->spec;
+  const Architecture& arch = architecture();
+  return json::Value::object()
+      .set("architectures", json::Value::array({arch.name}))
+      .set("model_type", arch.model_type)
+      .set("vocab_size", s.vocab_size)
+      .set("hidden_size", s.hidden_size)
+      .set("intermediate_size", s.intermediate_size)
+      .set("num_hidden_layers", s.num_hidden_layers)
+      .set("num_attention_heads", s.num_attention_heads)
+      .set("num_key_value_heads", s.attention.num_kv_heads)
+      .set("head_dim", s.attention.head_dim)
+      .set("max_position_embeddings", s.max_position_embeddings)
+      .set("initializer_range", s.initializer_range)
+      .set("rms_norm_eps", s.rms_norm_eps)
+      .set("tie_word_embeddings", s.tie_word_embeddings)
+      .set("attention_dropout", 0.0);
+}
+
+}  // namespace tg::nn

@@ -1,0 +1,90 @@
+#include "nn/models/quantization.h"
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <typeinfo>
+
+#include "nn/linear4bit.h"
+
+namespace tg::nn {
+namespace {
+
+bool skipped(const std::string& path, const std::vector<std::string>& names) {
+  for (const auto& n : names)
+    if (path == n || (path.size() > n.size() && path.compare(path.size() - n.size() - 1, n.size() + 1, "." + n) == 0))
+      return true;
+  return false;
+}
+
+}  // namespace
+
+void QuantizationConfig::validate(const char* op) const {
+  TG_CHECK(load_in_4bit, op, "the QuantizationConfig has load_in_4bit = false (nothing to do)");
+  TG_CHECK(quant_type == "nf4" || quant_type == "fp4", op, "quant_type '", quant_type, "', wants nf4 or fp4");
+  TG_CHECK(compute_dtype == kFloat32 || compute_dtype == kBFloat16, op, "compute_dtype ", compute_dtype,
+           ", wants float32 or bfloat16");
+  bool valid = false;
+  for (int64_t b : {32, 64, 128, 256, 512, 1024, 2048, 4096}) valid = valid || blocksize == b;
+  TG_CHECK(valid, op, "blocksize ", blocksize, ", wants one of 32, 64, ..., 4096");
+}
+
+std::vector<std::string> linear_4bit_targets(Module& model, const QuantizationConfig& config, const char* op) {
+  config.validate(op);
+  std::vector<std::string> paths;
+  for (auto& [path, m] : model.named_modules()) {
+    auto* linear = dynamic_cast<Linear*>(m);
+    if (!linear || path.empty() || skipped(path, config.skip_modules)) continue;
+    TG_CHECK(typeid(*linear) == typeid(Linear), op, "'", path, "' is a ", m->type_name(),
+             typeid(*linear) == typeid(Linear4bit) ? " (already quantised)"
+                                                   : " (quantise the base model before apply_lora)");
+    TG_CHECK(linear->weight.dtype() == kFloat32 || linear->weight.dtype() == kBFloat16, op, "'", path,
+             ".weight' has dtype ", linear->weight.dtype(), ", wants float32 or bfloat16");
+    paths.push_back(path);
+  }
+  TG_CHECK(!paths.empty(), op, model.type_name(), " has no Linear layer to quantise");
+  return paths;
+}
+
+void install_linear_4bit(Module& model, const std::string& path, QuantState4bit weight, DType compute_dtype,
+                         const Tensor& workspace) {
+  auto base = std::dynamic_pointer_cast<Linear>(model.get_submodule(path));
+  TG_CHECK(base, "install_linear_4bit", "'", path, "' is not a Linear");
+  auto layer = std::make_shared<Linear4bit>(std::move(weight), base->bias, compute_dtype, workspace);
+  layer->train(base->is_training());
+  if (layer->bias.defined()) layer->bias.requires_grad_(false);
+  model.replace_module(path, layer);
+}
+
+std::vector<std::string> replace_with_4bit_linear(Module& model, const QuantizationConfig& config) {
+  const char* op = "replace_with_4bit_linear";
+  const std::vector<std::string> paths = linear_4bit_targets(model, config, op);
+  std::map<std::string, Tensor> workspaces;  // per device, of the largest layer's size
+  {
+    std::map<std::string, std::pair<Device, int64_t>> largest;
+    for (const auto& path : paths) {
+      const Tensor& w = model.get_parameter(path + ".weight");
+      auto& [device, size] = largest.try_emplace(w.device().str(), w.device(), 0).first->second;
+      size = std::max(size, w.numel());
+    }
+    for (const auto& [name, entry] : largest)
+      workspaces[name] = Tensor::empty({entry.second}, {config.compute_dtype, entry.first});
+  }
+  // Every weight quantised before the model changes: a NaN in the last layer leaves it as it was.
+  std::vector<QuantState4bit> states;
+  for (const auto& path : paths) {
+    try {
+      states.push_back(quantize_4bit(model.get_parameter(path + ".weight"), config.quant_type, config.double_quant,
+                                     config.blocksize));
+    } catch (const Error& e) {
+      fail(op, "'", path, ".weight': ", e.what());
+    }
+  }
+  for (size_t i = 0; i < paths.size(); ++i) {
+    const Tensor& workspace = workspaces.at(states[i].device().str());
+    install_linear_4bit(model, paths[i], std::move(states[i]), config.compute_dtype, workspace);
+  }
+  return paths;
+}
+
+}  // namespace tg::nn
