@@ -19,7 +19,7 @@ using tg::test::TempDir;
 
 namespace {
 
-const fs::path kDir = fs::path(__FILE__).parent_path() / "fixtures" / "chat_dataset";
+const fs::path kDir = fs::path(TG_TESTS_DIR) / "fixtures" / "chat_dataset";
 
 Tokenizer chat_tokenizer(const std::string& folder) { return Tokenizer::from_pretrained((kDir / folder).string()); }
 

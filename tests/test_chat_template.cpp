@@ -19,7 +19,7 @@ using tg::data::ChatTemplate;
 
 namespace {
 
-const fs::path kDir = fs::path(__FILE__).parent_path() / "fixtures" / "chat_templates";
+const fs::path kDir = fs::path(TG_TESTS_DIR) / "fixtures" / "chat_templates";
 
 std::string read(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);

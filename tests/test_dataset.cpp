@@ -76,7 +76,7 @@ TEST(Dataset, JsonlPromptTokensAreLabelledIgnoreAndEachExampleEndsInEos) {
   EXPECT_EQ(read_all(*c, true), labels);
 }
 
-std::filesystem::path tokenizer_fixtures() { return std::filesystem::path(__FILE__).parent_path() / "fixtures" / "tokenizers"; }
+std::filesystem::path tokenizer_fixtures() { return std::filesystem::path(TG_TESTS_DIR) / "fixtures" / "tokenizers"; }
 
 // Llama-2's tokenizer (Metaspace, legacy): a completion encoded on its own began with a lone
 // "▁" (the 28705) that the text encoded in one piece never has. As TRL: prompt +

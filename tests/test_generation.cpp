@@ -402,7 +402,7 @@ TEST(LogitsProcessors, AsTransformersDefinesThem) {
 void write(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
 
 TEST(GenerationConfigTest, FromPretrainedReadsTransformersFiles) {
-  const fs::path tiny = fs::path(__FILE__).parent_path() / "fixtures" / "tokenizers" / "tiny_llama";
+  const fs::path tiny = fs::path(TG_TESTS_DIR) / "fixtures" / "tokenizers" / "tiny_llama";
   EXPECT_EQ(GenerationConfig::from_pretrained(tiny.string()).eos_token_id, std::vector<int32_t>({2}));
   TempDir dir;
   write(dir / "config.json", R"({"eos_token_id": [7, 9]})");  // no generation_config.json: config.json's EOS
@@ -442,7 +442,7 @@ std::string run_generate_example(const std::string& args, const TempDir& dir, in
 }
 
 TEST(GenerateExample, StreamsWhatTheLibraryGeneratesFromAFolder) {
-  const fs::path here = fs::path(__FILE__).parent_path() / "fixtures" / "tokenizers";
+  const fs::path here = fs::path(TG_TESTS_DIR) / "fixtures" / "tokenizers";
   TempDir dir;
   for (const char* name : {"tiny_llama", "tiny_gpt2"}) {
     const std::string folder = (here / name).string();
@@ -462,7 +462,7 @@ TEST(GenerateExample, StreamsWhatTheLibraryGeneratesFromAFolder) {
 // it generates always decodes, an id the tokenizer lacks as the unknown piece; a tokenizer with
 // more ids than the model is refused before the model loads.
 TEST(GenerateExample, TheTokenizerIsCheckedAgainstTheEmbedding) {
-  const fs::path here = fs::path(__FILE__).parent_path() / "fixtures" / "tokenizers";
+  const fs::path here = fs::path(TG_TESTS_DIR) / "fixtures" / "tokenizers";
   TempDir dir;
   auto tok = data::Tokenizer::from_pretrained((here / "tiny_llama").string());
   EXPECT_EQ(examples::decode_lenient(tok, std::vector<int32_t>{650, 1000, -1}), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");
@@ -519,8 +519,8 @@ TEST(GenerateExample, AToyCheckpointWithAnAdapterAppliedOrMerged) {
 // turns piped in, each prompt the template's rendering of the conversation so far (the first
 // reply in it), each reply what nn::generate gives for that prompt.
 std::string chat_folder(const TempDir& dir, const std::vector<int32_t>& eos) {
-  const fs::path tokenizers = fs::path(__FILE__).parent_path() / "fixtures" / "tokenizers";
-  const fs::path qwen = fs::path(__FILE__).parent_path() / "fixtures" / "chat_templates" / "qwen2.5";
+  const fs::path tokenizers = fs::path(TG_TESTS_DIR) / "fixtures" / "tokenizers";
+  const fs::path qwen = fs::path(TG_TESTS_DIR) / "fixtures" / "chat_templates" / "qwen2.5";
   const std::string folder = dir / "chat_model";
   Generator gen(3);
   nn::save_pretrained(nn::LlamaForCausalLM({.vocab_size = 601, .hidden_size = 32, .intermediate_size = 64,
@@ -607,7 +607,7 @@ TEST(GenerateExample, ChatStopsAtTheGenerationConfigsEndOfTurn) {
 }
 
 TEST(GenerateExample, ChatErrorsNameWhatIsMissing) {
-  const fs::path tokenizers = fs::path(__FILE__).parent_path() / "fixtures" / "tokenizers";
+  const fs::path tokenizers = fs::path(TG_TESTS_DIR) / "fixtures" / "tokenizers";
   TempDir dir;
   int rc = 0;
   std::string err;
@@ -630,7 +630,7 @@ TEST(GenerateExample, ChatErrorsNameWhatIsMissing) {
 // left-padded batches (tests/fixtures/generate/make_fixtures.py writes them on a machine with
 // transformers: the GPU machine).
 TEST(GenerateFixtures, GreedyEqualsTransformersGenerate) {
-  const fs::path here = fs::path(__FILE__).parent_path() / "fixtures";
+  const fs::path here = fs::path(TG_TESTS_DIR) / "fixtures";
   const fs::path expected = here / "generate" / "expected.json";
   if (!fs::exists(expected))
     GTEST_SKIP() << expected << " is not made yet: run tests/fixtures/generate/make_fixtures.py with transformers";

@@ -40,7 +40,7 @@ using nn::GPT2LMHeadModel;
 using nn::LlamaConfig;
 using nn::LlamaForCausalLM;
 
-const fs::path kFixtures = fs::path(__FILE__).parent_path() / "fixtures" / "hf";
+const fs::path kFixtures = fs::path(TG_TESTS_DIR) / "fixtures" / "hf";
 
 Tensor ids() { return from_vector<int64_t>({1, 5, 2, 63, 0, 7, 3, 3, 9, 4, 11, 6, 40, 41, 2, 8}, {2, 8}); }
 

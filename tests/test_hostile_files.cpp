@@ -55,7 +55,7 @@ TEST(HostileFiles, AFifoOrADeviceIsAnErrorNotAnEndlessRead) {
   EXPECT_ERROR_HAS(data::Tokenizer::from_file(dir / "sp.model"), "no file");
   // The other files a folder or a flag names, each of which blocked forever at fef9b57.
   fs::create_directories(dir / "tok2");
-  fs::copy_file(fs::path(__FILE__).parent_path() / "fixtures/tokenizers/gpt2/tokenizer.json", dir / "tok2/tokenizer.json");
+  fs::copy_file(fs::path(TG_TESTS_DIR) / "fixtures/tokenizers/gpt2/tokenizer.json", dir / "tok2/tokenizer.json");
   ASSERT_EQ(::mkfifo((dir / "tok2/tokenizer_config.json").c_str(), 0600), 0);
   EXPECT_ERROR_HAS(data::Tokenizer::from_pretrained(dir / "tok2"), "tokenizer_config.json' is not a regular file (a FIFO)");
   ASSERT_EQ(::mkfifo((dir / "generation_config.json").c_str(), 0600), 0);

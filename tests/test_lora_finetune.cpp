@@ -32,7 +32,7 @@ namespace {
 
 fs::path fixtures() {
   const char* env = std::getenv("TG_TOKENIZER_FIXTURES");
-  return env && *env ? fs::path(env) : fs::path(__FILE__).parent_path() / "fixtures" / "tokenizers";
+  return env && *env ? fs::path(env) : fs::path(TG_TESTS_DIR) / "fixtures" / "tokenizers";
 }
 
 std::string read(const std::string& p) {

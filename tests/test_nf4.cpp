@@ -33,7 +33,7 @@ namespace tg::test {
 namespace {
 
 namespace fs = std::filesystem;
-const fs::path kFixture = fs::path(__FILE__).parent_path() / "fixtures" / "nf4" / "expected.safetensors";
+const fs::path kFixture = fs::path(TG_TESTS_DIR) / "fixtures" / "nf4" / "expected.safetensors";
 
 struct Case {
   std::string name, quant_type;

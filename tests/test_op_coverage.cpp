@@ -14,7 +14,7 @@
 namespace tg::test {
 namespace {
 
-const std::string kOpsDir = (std::filesystem::path(__FILE__).parent_path().parent_path() / "ops").string();
+const std::string kOpsDir = (std::filesystem::path(TG_TESTS_DIR).parent_path() / "ops").string();
 
 // Case-name prefixes that abbreviate the op they exercise.
 const std::map<std::string, std::string> kCasePrefixes = {

@@ -329,8 +329,8 @@ TEST_F(QloraTest, MergeAndUnloadDequantises) {
   EXPECT_TENSOR_NEAR(tg::to(model->forward(tiny_qlora_ids()), kFloat32), tg::to(before, kFloat32), 0.05, 0.02);
 }
 
-const fs::path kQloraFixtures = fs::path(__FILE__).parent_path() / "fixtures" / "qlora";
-const std::string kTinyBase = (fs::path(__FILE__).parent_path() / "fixtures" / "hf" / "llama").string();
+const fs::path kQloraFixtures = fs::path(TG_TESTS_DIR) / "fixtures" / "qlora";
+const std::string kTinyBase = (fs::path(TG_TESTS_DIR) / "fixtures" / "hf" / "llama").string();
 
 // The tiny QLoRA run learns (its loss falls to under half) and still trains the committed
 // adapter that tests/fixtures/qlora/make_fixtures.py gave peft.

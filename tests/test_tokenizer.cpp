@@ -27,7 +27,7 @@ using tg::data::Tokenizer;
 
 namespace {
 
-const fs::path kCorpus = fs::path(__FILE__).parent_path() / "fixtures" / "tokenizers" / "corpus.jsonl";
+const fs::path kCorpus = fs::path(TG_TESTS_DIR) / "fixtures" / "tokenizers" / "corpus.jsonl";
 
 fs::path fixtures() {
   const char* env = std::getenv("TG_TOKENIZER_FIXTURES");
