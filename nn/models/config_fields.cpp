@@ -132,6 +132,21 @@ void read_rope(const ConfigFields& f, const std::string& key, const json::Value&
   }
 }
 
+std::vector<std::string> read_layer_types(const ConfigFields& f, int64_t layers) {
+  std::vector<std::string> types;
+  const json::Value* t = f.get("layer_types");
+  if (!t) return types;
+  if (!t->is_array()) f.bad("layer_types", "a list of \"sliding_attention\" / \"full_attention\"");
+  for (const json::Value& l : t->as_array()) {
+    if (!l.is_string() || (l.as_string() != "sliding_attention" && l.as_string() != "full_attention"))
+      f.unsupported("layer_types", "wants each entry \"sliding_attention\" or \"full_attention\"");
+    types.push_back(l.as_string());
+  }
+  if (static_cast<int64_t>(types.size()) != layers)
+    f.bad("layer_types", "one entry per layer (num_hidden_layers " + std::to_string(layers) + ")");
+  return types;
+}
+
 void refuse_partial_rotary(const ConfigFields& f, const RopeScaling& s) {
   if (s.partial_rotary_factor != 1.0)
     fail("from_pretrained", "'", f.source(), "': partial_rotary_factor = ", json::dump(s.partial_rotary_factor),

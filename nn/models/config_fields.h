@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "io/json.h"
@@ -50,6 +51,9 @@ class ConfigFields {
 // is original_max_position_embeddings' last fallback.
 void read_rope(const ConfigFields& f, const std::string& key, const json::Value& r, double& theta,
                RopeScaling& scaling, int64_t max_position_embeddings);
+// layer_types as given: one "sliding_attention" or "full_attention" per layer (tg::Error naming the
+// field otherwise); empty when absent or null.
+std::vector<std::string> read_layer_types(const ConfigFields& f, int64_t layers);
 // tg::Error naming partial_rotary_factor unless it is 1 (the families that rotate whole heads).
 void refuse_partial_rotary(const ConfigFields& f, const RopeScaling& scaling);
 // The object read_rope reads.
