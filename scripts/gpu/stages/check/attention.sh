@@ -1,31 +1,23 @@
-#!/usr/bin/env bash
-# Attention on the GPU machine in one call (issue 36: the cuDNN path beside the flash kernels):
-#   build     configure <build dir> with cuDNN (scripts/cudnn-root.sh: the toolkit's, else PyTorch's
-#             nvidia-cudnn wheel's) and build tapegrad_tests, attention_bench, train_step_bench;
+# Attention: cuDNN's path beside the flash kernels: build, tests, memcheck, bench, a llama-1b step.
+# Stage arguments: some of these steps (default: all):
+#   build     configure build-dir (with cuDNN when found) and build tapegrad_tests, attention_bench,
+#             train_step_bench -> build.txt;
 #   tests     the attention tests (cuDNN's and the flash kernels, the op harness's sdpa cases, the
 #             CUDA graph steps, mixed precision, checkpointing's bitwise steps) -> tests.txt;
 #   memcheck  compute-sanitizer memcheck over the cuDNN tests and a flash one -> memcheck.txt;
-#   bench     scripts/gpu/run_attention_bench.sh: the cuDNN (deterministic and not) and flash paths beside
+#   bench     scripts/gpu/bench.sh attention: the cuDNN (deterministic and not) and flash paths beside
 #             PyTorch's SDPA backends -> attention.json, torch_attention.json, bench.txt;
 #   step      train_step_bench llama-1b LoRA bf16, eager and CUDA graph, cuDNN on and off -> step.txt.
-# About 3 min to build, 2 for tests, 2 for memcheck, 2 for bench, 1.5 for step on an H200.
-#   TG_COMMIT=<commit> scripts/gpu/attention_check.sh <build dir> [out dir] [stages...]   (default: all)
+# About 3 min to build, 2 for tests, 2 for memcheck, 2 for bench, 1.5 for step on an H200. TG_COMMIT
+# names the commit in the rows.
 set -euo pipefail
-build=${1:?usage: scripts/gpu/attention_check.sh <build dir> [out dir] [build tests memcheck bench step]}
-out=${2:-out/attention_check}
-shift $(( $# < 2 ? $# : 2 ))
-stages=${*:-build tests memcheck bench step}
-mkdir -p "$out"
-has() { [[ " $stages " == *" $1 "* ]]; }
-status=0
+steps=${*:-build tests memcheck bench step}
+has() { [[ " $steps " == *" $1 "* ]]; }
 
 if has build; then
   echo "== build"
-  cudnn=$(scripts/cudnn-root.sh || true)
-  echo "cuDNN: ${cudnn:-none found (the flash kernels serve every call)}" | tee "$out/build.txt"
-  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTG_CUDA=ON ${cudnn:+-DTG_CUDNN_ROOT="$cudnn"} \
-    >> "$out/build.txt"
-  cmake --build "$build" -j"$(nproc)" --target tapegrad_tests attention_bench train_step_bench >> "$out/build.txt"
+  build_targets tapegrad_tests attention_bench train_step_bench >"$out/build.txt"
+  grep '^cuDNN:' "$out/build.txt"
 fi
 
 if has tests; then
@@ -50,7 +42,7 @@ fi
 
 if has bench; then
   echo "== bench"
-  scripts/gpu/run_attention_bench.sh "$build" "$out" | tee "$out/bench.txt"
+  scripts/gpu/bench.sh attention "$build" "$out" | tee "$out/bench.txt"
 fi
 
 if has step; then
