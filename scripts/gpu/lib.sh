@@ -116,5 +116,12 @@ logged() {
   if "$@" >"$out/$log" 2>&1; then echo "ok   $log"; else echo "FAIL $log (tail below)"; tail -40 "$out/$log"; status=1; fi
 }
 
+# gtest_step <filter>: tapegrad_tests under that filter into $out/tests.txt, its verdict lines on
+# stdout; status=1 when a test failed, the stage goes on.
+gtest_step() {
+  "$build/tests/tapegrad_tests" --gtest_filter="$1" >"$out/tests.txt" 2>&1 || status=1
+  grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/tests.txt" || true
+}
+
 # merge_rows <out.json> <rows.json...>: one results file of several (the rows in order).
 merge_rows() { python3 "$root/scripts/gpu/merge_rows.py" "$@"; }

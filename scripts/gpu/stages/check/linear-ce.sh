@@ -22,9 +22,7 @@ fi
 
 if has tests; then
   echo "== tests"
-  filter='LinearCrossEntropy*:CrossEntropy*:*cross_entropy*'
-  "$build/tests/tapegrad_tests" --gtest_filter="$filter" > "$out/tests.txt" 2>&1 || status=1
-  grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/tests.txt" || true
+  gtest_step 'LinearCrossEntropy*:CrossEntropy*:*cross_entropy*'
 fi
 
 if has sweep; then
