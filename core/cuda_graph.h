@@ -45,7 +45,7 @@ class CUDAGraph {
   friend void at_each_replay(Device, const std::string&, std::function<void()>, std::function<void()>);
 
   Device device_;
-  uint64_t pool_ = 0;
+  [[maybe_unused]] uint64_t pool_ = 0;  // the capture's memory pool: CUDA builds only
   void* exec_ = nullptr;
   std::vector<Hook> hooks_;
 };
