@@ -32,6 +32,7 @@
 #include "ops/layer_norm.h"
 #include "ops/linear.h"
 #include "ops/linear_cross_entropy.h"
+#include "ops/lora_linear.h"
 #include "ops/masked_fill.h"
 #include "ops/matmul.h"
 #include "ops/nf4.h"

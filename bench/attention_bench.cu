@@ -10,7 +10,7 @@
 // backward 2.5x forward (the work FlashAttention-2 does).
 //   attention_bench [--reps N] [--json path] [--split] [--only SHAPE] [--impls a,b,...]
 // bench/torch_attention_ref.py times PyTorch's SDPA backends on the same shapes in the same call
-// (scripts/gpu/run_attention_bench.sh runs the two; rows to bench/results/{attention,torch_attention}.json).
+// (scripts/gpu/bench.sh attention runs the two; rows to bench/results/{attention,torch_attention}.json).
 #include <cuda_runtime.h>
 
 #include <algorithm>

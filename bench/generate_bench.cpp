@@ -2,7 +2,7 @@
 // --new-tokens new ones (no EOS), per batch size; the median of --runs after --warmup, on the host
 // clock (generate waits for each step's tokens). The first streamed token marks the end of the
 // prefill. bench/generate_bench_torch.py times transformers' generate the same way;
-// scripts/gpu/run_generate_bench.sh runs both. --caches: the dynamic KV cache (rows "kv cache"), the
+// scripts/gpu/bench.sh generate runs both. --caches: the dynamic KV cache (rows "kv cache"), the
 // static one ("static cache": every decode step attends to the whole cache, masked) and the static
 // one with the decode step replayed as a CUDA graph ("static cache + cuda graph").
 #include <algorithm>

@@ -11,7 +11,7 @@
 //   linear_ce_bench [--device cuda|cpu] [--shapes NxHxV,...] [--reps N] [--json out.json]
 //                   [--chunk-rows R,... --chunks-json chunks.json]
 // bench/torch_linear_ce_ref.py times PyTorch (eager, torch.compile, Liger) on the same cases;
-// scripts/gpu/run_linear_ce_bench.sh runs both (rows to bench/results/{linear_ce,torch_linear_ce}.json).
+// scripts/gpu/bench.sh linear-ce runs both (rows to bench/results/{linear_ce,torch_linear_ce}.json).
 #include <algorithm>
 #include <chrono>
 #include <cinttypes>

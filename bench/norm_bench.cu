@@ -23,7 +23,7 @@
 // profiler or a sweep.) --dot DIR writes each captured graph there as DOT (what one timed call
 // launched: a frozen backward is one kernel node). The CSV has one row per case;
 // bench/torch_norm_ref.py --ours out.csv prints PyTorch's times for the same cases beside ours
-// (scripts/gpu/norm_run.sh runs both); --json writes the rows of bench/results/norm.json.
+// (scripts/gpu/bench.sh norm runs both); --json writes the rows of bench/results/norm.json.
 #include <cuda_runtime.h>
 
 #include <algorithm>

@@ -1,16 +1,7 @@
-// safetensors (https://github.com/huggingface/safetensors), the format Hugging Face checkpoints
-// and peft adapters use:
-//   8 bytes    little-endian uint64 N, the header length
-//   N bytes    JSON: {"<name>": {"dtype": "F32", "shape": [2, 3], "data_offsets": [begin, end]},
-//                     ..., "__metadata__": {"<key>": "<string>"}}   (padded with spaces)
-//   the rest   the data area: every tensor's bytes, row-major, little-endian; offsets are
-//              relative to it and the tensors tile it exactly, without gaps or overlaps.
-// dtypes: F64, F32, BF16, I64, I32, BOOL are read and written; F16 is read and widened to
-// float32 (tapegrad has no float16 tensors).
-//
-// Reading validates everything and throws tg::Error naming the file and the problem; no input,
-// however corrupt, crashes. FileReader reads a file tensor by tensor without holding it whole
-// (from_pretrained's shards). Writing is atomic (see io/file.h).
+// safetensors (https://github.com/huggingface/safetensors), the format of Hugging Face checkpoints
+// and peft adapters: F64, F32, BF16, I64, I32, BOOL read and written, F16 read as float32. Reading
+// validates everything (tg::Error naming the file and the problem, never a crash); FileReader reads
+// a file tensor by tensor; writing is atomic (io/file.h). The layout: docs/api.md.
 #pragma once
 
 #include <cstdint>

@@ -32,7 +32,7 @@ struct RopeScaling {
   double beta_fast = 32, beta_slow = 1;  // yarn: the ramp's bounds, in rotations
   double mscale = 0, mscale_all_dim = 0;  // yarn (DeepSeek): both > 0 derive attention_factor from their ratio
   bool truncate = true;                  // yarn: the ramp's bounds rounded out to whole dims
-  std::vector<double> short_factor, long_factor;  // longrope: one per frequency (rotary dims / 2)
+  std::vector<double> short_factor = {}, long_factor = {};  // longrope: one per frequency (rotary dims / 2)
   double partial_rotary_factor = 1.0;  // RoPE over the first int(head_dim * this) dims of a head (Phi-3)
 
   // tg::Error naming the field; head_dim: the attention heads' (the factor lists' length is half

@@ -94,6 +94,7 @@ DecoderSpec sized_spec(const Config& c, const char* family) {
 class DecoderLayer : public Module {
  public:
   DecoderLayer(const DecoderSpec& s, int64_t index, Generator& gen = default_generator());
+  using Module::forward;  // not hidden by the overloads below (clang's -Woverloaded-virtual)
   // cache: generation (nn/generation/kv_cache.h); cos, sin may be per sequence [B, 1, T, head_dim];
   // position_ids: packed rows (CausalSelfAttention::forward).
   Tensor forward(const Tensor& x, const Tensor& cos, const Tensor& sin, const LayerCache* cache = nullptr,

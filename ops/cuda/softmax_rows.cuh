@@ -1,6 +1,6 @@
-// Helpers shared by the CUDA kernels of softmax, cross_entropy and masked_fill: row walks in
-// 16-byte packs (core/cuda/device_utils.cuh) and warp / block reductions of sums and
-// online-softmax states. Everything accumulates in float32.
+// The row walks and row reductions of the CUDA softmax and cross_entropy kernels (the CPU's are
+// ops/cpu/softmax_rows.h): rows read in 16-byte packs (core/cuda/device_utils.cuh), warp and block
+// reductions of sums and of online-softmax states. Everything accumulates in float32.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -11,7 +11,7 @@
 #include "core/cuda/device_utils.cuh"
 #include "ops/softmax_math.h"
 
-namespace tg::cuda::nn {
+namespace tg::cuda::softmax_rows {
 
 // exp(v - m) as exp2(v * log2(e) - m * log2(e)), given m_log2e = m * log2(e): one FMA and one
 // MUFU.EX2 instead of expf's range reduction. The extra relative error, about |m| * 2^-24, is far
@@ -184,4 +184,4 @@ __device__ __forceinline__ void map_row(T* out, const T* a, const T* b, int64_t 
     out[j] = cvt<T>(f(j, cvt<float>(a[j]), cvt<float>(b[j])));
 }
 
-}  // namespace tg::cuda::nn
+}  // namespace tg::cuda::softmax_rows

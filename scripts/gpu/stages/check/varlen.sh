@@ -1,24 +1,16 @@
-#!/usr/bin/env bash
-# Issue 38 item 4 (packing without cross-talk) on the GPU machine, in one call:
-#   1. builds <build dir> (CUDA, Release, through scripts/gpu/gpu-check.sh's configure);
+# Packing without cross-talk: the banded kernels' GPU tests, packing_bench, memcheck, emulation.
+# The most wanted first: a run cut short keeps what it wrote to <out>. TG_COMMIT names the commit
+# in the rows.
+#   1. builds tapegrad_tests, packing_bench, flash_emulation_tests;
 #   2. the GPU tests of the band: the banded flash kernels against float64 (documents, windows,
 #      shared bands, more / fewer keys), each gradient mask bitwise, the op cases (CUDA vs CPU,
 #      banded and rotary with per-sequence tables), every family's packed batch against its
 #      documents alone in bf16, the Trainer's CUDA graph replaying position ids;
-#   3. scripts/gpu/run_packing_bench.sh: <out>/packing.json (copy to bench/results/);
+#   3. scripts/gpu/bench.sh packing: <out>/packing.json (copy to bench/results/);
 #   4. the banded GPU tests under compute-sanitizer memcheck;
 #   5. FlashEmulation.* (the kernels under CPU emulation, as ctest runs it).
-# The most wanted first: a run cut short keeps what it wrote to <out>.
-#   TG_COMMIT=<commit> scripts/gpu/varlen_check.sh <build dir> [out dir]
 set -euo pipefail
-root=$(cd "$(dirname "$0")/../.." && pwd)
-build=${1:?usage: scripts/gpu/varlen_check.sh <build dir> [out dir]}
-case "$build" in /*) ;; *) build=$PWD/$build ;; esac
-out=${2:-$build/varlen-check}
-case "$out" in /*) ;; *) out=$PWD/$out ;; esac
-mkdir -p "$out"
-[ -f "$build/CMakeCache.txt" ] || BUILD_DIR="$build" "$root/scripts/gpu/gpu-check.sh" configure > "$out/configure.txt" 2>&1
-cmake --build "$build" -j"$(nproc)" --target tapegrad_tests packing_bench flash_emulation_tests > "$out/build.txt" 2>&1 \
+build_targets tapegrad_tests packing_bench flash_emulation_tests > "$out/build.txt" 2>&1 \
   || { tail -30 "$out/build.txt"; exit 1; }
 
 echo "== 2. GPU tests"
@@ -28,7 +20,7 @@ cpu='BandedAttention.*:Packing.*:Rotary.*:Attention.*:Trainer.*:Dataset.*'
 grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]' "$out/tests.txt" || tail -20 "$out/tests.txt"
 
 echo "== 3. packing_bench"
-"$root/scripts/gpu/run_packing_bench.sh" "$build" "$out" > "$out/packing_bench.txt" 2>&1 || echo "packing_bench: FAILED"
+scripts/gpu/bench.sh packing "$build" "$out" > "$out/packing_bench.txt" 2>&1 || echo "packing_bench: FAILED"
 cat "$out/packing_bench.txt"
 
 echo "== 4. memcheck"

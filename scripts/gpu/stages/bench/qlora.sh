@@ -1,11 +1,9 @@
-#!/usr/bin/env bash
-# Issue 37 (QLoRA) on one H200, in one call from the repo root (about 7 minutes, the build included):
-#   TG_COMMIT=<commit> OUT=<dir> scripts/gpu/run_qlora_step.sh
-# 1. builds tapegrad_tests, interop_dump, train_step_bench and load_bench in $BUILD_DIR (build-gpu;
-#    the repo's CUDA Release flags);
+# QLoRA on one GPU: its tests, LoRA rows beside QLoRA twins up to llama3-70b, PyTorch, loads.
+# About 7 minutes, the build included. TG_COMMIT names the commit in the rows.
+# 1. builds tapegrad_tests, interop_dump, train_step_bench and load_bench;
 # 2. the QLoRA tests on the GPU (NF4.*, Linear4bitTest.* with the GPU quantisation against the CPU's
 #    bytes, Qlora*, the checkpoint tests), after tests/fixtures/qlora/make_fixtures.py wrote the
-#    peft fixture (copied to $OUT/qlora-expected.safetensors: commit it as
+#    peft fixture (copied to <out>/qlora-expected.safetensors: commit it as
 #    tests/fixtures/qlora/expected.safetensors);
 # 3. train_step_bench --qlora, bf16, gradient checkpointing: each LoRA row beside its QLoRA twin,
 #    with the memory breakdown: llama3-8b at 4 x 2048 (and 2 x 2048), llama-1b at 4 x 2048, the
@@ -14,25 +12,17 @@
 # 4. bench/torch_lora_ckpt_ref.py: PyTorch's bf16 LoRA with checkpointing at 4 x 2048 (llama3-8b,
 #    llama-1b; no bitsandbytes there, so no PyTorch QLoRA row);
 # 5. load_bench llama-1b: from_pretrained bf16 against quantising as it streams, CPU and GPU.
-# $OUT gets four files (a device call returns few): train_step-h200-qlora.json
+# <out> gets four files (a device call returns few): train_step-h200-qlora.json
 # (bench/real_step_rows.py), load-qlora.json, qlora-expected.safetensors and log.txt (every part's
-# full output; build.log too when the build fails). Copy the JSON to bench/results/ and run
-# bench/make_results.py.
-# Knobs: BUILD_DIR, STEPS (timed steps, 5), TG_QLORA_TORCH=0 (no PyTorch rows).
+# full output; build.log too when the build fails).
+# Knobs: STEPS (timed steps, 5), TG_QLORA_TORCH=0 (no PyTorch rows), LOAD_DIR (/tmp/tg_load_bench).
 set -uo pipefail
-build=${BUILD_DIR:-build-gpu}
-out=${OUT:-out/qlora}
 steps=${STEPS:-5}
-here=$(cd "$(dirname "$0")/../../bench" && pwd)  # its python helpers
 tmp=$(mktemp -d)
-mkdir -p "$out"
-[ -n "${TG_COMMIT:-}" ] || echo "note: TG_COMMIT is not set: the rows name the GPU machine's (stale) checkout"
-t0=$SECONDS
-part() { echo "== $1 ($((SECONDS - t0)) s so far)"; }
+note_commit
 
 part "build"
-[ -f "$build/build.ninja" ] || cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTG_CUDA=ON >/dev/null
-cmake --build "$build" -j"$(nproc)" --target tapegrad_tests interop_dump train_step_bench load_bench >"$tmp/build.log" 2>&1 ||
+build_targets tapegrad_tests interop_dump train_step_bench load_bench >"$tmp/build.log" 2>&1 ||
   { cp "$tmp/build.log" "$out/build.log"; tail -30 "$out/build.log"; exit 1; }
 log="$out/log.txt"
 
@@ -46,7 +36,7 @@ tail -15 "$tmp/tests.log"
 bench=("$build/bench/train_step_bench" --device cuda --dtype bf16 --modes lora --qlora true
        --gradient-checkpointing true --warmup 2 --steps "$steps")
 ours=()
-run() {  # name, then train_step_bench flags
+measure() {  # name, then train_step_bench flags
   local name=$1
   shift
   part "tapegrad $name"
@@ -58,12 +48,12 @@ run() {  # name, then train_step_bench flags
   grep -E "quantised|memory|extrapolated|cuda |error" "$tmp/$name.log"
   { echo "== $name"; cat "$tmp/$name.log"; } >>"$log"
 }
-run llama3-8b-4x2048 --config llama3-8b --batch 4 --seq 2048
-run llama3-8b-2x2048 --config llama3-8b --batch 2 --seq 2048
-run llama-1b-4x2048 --config llama-1b --batch 4 --seq 2048
+measure llama3-8b-4x2048 --config llama3-8b --batch 4 --seq 2048
+measure llama3-8b-2x2048 --config llama3-8b --batch 2 --seq 2048
+measure llama-1b-4x2048 --config llama-1b --batch 4 --seq 2048
 for layers in 2 4; do
   for batch in 1 4; do
-    run "llama3-70b-${layers}l-${batch}x2048" --config llama3-70b --layers "$layers" --batch "$batch" --seq 2048 \
+    measure "llama3-70b-${layers}l-${batch}x2048" --config llama3-70b --layers "$layers" --batch "$batch" --seq 2048 \
       --extrapolate-layers 80
   done
 done
@@ -71,11 +61,11 @@ done
 torch_args=()
 if [ "${TG_QLORA_TORCH:-1}" != 0 ]; then
   part "PyTorch bf16 LoRA with checkpointing (llama3-8b, llama-1b at 4 x 2048)"
-  (cd "$here" && timeout 240 python3 torch_lora_ckpt_ref.py --configs llama3-8b,llama-1b --batch 4 --seq 2048 \
+  (cd "$root/bench" && timeout 240 python3 torch_lora_ckpt_ref.py --configs llama3-8b,llama-1b --batch 4 --seq 2048 \
     --n-warm 2 --n-time "$steps" --jsonl "$tmp/torch.jsonl") 2>&1 | tee -a "$log" | grep -v Warning
   [ -f "$tmp/torch.jsonl" ] && torch_args=(--torch "$tmp/torch.jsonl")
 fi
-python3 "$here/real_step_rows.py" "$out/train_step-h200-qlora.json" "${ours[@]}" "${torch_args[@]}"
+python3 "$root/bench/real_step_rows.py" "$out/train_step-h200-qlora.json" "${ours[@]}" "${torch_args[@]}"
 
 part "load_bench llama-1b: bf16 against NF4 while streaming"
 "$build/bench/load_bench" --config llama-1b --dir "${LOAD_DIR:-/tmp/tg_load_bench}/llama-1b" --devices cpu,cuda \

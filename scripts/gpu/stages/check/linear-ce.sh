@@ -1,38 +1,28 @@
-#!/usr/bin/env bash
-# The LM head's loss on the GPU machine in one call (issue 36 item 3: linear_cross_entropy's chunks):
-#   build   configure <build dir> (Release, CUDA) and build tapegrad_tests, linear_ce_bench,
-#           train_step_bench -> build.txt;
+# The LM head's loss (linear_cross_entropy's chunks): tests, chunk sweep, ncu, bench, a step.
+# Stage arguments: some of these steps (default: all):
+#   build   configure build-dir and build tapegrad_tests, linear_ce_bench, train_step_bench -> build.txt;
 #   tests   the linear_cross_entropy and cross_entropy tests (GPU against CPU, the bf16 case in
 #           the op's chunks and in 256-row ones) -> tests.txt;
 #   sweep   linear_ce_bench with chunks of 256 ... 16384 rows beside the op's choice, trainable
 #           and frozen, at both shapes -> linear_ce_chunks.json, sweep.txt;
 #   ncu     per-launch times of one fused call at 16384x2048x128256, trainable then frozen (the op's
 #           chunks) -> ncu-linear-ce.csv (launch order) and census-linear-ce.md (bench/ncu_census.py);
-#   bench   scripts/gpu/run_linear_ce_bench.sh: ours beside PyTorch eager / torch.compile in the
+#   bench   scripts/gpu/bench.sh linear-ce: ours beside PyTorch eager / torch.compile in the
 #           same call -> linear_ce.json, torch_linear_ce.json, bench.txt;
 #   step    train_step_bench llama-1b LoRA bf16 (its frozen head in the op's chunks) -> step.txt.
 # About 2.5 min to build, 0.5 for tests, 0.5 sweep, 0.5 ncu, 1.5 bench, 0.5 step on an H200.
-#   scripts/gpu/linear_ce_check.sh <build dir> [out dir] [stages...]   (default: all)
 set -euo pipefail
-build=${1:?usage: scripts/gpu/linear_ce_check.sh <build dir> [out dir] [build tests sweep ncu bench step]}
-out=${2:-out/linear_ce_check}
-shift $(( $# < 2 ? $# : 2 ))
-stages=${*:-build tests sweep ncu bench step}
-mkdir -p "$out"
-has() { [[ " $stages " == *" $1 "* ]]; }
-status=0
+steps=${*:-build tests sweep ncu bench step}
+has() { [[ " $steps " == *" $1 "* ]]; }
 
 if has build; then
   echo "== build"
-  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTG_CUDA=ON > "$out/build.txt"
-  cmake --build "$build" -j"$(nproc)" --target tapegrad_tests linear_ce_bench train_step_bench >> "$out/build.txt"
+  build_targets tapegrad_tests linear_ce_bench train_step_bench > "$out/build.txt"
 fi
 
 if has tests; then
   echo "== tests"
-  filter='LinearCrossEntropy*:CrossEntropy*:*cross_entropy*'
-  "$build/tests/tapegrad_tests" --gtest_filter="$filter" > "$out/tests.txt" 2>&1 || status=1
-  grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/tests.txt" || true
+  gtest_step 'LinearCrossEntropy*:CrossEntropy*:*cross_entropy*'
 fi
 
 if has sweep; then
@@ -52,7 +42,7 @@ fi
 
 if has bench; then
   echo "== bench"
-  scripts/gpu/run_linear_ce_bench.sh "$build" "$out" | tee "$out/bench.txt" || status=1
+  scripts/gpu/bench.sh linear-ce "$build" "$out" | tee "$out/bench.txt" || status=1
 fi
 
 if has step; then

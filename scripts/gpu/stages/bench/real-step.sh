@@ -1,48 +1,40 @@
-#!/usr/bin/env bash
-# Issue 36's real-size training step on one GPU, in one call from the repo root:
-#   TG_COMMIT=<commit> OUT=<dir> scripts/gpu/run_real_step.sh [llama-1b | llama3-8b]
-# 1. builds train_step_bench and tg_timeline in $BUILD_DIR (build-gpu; the repo's CUDA Release flags),
-#    or uses the ones there when it holds them without a build.ninja (built elsewhere and carried);
+# The real-size training step (llama-1b, llama3-8b) against PyTorch, with ncu and timelines.
+# Stage arguments: [llama-1b | llama3-8b] (default llama-1b). TG_COMMIT names the commit in the rows.
+# 1. builds train_step_bench and tg_timeline in build-dir, or uses the ones there when it holds them
+#    without a build.ninja (built elsewhere and carried);
 # 2. tapegrad bf16, LoRA and full, each with and without gradient checkpointing and the CUDA graph;
 # 3. bench/torch_toy_lora.py, eager and torch.compile, bf16 autocast, sdpa (llama3-8b: LoRA only:
 #    a float32 8B with AdamW's state does not fit), in the same call;
-# 4. rows to $OUT/train_step-h200-real.json (llama3-8b: train_step-h200-real-llama3-8b.json; copy
-#    them to bench/results/ and run bench/make_results.py);
+# 4. rows to <out>/train_step-h200-real.json (llama3-8b: train_step-h200-real-llama3-8b.json);
 # 5. ncu (--clock-control none) over $NCU_STEPS eager LoRA steps (the bench's timed steps only:
 #    --profile-from-start off) and bench/ncu_census.py's table of where the time goes, printed and
-#    saved as $OUT/census-<config>-lora.md (the raw report beside it).
+#    saved as <out>/census-<config>-lora.md (the raw report beside it).
 # 6. the same LoRA step traced in place (bench/cupti_timeline.cpp, eager and graphed), and the full
 #    step eager, with bench/timeline_census.py's table of kernel time and idle time, saved as
-#    $OUT/timeline-<config>-lora[-graph].md and timeline-<config>-full.md;
+#    <out>/timeline-<config>-lora[-graph].md and timeline-<config>-full.md;
 # 7. tapegrad's LoRA step with cuDNN's atomic-dq attention backward (as PyTorch runs it), and with
 #    the grouped projections' weights apart (--adjacent-weights false), beside the rows.
 # Each part prints its seconds. llama-1b fits 9 minutes on one H200 with the build present (about
-# 1 min ours, 4-5 torch, 1-2 ncu); run llama3-8b as its own call. Knobs: BUILD_DIR, STEPS (timed
-# steps, 10), TORCH_BUDGET_S (torch_toy_lora.py's --budget-s), TORCH_MODES (llama-1b's: lora,full),
-# NCU_STEPS (0: no ncu census), TG_REAL_TORCH=0 (ours only).
+# 1 min ours, 4-5 torch, 1-2 ncu); run llama3-8b as its own call. Knobs: STEPS (timed steps, 10),
+# TORCH_BUDGET_S (torch_toy_lora.py's --budget-s), TORCH_MODES (llama-1b's: lora,full), NCU_STEPS
+# (0: no ncu census), TG_REAL_TORCH=0 (ours only).
 set -euo pipefail
 config=${1:-llama-1b}
 case "$config" in
   llama-1b) suffix="" torch_modes=${TORCH_MODES:-lora,full} budget=${TORCH_BUDGET_S:-300} ncu_steps=${NCU_STEPS:-2} ;;
   llama3-8b) suffix="-llama3-8b" torch_modes=lora budget=${TORCH_BUDGET_S:-330} ncu_steps=${NCU_STEPS:-1} ;;
-  *) echo "usage: scripts/gpu/run_real_step.sh [llama-1b | llama3-8b], got '$config'" >&2; exit 2 ;;
+  *) echo "usage: scripts/gpu/bench.sh real-step [build-dir] [out] [llama-1b | llama3-8b], got '$config'" >&2; exit 2 ;;
 esac
-build=${BUILD_DIR:-build-gpu}
-out=${OUT:-out/real_step}
 steps=${STEPS:-10}
-bench_dir=$(cd "$(dirname "$0")/../../bench" && pwd)
+bench_dir=$root/bench
 tmp=$(mktemp -d)
-mkdir -p "$out"
-[ -n "${TG_COMMIT:-}" ] || echo "note: TG_COMMIT is not set: the rows name the GPU machine's (stale) checkout"
-part() { echo "== $1 ($((SECONDS - t0)) s so far)"; }
-t0=$SECONDS
+note_commit
 
 part "build"
 if [ ! -f "$build/build.ninja" ] && [ -x "$build/bench/train_step_bench" ]; then
   echo "using the prebuilt $build/bench/train_step_bench (no build.ninja: carried from another machine)"
 else
-  [ -f "$build/build.ninja" ] || cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTG_CUDA=ON
-  cmake --build "$build" -j"$(nproc)" --target train_step_bench tg_timeline
+  build_targets train_step_bench tg_timeline
 fi
 
 bench=("$build/bench/train_step_bench" --config "$config" --device cuda --dtype bf16 --modes "lora,full" --warmup 3

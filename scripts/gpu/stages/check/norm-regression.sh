@@ -1,27 +1,20 @@
-#!/usr/bin/env bash
-# Before/after of the norm backward kernels on the GPU machine, in one call: builds norm_bench from
-# a baseline (default: commit 9a66475, the tree before the lab moved out of the library) and from
-# this working tree, runs both over the norm table's rows and two model widths (8192x768,
-# 8192x2048) in interleaved rounds (baseline, new, baseline, new), and prints each row's best time
-# before and after with a verdict.
-#
-#   scripts/gpu/norm_regression.sh OUT_DIR [BASELINE] [--rounds N] [--elementwise]
-#
+# The norm backward table before and after a change: both trees built, timed in interleaved rounds.
+# Run it before merging a change to ops/cuda/norm_*. Stage arguments: [BASELINE] [--rounds N] [--elementwise]
+# Builds norm_bench from a baseline (default: commit 9a66475, the tree before the lab moved out of
+# the library) and from this working tree, both in a temporary folder (build-dir is not used), runs
+# both over the norm table's rows and two model widths (8192x768, 8192x2048) in interleaved rounds
+# (baseline, new, baseline, new), and prints each row's best time before and after with a verdict.
 # BASELINE: a commit of this repository (needs its .git), or a directory or .tar holding that
 # commit's tree (make one where git is: git archive -o base.tar 9a66475). --elementwise also
 # times elementwise_bench before and after (the shared packs changed those kernels' code).
 # Needs CUDA, cmake and ninja; about 2 minutes of building and 2 of timing on an H200.
-#
 # Verdict per row: the two versions' best of N rounds; "slower" / "faster" when they differ by more
 # than 3% and by more than the spread between the rounds of either version (the noise; about 1-2%
 # on the H200). A slower row is a REGRESSION where the issue forbids one: the frozen (dx-only)
 # modes and every bf16 row of width 768 to 8192. Exit status 1 when there is one.
 set -euo pipefail
 
-usage() { echo "usage: scripts/gpu/norm_regression.sh OUT_DIR [BASELINE] [--rounds N] [--elementwise]" >&2; exit 2; }
-[ $# -ge 1 ] || usage
-out=$1
-shift
+usage() { echo "usage: scripts/gpu/check.sh norm-regression [build-dir] OUT [BASELINE] [--rounds N] [--elementwise]" >&2; exit 2; }
 base=9a66475
 rounds=2
 elementwise=0
@@ -33,9 +26,6 @@ while [ $# -gt 0 ]; do
     *) base=$1; shift ;;
   esac
 done
-root=$(cd "$(dirname "$0")/../.." && pwd)
-mkdir -p "$out"
-out=$(cd "$out" && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -48,7 +38,7 @@ elif [ -f "$base" ]; then
 elif git -C "$root" cat-file -e "$base^{commit}" 2>/dev/null; then
   git -C "$root" archive "$base" | tar -x -C "$work/base-src"
 else
-  echo "norm_regression: no baseline '$base' (a commit of this repository, a directory or a .tar)" >&2
+  echo "norm-regression: no baseline '$base' (a commit of this repository, a directory or a .tar)" >&2
   exit 2
 fi
 
@@ -56,14 +46,14 @@ fi
 jobs=$(( $(nproc) / 2 > 0 ? $(nproc) / 2 : 1 ))
 targets="norm_bench"
 [ "$elementwise" = 1 ] && targets="$targets elementwise_bench"
-build() {  # build SRC BUILD_DIR LOG
-  cmake -S "$1" -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTG_CUDA=ON -DTG_BUILD_TESTS=OFF \
-    -DTG_BUILD_EXAMPLES=OFF > "$3" 2>&1 && cmake --build "$2" -j "$jobs" --target $targets >> "$3" 2>&1
+build_tree() {  # build_tree SRC BUILD_DIR LOG
+  configure_tree "$1" "$2" -DTG_BUILD_TESTS=OFF -DTG_BUILD_EXAMPLES=OFF > "$3" 2>&1 &&
+    cmake --build "$2" -j "$jobs" --target $targets >> "$3" 2>&1
 }
 echo "building the baseline ($base) and this tree ..."
 t0=$(date +%s)
-build "$work/base-src" "$work/base-build" "$out/build-base.log" & pid_base=$!
-build "$root" "$work/new-build" "$out/build-new.log" & pid_new=$!
+build_tree "$work/base-src" "$work/base-build" "$out/build-base.log" & pid_base=$!
+build_tree "$root" "$work/new-build" "$out/build-new.log" & pid_new=$!
 ok=1
 wait $pid_base || { echo "baseline build failed: $out/build-base.log" >&2; ok=0; }
 wait $pid_new || { echo "new build failed: $out/build-new.log" >&2; ok=0; }

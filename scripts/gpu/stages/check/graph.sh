@@ -1,5 +1,4 @@
-#!/usr/bin/env bash
-# CUDA graph capture on the GPU machine in one call (issue 22 item 5, issue 26):
+# CUDA graph capture: the graph tests, steps and examples eager against captured, generate's caches.
 #   1. the graph tests (replayed LoRA / full steps bitwise the eager ones, the pool, the refusals,
 #      the replayed decode step bitwise the static-cache one), AdamW's, index_copy_'s and
 #      generation's GPU tests, the graph and index_copy_ tests also under compute-sanitizer;
@@ -10,13 +9,9 @@
 #   4. generate_bench, bench-135m bf16, prompt 128, 256 new tokens, batch 1 and 32: the dynamic
 #      cache, the static one and the static one with the decode step replayed as a CUDA graph
 #      (rows to <out>/generate_graph.json).
-#   TG_COMMIT=<commit> scripts/gpu/graph_check.sh <build dir> [out dir]
+# TG_COMMIT names the commit in the rows.
 set -euo pipefail
-build=${1:?usage: scripts/gpu/graph_check.sh <build dir> [out dir]}
-out=${2:-out/graph_check}
-mkdir -p "$out"
-[ -f "$build/build.ninja" ] || cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTG_CUDA=ON
-cmake --build "$build" -j"$(nproc)" --target tapegrad_tests train_step_bench lora_finetune toy_transformer generate_bench
+build_targets tapegrad_tests train_step_bench lora_finetune toy_transformer generate_bench
 
 echo "== 1. tests"
 filter='CudaGraph*:OptimTest.*AdamW*:MixedPrecisionTest.*:IndexCopy*:KVCache*:Generate*'
@@ -31,11 +26,7 @@ for graph in false true; do
   "$build/bench/train_step_bench" --config bench-135m --device cuda --dtype bf16 --modes lora,full --warmup 3 \
     --steps 20 --cuda-graph "$graph" --json "$out/train_step_graph_$graph.json"
 done
-python3 - "$out/train_step_graph_false.json" "$out/train_step_graph_true.json" "$out/train_step_graph.json" <<'PY'
-import json, sys
-rows = [r for path in sys.argv[1:3] for r in json.load(open(path))]
-open(sys.argv[3], "w").write("[\n" + ",\n".join("  " + json.dumps(r) for r in rows) + "\n]\n")
-PY
+merge_rows "$out/train_step_graph.json" "$out/train_step_graph_false.json" "$out/train_step_graph_true.json"
 
 echo "== 3. examples, graph on and off"
 for graph in true false; do
