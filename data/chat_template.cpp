@@ -2,6 +2,7 @@
 
 #include <filesystem>
 
+#include "core/detail/utf8.h"
 #include "core/error.h"
 #include "data/detail/jinja.h"
 #include "io/file.h"
@@ -72,7 +73,15 @@ std::string ChatTemplate::render(std::span<const ChatMessage> messages, const Ch
                                  const std::tm* now, std::vector<std::pair<size_t, size_t>>& generation) const {
   using jinja::Value;
   jinja::List msgs;
-  for (const ChatMessage& m : messages) msgs.push_back(Value::dict({{"role", Value(m.role)}, {"content", Value(m.content)}}));
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    // Checked where text enters: the template's string methods and the tokenizer read code points.
+    for (const auto& [field, text] : {std::pair{"role", &m.role}, std::pair{"content", &m.content}}) {
+      const std::string bad = utf8::invalid_at(*text);
+      TG_CHECK(bad.empty(), "apply_chat_template", "messages[", i, "].", field, " is not text: ", bad);
+    }
+    msgs.push_back(Value::dict({{"role", Value(m.role)}, {"content", Value(m.content)}}));
+  }
   std::tm when{};
   if (now) {
     when = *now;

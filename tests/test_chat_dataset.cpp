@@ -204,6 +204,22 @@ TEST(ChatDataset, RefusesWhatCannotBeLearned) {
                    "{% generation %}");
 }
 
+// Issue 47: a message's invalid UTF-8 (a row built in C++, a character cut short) reached the
+// template, whose string methods decoded past it; it is refused where it enters, by field and byte.
+TEST(ChatDataset, InvalidUtf8InAMessageIsAnErrorNamingItsFieldAndByte) {
+  const std::tm now = fixed_time();
+  const Tokenizer tok = chat_tokenizer("qwen2.5");
+  std::vector<ChatMessage> m = {{"user", "Hi"}, {"assistant", "It costs 5 \xE2\x82"}};
+  EXPECT_ERROR_HAS(tokenize_conversation(tok, m, &now), "messages[1].content is not text",
+                   "invalid UTF-8 (byte 0xe2) at byte 11");
+  m[1].content = "Fine.";
+  m[0].role = "us\xff";
+  EXPECT_ERROR_HAS(tok.apply_chat_template(m), "apply_chat_template", "messages[0].role is not text", "(byte 0xff) at byte 2");
+  // What the template saw: the euro sign's first two bytes and the string's end as one character.
+  const ChatTemplate last("{{ messages[0].content[-1] }}", {});
+  EXPECT_ERROR_HAS(last.render(std::vector<ChatMessage>{{"user", "5 \xE2\x82"}}), "messages[0].content is not text");
+}
+
 TEST(ChatDataset, JsonlFileWithMessagesIsReadAsConversations) {
   TempDir dir;
   const Tokenizer tok = chat_tokenizer("qwen2.5");
