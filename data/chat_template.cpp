@@ -94,11 +94,11 @@ std::string ChatTemplate::render(std::span<const ChatMessage> messages, const Ch
                       {"documents", Value::none()},
                       {"add_generation_prompt", Value(options.add_generation_prompt)}};
   for (const auto& [k, v] : special_tokens_) vars.emplace_back(k, Value(v));
-  vars.emplace_back("raise_exception", Value::function("raise_exception", [](jinja::Args& a) -> Value {
+  vars.emplace_back("raise_exception", Value::function("raise_exception", [](const Value&, jinja::Args& a) -> Value {
                       fail("apply_chat_template", "the chat template raised: ",
                            a.positional.empty() ? std::string() : a.positional[0].str());
                     }));
-  vars.emplace_back("strftime_now", Value::function("strftime_now", [when](jinja::Args& a) {
+  vars.emplace_back("strftime_now", Value::function("strftime_now", [when](const Value&, jinja::Args& a) {
                       TG_CHECK(a.positional.size() == 1 && a.positional[0].is_string(), "chat template",
                                "strftime_now wants one format string");
                       char buf[512];

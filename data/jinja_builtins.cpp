@@ -6,6 +6,7 @@
 #include <utf8proc.h>
 
 #include "core/detail/utf8.h"
+#include "data/detail/jinja_budget.h"
 
 namespace tg::data::jinja {
 namespace {
@@ -138,11 +139,14 @@ std::string replace(const std::string& s, const std::string& a, const std::strin
   return out + s.substr(pos);
 }
 
-const Value& arg(Args& args, size_t i, const char* name, const Value& fallback) {
-  if (i < args.positional.size()) return args.positional[i];
+const Value& keyword(Args& args, const char* name, const Value& fallback) {
   for (const auto& [k, v] : args.keyword)
     if (k == name) return v;
   return fallback;
+}
+
+const Value& arg(Args& args, size_t i, const char* name, const Value& fallback) {
+  return i < args.positional.size() ? args.positional[i] : keyword(args, name, fallback);
 }
 
 void check_arity(const Args& args, size_t most, const std::string& what, std::initializer_list<const char*> keywords = {}) {
@@ -152,12 +156,12 @@ void check_arity(const Args& args, size_t most, const std::string& what, std::in
       eval_fail(what, " has no argument '", kv.first, "'");
 }
 
-Value bound(const std::string& name, Function fn) { return Value::function(name, std::move(fn)); }
-
-Value string_method(const std::string& s, const std::string& name) {
+Value string_method(const Value& str, const std::string& name) {
   const Value none = Value::none();
+  auto bound = [&](const std::string& method, Function fn) { return Value::method(method, std::move(fn), str); };
   if (name == "startswith" || name == "endswith") {
-    return bound("str." + name, [s, name, none](Args& a) {
+    return bound("str." + name, [name, none](const Value& self, Args& a) {
+      const std::string& s = self.as_string();
       check_arity(a, 1, "str." + name);
       const Value& p = arg(a, 0, "", none);
       List options = p.is_tuple() ? p.as_list() : List{p};
@@ -171,36 +175,38 @@ Value string_method(const std::string& s, const std::string& name) {
     });
   }
   if (name == "strip" || name == "lstrip" || name == "rstrip") {
-    return bound("str." + name, [s, name, none](Args& a) {
+    return bound("str." + name, [name, none](const Value& self, Args& a) {
       check_arity(a, 1, "str." + name);
+      const std::string& s = self.as_string();
       return Value(strip(s, arg(a, 0, "chars", none), name != "rstrip", name != "lstrip"));
     });
   }
   if (name == "split" || name == "rsplit") {
-    return bound("str." + name, [s, name, none](Args& a) {
+    return bound("str." + name, [name, none](const Value& self, Args& a) {
       check_arity(a, 2, "str." + name, {"sep", "maxsplit"});
-      return split(s, arg(a, 0, "sep", none), want_int(arg(a, 1, "maxsplit", Value(-1)), "maxsplit"), name == "rsplit");
+      return split(self.as_string(), arg(a, 0, "sep", none), want_int(arg(a, 1, "maxsplit", Value(-1)), "maxsplit"), name == "rsplit");
     });
   }
   if (name == "upper" || name == "lower" || name == "title" || name == "capitalize") {
     const int mode = name == "lower" ? 0 : name == "upper" ? 1 : name == "title" ? 2 : 3;
-    return bound("str." + name, [s, name, mode](Args& a) {
+    return bound("str." + name, [name, mode](const Value& self, Args& a) {
       check_arity(a, 0, "str." + name);
-      return Value(map_case(s, mode));
+      return Value(map_case(self.as_string(), mode));
     });
   }
   if (name == "replace") {
-    return bound("str.replace", [s](Args& a) {
+    return bound("str.replace", [](const Value& self, Args& a) {
       check_arity(a, 3, "str.replace");
       if (a.positional.size() < 2) eval_fail("str.replace wants (old, new[, count])");
-      return Value(replace(s, want_string(a.positional[0], "str.replace"), want_string(a.positional[1], "str.replace"),
+      return Value(replace(self.as_string(), want_string(a.positional[0], "str.replace"), want_string(a.positional[1], "str.replace"),
                            a.positional.size() > 2 ? want_int(a.positional[2], "str.replace") : -1));
     });
   }
   if (name == "find" || name == "count") {
-    return bound("str." + name, [s, name](Args& a) {
+    return bound("str." + name, [name](const Value& self, Args& a) {
       check_arity(a, 1, "str." + name);
       if (a.positional.empty()) eval_fail("str.", name, " wants a substring");
+      const std::string& s = self.as_string();
       const std::string& x = want_string(a.positional[0], ("str." + name).c_str());
       if (name == "find") {
         const size_t hit = s.find(x);
@@ -213,8 +219,9 @@ Value string_method(const std::string& s, const std::string& name) {
     });
   }
   if (name == "join") {
-    return bound("str.join", [s](Args& a) {
+    return bound("str.join", [](const Value& self, Args& a) {
       check_arity(a, 1, "str.join");
+      const std::string& s = self.as_string();
       if (a.positional.empty()) eval_fail("str.join wants an iterable");
       std::string out;
       bool first = true;
@@ -235,9 +242,9 @@ Value string_method(const std::string& s, const std::string& name) {
   return Value::undefined("str." + name);
 }
 
-Value dict_method(const Value& d, const std::string& name) {
+Value dict_method(const Value& dict, const std::string& name) {
   if (name == "items" || name == "keys" || name == "values") {
-    return bound("dict." + name, [d, name](Args& a) {
+    return Value::method("dict." + name, [name](const Value& d, Args& a) {
       check_arity(a, 0, "dict." + name);
       List out;
       for (const auto& [k, v] : d.as_dict()) {
@@ -245,15 +252,15 @@ Value dict_method(const Value& d, const std::string& name) {
         else out.push_back(name == "keys" ? Value(k) : v);
       }
       return Value::list(std::move(out));
-    });
+    }, dict);
   }
   if (name == "get") {
-    return bound("dict.get", [d](Args& a) {
+    return Value::method("dict.get", [](const Value& d, Args& a) {
       check_arity(a, 2, "dict.get");
       if (a.positional.empty()) eval_fail("dict.get wants a key");
       const Value* v = a.positional[0].is_string() ? d.find(a.positional[0].as_string()) : nullptr;
       return v ? *v : a.positional.size() > 1 ? a.positional[1] : Value::none();
-    });
+    }, dict);
   }
   static const std::set<std::string> python = {"clear", "copy", "fromkeys", "pop", "popitem", "setdefault", "update"};
   if (python.count(name)) eval_fail("dict.", name, " is not supported (the sandbox forbids changing a dict)");
@@ -292,7 +299,7 @@ std::string describe(const Value& v) {
 Value attribute(const Value& obj, const std::string& name) {
   switch (obj.kind()) {
     case Value::Kind::Undefined: eval_fail(describe(obj), " has no attribute '", name, "'");
-    case Value::Kind::String: return string_method(obj.as_string(), name);
+    case Value::Kind::String: return string_method(obj, name);
     case Value::Kind::Dict: {
       Value m = dict_method(obj, name);
       if (!m.is_undefined()) return m;
@@ -443,6 +450,7 @@ bool test(const std::string& name, const Value& x, Args& args) {
 }
 
 Value filter(const std::string& name, const Value& x, Args& args) {
+  const Nested level;  // map calls filters by name: xs|map('map', 'map', ...)
   using K = Value::Kind;
   const Value none = Value::none();
   if (name == "trim") {
@@ -453,9 +461,9 @@ Value filter(const std::string& name, const Value& x, Args& args) {
   if (name == "tojson") {
     check_arity(args, 1, "tojson", {"indent", "sort_keys", "ensure_ascii", "separators"});
     const Value& indent = arg(args, 0, "indent", none);
-    const Value sort = arg(args, 99, "sort_keys", Value(false));
-    if (arg(args, 99, "ensure_ascii", Value(false)).truthy()) eval_fail("tojson(ensure_ascii=true) is not supported");
-    if (!arg(args, 99, "separators", none).is_none()) eval_fail("tojson(separators=...) is not supported");
+    const Value sort = keyword(args, "sort_keys", Value(false));
+    if (keyword(args, "ensure_ascii", Value(false)).truthy()) eval_fail("tojson(ensure_ascii=true) is not supported");
+    if (!keyword(args, "separators", none).is_none()) eval_fail("tojson(separators=...) is not supported");
     if (x.is_undefined()) eval_fail("tojson: ", describe(x), " is not JSON serializable");
     if (indent.is_string()) eval_fail("tojson(indent=<a string>) is not supported");
     return Value(to_json(x, indent.is_none() ? -1 : static_cast<int>(want_int(indent, "tojson indent")), sort.truthy()));
@@ -522,9 +530,9 @@ Value filter(const std::string& name, const Value& x, Args& args) {
   }
   if (name == "map") {
     List out;
-    const Value attr = arg(args, 99, "attribute", Value());
+    const Value attr = keyword(args, "attribute", Value());
     if (!attr.is_undefined()) {
-      const Value dflt = arg(args, 99, "default", Value());
+      const Value dflt = keyword(args, "default", Value());
       for (const Value& v : iterate(x)) {
         Value a = attribute(v, attr.str());
         out.push_back(a.is_undefined() && !dflt.is_undefined() ? dflt : a);

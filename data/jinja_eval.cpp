@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "data/detail/jinja_ast.h"
+#include "data/detail/jinja_budget.h"
 #include "data/detail/jinja_builtins.h"
 
 namespace tg::data::jinja {
@@ -98,6 +99,7 @@ class Renderer {
 
   Flow exec(const Node& n, Scope& scope) {
     try {
+      const Nested level;
       return exec_inner(n, scope);
     } catch (const EvalError& e) {
       fail("chat template", "line ", n.line, ": ", e.message);
@@ -119,10 +121,11 @@ class Renderer {
       case Node::Type::Body: return exec_body(&n, scope);
       case Node::Type::Text: out_ += n.name; return Flow::Normal;
       case Node::Type::Print: out_ += eval(*n.kids[0], scope).str(); return Flow::Normal;
-      case Node::Type::If:
-        return eval(*n.kids[0], scope).truthy() ? exec_body(n.kid(1), scope)
-               : n.kid(2) && n.kid(2)->type == Node::Type::If ? exec(*n.kid(2), scope)
-                                                              : exec_body(n.kid(2), scope);
+      case Node::Type::If: {
+        size_t i = 0;
+        while (i + 1 < n.kids.size() && !eval(*n.kids[i], scope).truthy()) i += 2;  // the if, then each elif
+        return exec_body(n.kid(i + 1 < n.kids.size() ? i + 1 : i), scope);
+      }
       case Node::Type::For: return exec_for(n, scope);
       case Node::Type::Set: {
         Value v = eval(*n.kids[0], scope);
@@ -201,7 +204,7 @@ class Renderer {
                    {"depth0", Value(0)},
                    {"previtem", i > 0 ? items[u - 1] : Value::undefined("loop.previtem")},
                    {"nextitem", i + 1 < len ? items[u + 1] : Value::undefined("loop.nextitem")},
-                   {"cycle", Value::function("loop.cycle", [i](Args& a) {
+                   {"cycle", Value::function("loop.cycle", [i](const Value&, Args& a) {
                       if (a.positional.empty()) eval_fail("loop.cycle wants at least one value");
                       return a.positional[static_cast<size_t>(i) % a.positional.size()];
                     })}};
@@ -223,6 +226,7 @@ class Renderer {
   }
 
   Value eval(const Node& n, Scope& scope) {
+    const Nested level;
     switch (n.type) {
       case Node::Type::Literal: return n.value;
       case Node::Type::Name: {
@@ -294,6 +298,11 @@ class Renderer {
         return Value::dict(std::move(items));
       }
       case Node::Type::Binary: return binary(n, scope);
+      case Node::Type::Concat: {
+        std::string out;
+        for (const auto& k : n.kids) out += eval(*k, scope).str();
+        return Value(std::move(out));
+      }
       default: eval_fail("a statement where an expression belongs");
     }
   }
@@ -309,7 +318,6 @@ class Renderer {
     if (op == ">=") return Value(!less(a, b));
     if (op == "in") return Value(contains(b, a));
     if (op == "not in") return Value(!contains(b, a));
-    if (op == "~") return Value(a.str() + b.str());
     if (op == "%" && a.is_string()) eval_fail("'%' string formatting is not supported");
     return arithmetic(op, a, b);
   }
@@ -318,7 +326,7 @@ class Renderer {
   std::vector<std::pair<size_t, size_t>>* generation_;
 };
 
-Value make_namespace(Args& a) {
+Value make_namespace(const Value&, Args& a) {
   Dict items;
   if (a.positional.size() > 1) eval_fail("namespace() takes at most one positional argument (a dict)");
   if (!a.positional.empty()) {
@@ -329,7 +337,7 @@ Value make_namespace(Args& a) {
   return Value::namespace_(std::move(items));
 }
 
-Value make_range(Args& a) {
+Value make_range(const Value&, Args& a) {
   if (a.positional.empty() || a.positional.size() > 3 || !a.keyword.empty()) eval_fail("range wants 1 to 3 integers");
   for (const Value& v : a.positional)
     if (v.kind() != Value::Kind::Int) eval_fail("range wants integers, got ", describe(v));
@@ -345,7 +353,7 @@ Value make_range(Args& a) {
   return Value::list(std::move(out));
 }
 
-Value make_dict(Args& a) {
+Value make_dict(const Value&, Args& a) {
   if (!a.positional.empty()) eval_fail("dict() with positional arguments is not supported");
   return Value::dict(a.keyword);
 }

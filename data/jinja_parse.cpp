@@ -4,9 +4,10 @@
 #include <initializer_list>
 #include <set>
 
+#include "core/detail/utf8.h"
 #include "core/error.h"
 #include "data/detail/jinja_ast.h"
-#include "core/detail/utf8.h"
+#include "data/detail/jinja_budget.h"
 
 namespace tg::data::jinja {
 namespace {
@@ -277,8 +278,28 @@ class Parser {
   }
   NodeP node(Node::Type type, int line) { return std::make_unique<Node>(type, line); }
 
+  // kid under parent, whose height it may raise: no tree deeper than kMaxDepth reaches the
+  // evaluator, nor the destructor, which recurse along it.
+  void add(Node& parent, NodeP kid) {
+    if (kid) parent.height = std::max(parent.height, kid->height + 1);
+    if (parent.height > kMaxDepth) too_deep(parent.line);
+    parent.kids.push_back(std::move(kid));
+  }
+  [[noreturn]] static void too_deep(int line) {
+    syntax_error(line, "the template nests more than " + std::to_string(kMaxDepth) + " levels deep");
+  }
+  // One level of the parser's own recursion (an expression in parentheses, a block in a block).
+  struct Descent {
+    explicit Descent(Parser& p) : parser(p) {
+      if (++parser.depth_ > kMaxDepth) too_deep(parser.cur().line);
+    }
+    ~Descent() { --parser.depth_; }
+    Parser& parser;
+  };
+
   // Statements up to a {% name %} of `ends` (whose name it consumes and reports in `end`).
   NodeP parse_body(const std::set<std::string>& ends, std::string& end) {
+    const Descent level(*this);
     NodeP body = node(Node::Type::Body, cur().line);
     for (;;) {
       const Token& tok = cur();
@@ -289,14 +310,14 @@ class Parser {
       if (tok.kind == Token::Data) {
         NodeP text = node(Node::Type::Text, tok.line);
         text->name = take().text;
-        body->kids.push_back(std::move(text));
+        add(*body, std::move(text));
       } else if (tok.kind == Token::VarBegin) {
         take();
         NodeP print = node(Node::Type::Print, tok.line);
-        print->kids.push_back(parse_tuple(true));
+        add(*print, parse_tuple(true));
         if (cur().kind != Token::VarEnd) unexpected("'}}'");
         take();
-        body->kids.push_back(std::move(print));
+        add(*body, std::move(print));
       } else if (tok.kind == Token::BlockBegin) {
         take();
         if (cur().kind != Token::Name) unexpected("a statement name");
@@ -304,7 +325,7 @@ class Parser {
           end = take().text;
           return body;
         }
-        body->kids.push_back(parse_statement());
+        add(*body, parse_statement());
       } else {
         unexpected("text or a tag");
       }
@@ -326,7 +347,7 @@ class Parser {
       has_generation_ = true;
       NodeP gen = node(Node::Type::Generation, line);
       std::string end;
-      gen->kids.push_back(parse_body({"endgeneration"}, end));
+      add(*gen, parse_body({"endgeneration"}, end));
       expect_block_end();
       return gen;
     }
@@ -337,21 +358,20 @@ class Parser {
     syntax_error(line, "unknown statement {% " + kw + " %}");
   }
 
+  // kids: a condition and its body for the if and each elif, then the else body (null if none).
   NodeP parse_if(int line) {
     NodeP n = node(Node::Type::If, line);
-    n->kids.push_back(parse_expression(false));
-    expect_block_end();
-    std::string end;
-    n->kids.push_back(parse_body({"elif", "else", "endif"}, end));
-    if (end == "elif") {
-      n->kids.push_back(parse_if(cur().line));
-      return n;  // the nested if consumed the endif
+    std::string end = "elif";
+    while (end == "elif") {  // a flat list: a long elif chain is no deep tree
+      add(*n, parse_expression(false));
+      expect_block_end();
+      add(*n, parse_body({"elif", "else", "endif"}, end));
     }
     if (end == "else") {
       expect_block_end();
-      n->kids.push_back(parse_body({"endif"}, end));
+      add(*n, parse_body({"endif"}, end));
     } else {
-      n->kids.push_back(nullptr);
+      add(*n, nullptr);
     }
     expect_block_end();
     return n;
@@ -366,7 +386,7 @@ class Parser {
     }
     if (!is_name("in")) unexpected("'in'");
     take();
-    n->kids.push_back(parse_tuple(false));  // [0] the iterable
+    add(*n, parse_tuple(false));  // [0] the iterable
     NodeP cond;
     if (is_name("if")) {
       take();
@@ -375,15 +395,15 @@ class Parser {
     if (is_name("recursive")) syntax_error(cur().line, "recursive for loops are not supported");
     expect_block_end();
     std::string end;
-    n->kids.push_back(parse_body({"else", "endfor"}, end));  // [1] the body
+    add(*n, parse_body({"else", "endfor"}, end));  // [1] the body
     if (end == "else") {
       expect_block_end();
-      n->kids.push_back(parse_body({"endfor"}, end));  // [2] the else body
+      add(*n, parse_body({"endfor"}, end));  // [2] the else body
     } else {
-      n->kids.push_back(nullptr);
+      add(*n, nullptr);
     }
     expect_block_end();
-    n->kids.push_back(std::move(cond));  // [3] the filter
+    add(*n, std::move(cond));  // [3] the filter
     return n;
   }
 
@@ -395,7 +415,7 @@ class Parser {
       n->name = first;
       n->attr = expect_name();
       expect_op("=");
-      n->kids.push_back(parse_tuple(true));
+      add(*n, parse_tuple(true));
       expect_block_end();
       return n;
     }
@@ -407,7 +427,7 @@ class Parser {
     }
     if (!is_op("=")) syntax_error(line, "block assignments ({% set x %}...{% endset %}) are not supported");
     take();
-    n->kids.push_back(parse_tuple(true));
+    add(*n, parse_tuple(true));
     expect_block_end();
     return n;
   }
@@ -418,27 +438,28 @@ class Parser {
     NodeP first = parse_expression(with_condexpr);
     if (!is_op(",")) return first;
     NodeP tuple = node(Node::Type::TupleLit, line);
-    tuple->kids.push_back(std::move(first));
+    add(*tuple, std::move(first));
     while (is_op(",")) {
       take();
       if (cur().kind == Token::BlockEnd || cur().kind == Token::VarEnd || is_op(")")) break;
-      tuple->kids.push_back(parse_expression(with_condexpr));
+      add(*tuple, parse_expression(with_condexpr));
     }
     return tuple;
   }
 
   NodeP parse_expression(bool with_condexpr) {
+    const Descent level(*this);
     NodeP expr = parse_or();
     while (with_condexpr && is_name("if")) {
       const int line = take().line;
       NodeP cond = node(Node::Type::Cond, line);
-      cond->kids.push_back(parse_or());  // [0] the test
-      cond->kids.push_back(std::move(expr));  // [1] the value when true
+      add(*cond, parse_or());  // [0] the test
+      add(*cond, std::move(expr));  // [1] the value when true
       if (is_name("else")) {
         take();
-        cond->kids.push_back(parse_expression(true));  // [2] when false
+        add(*cond, parse_expression(true));  // [2] when false
       } else {
-        cond->kids.push_back(nullptr);
+        add(*cond, nullptr);
       }
       expr = std::move(cond);
     }
@@ -448,8 +469,8 @@ class Parser {
   NodeP binary(Node::Type type, std::string op, NodeP a, NodeP b, int line) {
     NodeP n = node(type, line);
     n->name = std::move(op);
-    n->kids.push_back(std::move(a));
-    n->kids.push_back(std::move(b));
+    add(*n, std::move(a));
+    add(*n, std::move(b));
     return n;
   }
 
@@ -470,8 +491,9 @@ class Parser {
   NodeP parse_and() { return left_chain(Token::Name, {"and"}, Node::Type::And, [this] { return parse_not(); }); }
   NodeP parse_not() {
     if (is_name("not")) {
+      const Descent level(*this);
       NodeP n = node(Node::Type::Not, take().line);
-      n->kids.push_back(parse_not());
+      add(*n, parse_not());
       return n;
     }
     return parse_compare();
@@ -502,7 +524,18 @@ class Parser {
   NodeP parse_math1() {
     return left_chain(Token::Op, {"+", "-"}, Node::Type::Binary, [this] { return parse_concat(); });
   }
-  NodeP parse_concat() { return left_chain(Token::Op, {"~"}, Node::Type::Binary, [this] { return parse_math2(); }); }
+  // a ~ b ~ c: one node of all the operands, as Jinja2's Concat, so a long chain is not a deep tree.
+  NodeP parse_concat() {
+    NodeP a = parse_math2();
+    if (!is_op("~")) return a;
+    NodeP n = node(Node::Type::Concat, cur().line);
+    add(*n, std::move(a));
+    while (is_op("~")) {
+      take();
+      add(*n, parse_math2());
+    }
+    return n;
+  }
   NodeP parse_math2() {
     return left_chain(Token::Op, {"*", "/", "//", "%"}, Node::Type::Binary, [this] { return parse_pow(); });
   }
@@ -510,9 +543,10 @@ class Parser {
   NodeP parse_unary(bool with_filter) {
     NodeP n;
     if (is_op("-") || is_op("+")) {
+      const Descent level(*this);
       const Node::Type type = is_op("-") ? Node::Type::Neg : Node::Type::Pos;
       n = node(type, take().line);
-      n->kids.push_back(parse_unary(false));
+      add(*n, parse_unary(false));
     } else {
       n = parse_primary();
     }
@@ -563,7 +597,7 @@ class Parser {
     if (is_op("[")) {
       NodeP n = node(Node::Type::ListLit, take().line);
       while (!is_op("]")) {
-        n->kids.push_back(parse_expression(true));
+        add(*n, parse_expression(true));
         if (!is_op(",")) break;
         take();
       }
@@ -573,9 +607,9 @@ class Parser {
     if (is_op("{")) {
       NodeP n = node(Node::Type::DictLit, take().line);  // kids: key, value, key, value ...
       while (!is_op("}")) {
-        n->kids.push_back(parse_expression(true));
+        add(*n, parse_expression(true));
         expect_op(":");
-        n->kids.push_back(parse_expression(true));
+        add(*n, parse_expression(true));
         if (!is_op(",")) break;
         take();
       }
@@ -591,16 +625,16 @@ class Parser {
         const int line = take().line;
         if (cur().kind == Token::Int) {
           NodeP item = node(Node::Type::Item, line);
-          item->kids.push_back(std::move(n));
+          add(*item, std::move(n));
           NodeP idx = node(Node::Type::Literal, line);
           idx->value = Value(static_cast<int64_t>(std::stoll(take().text)));
-          item->kids.push_back(std::move(idx));
+          add(*item, std::move(idx));
           n = std::move(item);
           continue;
         }
         NodeP attr = node(Node::Type::Attr, line);
         attr->name = expect_name();
-        attr->kids.push_back(std::move(n));
+        add(*attr, std::move(n));
         n = std::move(attr);
       } else if (is_op("[")) {
         const int line = take().line;
@@ -620,9 +654,9 @@ class Parser {
         }
         take();
         NodeP sub = node(colons ? Node::Type::Slice : Node::Type::Item, line);
-        sub->kids.push_back(std::move(n));
+        add(*sub, std::move(n));
         if (!colons && !parts[0]) syntax_error(line, "an empty subscript []");
-        for (int k = 0; k < (colons ? 3 : 1); ++k) sub->kids.push_back(std::move(parts[k]));
+        for (int k = 0; k < (colons ? 3 : 1); ++k) add(*sub, std::move(parts[k]));
         n = std::move(sub);
       } else if (is_op("(")) {
         n = parse_call(std::move(n));
@@ -635,7 +669,7 @@ class Parser {
   // n(args): the call node.
   NodeP parse_call(NodeP n) {
     NodeP call = node(Node::Type::Call, cur().line);
-    call->kids.push_back(std::move(n));
+    add(*call, std::move(n));
     parse_args(*call);
     return call;
   }
@@ -649,11 +683,11 @@ class Parser {
         n.keywords.push_back(take().text);
         take();
       } else {
-        if (std::any_of(n.keywords.begin(), n.keywords.end(), [](const std::string& k) { return !k.empty(); }))
+        if (!n.keywords.empty() && !n.keywords.back().empty())  // keywords only follow keywords: the last tells
           syntax_error(cur().line, "a positional argument after a keyword argument");
         n.keywords.push_back("");
       }
-      n.kids.push_back(parse_expression(true));
+      add(n, parse_expression(true));
       if (!is_op(",")) break;
       take();
     }
@@ -665,16 +699,16 @@ class Parser {
       if (is_op("|")) {
         NodeP f = node(Node::Type::Filter, take().line);
         f->name = expect_name();
-        while (is_op(".")) take(), f->name += "." + expect_name();
-        f->kids.push_back(std::move(n));
+        while (is_op(".")) take(), f->name.append(".").append(expect_name());
+        add(*f, std::move(n));
         if (is_op("(")) parse_args(*f);
         n = std::move(f);
       } else if (is_name("is")) {
         NodeP t = node(Node::Type::Test, take().line);
         if (is_name("not")) take(), t->negated = true;
         t->name = expect_name();
-        while (is_op(".")) take(), t->name += "." + expect_name();
-        t->kids.push_back(std::move(n));
+        while (is_op(".")) take(), t->name.append(".").append(expect_name());
+        add(*t, std::move(n));
         const Token& c = cur();
         if (is_op("(")) {
           parse_args(*t);
@@ -682,7 +716,7 @@ class Parser {
                     is_op("[") || is_op("{")) &&
                    !(c.kind == Token::Name && (c.text == "else" || c.text == "or" || c.text == "and"))) {
           // `x is divisibleby 3`: one argument without parentheses
-          t->kids.push_back(parse_postfix(parse_primary()));
+          add(*t, parse_postfix(parse_primary()));
           t->keywords.push_back("");
         }
         n = std::move(t);
@@ -696,6 +730,7 @@ class Parser {
 
   std::vector<Token> t_;
   size_t i_ = 0;
+  int depth_ = 0;
   bool& has_generation_;
 };
 

@@ -2,17 +2,41 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <iterator>
 
+#include "core/detail/utf8.h"
 #include "core/error.h"
 #include "data/detail/jinja.h"
-#include "core/detail/utf8.h"
+#include "data/detail/jinja_budget.h"
 #include "io/json.h"
 
 namespace tg::data::jinja {
 
+Value::~Value() {
+  // Only the last owner of a list or dict frees it; its items move to `pending` and are freed
+  // here in turn, each with its own items moved out first, so no destructor calls another deeply.
+  std::vector<Value> pending;
+  auto take = [&](Value& v) {
+    if (v.list_ && v.list_.use_count() == 1) {
+      std::move(v.list_->begin(), v.list_->end(), std::back_inserter(pending));
+      v.list_->clear();
+    }
+    if (v.dict_ && v.dict_.use_count() == 1) {
+      for (auto& kv : *v.dict_) pending.push_back(std::move(kv.second));
+      v.dict_->clear();
+    }
+  };
+  take(*this);
+  while (!pending.empty()) {
+    Value v = std::move(pending.back());
+    pending.pop_back();
+    take(v);
+  }
+}
+
 Value Value::list(List items, bool tuple) {
   Value v = make(Kind::List);
-  v.list_ = std::make_shared<const List>(std::move(items));
+  v.list_ = std::make_shared<List>(std::move(items));
   v.tuple_ = tuple;
   return v;
 }
@@ -35,6 +59,14 @@ Value Value::function(std::string name, Function fn) {
   v.fn_ = std::make_shared<const Function>(std::move(fn));
   return v;
 }
+
+Value Value::method(std::string name, Function fn, Value self) {
+  Value v = function(std::move(name), std::move(fn));
+  v.list_ = std::make_shared<List>(List{std::move(self)});
+  return v;
+}
+
+Value Value::call(Args& args) const { return (*fn_)(list_ ? list_->front() : Value(), args); }
 
 Value Value::from_json(const json::Value& j) {
   switch (j.type()) {
@@ -151,6 +183,7 @@ std::string str_repr(const std::string& s) {
 void json_string(std::string& out, const std::string& s) { out += json::dump(json::Value(s)); }
 
 void json_value(std::string& out, const Value& v, int indent, bool sort_keys, int depth) {
+  const Nested level;
   auto newline = [&](int d) {
     if (indent < 0) return;
     out += '\n';
@@ -225,12 +258,14 @@ std::string Value::repr() const {
     case Kind::Float: return float_repr(float_);
     case Kind::String: return str_repr(*str_);
     case Kind::List: {
+      const Nested level;
       std::string s = tuple_ ? "(" : "[";
       for (size_t i = 0; i < list_->size(); ++i) s += (i ? ", " : "") + (*list_)[i].repr();
       if (tuple_ && list_->size() == 1) s += ",";
       return s + (tuple_ ? ")" : "]");
     }
     case Kind::Dict: {
+      const Nested level;
       std::string s = "{";
       for (size_t i = 0; i < dict_->size(); ++i)
         s += (i ? ", " : "") + str_repr((*dict_)[i].first) + ": " + (*dict_)[i].second.repr();
@@ -248,6 +283,7 @@ bool Value::operator==(const Value& o) const {
     return int_ == o.int_;
   }
   if (kind_ != o.kind_) return false;
+  const Nested level;
   switch (kind_) {
     case Kind::Undefined:
     case Kind::None: return true;

@@ -27,7 +27,8 @@ struct Args {
   std::vector<Value> positional;
   std::vector<std::pair<std::string, Value>> keyword;
 };
-using Function = std::function<Value(Args&)>;
+// self: the value a method was bound to (str.split's string), undefined for a plain function.
+using Function = std::function<Value(const Value& self, Args&)>;
 
 // A Python value as a template sees it. Lists and dicts are immutable and shared; a namespace()
 // is the one mutable object (assigned through `set ns.x = ...`).
@@ -36,6 +37,13 @@ class Value {
   enum class Kind { Undefined, None, Bool, Int, Float, String, List, Dict, Namespace, Function };
 
   Value() = default;  // undefined
+  // Frees nested lists and dicts one at a time, not recursively: a template can nest a list a
+  // million levels deep in a loop.
+  ~Value();
+  Value(const Value&) = default;
+  Value(Value&&) noexcept = default;
+  Value& operator=(const Value&) = default;
+  Value& operator=(Value&&) noexcept = default;
   static Value undefined(std::string name) {  // an undefined value that remembers what was looked up
     Value v;
     v.str_ = std::make_shared<const std::string>(std::move(name));
@@ -53,6 +61,9 @@ class Value {
   static Value dict(Dict items);
   static Value namespace_(Dict items);
   static Value function(std::string name, Function fn);
+  // fn bound to self, which the value holds rather than fn's captures, where the destructor could
+  // not reach it.
+  static Value method(std::string name, Function fn, Value self);
   static Value from_json(const json::Value& v);
 
   Kind kind() const { return kind_; }
@@ -70,7 +81,7 @@ class Value {
   const Dict& as_dict() const { return *dict_; }  // Dict or Namespace
   Dict& namespace_items() const { return *dict_; }
   const std::string& function_name() const { return *str_; }
-  Value call(Args& args) const { return (*fn_)(args); }
+  Value call(Args& args) const;
 
   const Value* find(std::string_view key) const;  // a Dict's or Namespace's member
 
@@ -92,7 +103,7 @@ class Value {
   int64_t int_ = 0;
   double float_ = 0;
   std::shared_ptr<const std::string> str_;  // String; a Function's name
-  std::shared_ptr<const List> list_;
+  std::shared_ptr<List> list_;              // List; a Function's self (one item)
   std::shared_ptr<Dict> dict_;
   std::shared_ptr<const Function> fn_;
 };
