@@ -1,6 +1,7 @@
 #include "data/detail/jinja_builtins.h"
 
 #include <algorithm>
+#include <limits>
 #include <set>
 
 #include <utf8proc.h>
@@ -33,7 +34,8 @@ int64_t want_int(const Value& v, const char* what) {
   return v.as_int();
 }
 
-// Python's str.strip / lstrip / rstrip (chars None: whitespace).
+}  // namespace
+
 std::string strip(const std::string& s, const Value& chars, bool left, bool right) {
   const std::vector<char32_t> cps = code_points(s);
   std::vector<char32_t> set;
@@ -48,6 +50,8 @@ std::string strip(const std::string& s, const Value& chars, bool left, bool righ
     while (e > b && drop(cps[e - 1])) --e;
   return from_code_points(cps, b, e);
 }
+
+namespace {
 
 // Python's str.split / rsplit.
 Value split(const std::string& s, const Value& sep, int64_t maxsplit, bool from_right) {
@@ -267,20 +271,26 @@ Value dict_method(const Value& dict, const std::string& name) {
   return Value();
 }
 
-// Python's slice.indices(len).
-void slice_indices(int64_t len, const Value& start, const Value& stop, const Value& step, int64_t& b, int64_t& e, int64_t& s) {
+// Python's slice.indices(len) and the slice's length, computed so that no index overflows at
+// int64's edges (x[::2**63-1], x[-2**63:]).
+struct SliceRange {
+  int64_t start, step, count;
+  size_t at(int64_t k) const { return static_cast<size_t>(start + k * step); }  // within [0, len)
+};
+SliceRange slice_range(int64_t len, const Value& start, const Value& stop, const Value& step) {
   auto given = [](const Value& v) { return !v.is_none() && !v.is_undefined(); };
-  s = given(step) ? want_int(step, "slice step") : 1;
+  int64_t s = given(step) ? want_int(step, "slice step") : 1;
   if (s == 0) eval_fail("slice step cannot be zero");
+  s = std::max(s, -std::numeric_limits<int64_t>::max());  // as CPython: -s fits, the slice is the same
   auto clamp = [&](const Value& v, int64_t dflt) {
     if (!given(v)) return dflt;
     int64_t x = want_int(v, "slice index");
     if (x < 0) x += len;
-    if (s > 0) return std::clamp<int64_t>(x, 0, len);
-    return std::clamp<int64_t>(x, -1, len - 1);
+    return s > 0 ? std::clamp<int64_t>(x, 0, len) : std::clamp<int64_t>(x, -1, len - 1);
   };
-  b = clamp(start, s > 0 ? 0 : len - 1);
-  e = clamp(stop, s > 0 ? len : -1);
+  const int64_t b = clamp(start, s > 0 ? 0 : len - 1), e = clamp(stop, s > 0 ? len : -1);
+  const int64_t count = s > 0 ? (b < e ? (e - b - 1) / s + 1 : 0) : (b > e ? (b - e - 1) / -s + 1 : 0);
+  return {b, s, count};
 }
 
 std::string bracketed(const Value& key) {  // "[0]": what an undefined subscript looked up
@@ -342,18 +352,17 @@ Value item(const Value& obj, const Value& key) {
 
 Value slice(const Value& obj, const Value& start, const Value& stop, const Value& step) {
   if (obj.kind() != Value::Kind::List && !obj.is_string()) eval_fail("cannot slice ", describe(obj));
-  int64_t b, e, s;
   if (obj.is_string()) {
     const std::vector<char32_t> cps = code_points(obj.as_string());
-    slice_indices(static_cast<int64_t>(cps.size()), start, stop, step, b, e, s);
+    const SliceRange r = slice_range(static_cast<int64_t>(cps.size()), start, stop, step);
     std::string out;
-    for (int64_t i = b; s > 0 ? i < e : i > e; i += s) utf8::append(out, cps[static_cast<size_t>(i)]);
+    for (int64_t k = 0; k < r.count; ++k) utf8::append(out, cps[r.at(k)]);
     return Value(out);
   }
   const List& xs = obj.as_list();
-  slice_indices(static_cast<int64_t>(xs.size()), start, stop, step, b, e, s);
+  const SliceRange r = slice_range(static_cast<int64_t>(xs.size()), start, stop, step);
   List out;
-  for (int64_t i = b; s > 0 ? i < e : i > e; i += s) out.push_back(xs[static_cast<size_t>(i)]);
+  for (int64_t k = 0; k < r.count; ++k) out.push_back(xs[r.at(k)]);
   return Value::list(std::move(out), obj.is_tuple());
 }
 
@@ -389,15 +398,6 @@ int64_t length(const Value& v) {
   }
 }
 
-bool less(const Value& a, const Value& b) {
-  if (a.is_number() && b.is_number()) {
-    if (a.kind() == Value::Kind::Float || b.kind() == Value::Kind::Float) return a.as_float() < b.as_float();
-    return a.as_int() < b.as_int();
-  }
-  if (a.is_string() && b.is_string()) return a.as_string() < b.as_string();  // UTF-8 order is code point order
-  eval_fail("'<' between ", describe(a), " and ", describe(b), " is not supported");
-}
-
 bool test(const std::string& name, const Value& x, Args& args) {
   using K = Value::Kind;
   auto one = [&]() -> const Value& {
@@ -418,18 +418,18 @@ bool test(const std::string& name, const Value& x, Args& args) {
   if (name == "iterable") return x.kind() == K::Undefined || x.kind() == K::List || x.is_string() || x.kind() == K::Dict;
   if (name == "sequence") return x.kind() == K::Undefined || x.kind() == K::List || x.is_string() || x.kind() == K::Dict;
   if (name == "callable") return x.kind() == K::Function;
-  if (name == "odd" || name == "even") return (want_int(x, name.c_str()) % 2 != 0) == (name == "odd");
+  if (name == "odd" || name == "even") return (python_mod(want_int(x, name.c_str()), 2) != 0) == (name == "odd");
   if (name == "divisibleby") {
     const int64_t d = want_int(one(), "divisibleby");
     if (d == 0) eval_fail("divisibleby 0");
-    return want_int(x, "divisibleby") % d == 0;
+    return python_mod(want_int(x, "divisibleby"), d) == 0;
   }
   if (name == "eq" || name == "equalto" || name == "==") return x == one();
   if (name == "ne" || name == "!=") return !(x == one());
-  if (name == "lt" || name == "lessthan" || name == "<") return less(x, one());
-  if (name == "gt" || name == "greaterthan" || name == ">") return less(one(), x);
-  if (name == "le" || name == "<=") return !less(one(), x);
-  if (name == "ge" || name == ">=") return !less(x, one());
+  if (name == "lt" || name == "lessthan" || name == "<") return compare(x, one()) < 0;
+  if (name == "gt" || name == "greaterthan" || name == ">") return compare(x, one()) > 0;
+  if (name == "le" || name == "<=") return compare(x, one()) <= 0;
+  if (name == "ge" || name == ">=") return compare(x, one()) >= 0;
   if (name == "in") {
     const Value& seq = one();
     if (seq.is_string()) return x.is_string() && seq.as_string().find(x.as_string()) != std::string::npos;
@@ -547,23 +547,11 @@ Value filter(const std::string& name, const Value& x, Args& args) {
     return Value::list(std::move(out));
   }
   if (name == "int") {
-    if (x.kind() == K::Int || x.kind() == K::Bool) return Value(x.as_int());
-    if (x.kind() == K::Float) return Value(static_cast<int64_t>(x.as_float()));
-    if (x.is_string()) {
-      try {
-        size_t used = 0;
-        const std::string s = strip(x.as_string(), none, true, true);
-        const int64_t v = std::stoll(s, &used);
-        if (used == s.size()) return Value(v);
-      } catch (const std::exception&) {
-      }
-    }
-    return arg(args, 0, "default", Value(0));
+    check_arity(args, 2, "int", {"default", "base"});
+    if (!(arg(args, 1, "base", Value(10)) == Value(10))) eval_fail("int(base=...) is not supported by tapegrad's Jinja subset");
+    return to_int(x, arg(args, 0, "default", Value(0)));
   }
-  if (name == "abs") {
-    if (x.kind() == K::Float) return Value(std::abs(x.as_float()));
-    return Value(std::abs(want_int(x, "abs")));
-  }
+  if (name == "abs") return absolute(x);
   if (name == "replace") {
     check_arity(args, 3, "replace", {"count"});
     if (args.positional.size() < 2) eval_fail("replace wants (old, new[, count])");

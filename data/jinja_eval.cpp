@@ -32,58 +32,6 @@ struct Scope {
 
 enum class Flow { Normal, Break, Continue };
 
-bool is_int(const Value& v) { return v.kind() == Value::Kind::Int || v.kind() == Value::Kind::Bool; }
-
-Value arithmetic(const std::string& op, const Value& a, const Value& b) {
-  if (a.is_undefined() || b.is_undefined())
-    eval_fail("'", op, "' on ", describe(a.is_undefined() ? a : b));
-  if (op == "+") {
-    if (a.is_string() && b.is_string()) return Value(a.as_string() + b.as_string());
-    if (a.kind() == Value::Kind::List && b.kind() == Value::Kind::List) {
-      List out = a.as_list();
-      out.insert(out.end(), b.as_list().begin(), b.as_list().end());
-      return Value::list(std::move(out), a.is_tuple());
-    }
-  }
-  if (op == "*" && ((a.is_string() && is_int(b)) || (is_int(a) && b.is_string()))) {
-    const std::string& s = a.is_string() ? a.as_string() : b.as_string();
-    std::string out;
-    for (int64_t i = 0, n = is_int(a) ? a.as_int() : b.as_int(); i < n; ++i) out += s;
-    return Value(out);
-  }
-  if (!a.is_number() || !b.is_number())
-    eval_fail("unsupported operand types for ", op, ": ", describe(a), " and ", describe(b));
-  if (is_int(a) && is_int(b) && op != "/") {
-    const int64_t x = a.as_int(), y = b.as_int();
-    int64_t r = 0;
-    if (op == "+" && !__builtin_add_overflow(x, y, &r)) return Value(r);
-    if (op == "-" && !__builtin_sub_overflow(x, y, &r)) return Value(r);
-    if (op == "*" && !__builtin_mul_overflow(x, y, &r)) return Value(r);
-    if (op == "//" || op == "%") {
-      if (y == 0) eval_fail("integer division or modulo by zero");
-      int64_t q = x / y, m = x % y;
-      if (m != 0 && ((m < 0) != (y < 0))) --q, m += y;  // Python floors
-      return Value(op == "//" ? q : m);
-    }
-    if (op == "**" && y >= 0) {
-      int64_t p = 1;
-      bool overflow = false;
-      for (int64_t i = 0; i < y && !overflow; ++i) overflow = __builtin_mul_overflow(p, x, &p);
-      if (!overflow) return Value(p);
-    }
-    if (op != "**") eval_fail("integer overflow in ", x, " ", op, " ", y);
-  }
-  const double x = a.as_float(), y = b.as_float();
-  if (op == "+") return Value(x + y);
-  if (op == "-") return Value(x - y);
-  if (op == "*") return Value(x * y);
-  if (op == "**") return Value(std::pow(x, y));
-  if (y == 0) eval_fail("float division by zero");
-  if (op == "/") return Value(x / y);
-  const double q = std::floor(x / y);
-  return op == "//" ? Value(q) : Value(x - q * y);
-}
-
 bool contains(const Value& container, const Value& x) {
   Args args;
   args.positional.push_back(container);
@@ -259,12 +207,11 @@ class Renderer {
         return Value(test(n.name, x, args) != n.negated);
       }
       case Node::Type::Not: return Value(!eval(*n.kids[0], scope).truthy());
-      case Node::Type::Neg:
+      case Node::Type::Neg: return negate(eval(*n.kids[0], scope));
       case Node::Type::Pos: {
         const Value x = eval(*n.kids[0], scope);
-        if (!x.is_number()) eval_fail("unary ", n.type == Node::Type::Neg ? "-" : "+", " on ", describe(x));
-        if (n.type == Node::Type::Pos) return x.kind() == Value::Kind::Float ? x : Value(x.as_int());
-        return x.kind() == Value::Kind::Float ? Value(-x.as_float()) : Value(-x.as_int());
+        if (!x.is_number()) eval_fail("unary + on ", describe(x));
+        return x.kind() == Value::Kind::Float ? x : Value(x.as_int());
       }
       case Node::Type::And: {
         Value a = eval(*n.kids[0], scope);
@@ -312,10 +259,10 @@ class Renderer {
     const std::string& op = n.name;
     if (op == "==") return Value(a == b);
     if (op == "!=") return Value(!(a == b));
-    if (op == "<") return Value(less(a, b));
-    if (op == ">") return Value(less(b, a));
-    if (op == "<=") return Value(!less(b, a));
-    if (op == ">=") return Value(!less(a, b));
+    if (op == "<") return Value(compare(a, b) < 0);
+    if (op == ">") return Value(compare(a, b) > 0);
+    if (op == "<=") return Value(compare(a, b) <= 0);
+    if (op == ">=") return Value(compare(a, b) >= 0);
     if (op == "in") return Value(contains(b, a));
     if (op == "not in") return Value(!contains(b, a));
     if (op == "%" && a.is_string()) eval_fail("'%' string formatting is not supported");
@@ -325,6 +272,9 @@ class Renderer {
   std::string& out_;
   std::vector<std::pair<size_t, size_t>>* generation_;
 };
+
+// Jinja2's sandbox (MAX_RANGE), which transformers renders chat templates in.
+constexpr uint64_t kMaxRange = 100000;
 
 Value make_namespace(const Value&, Args& a) {
   Dict items;
@@ -340,16 +290,18 @@ Value make_namespace(const Value&, Args& a) {
 Value make_range(const Value&, Args& a) {
   if (a.positional.empty() || a.positional.size() > 3 || !a.keyword.empty()) eval_fail("range wants 1 to 3 integers");
   for (const Value& v : a.positional)
-    if (v.kind() != Value::Kind::Int) eval_fail("range wants integers, got ", describe(v));
+    if (!is_int(v)) eval_fail("range wants integers, got ", describe(v));
   const int64_t start = a.positional.size() > 1 ? a.positional[0].as_int() : 0;
   const int64_t stop = a.positional.size() > 1 ? a.positional[1].as_int() : a.positional[0].as_int();
   const int64_t step = a.positional.size() > 2 ? a.positional[2].as_int() : 1;
   if (step == 0) eval_fail("range() step must not be zero");
+  // Python's len(range(...)) in unsigned arithmetic, which cannot overflow at int64's edges.
+  const auto u = [](int64_t x) { return static_cast<uint64_t>(x); };
+  const uint64_t n = step > 0 ? (start < stop ? (u(stop) - u(start) - 1) / u(step) + 1 : 0)
+                              : (start > stop ? (u(start) - u(stop) - 1) / (0 - u(step)) + 1 : 0);
+  if (n > kMaxRange) eval_fail("range() of ", n, " items: ranges larger than ", kMaxRange, " are blocked, as in transformers' sandbox");
   List out;
-  for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
-    if (out.size() > 100000) eval_fail("range() of more than 100000 items");
-    out.push_back(Value(i));
-  }
+  for (uint64_t k = 0; k < n; ++k) out.push_back(Value(static_cast<int64_t>(u(start) + k * u(step))));  // wraps to the in-range value
   return Value::list(std::move(out));
 }
 

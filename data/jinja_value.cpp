@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "data/detail/jinja.h"
 #include "data/detail/jinja_budget.h"
+#include "data/detail/jinja_builtins.h"
 #include "io/json.h"
 
 namespace tg::data::jinja {
@@ -278,10 +279,7 @@ std::string Value::repr() const {
 }
 
 bool Value::operator==(const Value& o) const {
-  if (is_number() && o.is_number()) {
-    if (kind_ == Kind::Float || o.kind_ == Kind::Float) return as_float() == o.as_float();
-    return int_ == o.int_;
-  }
+  if (is_number() && o.is_number()) return compare(*this, o) == 0;
   if (kind_ != o.kind_) return false;
   const Nested level;
   switch (kind_) {

@@ -65,3 +65,65 @@ TEST(HostileTemplate, NestingPastItsLimitIsAnErrorNotAStackOverflow) {
   // Filters calling filters by name.
   EXPECT_ERROR_HAS(render("{{ ['a']|map(" + repeat("'map', ", 1000) + "'upper')|list }}"), "more than 256 levels of nesting");
 }
+
+// Python's int at int64's edges: the result Python gives where int64 holds it (INT64_MIN % -1 was
+// SIGFPE), a tg::Error where Python's int would grow (2 ** 63 was a float, -INT64_MIN wrapped).
+TEST(HostileTemplate, IntegersAtInt64sEdgesFollowPythonOrRaise) {
+  const std::string min = "(-9223372036854775807 - 1)", max = "9223372036854775807";
+  const std::vector<std::pair<std::string, std::string>> as_jinja2 = {
+      {min + " % -1", "0"},
+      {"7 // -2", "-4"},
+      {"7 % -3", "-2"},
+      {"-7.5 // 2", "-4.0"},
+      {"-7.5 % 2", "0.5"},
+      {"-1e-20 % 1.0", "1.0"},
+      {"-5 % (1e308 * 10)", "inf"},
+      {"(-2) ** 63", "-9223372036854775808"},
+      {"3 ** 39", "4052555153018976267"},
+      {"2 ** -1", "0.5"},
+      {"1 ** 1000000000000000000", "1"},  // by squaring: a loop of 10^18 multiplications before
+      {"(-1) ** 1000000000000000001", "-1"},
+      {"4611686018427387904 * -2", "-9223372036854775808"},
+      {"9223372036854775807 / 3", "3.0744573456182584e+18"},  // correctly rounded, as Python's int division
+      {"9007199254740993 == 9007199254740992.0", "False"},      // compared exactly, not as doubles
+      {"9007199254740993 > 9007199254740992.0", "True"},
+      {max + " < 9223372036854775808.0", "True"},
+      {min + " is divisibleby(-1)", "True"},
+      {"'9223372036854775807'|int", max},
+      {"'  -0012  '|int", "-12"},
+      {"'+4_2'|int", "42"},
+      {"'42.23'|int", "42"},  // Jinja2's int(float(x)) for a string int() refuses
+      {"'-.5e1'|int", "-5"},
+      {"'1e400'|int", "0"},
+      {"'nan'|int", "0"},
+      {"'1__0'|int", "0"},
+      {"9.2e18|int", "9200000000000000000"},
+      {"'abcdef'[::9223372036854775807]", "a"},
+      {"'abcdef'[::" + min + "]", "f"},
+      {"[1, 2, 3][" + min + ":]", "[1, 2, 3]"},
+      {"[1, 2, 3][9223372036854775807::-1]", "[3, 2, 1]"},
+      {"range(" + min + ", 9223372036854775807, 9223372036854775807)|list", "[-9223372036854775808, -1, 9223372036854775806]"},
+      {"range(9223372036854775807, " + min + ", -9223372036854775807)|list", "[9223372036854775807, 0, -9223372036854775807]"},
+      {"range(100000)|length", "100000"},
+  };
+  for (const auto& [expr, want] : as_jinja2) EXPECT_EQ(render("{{ " + expr + " }}"), want) << expr;
+  const std::vector<std::pair<std::string, std::string>> raises = {
+      {"-" + min, "-(-9223372036854775808) is outside int64"},
+      {min + "|abs", "-(-9223372036854775808) is outside int64"},
+      {min + " // -1", "-9223372036854775808 // -1 is outside int64"},
+      {"2 ** 63", "2 ** 63 is outside int64"},
+      {max + " + 1", "9223372036854775807 + 1 is outside int64"},
+      {"4611686018427387904 * 2", "4611686018427387904 * 2 is outside int64"},
+      {"1e30|int", "int(1e+30) is outside int64"},
+      {"'99999999999999999999'|int", "int('99999999999999999999') is outside int64"},
+      {"(1e308 * 10)|int", "cannot convert float infinity to integer"},
+      {"10.0 ** 400", "10.0 ** 400.0: the result is out of range"},
+      {"0 ** -1", "0.0 cannot be raised to a negative power"},
+      {"(-8) ** 0.5", "complex number"},
+      {"1 // 0", "integer division or modulo by zero"},
+      {"1.0 % 0", "float modulo by zero"},
+      {"range(100001)|length", "range() of 100001 items: ranges larger than 100000 are blocked"},
+      {"'12'|int(base=16)", "int(base=...) is not supported"},
+  };
+  for (const auto& [expr, part] : raises) EXPECT_ERROR_HAS(render("{{ " + expr + " }}"), "line 1", part.c_str());
+}
