@@ -81,7 +81,7 @@ std::vector<std::pair<size_t, size_t>> assistant_spans(const ChatTemplate& chat_
       fail(op, "the chat template of '", name, "' renders assistant turn messages[", i, "] so that its tokens cannot be "
            "found: ", why, " (a template that marks assistant turns with {% generation %} blocks gives them directly)");
     };
-    const std::string head = chat_template.render(messages.first(i), {.add_generation_prompt = true}, &now);
+    const std::string head = chat_template.render(messages.first(i), {.add_generation_prompt = true, .limits = {}}, &now);
     const std::string with_turn = chat_template.render(messages.first(i + 1), {}, &now);
     if (!std::string_view(rendered).starts_with(head))
       refuse("messages[:" + std::to_string(i) + "] with add_generation_prompt does not begin the whole conversation's "

@@ -106,7 +106,7 @@ std::string ChatTemplate::render(std::span<const ChatMessage> messages, const Ch
                       return Value(std::string(buf, n));
                     }));
   generation.clear();
-  return template_->render(vars, &generation);
+  return template_->render(vars, options.limits, &generation);
 }
 
 }  // namespace tg::data

@@ -1,6 +1,7 @@
 #include "data/detail/jinja_builtins.h"
 
 #include <algorithm>
+#include <functional>
 #include <limits>
 #include <set>
 
@@ -13,6 +14,7 @@ namespace tg::data::jinja {
 namespace {
 
 std::vector<char32_t> code_points(const std::string& s) {
+  Budget::text(s.size());
   std::vector<char32_t> out;
   for (size_t i = 0; i < s.size();) out.push_back(utf8::next(s, i));
   return out;
@@ -21,6 +23,7 @@ std::vector<char32_t> code_points(const std::string& s) {
 std::string from_code_points(const std::vector<char32_t>& cps, size_t b = 0, size_t e = SIZE_MAX) {
   std::string out;
   for (size_t i = b; i < std::min(e, cps.size()); ++i) utf8::append(out, cps[i]);
+  Budget::bytes(static_cast<int64_t>(out.size()));
   return out;
 }
 
@@ -56,6 +59,10 @@ namespace {
 // Python's str.split / rsplit.
 Value split(const std::string& s, const Value& sep, int64_t maxsplit, bool from_right) {
   List parts;
+  auto part = [&](std::string text) {
+    Budget::items(1);
+    parts.push_back(Value(std::move(text)));
+  };
   if (sep.is_none() || sep.is_undefined()) {
     if (from_right) eval_fail("str.rsplit without a separator is not supported");
     const std::vector<char32_t> cps = code_points(s);
@@ -66,27 +73,29 @@ Value split(const std::string& s, const Value& sep, int64_t maxsplit, bool from_
       if (maxsplit >= 0 && static_cast<int64_t>(parts.size()) == maxsplit) {
         size_t e = cps.size();
         while (e > i && is_py_space(cps[e - 1])) --e;
-        parts.push_back(Value(from_code_points(cps, i, e)));
+        part(from_code_points(cps, i, e));
         break;
       }
       size_t j = i;
       while (j < cps.size() && !is_py_space(cps[j])) ++j;
-      parts.push_back(Value(from_code_points(cps, i, j)));
+      part(from_code_points(cps, i, j));
       i = j;
     }
     return Value::list(std::move(parts));
   }
   const std::string& d = want_string(sep, "str.split");
   if (d.empty()) eval_fail("str.split: empty separator");
+  Budget::text(s.size());
+  Budget::bytes(static_cast<int64_t>(s.size()));  // the parts hold the text once
   if (!from_right) {
     size_t pos = 0;
     for (;;) {
       const size_t hit = maxsplit >= 0 && static_cast<int64_t>(parts.size()) == maxsplit ? std::string::npos : s.find(d, pos);
       if (hit == std::string::npos) break;
-      parts.push_back(Value(s.substr(pos, hit - pos)));
+      part(s.substr(pos, hit - pos));
       pos = hit + d.size();
     }
-    parts.push_back(Value(s.substr(pos)));
+    part(s.substr(pos));
     return Value::list(std::move(parts));
   }
   size_t end = s.size();
@@ -94,10 +103,10 @@ Value split(const std::string& s, const Value& sep, int64_t maxsplit, bool from_
     if (end < d.size()) break;
     const size_t hit = s.rfind(d, end - d.size());
     if (hit == std::string::npos) break;
-    parts.push_back(Value(s.substr(hit + d.size(), end - hit - d.size())));
+    part(s.substr(hit + d.size(), end - hit - d.size()));
     end = hit;
   }
-  parts.push_back(Value(s.substr(0, end)));
+  part(s.substr(0, end));
   std::reverse(parts.begin(), parts.end());
   return Value::list(std::move(parts));
 }
@@ -117,6 +126,7 @@ std::string map_case(const std::string& s, int mode) {  // 0 lower, 1 upper, 2 t
     first = false;
     utf8::append(out, r);
   }
+  Budget::bytes(static_cast<int64_t>(out.size()));
   return out;
 }
 
@@ -127,20 +137,53 @@ std::string replace(const std::string& s, const std::string& a, const std::strin
     const std::vector<char32_t> cps = code_points(s);
     int64_t n = 0;
     for (char32_t c : cps) {
-      if (count < 0 || n++ < count) out += b;
+      if (count < 0 || n++ < count) Budget::append(out, b);
       utf8::append(out, c);
     }
-    if (count < 0 || n < count) out += b;
+    if (count < 0 || n < count) Budget::append(out, b);
+    Budget::bytes(static_cast<int64_t>(s.size()));
     return out;
   }
+  Budget::text(s.size());
   size_t pos = 0;
   for (int64_t n = 0; count < 0 || n < count; ++n) {
     const size_t hit = s.find(a, pos);
     if (hit == std::string::npos) break;
-    out += s.substr(pos, hit - pos) + b;
+    Budget::append(out, std::string_view(s).substr(pos, hit - pos));
+    Budget::append(out, b);
     pos = hit + a.size();
   }
-  return out + s.substr(pos);
+  Budget::append(out, std::string_view(s).substr(pos));
+  return out;
+}
+
+// The pieces with sep between them, within the render's budget.
+std::string join(const List& items, std::string_view sep, const std::function<std::string(const Value&)>& piece) {
+  std::string out;
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (i) Budget::append(out, sep);
+    Budget::append(out, piece(items[i]));
+  }
+  return out;
+}
+
+// The character at index i of s (negative: from the end) or nullopt, found by walking only as far
+// as it: s[i] in a loop over a long string decoded all of it each time.
+std::optional<std::string> char_at(const std::string& s, int64_t i) {
+  const uint64_t walk = i >= 0 ? static_cast<uint64_t>(i) : 0 - static_cast<uint64_t>(i);
+  size_t at = i >= 0 ? 0 : s.size();
+  for (uint64_t k = 0; k < walk; ++k) {
+    if (at == (i >= 0 ? s.size() : 0)) return std::nullopt;
+    if (i >= 0) utf8::next(s, at);
+    else
+      while (--at > 0 && (s[at] & 0xC0) == 0x80) {
+      }
+  }
+  Budget::text(i >= 0 ? at : s.size() - at);
+  if (at == s.size()) return std::nullopt;
+  size_t end = at;
+  utf8::next(s, end);
+  return s.substr(at, end - at);
 }
 
 const Value& keyword(Args& args, const char* name, const Value& fallback) {
@@ -212,6 +255,7 @@ Value string_method(const Value& str, const std::string& name) {
       if (a.positional.empty()) eval_fail("str.", name, " wants a substring");
       const std::string& s = self.as_string();
       const std::string& x = want_string(a.positional[0], ("str." + name).c_str());
+      Budget::text(s.size());
       if (name == "find") {
         const size_t hit = s.find(x);
         return Value(hit == std::string::npos ? int64_t{-1} : static_cast<int64_t>(code_points(s.substr(0, hit)).size()));
@@ -227,14 +271,7 @@ Value string_method(const Value& str, const std::string& name) {
       check_arity(a, 1, "str.join");
       const std::string& s = self.as_string();
       if (a.positional.empty()) eval_fail("str.join wants an iterable");
-      std::string out;
-      bool first = true;
-      for (const Value& v : iterate(a.positional[0])) {
-        if (!first) out += s;
-        out += want_string(v, "str.join");
-        first = false;
-      }
-      return Value(out);
+      return Value(join(iterate(a.positional[0]), s, [](const Value& v) { return want_string(v, "str.join"); }));
     });
   }
   static const std::set<std::string> python = {
@@ -250,6 +287,7 @@ Value dict_method(const Value& dict, const std::string& name) {
   if (name == "items" || name == "keys" || name == "values") {
     return Value::method("dict." + name, [name](const Value& d, Args& a) {
       check_arity(a, 0, "dict." + name);
+      Budget::items(static_cast<int64_t>(d.as_dict().size()) * (name == "items" ? 3 : 1));
       List out;
       for (const auto& [k, v] : d.as_dict()) {
         if (name == "items") out.push_back(Value::list({Value(k), v}, true));
@@ -331,13 +369,15 @@ Value item(const Value& obj, const Value& key) {
     case Value::Kind::String: {
       if (key.kind() != Value::Kind::Int && key.kind() != Value::Kind::Bool)
         return key.is_string() ? attribute(obj, key.as_string()) : Value::undefined(bracketed(key));
+      if (obj.is_string()) {
+        std::optional<std::string> c = char_at(obj.as_string(), key.as_int());
+        return c ? Value(std::move(*c)) : Value::undefined(bracketed(key));
+      }
       const int64_t n = length(obj);
       int64_t i = key.as_int();
       if (i < 0) i += n;
       if (i < 0 || i >= n) return Value::undefined(bracketed(key));
-      if (obj.kind() == Value::Kind::List) return obj.as_list()[static_cast<size_t>(i)];
-      const std::vector<char32_t> cps = code_points(obj.as_string());
-      return Value(from_code_points(cps, static_cast<size_t>(i), static_cast<size_t>(i) + 1));
+      return obj.as_list()[static_cast<size_t>(i)];
     }
     case Value::Kind::Dict:
     case Value::Kind::Namespace: {
@@ -357,10 +397,12 @@ Value slice(const Value& obj, const Value& start, const Value& stop, const Value
     const SliceRange r = slice_range(static_cast<int64_t>(cps.size()), start, stop, step);
     std::string out;
     for (int64_t k = 0; k < r.count; ++k) utf8::append(out, cps[r.at(k)]);
+    Budget::bytes(static_cast<int64_t>(out.size()));
     return Value(out);
   }
   const List& xs = obj.as_list();
   const SliceRange r = slice_range(static_cast<int64_t>(xs.size()), start, stop, step);
+  Budget::items(r.count);
   List out;
   for (int64_t k = 0; k < r.count; ++k) out.push_back(xs[r.at(k)]);
   return Value::list(std::move(out), obj.is_tuple());
@@ -369,10 +411,13 @@ Value slice(const Value& obj, const Value& start, const Value& stop, const Value
 List iterate(const Value& v) {
   switch (v.kind()) {
     case Value::Kind::Undefined: return {};
-    case Value::Kind::List: return v.as_list();
+    case Value::Kind::List: Budget::steps(static_cast<int64_t>(v.as_list().size())); return v.as_list();
     case Value::Kind::String: {
+      const std::vector<char32_t> cps = code_points(v.as_string());
+      Budget::items(static_cast<int64_t>(cps.size()));
+      Budget::bytes(static_cast<int64_t>(v.as_string().size()));
       List out;
-      for (char32_t c : code_points(v.as_string())) {
+      for (char32_t c : cps) {
         std::string s;
         utf8::append(s, c);
         out.push_back(Value(s));
@@ -380,6 +425,7 @@ List iterate(const Value& v) {
       return out;
     }
     case Value::Kind::Dict: {
+      Budget::items(static_cast<int64_t>(v.as_dict().size()));
       List out;
       for (const auto& kv : v.as_dict()) out.push_back(Value(kv.first));
       return out;
@@ -391,7 +437,11 @@ List iterate(const Value& v) {
 int64_t length(const Value& v) {
   switch (v.kind()) {
     case Value::Kind::Undefined: return 0;
-    case Value::Kind::String: return static_cast<int64_t>(code_points(v.as_string()).size());
+    case Value::Kind::String: {
+      const std::string& s = v.as_string();
+      Budget::text(s.size());
+      return std::count_if(s.begin(), s.end(), [](char c) { return (c & 0xC0) != 0x80; });  // bytes that begin a character
+    }
     case Value::Kind::List: return static_cast<int64_t>(v.as_list().size());
     case Value::Kind::Dict: return static_cast<int64_t>(v.as_dict().size());
     default: eval_fail(describe(v), " has no length");
@@ -432,7 +482,10 @@ bool test(const std::string& name, const Value& x, Args& args) {
   if (name == "ge" || name == ">=") return compare(x, one()) >= 0;
   if (name == "in") {
     const Value& seq = one();
-    if (seq.is_string()) return x.is_string() && seq.as_string().find(x.as_string()) != std::string::npos;
+    if (seq.is_string()) {
+      Budget::text(seq.as_string().size());
+      return x.is_string() && seq.as_string().find(x.as_string()) != std::string::npos;
+    }
     if (seq.kind() == K::Dict) return x.is_string() && seq.find(x.as_string());
     for (const Value& v : iterate(seq))
       if (v == x) return true;
@@ -466,7 +519,7 @@ Value filter(const std::string& name, const Value& x, Args& args) {
     if (!keyword(args, "separators", none).is_none()) eval_fail("tojson(separators=...) is not supported");
     if (x.is_undefined()) eval_fail("tojson: ", describe(x), " is not JSON serializable");
     if (indent.is_string()) eval_fail("tojson(indent=<a string>) is not supported");
-    return Value(to_json(x, indent.is_none() ? -1 : static_cast<int>(want_int(indent, "tojson indent")), sort.truthy()));
+    return Value(to_json(x, indent.is_none() ? std::nullopt : std::optional(want_int(indent, "tojson indent")), sort.truthy()));
   }
   if (name == "upper" || name == "lower" || name == "title" || name == "capitalize") {
     check_arity(args, 0, name);
@@ -474,7 +527,11 @@ Value filter(const std::string& name, const Value& x, Args& args) {
   }
   if (name == "string") return Value(x.str());
   if (name == "safe") return x;  // no autoescape: markup is plain text
-  if (name == "list") return Value::list(iterate(x));
+  if (name == "list") {
+    List xs = iterate(x);
+    Budget::items(static_cast<int64_t>(xs.size()));
+    return Value::list(std::move(xs));
+  }
   if (name == "items") {
     if (x.is_undefined()) return Value::list({});
     if (x.kind() != K::Dict) eval_fail("items wants a mapping, got ", describe(x));
@@ -492,6 +549,7 @@ Value filter(const std::string& name, const Value& x, Args& args) {
   if (name == "reverse") {
     if (x.is_string()) return slice(x, none, none, Value(-1));
     List xs = iterate(x);
+    Budget::items(static_cast<int64_t>(xs.size()));
     std::reverse(xs.begin(), xs.end());
     return Value::list(std::move(xs));
   }
@@ -499,13 +557,7 @@ Value filter(const std::string& name, const Value& x, Args& args) {
     check_arity(args, 2, "join", {"d", "attribute"});
     const std::string sep = arg(args, 0, "d", Value("")).str();
     const Value& attr = arg(args, 1, "attribute", none);
-    std::string out;
-    bool first = true;
-    for (const Value& v : iterate(x)) {
-      out += (first ? "" : sep) + (attr.is_none() ? v : attribute(v, attr.str())).str();
-      first = false;
-    }
-    return Value(out);
+    return Value(join(iterate(x), sep, [&](const Value& v) { return (attr.is_none() ? v : attribute(v, attr.str())).str(); }));
   }
   if (name == "default" || name == "d") {
     check_arity(args, 2, name, {"default_value", "boolean"});
@@ -524,7 +576,10 @@ Value filter(const std::string& name, const Value& x, Args& args) {
     for (const Value& v : iterate(x)) {
       const Value subject = by_attr ? attribute(v, want_string(args.positional[0], name.c_str())) : v;
       const bool pass = args.positional.size() > t ? test(want_string(args.positional[t], name.c_str()), subject, targs) : subject.truthy();
-      if (pass == keep) out.push_back(v);
+      if (pass == keep) {
+        Budget::items(1);
+        out.push_back(v);
+      }
     }
     return Value::list(std::move(out));
   }
@@ -535,15 +590,20 @@ Value filter(const std::string& name, const Value& x, Args& args) {
       const Value dflt = keyword(args, "default", Value());
       for (const Value& v : iterate(x)) {
         Value a = attribute(v, attr.str());
+        Budget::items(1);
         out.push_back(a.is_undefined() && !dflt.is_undefined() ? dflt : a);
       }
       return Value::list(std::move(out));
     }
     if (args.positional.empty()) eval_fail("map wants a filter name or attribute=");
+    Budget::items(static_cast<int64_t>(args.positional.size() + args.keyword.size()));
     Args fargs;
     fargs.positional.assign(args.positional.begin() + 1, args.positional.end());
     fargs.keyword = args.keyword;
-    for (const Value& v : iterate(x)) out.push_back(filter(want_string(args.positional[0], "map"), v, fargs));
+    for (const Value& v : iterate(x)) {
+      Budget::items(1);
+      out.push_back(filter(want_string(args.positional[0], "map"), v, fargs));
+    }
     return Value::list(std::move(out));
   }
   if (name == "int") {

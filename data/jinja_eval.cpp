@@ -48,6 +48,7 @@ class Renderer {
   Flow exec(const Node& n, Scope& scope) {
     try {
       const Nested level;
+      Budget::steps(1);
       return exec_inner(n, scope);
     } catch (const EvalError& e) {
       fail("chat template", "line ", n.line, ": ", e.message);
@@ -58,7 +59,7 @@ class Renderer {
   Flow exec_body(const Node* body, Scope& scope) {
     if (!body) return Flow::Normal;
     for (const auto& k : body->kids) {
-      const Flow f = k->type == Node::Type::Text ? (out_ += k->name, Flow::Normal) : exec(*k, scope);
+      const Flow f = k->type == Node::Type::Text ? (Budget::append(out_, k->name), Flow::Normal) : exec(*k, scope);
       if (f != Flow::Normal) return f;
     }
     return Flow::Normal;
@@ -67,8 +68,8 @@ class Renderer {
   Flow exec_inner(const Node& n, Scope& scope) {
     switch (n.type) {
       case Node::Type::Body: return exec_body(&n, scope);
-      case Node::Type::Text: out_ += n.name; return Flow::Normal;
-      case Node::Type::Print: out_ += eval(*n.kids[0], scope).str(); return Flow::Normal;
+      case Node::Type::Text: Budget::append(out_, n.name); return Flow::Normal;
+      case Node::Type::Print: Budget::append(out_, eval(*n.kids[0], scope).str()); return Flow::Normal;
       case Node::Type::If: {
         size_t i = 0;
         while (i + 1 < n.kids.size() && !eval(*n.kids[i], scope).truthy()) i += 2;  // the if, then each elif
@@ -139,6 +140,7 @@ class Renderer {
     if (items.empty()) return exec_body(n.kid(2), scope);  // the else is outside the loop
     const int64_t len = static_cast<int64_t>(items.size());
     for (int64_t i = 0; i < len; ++i) {
+      Budget::steps(1);
       Scope s{{}, &scope};
       const size_t u = static_cast<size_t>(i);
       Dict loop = {{"index", Value(i + 1)},
@@ -175,6 +177,7 @@ class Renderer {
 
   Value eval(const Node& n, Scope& scope) {
     const Nested level;
+    Budget::steps(1);
     switch (n.type) {
       case Node::Type::Literal: return n.value;
       case Node::Type::Name: {
@@ -227,6 +230,7 @@ class Renderer {
                                                 : Value::undefined("the else of a conditional expression");
       case Node::Type::ListLit:
       case Node::Type::TupleLit: {
+        Budget::items(static_cast<int64_t>(n.kids.size()));
         List items;
         for (const auto& k : n.kids) items.push_back(eval(*k, scope));
         return Value::list(std::move(items), n.type == Node::Type::TupleLit);
@@ -237,6 +241,7 @@ class Renderer {
           const Value k = eval(*n.kids[i], scope);
           if (!k.is_string()) eval_fail("dict literals with keys other than strings are not supported");
           Value v = eval(*n.kids[i + 1], scope);
+          Budget::steps(static_cast<int64_t>(items.size()));  // a literal of n keys looks through n^2 / 2
           bool replaced = false;
           for (auto& [key, old] : items)
             if (key == k.as_string()) old = v, replaced = true;
@@ -247,7 +252,7 @@ class Renderer {
       case Node::Type::Binary: return binary(n, scope);
       case Node::Type::Concat: {
         std::string out;
-        for (const auto& k : n.kids) out += eval(*k, scope).str();
+        for (const auto& k : n.kids) Budget::append(out, eval(*k, scope).str());
         return Value(std::move(out));
       }
       default: eval_fail("a statement where an expression belongs");
@@ -284,7 +289,10 @@ Value make_namespace(const Value&, Args& a) {
     items = a.positional[0].as_dict();
   }
   for (auto& kv : a.keyword) items.push_back(kv);
-  return Value::namespace_(std::move(items));
+  Budget::items(static_cast<int64_t>(items.size()) + 1);
+  Value ns = Value::namespace_(std::move(items));
+  Budget::adopt(ns);
+  return ns;
 }
 
 Value make_range(const Value&, Args& a) {
@@ -300,13 +308,16 @@ Value make_range(const Value&, Args& a) {
   const uint64_t n = step > 0 ? (start < stop ? (u(stop) - u(start) - 1) / u(step) + 1 : 0)
                               : (start > stop ? (u(start) - u(stop) - 1) / (0 - u(step)) + 1 : 0);
   if (n > kMaxRange) eval_fail("range() of ", n, " items: ranges larger than ", kMaxRange, " are blocked, as in transformers' sandbox");
+  Budget::items(static_cast<int64_t>(n));
   List out;
+  out.reserve(n);
   for (uint64_t k = 0; k < n; ++k) out.push_back(Value(static_cast<int64_t>(u(start) + k * u(step))));  // wraps to the in-range value
   return Value::list(std::move(out));
 }
 
 Value make_dict(const Value&, Args& a) {
   if (!a.positional.empty()) eval_fail("dict() with positional arguments is not supported");
+  Budget::items(static_cast<int64_t>(a.keyword.size()));
   return Value::dict(a.keyword);
 }
 
@@ -318,7 +329,9 @@ Template::~Template() = default;
 Template::Template(Template&&) noexcept = default;
 Template& Template::operator=(Template&&) noexcept = default;
 
-std::string Template::render(const Dict& variables, std::vector<std::pair<size_t, size_t>>* generation) const {
+std::string Template::render(const Dict& variables, const ChatTemplateLimits& limits,
+                             std::vector<std::pair<size_t, size_t>>* generation) const {
+  const Budget budget(limits);  // this thread's render until it returns, then it empties the namespaces made
   // Jinja's globals, under the caller's variables.
   Scope globals{{{"namespace", Value::function("namespace", make_namespace)},
                  {"range", Value::function("range", make_range)},

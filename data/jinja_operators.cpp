@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "core/detail/utf8.h"
+#include "data/detail/jinja_budget.h"
 #include "data/detail/jinja_builtins.h"
 #include "io/number.h"
 
@@ -141,6 +142,26 @@ Value float_to_int(double d) {  // Python's int(d) of a finite float
   return Value(static_cast<int64_t>(t));
 }
 
+// 'ab' * n, [x] * n: the whole size paid for before any of it is built ('a' * 10**12).
+Value repeat(const Value& seq, int64_t n) {
+  if (length(seq) == 0) n = 0;  // '' * 10**18 is '' at once, not 10^18 appends of nothing
+  int64_t total = 0;
+  if (seq.is_string()) {
+    const std::string& s = seq.as_string();
+    Budget::bytes(__builtin_mul_overflow(static_cast<int64_t>(s.size()), n, &total) ? INT64_MAX : total);
+    std::string out;
+    out.reserve(static_cast<size_t>(total));
+    for (int64_t i = 0; i < n; ++i) out += s;
+    return Value(std::move(out));
+  }
+  const List& xs = seq.as_list();
+  Budget::items(__builtin_mul_overflow(static_cast<int64_t>(xs.size()), n, &total) ? INT64_MAX : total);
+  List out;
+  out.reserve(static_cast<size_t>(total));
+  for (int64_t i = 0; i < n; ++i) out.insert(out.end(), xs.begin(), xs.end());
+  return Value::list(std::move(out), seq.is_tuple());
+}
+
 }  // namespace
 
 std::optional<double> python_float(std::string_view text) {
@@ -214,19 +235,20 @@ int64_t python_mod(int64_t x, int64_t y) {
 Value arithmetic(const std::string& op, const Value& a, const Value& b) {
   if (a.is_undefined() || b.is_undefined()) eval_fail("'", op, "' on ", describe(a.is_undefined() ? a : b));
   if (op == "+") {
-    if (a.is_string() && b.is_string()) return Value(a.as_string() + b.as_string());
+    if (a.is_string() && b.is_string()) {
+      Budget::bytes(static_cast<int64_t>(a.as_string().size() + b.as_string().size()));
+      return Value(a.as_string() + b.as_string());
+    }
     if (a.kind() == Value::Kind::List && b.kind() == Value::Kind::List) {
+      Budget::items(static_cast<int64_t>(a.as_list().size() + b.as_list().size()));
       List out = a.as_list();
       out.insert(out.end(), b.as_list().begin(), b.as_list().end());
       return Value::list(std::move(out), a.is_tuple());
     }
   }
-  if (op == "*" && ((a.is_string() && is_int(b)) || (is_int(a) && b.is_string()))) {
-    const std::string& s = a.is_string() ? a.as_string() : b.as_string();
-    std::string out;
-    for (int64_t i = 0, n = is_int(a) ? a.as_int() : b.as_int(); i < n; ++i) out += s;
-    return Value(out);
-  }
+  const bool sequence_times_int = (is_int(b) && (a.is_string() || a.kind() == Value::Kind::List)) ||
+                                  (is_int(a) && (b.is_string() || b.kind() == Value::Kind::List));
+  if (op == "*" && sequence_times_int) return repeat(is_int(a) ? b : a, std::max<int64_t>(0, (is_int(a) ? a : b).as_int()));
   if (!a.is_number() || !b.is_number())
     eval_fail("unsupported operand types for ", op, ": ", describe(a), " and ", describe(b));
   if (is_int(a) && is_int(b)) return int_arithmetic(op, a.as_int(), b.as_int());

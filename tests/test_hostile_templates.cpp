@@ -4,9 +4,13 @@
 // settings (ImmutableSandboxedEnvironment, trim_blocks, lstrip_blocks, loopcontrols).
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 
 #include "data/chat_template.h"
+#include "io/json.h"
 #include "tests/test_support.h"
 
 namespace {
@@ -14,8 +18,9 @@ namespace {
 using tg::data::ChatMessage;
 using tg::data::ChatTemplate;
 
-std::string render(const std::string& source, std::vector<ChatMessage> messages = {{"user", "hi"}}) {
-  return ChatTemplate(source, {{"eos_token", "</s>"}}).render(messages);
+std::string render(const std::string& source, std::vector<ChatMessage> messages = {{"user", "hi"}},
+                   const tg::data::ChatTemplateLimits& limits = {}) {
+  return ChatTemplate(source, {{"eos_token", "</s>"}}).render(messages, {.limits = limits});
 }
 
 std::string repeat(const std::string& s, int n) {
@@ -55,7 +60,7 @@ TEST(HostileTemplate, NestingPastItsLimitIsAnErrorNotAStackOverflow) {
   EXPECT_EQ(render("{% if 0 %}" + repeat("{% elif 0 %}", n) + "{% elif 1 %}e{% endif %}"), "e");
   // A value nested a million levels deep is built and freed; walking it is an error where Python's
   // recursion stops too (repr, tojson).
-  EXPECT_EQ(render(deep_lists(1000000, "{{ ns.x|length }}")), "1");
+  EXPECT_EQ(render(deep_lists(1000000, "{{ ns.x|length }}"), {}, {.steps = 40000000, .items = 5000000}), "1");
   EXPECT_ERROR_HAS(render(deep_lists(1000, "{{ ns.x }}")), "line 1", "more than 256 levels of nesting");
   EXPECT_ERROR_HAS(render(deep_lists(1000, "{{ ns.x|tojson }}")), "more than 256 levels of nesting");
   EXPECT_ERROR_HAS(render(deep_lists(1000, "{{ ns.x == ns.y }}")), "more than 256 levels of nesting");
@@ -126,4 +131,53 @@ TEST(HostileTemplate, IntegersAtInt64sEdgesFollowPythonOrRaise) {
       {"'12'|int(base=16)", "int(base=...) is not supported"},
   };
   for (const auto& [expr, part] : raises) EXPECT_ERROR_HAS(render("{{ " + expr + " }}"), "line 1", part.c_str());
+}
+
+// One render's work, list items and text are bounded (ChatTemplateLimits): each of these hung, or
+// grew until the process ran out of memory.
+TEST(HostileTemplate, ARenderHasABudgetOfStepsItemsAndBytes) {
+  const std::string steps = "ChatTemplateLimits::steps", items = "ChatTemplateLimits::items", bytes = "ChatTemplateLimits::bytes";
+  EXPECT_ERROR_HAS(render("{{ 'a' * 10**12 }}"), "line 1", bytes.c_str(), "more than 67108864 bytes of text built");
+  EXPECT_ERROR_HAS(render("{{ ([1] * 10**12)|length }}"), items.c_str(), "more than 1000000 list items built");
+  EXPECT_ERROR_HAS(render("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"), items.c_str());
+  EXPECT_ERROR_HAS(render("{% set s = 'a' * 1000000 %}{{ s.replace('a', s) }}"), bytes.c_str());
+  EXPECT_ERROR_HAS(render("{% set s = 'a' * 1000000 %}{{ s|replace('a', s) }}"), bytes.c_str());
+  EXPECT_ERROR_HAS(render("{{ [1]|tojson(indent=10**12) }}"), bytes.c_str());
+  EXPECT_ERROR_HAS(render("{{ [('a' * 1000000)] * 100 }}"), bytes.c_str());
+  EXPECT_ERROR_HAS(render("{% for i in range(100000) %}{{ 'a' * 1000 }}{% endfor %}"), bytes.c_str());  // the output
+  // The limits are the caller's (ChatTemplateOptions::limits): work, here a loop in a loop, and
+  // s[i] over a long string, which walks to the i-th character each time.
+  const tg::data::ChatTemplateLimits small{.steps = 100000, .items = 1000, .bytes = 1000};
+  EXPECT_ERROR_HAS(render("{% set xs = range(1000) %}{% for i in xs %}{% for j in xs %}{% endfor %}{% endfor %}", {}, {.steps = 100000}),
+                   steps.c_str(), "more than 100000 steps");
+  EXPECT_ERROR_HAS(render("{% for i in range(100000) %}{{ messages[0].content[i] }}{% endfor %}", {{"user", std::string(100000, 'a')}},
+                          {.steps = 100000}),
+                   steps.c_str());
+  EXPECT_ERROR_HAS(render("{{ range(1001)|list }}", {}, small), items.c_str(), "more than 1000 list items built");
+  EXPECT_ERROR_HAS(render("{{ 'a' * 1001 }}", {}, small), bytes.c_str(), "more than 1000 bytes");
+  EXPECT_EQ(render("{{ 'a' * 500 }}", {}, small), std::string(500, 'a'));  // built, then output: 1000 bytes
+  // Nothing is built for nothing: '' * 10**18 appended nothing 10^18 times.
+  EXPECT_EQ(render("{{ '' * 10**18 }}{{ [] * 10**18 }}{{ 'ab'[-1] }}"), "[]b");
+  // A namespace that holds itself is freed with the render (the leak checker's case).
+  EXPECT_EQ(render("{% set ns = namespace() %}{% set ns.me = ns %}{% set ns.f = {'a': ns}.get %}ok"), "ok");
+}
+
+// The defaults leave every real template room: a 200-turn conversation of 100 KB renders within a
+// hundredth of each limit.
+TEST(HostileTemplate, RealTemplatesRenderALongConversationWithinAHundredthOfTheBudget) {
+  std::vector<ChatMessage> conversation;
+  for (int i = 0; i < 200; ++i) conversation.push_back({i % 2 ? "assistant" : "user", std::string(500, 'x') + " turn " + std::to_string(i)});
+  const tg::data::ChatTemplateLimits defaults, hundredth{defaults.steps / 100, defaults.items / 100, defaults.bytes / 100};
+  const std::filesystem::path dir = std::filesystem::path(__FILE__).parent_path() / "fixtures" / "chat_templates";
+  size_t rendered = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (!entry.is_directory()) continue;
+    std::ifstream in(entry.path() / "tokenizer_config.json");
+    std::stringstream config;
+    config << in.rdbuf();
+    const ChatTemplate t = *ChatTemplate::from_config(tg::json::parse(config.str()));
+    EXPECT_GT(t.render(conversation, {.limits = hundredth}).size(), 100000u) << entry.path();
+    ++rendered;
+  }
+  EXPECT_GE(rendered, 10u);
 }

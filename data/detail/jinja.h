@@ -11,11 +11,13 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "data/chat_template.h"
 #include "io/json.h"
 
 namespace tg::data::jinja {
@@ -109,8 +111,8 @@ class Value {
 };
 
 // transformers' tojson: json.dumps(x, ensure_ascii=False, indent=indent, sort_keys=sort_keys)
-// (separators ", " / ": ", or "," / ": " with an indent). indent < 0: none.
-std::string to_json(const Value& v, int indent = -1, bool sort_keys = false);
+// (separators ", " / ": ", or "," / ": " with an indent; an indent <= 0 breaks lines unindented).
+std::string to_json(const Value& v, std::optional<int64_t> indent = std::nullopt, bool sort_keys = false);
 
 // Python's str.isspace for one code point.
 bool is_py_space(char32_t cp);
@@ -128,7 +130,8 @@ class Template {
 
   // The output for these variables. generation: where set, receives the [begin, end) byte
   // offsets of each {% generation %} block's output (transformers' assistant masks).
-  std::string render(const Dict& variables, std::vector<std::pair<size_t, size_t>>* generation = nullptr) const;
+  std::string render(const Dict& variables, const ChatTemplateLimits& limits,
+                     std::vector<std::pair<size_t, size_t>>* generation = nullptr) const;
   bool has_generation_blocks() const { return has_generation_; }
 
  private:
