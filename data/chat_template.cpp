@@ -101,9 +101,7 @@ std::string ChatTemplate::render(std::span<const ChatMessage> messages, const Ch
   vars.emplace_back("strftime_now", Value::function("strftime_now", [when](const Value&, jinja::Args& a) {
                       TG_CHECK(a.positional.size() == 1 && a.positional[0].is_string(), "chat template",
                                "strftime_now wants one format string");
-                      char buf[512];
-                      const size_t n = std::strftime(buf, sizeof buf, a.positional[0].as_string().c_str(), &when);
-                      return Value(std::string(buf, n));
+                      return Value(jinja::strftime(a.positional[0].as_string(), when));
                     }));
   generation.clear();
   return template_->render(vars, options.limits, &generation);

@@ -621,4 +621,27 @@ Value filter(const std::string& name, const Value& x, Args& args) {
   eval_fail("the filter '", name, "' is not supported by tapegrad's Jinja subset");
 }
 
+std::string strftime(const std::string& format, const std::tm& when) {
+  if (format.find('\0') != std::string::npos) eval_fail("strftime_now: the format holds a NUL byte");
+  Budget::text(format.size());
+  std::string c_format;  // what Python hands the C library: %z and %Z of a naive time are empty
+  for (size_t i = 0; i < format.size(); ++i) {
+    if (format[i] != '%' || i + 1 == format.size()) {
+      c_format += format[i];
+      continue;
+    }
+    const char d = format[++i];
+    if (d == 'f') eval_fail("strftime_now: %f (microseconds) is not supported: the time is kept to the second");
+    if (d != 'z' && d != 'Z') c_format.append({'%', d});
+  }
+  // Python's time.strftime: a buffer doubled from 1024 bytes until the text fits, or until it is
+  // 256 times the format's size (the text is then empty).
+  for (size_t size = 1024;; size *= 2) {
+    Budget::bytes(static_cast<int64_t>(size));
+    std::string out(size, '\0');
+    const size_t n = std::strftime(out.data(), size, c_format.c_str(), &when);
+    if (n > 0 || size >= 256 * c_format.size()) return out.substr(0, n);
+  }
+}
+
 }  // namespace tg::data::jinja

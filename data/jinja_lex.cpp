@@ -1,11 +1,13 @@
 // Jinja2's lexer with transformers' settings (trim_blocks, lstrip_blocks): the source as lines,
 // its text, tags, comments, and the tokens inside tags.
 #include <algorithm>
+#include <charconv>
 #include <cstring>
 
 #include "core/detail/utf8.h"
 #include "core/error.h"
 #include "data/detail/jinja.h"
+#include "data/detail/jinja_builtins.h"
 #include "data/detail/jinja_lex.h"
 
 namespace tg::data::jinja {
@@ -72,6 +74,8 @@ std::string unescape(std::string_view s, int line) {
         cp = cp * 16 + static_cast<char32_t>(std::isdigit(static_cast<unsigned char>(h)) ? h - '0' : (h | 0x20) - 'a' + 10);
       }
       i += n;
+      if (cp > 0x10FFFF) syntax_error(line, "illegal Unicode character: an escape past \\U0010ffff");  // Python's syntax error
+      if (cp >= 0xD800 && cp <= 0xDFFF) syntax_error(line, "a lone surrogate escape (\\ud800 to \\udfff), which no UTF-8 text holds");
       utf8::append(out, cp);
     };
     switch (c) {
@@ -104,6 +108,60 @@ std::string unescape(std::string_view s, int line) {
     }
   }
   return out;
+}
+
+bool is_digit(char c) { return c >= '0' && c <= '9'; }
+
+int digit_value(char c) {  // in base 16 and below; 99 for no digit
+  if (is_digit(c)) return c - '0';
+  const char lower = static_cast<char>(c | 0x20);
+  return lower >= 'a' && lower <= 'f' ? lower - 'a' + 10 : 99;
+}
+
+size_t digits_at(std::string_view s, size_t i) {  // (\d+_)*\d+ at s[i]: its end, or i
+  size_t end = i;
+  for (size_t j = i; j < s.size() && is_digit(s[j]);) {
+    while (j < s.size() && is_digit(s[j])) ++j;
+    end = j;
+    if (!(j + 1 < s.size() && s[j] == '_' && is_digit(s[j + 1]))) break;
+    ++j;
+  }
+  return end;
+}
+
+// Jinja2's float literal at s[p] (not after a '.'): digits, then a fraction and an exponent, or one
+// of them; its end, or p.
+size_t float_at(std::string_view s, size_t p) {
+  const size_t whole = digits_at(s, p);
+  if (whole == p || (p > 0 && s[p - 1] == '.')) return p;
+  size_t fraction = whole;
+  if (whole < s.size() && s[whole] == '.' && digits_at(s, whole + 1) > whole + 1) fraction = digits_at(s, whole + 1);
+  size_t e = fraction;
+  if (e < s.size() && (s[e] == 'e' || s[e] == 'E')) {
+    const size_t sign = e + 1 < s.size() && (s[e + 1] == '+' || s[e + 1] == '-') ? e + 2 : e + 1;
+    if (const size_t exponent = digits_at(s, sign); exponent > sign) return exponent;
+  }
+  return fraction > whole ? fraction : p;
+}
+
+// Jinja2's integer literal at s[p]: 0b / 0o / 0x and digits of that base (each may follow an
+// underscore), a decimal without a leading zero, or zeros; its end. 007 is two of them, as in Jinja2.
+size_t integer_at(std::string_view s, size_t p) {
+  auto run = [&](size_t j, auto is_part) {  // (_?part)* from s[j]
+    for (;;) {
+      if (j + 1 < s.size() && s[j] == '_' && is_part(s[j + 1])) j += 2;
+      else if (j < s.size() && is_part(s[j])) ++j;
+      else return j;
+    }
+  };
+  if (s[p] == '0' && p + 1 < s.size()) {
+    const char prefix = static_cast<char>(s[p + 1] | 0x20);
+    const int base = prefix == 'b' ? 2 : prefix == 'o' ? 8 : prefix == 'x' ? 16 : 0;
+    const size_t end = base ? run(p + 2, [&](char c) { return digit_value(c) < base; }) : p;
+    if (end > p + 2) return end;
+  }
+  if (s[p] != '0') return run(p + 1, is_digit);
+  return run(p + 1, [](char c) { return c == '0'; });
 }
 
 std::vector<Token> tokens(const std::string& src) {
@@ -179,26 +237,10 @@ std::vector<Token> tokens(const std::string& src) {
         if (q >= src.size()) syntax_error(line, "a string literal is never closed");
         toks.push_back({Token::String, unescape(std::string_view(src).substr(p + 1, q - p - 1), line), line});
         p = q + 1;
-      } else if (std::isdigit(static_cast<unsigned char>(c))) {
-        size_t q = p;
-        bool is_float = false;
-        while (q < src.size() && (std::isdigit(static_cast<unsigned char>(src[q])) || src[q] == '_')) ++q;
-        if (q + 1 < src.size() && src[q] == '.' && std::isdigit(static_cast<unsigned char>(src[q + 1]))) {
-          is_float = true;
-          for (++q; q < src.size() && (std::isdigit(static_cast<unsigned char>(src[q])) || src[q] == '_');) ++q;
-        }
-        if (q < src.size() && (src[q] == 'e' || src[q] == 'E')) {
-          size_t e = q + 1;
-          if (e < src.size() && (src[e] == '+' || src[e] == '-')) ++e;
-          if (e < src.size() && std::isdigit(static_cast<unsigned char>(src[e]))) {
-            is_float = true;
-            for (q = e; q < src.size() && std::isdigit(static_cast<unsigned char>(src[q]));) ++q;
-          }
-        }
-        std::string num;
-        for (size_t k = p; k < q; ++k)
-          if (src[k] != '_') num += src[k];
-        toks.push_back({is_float ? Token::Float : Token::Int, num, line});
+      } else if (is_digit(c)) {
+        const size_t f = float_at(src, p);
+        const size_t q = f > p ? f : integer_at(src, p);
+        toks.push_back({f > p ? Token::Float : Token::Int, src.substr(p, q - p), line});
         p = q;
       } else if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
         size_t q = p;
@@ -227,6 +269,25 @@ std::vector<Token> tokens(const std::string& src) {
 }  // namespace
 
 [[noreturn]] void syntax_error(int line, const std::string& what) { fail("chat template", "line ", line, ": ", what); }
+
+Value number_value(const Token& t, bool negative) {
+  if (t.kind == Token::Float) return Value(*python_float((negative ? "-" : "") + t.text));  // the lexer matched float()'s syntax
+  std::string digits;
+  for (char c : t.text)
+    if (c != '_') digits += c;
+  int base = 10;
+  size_t from = 0;
+  if (digits.size() > 2 && std::isalpha(static_cast<unsigned char>(digits[1]))) {  // 0b, 0o, 0x
+    base = (digits[1] | 0x20) == 'b' ? 2 : (digits[1] | 0x20) == 'o' ? 8 : 16;
+    from = 2;
+  }
+  uint64_t magnitude = 0;
+  const char* last = digits.data() + digits.size();
+  const auto [end, ec] = std::from_chars(digits.data() + from, last, magnitude, base);
+  if (ec != std::errc() || end != last || magnitude > (uint64_t{1} << 63) - (negative ? 0 : 1))
+    syntax_error(t.line, "the integer " + std::string(negative ? "-" : "") + t.text + " does not fit in 64 bits (Python's int would grow)");
+  return Value(static_cast<int64_t>(negative ? 0 - magnitude : magnitude));
+}
 
 std::vector<Token> lex(std::string_view source) {
   TG_CHECK(utf8::is_valid(source), "chat template", "the template is not valid UTF-8");

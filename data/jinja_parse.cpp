@@ -116,6 +116,7 @@ class Parser {
     if (kw == "for") return parse_for(line);
     if (kw == "set") return parse_set(line);
     if (kw == "break" || kw == "continue") {
+      if (loops_ == 0) syntax_error(line, "'" + kw + "' outside a loop");  // Python's SyntaxError in Jinja2, not an end of the output
       expect_block_end();
       return node(kw == "break" ? Node::Type::Break : Node::Type::Continue, line);
     }
@@ -172,7 +173,9 @@ class Parser {
     if (is_name("recursive")) syntax_error(cur().line, "recursive for loops are not supported");
     expect_block_end();
     std::string end;
+    ++loops_;
     add(*n, parse_body({"else", "endfor"}, end));  // [1] the body
+    --loops_;
     if (end == "else") {
       expect_block_end();
       add(*n, parse_body({"endfor"}, end));  // [2] the else body
@@ -319,7 +322,12 @@ class Parser {
   NodeP parse_pow() { return left_chain(Token::Op, {"**"}, Node::Type::Binary, [this] { return parse_unary(true); }); }
   NodeP parse_unary(bool with_filter) {
     NodeP n;
-    if (is_op("-") || is_op("+")) {
+    const Token& after = peek(2);
+    if (is_op("-") && peek().kind == Token::Int && !(after.kind == Token::Op && (after.text == "." || after.text == "[" || after.text == "("))) {
+      // -9223372036854775808 as one literal: int64's least value is no positive one negated.
+      n = node(Node::Type::Literal, take().line);
+      n->value = number_value(take(), true);
+    } else if (is_op("-") || is_op("+")) {
       const Descent level(*this);
       const Node::Type type = is_op("-") ? Node::Type::Neg : Node::Type::Pos;
       n = node(type, take().line);
@@ -352,12 +360,7 @@ class Parser {
     }
     if (tok.kind == Token::Int || tok.kind == Token::Float) {
       NodeP n = node(Node::Type::Literal, tok.line);
-      try {
-        n->value = tok.kind == Token::Int ? Value(static_cast<int64_t>(std::stoll(tok.text))) : Value(std::stod(tok.text));
-      } catch (const std::exception&) {
-        syntax_error(tok.line, "the number " + tok.text + " is out of range");
-      }
-      take();
+      n->value = number_value(take(), false);
       return n;
     }
     if (is_op("(")) {
@@ -404,7 +407,7 @@ class Parser {
           NodeP item = node(Node::Type::Item, line);
           add(*item, std::move(n));
           NodeP idx = node(Node::Type::Literal, line);
-          idx->value = Value(static_cast<int64_t>(std::stoll(take().text)));
+          idx->value = number_value(take(), false);
           add(*item, std::move(idx));
           n = std::move(item);
           continue;
@@ -508,6 +511,7 @@ class Parser {
   std::vector<Token> t_;
   size_t i_ = 0;
   int depth_ = 0;
+  int loops_ = 0;  // for bodies around the current token
   bool& has_generation_;
 };
 

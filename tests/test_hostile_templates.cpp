@@ -181,3 +181,36 @@ TEST(HostileTemplate, RealTemplatesRenderALongConversationWithinAHundredthOfTheB
   }
   EXPECT_GE(rendered, 10u);
 }
+
+// What rendered something other than Jinja2 without a word: a break outside a loop ended the
+// output there, escapes past Unicode made bytes no text has, a long strftime_now format gave an
+// empty string (%z and %Z the C library's zone), and a number literal past 64 bits was a bare
+// std::out_of_range. Each is now Jinja2's result, or a tg::Error naming the line.
+TEST(HostileTemplate, RendersAsJinja2OrRefusesByLine) {
+  EXPECT_ERROR_HAS(render("a\n{% break %}b"), "line 2", "'break' outside a loop");
+  EXPECT_ERROR_HAS(render("{% if true %}{% continue %}{% endif %}"), "'continue' outside a loop");
+  EXPECT_ERROR_HAS(render("{% for x in [1] %}{% else %}{% break %}{% endfor %}"), "'break' outside a loop");
+  EXPECT_EQ(render("{% for a in [1, 2] %}{% for b in [] %}{% else %}{% break %}{% endfor %}{{ a }}{% endfor %}done"), "done");
+  EXPECT_ERROR_HAS(render("{{ '\\U00110000' }}"), "illegal Unicode character");
+  EXPECT_ERROR_HAS(render("{{ '\\ud800' }}"), "a lone surrogate");
+  EXPECT_EQ(render("{{ '\\U0010FFFF'|length }}"), "1");
+
+  std::tm now{};
+  now.tm_year = 125, now.tm_mon = 2, now.tm_mday = 9, now.tm_hour = 14, now.tm_min = 5;
+  mktime(&now);
+  auto at_now = [&](const std::string& source) {
+    return ChatTemplate(source, {}).render(std::vector<ChatMessage>{}, {}, &now);
+  };
+  EXPECT_EQ(at_now("{{ strftime_now('%d %b %Y') }}"), "09 Mar 2025");
+  EXPECT_EQ(at_now("{{ strftime_now('x' * 600)|length }}|{{ strftime_now('%Y' * 200)|length }}"), "600|800");
+  EXPECT_EQ(at_now("{{ strftime_now('[%z|%Z] %%z %-d%') }}"), "[|] %z 9%");
+  EXPECT_EQ(at_now("{{ strftime_now('%99999999999d') }}"), "");
+  EXPECT_ERROR_HAS(at_now("{{ strftime_now('%f') }}"), "%f (microseconds) is not supported");
+
+  EXPECT_ERROR_HAS(render("\n{{ messages.99999999999999999999 }}"), "line 2", "the integer 99999999999999999999 does not fit in 64 bits");
+  EXPECT_ERROR_HAS(render("{{ 9223372036854775808 }}"), "the integer 9223372036854775808 does not fit in 64 bits");
+  EXPECT_ERROR_HAS(render("{{ 007 }}"), "unexpected '7'");  // Jinja2's lexer: 00, then 7
+  EXPECT_EQ(render("{{ -9223372036854775808 }}|{{ 1e400 }}|{{ -1e400 }}|{{ 1e-400 }}|{{ 0x_1F }}|{{ 0o17 }}|{{ 0b101 }}|{{ 1_0.5 }}"),
+            "-9223372036854775808|inf|-inf|0.0|31|15|5|10.5");
+  EXPECT_EQ(render("{{ -2 ** 2 }}|{{ -5|abs }}|{{ 2 - -3 }}|{{ messages.0.role }}"), "4|5|5|user");
+}

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <ctime>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -113,6 +114,11 @@ class Value {
 // transformers' tojson: json.dumps(x, ensure_ascii=False, indent=indent, sort_keys=sort_keys)
 // (separators ", " / ": ", or "," / ": " with an indent; an indent <= 0 breaks lines unindented).
 std::string to_json(const Value& v, std::optional<int64_t> indent = std::nullopt, bool sort_keys = false);
+
+// transformers' strftime_now: Python's datetime.strftime of a naive now() (%z and %Z empty; %f, the
+// microseconds, refused: `when` is kept to the second) over the C library's strftime, as long as
+// the text is.
+std::string strftime(const std::string& format, const std::tm& when);
 
 // Python's str.isspace for one code point.
 bool is_py_space(char32_t cp);

@@ -5,6 +5,8 @@
 #include <string_view>
 #include <vector>
 
+#include "data/detail/jinja.h"
+
 namespace tg::data::jinja {
 
 struct Token {
@@ -16,6 +18,11 @@ struct Token {
 
 // tg::Error "chat template: line N: what".
 [[noreturn]] void syntax_error(int line, const std::string& what);
+
+// An Int or Float token's value as Jinja2's: Python's int (base from a 0b / 0o / 0x prefix) or
+// float; negative for one after a unary minus, where int64's least value fits. A syntax error
+// naming the line for an int past int64.
+Value number_value(const Token& t, bool negative);
 
 // The tokens of a template (valid UTF-8, its line breaks read as Jinja reads them), Eof last.
 std::vector<Token> lex(std::string_view source);
