@@ -61,7 +61,13 @@ std::optional<ChatTemplate> ChatTemplate::from_config(const json::Value& config,
 ChatTemplate::ChatTemplate(const std::string& source, std::vector<std::pair<std::string, std::string>> special_tokens)
     : template_(std::make_shared<const jinja::Template>(source)), special_tokens_(std::move(special_tokens)) {}
 
-bool ChatTemplate::has_generation_blocks() const { return template_->has_generation_blocks(); }
+bool ChatTemplate::has_generation_blocks() const {
+  return template_->generation_blocks() != jinja::GenerationBlocks::None;
+}
+
+bool ChatTemplate::generation_blocks_are_empty() const {
+  return template_->generation_blocks() == jinja::GenerationBlocks::Empty;
+}
 
 std::string ChatTemplate::render(std::span<const ChatMessage> messages, const ChatTemplateOptions& options,
                                  const std::tm* now) const {

@@ -59,6 +59,8 @@ class ChatTemplate {
   std::string render(std::span<const ChatMessage> messages, const ChatTemplateOptions& options, const std::tm* now,
                      std::vector<std::pair<size_t, size_t>>& generation) const;
   bool has_generation_blocks() const;
+  // Every {% generation %} block is empty: a template that marks no assistant token.
+  bool generation_blocks_are_empty() const;
 
  private:
   std::shared_ptr<const jinja::Template> template_;

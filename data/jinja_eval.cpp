@@ -323,8 +323,8 @@ Value make_dict(const Value&, Args& a) {
 
 }  // namespace
 
-// In the body: has_generation_'s initializer would run after root_'s and clear what parse set.
-Template::Template(std::string_view source) { root_ = parse(source, has_generation_); }
+// In the body: generation_'s initializer would run after root_'s and clear what parse set.
+Template::Template(std::string_view source) { root_ = parse(source, generation_); }
 Template::~Template() = default;
 Template::Template(Template&&) noexcept = default;
 Template& Template::operator=(Template&&) noexcept = default;

@@ -15,7 +15,7 @@ using NodeP = std::unique_ptr<Node>;
 
 class Parser {
  public:
-  Parser(std::vector<Token> toks, bool& has_generation) : t_(std::move(toks)), has_generation_(has_generation) {}
+  Parser(std::vector<Token> toks, GenerationBlocks& generation) : t_(std::move(toks)), generation_(generation) {}
 
   NodeP parse_template() {
     std::string end;
@@ -122,11 +122,12 @@ class Parser {
     }
     if (kw == "generation") {
       expect_block_end();
-      has_generation_ = true;
       NodeP gen = node(Node::Type::Generation, line);
       std::string end;
       add(*gen, parse_body({"endgeneration"}, end));
       expect_block_end();
+      if (!gen->kids[0]->kids.empty()) generation_ = GenerationBlocks::Marking;
+      else if (generation_ == GenerationBlocks::None) generation_ = GenerationBlocks::Empty;
       return gen;
     }
     static const std::set<std::string> known = {"macro", "call", "filter", "raw", "include", "import", "from", "extends",
@@ -512,13 +513,13 @@ class Parser {
   size_t i_ = 0;
   int depth_ = 0;
   int loops_ = 0;  // for bodies around the current token
-  bool& has_generation_;
+  GenerationBlocks& generation_;
 };
 
 }  // namespace
 
-std::unique_ptr<Node> parse(std::string_view source, bool& has_generation) {
-  return Parser(lex(source), has_generation).parse_template();
+std::unique_ptr<Node> parse(std::string_view source, GenerationBlocks& generation) {
+  return Parser(lex(source), generation).parse_template();
 }
 
 }  // namespace tg::data::jinja

@@ -125,6 +125,10 @@ bool is_py_space(char32_t cp);
 
 struct Node;
 
+// A template's {% generation %} blocks: none, only empty ones (which mark no assistant token), or
+// some that hold something.
+enum class GenerationBlocks { None, Empty, Marking };
+
 // A parsed template; render may be called from many threads at once.
 class Template {
  public:
@@ -138,11 +142,11 @@ class Template {
   // offsets of each {% generation %} block's output (transformers' assistant masks).
   std::string render(const Dict& variables, const ChatTemplateLimits& limits,
                      std::vector<std::pair<size_t, size_t>>* generation = nullptr) const;
-  bool has_generation_blocks() const { return has_generation_; }
+  GenerationBlocks generation_blocks() const { return generation_; }
 
  private:
   std::unique_ptr<Node> root_;
-  bool has_generation_ = false;
+  GenerationBlocks generation_ = GenerationBlocks::None;
 };
 
 }  // namespace tg::data::jinja

@@ -32,7 +32,8 @@ struct Node {
   const Node* kid(size_t i) const { return i < kids.size() ? kids[i].get() : nullptr; }
 };
 
-// Parses a template into its Body (tg::Error "chat template: line N: ..." on what it cannot).
-std::unique_ptr<Node> parse(std::string_view source, bool& has_generation);
+// Parses a template into its Body (tg::Error "chat template: line N: ..." on what it cannot), and
+// what its {% generation %} blocks are.
+std::unique_ptr<Node> parse(std::string_view source, GenerationBlocks& generation);
 
 }  // namespace tg::data::jinja
