@@ -71,8 +71,9 @@ Value int_arithmetic(const std::string& op, int64_t x, int64_t y) {
   if (op == "//" || op == "%") {
     if (y == 0) eval_fail("integer division or modulo by zero");
     if (op == "//" && x == std::numeric_limits<int64_t>::min() && y == -1) overflow(x, "//", y);
-    const int64_t m = python_mod(x, y);
-    return op == "%" ? Value(m) : Value((x - m) / y);  // exact: x - m is a multiple of y
+    if (op == "%") return Value(python_mod(x, y));
+    const int64_t q = x / y;  // toward zero; x - x % y could overflow
+    return Value(x % y != 0 && (x % y < 0) != (y < 0) ? q - 1 : q);
   }
   if (y < 0) return Value(float_power(static_cast<double>(x), static_cast<double>(y)));  // 2 ** -1 is 0.5
   return Value(int_power(x, y));

@@ -77,6 +77,8 @@ TEST(HostileTemplate, IntegersAtInt64sEdgesFollowPythonOrRaise) {
   const std::string min = "(-9223372036854775807 - 1)", max = "9223372036854775807";
   const std::vector<std::pair<std::string, std::string>> as_jinja2 = {
       {min + " % -1", "0"},
+      {min + " // 3", "-3074457345618258603"},  // found by fuzz_chat_template's seed: x - x % y wrapped
+      {"-9223372036854775807 // -2", "4611686018427387903"},
       {"7 // -2", "-4"},
       {"7 % -3", "-2"},
       {"-7.5 // 2", "-4.0"},
