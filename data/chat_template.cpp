@@ -13,7 +13,7 @@ namespace fs = std::filesystem;
 namespace {
 
 std::string read_text(const fs::path& p) {
-  const std::vector<uint8_t> bytes = io::read_file(p.string());
+  const std::vector<uint8_t> bytes = io::read_file(p.string(), io::kMaxConfigBytes);
   return std::string(bytes.begin(), bytes.end());
 }
 

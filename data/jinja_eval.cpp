@@ -15,12 +15,15 @@ struct Scope {
   const Scope* parent = nullptr;
 
   const Value* lookup(const std::string& name) const {
-    for (const Scope* s = this; s; s = s->parent)
+    for (const Scope* s = this; s; s = s->parent) {
+      Budget::steps(static_cast<int64_t>(s->vars.size() / 16));  // a template that sets 10^5 names looks through them
       for (const auto& [k, v] : s->vars)
         if (k == name) return &v;
+    }
     return nullptr;
   }
   void set(const std::string& name, Value v) {
+    Budget::steps(static_cast<int64_t>(vars.size() / 16));
     for (auto& [k, old] : vars)
       if (k == name) {
         old = std::move(v);

@@ -155,6 +155,9 @@ TEST(HostileTemplate, ARenderHasABudgetOfStepsItemsAndBytes) {
   EXPECT_ERROR_HAS(render("{% for i in range(100000) %}{{ messages[0].content[i] }}{% endfor %}", {{"user", std::string(100000, 'a')}},
                           {.steps = 100000}),
                    steps.c_str());
+  std::string names;  // 5000 names in one scope: each set and lookup looks through them
+  for (int i = 0; i < 5000; ++i) names += "{% set v" + std::to_string(i) + " = 1 %}";
+  EXPECT_ERROR_HAS(render(names, {}, {.steps = 100000}), steps.c_str());
   EXPECT_ERROR_HAS(render("{{ range(1001)|list }}", {}, small), items.c_str(), "more than 1000 list items built");
   EXPECT_ERROR_HAS(render("{{ 'a' * 1001 }}", {}, small), bytes.c_str(), "more than 1000 bytes");
   EXPECT_EQ(render("{{ 'a' * 500 }}", {}, small), std::string(500, 'a'));  // built, then output: 1000 bytes
