@@ -4,7 +4,8 @@
 // namespace attributes, tuples) / generation (transformers' assistant tracker), expressions with
 // Python's semantics (slices, `in`, `~`, comparisons, `a if b else c`), the tests, filters and
 // str / dict methods the real templates call. Anything else is a tg::Error naming it when the
-// template is parsed or rendered, never a different string. Internal to data/: the API is
+// template is parsed or rendered, never a different string; so is a template that nests too deep
+// or spends more than its budget (data/detail/jinja_budget.h). Internal to data/: the API is
 // Tokenizer::apply_chat_template (data/tokenizer.h).
 #pragma once
 
