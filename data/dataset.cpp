@@ -157,10 +157,8 @@ std::optional<std::string> text_problem(std::string_view bytes) {
   const size_t at = std::min(valid, nul);
   if (at == bytes.size()) return std::nullopt;
   const int64_t line = 1 + std::count(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(at), '\n');
-  char what[64];
-  if (at == nul) std::snprintf(what, sizeof what, "a NUL byte");
-  else std::snprintf(what, sizeof what, "invalid UTF-8 (byte 0x%02x)", static_cast<unsigned char>(bytes[at]));
-  return std::string(what) + " at byte " + std::to_string(at) + ", line " + std::to_string(line);
+  const std::string what = at == nul ? "a NUL byte at byte " + std::to_string(at) : utf8::invalid_at(bytes);
+  return what + ", line " + std::to_string(line);
 }
 
 std::shared_ptr<const TokenCorpus> tokenize_text_file(const std::string& path, const Tokenizer& tok,

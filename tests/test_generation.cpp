@@ -624,6 +624,10 @@ TEST(GenerateExample, ChatErrorsNameWhatIsMissing) {
   chat("--model " + folder + " --chat --max-new-tokens 500 --threads 1", "Hi\n", dir, &rc, &err);
   EXPECT_EQ(rc, 1);
   EXPECT_NE(err.find("exceeds the model's context of 512 tokens"), std::string::npos) << err;
+  // A line that is not UTF-8 (a Latin-1 terminal's "café") is named, not sent as other characters.
+  chat("--model " + folder + " --chat --max-new-tokens 1 --threads 1", "Hi\ncaf\xE9\n", dir, &rc, &err);
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(err.find("stdin line 2 is not text: invalid UTF-8 (byte 0xe9) at byte 3"), std::string::npos) << err;
 }
 
 // Greedy ids transformers' generate gave on the tokenizer fixtures' tiny models, one prompt and

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "core/detail/utf8.h"
 #include "core/memory.h"
 #include "data/dataset.h"
 #include "data/detail/regex.h"
@@ -95,6 +96,29 @@ TEST(HostileFiles, InvalidUtf8InAJsonStringIsAnErrorWithItsOffset) {
   EXPECT_EQ(json::parse("\"caf\xC3\xA9 \xF0\x9F\x98\x80\"").as_string(), "caf\xC3\xA9 \xF0\x9F\x98\x80");
   TempDir dir;
   EXPECT_NE(load_error(dir, tokenizer_json("{\"a\xff\": 0}")).find("invalid UTF-8"), std::string::npos);
+}
+
+// Issue 47: utf8::next decoded a truncated character with the bytes after it (past the end of a
+// view, or the next character's), so invalid text reached the model as other characters.
+TEST(HostileFiles, InvalidUtf8DecodesAsReplacementCharactersNeverPastItsEnd) {
+  const std::string euro = "\xE2\x82\xAC";
+  size_t i = 0;
+  EXPECT_EQ(utf8::next(std::string_view(euro).substr(0, 2), i), 0xFFFDu);  // was U+20AC, its third byte read
+  EXPECT_EQ(i, 2u);
+  // Decoding character by character agrees with repair(): one U+FFFD a maximal invalid subpart.
+  for (const std::string bad : {"a\xE2\x82", "\xff\xfe", "\xC0\x80", "\xED\xA0\x80", "\xF4\x90\x80\x80", "\xE2\x82x\xE2\x82\xAC"}) {
+    std::string decoded;
+    for (size_t k = 0; k < bad.size();) utf8::append(decoded, utf8::next(bad, k));
+    EXPECT_EQ(decoded, utf8::repair(bad)) << json::dump(json::Value(utf8::repair(bad)));
+  }
+  EXPECT_EQ(utf8::invalid_at("caf\xC3"), "invalid UTF-8 (byte 0xc3) at byte 3");
+  EXPECT_EQ(utf8::invalid_at("caf\xC3\xA9"), "");
+  // A cut inside a character handed the tokenizer's pipeline (PCRE2 without its UTF check) a truncated one.
+  const auto tok = data::Tokenizer::from_file(fs::path(__FILE__).parent_path() / "fixtures" / "tokenizers" / "qwen2" / "tokenizer.json");
+  std::vector<data::Tokenizer::TokenCut> where;
+  EXPECT_ERROR_HAS(tok.encode_with_cuts("caf\xC3\xA9!", std::vector<size_t>{4}, where), "encode_with_cuts", "cut 0 at byte 4",
+                   "inside a UTF-8 character");
+  EXPECT_EQ(tok.encode_with_cuts("caf\xC3\xA9!", std::vector<size_t>{3, 5}, where), tok.encode("caf\xC3\xA9!", false));
 }
 
 TEST(HostileFiles, TokenizerIdsAreRangeCheckedWhereTheyAreParsed) {
