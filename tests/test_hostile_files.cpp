@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "core/limits.h"
 #include "core/memory.h"
 #include "data/dataset.h"
 #include "data/detail/regex.h"
@@ -239,6 +240,22 @@ TEST(HostileFiles, CheckpointMetadataIsParsedCheckedBeforeAnythingLoads) {
 }
 
 // ---- datasets
+
+// Issue 47: a padded dataset of seq 1e9 made its batch's rows (16 GB a row) before anything said
+// no: seq is bounded where the dataset is made, a batch's rows by the host's memory before they
+// are allocated.
+TEST(HostileFiles, AnAbsurdSequenceOrBatchIsRefusedBeforeItIsAllocated) {
+  const auto corpus = data::corpus_from_examples({std::vector<int32_t>(10, 1), std::vector<int32_t>(5, 2)});
+  for (const data::Layout layout : {data::Layout::Pad, data::Layout::Pack, data::Layout::PackSeparate})
+    EXPECT_ERROR_HAS(data::SequenceDataset(corpus, 1'000'000'000, layout), "seq 1000000000 is above 16777216");
+  const data::SequenceDataset rows(corpus, kMaxContext, data::Layout::Pad);
+  const size_t in_use = memory_stats().bytes_in_use;
+  EXPECT_ERROR_HAS(rows.batch(0, kMaxBatch, 0, Device::cpu()), "SequenceDataset::batch",
+                   "1048576 rows of 16777216 tokens take", "more than the host's");
+  EXPECT_ERROR_HAS(rows.rows_batch(1, 2, Device::cpu()), "2 rows from row 1 reach outside the 2 rows");
+  EXPECT_ERROR_HAS(rows.rows_batch(1, INT64_MAX, Device::cpu()), "reach outside");  // first + n overflowed
+  EXPECT_EQ(memory_stats().bytes_in_use, in_use);
+}
 
 TEST(HostileFiles, SequenceDatasetBatchChecksItsIndexAndSize) {
   data::SequenceDataset rows(data::corpus_from_examples({std::vector<int32_t>(64, 1)}), 4, data::Layout::Pack);

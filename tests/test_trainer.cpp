@@ -11,6 +11,7 @@
 
 #include "core/autograd.h"
 #include "core/factory.h"
+#include "core/limits.h"
 #include "distributed/fake_communicator.h"
 #include "nn/models/llama.h"
 #include "nn/models/quantization.h"
@@ -286,6 +287,14 @@ TEST(Trainer, EveryArgumentIsValidatedByName) {
   bad([](auto& a) { a.seed = -1; }, {"seed"});
   bad([](auto& a) { a.output_dir = ""; }, {"output_dir"});
   bad([](auto& a) { a.cuda_graph = "yes"; }, {"cuda_graph", "'yes'"});
+  // Issue 47: the sizes every step allocates by, and the steps, bounded before anything is allocated.
+  bad([](auto& a) { a.per_device_train_batch_size = kMaxBatch + 1; },
+      {"per_device_train_batch_size 1048577 is above the limit 1048576"});
+  bad([](auto& a) { a.per_device_eval_batch_size = int64_t{1} << 40; }, {"per_device_eval_batch_size 1099511627776"});
+  bad([](auto& a) { a.gradient_accumulation_steps = int64_t{1} << 40; },
+      {"gradient_accumulation_steps 1099511627776 is above the limit 1048576"});
+  bad([](auto& a) { a.max_steps = INT64_MAX; }, {"max_steps 9223372036854775807 is above the limit 1099511627776"});
+  bad([](auto& a) { a.num_train_epochs = 1e300; }, {"num_train_epochs 1e+300 is above the limit 1099511627776"});
   TrainingArguments{}.validate();  // the defaults are valid
 
   TempDir dir;
@@ -298,6 +307,12 @@ TEST(Trainer, EveryArgumentIsValidatedByName) {
   args.warmup_steps = 15;
   EXPECT_ERROR_HAS(Trainer(lora_model(), pattern_rows(), args).train(),
                    "warmup_steps 15 >= the max_steps of num_train_epochs 15");
+  args.warmup_steps = 0;
+  args.num_train_epochs = static_cast<double>(kMaxSteps);  // within its bound, but 15 steps an epoch
+  EXPECT_ERROR_HAS(Trainer(lora_model(), pattern_rows(), args).train(), "num_train_epochs 1.09951e+12 of 15 steps",
+                   "above the limit 1099511627776");
+  args.num_train_epochs = 1;
+  args.warmup_steps = 15;
   args.bf16 = true;
   auto everything_trains = std::make_shared<nn::LlamaForCausalLM>(tiny_config());
   EXPECT_ERROR_HAS(Trainer(everything_trains, pattern_rows(), args), "bf16", "every parameter trains", "full fine-tuning");

@@ -10,6 +10,7 @@
 
 #include "core/autograd.h"
 #include "core/factory.h"
+#include "core/limits.h"
 #include "distributed/init.h"
 #include "io/file.h"
 #include "nn/models/architecture.h"
@@ -107,6 +108,7 @@ Trainer::Trainer(std::shared_ptr<nn::CausalLM> model, std::shared_ptr<const data
     distributed::check_can_join(launch);
     device_ = Device::cuda(launch.local_rank);
   }
+  check_batch_memory(distributed::launched() ? distributed::launch_info().world_size : 1);
   TG_CHECK(!model_->trainable_parameters().empty(), kWhere, "the model has no trainable parameter (wrap it with ",
            "peft::apply_lora, or leave its weights trainable for full fine-tuning)");
   if (args_.bf16) cast_for_bf16(*model_);
@@ -125,6 +127,7 @@ Trainer::~Trainer() = default;
 void Trainer::use_communicator(distributed::Communicator& comm) {
   TG_CHECK(comm_ == nullptr, kWhere, "use_communicator: the Trainer already trains data-parallel");
   comm_ = &comm;
+  check_batch_memory(comm.world_size());
   rank_ = comm.rank(), world_ = comm.world_size();
   state_.is_world_process_zero = rank_ == 0;
   // Rank 0's weights on every rank (the same seed gives the same anyway), gradients averaged.
@@ -132,8 +135,18 @@ void Trainer::use_communicator(distributed::Communicator& comm) {
 }
 
 double Trainer::epoch_at(int64_t step) const {
-  return static_cast<double>(step * args_.gradient_accumulation_steps * args_.per_device_train_batch_size * world_) /
-         static_cast<double>(train_->rows());
+  return static_cast<double>(step) * static_cast<double>(args_.gradient_accumulation_steps) *
+         static_cast<double>(args_.per_device_train_batch_size * world_) / static_cast<double>(train_->rows());
+}
+
+void Trainer::check_batch_memory(int64_t world) const {
+  // Each step draws the global batch on the host; evaluation draws up to its batch of rows at once.
+  train_->check_batch_memory(args_.per_device_train_batch_size * world, kArgs,
+                             "per_device_train_batch_size " + std::to_string(args_.per_device_train_batch_size) +
+                                 " x " + std::to_string(world) + " ranks: rows");
+  if (eval_)
+    eval_->check_batch_memory(std::min(args_.per_device_eval_batch_size, eval_->rows()), kArgs,
+                              "per_device_eval_batch_size " + std::to_string(args_.per_device_eval_batch_size) + ": rows");
 }
 
 const DataFingerprint& Trainer::train_fingerprint() {
@@ -197,7 +210,11 @@ TrainOutput Trainer::train() {
     state_.max_steps = args_.max_steps;
   } else {  // as transformers: whole micro-batches of an epoch, whole steps of those, at least one
     const int64_t per_epoch = std::max<int64_t>(1, (train_->rows() + global_batch - 1) / global_batch / accum);
-    state_.max_steps = static_cast<int64_t>(std::ceil(args_.num_train_epochs * static_cast<double>(per_epoch)));
+    const double steps = std::ceil(args_.num_train_epochs * static_cast<double>(per_epoch));
+    TG_CHECK(steps <= static_cast<double>(kMaxSteps), kArgs, "num_train_epochs ", args_.num_train_epochs, " of ",
+             per_epoch, " steps are ", steps, " steps, above the limit ", kMaxSteps,
+             " (lower num_train_epochs, or set max_steps)");
+    state_.max_steps = static_cast<int64_t>(steps);
     check_warmup(args_.warmup_steps, state_.max_steps, "the max_steps of num_train_epochs");
   }
   // What a captured step cannot hold: a host-weighted sum of micro-batches, fresh dropout masks,

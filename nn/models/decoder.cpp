@@ -74,8 +74,8 @@ void DecoderSpec::validate() const {
   TG_CHECK(hd > 0 && hd % 2 == 0, "DecoderSpec", "attention.head_dim must be positive and even (RoPE), got ", hd);
   TG_CHECK(sliding_layers.empty() || static_cast<int64_t>(sliding_layers.size()) == num_hidden_layers, "DecoderSpec",
            "sliding_layers has ", sliding_layers.size(), " entries for num_hidden_layers ", num_hidden_layers);
-  rope.scaling.validate(hd);
-  if (local_rope) local_rope->scaling.validate(hd);
+  rope.scaling.validate(hd, max_position_embeddings, rope.theta);
+  if (local_rope) local_rope->scaling.validate(hd, max_position_embeddings, local_rope->theta);
 }
 
 DecoderLayer::DecoderLayer(const DecoderSpec& s, int64_t index, Generator& gen)

@@ -30,10 +30,10 @@ LlamaConfig read_llama_fields(const ConfigFields& f, const std::string& architec
   c.vocab_size = f.integer("vocab_size", vocab);
   c.hidden_size = f.integer("hidden_size", 4096);
   c.intermediate_size = f.integer("intermediate_size", 11008);
-  c.num_hidden_layers = f.integer("num_hidden_layers", 32);
+  c.num_hidden_layers = f.integer("num_hidden_layers", 32, 1, kMaxLayers);
   c.num_attention_heads = f.integer("num_attention_heads", 32);
   c.num_key_value_heads = f.integer("num_key_value_heads", 0, /*lo=*/0);  // 0: num_attention_heads
-  c.max_position_embeddings = f.integer("max_position_embeddings", 2048);
+  c.max_position_embeddings = f.integer("max_position_embeddings", 2048, 1, kMaxContext);
   c.rms_norm_eps = f.number("rms_norm_eps", eps);
   c.initializer_range = f.number("initializer_range", 0.02);
   c.tie_word_embeddings = f.boolean("tie_word_embeddings", false);
