@@ -27,6 +27,7 @@
 #include "core/cuda/runtime.h"
 #include "core/memory.h"
 #include "examples/common/flags.h"
+#include "examples/common/precision.h"
 #include "nn/models/pretrained.h"
 #include "tapegrad.h"
 
@@ -41,10 +42,8 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 // A field of /proc/self/status in MiB ("VmHWM", "VmRSS"); -1 where there is none.
 double status_mib(const std::string& field) {
-  std::ifstream in("/proc/self/status");
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind(field + ":", 0) == 0) return std::stod(line.substr(field.size() + 1)) / 1024.0;  // kB
-  return -1;
+  const std::optional<int64_t> kib = examples::proc_status_kib(field);
+  return kib ? static_cast<double>(*kib) / 1024.0 : -1;
 }
 
 // Resets VmHWM to the current RSS; false where the kernel does not allow it.

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "data/detail/jinja_ast.h"
+#include "io/number.h"
 #include "core/detail/utf8.h"
 
 namespace tg::data::jinja {
@@ -541,11 +542,10 @@ class Parser {
     }
     if (tok.kind == Token::Int || tok.kind == Token::Float) {
       NodeP n = node(Node::Type::Literal, tok.line);
-      try {
-        n->value = tok.kind == Token::Int ? Value(static_cast<int64_t>(std::stoll(tok.text))) : Value(std::stod(tok.text));
-      } catch (const std::exception&) {
-        syntax_error(tok.line, "the number " + tok.text + " is out of range");
-      }
+      const std::optional<int64_t> i = io::parse_integer<int64_t>(tok.text);
+      const std::optional<double> d = io::parse_number(tok.text);
+      if (tok.kind == Token::Int ? !i : !d) syntax_error(tok.line, "the number " + tok.text + " is out of range");
+      n->value = tok.kind == Token::Int ? Value(*i) : Value(*d);
       take();
       return n;
     }
@@ -593,7 +593,10 @@ class Parser {
           NodeP item = node(Node::Type::Item, line);
           item->kids.push_back(std::move(n));
           NodeP idx = node(Node::Type::Literal, line);
-          idx->value = Value(static_cast<int64_t>(std::stoll(take().text)));
+          const std::optional<int64_t> i = io::parse_integer<int64_t>(cur().text);
+          if (!i) syntax_error(line, "the index ." + cur().text + " is out of range");
+          idx->value = Value(*i);
+          take();
           item->kids.push_back(std::move(idx));
           n = std::move(item);
           continue;

@@ -14,6 +14,7 @@
 
 #include "core/limits.h"
 #include "core/memory.h"
+#include "data/chat_template.h"
 #include "data/dataset.h"
 #include "data/detail/regex.h"
 #include "data/tokenizer.h"
@@ -174,6 +175,13 @@ TEST(HostileFiles, NumbersFromTextAreCheckedWholeAndInRange) {
   EXPECT_EQ(io::parse_number("inf"), std::nullopt);
   EXPECT_EQ(io::parse_number("1e400"), std::nullopt);
   EXPECT_EQ(io::parse_number("2.5e-3"), 2.5e-3);
+  EXPECT_EQ(io::parse_integer<uint64_t>("ffffffffffffffff", 16), UINT64_MAX);
+  EXPECT_EQ(io::parse_integer<uint64_t>("0x1f", 16), std::nullopt);
+  EXPECT_EQ(io::parse_integers<int64_t>("4x512x32000", 'x'), (std::vector<int64_t>{4, 512, 32000}));
+  EXPECT_EQ(io::parse_integers<int64_t>("4x", 'x'), std::nullopt);
+  EXPECT_EQ(io::parse_integers<int64_t>("4x 5", 'x'), std::nullopt);
+  EXPECT_ERROR_HAS(io::checked_integer<int64_t>("12", 0, 10, "op", "'f' metadata n"),
+                   "op: 'f' metadata n='12' is not an integer in [0, 10]");
 
   examples::Flags flags("p", "");
   flags.add("nproc", "1", "").add("alpha", "16", "").add("clip", "1", "").add("threads", "0", "");
@@ -237,6 +245,13 @@ TEST(HostileFiles, CheckpointMetadataIsParsedCheckedBeforeAnythingLoads) {
   EXPECT_NE(with_step("99999999999999999999").find("step='99999999999999999999'"), std::string::npos);
   EXPECT_NE(with_step("-3").find("step='-3'"), std::string::npos);
   EXPECT_EQ(layer.weight.to_vector<float>(), before) << "a bad field leaves the model as it was";
+}
+
+// A chat template's number past int64 (an index `.N` threw std::out_of_range: "error: stoll").
+TEST(HostileFiles, ATemplatesNumberPastInt64IsASyntaxError) {
+  EXPECT_ERROR_HAS(data::ChatTemplate("{{ messages.99999999999999999999 }}", {}),
+                   "line 1: the index .99999999999999999999 is out of range");
+  EXPECT_ERROR_HAS(data::ChatTemplate("{{ 99999999999999999999 }}", {}), "the number 99999999999999999999 is out of range");
 }
 
 // ---- datasets

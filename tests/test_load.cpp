@@ -13,6 +13,7 @@
 #include "core/factory.h"
 #include "core/memory.h"
 #include "core/primitives.h"
+#include "examples/common/precision.h"
 #include "io/file.h"
 #include "io/json.h"
 #include "io/safetensors.h"
@@ -210,10 +211,8 @@ TEST_F(LoadTest, LoadsToTheGpuAsToTheCpu) {
 
 // A field of /proc/self/status in bytes ("VmHWM", "VmRSS"); -1 where there is none.
 int64_t status_bytes(const std::string& field) {
-  std::ifstream in("/proc/self/status");
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind(field + ":", 0) == 0) return std::stoll(line.substr(field.size() + 1)) * 1024;  // kB
-  return -1;
+  const std::optional<int64_t> kib = examples::proc_status_kib(field);
+  return kib ? *kib * 1024 : -1;
 }
 
 // Resets VmHWM to the current RSS; false where the kernel does not allow it.

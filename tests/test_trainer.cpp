@@ -13,6 +13,7 @@
 #include "core/factory.h"
 #include "core/limits.h"
 #include "distributed/fake_communicator.h"
+#include "io/safetensors.h"
 #include "nn/models/llama.h"
 #include "nn/models/quantization.h"
 #include "optim/lr_scheduler.h"
@@ -327,6 +328,40 @@ TEST(Trainer, EveryArgumentIsValidatedByName) {
   auto long_rows = std::make_shared<data::SequenceDataset>(data::corpus_from_examples({std::vector<int32_t>(64, 1)}),
                                                            32, data::Layout::Pack);
   EXPECT_ERROR_HAS(Trainer(lora_model(), long_rows, args), "32 tokens", "context is 16", "max_position_embeddings");
+}
+
+// Issue 47: a checkpoint's metadata is parsed checked, each bad field named with its file before
+// anything loads (before, std::stoll read "2abc" as 2 and threw "stoll" past int64), and a folder
+// named checkpoint-<more than int64> is no checkpoint of a run.
+TEST(Trainer, ACorruptCheckpointIsNamedBeforeAnythingLoads) {
+  TempDir dir;
+  TrainingArguments args = args_in(dir, 4);
+  Trainer(lora_model(), pattern_rows(), args).train();
+  const std::string state = dir / "out/checkpoint-4/training_state.safetensors";
+  const safetensors::Loaded good = safetensors::load_file_with_metadata(state);
+  args.resume_from_checkpoint = "latest";
+  args.max_steps = 8;
+  auto resumed_with = [&](const std::string& key, const std::string& value) {
+    safetensors::Metadata meta = good.metadata;
+    meta["extra/" + key] = value;
+    safetensors::save_file(good.tensors, state, meta);
+    return test::error_of([&] { Trainer(lora_model(), pattern_rows(), args).train(); });
+  };
+  for (const char* key : {"train_batch_size", "global_step", "batches_drawn"})
+    for (const char* value : {"2abc", "99999999999999999999", "-4", ""}) {
+      const std::string msg = resumed_with(key, value), want = "'" + state + "' metadata " + key + "='" + value + "'";
+      EXPECT_NE(msg.find(want + " is not an integer in ["), std::string::npos) << msg;
+    }
+  EXPECT_NE(resumed_with("data_fingerprint", R"({"rows": 60, "seq": 8, "segments": ["zz"]})")
+                .find("data_fingerprint segment='zz' is not a hexadecimal integer"),
+            std::string::npos);
+  EXPECT_NE(resumed_with("training_args", "{").find("metadata training_args is not JSON"), std::string::npos);
+  safetensors::save_file(good.tensors, state, good.metadata);
+  fs::create_directories(dir / "out/checkpoint-99999999999999999999");
+  fs::copy_file(state, dir / "out/checkpoint-99999999999999999999/training_state.safetensors");
+  const auto found = train::complete_checkpoints(dir / "out");
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].first, 4);
 }
 
 TEST(Trainer, CallbacksAreCalledInTransformersOrder) {

@@ -13,6 +13,7 @@
 #include "core/limits.h"
 #include "distributed/init.h"
 #include "io/file.h"
+#include "io/number.h"
 #include "nn/models/architecture.h"
 #include "nn/models/pretrained.h"
 #include "nn/norm.h"
@@ -65,6 +66,20 @@ std::string meta_at(const CheckpointMetadata& meta, const std::string& key, cons
   auto it = meta.find(key);
   TG_CHECK(it != meta.end(), kWhere, "'", file, "' lacks '", key, "': not written by train::Trainer");
   return it->second;
+}
+
+// A count the checkpoint's metadata holds, in [lo, INT64_MAX].
+int64_t meta_integer(const CheckpointMetadata& meta, const std::string& key, const std::string& file, int64_t lo) {
+  return io::checked_integer<int64_t>(meta_at(meta, key, file), lo, INT64_MAX, kWhere, "'" + file + "' metadata " + key);
+}
+
+// A JSON value the checkpoint's metadata holds.
+json::Value meta_json(const CheckpointMetadata& meta, const std::string& key, const std::string& file) {
+  try {
+    return json::parse(meta_at(meta, key, file));
+  } catch (const Error& e) {
+    fail(kWhere, "'", file, "' metadata ", key, " is not JSON: ", e.what());
+  }
 }
 
 std::vector<LogEntry> parse_log_history(const json::Value& state) {
@@ -471,7 +486,7 @@ int64_t Trainer::resume() {
            " (not a Trainer checkpoint, or its save was interrupted)");
   const CheckpointMetadata meta = training_state_metadata(file);
   // The arguments first: a changed one would otherwise fail later as something obscure.
-  const json::Value then = json::parse(meta_at(meta, "training_args", file)), now = args_.to_json();
+  const json::Value then = meta_json(meta, "training_args", file), now = args_.to_json();
   std::string changed;
   for (const std::string& f : TrainingArguments::resume_fixed_fields()) {
     const std::string was = then.find(f) ? json::dump(then.at(f)) : "(absent)", is = json::dump(now.at(f));
@@ -480,28 +495,32 @@ int64_t Trainer::resume() {
   TG_CHECK(changed.empty(), kWhere, "resume_from_checkpoint '", dir, "' was trained with other arguments:", changed,
            "\nresume with the same values (output_dir, max_steps, logging / eval / save settings, ",
            "gradient_checkpointing and cuda_graph may change), or start afresh");
-  const int64_t batch_then = std::stoll(meta_at(meta, "train_batch_size", file)),
+  const int64_t batch_then = meta_integer(meta, "train_batch_size", file, 1),
                 batch_now = args_.per_device_train_batch_size * world_;
   TG_CHECK(batch_then == batch_now, kWhere, "resume_from_checkpoint '", dir, "' trained on batches of ", batch_then,
            " rows (per_device_train_batch_size x ranks), now ", args_.per_device_train_batch_size, " x ", world_, " = ",
            batch_now, " (set per_device_train_batch_size to ", batch_then, " / ranks)");
-  const int64_t step = std::stoll(meta_at(meta, "global_step", file));
+  const int64_t step = meta_integer(meta, "global_step", file, 0);
   TG_CHECK(step <= state_.max_steps, kArgs, "max_steps ", state_.max_steps, " is below the step ", step,
            " of the checkpoint '", dir, "' (max_steps may grow to extend a run, not shrink)");
   const std::string data_change = describe_change(
-      DataFingerprint::from_json(json::parse(meta_at(meta, "data_fingerprint", file)), file), train_fingerprint());
+      DataFingerprint::from_json(meta_json(meta, "data_fingerprint", file), file), train_fingerprint());
   TG_CHECK(data_change.empty(), kWhere, "resume_from_checkpoint '", dir,
            "': the train_dataset is not the one the checkpoint trained on: ", data_change,
            " (resume on the same data, or start afresh)");
-  TG_CHECK(std::stoll(meta_at(meta, "batches_drawn", file)) == step * args_.gradient_accumulation_steps, kWhere, "'",
+  TG_CHECK(meta_integer(meta, "batches_drawn", file, 0) == step * args_.gradient_accumulation_steps, kWhere, "'",
            file, "' drew ", meta_at(meta, "batches_drawn", file), " batches in ", step, " steps of ",
            args_.gradient_accumulation_steps, " micro-batches");
   const int64_t loaded = load_training_state(file, *model_, *optimizer_);
   const std::string state_file = (fs::path(dir) / "trainer_state.json").string();
   state_.log_history.clear();
   if (fs::exists(state_file)) {
-    const std::vector<uint8_t> bytes = io::read_file(state_file);
-    state_.log_history = parse_log_history(json::parse(std::string(bytes.begin(), bytes.end())));
+    const std::vector<uint8_t> bytes = io::read_file(state_file, io::kMaxConfigBytes);
+    try {
+      state_.log_history = parse_log_history(json::parse(std::string(bytes.begin(), bytes.end())));
+    } catch (const Error& e) {
+      fail(kWhere, "'", state_file, "': ", e.what());
+    }
   }
   return loaded;
 }
