@@ -106,9 +106,10 @@ TEST_F(QloraTest, FromPretrainedQuantisesAsItStreams) {
       // The load's peak over what the model holds: one dense layer (twice for GPT-2's Conv1D, read
       // transposed through the file reader's buffer) and the quantiser's float32 absmax of it, far
       // below the dense linear layers a dense load would hold.
-      // A host load in the files' dtype maps the files: a parameter allocated and then given the
-      // file's pages counts in the peak but not in what is in use after, so the model's own bytes
-      // are those of its storages, mapped or not, beside what was in use before the load.
+      // A host load in the files' dtype copies the files' tensors into memory of its own: a
+      // parameter allocated and then given that memory counts in the peak but not in what is in
+      // use after, so the model's own bytes are those of its storages, copied or not, beside what
+      // was in use before the load.
       std::set<const Storage*> storages;
       int64_t held = 0;
       for (const auto& [name, t] : streamed->named_parameters())

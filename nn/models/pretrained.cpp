@@ -368,13 +368,13 @@ void load_weights(Module& model, const Architecture& arch, const io::Folder& dir
   HostToDevice* via = upload ? &*upload : nullptr;
   for (WeightFile& f : files) {
     for (const Read& r : f.reads) {
-      // On the host in the file's dtype the parameter takes the file's pages (mapped copy-on-write):
-      // no copy, and no fresh memory to fault in, whose first touch made loading 2-4x slower than
-      // reading (dev/NOTES.md).
-      Tensor pages;
-      if (o.device.is_cpu() && r.whole && r.into.dtype() == r.tensor->dtype) pages = f.reader->mapped(*r.tensor);
-      if (pages.defined()) {
-        r.into.impl().storage = pages.storage();
+      // On the host in the file's dtype the parameter takes memory the kernel copied the tensor
+      // into: no zero-filled pages first, whose first touch made reading 2-4x slower (dev/NOTES.md),
+      // and, unlike a mapping of the file, nothing later done to the file changes the model.
+      Tensor copy;
+      if (o.device.is_cpu() && r.whole && r.into.dtype() == r.tensor->dtype) copy = f.reader->owned(*r.tensor);
+      if (copy.defined()) {
+        r.into.impl().storage = copy.storage();
         r.into.impl().offset = 0;
         progress.add(r.into.nbytes());
         continue;
@@ -388,7 +388,7 @@ void load_weights(Module& model, const Architecture& arch, const io::Folder& dir
       f.reader->read(*r.tensor, r.conv1d ? transpose(w, 0, 1) : w, told, via);
       install_linear_4bit(model, r.layer, quantized(r.tensor->name, w), four.config.compute_dtype, workspace);
     }
-    f.reader.reset();  // its staging buffer and file with it (mapped pages stay with their tensors)
+    f.reader.reset();  // its staging buffer and file with it
   }
   for (const std::string& layer : quantize_after)
     install_linear_4bit(model, layer, quantized(layer + ".weight", own.at(layer + ".weight")),
