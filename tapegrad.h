@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/factory.h"
 #include "core/generator.h"
+#include "core/limits.h"
 #include "core/memory.h"
 #include "core/parallel.h"
 #include "core/primitives.h"

@@ -75,7 +75,10 @@ int main(int argc, char** argv) {
     std::printf("%-10s %-6s %-8s %5s %6s %6s %10s %12s %11s %14s\n", "config", "dtype", "cache", "batch", "prompt", "new",
                 "tok/s", "ms/token", "prefill ms", "decode ms/tok");
     for (const std::string& b : flags.list("batches")) {
-      const int64_t B = std::stoll(b);
+      const std::optional<int64_t> parsed = io::parse_integer<int64_t>(b);
+      if (!parsed || *parsed < 1 || *parsed > 4096)
+        throw std::runtime_error("--batches wants sizes in [1, 4096], got '" + b + "'");
+      const int64_t B = *parsed;
       std::vector<std::vector<int32_t>> prompts;  // the same for every cache
       for (int64_t i = 0; i < B; ++i) {
         std::vector<int32_t> p;

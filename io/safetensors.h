@@ -76,10 +76,11 @@ class FileReader {
   // a conversion then runs on the device.
   void read(const TensorInfo& t, const Tensor& dst, const std::function<void(size_t)>& progress = {},
             HostToDevice* upload = nullptr);
-  // Tensor `t` as a host tensor over the file's pages (io::File::map_private, mapped at the first
-  // call): no copy, written pages copied on write. Undefined where its bytes are not its elements
-  // (F16, BOOL), it is empty, or its offset is not a multiple of its element size.
-  Tensor mapped(const TensorInfo& t);
+  // Tensor `t` as a host tensor of its own memory, copied there by the kernel (io::File::
+  // copy_to_memory): the fastest way into fresh memory, and the file is not read again. Undefined
+  // where its bytes are not its elements (F16, BOOL), it is empty, or the system refuses (read()
+  // into a tensor then).
+  Tensor owned(const TensorInfo& t);
 
  private:
   void read_parallel(uint64_t offset, void* out, uint64_t n);
@@ -87,7 +88,6 @@ class FileReader {
 
   io::File file_;
   Header header_;
-  std::shared_ptr<uint8_t> mapping_;
   Tensor staging_, widened_;  // the file's bytes of a chunk; F16 and BOOL chunks decoded
 };
 

@@ -35,9 +35,12 @@ struct RopeScaling {
   std::vector<double> short_factor = {}, long_factor = {};  // longrope: one per frequency (rotary dims / 2)
   double partial_rotary_factor = 1.0;  // RoPE over the first int(head_dim * this) dims of a head (Phi-3)
 
-  // tg::Error naming the field; head_dim: the attention heads' (the factor lists' length is half
-  // of its rotary part).
-  void validate(int64_t head_dim) const;
+  // tg::Error naming the field and its value for anything out of range, or that would divide by
+  // zero, take a log of 0 or overflow float32 where the tables are computed (transformers'
+  // modeling_rope_utils): the tables of `max_positions` positions for heads of `head_dim` (the
+  // factor lists' length is half of its rotary part) and base `theta` (`theta_field` in messages)
+  // are then finite.
+  void validate(int64_t head_dim, int64_t max_positions, double theta, const char* theta_field = "rope_theta") const;
   int64_t rotary_dim(int64_t head_dim) const;
   bool operator==(const RopeScaling&) const = default;
 };

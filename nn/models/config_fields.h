@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/limits.h"
 #include "io/json.h"
 #include "nn/rotary.h"
 
@@ -26,8 +27,9 @@ class ConfigFields {
   const json::Value& json() const { return v_; }
 
   const json::Value* get(const std::string& key) const;  // nullptr when absent or null
-  // A size or count in [lo, kMaxSize]: checked before any arithmetic uses it.
-  int64_t integer(const std::string& key, int64_t fallback, int64_t lo = 1) const;
+  // A size or count in [lo, hi]: checked before any arithmetic uses it (hi: core/limits.h's bound
+  // where the field has one).
+  int64_t integer(const std::string& key, int64_t fallback, int64_t lo = 1, int64_t hi = kMaxSize) const;
   // A finite number in [lo, hi].
   double number(const std::string& key, double fallback, double lo = 0, double hi = HUGE_VAL) const;
   // A dropout probability: [0, 1), as the attention kernels take it (1 would drop everything).

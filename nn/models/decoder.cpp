@@ -85,8 +85,8 @@ void DecoderSpec::validate() const {
     TG_CHECK(layers->empty() || static_cast<int64_t>(layers->size()) == num_hidden_layers, "DecoderSpec", name, " has ",
              layers->size(), " entries for num_hidden_layers ", num_hidden_layers);
   TG_CHECK(pre_norms || sandwich_norms, "DecoderSpec", "a block without pre_norms needs sandwich_norms (its only norms)");
-  rope.scaling.validate(hd);
-  if (local_rope) local_rope->scaling.validate(hd);
+  rope.scaling.validate(hd, max_position_embeddings, rope.theta);
+  if (local_rope) local_rope->scaling.validate(hd, max_position_embeddings, local_rope->theta);
 }
 
 DecoderLayer::DecoderLayer(const DecoderSpec& s, int64_t index, Generator& gen)

@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "core/generator.h"
+#include "core/limits.h"
 #include "io/json.h"
 #include "nn/attention.h"
 #include "nn/embedding.h"
@@ -64,6 +65,10 @@ void check_sizes(const Config& c, const char* who) {
       {c.num_hidden_layers, "num_hidden_layers"}, {c.num_attention_heads, "num_attention_heads"},
       {c.max_position_embeddings, "max_position_embeddings"}};
   for (const auto& [v, name] : sizes) TG_CHECK(v > 0, who, name, " must be positive, got ", v);
+  TG_CHECK(c.num_hidden_layers <= kMaxLayers, who, "num_hidden_layers ", c.num_hidden_layers, " is above ", kMaxLayers,
+           ", the most tapegrad builds");
+  TG_CHECK(c.max_position_embeddings <= kMaxContext, who, "max_position_embeddings ", c.max_position_embeddings,
+           " is above ", kMaxContext, ", the longest context tapegrad builds (its RoPE tables hold every position)");
 }
 
 // A spec with the fields the families' configs name alike (transformers' names); the family sets

@@ -32,11 +32,11 @@ GemmaConfig read_gemma(const ConfigFields& f, const std::string& architecture, b
   c.vocab_size = f.integer("vocab_size", gemma3 ? 262208 : 256000);
   c.hidden_size = f.integer("hidden_size", 2304);
   c.intermediate_size = f.integer("intermediate_size", 9216);
-  c.num_hidden_layers = f.integer("num_hidden_layers", 26);
+  c.num_hidden_layers = f.integer("num_hidden_layers", 26, 1, kMaxLayers);
   c.num_attention_heads = f.integer("num_attention_heads", 8);
   c.num_key_value_heads = f.integer("num_key_value_heads", 4);
   c.head_dim = f.integer("head_dim", 256);
-  c.max_position_embeddings = f.integer("max_position_embeddings", gemma3 ? 131072 : 8192);
+  c.max_position_embeddings = f.integer("max_position_embeddings", gemma3 ? 131072 : 8192, 1, kMaxContext);
   c.rms_norm_eps = f.number("rms_norm_eps", 1e-6);
   c.initializer_range = f.number("initializer_range", 0.02);
   c.tie_word_embeddings = f.boolean("tie_word_embeddings", true);

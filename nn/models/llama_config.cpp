@@ -3,6 +3,7 @@
 // is read; what would change the computation in a way not implemented is refused by name.
 #include <string>
 
+#include "core/limits.h"
 #include "nn/models/architecture.h"
 #include "nn/models/config_fields.h"
 #include "nn/models/llama.h"
@@ -30,11 +31,11 @@ LlamaConfig read_llama_fields(const ConfigFields& f, const LlamaConfig& defaults
   c.vocab_size = f.integer("vocab_size", defaults.vocab_size);
   c.hidden_size = f.integer("hidden_size", defaults.hidden_size);
   c.intermediate_size = f.integer("intermediate_size", defaults.intermediate_size);
-  c.num_hidden_layers = f.integer("num_hidden_layers", defaults.num_hidden_layers);
+  c.num_hidden_layers = f.integer("num_hidden_layers", defaults.num_hidden_layers, 1, kMaxLayers);
   c.num_attention_heads = f.integer("num_attention_heads", defaults.num_attention_heads);
   // 0: num_attention_heads
   c.num_key_value_heads = f.integer("num_key_value_heads", defaults.num_key_value_heads, /*lo=*/0);
-  c.max_position_embeddings = f.integer("max_position_embeddings", defaults.max_position_embeddings);
+  c.max_position_embeddings = f.integer("max_position_embeddings", defaults.max_position_embeddings, 1, kMaxContext);
   c.rms_norm_eps = f.number("rms_norm_eps", defaults.rms_norm_eps);
   c.initializer_range = f.number("initializer_range", defaults.initializer_range);
   c.tie_word_embeddings = f.boolean("tie_word_embeddings", defaults.tie_word_embeddings);
