@@ -274,8 +274,8 @@ TEST(HostileFiles, CheckpointMetadataIsParsedCheckedBeforeAnythingLoads) {
 // A chat template's number past int64 (an index `.N` threw std::out_of_range: "error: stoll").
 TEST(HostileFiles, ATemplatesNumberPastInt64IsASyntaxError) {
   EXPECT_ERROR_HAS(data::ChatTemplate("{{ messages.99999999999999999999 }}", {}),
-                   "line 1: the index .99999999999999999999 is out of range");
-  EXPECT_ERROR_HAS(data::ChatTemplate("{{ 99999999999999999999 }}", {}), "the number 99999999999999999999 is out of range");
+                   "line 1: the integer 99999999999999999999 does not fit in 64 bits");
+  EXPECT_ERROR_HAS(data::ChatTemplate("{{ 99999999999999999999 }}", {}), "the integer 99999999999999999999 does not fit in 64 bits");
 }
 
 // ---- datasets
