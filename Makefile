@@ -12,7 +12,7 @@ ARGS ?=
 .PHONY: run test build configure deps bench clean
 
 run: build
-	./$(BUILD_DIR)/examples/toy_transformer $(ARGS)
+	./$(BUILD_DIR)/examples/toy_transformer --overwrite-output-dir $(ARGS)
 
 test: build
 	ctest --test-dir $(BUILD_DIR) --output-on-failure -j$(JOBS)

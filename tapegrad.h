@@ -45,6 +45,7 @@
 #include "ops/unary.h"
 // models, LoRA, optimizers, checkpoints
 #include "data/chat_dataset.h"
+#include "data/chat_rows.h"
 #include "data/chat_template.h"
 #include "data/dataset.h"
 #include "data/tokenizer.h"
@@ -68,6 +69,8 @@
 #include "train/data_fingerprint.h"
 #include "train/graphed_step.h"
 #include "train/loss_svg.h"
+#include "train/memory_estimate.h"
+#include "train/output_dir.h"
 #include "train/train_log.h"
 #include "train/trainer.h"
 #include "train/training_arguments.h"

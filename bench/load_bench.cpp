@@ -95,7 +95,7 @@ int main(int argc, char** argv) {
     const std::string dir = flags.str("dir").empty() ? "/tmp/tg_load_bench/" + config : flags.str("dir");
     std::vector<Device> devices;
     for (const std::string& d : flags.list("devices")) {
-      if (d != "cpu" && d != "cuda") throw examples::UsageError("--devices wants cpu and/or cuda, got '" + d + "'\n" + flags.usage());
+      if (d != "cpu" && d != "cuda") throw examples::UsageError("--devices wants cpu and/or cuda, got '" + d + "'\n");
       devices.push_back(d == "cuda" ? Device::cuda() : Device::cpu());
     }
     if (flags.boolean("construct")) {

@@ -180,7 +180,7 @@ int main(int argc, char** argv) {
     rows.write(flags.str("json"));
     return 0;
   } catch (const examples::UsageError& e) {
-    std::cerr << e.what() << flags.usage();
+    std::cerr << e.what() << examples::kSeeHelp;
     return 2;
   } catch (const std::exception& e) {
     std::cerr << "packing_bench: " << e.what() << "\n";

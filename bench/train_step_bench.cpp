@@ -183,7 +183,7 @@ int main(int argc, char** argv) {
     const int64_t B = bl.batch, T = bl.seq;
     const std::string build = flags.str("build");
     if (build != "fast" && build != "constructor")
-      throw examples::UsageError("--build wants fast or constructor, got '" + build + "'\n" + flags.usage());
+      throw examples::UsageError("--build wants fast or constructor, got '" + build + "'\n");
     const bool checkpointing = flags.boolean("gradient-checkpointing"), graphed = flags.boolean("cuda-graph");
     std::printf("%-12s %-9s %-7s %-5s %10s %10s %10s %8s %10s %10s\n", "config", "mode", "device", "dtype", "ms/step",
                 "min ms", "tok/s", "threads", "peak MiB", "TFLOP/s");
@@ -195,7 +195,7 @@ int main(int argc, char** argv) {
     std::vector<std::pair<std::string, std::string>> variants;  // mode, quantisation of the base
     for (const std::string& mode : flags.list("modes")) {
       if (mode != "lora" && mode != "full")
-        throw examples::UsageError("--modes wants full and/or lora, got '" + mode + "'\n" + flags.usage());
+        throw examples::UsageError("--modes wants full and/or lora, got '" + mode + "'\n");
       variants.emplace_back(mode, "none");
       if (mode == "lora" && flags.boolean("qlora")) variants.emplace_back(mode, "nf4");
     }

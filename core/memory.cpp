@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <mutex>
+#include <string>
 
 #include "core/detail/block_cache.h"
 
@@ -124,6 +126,17 @@ void reset_peak_memory_stats(Device device) {
   cpu_stats.peak_bytes = cpu_stats.bytes_in_use;
   cpu_stats.allocations = 0;
   cpu_stats.device_allocations = 0;
+}
+
+size_t available_memory(Device device) {
+  check_cuda_built("available_memory", device);
+#ifdef TG_WITH_CUDA
+  if (device.is_cuda()) return cuda::free_memory(device.index);
+#endif
+  std::ifstream meminfo("/proc/meminfo");
+  for (std::string line; std::getline(meminfo, line);)
+    if (line.rfind("MemAvailable:", 0) == 0) return static_cast<size_t>(std::stoull(line.substr(13))) * 1024;  // kB
+  return 0;
 }
 
 void empty_cache(Device device) {

@@ -22,6 +22,9 @@ MemoryStats memory_stats(Device device = Device::cpu());
 void reset_peak_memory_stats(Device device = Device::cpu());
 // Returns the cached free blocks to the system (cudaFree / free).
 void empty_cache(Device device = Device::cpu());
+// What the system can still give: the host's MemAvailable (/proc/meminfo; 0 where unknown), a
+// GPU's free memory (cudaMemGetInfo), the caching allocator's free blocks not counted.
+size_t available_memory(Device device = Device::cpu());
 
 void* allocate(Device device, size_t nbytes);
 void deallocate(Device device, void* ptr, size_t nbytes) noexcept;  // never throws: called while unwinding

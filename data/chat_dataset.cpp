@@ -32,33 +32,6 @@ std::tm local_now() {
   return when;
 }
 
-std::vector<ChatMessage> messages_of(const json::Value& row, const std::string& where) {
-  const char* op = "tokenize_chat_jsonl_file";
-  TG_CHECK(!row.find("tools"), op, where, " has \"tools\", which tapegrad's chat templates are not given (only the "
-           "messages' role and content)");
-  const json::Value* list = row.find("messages");
-  TG_CHECK(list, op, where, " has no \"messages\" (the first row has: every row of the file is a conversation)");
-  TG_CHECK(list->is_array(), op, where, ": \"messages\" wants a list of {\"role\", \"content\"}, got ",
-           json::Value::type_name(list->type()));
-  std::vector<ChatMessage> out;
-  for (size_t i = 0; i < list->size(); ++i) {
-    const json::Value& m = list->as_array()[i];
-    const std::string field = "messages[" + std::to_string(i) + "]";
-    TG_CHECK(m.is_object(), op, where, ": ", field, " wants an object {\"role\", \"content\"}, got ",
-             json::Value::type_name(m.type()));
-    for (const std::string& key : m.keys())
-      TG_CHECK(key == "role" || key == "content", op, where, ": ", field, " has \"", key,
-               "\"; tapegrad's chat messages carry only \"role\" and \"content\" (the template would read it)");
-    for (const char* key : {"role", "content"}) {
-      const json::Value* v = m.find(key);
-      TG_CHECK(v && v->is_string(), op, where, ": ", field, ".", key, " wants a string, got ",
-               v ? json::Value::type_name(v->type()) : "nothing");
-    }
-    out.push_back({m.at("role").as_string(), m.at("content").as_string()});
-  }
-  return out;
-}
-
 // A template whose {% generation %} blocks are all empty marks no assistant token: every label
 // would be -100, and the training learn nothing.
 void check_generation_blocks(const ChatTemplate& chat_template, const char* op, const std::string& where,
@@ -71,28 +44,30 @@ void check_generation_blocks(const ChatTemplate& chat_template, const char* op, 
 
 std::vector<std::pair<size_t, size_t>> assistant_spans(const ChatTemplate& chat_template,
                                                        std::span<const ChatMessage> messages, const std::tm& now,
-                                                       const std::string& name, std::string& rendered) {
+                                                       const std::string& name, std::string& rendered,
+                                                       const json::Value& tools) {
   const char* op = "assistant_spans";
   TG_CHECK(std::any_of(messages.begin(), messages.end(), [](const ChatMessage& m) { return m.role == "assistant"; }), op,
            "the conversation (", messages.size(), " messages) has no assistant turn: nothing to learn");
   std::vector<std::pair<size_t, size_t>> spans;
   if (chat_template.has_generation_blocks()) {
     check_generation_blocks(chat_template, op, "", name);
-    rendered = chat_template.render(messages, {}, &now, spans);
+    rendered = chat_template.render(messages, {.tools = tools}, &now, spans);
     TG_CHECK(std::any_of(spans.begin(), spans.end(), [](const auto& s) { return s.first < s.second; }), op,
              "the chat template of '", name, "' has {% generation %} blocks, but ",
              spans.empty() ? "none was rendered" : "they rendered nothing", " for this conversation's assistant turns");
     return spans;
   }
-  rendered = chat_template.render(messages, {}, &now);
+  rendered = chat_template.render(messages, {.tools = tools}, &now);
   for (size_t i = 0; i < messages.size(); ++i) {
     if (messages[i].role != "assistant") continue;
     auto refuse = [&](const std::string& why) {
       fail(op, "the chat template of '", name, "' renders assistant turn messages[", i, "] so that its tokens cannot be "
            "found: ", why, " (a template that marks assistant turns with {% generation %} blocks gives them directly)");
     };
-    const std::string head = chat_template.render(messages.first(i), {.add_generation_prompt = true, .limits = {}}, &now);
-    const std::string with_turn = chat_template.render(messages.first(i + 1), {}, &now);
+    const std::string head =
+        chat_template.render(messages.first(i), {.add_generation_prompt = true, .tools = tools}, &now);
+    const std::string with_turn = chat_template.render(messages.first(i + 1), {.tools = tools}, &now);
     if (!std::string_view(rendered).starts_with(head))
       refuse("messages[:" + std::to_string(i) + "] with add_generation_prompt does not begin the whole conversation's "
              "rendering, " + difference(head, rendered));
@@ -120,13 +95,14 @@ std::vector<std::pair<size_t, size_t>> assistant_spans(const ChatTemplate& chat_
   return spans;
 }
 
-ChatExample tokenize_conversation(const Tokenizer& tok, std::span<const ChatMessage> messages, const std::tm* now) {
+ChatExample tokenize_conversation(const Tokenizer& tok, std::span<const ChatMessage> messages, const std::tm* now,
+                                  const json::Value& tools) {
   const ChatTemplate* chat_template = tok.chat_template();
   TG_CHECK(chat_template, "tokenize_conversation", "'", tok.name_or_path(), "' has no chat template (no chat_template in "
            "tokenizer_config.json, no chat_template.jinja) to render conversations with");
   const std::tm when = now ? *now : local_now();
   std::string rendered;
-  std::vector<std::pair<size_t, size_t>> spans = assistant_spans(*chat_template, messages, when, tok.name_or_path(), rendered);
+  std::vector<std::pair<size_t, size_t>> spans = assistant_spans(*chat_template, messages, when, tok.name_or_path(), rendered, tools);
   std::sort(spans.begin(), spans.end());
   std::vector<size_t> cuts;
   for (const auto& [b, e] : spans) {
@@ -154,14 +130,14 @@ ChatExample tokenize_conversation(const Tokenizer& tok, std::span<const ChatMess
 }
 
 std::shared_ptr<const TokenCorpus> tokenize_chat_rows(std::span<const JsonlRow> rows, const Tokenizer& tok,
-                                                      const std::string& path) {
+                                                      const std::string& path, const TextOptions& options) {
   const char* op = "tokenize_chat_jsonl_file";
   TG_CHECK(tok.chat_template(), op, "'", path, "' holds conversations (\"messages\"), but '", tok.name_or_path(),
            "' has no chat template (no chat_template in tokenizer_config.json, no chat_template.jinja)");
   TG_CHECK(!rows.empty(), op, "'", path, "' holds no examples");
   check_generation_blocks(*tok.chat_template(), op, "'" + path + "': ", tok.name_or_path());  // before any row is rendered
-  std::vector<std::vector<ChatMessage>> conversations;
-  for (const JsonlRow& row : rows) conversations.push_back(messages_of(row.value, row.where));
+  std::vector<Conversation> conversations;
+  for (const JsonlRow& row : rows) conversations.push_back(conversation_of(row.value, row.where, options.system_message));
   const std::tm now = local_now();  // one time for every rendering: a date in a system prompt cannot move
   const int64_t n = static_cast<int64_t>(rows.size());
   std::vector<std::vector<int32_t>> ids(rows.size()), labels(rows.size());
@@ -169,7 +145,7 @@ std::shared_ptr<const TokenCorpus> tokenize_chat_rows(std::span<const JsonlRow> 
   parallel_for(0, n, 1, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       try {
-        ChatExample ex = tokenize_conversation(tok, conversations[i], &now);
+        ChatExample ex = tokenize_conversation(tok, conversations[i].messages, &now, conversations[i].tools);
         ids[i] = std::move(ex.ids);
         labels[i] = std::move(ex.labels);
       } catch (const Error& e) {
@@ -178,7 +154,11 @@ std::shared_ptr<const TokenCorpus> tokenize_chat_rows(std::span<const JsonlRow> 
     }
   });
   for (int64_t i = 0; i < n; ++i)  // the first bad line, whichever thread met it
-    TG_CHECK(errors[i].empty(), op, rows[i].where, ": ", errors[i]);
+    TG_CHECK(errors[i].empty(), op, rows[i].where, ": ", errors[i],
+             conversations[i].has_system() ? " (the conversation has a system message, which some templates refuse or "
+                                             "move: system_message \"merge\" puts its text before the first user "
+                                             "turn's, \"drop\" leaves it out)"
+                                           : "");
   return corpus_from_examples(std::move(ids), std::move(labels));
 }
 
@@ -189,7 +169,7 @@ bool holds_conversations(const std::string& path) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     try {
       const json::Value row = json::parse(line);
-      return row.is_object() && row.find("messages") != nullptr;
+      return is_conversation_row(row);
     } catch (const Error&) {
       return false;  // not JSON: whoever reads the file says so
     }
@@ -199,7 +179,7 @@ bool holds_conversations(const std::string& path) {
 
 std::shared_ptr<const TokenCorpus> tokenize_chat_jsonl_file(const std::string& path, const Tokenizer& tok,
                                                             const TextOptions& options) {
-  return tokenize_chat_rows(read_jsonl_objects(path, options, "tokenize_chat_jsonl_file"), tok, path);
+  return tokenize_chat_rows(read_jsonl_objects(path, options, "tokenize_chat_jsonl_file"), tok, path, options);
 }
 
 }  // namespace tg::data

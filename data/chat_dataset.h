@@ -25,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "data/chat_rows.h"
 #include "data/chat_template.h"
 #include "data/dataset.h"
 #include "data/tokenizer.h"
@@ -35,28 +36,31 @@ namespace tg::data {
 // whole conversation (add_generation_prompt false), in order. name: the template's folder, for
 // errors. tg::Error for a conversation without an assistant turn, or one the template renders
 // so that the turns cannot be found.
+// tools: apply_chat_template's tools= (null: none).
 std::vector<std::pair<size_t, size_t>> assistant_spans(const ChatTemplate& chat_template,
                                                        std::span<const ChatMessage> messages, const std::tm& now,
-                                                       const std::string& name, std::string& rendered);
+                                                       const std::string& name, std::string& rendered,
+                                                       const json::Value& tools = {});
 
 struct ChatExample {
   std::vector<int32_t> ids, labels;  // labels: the id inside an assistant turn, else kIgnoreIndex
 };
 // now: the time the template's strftime_now reads (nullptr: the current local time).
 ChatExample tokenize_conversation(const Tokenizer& tokenizer, std::span<const ChatMessage> messages,
-                                  const std::tm* now = nullptr);
+                                  const std::tm* now = nullptr, const json::Value& tools = {});
 
-// {"messages": [{"role": ..., "content": ...}, ...]} a line, each row a conversation (other
-// fields of a row are ignored; "tools" is refused, which the template would read). Errors name
-// the file, the line and the field.
+// A conversation a line, as data/chat_rows.h reads it ({"messages": [...], "tools": [...]} or
+// ShareGPT's {"conversations": [...]}); options.system_message says what becomes of system
+// messages. Errors name the file, the line and the field; a row the template refuses while it
+// has a system message says how system_message helps.
 std::shared_ptr<const TokenCorpus> tokenize_chat_jsonl_file(const std::string& path, const Tokenizer& tokenizer,
                                                             const TextOptions& options = {});
 // Whether a file holds conversations, as tokenize_jsonl_file decides it: a .jsonl file whose first
-// non-blank line is an object with "messages" (such data packs as Layout::PackSeparate by
+// non-blank line is an object with "messages" or "conversations" (such data packs as Layout::PackSeparate by
 // default: lora_finetune --layout auto).
 bool holds_conversations(const std::string& path);
 // The rows of read_jsonl_objects as above (tokenize_jsonl_file's path for a "messages" file).
 std::shared_ptr<const TokenCorpus> tokenize_chat_rows(std::span<const JsonlRow> rows, const Tokenizer& tokenizer,
-                                                      const std::string& path);
+                                                      const std::string& path, const TextOptions& options = {});
 
 }  // namespace tg::data

@@ -86,7 +86,8 @@ std::string ChatTemplate::render(std::span<const ChatMessage> messages, const Ch
       const std::string bad = utf8::invalid_at(*text);
       TG_CHECK(bad.empty(), "apply_chat_template", "messages[", i, "].", field, " is not text: ", bad);
     }
-    msgs.push_back(Value::dict({{"role", Value(m.role)}, {"content", Value(m.content)}}));
+    msgs.push_back(m.message.is_object() ? Value::from_json(m.message)
+                                         : Value::dict({{"role", Value(m.role)}, {"content", Value(m.content)}}));
   }
   std::tm when{};
   if (now) {
@@ -96,7 +97,7 @@ std::string ChatTemplate::render(std::span<const ChatMessage> messages, const Ch
     localtime_r(&t, &when);
   }
   jinja::Dict vars = {{"messages", Value::list(std::move(msgs))},
-                      {"tools", Value::none()},
+                      {"tools", Value::from_json(options.tools)},
                       {"documents", Value::none()},
                       {"add_generation_prompt", Value(options.add_generation_prompt)}};
   for (const auto& [k, v] : special_tokens_) vars.emplace_back(k, Value(v));

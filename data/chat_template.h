@@ -1,7 +1,7 @@
 // A model's chat template (tokenizer_config.json's "chat_template", or chat_template.jinja /
 // chat_template.json beside it) rendered as transformers' apply_chat_template(messages,
 // tokenize=False, ...) renders it: Jinja2 under transformers' settings (data/detail/jinja.h) with the
-// variables transformers passes: messages, tools and documents (None), add_generation_prompt,
+// variables transformers passes: messages (as given), tools (None unless given), documents (None), add_generation_prompt,
 // the special tokens (bos_token, eos_token, ... as strings), raise_exception(msg) (a tg::Error
 // with the template's message) and strftime_now(fmt) (the local time).
 #pragma once
@@ -21,6 +21,9 @@ namespace tg::data {
 
 struct ChatMessage {
   std::string role, content;
+  // The message as the data gives it, passed to the template whole (tool_calls, reasoning_content,
+  // tool_call_id, a null content ...), as apply_chat_template passes its dicts; null: {role, content}.
+  json::Value message = {};
 };
 
 // What one rendering may spend, since a template is a program from the model's folder: past a
@@ -35,7 +38,8 @@ struct ChatTemplateLimits {
 
 struct ChatTemplateOptions {
   bool add_generation_prompt = false;  // end with the header of an assistant turn
-  ChatTemplateLimits limits;
+  json::Value tools = {};              // apply_chat_template's tools= (a list of JSON schemas); null: None
+  ChatTemplateLimits limits = {};  // "= {}": designated initializers may leave it out without a warning
 };
 
 namespace jinja {

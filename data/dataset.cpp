@@ -211,7 +211,7 @@ std::vector<JsonlRow> read_jsonl_objects(const std::string& path, const TextOpti
 std::shared_ptr<const TokenCorpus> tokenize_jsonl_file(const std::string& path, const Tokenizer& tok,
                                                        const TextOptions& options) {
   const std::vector<JsonlRow> rows = read_jsonl_objects(path, options, "tokenize_jsonl_file");
-  if (!rows.empty() && rows.front().value.find("messages")) return tokenize_chat_rows(rows, tok, path);
+  if (!rows.empty() && is_conversation_row(rows.front().value)) return tokenize_chat_rows(rows, tok, path, options);
   const int32_t eos = eos_of(tok, "tokenize_jsonl_file");
   std::vector<std::string> prompts, completions;
   std::vector<bool> has_prompt;
@@ -312,8 +312,10 @@ void write_token_file(const std::string& path, const std::vector<int32_t>& ids) 
   });
 }
 
-SequenceDataset::SequenceDataset(std::shared_ptr<const TokenCorpus> corpus, int64_t seq, Layout layout, int32_t pad_id)
-    : corpus_(std::move(corpus)), seq_(seq), layout_(layout), pad_id_(pad_id), order_(std::make_shared<Order>()) {
+SequenceDataset::SequenceDataset(std::shared_ptr<const TokenCorpus> corpus, int64_t seq, Layout layout, int32_t pad_id,
+                                 Truncation truncation)
+    : corpus_(std::move(corpus)), seq_(seq), layout_(layout), pad_id_(pad_id), truncation_(truncation),
+      order_(std::make_shared<Order>()) {
   TG_CHECK(seq_ >= 2, "SequenceDataset", "seq must be at least 2 (one next-token target), got ", seq_);
   TG_CHECK(seq_ <= kMaxContext, "SequenceDataset", "seq ", seq_, " is above ", kMaxContext,
            ", the longest context a model can have (a padded row holds seq tokens whatever its example's length)");
@@ -392,13 +394,13 @@ void SequenceDataset::fill(int64_t row, int64_t* ids, int64_t* labels, int64_t* 
   } else if (layout_ == Layout::Pad) {
     auto [b, e] = corpus_->example(row);
     n = std::min(seq_, e - b);
-    corpus_->read(b, n, i32.data(), l32.data());
+    corpus_->read(truncation_ == Truncation::KeepEnd ? e - n : b, n, i32.data(), l32.data());
   } else {
     n = 0;
     for (int64_t k = packing_->starts[row]; k < packing_->starts[row + 1]; ++k) {
       auto [b, e] = corpus_->example(packing_->examples[k]);
       const int64_t len = std::min(seq_, e - b);
-      corpus_->read(b, len, i32.data() + n, l32.data() + n);
+      corpus_->read(truncation_ == Truncation::KeepEnd ? e - len : b, len, i32.data() + n, l32.data() + n);
       l32[n] = kIgnoreIndex;  // not predicted from the example before
       for (int64_t t = 0; t < len; ++t) positions[n + t] = t;
       n += len;

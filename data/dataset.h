@@ -21,6 +21,7 @@
 
 #include "core/device.h"
 #include "core/tensor.h"
+#include "data/chat_rows.h"
 #include "data/tokenizer.h"
 #include "io/json.h"
 
@@ -52,6 +53,8 @@ struct TextOptions {
   std::string separator;
   // Read a file that is not text (text_problem) anyway; otherwise it is a tg::Error.
   bool allow_binary = false;
+  // Conversations ({"messages"} rows): what becomes of their system messages (data/chat_rows.h).
+  SystemMessage system_message = SystemMessage::Keep;
   // Receives the one warning a JSONL file may give (prompt tokens that are not a prefix, see
   // tokenize_jsonl_file); empty: printed to stderr.
   std::function<void(const std::string&)> warn;
@@ -105,6 +108,23 @@ enum class Layout {
   PackSeparate,
 };
 
+// Which end of an example longer than seq a row keeps (Layout::Pad and PackSeparate), as TRL's
+// truncation_mode: the start (the prompt, the first turns) or the end (the last replies).
+enum class Truncation { KeepStart, KeepEnd };
+
+// What a dataset's rows keep of its learned tokens (labels other than -100, each example's first
+// token aside: nothing predicts it), measured before training so that a run that would learn
+// little or nothing is refused before the model loads.
+struct TruncationReport {
+  int64_t examples = 0, cut = 0;      // examples (Pack: none counted), and those longer than seq
+  int64_t longest = 0;                // the longest example's tokens
+  int64_t longest_example = -1;       // its index in the corpus
+  int64_t learned = 0, lost = 0;      // learned tokens in all, and those cut away
+  int64_t emptied = 0;                // examples with learned tokens that keep none
+  double lost_share() const { return learned ? static_cast<double>(lost) / static_cast<double>(learned) : 0.0; }
+  int64_t kept() const { return learned - lost; }
+};
+
 struct Batch {
   Tensor ids, labels;     // [batch, seq] int64
   int64_t targets = 0;    // positions whose next-token label counts (the loss's denominator)
@@ -116,12 +136,15 @@ struct Batch {
 // most kMaxContext (core/limits.h): no model takes longer rows.
 class SequenceDataset {
  public:
-  SequenceDataset(std::shared_ptr<const TokenCorpus> corpus, int64_t seq, Layout layout, int32_t pad_id = 0);
+  SequenceDataset(std::shared_ptr<const TokenCorpus> corpus, int64_t seq, Layout layout, int32_t pad_id = 0,
+                  Truncation truncation = Truncation::KeepStart);
 
   int64_t rows() const { return row_end_ - row_begin_; }
   int64_t seq() const { return seq_; }
   Layout layout() const { return layout_; }
   int64_t truncated() const { return truncated_; }  // Pad, PackSeparate: examples longer than seq, cut
+  // Over this dataset's examples (its rows' tokens for Pack, which cuts nothing); reads them all once.
+  TruncationReport truncation_report() const;
 
   // The last `fraction` of the rows, and the rows before them (PackSeparate: of the examples,
   // each part packed on its own, so no example is in both).
@@ -144,6 +167,7 @@ class SequenceDataset {
   int64_t seq_;
   Layout layout_;
   int32_t pad_id_;
+  Truncation truncation_;
   int64_t row_begin_ = 0, row_end_ = 0, truncated_ = 0;
   struct Packing {
     std::vector<int64_t> starts, examples;  // row r holds examples[starts[r] .. starts[r + 1])

@@ -154,11 +154,12 @@ int run(int argc, char** argv) {
                                      "else 1)")
       .add("seed", "0", "seed of the sampling draws")
       .add("device", "auto", "cpu | cuda | auto")
-      .add("dtype", "f32", "f32 | bf16 (the base in bfloat16; an adapter stays float32)")
+      .add("dtype", "auto", "auto | f32 | bf16 (auto: the folder's own, config.json's dtype; f32 for a toy "
+                            "checkpoint; an adapter stays float32 on a bfloat16 base)")
+      .add("ignore-base-mismatch", "false", "apply an --adapter trained on another base than --model anyway")
       .add("threads", "0", "CPU threads (0: all cores)");
   if (!flags.parse(argc, argv)) return std::cout << flags.usage(), 0;
   const Device device = examples::device_flag(flags);
-  const DType dtype = examples::dtype_flag(flags);
   if (const int64_t threads = flags.integer("threads", 0, 4096); threads > 0) set_num_threads(static_cast<int>(threads));
 
   // Every flag and file checked before the model loads; then the folder's generation settings
@@ -166,8 +167,9 @@ int run(int argc, char** argv) {
   const std::string model_path = flags.str("model");
   examples::check_model_path(flags, "model");
   const bool hf_folder = std::filesystem::is_directory(model_path);
+  const DType dtype = examples::model_dtype_flag(flags, model_path);
   if (!flags.str("adapter").empty()) examples::check_adapter_folder(flags.str("adapter"), "adapter");
-  else if (flags.boolean("merge")) throw examples::UsageError("--merge needs an --adapter\n" + flags.usage());
+  else if (flags.boolean("merge")) throw examples::UsageError("--merge needs an --adapter\n");
   nn::GenerationConfig cfg = hf_folder ? nn::GenerationConfig::from_pretrained(model_path) : nn::GenerationConfig{};
   cfg.max_new_tokens = flags.integer("max-new-tokens", 1, INT32_MAX);
   if (flags.was_set("temperature")) {
@@ -179,7 +181,7 @@ int run(int argc, char** argv) {
   if (flags.was_set("repetition-penalty")) cfg.repetition_penalty = flags.number("repetition-penalty", 0);
   cfg.seed = static_cast<uint64_t>(flags.integer("seed", 0));
   if (cfg.greedy() && (flags.was_set("top-k") || flags.was_set("top-p")))
-    throw examples::UsageError("--top-k and --top-p are for sampling: add --temperature > 0\n" + flags.usage());
+    throw examples::UsageError("--top-k and --top-p are for sampling: add --temperature > 0\n");
   cfg.validate();
   const bool chat = flags.boolean("chat");
   if (chat) {
@@ -195,17 +197,19 @@ int run(int argc, char** argv) {
     throw examples::UsageError("--system and --print-prompt are for --chat\n");
   }
   if (hf_folder) examples::check_folder_vocabulary(model_path, "generate", "--model");
-  examples::BaseModel base = examples::load_base(model_path, flags.str("config"), "generate", "--model");
+  // In --dtype on the device, before the adapter, which then stays float32 on a bfloat16 base (as peft).
+  examples::BaseModel base =
+      examples::load_base(model_path, flags.str("config"), "generate", "--model", {.dtype = dtype, .device = device},
+                          examples::load_tokenizer(model_path, "generate", "--model"));
   if (base.tokenizer)
     examples::check_vocabulary(*base.tokenizer, examples::embedding_rows(*base.model), "generate", "--model", model_path);
 
   nn::Module& model = *base.model;
-  model.to(dtype);  // before the adapter, which then stays float32 on a bfloat16 base (as peft)
   if (!flags.str("adapter").empty()) {
-    peft::load_adapter(model, flags.str("adapter"));
+    peft::load_adapter(model, flags.str("adapter"), default_generator(),
+                       {.ignore_base_mismatch = flags.boolean("ignore-base-mismatch")});
     if (flags.boolean("merge")) peft::merge_and_unload(model);
   }
-  model.to(device);
   std::fprintf(stderr, "model: %s (%s%s), %s%s on %s, %s\n", model_path.c_str(), base.architecture.c_str(),
                base.tokenizer ? (", " + base.tokenizer->description()).c_str() : ", bytes as tokens",
                flags.str("adapter").empty() ? "no adapter" : ("adapter " + flags.str("adapter")).c_str(),
@@ -220,7 +224,7 @@ int run(int argc, char** argv) {
     for (unsigned char c : prompt) ids.push_back(c);  // the toy: bytes are the tokens
   if (ids.empty())
     throw examples::UsageError("--prompt gives no token" + std::string(base.tokenizer ? " (this tokenizer adds no BOS)" : "") +
-                               ": give some text\n" + flags.usage());
+                               ": give some text\n");
 
   TextStream stream(base.tokenizer, ids);
   const auto start = std::chrono::steady_clock::now();

@@ -87,7 +87,9 @@ int run(int argc, char** argv) {
       .add("cuda-graph", "true", "on the GPU, replay each training step as one CUDA graph after the first")
       .add("qlora", "false", "QLoRA: quantise the pre-trained base's Linear layers (all but the head) to NF4 before "
                              "LoRA")
-      .add("out", "out/toy", "directory for loss logs (CSV + SVG), the base checkpoint and the adapter");
+      .add("out", "out/toy", "directory for loss logs (CSV + SVG), the base checkpoint and the adapter")
+      .add("overwrite-output-dir", "false", "start afresh in an --out holding an earlier run's logs and checkpoints "
+                                            "(removed first; make run passes it)");
   examples::add_nproc_flag(flags);
   if (!flags.parse(argc, argv)) {
     std::cout << flags.usage();
@@ -107,7 +109,7 @@ int run(int argc, char** argv) {
   if (sample_bytes < 1 || sample_bytes > room)  // a sample continues a prompt of up to 5 bytes
     throw examples::UsageError("--sample-bytes wants 1 to " + std::to_string(room) + " (prompt and sample within the " +
                                std::to_string(config.max_position_embeddings) + "-byte context), got " +
-                               flags.str("sample-bytes") + "\n" + flags.usage());
+                               flags.str("sample-bytes") + "\n");
   const std::string out = flags.str("out");
   examples::check_batch_splits(batch, ranks.world);
   if (ranks.main()) std::filesystem::create_directories(out);
@@ -130,7 +132,9 @@ int run(int argc, char** argv) {
   // every tenth of the run; on the GPU (one process) the step replayed as a CUDA graph.
   const bool graph = flags.boolean("cuda-graph") && device.is_cuda() && !ranks.comm;
   auto trainer_for = [&](const std::string& phase, const ByteRows& rows, int64_t steps, double lr, bool bf16) {
-    train::TrainingArguments args{.output_dir = out + "/" + phase, .learning_rate = lr, .weight_decay = 0.01,
+    train::TrainingArguments args{.output_dir = out + "/" + phase,
+                                  .overwrite_output_dir = flags.boolean("overwrite-output-dir"),
+                                  .learning_rate = lr, .weight_decay = 0.01,
                                   .lr_scheduler_type = "cosine", .warmup_steps = steps / 10, .max_steps = steps,
                                   .per_device_train_batch_size = batch / ranks.world,
                                   .per_device_eval_batch_size = batch / ranks.world, .bf16 = bf16,

@@ -14,6 +14,7 @@
 #include "io/json.h"
 #include "io/safetensors.h"
 #include "nn/init.h"
+#include "nn/models/causal_lm.h"
 #include "nn/models/pretrained.h"
 #include "nn/norm.h"
 #include "ops/binary.h"
@@ -199,20 +200,44 @@ struct LoraPlan {
   std::vector<std::string> saved_modules;  // modules trained whole
 };
 
+// The names target_modules can give: each Linear's last path component, once, in model order.
+std::vector<std::string> linear_leaf_names(nn::Module& model) {
+  std::vector<std::string> names;
+  for (auto& [path, m] : model.named_modules())
+    if (!path.empty() && dynamic_cast<nn::Linear*>(m) && path.find(".lora_") == std::string::npos &&
+        std::find(names.begin(), names.end(), last_component(path)) == names.end())
+      names.push_back(last_component(path));
+  return names;
+}
+
+// The model's family, for errors ("the llama model"); "" when it is not a CausalLM.
+std::string family_of(const nn::Module& model) {
+  const auto* lm = dynamic_cast<const nn::CausalLM*>(&model);
+  return lm ? lm->architecture().model_type : "";
+}
+
 LoraPlan plan_lora(nn::Module& model, const LoraConfig& config) {
   TG_CHECK(config.r > 0, "apply_lora", "r must be positive, got ", config.r);
-  TG_CHECK(!config.target_modules.empty(), "apply_lora", "target_modules is empty");
+  const std::string family = family_of(model);
+  TG_CHECK(!config.target_modules.empty(), "apply_lora", "target_modules is empty",
+           family.empty() ? "" : " (peft has no default targets for " + family + ")", ": name the Linear layers to ",
+           "adapt (", join(linear_leaf_names(model)), ") or \"", kAllLinear, "\"");
   TG_CHECK(config.lora_dropout >= 0 && config.lora_dropout <= 1, "apply_lora", "lora_dropout must be in [0, 1], got ",
            config.lora_dropout);
+  const std::vector<std::string> targets = expand_target_modules(model, config.target_modules);
   LoraPlan plan;
+  std::vector<std::string> unmatched = targets;
   for (auto& [path, m] : model.named_modules()) {
-    if (path.empty() || !matches(path, config.target_modules)) continue;
+    if (path.empty() || !matches(path, targets)) continue;
     TG_CHECK(dynamic_cast<nn::Linear*>(m) != nullptr, "apply_lora", "target '", path, "' is a ", m->type_name(),
              "; LoRA wraps Linear layers only");
     plan.wrapped.push_back(path);
+    std::erase_if(unmatched, [&](const std::string& t) { return matches(path, {t}); });
   }
-  TG_CHECK(!plan.wrapped.empty(), "apply_lora", "no module of ", model.type_name(), " matches target_modules [",
-           join(config.target_modules), "]");
+  // peft wraps what any name matches; a misspelt name beside good ones would be dropped silently.
+  TG_CHECK(unmatched.empty(), "apply_lora", "target_modules ", unmatched.size() == 1 ? "entry '" : "entries '",
+           join(unmatched), "' match", unmatched.size() == 1 ? "es" : "", " no module of ", model.type_name(),
+           "; its Linear layers are ", join(linear_leaf_names(model)), " (or \"", kAllLinear, "\": all but the output head)");
   const std::vector<std::string> saved = saved_module_names(config, model);
   for (auto& [path, m] : model.named_modules())
     if (!path.empty() && matches(path, saved)) plan.saved_modules.push_back(path);
@@ -225,6 +250,20 @@ LoraPlan plan_lora(nn::Module& model, const LoraConfig& config) {
 }
 
 }  // namespace
+
+std::vector<std::string> expand_target_modules(nn::Module& model, const std::vector<std::string>& target_modules) {
+  if (target_modules.size() != 1 || target_modules[0] != kAllLinear) return target_modules;
+  // peft's _maybe_include_all_linear_layers: every Linear by its full path, but the output head.
+  const auto* lm = dynamic_cast<const nn::CausalLM*>(&model);
+  const nn::Module* head = lm ? lm->lm_head.get() : nullptr;
+  std::vector<std::string> paths;
+  for (auto& [path, m] : model.named_modules())
+    if (!path.empty() && m != head && dynamic_cast<nn::Linear*>(m) && path.find(".lora_") == std::string::npos)
+      paths.push_back(path);
+  TG_CHECK(!paths.empty(), "apply_lora", "target_modules \"", kAllLinear, "\": ", model.type_name(),
+           " has no Linear layer but its output head");
+  return paths;
+}
 
 LoraReport apply_lora(nn::Module& model, const LoraConfig& config, Generator& gen) {
   const LoraPlan plan = plan_lora(model, config);
@@ -384,6 +423,9 @@ void save_adapter(nn::Module& model, const std::string& dir, const LoraConfig& c
   TG_CHECK(!lora_layers(model).empty(), "save_adapter", model.type_name(), " has no LoRA layers (call apply_lora)");
   const std::vector<std::string> saved = saved_module_names(config, model);
   LoraConfig written = config;
+  if (const auto* lm = dynamic_cast<const nn::CausalLM*>(&model); lm && written.base_model_name_or_path.empty())
+    written.base_model_name_or_path = lm->name_or_path;  // as peft fills it from the model
+  written.target_modules = expand_target_modules(model, config.target_modules);
   written.modules_to_save = saved;
   written.freeze_norms = true;  // trained norms travel as modules_to_save
   bool conv1d = false;  // peft wants fan_in_fan_out for layers transformers stores as Conv1D
@@ -396,12 +438,15 @@ void save_adapter(nn::Module& model, const std::string& dir, const LoraConfig& c
   });
 }
 
-LoraConfig load_adapter(nn::Module& model, const std::string& dir, Generator& gen) {
+LoraConfig load_adapter(nn::Module& model, const std::string& dir, Generator& gen, const LoadAdapterOptions& options) {
   TG_CHECK(std::filesystem::is_directory(dir), "load_adapter", "no adapter folder '", dir, "'");
   const io::Folder folder(dir);  // both files from one save
   const std::string cfg_path = folder.path_of(kConfigFile), st_path = folder.path_of(kWeightsFile);
   std::vector<uint8_t> cfg_bytes = folder.read(kConfigFile, io::kMaxConfigBytes);
   LoraConfig config = parse_adapter_config(std::string(cfg_bytes.begin(), cfg_bytes.end()), cfg_path);
+  if (const std::string mismatch = adapter_base_mismatch(config, model); !mismatch.empty())
+    TG_CHECK(options.ignore_base_mismatch, "load_adapter", "'", cfg_path, "': ", mismatch,
+             " (load it onto its own base, or pass ignore_base_mismatch to load it here anyway)");
   const std::vector<uint8_t> st_bytes = folder.read(kWeightsFile);
   safetensors::TensorMap file = safetensors::deserialize(st_bytes.data(), st_bytes.size(), st_path).tensors;
 

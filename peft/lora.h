@@ -16,18 +16,25 @@
 #include <vector>
 
 #include "core/generator.h"
+#include "io/json.h"
 #include "nn/dropout.h"
 #include "nn/linear.h"
 #include "nn/linear4bit.h"
 
 namespace tg::peft {
 
+// target_modules' shorthand, as peft's: every Linear but the output head.
+inline constexpr const char* kAllLinear = "all-linear";
+
 struct LoraConfig {
   int64_t r = 8;
   double lora_alpha = 16;
   double lora_dropout = 0.0;
   // A Linear is wrapped when its name, or the last component of its path, is listed
-  // (peft's matching: "q_proj" matches "model.layers.0.self_attn.q_proj").
+  // (peft's matching: "q_proj" matches "model.layers.0.self_attn.q_proj"); every name must match
+  // at least one module. {"all-linear"}: every Linear but the output head (peft's shorthand,
+  // written to adapter_config.json as the full paths it stands for). This default is the attention
+  // projections; peft's default for a family is model->architecture().lora_targets.
   std::vector<std::string> target_modules = {"q_proj", "k_proj", "v_proj", "o_proj"};
   // Modules (matched the same way) left fully trainable and saved with the adapter (e.g.
   // "lm_head"): peft's modules_to_save.
@@ -41,8 +48,9 @@ struct LoraConfig {
   // base with float32 LoRA: model.to(kBFloat16), then apply_lora (a later model.to(kBFloat16)
   // would cast the adapters too).
   bool autocast_adapter_dtype = true;
-  // Written to adapter_config.json for peft; not used by tapegrad.
-  std::string base_model_name_or_path = "";  // empty: null
+  // Written to adapter_config.json for peft (empty: the model's name_or_path, as peft records it,
+  // null without one); load_adapter checks it against the model it loads onto.
+  std::string base_model_name_or_path = "";
   std::string task_type = "CAUSAL_LM";
 
   double scaling() const { return lora_alpha / static_cast<double>(r); }
@@ -95,8 +103,11 @@ struct LoraReport {
 // Wraps every target Linear in `model` by a LoRALinear (adapters on the layer's device and dtype,
 // float32 for bfloat16 layers: LoraConfig::autocast_adapter_dtype),
 // freezes every other parameter except modules_to_save (and norms when freeze_norms is false).
-// tg::Error when no module matches, a target is not a Linear, or the model already has LoRA.
+// tg::Error when a target name matches no module (listing the model's Linear names), a target is
+// not a Linear, or the model already has LoRA.
 LoraReport apply_lora(nn::Module& model, const LoraConfig& config = {}, Generator& gen = default_generator());
+// target_modules with "all-linear" replaced by the paths it stands for in `model`; else as given.
+std::vector<std::string> expand_target_modules(nn::Module& model, const std::vector<std::string>& target_modules);
 
 // peft's line: "trainable params: 32,768 || all params: 889,984 || trainable%: 3.6819".
 std::string trainable_parameters_line(const nn::Module& model);
@@ -118,10 +129,25 @@ void merge_and_unload(nn::Module& model);
 // <dir>/adapter_model.safetensors (keys "base_model.model.<path>.lora_A.weight", ...) and
 // <dir>/adapter_config.json with peft's fields; the directory is created if needed.
 void save_adapter(nn::Module& model, const std::string& dir, const LoraConfig& config);
-// Reads both files; wraps the model first (apply_lora with the saved config) unless it is already
-// wrapped, then loads the adapter weights (every LoRA weight must be present, every key must
-// match a parameter). Returns the saved config.
-LoraConfig load_adapter(nn::Module& model, const std::string& dir, Generator& gen = default_generator());
+// Reads both files; checks the adapter's base against the model (adapter_base_mismatch) unless
+// ignore_base_mismatch; wraps the model first (apply_lora with the saved config) unless it is
+// already wrapped, then loads the adapter weights (every LoRA weight must be present, every key
+// must match a parameter). Returns the saved config.
+struct LoadAdapterOptions {
+  bool ignore_base_mismatch = false;  // load onto another base on purpose (shapes must still fit)
+};
+LoraConfig load_adapter(nn::Module& model, const std::string& dir, Generator& gen = default_generator(),
+                        const LoadAdapterOptions& options = {});
+
+// "" when an adapter trained on `adapter_base` (adapter_config.json's base_model_name_or_path) fits
+// the model at `model_name_or_path` with config.json `model_config`; else both named and what
+// differs. Where the adapter's base is a folder here, its config.json's architecture and sizes must
+// be the model's; where both names are known, they must name one folder or end alike (a hub id
+// "Qwen/Qwen2.5-0.5B" and a folder ".../Qwen2.5-0.5B"). An unknown name checks nothing.
+std::string adapter_base_mismatch(const std::string& adapter_base, const std::string& model_name_or_path,
+                                  const json::Value& model_config);
+// The same for a model (a CausalLM's name_or_path and config_json; "" for other modules).
+std::string adapter_base_mismatch(const LoraConfig& adapter, const nn::Module& model);
 // adapter_config.json <-> LoraConfig. fan_in_fan_out: the targets are Conv1D layers in
 // transformers (GPT-2's; save_adapter decides it from the model).
 std::string adapter_config_json(const LoraConfig& config, bool fan_in_fan_out = false);

@@ -288,9 +288,17 @@ TEST(ChatDataset, JsonlErrorsNameTheFileLineAndField) {
   refused(R"({"text": "plain"})", "no \"messages\"");
   refused(R"({"messages": "Hi"})", "\"messages\" wants a list", "got string");
   refused(R"({"messages": [{"role": "user"}]})", "messages[0].content wants a string", "got nothing");
-  refused(R"({"messages": [{"role": "user", "content": null}]})", "messages[0].content wants a string", "got null");
-  refused(R"({"messages": [{"role": "assistant", "content": "x", "tool_calls": []}]})", "messages[0] has \"tool_calls\"");
-  refused(R"({"messages": [{"role": "user", "content": "Hi"}], "tools": []})", "\"tools\"");
+  refused(R"({"messages": [{"role": "user", "content": null}]})", "messages[0].content wants a string",
+          "null only beside tool_calls", "got null");
+  refused(R"({"messages": [{"role": "assistant", "content": "x", "tool_calls": {}}]})", "messages[0].tool_calls wants a list");
+  refused(R"({"messages": [{"role": "assistant", "content": "x", "reasoning_content": 3}]})",
+          "messages[0].reasoning_content wants a string");
+  refused(R"({"messages": [{"role": "user", "content": "Hi"}], "tools": {}})", "\"tools\" wants a list");
+  refused(R"({"messages": [{"role": "user", "content": "Hi"}], "tools": "[1"})", "\"tools\" is a string that is not JSON");
+  refused(R"({"conversations": [{"from": "bot", "value": "Hi"}]})", "conversations[0].from is \"bot\"",
+          "human, gpt, system, tool, function_call or observation");
+  refused(R"({"conversations": [{"from": "function_call", "value": "get weather"}]})",
+          "conversations[0] is a function_call whose value is not JSON");
   refused(R"({"messages": [{"role": "user", "content": "Hi"}]})", "no assistant turn");
   // A text file read as JSONL whose later row holds messages is named as such.
   write(dir / "mixed.jsonl", "{\"text\": \"a\"}\n" + ok + "\n");
@@ -299,6 +307,59 @@ TEST(ChatDataset, JsonlErrorsNameTheFileLineAndField) {
   const Tokenizer plain = Tokenizer::from_pretrained((kDir.parent_path() / "tokenizers" / "qwen2").string());
   write(dir / "chat.jsonl", ok + "\n");
   EXPECT_ERROR_HAS(tokenize_jsonl_file(dir / "chat.jsonl", plain), "chat.jsonl' holds conversations", "no chat template");
+}
+
+// Issue 47: chat data as people have it. A row's "tools" and messages with tool_calls and tool turns
+// reach the template as apply_chat_template passes them (Qwen2.5 writes the definitions into its
+// system turn and the call as <tool_call>, which is learned); ShareGPT's layout gives the example of
+// the messages it stands for; Qwen3 reads reasoning_content; system messages merge or drop.
+TEST(ChatDataset, ToolsToolCallsReasoningAndShareGptRowsReachTheTemplate) {
+  TempDir dir;
+  const Tokenizer tok = chat_tokenizer("qwen2.5");
+  const std::string tools = R"([{"type": "function", "function": {"name": "get_weather", "parameters": )"
+                            R"({"type": "object", "properties": {"city": {"type": "string"}}}}}])";
+  write(dir / "messages.jsonl",
+        R"({"tools": )" + tools + R"(, "messages": [{"role": "user", "content": "Oslo?"}, {"role": "assistant", )"
+        R"("content": null, "tool_calls": [{"type": "function", "function": {"name": "get_weather", "arguments": )"
+        R"({"city": "Oslo"}}}]}, {"role": "tool", "content": "sunny"}, {"role": "assistant", "content": "Sunny."}]})"
+        "\n");
+  write(dir / "sharegpt.jsonl",
+        R"({"tools": )" + tg::json::dump(tg::json::Value(tools)) + R"(, "conversations": [{"from": "human", "value": )"
+        R"("Oslo?"}, {"from": "function_call", "value": "{\"name\": \"get_weather\", \"arguments\": {\"city\": )"
+        R"(\"Oslo\"}}"}, {"from": "observation", "value": "sunny"}, {"from": "gpt", "value": "Sunny."}]})" "\n");
+  auto example = [&](const std::string& file, const Tokenizer& t, const TextOptions& options = {}) {
+    const auto corpus = tokenize_jsonl_file(dir / file, t, options);
+    ChatExample ex;
+    ex.ids.resize(static_cast<size_t>(corpus->size()));
+    ex.labels.resize(ex.ids.size());
+    corpus->read(0, corpus->size(), ex.ids.data(), ex.labels.data());
+    return ex;
+  };
+  const ChatExample ex = example("messages.jsonl", tok);
+  EXPECT_EQ(learned(tok, ex), (Runs{"<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n"
+                                    "</tool_call><|im_end|>\n",
+                                    "Sunny.<|im_end|>\n"}));
+  const std::string text = tok.decode(ex.ids);
+  EXPECT_NE(text.find("<tools>\n{\"type\": \"function\", \"function\": {\"name\": \"get_weather\""), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("<tool_response>\nsunny\n</tool_response>"), std::string::npos) << text;
+  const ChatExample shared = example("sharegpt.jsonl", tok);
+  EXPECT_EQ(shared.ids, ex.ids);
+  EXPECT_EQ(shared.labels, ex.labels);
+
+  write(dir / "reasoning.jsonl", R"({"messages": [{"role": "user", "content": "6 x 7?"}, {"role": "assistant", )"
+                                 R"("content": "42.", "reasoning_content": "six sevens"}]})" "\n");
+  const Tokenizer qwen3 = chat_tokenizer("qwen3");
+  EXPECT_EQ(learned(qwen3, example("reasoning.jsonl", qwen3)), (Runs{"<think>\nsix sevens\n</think>\n\n42.<|im_end|>\n"}));
+
+  write(dir / "system.jsonl", R"({"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", )"
+                              R"("content": "Hi"}, {"role": "assistant", "content": "Hello."}]})" "\n");
+  const Tokenizer gemma = chat_tokenizer("gemma2");
+  EXPECT_ERROR_HAS(example("system.jsonl", gemma), "System role not supported", "system_message \"merge\"");
+  const std::string merged = gemma.decode(example("system.jsonl", gemma, {.system_message = SystemMessage::Merge}).ids);
+  EXPECT_NE(merged.find("user\nBe brief.\n\nHi"), std::string::npos) << merged;
+  const std::string dropped = gemma.decode(example("system.jsonl", gemma, {.system_message = SystemMessage::Drop}).ids);
+  EXPECT_EQ(dropped.find("Be brief."), std::string::npos) << dropped;
 }
 
 TEST(ChatDataset, LabelsMatchTransformers) {
@@ -313,10 +374,13 @@ TEST(ChatDataset, LabelsMatchTransformers) {
     const std::string folder = c.at("folder").as_string(), what = folder + " " + c.at("conversation").as_string();
     if (!tokenizers.count(folder)) tokenizers.emplace(folder, chat_tokenizer(folder));
     const Tokenizer& tok = tokenizers.at(folder);
+    // The messages whole (tool_calls, reasoning_content) and the case's tools, as transformers had them.
     std::vector<ChatMessage> messages;
-    for (const auto& m : c.at("messages").as_array()) messages.push_back({m.at("role").as_string(), m.at("content").as_string()});
+    for (const auto& m : c.at("messages").as_array())
+      messages.push_back({m.at("role").as_string(), m.at("content").is_string() ? m.at("content").as_string() : "", m});
+    const tg::json::Value tools = c.find("tools") ? c.at("tools") : tg::json::Value();
     if (c.find("error")) {
-      EXPECT_THROW(tokenize_conversation(tok, messages, &now), tg::Error) << what;
+      EXPECT_THROW(tokenize_conversation(tok, messages, &now, tools), tg::Error) << what;
       continue;
     }
     auto ints = [](const tg::json::Value& v) {
@@ -324,8 +388,8 @@ TEST(ChatDataset, LabelsMatchTransformers) {
       for (const auto& x : v.as_array()) out.push_back(static_cast<int32_t>(x.as_int()));
       return out;
     };
-    EXPECT_EQ(tok.chat_template()->render(messages, {}, &now), c.at("rendered").as_string()) << what;
-    const ChatExample ex = tokenize_conversation(tok, messages, &now);
+    EXPECT_EQ(tok.chat_template()->render(messages, {.tools = tools}, &now), c.at("rendered").as_string()) << what;
+    const ChatExample ex = tokenize_conversation(tok, messages, &now, tools);
     EXPECT_EQ(ex.ids, ints(c.at("ids"))) << what;
     // One difference by design: the script learns every token a turn's span touches, so where a
     // turn's text ends in the first characters of the next special token ("<|" of Phi-3.5's

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "data/chat_template.h"
@@ -75,6 +76,37 @@ TEST(ChatTemplate, RealTemplatesRenderAsTransformers) {
   EXPECT_GE(templates.size(), 10u);
   EXPECT_EQ(checked, expected.at("cases").size());
   EXPECT_GT(raised, 0u);
+}
+
+// Chat data as people have it (issue 47): tools= and messages with tool_calls, tool turns and
+// reasoning_content, passed whole as apply_chat_template passes them (expected_tools.json). A
+// template that fails on Python's types rather than by raise_exception fails here too.
+TEST(ChatTemplate, RealTemplatesRenderToolsAndToolCallsAsTransformers) {
+  const tg::json::Value expected = tg::json::parse(read(kDir / "expected_tools.json"));
+  const std::tm now = fixture_time(expected.at("now").as_string());
+  size_t rendered = 0;
+  for (const auto& c : expected.at("cases").as_array()) {
+    const std::string family = c.at("family").as_string(), conv = c.at("conversation").as_string();
+    const ChatTemplate t = *ChatTemplate::from_config(tg::json::parse(read(kDir / family / "tokenizer_config.json")));
+    const tg::json::Value& conversation = expected.at("conversations").at(conv);
+    std::vector<ChatMessage> messages;
+    for (const auto& m : conversation.at("messages").as_array())
+      messages.push_back({m.at("role").as_string(), m.at("content").as_string(), m});
+    const bool agp = c.at("add_generation_prompt").as_bool();
+    SCOPED_TRACE(family + " / " + conv + (agp ? " / add_generation_prompt" : ""));
+    const tg::data::ChatTemplateOptions options{.add_generation_prompt = agp, .tools = conversation.at("tools")};
+    if (const tg::json::Value* err = c.find("error")) {
+      const std::string got = tg::test::error_of([&] { t.render(messages, options, &now); });
+      const bool raised = err->as_string().find("concatenate") == std::string::npos;  // else Python's TypeError
+      EXPECT_NE(got.find(raised ? "the chat template raised: " + err->as_string() : std::string()), std::string::npos)
+          << got;
+      EXPECT_FALSE(got.empty());
+    } else {
+      EXPECT_EQ(t.render(messages, options, &now), c.at("text").as_string());
+      ++rendered;
+    }
+  }
+  EXPECT_GE(rendered, 50u);
 }
 
 TEST(ChatTemplate, TokenizerReadsTheFolderTemplate) {

@@ -310,3 +310,31 @@ TEST(Dataset, BatchesFromManyThreadsAtOnceAreThoseDrawnAlone) {
 }
 
 }  // namespace
+
+// Issue 47: what cutting examples at seq loses (learned tokens, examples left with none), and TRL's
+// keep_end, which keeps a long prompt's reply.
+TEST(Dataset, TruncationReportCountsWhatTheCutLosesAndKeepEndKeepsTheEnd) {
+  std::vector<int32_t> ids0, labels0;
+  for (int32_t t = 1; t <= 10; ++t) ids0.push_back(t), labels0.push_back(t > 6 ? t : kIgnoreIndex);  // a long prompt
+  const auto corpus = corpus_from_examples({ids0, {11, 12, 13}}, {labels0, {11, 12, 13}});
+  for (Layout layout : {Layout::Pad, Layout::PackSeparate}) {
+    SCOPED_TRACE(layout == Layout::Pad ? "pad" : "pack-separate");
+    const TruncationReport start = SequenceDataset(corpus, 6, layout).truncation_report();
+    EXPECT_EQ(start.examples, 2);
+    EXPECT_EQ(start.cut, 1);
+    EXPECT_EQ(start.longest, 10);
+    EXPECT_EQ(start.longest_example, 0);
+    EXPECT_EQ(start.learned, 6);  // 4 of the first, 2 of the second (its first token predicts nothing)
+    EXPECT_EQ(start.lost, 4);
+    EXPECT_EQ(start.emptied, 1);
+    const TruncationReport end = SequenceDataset(corpus, 6, layout, 0, Truncation::KeepEnd).truncation_report();
+    EXPECT_EQ(end.lost, 0);
+    EXPECT_EQ(end.emptied, 0);
+  }
+  const Batch kept = SequenceDataset(corpus, 6, Layout::Pad, 0, Truncation::KeepEnd).rows_batch(0, 1, tg::Device::cpu());
+  EXPECT_EQ(kept.ids.to_vector<int64_t>(), (std::vector<int64_t>{5, 6, 7, 8, 9, 10}));
+  EXPECT_EQ(kept.labels.to_vector<int64_t>(), (std::vector<int64_t>{kIgnoreIndex, kIgnoreIndex, 7, 8, 9, 10}));
+  const TruncationReport packed = SequenceDataset(corpus, 6, Layout::Pack).truncation_report();
+  EXPECT_EQ(packed.cut, 0);
+  EXPECT_EQ(packed.learned, 6);  // 12 of the 13 tokens make 2 rows: 7..10 and 11, 12 learned
+}

@@ -25,77 +25,13 @@
 #include "nn/models/pretrained.h"
 #include "nn/models/smollm3.h"
 #include "peft/lora.h"
+#include "tests/example_runs.h"
 #include "tests/test_support.h"
 
 namespace fs = std::filesystem;
-using tg::test::TempDir;
+using namespace tg::test;
 
 namespace {
-
-fs::path fixtures() {
-  const char* env = std::getenv("TG_TOKENIZER_FIXTURES");
-  return env && *env ? fs::path(env) : fs::path(TG_TESTS_DIR) / "fixtures" / "tokenizers";
-}
-
-std::string read(const std::string& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-void write(const std::string& path, const std::string& content) { std::ofstream(path, std::ios::binary) << content; }
-
-// Runs an example program; returns its exit status, its output in `log` (stdout and stderr, or
-// stdout alone, stderr going to dir/err.txt).
-int run(const std::string& program, const std::string& args, const TempDir& dir, std::string* log = nullptr,
-        bool with_stderr = true) {
-  const std::string out = dir / "log.txt";
-  const std::string err = with_stderr ? std::string(" 2>&1") : " 2>" + (dir / "err.txt");
-  const int rc = std::system((program + " " + args + " >" + out + err).c_str());
-  if (log) *log = read(out);
-  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
-
-// Runs lora_finetune, as run().
-int finetune(const std::string& args, const TempDir& dir, std::string* log = nullptr) {
-  return run(TG_LORA_FINETUNE, args, dir, log);
-}
-
-// A small JSONL task: the completion follows from the prompt.
-std::string write_task(const TempDir& dir, int lines = 120) {
-  const char* names[] = {"alice", "bob", "carol", "dave", "erin"};
-  const char* colours[] = {"red", "green", "blue", "black"};
-  std::string text;
-  for (int i = 0; i < lines; ++i)
-    text += std::string("{\"prompt\": \"Q: what does ") + names[i % 5] + " like?\\nA:\", \"completion\": \" " +
-            names[i % 5] + " likes " + colours[(i * 7) % 4] + ".\"}\n";
-  write(dir / "train.jsonl", text);
-  return dir / "train.jsonl";
-}
-
-struct LossRow {
-  int64_t step;
-  std::string split;  // "train" or "validation"
-  double loss, tok_s;
-};
-// The Trainer's log.csv: step,epoch,loss,learning_rate,grad_norm,tokens_per_second,eval_loss,...
-std::vector<LossRow> losses(const std::string& csv) {
-  std::vector<LossRow> rows;
-  std::istringstream in(read(csv));
-  std::string line;
-  std::getline(in, line);
-  while (std::getline(in, line)) {
-    std::vector<std::string> f;
-    std::stringstream ss(line);
-    for (std::string cell; std::getline(ss, cell, ',');) f.push_back(cell);
-    f.resize(9);
-    const bool train = !f[2].empty();
-    rows.push_back({std::stoll(f[0]), train ? "train" : "validation", std::stod(train ? f[2] : f[6]),
-                    f[5].empty() ? 0 : std::stod(f[5])});
-  }
-  return rows;
-}
 
 std::vector<float> logits(tg::nn::Module& m, const std::vector<int64_t>& ids) {
   tg::NoGradGuard g;
@@ -105,6 +41,12 @@ std::vector<float> logits(tg::nn::Module& m, const std::vector<int64_t>& ids) {
 
 class LoraFinetuneHf : public ::testing::TestWithParam<std::string> {};
 
+// The attention's projections: peft's default (q_proj, v_proj; c_attn) learns too little of the task
+// in 40 steps of these tiny models, so the tests name more, as a user would.
+std::string attention_targets(const std::string& folder) {
+  return folder == "tiny_gpt2" ? " --targets c_attn,c_proj " : " --targets q_proj,k_proj,v_proj,o_proj ";
+}
+
 TEST_P(LoraFinetuneHf, JsonlFineTuneLowersTheLossAndItsAdapterLoadsBack) {
   const fs::path base = fixtures() / GetParam();
   ASSERT_TRUE(fs::exists(base / "config.json")) << "no fixture " << base << " (make_fixtures.py writes it)";
@@ -112,7 +54,8 @@ TEST_P(LoraFinetuneHf, JsonlFineTuneLowersTheLossAndItsAdapterLoadsBack) {
   const std::string data = write_task(dir), out = dir / "out";
   std::string log;
   ASSERT_EQ(finetune("--base " + base.string() + " --data " + data + " --steps 40 --warmup 2 --batch 4 --seq 48 --log-every 1 "
-                     "--lr 1e-2 --eval-every 20 --sample-tokens 4 --threads 2 --merge --out " + out, dir, &log), 0) << log;
+                     "--lr 1e-2 --eval-every 20 --sample-tokens 4 --threads 2 --merge --out " + out +
+                     attention_targets(GetParam()), dir, &log), 0) << log;
   EXPECT_NE(log.find("sample (greedy)"), std::string::npos) << log;
 
   const std::vector<LossRow> rows = losses(out + "/log.csv");
@@ -125,7 +68,7 @@ TEST_P(LoraFinetuneHf, JsonlFineTuneLowersTheLossAndItsAdapterLoadsBack) {
   EXPECT_LT(last, first - 0.2) << "the training loss did not fall";
   EXPECT_LT(val[1], val[0]);
 
-  // The adapter: peft's files, this base, the architecture's default targets.
+  // The adapter: peft's files, this base, the targets named.
   const tg::json::Value cfg = tg::json::parse(read(out + "/adapter/adapter_config.json"));
   EXPECT_EQ(cfg.at("base_model_name_or_path").as_string(), base.string());
   std::vector<std::string> targets;
@@ -230,7 +173,8 @@ TEST_P(LoraFinetuneHf, LoadIn4bitTrainsOnAFourBitBaseAndMergesDense) {
   TempDir dir;
   const std::string data = write_task(dir), out = dir / "out";
   std::string log;
-  ASSERT_EQ(finetune("--base " + base.string() + " --data " + data + " --load-in-4bit --steps 40 --warmup 2 --log-every 1 "
+  ASSERT_EQ(finetune("--base " + base.string() + " --data " + data + attention_targets(GetParam()) +
+                     "--load-in-4bit --steps 40 --warmup 2 --log-every 1 "
                      "--batch 4 --seq 48 --lr 1e-2 --eval-every 0 --sample-tokens 0 --threads 2 --merge --out " + out,
                      dir, &log), 0) << log;
   EXPECT_NE(log.find("peak memory: host"), std::string::npos) << log;
@@ -351,8 +295,11 @@ TEST(LoraFinetune, RealTokenizerFamiliesTrainSaveAndGenerate) {
     for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) fs::copy_file(tok_dir / f, fs::path(base) / f);
 
     std::string log;
+    // peft has no default targets for Phi-3: they are named.
+    const std::string targets = family == "phi3" ? " --targets qkv_proj,o_proj" : "";
     ASSERT_EQ(finetune("--base " + base + " --data " + write_task(dir) + " --steps 30 --warmup 2 --batch 4 --seq 48 "
-                       "--lr 2e-2 --eval-every 0 --log-every 1 --sample-tokens 0 --threads 2 --out " + (dir / "out"), dir, &log),
+                       "--lr 2e-2 --eval-every 0 --log-every 1 --sample-tokens 0 --threads 2 --out " + (dir / "out") +
+                       targets, dir, &log),
               0) << log;
     std::vector<double> train;
     for (const auto& r : losses(dir / "out/log.csv"))
@@ -524,6 +471,19 @@ TEST(LoraFinetune, AnUnknownFlagSuggestsTheNearestOne) {
   EXPECT_NE(log.find("(did you mean --grad-accum?)"), std::string::npos) << log;
   EXPECT_EQ(finetune("--zzzzzz 1", dir, &log), 2);
   EXPECT_EQ(log.find("did you mean"), std::string::npos) << log;
+  // transformers', peft's and TRL's names get ours (issue 47).
+  for (const auto& [theirs, ours] : std::vector<std::pair<std::string, std::string>>{
+           {"learning_rate", "lr"}, {"per_device_train_batch_size", "batch"}, {"gradient_accumulation_steps", "grad-accum"},
+           {"max_steps", "steps"}, {"output_dir", "out"}, {"num_train_epochs", "num-train-epochs"}, {"lora_r", "rank"},
+           {"lora_alpha", "alpha"}, {"lora_dropout", "dropout"}, {"max_seq_length", "seq"}, {"warmup_steps", "warmup"},
+           {"weight_decay", "weight-decay"}, {"bf16", "dtype bf16"}, {"target_modules", "targets"},
+           {"model_name_or_path", "base"}, {"gradient_checkpointing", "gradient-checkpointing"}}) {
+    EXPECT_EQ(finetune("--" + theirs + " 1", dir, &log), 2) << theirs;
+    EXPECT_NE(log.find("unknown flag --" + theirs + " (did you mean --" + ours + "?)"), std::string::npos) << log;
+    // The message and a pointer to --help, not the 90 lines of flags.
+    EXPECT_EQ(log.find("flags:"), std::string::npos) << log;
+    EXPECT_NE(log.find("see --help"), std::string::npos) << log;
+  }
 }
 
 TEST(LoraFinetune, TheFirstStepsThroughputIsMeasuredOverTheStepAndALoneValidationPointShows) {

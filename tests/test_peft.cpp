@@ -52,6 +52,13 @@ void randomise_lora_b(nn::Module& model, Generator& gen) {
   for (auto& [path, l] : peft::lora_layers(model)) nn::init::normal_(l->lora_B->weight, 0.0, 0.1, gen);
 }
 
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
 std::string error_text(const std::function<void()>& f) {
   try {
     f();
@@ -217,6 +224,34 @@ TEST_F(PeftTest, ApplyLoraErrors) {
   EXPECT_TRUE(peft::lora_layers(model).empty());
   peft::apply_lora(model, {});
   EXPECT_THROW(peft::apply_lora(model, {}), Error) << "twice";
+}
+
+// Issue 47: peft's all-linear, a misspelt name beside good ones refused (peft drops it silently)
+// with the model's Linear names, and the registry's defaults as peft's mapping has them.
+TEST_F(PeftTest, AllLinearAndEveryTargetMustMatch) {
+  LlamaForCausalLM model(micro(), gen);
+  EXPECT_ERROR_HAS(peft::apply_lora(model, {.target_modules = {"q_proj", "v_prj"}}),
+                   "target_modules entry 'v_prj' matches no module of LlamaForCausalLM",
+                   "its Linear layers are q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, lm_head",
+                   "\"all-linear\"");
+  EXPECT_TRUE(peft::lora_layers(model).empty()) << "a failed apply changes nothing";
+  const peft::LoraReport r = peft::apply_lora(model, {.target_modules = {peft::kAllLinear}});
+  EXPECT_EQ(r.wrapped.size(), 7u * 2);  // every Linear of both layers, not the head
+  for (const std::string& path : r.wrapped) EXPECT_EQ(path.find("lm_head"), std::string::npos) << path;
+  const TempDir dir;
+  peft::save_adapter(model, dir / "a", {.target_modules = {peft::kAllLinear}});
+  const json::Value cfg = json::parse(read_text(dir / "a/adapter_config.json"));
+  EXPECT_EQ(cfg.at("target_modules").size(), 14u) << "peft writes the paths all-linear stands for";
+
+  auto targets = [](const char* name) { return nn::find_architecture(name)->lora_targets; };
+  const std::vector<std::string> q_v = {"q_proj", "v_proj"};
+  for (const char* family : {"llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text"})
+    EXPECT_EQ(targets(family), q_v) << family;
+  EXPECT_EQ(targets("gpt2"), std::vector<std::string>{"c_attn"});
+  EXPECT_TRUE(targets("phi3").empty()) << "peft has no default for phi3";
+  LlamaForCausalLM plain(micro(), gen);
+  EXPECT_ERROR_HAS(peft::apply_lora(plain, {.target_modules = {}}), "target_modules is empty",
+                   "peft has no default targets for llama", "q_proj, k_proj");
 }
 
 TEST_F(PeftTest, ModulesToSaveAndTrainableNorms) {

@@ -3,6 +3,7 @@
 // validation, the callbacks' order, evaluate() against a hand-computed mean, the schedules, and
 // packed rows (Layout::PackSeparate) trained with their position ids, on one rank or several.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
@@ -20,6 +21,7 @@
 #include "peft/lora.h"
 #include "tests/test_support.h"
 #include "train/checkpoint.h"
+#include "train/output_dir.h"
 #include "train/train_log.h"
 #include "train/trainer.h"
 
@@ -624,6 +626,50 @@ TEST(Trainer, CudaGraphRunEqualsTheEagerOneOnTheGpu) {
     }
     EXPECT_EQ(weights[0], weights[1]);
   }
+}
+
+// Issue 47: a fresh run into another run's output_dir is refused naming its files (overwrite_output_dir
+// removes them), and the folder is held while a run lives: another process fails at once with the pid.
+TEST(Trainer, OutputDirHoldsOneRunAtATime) {
+  TempDir dir;
+  Trainer first(lora_model(), pattern_rows(), args_in(dir, 2));
+  first.train();
+  // Another process (flock(1)) finds the folder locked; the lock file names this one.
+  const std::string lock = dir / ("out/" + std::string(train::kLockFile));
+  EXPECT_NE(std::system(("flock -n " + lock + " true").c_str()), 0) << "the lock is not held";
+  EXPECT_EQ(read(lock), std::to_string(getpid()) + "\n");
+
+  Trainer again(lora_model(), pattern_rows(), args_in(dir, 2));
+  EXPECT_ERROR_HAS(again.train(), "holds another run's files (checkpoint-2, log.csv, log.jsonl, loss.svg)",
+                   "overwrite_output_dir", "resume_from_checkpoint");
+  TrainingArguments fresh = args_in(dir, 1);
+  fresh.overwrite_output_dir = true;
+  Trainer(lora_model(), pattern_rows(), fresh).train();
+  EXPECT_FALSE(fs::exists(dir / "out/checkpoint-2")) << "the old run's checkpoint stays";
+  EXPECT_TRUE(fs::exists(dir / "out/checkpoint-1"));
+  TrainingArguments resumed = args_in(dir, 2);
+  resumed.resume_from_checkpoint = "latest";  // continuing is no fresh run
+  Trainer(lora_model(), pattern_rows(), resumed).train();
+  EXPECT_NE(std::system(("flock -n " + lock + " true").c_str()), 0) << "first still holds it";
+}
+
+// Issue 47: a step whose batch has no target token logs no NaN loss (it counts such steps), and a
+// run of only such steps fails before its last checkpoint instead of passing for trained.
+TEST(Trainer, StepsWithoutTargetsLogNoLossAndARunOfThemTrainsNothing) {
+  TempDir dir;
+  std::vector<std::vector<int32_t>> ids(8, std::vector<int32_t>(12, 5));
+  std::vector<std::vector<int32_t>> labels(8, std::vector<int32_t>(12, data::kIgnoreIndex));
+  auto none = std::make_shared<data::SequenceDataset>(data::corpus_from_examples(ids, labels), kSeq, data::Layout::Pack);
+  TrainingArguments args = args_in(dir, 2);
+  args.save_steps = 1;
+  Trainer t(lora_model(), none, args);
+  EXPECT_ERROR_HAS(t.train(), "none of the 2 steps (1-2) had a target token", "nothing was trained");
+  EXPECT_TRUE(fs::exists(dir / "out/checkpoint-1"));
+  EXPECT_FALSE(fs::exists(dir / "out/checkpoint-2")) << "the last checkpoint passes for a trained one";
+  const std::string log = read(dir / "out/log.jsonl");
+  EXPECT_NE(log.find("\"steps_without_targets\":"), std::string::npos) << log;
+  EXPECT_EQ(log.find("\"loss\""), std::string::npos) << log;
+  EXPECT_EQ(train::TrainLog::console_line(t.state().log_history.at(0)).find("nan"), std::string::npos);
 }
 
 }  // namespace

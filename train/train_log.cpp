@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -77,9 +78,10 @@ void TrainLog::step(int64_t step, double loss, double lr, int64_t tokens) {
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   const double done = static_cast<double>(step - first_step_ + 1);
   const double eta = elapsed / done * static_cast<double>(max_steps_ - step);
-  char line[256];
-  std::snprintf(line, sizeof line, "step %lld/%lld | loss %.4f | lr %.2e | %.0f tok/s | %s elapsed, ETA %s",
-                static_cast<long long>(step), static_cast<long long>(max_steps_), loss, lr,
+  char line[256], loss_text[48] = "no target token";  // a step without one has no loss
+  if (std::isfinite(loss)) std::snprintf(loss_text, sizeof loss_text, "loss %.4f", loss);
+  std::snprintf(line, sizeof line, "step %lld/%lld | %s | lr %.2e | %.0f tok/s | %s elapsed, ETA %s",
+                static_cast<long long>(step), static_cast<long long>(max_steps_), loss_text, lr,
                 elapsed > 0 ? static_cast<double>(tokens_) / elapsed : 0.0, clock_str(elapsed).c_str(),
                 clock_str(eta).c_str());
   std::cerr << "\r\033[2K" << line << std::flush;

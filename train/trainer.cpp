@@ -25,6 +25,7 @@
 #include "train/checkpoint.h"
 #include "train/graphed_step.h"
 #include "train/loss_svg.h"
+#include "train/output_dir.h"
 #include "train/train_log.h"
 
 namespace tg::train {
@@ -190,8 +191,16 @@ data::Batch Trainer::shard(const data::Batch& global) const {
   return out;
 }
 
+void Trainer::claim_output_dir() {
+  const bool rank_zero = !distributed::launched() || distributed::launch_info().rank == 0;
+  if (output_lock_ || !main_process() || !rank_zero) return;
+  output_lock_ = OutputDirLock::acquire(args_.output_dir);
+  if (args_.resume_from_checkpoint.empty()) prepare_fresh_output_dir(args_.output_dir, args_.overwrite_output_dir);
+}
+
 TrainLog& Trainer::train_log() {
-  // Outside train() (an evaluate() after it): appended to the files, every row of them kept.
+  // Outside train() (an evaluate() before or after it): appended to the files, every row of them kept.
+  if (!log_) claim_output_dir();
   if (!log_)
     log_ = std::make_unique<TrainLog>(main_process() ? args_.output_dir : "", state_.max_steps, INT64_MAX,
                                       !args_.disable_tqdm);
@@ -223,13 +232,8 @@ TrainOutput Trainer::train() {
   const int64_t accum = args_.gradient_accumulation_steps, global_batch = args_.per_device_train_batch_size * world_;
   if (args_.max_steps > 0) {
     state_.max_steps = args_.max_steps;
-  } else {  // as transformers: whole micro-batches of an epoch, whole steps of those, at least one
-    const int64_t per_epoch = std::max<int64_t>(1, (train_->rows() + global_batch - 1) / global_batch / accum);
-    const double steps = std::ceil(args_.num_train_epochs * static_cast<double>(per_epoch));
-    TG_CHECK(steps <= static_cast<double>(kMaxSteps), kArgs, "num_train_epochs ", args_.num_train_epochs, " of ",
-             per_epoch, " steps are ", steps, " steps, above the limit ", kMaxSteps,
-             " (lower num_train_epochs, or set max_steps)");
-    state_.max_steps = static_cast<int64_t>(steps);
+  } else {
+    state_.max_steps = steps_for_epochs(args_.num_train_epochs, train_->rows(), global_batch, accum);
     check_warmup(args_.warmup_steps, state_.max_steps, "the max_steps of num_train_epochs");
   }
   // What a captured step cannot hold: a host-weighted sum of micro-batches, fresh dropout masks,
@@ -248,6 +252,7 @@ TrainOutput Trainer::train() {
   const bool validated = !lora.empty() && model_->architecture().cuda_graph_validated;
   use_graph_ = args_.cuda_graph != "off" && blocker.empty() && (validated || args_.cuda_graph == "on");
 
+  claim_output_dir();
   int64_t start = 0;
   if (!args_.resume_from_checkpoint.empty()) {
     start = resume();
@@ -288,7 +293,7 @@ TrainOutput Trainer::train() {
   GraphedStep graphed(use_graph_, [&](const data::Batch& b) { return device_step({&b, 1}, b.targets); });
   const int64_t tokens_per_step = accum * global_batch * train_->seq();
   double run_loss = 0, window_loss = 0;
-  int64_t run_steps = 0, window_steps = 0, window_tokens = 0;
+  int64_t run_steps = 0, window_steps = 0, window_tokens = 0, window_skipped = 0;
   auto window_start = std::chrono::steady_clock::now();
   for (int64_t step = start + 1; step <= state_.max_steps; ++step) {
     const double factor = optim::lr_factor(args_.lr_scheduler_type, step - 1, args_.warmup_steps, state_.max_steps);
@@ -299,6 +304,7 @@ TrainOutput Trainer::train() {
     state_.global_step = step;
     state_.epoch = epoch_at(step);
     if (std::isfinite(r.loss)) run_loss += r.loss, ++run_steps, window_loss += r.loss, ++window_steps;
+    else ++window_skipped;
     window_tokens += tokens_per_step;
     if (main_process()) train_log.step(step, r.loss, lr, tokens_per_step);
     TrainerControl control;
@@ -307,16 +313,22 @@ TrainOutput Trainer::train() {
     if (step % args_.logging_steps == 0 || step == state_.max_steps || stop) {
       const double seconds =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - window_start).count();
-      LogEntry entry{step, {{"loss", window_steps ? window_loss / static_cast<double>(window_steps) : NAN},
-                            {"learning_rate", lr},
+      // A window whose steps all lacked targets has no loss (not NaN): the row counts them instead.
+      LogEntry entry{step, {{"learning_rate", lr},
                             {"tokens_per_second", seconds > 0 ? static_cast<double>(window_tokens) / seconds : 0.0},
                             {"epoch", state_.epoch}}};
+      if (window_steps) entry.values["loss"] = window_loss / static_cast<double>(window_steps);
+      if (window_skipped) entry.values["steps_without_targets"] = static_cast<double>(window_skipped);
       if (r.grad_norm.defined()) entry.values["grad_norm"] = r.grad_norm.item();
       log(entry);
-      window_loss = 0, window_steps = 0, window_tokens = 0;
+      window_loss = 0, window_steps = 0, window_tokens = 0, window_skipped = 0;
       window_start = std::chrono::steady_clock::now();
     }
     if (eval_ && args_.eval_steps > 0 && step % args_.eval_steps == 0) evaluate();
+    // The last checkpoint (and the model saved after) must not pass an untrained adapter for a trained one.
+    TG_CHECK(run_steps > 0 || !(stop || step == state_.max_steps), kWhere, "none of the ", step - start, " steps (",
+             start + 1, "-", step, ") had a target token: every label of their batches is -100 (prompt, padding, or ",
+             "turns cut away by the sequence length), so nothing was trained; check the train_dataset's labels and seq");
     if (stop || (args_.save_steps > 0 && step % args_.save_steps == 0) || step == state_.max_steps)
       save_checkpoint(step);
     if (stop) break;
@@ -441,6 +453,7 @@ peft::LoraConfig Trainer::lora_config() {
 
 void Trainer::save_model(const std::string& dir) {
   if (!main_process()) return;
+  if (dir.empty()) claim_output_dir();
   const std::string out = dir.empty() ? args_.output_dir : dir;
   if (!peft::lora_layers(*model_).empty()) peft::save_adapter(*model_, out, lora_config());
   else nn::save_pretrained(*model_, out);

@@ -27,6 +27,7 @@
 namespace tg::train {
 
 class GraphedStep;
+class OutputDirLock;
 class TrainLog;
 
 struct TrainOutput {
@@ -43,7 +44,11 @@ class Trainer {
           TrainingArguments args, std::shared_ptr<const data::SequenceDataset> eval_dataset = nullptr);
   ~Trainer();
 
-  // Trains up to max_steps (from the checkpoint of resume_from_checkpoint, if any).
+  // Trains up to max_steps (from the checkpoint of resume_from_checkpoint, if any). The first
+  // write to output_dir (here, or an evaluate() or save_model() before) locks the folder for the
+  // Trainer's life and, for a fresh run, refuses one holding another run's files unless
+  // overwrite_output_dir (train/output_dir.h). tg::Error when no step of the run had a target
+  // token (every label -100): nothing was trained.
   TrainOutput train();
   // The loss over every row of the eval dataset (or of `dataset`), weighted by target tokens (the
   // mean over every token scored): "eval_loss", "eval_perplexity" (exp of it), "eval_tokens", the
@@ -81,6 +86,7 @@ class Trainer {
   peft::LoraConfig lora_config();
   void log(const LogEntry& entry);
   TrainLog& train_log();
+  void claim_output_dir();
   void write_loss_curve() const;
   data::Batch shard(const data::Batch& global) const;
   double epoch_at(int64_t step) const;
@@ -106,6 +112,7 @@ class Trainer {
   bool use_graph_ = false;
   TrainerState state_;
   std::unique_ptr<TrainLog> log_;  // the files of output_dir, opened by train() or the first log
+  std::shared_ptr<OutputDirLock> output_lock_;  // held from the first write to output_dir
 };
 
 }  // namespace tg::train

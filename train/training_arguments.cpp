@@ -1,5 +1,6 @@
 #include "train/training_arguments.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -26,6 +27,14 @@ void check_size(const char* name, int64_t v, int64_t most) {
 }
 
 }  // namespace
+
+int64_t steps_for_epochs(double num_train_epochs, int64_t rows, int64_t global_batch, int64_t accum) {
+  const int64_t per_epoch = std::max<int64_t>(1, (rows + global_batch - 1) / global_batch / accum);
+  const double steps = std::ceil(num_train_epochs * static_cast<double>(per_epoch));
+  TG_CHECK(steps <= static_cast<double>(kMaxSteps), kWhere, "num_train_epochs ", num_train_epochs, " of ", per_epoch,
+           " steps are ", steps, " steps, above the limit ", kMaxSteps, " (lower num_train_epochs, or set max_steps)");
+  return static_cast<int64_t>(steps);
+}
 
 void check_warmup(int64_t warmup_steps, int64_t max_steps, const char* steps_from) {
   TG_CHECK(warmup_steps < max_steps, kWhere, "warmup_steps ", warmup_steps, " >= ", steps_from, " ", max_steps,
@@ -74,7 +83,7 @@ void TrainingArguments::validate() const {
 
 json::Value TrainingArguments::to_json() const {
   json::Value v = json::Value::object();
-  v.set("output_dir", output_dir).set("learning_rate", learning_rate).set("weight_decay", weight_decay);
+  v.set("output_dir", output_dir).set("overwrite_output_dir", overwrite_output_dir).set("learning_rate", learning_rate).set("weight_decay", weight_decay);
   v.set("adam_beta1", adam_beta1).set("adam_beta2", adam_beta2).set("adam_epsilon", adam_epsilon);
   v.set("lr_scheduler_type", lr_scheduler_type).set("warmup_steps", warmup_steps).set("max_steps", max_steps);
   v.set("num_train_epochs", num_train_epochs).set("per_device_train_batch_size", per_device_train_batch_size);

@@ -17,6 +17,10 @@ namespace tg::train {
 
 struct TrainingArguments {
   std::string output_dir = "trainer_output";  // checkpoints, logs and (by default) the saved model
+  // A fresh run (no resume_from_checkpoint) into an output_dir holding another run's checkpoints,
+  // logs or saved model is refused unless this is true, which removes them first. A run holds the
+  // folder locked while it lives (train/output_dir.h): a second one into it fails at once.
+  bool overwrite_output_dir = false;
   // AdamW (torch.optim.AdamW); weight decay skips biases and norm weights, as transformers does.
   double learning_rate = 5e-5;
   double weight_decay = 0.0;
@@ -61,6 +65,11 @@ struct TrainingArguments {
   // The fields a resumed run must keep for the resume to continue bit-exactly.
   static const std::vector<std::string>& resume_fixed_fields();
 };
+
+// The optimizer steps of num_train_epochs passes over `rows` training rows, as transformers counts
+// them when max_steps is -1: whole micro-batches of global_batch rows an epoch (at least one),
+// whole steps of gradient_accumulation_steps of those, times the epochs rounded up.
+int64_t steps_for_epochs(double num_train_epochs, int64_t rows, int64_t global_batch, int64_t gradient_accumulation_steps);
 
 // tg::Error (naming warmup_steps and `steps_from`) unless warmup_steps < max_steps.
 void check_warmup(int64_t warmup_steps, int64_t max_steps, const char* steps_from);

@@ -148,6 +148,14 @@ int64_t l2_bytes(int device) {
   return st.l2_bytes;
 }
 
+size_t free_memory(int device) {
+  state(device);  // checks the device exists
+  TG_CUDA_CHECK(cudaSetDevice(device));
+  size_t free = 0, total = 0;
+  TG_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  return free;
+}
+
 std::string device_name(int device) {
   state(device);  // checks the device exists
   cudaDeviceProp prop;

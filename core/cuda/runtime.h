@@ -25,6 +25,7 @@ void deallocate(int device, void* ptr, size_t nbytes);
 MemoryStats memory_stats(int device);
 void reset_peak_memory_stats(int device);
 void empty_cache(int device);
+size_t free_memory(int device);  // cudaMemGetInfo's free bytes
 
 // CUDA graphs (the API is core/cuda_graph.h). While a capture runs on a device, its allocations
 // come from the graph's private pool, blocks freed join that pool, and host copies and waits

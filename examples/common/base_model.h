@@ -24,20 +24,26 @@ struct BaseModel {
   std::vector<std::string> default_targets;      // peft's usual LoRA targets for the architecture
 };
 
-// A folder: config.json + weights (nn::from_pretrained with `options`) + its tokenizer (tg::Error
-// when it has none). A file: a toy_transformer checkpoint of the named config ("auto": the one it
+// The tokenizer of a Hugging Face folder (tg::Error naming the program and flag when it has none);
+// nullopt for a toy_transformer checkpoint, whose tokens are bytes. Read before the model loads.
+std::optional<tg::data::Tokenizer> load_tokenizer(const std::string& base, const char* program, const char* flag);
+
+// A folder: config.json + weights (nn::from_pretrained with `options`), with `tokenizer`
+// (load_tokenizer's). A file: a toy_transformer checkpoint of the named config ("auto": the one it
 // records), moved to options' dtype and device and quantised when options.quantization asks.
 // Errors name the program and its flag.
-BaseModel load_base(const std::string& base, const std::string& toy_config, const char* program = "lora_finetune",
-                    const char* flag = "--base", const tg::nn::PretrainedOptions& options = {});
+BaseModel load_base(const std::string& base, const std::string& toy_config, const char* program, const char* flag,
+                    const tg::nn::PretrainedOptions& options, std::optional<tg::data::Tokenizer> tokenizer);
 
-// The tokens of a data file by its kind: .jsonl ({"text"} or {"prompt", "completion"}), .bin (an
-// llm.c token shard) or anything else as text (documents split at `separator`). Without a
-// tokenizer (the toy) text files only, as bytes. A file that is not text is an error naming
-// --`flag` and --bytes, unless allow_binary.
+// The tokens of a data file by its kind: .jsonl ({"text"}, {"prompt", "completion"} or
+// {"messages"} / {"conversations"}, rendered with the chat template, their system messages as
+// `system_message` says), .bin (an llm.c token shard) or anything else as text
+// (documents split at `separator`). Without a tokenizer (the toy) text files only, as bytes. A
+// file that is not text is an error naming --`flag` and --bytes, unless allow_binary.
 std::shared_ptr<const tg::data::TokenCorpus> load_corpus(const std::string& path, const std::string& flag,
-                                                        const BaseModel& base, const std::string& separator,
-                                                        bool allow_binary);
+                                                        const std::optional<tg::data::Tokenizer>& tokenizer,
+                                                        const std::string& separator, bool allow_binary,
+                                                        tg::data::SystemMessage system_message);
 
 // The files of a Hugging Face folder that describe its tokenizer (and generation defaults),
 // copied next to a merged model so transformers loads it whole.

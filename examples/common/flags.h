@@ -1,6 +1,7 @@
 // Command-line flags for the examples: --name value or --name=value, each declared with a
-// default and a help line. An unknown flag (with the nearest declared one suggested) or a bad
-// value throws UsageError carrying the usage.
+// default and a help line. An unknown flag (with the nearest declared one suggested, also for
+// transformers' / peft's / TRL's names: --learning_rate -> --lr) or a bad value throws
+// UsageError; guarded_main prints its message and a pointer to --help, not the whole list.
 #pragma once
 
 #include <cmath>
@@ -34,7 +35,9 @@ class Flags {
   std::vector<std::string> list(const std::string& name) const;
   bool was_set(const std::string& name) const;
   std::string usage() const;
-  // The declared flag closest to `name` (a prefix or a few typos away), "" when none is close.
+  // The declared flag closest to `name`: ours for a transformers / peft / TRL name ("lr" for
+  // "learning_rate", "dtype bf16" for "bf16"), the same with "-" for "_", or one a prefix or a few
+  // typos away; "" when none is close.
   std::string nearest(const std::string& name) const;
   // Every flag's name and value, in declaration order.
   const std::vector<std::string>& names() const { return order_; }
@@ -50,7 +53,10 @@ class Flags {
   std::vector<std::string> order_;
 };
 
-// Runs run(argc, argv): a UsageError prints the message and usage (exit 2), any other
+// The line after a usage error's message.
+extern const char* const kSeeHelp;
+
+// Runs run(argc, argv): a UsageError prints the message and kSeeHelp (exit 2), any other
 // exception "error: <what>" (exit 1).
 int guarded_main(int argc, char** argv, int (*run)(int, char**));
 

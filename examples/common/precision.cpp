@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <string_view>
 
 #include "core/memory.h"
 #include "io/number.h"
+#include "nn/models/pretrained.h"
 
 namespace examples {
 
@@ -15,11 +17,25 @@ const char* const kDtypeHelp =
     "f32 | bf16 (bf16: the frozen base in bfloat16, LoRA weights and AdamW state in float32; "
     "meant for the GPU, runs on the CPU too but slower than f32 there)";
 
+const char* const kModelDtypeHelp =
+    "auto | f32 | bf16 (auto: the folder's own, config.json's dtype, as transformers loads it; f32 for a toy "
+    "checkpoint). bf16: the frozen base in bfloat16, LoRA weights and AdamW state in float32; meant for the GPU, "
+    "runs on the CPU too but slower than f32 there";
+
 tg::DType dtype_flag(const Flags& flags) {
   const std::string d = flags.str("dtype");
   if (d == "f32") return tg::kFloat32;
   if (d == "bf16") return tg::kBFloat16;
-  throw UsageError("--dtype wants f32 or bf16, got '" + d + "'\n" + flags.usage());
+  throw UsageError("--dtype wants f32 or bf16, got '" + d + "'\n");
+}
+
+tg::DType model_dtype_flag(const Flags& flags, const std::string& model_path) {
+  if (flags.str("dtype") != "auto") {
+    if (flags.str("dtype") != "f32" && flags.str("dtype") != "bf16")
+      throw UsageError("--dtype wants auto, f32 or bf16, got '" + flags.str("dtype") + "'\n");
+    return dtype_flag(flags);
+  }
+  return std::filesystem::is_directory(model_path) ? tg::nn::pretrained_dtype(model_path) : tg::kFloat32;
 }
 
 tg::Device device_flag(const Flags& flags) {
@@ -27,7 +43,7 @@ tg::Device device_flag(const Flags& flags) {
   if (d == "cpu") return tg::Device::cpu();
   if (d == "cuda") return tg::Device::cuda();
   if (d == "auto") return tg::default_device();
-  throw UsageError("--device wants cpu, cuda or auto, got '" + d + "'\n" + flags.usage());
+  throw UsageError("--device wants cpu, cuda or auto, got '" + d + "'\n");
 }
 
 void add_quantization_flags(Flags& flags) {
@@ -40,7 +56,7 @@ void add_quantization_flags(Flags& flags) {
 tg::nn::QuantizationConfig quantization_flags(const Flags& flags, tg::DType dtype) {
   const std::string type = flags.str("bnb-4bit-quant-type");
   if (type != "nf4" && type != "fp4")
-    throw UsageError("--bnb-4bit-quant-type wants nf4 or fp4, got '" + type + "'\n" + flags.usage());
+    throw UsageError("--bnb-4bit-quant-type wants nf4 or fp4, got '" + type + "'\n");
   return {.load_in_4bit = flags.boolean("load-in-4bit"), .quant_type = type,
           .double_quant = flags.boolean("bnb-4bit-use-double-quant"), .compute_dtype = dtype};
 }

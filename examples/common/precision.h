@@ -19,8 +19,14 @@ namespace examples {
 // The help text of --dtype, the same in every example.
 extern const char* const kDtypeHelp;
 
-// --dtype: "f32" -> kFloat32, "bf16" -> kBFloat16; UsageError (with the usage) otherwise.
+// --dtype: "f32" -> kFloat32, "bf16" -> kBFloat16; UsageError otherwise.
 tg::DType dtype_flag(const Flags& flags);
+
+// The help text of --dtype where a model is loaded (lora_finetune, generate): auto as well.
+extern const char* const kModelDtypeHelp;
+// --dtype for a model at `model_path`: "auto" (transformers' default) is the folder's own
+// (nn::pretrained_dtype: config.json's dtype), float32 for a toy checkpoint; else dtype_flag.
+tg::DType model_dtype_flag(const Flags& flags, const std::string& model_path);
 
 // --device: "cpu", "cuda", or "auto" (tg::default_device()); UsageError (with the usage) otherwise.
 tg::Device device_flag(const Flags& flags);

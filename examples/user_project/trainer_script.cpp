@@ -11,7 +11,8 @@ int main(int argc, char** argv) {
   const std::string folder = argv[1];
   auto tok = data::Tokenizer::from_pretrained(folder);
   auto model = nn::from_pretrained(folder);  // Llama, Mistral, Qwen, GPT-2: by config.json
-  peft::apply_lora(*model, {.target_modules = model->architecture().lora_targets});
+  // The attention projections; peft's default for the family is model->architecture().lora_targets.
+  peft::apply_lora(*model, {.target_modules = {"q_proj", "k_proj", "v_proj", "o_proj"}});
   data::SequenceDataset rows(data::tokenize_jsonl_file(argv[2], tok), /*seq=*/64, data::Layout::Pack);
   auto [val, train] = rows.split(0.1);  // the last 10% of the rows validate
   train::TrainingArguments args{.output_dir = argv[3], .learning_rate = 1e-2, .lr_scheduler_type = "cosine",

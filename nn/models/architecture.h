@@ -37,7 +37,9 @@ struct Architecture {
   std::string embedding = {};    // the input embedding a tied lm_head.weight is
   // Buffers older transformers versions saved and tapegrad recomputes (causal masks, RoPE tables).
   std::vector<std::string> ignored_suffixes = {};
-  std::vector<std::string> lora_targets = {};   // peft's default target_modules
+  // peft's default target_modules (TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING); empty where
+  // peft has none for the family (Phi-3): the user names them.
+  std::vector<std::string> lora_targets = {};
   std::vector<std::string> conv1d_layers = {};  // Linear layers transformers stores [in, out] (GPT-2's Conv1D)
   // config.json's fields -> the checked config and its model (tg::Error naming the field).
   std::function<ModelBuilder(const ConfigFields&)> parse = {};

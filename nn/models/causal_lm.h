@@ -58,6 +58,9 @@ class CausalLM : public Module {
   virtual json::Value config_json() const = 0;
 
   std::shared_ptr<Linear> lm_head;
+  // The folder from_pretrained read it from (transformers' name_or_path; "" otherwise): what peft
+  // records as an adapter's base_model_name_or_path, and checks an adapter against.
+  std::string name_or_path;
 
  protected:
   // transformers' _init_weights, drawn from `gen` in module order: every Linear weight ~ N(0, std)

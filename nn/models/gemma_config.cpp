@@ -87,7 +87,8 @@ ModelBuilder gemma3(const ConfigFields& f) { return builder_of<GemmaForCausalLM>
 
 json::Value optional_number(double v) { return v > 0 ? json::Value(v) : json::Value(); }
 
-const std::vector<std::string> kTargets = {"q_proj", "k_proj", "v_proj", "o_proj"};
+// peft's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING for these families.
+const std::vector<std::string> kTargets = {"q_proj", "v_proj"};
 const std::vector<std::string> kIgnored = {".rotary_emb.inv_freq", ".rotary_emb_local.inv_freq"};
 
 }  // namespace

@@ -63,7 +63,7 @@ extern const Architecture kGPT2Architecture{.name = "GPT2LMHeadModel",
                                             .base_prefix = "transformer.",
                                             .embedding = "transformer.wte.weight",
                                             .ignored_suffixes = {".attn.bias", ".attn.masked_bias"},
-                                            .lora_targets = {"c_attn", "c_proj"},
+                                            .lora_targets = {"c_attn"},  // peft's default for gpt2
                                             .conv1d_layers = {"c_attn", "c_proj", "c_fc"},
                                             .parse = gpt2};
 

@@ -110,7 +110,8 @@ ModelBuilder qwen3(const ConfigFields& f) {
   return validated_whole_heads(f, c);
 }
 
-const std::vector<std::string> kTargets = {"q_proj", "k_proj", "v_proj", "o_proj"};
+// peft's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING for these families.
+const std::vector<std::string> kTargets = {"q_proj", "v_proj"};
 const std::vector<std::string> kIgnored = {".rotary_emb.inv_freq"};
 
 }  // namespace

@@ -27,8 +27,6 @@ ModelBuilder phi3(const ConfigFields& f) {
   return builder_of<Phi3ForCausalLM>(validated(f, c));
 }
 
-const std::vector<std::string> kTargets = {"qkv_proj", "o_proj"};
-
 }  // namespace
 
 json::Value Phi3ForCausalLM::config_json() const {
@@ -46,7 +44,8 @@ json::Value Phi3ForCausalLM::config_json() const {
 }
 
 extern const Architecture kPhi3Architecture{.name = "Phi3ForCausalLM", .model_type = "phi3", .base_prefix = "model.",
-    .embedding = "model.embed_tokens.weight", .ignored_suffixes = {".rotary_emb.inv_freq"}, .lora_targets = kTargets,
+    .embedding = "model.embed_tokens.weight", .ignored_suffixes = {".rotary_emb.inv_freq"},
+    .lora_targets = {},  // peft's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING has no phi3: name them
     .parse = phi3, .cuda_graph_validated = true};
 
 }  // namespace tg::nn

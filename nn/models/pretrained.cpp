@@ -176,12 +176,12 @@ FourBit four_bit(const Fields& f, const PretrainedOptions& o) {
   const QuantizationConfig& asked = o.quantization;
   if (asked.load_in_4bit) {
     asked.validate("from_pretrained");
-    TG_CHECK(o.dtype == kFloat32 || o.dtype == kBFloat16, "from_pretrained", "quantising to 4 bits wants the weights "
-             "as float32 or bfloat16 first (options.dtype), got ", o.dtype);
+    TG_CHECK(*o.dtype == kFloat32 || *o.dtype == kBFloat16, "from_pretrained", "quantising to 4 bits wants the "
+             "weights as float32 or bfloat16 first (options.dtype), got ", *o.dtype);
   }
   if (const json::Value* q = f.get("quantization_config")) {
     four.prequantized = four.on = true;
-    four.config = bnb::parse_quantization_config(Fields(*q, f.source() + " quantization_config"), o.dtype);
+    four.config = bnb::parse_quantization_config(Fields(*q, f.source() + " quantization_config"), *o.dtype);
     if (asked.load_in_4bit) four.config.compute_dtype = asked.compute_dtype;  // the folder keeps its format
   } else if (asked.load_in_4bit) {
     four.on = true;
@@ -390,7 +390,7 @@ void load_weights(Module& model, const Architecture& arch, const io::Folder& dir
   for (const std::string& layer : quantize) largest_dense = std::max(largest_dense, own.at(layer + ".weight").numel());
   int64_t largest = largest_dense;
   for (const std::string& layer : quantize_after) largest = std::max(largest, own.at(layer + ".weight").numel());
-  const Tensor staging = largest_dense ? Tensor::empty({largest_dense}, {o.dtype, o.device}) : Tensor();
+  const Tensor staging = largest_dense ? Tensor::empty({largest_dense}, {*o.dtype, o.device}) : Tensor();
   const Tensor workspace = largest ? Tensor::empty({largest}, {four.config.compute_dtype, o.device}) : Tensor();
   auto quantized = [&](const std::string& key, const Tensor& w) {
     try {
@@ -436,8 +436,19 @@ void load_weights(Module& model, const Architecture& arch, const io::Folder& dir
       if (auto* q = dynamic_cast<Linear4bit*>(m)) check_quant_state(q->quant_state, path + ".weight", "from_pretrained");
 }
 
+// config.json's dtype (torch_dtype before transformers 5), as from_pretrained's "auto" reads it.
+DType folder_dtype(const Fields& f) {
+  const char* key = f.get("dtype") ? "dtype" : "torch_dtype";
+  const std::string name = f.string(key, "float32");
+  if (name == "bfloat16") return kBFloat16;
+  if (name == "float32" || name == "float16") return kFloat32;  // float16 widened, as F16 tensors are
+  f.bad(key, "\"float32\", \"bfloat16\" or \"float16\" (or load with options.dtype)");
+}
+
 std::shared_ptr<CausalLM> build(const Architecture& arch, const Fields& f, const io::Folder& dir,
-                                const PretrainedOptions& o) {
+                                const PretrainedOptions& options) {
+  PretrainedOptions o = options;
+  if (!o.dtype) o.dtype = folder_dtype(f);
   const ModelBuilder builder = arch.parse(f);
   const FourBit four = four_bit(f, o);
   Generator gen(0);  // no value is drawn from it; the caller's default generator is left alone
@@ -445,12 +456,13 @@ std::shared_ptr<CausalLM> build(const Architecture& arch, const Fields& f, const
   {
     // Parameters made in their final dtype and place, uninitialised: their values come from the
     // files. Quantised, the Linear weights are not even allocated (load_weights decides).
-    init::SkipInitGuard no_init({o.dtype, o.device}, four.on);
+    init::SkipInitGuard no_init({*o.dtype, o.device}, four.on);
     model = builder.build(gen);
   }
   load_weights(*model, arch, dir, o, four);
-  model->to(o.dtype, o.device);  // the buffers (RoPE tables); after the load, which allocates every weight
+  model->to(*o.dtype, o.device);  // the buffers (RoPE tables); after the load, which allocates every weight
   model->eval();  // as transformers' from_pretrained
+  model->name_or_path = dir.path();
   return model;
 }
 
@@ -540,6 +552,18 @@ ModelBuilder parse_pretrained_config(const std::string& json_text, const std::st
   const Fields f = parse_fields(std::vector<uint8_t>(json_text.begin(), json_text.end()), source);
   return architecture(f).parse(f);
 }
+
+std::vector<safetensors::TensorInfo> pretrained_tensors(const std::string& dir) {
+  const io::Folder folder = open_model_folder(dir);
+  std::vector<safetensors::TensorInfo> out;
+  for (const auto& [name, indexed] : weight_files(folder)) {
+    const safetensors::FileReader file(folder.open(name));
+    out.insert(out.end(), file.header().tensors.begin(), file.header().tensors.end());
+  }
+  return out;
+}
+
+DType pretrained_dtype(const std::string& dir) { return folder_dtype(read_config(open_model_folder(dir))); }
 
 std::shared_ptr<LlamaForCausalLM> from_pretrained_llama(const std::string& dir, const PretrainedOptions& options) {
   return from_pretrained_as<LlamaForCausalLM>(dir, options, "from_pretrained_llama");

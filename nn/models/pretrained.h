@@ -10,8 +10,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
+#include "io/safetensors.h"
 #include "nn/models/architecture.h"
 #include "nn/models/causal_lm.h"
 #include "nn/models/gpt2.h"
@@ -21,7 +24,9 @@
 namespace tg::nn {
 
 struct PretrainedOptions {
-  DType dtype = kFloat32;  // the parameters' dtype, whatever the files hold
+  // The parameters' dtype, whatever the files hold; nullopt ("auto", transformers 5's default):
+  // the folder's own (pretrained_dtype).
+  std::optional<DType> dtype = std::nullopt;
   Device device = Device::cpu();
   // No progress line on stderr (it is shown for folders over 1 GB, when stderr is a terminal).
   bool quiet = false;
@@ -44,6 +49,15 @@ std::shared_ptr<LlamaForCausalLM> from_pretrained_llama(const std::string& dir, 
 std::shared_ptr<GPT2LMHeadModel> from_pretrained_gpt2(const std::string& dir, const PretrainedOptions& options = {});
 // AutoModelForCausalLM: whichever registered architecture config.json names.
 std::shared_ptr<CausalLM> from_pretrained(const std::string& dir, const PretrainedOptions& options = {});
+
+// The dtype from_pretrained(dir) loads in without options.dtype: config.json's "dtype" (older
+// transformers' "torch_dtype"), float32 when absent; float16 is widened to float32 (tapegrad has
+// no float16 type). tg::Error naming the field for another value.
+DType pretrained_dtype(const std::string& dir);
+
+// The tensors of the folder's weight files as their safetensors headers describe them (name,
+// file dtype, shape), read without their data: what a load will hold, known before it.
+std::vector<safetensors::TensorInfo> pretrained_tensors(const std::string& dir);
 
 // The config a config.json's text describes, checked as from_pretrained checks it (every number
 // range-checked, its field named in the error; `source` names the text), and the model it builds.
