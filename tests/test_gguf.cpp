@@ -189,7 +189,7 @@ TEST(Gguf, ReaderNamesWhatIsWrongInAHostileFile) {
   EXPECT_NE(error_with(offset, 4).find("not a multiple of 32"), std::string::npos);
   EXPECT_NE(error_with(offset, 32).find("of a data section of 32"), std::string::npos);
   EXPECT_NE(error_with(dims, 9).find("needs bytes [0, 36)"), std::string::npos);
-  for (size_t cut = 0; cut + 1 < ok.size(); cut += 7)  // every truncation is an error, never a crash
+  for (size_t cut = 0; cut < 96 + 8; cut += 3)  // every cut before the last tensor's end is an error
     EXPECT_FALSE(test::error_of([&] { gguf::parse_header(ok.data(), cut); }).empty()) << cut;
 }
 
