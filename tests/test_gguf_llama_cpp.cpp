@@ -12,6 +12,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
 
 #include "core/factory.h"
 #include "data/gguf_vocab.h"
@@ -260,19 +262,34 @@ INSTANTIATE_TEST_SUITE_P(Families, LlamaCppFamily,
                                            Family{"phi3", "spm_legacy"}, Family{"gpt2", "gpt2", "{}", kGeluTolerance}),
                          name_of);
 
-// The texts of the tokenizer fixtures' corpus (hard cases: spaces, digits, CJK, emoji, special tokens).
-std::vector<std::string> corpus_texts() {
-  std::vector<std::string> texts;
+// The tokenizer fixtures' corpus (hard cases: spaces, digits, CJK, emoji, special tokens) by name,
+// less its invalid UTF-8 (given as hex), which JSON cannot carry to llama.cpp.
+std::vector<std::pair<std::string, std::string>> corpus_texts() {
+  std::vector<std::pair<std::string, std::string>> texts;
   std::ifstream in(kTests + "/fixtures/tokenizers/corpus.jsonl");
   for (std::string line; std::getline(in, line);)
-    if (!line.empty()) texts.push_back(json::parse(line).at("text").as_string());
+    if (const json::Value entry = json::parse(line); entry.find("text"))
+      texts.emplace_back(entry.at("name").as_string(), entry.at("text").as_string());
   return texts;
 }
 
+// Where llama.cpp's tokenizers do not do what Hugging Face's (and so tapegrad's) do, whatever the
+// GGUF says: a special token's lstrip (RoBERTa's <mask>), Qwen2's NFC normaliser, the space that
+// Metaspace's prepend_scheme "first" does not add before a leading space (llama.cpp adds it, as
+// sentencepiece does), user-defined tokens inside Llama 2's legacy normaliser, and a
+// tokenizer.model's control tokens written in the text (sentencepiece reads them as text).
+const std::map<std::string, std::set<std::string>> kLlamaCppDiffers = {
+    {"gpt2", {"added_lstrip"}},
+    {"llama3", {}},
+    {"qwen2", {"combining", "zalgo"}},
+    {"spm_legacy", {"added_plain"}},
+    {"spm_metaspace", {"leading_space", "leading_spaces", "long_spaces", "one_space", "only_ws", "specials_spm"}},
+    {"spm_bpe_model", {"byte_token_text", "specials_spm"}}};
+
 class LlamaCppTokenizer : public ::testing::TestWithParam<std::string> {};
 
-// llama.cpp tokenizes with the GGUF's tokenizer.ggml.* keys as tapegrad's tokenizer does, and adds
-// the same BOS.
+// llama.cpp tokenizes with the GGUF's tokenizer.ggml.* keys as tapegrad's tokenizer does (but for
+// kLlamaCppDiffers), and adds the same BOS.
 TEST_P(LlamaCppTokenizer, TokenizesAsTheTokenizer) {
   REQUIRE_LLAMA_CPP();
   const data::Tokenizer tok = data::Tokenizer::from_pretrained(kTests + "/fixtures/tokenizers/" + GetParam());
@@ -280,15 +297,18 @@ TEST_P(LlamaCppTokenizer, TokenizesAsTheTokenizer) {
   test::TempDir dir;
   nn::save_gguf(*model, dir / "m.gguf",
                 {.dtype = gguf::TensorType::kF16, .metadata = data::gguf_tokenizer_metadata(tok, tok.vocab_size())});
-  const std::vector<std::string> texts = corpus_texts();
+  const auto texts = corpus_texts();
   json::Value request_texts = json::Value::array();
-  for (const std::string& t : texts) request_texts.push_back(t);
+  for (const auto& [name, text] : texts) request_texts.push_back(text);
   const json::Value answer =
       run_llama_cpp(dir, {json::Value::object().set("model", dir / "m.gguf").set("texts", request_texts)})[0];
   ASSERT_TRUE(answer.find("tokens"));
   const auto& got = answer.at("tokens").as_array();
   ASSERT_EQ(got.size(), texts.size());
-  for (size_t i = 0; i < texts.size(); ++i) EXPECT_EQ(ids_of(got[i]), tok.encode(texts[i], false)) << "text: " << texts[i];
+  std::set<std::string> differ;
+  for (size_t i = 0; i < texts.size(); ++i)
+    if (ids_of(got[i]) != tok.encode(texts[i].second, false)) differ.insert(texts[i].first);
+  EXPECT_EQ(differ, kLlamaCppDiffers.at(GetParam()));
   const std::vector<int32_t> with = tok.encode("a", true), without = tok.encode("a", false);
   EXPECT_EQ(answer.at("add_bos").as_bool(), with.size() > without.size() && with[0] == tok.bos_token_id());
   if (tok.bos_token_id()) EXPECT_EQ(answer.at("bos").as_int(), *tok.bos_token_id());
