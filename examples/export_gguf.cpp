@@ -51,7 +51,6 @@ int run(int argc, char** argv) {
   const gguf::TensorType dtype = dtype_of(flags.str("dtype"));
 
   const auto start = std::chrono::steady_clock::now();
-  const data::Tokenizer tokenizer = data::Tokenizer::from_pretrained(dir);
   std::shared_ptr<nn::CausalLM> model = nn::from_pretrained(dir, {.dtype = folder_dtype(dir)});
   const std::string name = flags.was_set("name") ? flags.str("name") : std::filesystem::path(dir).filename().string();
   gguf::Metadata metadata;
@@ -65,7 +64,8 @@ int run(int argc, char** argv) {
     }
   }
   if (adapter.empty() || flags.boolean("merge")) {
-    const gguf::Metadata vocab = data::gguf_tokenizer_metadata(tokenizer, model->dims().vocab_size);
+    const gguf::Metadata vocab =
+        data::gguf_tokenizer_metadata(data::Tokenizer::from_pretrained(dir), model->dims().vocab_size);
     for (const auto& [key, value] : vocab.entries()) metadata.set(key, value);
     nn::save_gguf(*model, out, {.dtype = dtype, .metadata = metadata});
   }
