@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "bench/bench_json.h"
+#include "bench/peak_rss.h"
 #include "bench/real_llama.h"
 #include "examples/common/flags.h"
 #include "tapegrad.h"
@@ -27,20 +28,6 @@ namespace {
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-double status_mib(const std::string& field) {  // a field of /proc/self/status in MiB
-  std::ifstream in("/proc/self/status");
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind(field + ":", 0) == 0) return std::stod(line.substr(field.size() + 1)) / 1024.0;  // kB
-  return -1;
-}
-
-bool reset_peak_rss() {
-  std::ofstream out("/proc/self/clear_refs");
-  out << "5";
-  out.flush();
-  return static_cast<bool>(out);
 }
 
 gguf::TensorType dtype_of(const std::string& name) {
@@ -92,10 +79,10 @@ int main(int argc, char** argv) {
     bench::JsonRows rows("gguf_export_bench", bench::machine(Device::cpu()));
     for (const std::string& name : flags.list("dtypes")) {
       const gguf::TensorType dtype = dtype_of(name);
-      const bool reset = reset_peak_rss();
+      const bool reset = bench::reset_peak_rss();
       const auto t0 = std::chrono::steady_clock::now();
       nn::save_gguf(*model, out, {.dtype = dtype, .metadata = vocab});
-      const double export_s = seconds_since(t0), peak = status_mib("VmHWM");
+      const double export_s = seconds_since(t0), peak = bench::status_mib("VmHWM");
       const auto gguf_bytes = static_cast<int64_t>(fs::file_size(out));
       fs::remove(out);
       // The same bytes written through the same atomic writer: what the disk allows.
