@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/error.h"
 #include "fuzz/fuzz_scratch.h"
 #include "io/gguf.h"
 
