@@ -17,6 +17,7 @@
 
 #include "bench/bench_json.h"
 #include "bench/peak_rss.h"
+#include "core/memory.h"
 #include "bench/real_llama.h"
 #include "examples/common/flags.h"
 #include "tapegrad.h"
@@ -63,6 +64,7 @@ int main(int argc, char** argv) {
       std::printf("wrote %s (%.3g parameters, bf16) in %.1f s\n", dir.c_str(), static_cast<double>(c.num_parameters()),
                   seconds_since(t0));
     }
+    empty_cache(Device::cpu());  // the written model's memory back to the system, out of the peaks
     int64_t folder_bytes = 0;
     for (const auto& e : fs::directory_iterator(dir))
       if (e.is_regular_file()) folder_bytes += static_cast<int64_t>(e.file_size());
