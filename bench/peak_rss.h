@@ -2,17 +2,19 @@
 // gguf_export_bench): /proc/self/status's fields, and VmHWM reset through /proc/self/clear_refs.
 #pragma once
 
+#include <cstdint>
 #include <fstream>
+#include <optional>
 #include <string>
+
+#include "examples/common/precision.h"
 
 namespace tg::bench {
 
 // A field of /proc/self/status in MiB ("VmHWM", "VmRSS"); -1 where there is none.
 inline double status_mib(const std::string& field) {
-  std::ifstream in("/proc/self/status");
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind(field + ":", 0) == 0) return std::stod(line.substr(field.size() + 1)) / 1024.0;  // kB
-  return -1;
+  const std::optional<int64_t> kib = examples::proc_status_kib(field);
+  return kib ? static_cast<double>(*kib) / 1024.0 : -1;
 }
 
 // Resets VmHWM to the current RSS; false where the kernel does not allow it.
