@@ -25,8 +25,10 @@ data::Tokenizer fixture_tokenizer(const std::string& name) {
   return data::Tokenizer::from_pretrained(kTests + "/fixtures/tokenizers/" + name);
 }
 
+// A family's fixture config (tests/fixtures/hf/<family>/config.json, or a .json under tests/).
 std::shared_ptr<nn::CausalLM> fixture_model(const std::string& family, int64_t vocab, const std::string& overrides = "{}") {
-  const std::vector<uint8_t> b = io::read_file(kTests + "/fixtures/hf/" + family + "/config.json");
+  const std::vector<uint8_t> b = io::read_file(family.ends_with(".json") ? kTests + "/" + family
+                                                                          : kTests + "/fixtures/hf/" + family + "/config.json");
   json::Value config = json::parse(std::string(b.begin(), b.end()));
   config.set("vocab_size", vocab);
   const json::Value more = json::parse(overrides);
@@ -208,6 +210,47 @@ TEST(SaveGguf, RefusesWhatLlamaCppCannotRunBeforeWriting) {
   EXPECT_ERROR_HAS(nn::save_gguf(*wider, out, {.metadata = vocab}), "lists 601 tokens, the model has 602");
   peft::apply_lora(*llama, {});
   EXPECT_ERROR_HAS(nn::save_gguf(*llama, out, {.metadata = vocab}), "is a LoRA weight", "merge_and_unload");
+  EXPECT_FALSE(std::filesystem::exists(out));
+}
+
+TEST(SaveGguf, SmolLM3AndOlmo2AreLlamaCppsLayouts) {
+  const data::Tokenizer tok = fixture_tokenizer("llama3");
+  const gguf::Metadata vocab = data::gguf_tokenizer_metadata(tok, tok.vocab_size());
+  test::TempDir dir;
+  auto smollm3 = fixture_model("gguf/smollm3_config.json", tok.vocab_size());  // tied, NoPE every 4th layer
+  nn::save_gguf(*smollm3, dir / "s.gguf", {.dtype = TensorType::kF32, .metadata = vocab});
+  const gguf::Reader s(dir / "s.gguf");
+  EXPECT_EQ(string_at(s, "general.architecture"), "smollm3");
+  EXPECT_EQ(int_at(s, "smollm3.block_count"), 8);
+  EXPECT_THROW(s.tensor("output.weight"), Error);
+  // Llama's RoPE layout: each head's rows from halves (i, i + 4) to neighbours (2i, 2i + 1).
+  const std::vector<float> k = s.floats(s.tensor("blk.3.attn_k.weight"));
+  const std::vector<float> k_src = weight_of(*smollm3, "model.layers.3.self_attn.k_proj");
+  for (int64_t head = 0; head < 2; ++head)
+    for (int64_t i = 0; i < 4; ++i)
+      ASSERT_EQ(k[(head * 8 + 2 * i + 1) * 32 + 3], k_src[(head * 8 + 4 + i) * 32 + 3]) << head << " " << i;
+
+  auto olmo2 = fixture_model("olmo2", tok.vocab_size(), R"({"attention_bias": false})");
+  nn::save_gguf(*olmo2, dir / "o.gguf", {.dtype = TensorType::kF32, .metadata = vocab});
+  const gguf::Reader o(dir / "o.gguf");
+  EXPECT_EQ(string_at(o, "general.architecture"), "olmo2");
+  EXPECT_THROW(o.tensor("blk.0.attn_norm.weight"), Error);  // no norms before the branches
+  EXPECT_EQ(o.floats(o.tensor("blk.1.post_attention_norm.weight")),
+            olmo2->get_parameter("model.layers.1.post_attention_layernorm.weight").to_vector<float>());
+  EXPECT_EQ(o.tensor("blk.1.post_ffw_norm.weight").ne, (std::vector<int64_t>{32}));
+  EXPECT_EQ(o.tensor("blk.0.attn_k_norm.weight").ne, (std::vector<int64_t>{16}));  // the whole k projection
+  EXPECT_EQ(o.floats(o.tensor("blk.0.attn_q.weight")), weight_of(*olmo2, "model.layers.0.self_attn.q_proj"));
+  EXPECT_EQ(o.tensor("output.weight").ne, (std::vector<int64_t>{32, tok.vocab_size()}));
+
+  const std::string out = dir / "x.gguf";
+  auto moved = fixture_model("gguf/smollm3_config.json", tok.vocab_size(), R"({"no_rope_layers": [1, 1, 0, 1, 1, 1, 1, 0]})");
+  EXPECT_ERROR_HAS(nn::save_gguf(*moved, out, {.metadata = vocab}), "layer 2 has no RoPE", "every 4th layer only");
+  auto sliding = fixture_model("gguf/smollm3_config.json", tok.vocab_size(), R"({"use_sliding_window": true, "sliding_window": 8})");
+  EXPECT_ERROR_HAS(nn::save_gguf(*sliding, out, {.metadata = vocab}), "layer 3 slides a window of 8", "no sliding window");
+  auto biased = fixture_model("olmo2", tok.vocab_size());  // the fixture's attention_bias true
+  EXPECT_ERROR_HAS(nn::save_gguf(*biased, out, {.metadata = vocab}), "attention_bias true", "no attention biases");
+  auto tied = fixture_model("olmo2", tok.vocab_size(), R"({"attention_bias": false, "tie_word_embeddings": true})");
+  EXPECT_ERROR_HAS(nn::save_gguf(*tied, out, {.metadata = vocab}), "tie_word_embeddings true", "own output matrix");
   EXPECT_FALSE(std::filesystem::exists(out));
 }
 

@@ -2,8 +2,8 @@
 // scripts/install-llama-cpp.sh; tests/gguf/llama_cpp.mjs runs it): each family's exported model
 // loads, llama.cpp's greedy tokens equal nn::generate's and its probabilities tapegrad's, a LoRA
 // adapter applied by llama.cpp gives the merged model's tokens, llama.cpp tokenizes as the
-// tokenizer does and reads the folder's chat template. Outside CI, without llama.cpp, they skip
-// saying how to install it; in CI (CI set) they fail.
+// tokenizer does and reads the folder's chat template. Without llama.cpp they fail, naming the
+// script that installs it.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -46,12 +46,12 @@ std::string llama_cpp_dir() {
   return fs::exists(dir + "/node_modules/node-llama-cpp/package.json") ? dir : "";
 }
 
-#define REQUIRE_LLAMA_CPP()                                                                                    \
-  do {                                                                                                         \
-    if (llama_cpp_dir().empty()) {                                                                            \
-      if (std::getenv("CI")) FAIL() << "llama.cpp is not installed in CI: .ci/run runs scripts/install-llama-cpp.sh"; \
-      GTEST_SKIP() << "llama.cpp (node-llama-cpp) is not installed: run scripts/install-llama-cpp.sh";       \
-    }                                                                                                          \
+// llama.cpp is the reference of these tests: without it they fail (make test and .ci/run install it).
+#define REQUIRE_LLAMA_CPP()                                                                              \
+  do {                                                                                                   \
+    if (llama_cpp_dir().empty())                                                                         \
+      FAIL() << "llama.cpp (node-llama-cpp) is not installed: run scripts/install-llama-cpp.sh (make test " \
+                "runs it)";                                                                              \
   } while (0)
 
 std::string read_text(const std::string& path) {
@@ -84,11 +84,13 @@ json::Value json_ids(const std::vector<int32_t>& ids) {
   return a;
 }
 
-// A family's fixture (tests/fixtures/hf/<family>/config.json, with `overrides`) with a fixture
-// tokenizer's vocabulary, its weights drawn at seed 0 with initializer_range 0.5: large enough that
-// each greedy step's best token leads the next by a clear margin (tiny random models tie otherwise).
+// A family's fixture (tests/fixtures/hf/<family>/config.json, or a .json under tests/, with
+// `overrides`) with a fixture tokenizer's vocabulary, its weights drawn at seed 0 with
+// initializer_range 0.5: large enough that each greedy step's best token leads the next by a clear
+// margin (tiny random models tie otherwise).
 std::shared_ptr<nn::CausalLM> family_model(const std::string& family, int64_t vocab, const std::string& overrides = "{}") {
-  json::Value config = json::parse(read_text(kTests + "/fixtures/hf/" + family + "/config.json"));
+  json::Value config = json::parse(read_text(family.ends_with(".json") ? kTests + "/" + family
+                                                                        : kTests + "/fixtures/hf/" + family + "/config.json"));
   config.set("vocab_size", vocab).set("initializer_range", 0.5);
   const json::Value more = json::parse(overrides);
   for (size_t i = 0; i < more.size(); ++i) config.set(more.keys()[i], more.values()[i]);
@@ -133,7 +135,7 @@ struct Family {
   double f32_tolerance = 1e-5;  // GELU families: ggml's CPU GELU reads a float16 table
 };
 constexpr double kGeluTolerance = 5e-4;
-std::string name_of(const ::testing::TestParamInfo<Family>& info) { return info.param.fixture; }
+std::string name_of(const ::testing::TestParamInfo<Family>& info) { return fs::path(info.param.fixture).stem().string(); }
 void PrintTo(const Family& f, std::ostream* os) { *os << f.fixture << " with " << f.tokenizer; }
 
 constexpr int64_t kNewTokens = 12;
@@ -259,7 +261,9 @@ INSTANTIATE_TEST_SUITE_P(Families, LlamaCppFamily,
                                            Family{"gemma3", "spm_legacy", R"({"num_hidden_layers": 6, "layer_types": [
                                              "sliding_attention", "sliding_attention", "sliding_attention",
                                              "sliding_attention", "sliding_attention", "full_attention"]})", kGeluTolerance},
-                                           Family{"phi3", "spm_legacy"}, Family{"gpt2", "gpt2", "{}", kGeluTolerance}),
+                                           Family{"phi3", "spm_legacy"}, Family{"gpt2", "gpt2", "{}", kGeluTolerance},
+                                           Family{"gguf/smollm3_config.json", "llama3"},
+                                           Family{"olmo2", "qwen2", R"({"attention_bias": false})"}),
                          name_of);
 
 // The tokenizer fixtures' corpus (hard cases: spaces, digits, CJK, emoji, special tokens) by name,
