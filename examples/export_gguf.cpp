@@ -12,19 +12,12 @@
 #include <filesystem>
 
 #include "examples/common/flags.h"
+#include "examples/common/precision.h"
 #include "tapegrad.h"
 
 using namespace tg;
 
 namespace {
-
-gguf::TensorType dtype_of(const std::string& name) {
-  if (name == "f32") return gguf::TensorType::kF32;
-  if (name == "f16") return gguf::TensorType::kF16;
-  if (name == "bf16") return gguf::TensorType::kBF16;
-  if (name == "q8_0") return gguf::TensorType::kQ8_0;
-  throw examples::UsageError("--dtype wants f32 | f16 | bf16 | q8_0, got '" + name + "'");
-}
 
 // The folder's own dtype (config.json's "dtype", transformers 4's "torch_dtype"): loading in it maps
 // the safetensors pages instead of converting a copy.
@@ -48,7 +41,7 @@ int run(int argc, char** argv) {
   const std::string dir = flags.str("model"), out = flags.str("out"), adapter = flags.str("adapter");
   if (dir.empty() || out.empty()) throw examples::UsageError("--model and --out are needed\n" + flags.usage());
   if (flags.boolean("merge") && adapter.empty()) throw examples::UsageError("--merge needs an --adapter\n" + flags.usage());
-  const gguf::TensorType dtype = dtype_of(flags.str("dtype"));
+  const gguf::TensorType dtype = examples::gguf_dtype_flag(flags, "dtype");
 
   const auto start = std::chrono::steady_clock::now();
   std::shared_ptr<nn::CausalLM> model = nn::from_pretrained(dir, {.dtype = folder_dtype(dir)});

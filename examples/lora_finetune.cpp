@@ -13,7 +13,8 @@
 // sample here), logs (<out>/log.csv, log.jsonl and the loss curve loss.svg), a checkpoint
 // <out>/checkpoint-<step> every --save-every steps and on Ctrl-C, --resume that continues bit for
 // bit (and refuses changed training flags or data; --steps may grow to extend a finished run). At
-// the end the adapter (<out>/adapter, peft's format), with --merge the merged model.
+// the end the adapter (<out>/adapter, peft's format), with --merge the merged model, with
+// --save-gguf f16 (or f32, bf16, q8_0) GGUF files for llama.cpp, then the commands that run them.
 // --dtype bf16: the frozen base in bfloat16, the adapters in float32 (TrainingArguments::bf16).
 // --load-in-4bit (QLoRA): the base's Linear layers but the head are quantised to NF4 (or
 // --bnb-4bit-quant-type fp4; --bnb-4bit-use-double-quant) as the folder loads, computing in --dtype;
@@ -28,6 +29,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 
 #include "data/chat_dataset.h"
 #include "data/dataset.h"
@@ -165,6 +167,31 @@ struct ProgramCallbacks : train::TrainerCallback {
   }
 };
 
+// The end of a run: the commands that run what it wrote, in the programs that take it.
+void print_how_to_run(const std::string& out, const std::string& base, bool hf_folder, bool full, bool merge, bool gguf) {
+  if (!hf_folder) return;  // a toy checkpoint: generate --base runs it
+  const std::string model = full ? out + "/model" : merge ? out + "/merged" : "";
+  std::printf("to run it:\n");
+  if (gguf) {
+    std::printf("  llama.cpp:    llama-cli -m %s/model.gguf\n", out.c_str());
+    std::printf("  Ollama:       echo 'FROM %s/model.gguf' > Modelfile && ollama create my-model -f Modelfile\n",
+                out.c_str());
+    if (!full)
+      std::printf("  the adapter:  export_gguf --model %s --out base.gguf, then llama-cli -m base.gguf --lora %s/adapter.gguf\n",
+                  base.c_str(), out.c_str());
+  } else {
+    std::printf("  llama.cpp:    add --save-gguf f16, or export_gguf --model %s%s --out model.gguf\n",
+                full ? model.c_str() : base.c_str(), full ? "" : (" --adapter " + out + "/adapter --merge").c_str());
+  }
+  if (!model.empty()) {
+    std::printf("  transformers: AutoModelForCausalLM.from_pretrained(\"%s\")\n", model.c_str());
+    std::printf("  vLLM:         vllm serve %s\n", model.c_str());
+  }
+  if (!full)
+    std::printf("  peft:         PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(\"%s\"), \"%s/adapter\")\n",
+                base.c_str(), out.c_str());
+}
+
 int run(int argc, char** argv) {
   examples::Flags flags("lora_finetune", "LoRA fine-tuning of a causal LM (a Hugging Face folder, or the toy "
                                          "transformer's checkpoint) on your data, with train::Trainer.");
@@ -219,6 +246,9 @@ int run(int argc, char** argv) {
                                  "--gradient-checkpointing, one process)")
       .add("merge", "false", "also write the merged model (LoRA folded into the base weights, in --dtype): "
                              "<out>/merged (a Hugging Face folder) or <out>/merged.safetensors (toy)")
+      .add("save-gguf", "none", "also write GGUF files for llama.cpp, Ollama and LM Studio, of this type: f32 | f16 | "
+                                "bf16 | q8_0 (none: no GGUF); Hugging Face base only: <out>/model.gguf (the "
+                                "fine-tuned model, LoRA merged) and, with LoRA, <out>/adapter.gguf (llama.cpp's --lora)")
       .add("threads", "0", "CPU threads (0: all cores)")
       .add("seed", "0", "seed of the LoRA init, the data order and dropout");
   examples::add_quantization_flags(flags);
@@ -282,6 +312,11 @@ int run(int argc, char** argv) {
   const nn::QuantizationConfig quantization = examples::quantization_flags(flags, dtype);
   if (full && quantization.load_in_4bit)
     throw examples::UsageError("--full trains every weight, and 4-bit weights cannot train: drop --load-in-4bit\n");
+  std::optional<gguf::TensorType> gguf_dtype;
+  if (flags.str("save-gguf") != "none") gguf_dtype = examples::gguf_dtype_flag(flags, "save-gguf");
+  if (gguf_dtype && quantization.load_in_4bit)
+    throw examples::UsageError("--save-gguf with --load-in-4bit: tapegrad writes no GGUF of a 4-bit base; export the "
+                               "adapter later with export_gguf --model <base> --adapter " + out + "/adapter\n");
 
   std::string graph_flag = flags.str("cuda-graph");
   if (graph_flag != "auto" && graph_flag != "on" && graph_flag != "off")
@@ -312,6 +347,8 @@ int run(int argc, char** argv) {
   if (!checkpoint.empty()) check_resume_flags(flags, checkpoint);
   const int64_t warmup = warmup_steps(flags, steps, checkpoint);
   if (hf_base) examples::check_folder_vocabulary(flags.str("base"), "lora_finetune", "--base");
+  if (gguf_dtype && !hf_base)
+    throw examples::UsageError("--save-gguf needs a Hugging Face --base folder (llama.cpp runs no toy checkpoint)\n");
 
   // The base model, frozen, with LoRA on the targets.
   // A 4-bit base is quantised as it streams to the device it trains on (the Trainer's: LOCAL_RANK's GPU).
@@ -323,6 +360,12 @@ int run(int argc, char** argv) {
   if (base.tokenizer)
     examples::check_vocabulary(*base.tokenizer, examples::embedding_rows(*base.model), "lora_finetune", "--base",
                                flags.str("base"));
+  // What llama.cpp cannot take is refused now, not after training: the family and its config, the tokenizer.
+  gguf::Metadata gguf_vocab;
+  if (gguf_dtype) {
+    nn::gguf_model(*base.model);
+    gguf_vocab = data::gguf_tokenizer_metadata(*base.tokenizer, base.model->dims().vocab_size);
+  }
   if (seq > base.context)
     throw examples::UsageError("--seq " + std::to_string(seq) + " exceeds the model's context of " +
                                std::to_string(base.context) + " tokens\n" + flags.usage());
@@ -463,10 +506,17 @@ int run(int argc, char** argv) {
   }
   if (eval_every == 0 || steps % eval_every != 0) trainer.evaluate();  // the end's, unless the loop just did it
   std::printf("%s\n", examples::peak_memory_line(trainer.device()).c_str());
-  if (merge) {
-    peft::merge_and_unload(model);
-    save_model("merged", "merged");
+  if (gguf_dtype && !full) {
+    peft::save_adapter_gguf(model, out + "/adapter.gguf", {.dtype = *gguf_dtype});
+    std::printf("adapter GGUF: %s/adapter.gguf (llama.cpp's --lora, on a GGUF of the base)\n", out.c_str());
   }
+  if (merge || (gguf_dtype && !full)) peft::merge_and_unload(model);
+  if (merge) save_model("merged", "merged");
+  if (gguf_dtype) {
+    nn::save_gguf(model, out + "/model.gguf", {.dtype = *gguf_dtype, .metadata = gguf_vocab});
+    std::printf("GGUF: %s/model.gguf (%s)\n", out.c_str(), flags.str("save-gguf").c_str());
+  }
+  print_how_to_run(out, flags.str("base"), base.hf_folder, full, merge, gguf_dtype.has_value());
   return 0;
 }
 

@@ -12,6 +12,7 @@
 #include "core/device.h"
 #include "core/dtype.h"
 #include "examples/common/flags.h"
+#include "io/gguf.h"
 #include "nn/models/quantization.h"
 
 namespace examples {
@@ -21,6 +22,9 @@ extern const char* const kDtypeHelp;
 
 // --dtype: "f32" -> kFloat32, "bf16" -> kBFloat16; UsageError (with the usage) otherwise.
 tg::DType dtype_flag(const Flags& flags);
+
+// A GGUF file's type from --`name`: f32 | f16 | bf16 | q8_0; UsageError naming the flag otherwise.
+tg::gguf::TensorType gguf_dtype_flag(const Flags& flags, const std::string& name);
 
 // --device: "cpu", "cuda", or "auto" (tg::default_device()); UsageError (with the usage) otherwise.
 tg::Device device_flag(const Flags& flags);
