@@ -3,19 +3,21 @@
 # the npm registry with its prebuilt Linux x86-64 CPU binaries only (no build, no GPU, no model
 # download), outside the repository, in $TG_LLAMA_CPP_DIR (default ~/.cache/tapegrad/node-llama-cpp-3.21.1).
 # Node.js and npm come from apt-get when missing (as root, or through password-less sudo).
-# Does nothing when it is there already. .ci/run runs it; outside CI the tests skip without it.
+# Does nothing (and needs no network) when it is there already. `make test` and .ci/run run it; the
+# GGUF tests fail without it.
 set -euo pipefail
 
 version=3.21.1
 dir=${TG_LLAMA_CPP_DIR:-${HOME:-/root}/.cache/tapegrad/node-llama-cpp-$version}
-if [ -f "$dir/node_modules/node-llama-cpp/package.json" ] && [ -d "$dir/node_modules/@node-llama-cpp/linux-x64" ]; then
+if [ -f "$dir/node_modules/node-llama-cpp/package.json" ] && [ -d "$dir/node_modules/@node-llama-cpp/linux-x64" ] &&
+  command -v node >/dev/null 2>&1; then
   exit 0
 fi
 if [ "$(uname -s)-$(uname -m)" != "Linux-x86_64" ]; then
-  echo "tapegrad: node-llama-cpp's prebuilt binaries used here are Linux x86-64 only; the GGUF tests will skip" >&2
+  echo "tapegrad: node-llama-cpp's prebuilt binaries used here are Linux x86-64 only; the GGUF tests fail without llama.cpp" >&2
   exit 1
 fi
-if ! command -v npm >/dev/null 2>&1; then
+if ! command -v npm >/dev/null 2>&1 || ! command -v node >/dev/null 2>&1; then
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo -n"
   echo "tapegrad: installing nodejs and npm"
