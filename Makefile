@@ -1,6 +1,7 @@
 # The two commands of the README:
 #   make run    builds (Release) and runs the main example: CPU by default, the GPU when present
-#   make test   builds and runs every test through ctest (GPU tests skip without a GPU)
+#   make test   builds and runs every test through ctest (GPU tests skip without a GPU), after
+#               installing llama.cpp for the GGUF tests (scripts/install-llama-cpp.sh, once)
 # Both first install missing system packages (scripts/install-deps.sh).
 # Knobs: BUILD_DIR=build  JOBS=<cores>  CMAKE_FLAGS="-DTG_CUDA=OFF"  ARGS="--steps 100"
 
@@ -9,12 +10,12 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 ARGS ?=
 
-.PHONY: run test build configure deps bench clean
+.PHONY: run test build configure deps llama-cpp bench clean
 
 run: build
 	./$(BUILD_DIR)/examples/toy_transformer --overwrite-output-dir $(ARGS)
 
-test: build
+test: build llama-cpp
 	ctest --test-dir $(BUILD_DIR) --output-on-failure -j$(JOBS)
 
 build: configure
@@ -30,6 +31,9 @@ configure: deps
 
 deps:
 	@./scripts/install-deps.sh
+
+llama-cpp:
+	@./scripts/install-llama-cpp.sh
 
 clean:
 	rm -rf $(BUILD_DIR)

@@ -48,8 +48,10 @@
 #include "data/chat_rows.h"
 #include "data/chat_template.h"
 #include "data/dataset.h"
+#include "data/gguf_vocab.h"
 #include "data/tokenizer.h"
 #include "io/file.h"
+#include "io/gguf.h"
 #include "io/json.h"
 #include "io/number.h"
 #include "io/safetensors.h"
@@ -57,6 +59,7 @@
 #include "optim/clip_grad.h"
 #include "optim/lr_scheduler.h"
 #include "optim/optimizer.h"
+#include "peft/gguf.h"
 #include "peft/lora.h"
 // data parallelism (NCCL)
 #include "distributed/communicator.h"

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "bench/bench_json.h"
+#include "bench/peak_rss.h"
 #include "bench/real_llama.h"
 #include "core/cuda/runtime.h"
 #include "core/memory.h"
@@ -39,20 +40,6 @@ namespace {
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-// A field of /proc/self/status in MiB ("VmHWM", "VmRSS"); -1 where there is none.
-double status_mib(const std::string& field) {
-  const std::optional<int64_t> kib = examples::proc_status_kib(field);
-  return kib ? static_cast<double>(*kib) / 1024.0 : -1;
-}
-
-// Resets VmHWM to the current RSS; false where the kernel does not allow it.
-bool reset_peak_rss() {
-  std::ofstream out("/proc/self/clear_refs");
-  out << "5";
-  out.flush();
-  return static_cast<bool>(out);
 }
 
 // Every byte of `files`, in 64 MiB reads; the bytes read.
@@ -100,11 +87,11 @@ int main(int argc, char** argv) {
     }
     if (flags.boolean("construct")) {
       bench::JsonRows rows("construct_bench", bench::machine(Device::cpu()));
-      reset_peak_rss();
+      bench::reset_peak_rss();
       Generator gen(0);
       const auto t0 = std::chrono::steady_clock::now();
       auto model = std::make_shared<nn::LlamaForCausalLM>(c, gen);
-      const double s = seconds_since(t0), peak = status_mib("VmHWM");
+      const double s = seconds_since(t0), peak = bench::status_mib("VmHWM");
       std::printf("%s: built with its random init (%.3g parameters, float32) in %.2f s on %d threads, peak RSS %.0f MiB\n",
                   config.c_str(), static_cast<double>(c.num_parameters()), s, get_num_threads(), peak);
       rows.add()
@@ -145,8 +132,8 @@ int main(int argc, char** argv) {
     for (const std::string& quant : flags.list("quant"))
     for (const Device& device : devices) {
       if (quant != "none" && quant != "nf4") throw examples::UsageError("--quant wants none and/or nf4, got '" + quant + "'\n");
-      const double before = status_mib("VmRSS");
-      const bool reset = reset_peak_rss();
+      const double before = bench::status_mib("VmRSS");
+      const bool reset = bench::reset_peak_rss();
       if (!reset) std::printf("note: /proc/self/clear_refs refused: the %s row's peak RSS is the process's\n",
                               device.str().c_str());
       reset_peak_memory_stats(device);
@@ -156,7 +143,7 @@ int main(int argc, char** argv) {
       if (quant == "nf4") options.quantization = {.load_in_4bit = true, .quant_type = "nf4", .double_quant = true};
       std::shared_ptr<nn::Module> model = nn::from_pretrained(dir, options);
       synchronize(device);
-      const double load_s = seconds_since(t0), peak = status_mib("VmHWM");
+      const double load_s = seconds_since(t0), peak = bench::status_mib("VmHWM");
       const double device_peak = (memory_stats(device).peak_bytes - live_before) / 1048576.0;
       model.reset();
       empty_cache(Device::cpu());

@@ -356,6 +356,33 @@ Reproduce: `scripts/gpu/bench.sh load build-gpu out` on the GPU machine, then co
 """
 
 
+def gguf_export_section(rows):
+    cells = []
+    for r in rows:
+        beyond = r["peak_rss_mib"] - r["folder_mib"]
+        miss = "peak over the folder + its largest tensor" if beyond > r["largest_tensor_mib"] else ""
+        cells.append([r["config"], r["dtype"], r["machine"], r["threads"], f"{r['gguf_bytes'] / 1e9:.2f}",
+                      f"{r['seconds']:.1f}", f"{r['write_seconds']:.1f}", ratio(r["seconds"], r["write_seconds"]),
+                      f"{r['peak_rss_mib']:.0f}" + ("" if r.get("peak_is_the_exports", True) else " (process)"),
+                      f"{r['folder_mib']:.0f}", f"{r['largest_tensor_mib']:.0f}", miss])
+    header = ["config", "dtype", "machine", "threads:", "GGUF GB:", "export s:", "write s:", "export / write:",
+              "peak RSS MiB:", "folder MiB:", "largest tensor MiB:", "misses"]
+    return f"""## GGUF export (nn::save_gguf, issue 51)
+
+Measured: {measured(rows)}.
+
+`bench/gguf_export_bench`: a bf16 Llama folder of the config (random weights), loaded as bfloat16
+(its pages mapped), then `save_gguf` to each dtype against writing the same number of bytes through
+the same atomic writer; peak RSS: the process's VmHWM over the export (reset before it), the mapped
+folder included. Target: peak RSS at most the folder plus its largest tensor.
+
+Reproduce: `./build/bench/gguf_export_bench --config llama3-8b --dtypes f16,q8_0 --json <file>` from the
+repository's root.
+
+{table(header, cells)}
+"""
+
+
 def construct_section(rows):
     limits = {("llama-1b", 16): 10.0, ("llama3.2-1b", 2): 30.0}
     cells = []
@@ -652,6 +679,8 @@ figures are in git history; what the measurements taught is in `dev/NOTES.md`.
         parts.append(packing_section(get("packing")))
     if get("construct_bench"):
         parts.append(construct_section(get("construct_bench")))
+    if get("gguf_export_bench"):
+        parts.append(gguf_export_section(get("gguf_export_bench")))
     if get("tokenizer_bench"):
         parts.append(tokenizer_section(get("tokenizer_bench")))
     if get("norm_bench"):
@@ -668,7 +697,7 @@ figures are in git history; what the measurements taught is in `dev/NOTES.md`.
     known = {"train_step_bench", "torch_toy_lora", "attention_bench", "torch_attention_ref", "norm_bench", "torch_norm_ref", "linear_bench", "gemm_bench",
              "elementwise_bench", "torch_ref_gemm_elementwise", "generate_bench", "generate_bench_torch",
              "tokenizer_bench", "data_parallel", "linear_ce", "train_step_real", "load_bench", "nf4_bench", "packing",
-             "construct_bench"}
+             "construct_bench", "gguf_export_bench"}
     unknown = sorted(set(by_bench) - known)
     if unknown:
         sys.exit(f"make_results.py: no table for the rows of {', '.join(unknown)}: add a section")

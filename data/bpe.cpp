@@ -146,6 +146,15 @@ BpeModel::BpeModel(const json::Value& model, bool byte_level) : byte_level_(byte
   }
 }
 
+std::vector<BpeModel::Merge> BpeModel::merges_by_rank() const {
+  std::vector<Merge> out;
+  out.reserve(merges_.size());
+  for (const auto& [key, target] : merges_)
+    out.push_back({static_cast<int32_t>(key >> 32), static_cast<int32_t>(key & 0xFFFFFFFFu), target.id, target.rank});
+  std::sort(out.begin(), out.end(), [](const Merge& a, const Merge& b) { return a.rank < b.rank; });
+  return out;
+}
+
 const std::string* BpeModel::token(int32_t id) const {
   return id >= 0 && static_cast<size_t>(id) < tokens_.size() && present_[id] ? &tokens_[id] : nullptr;
 }

@@ -59,7 +59,9 @@ std::optional<ChatTemplate> ChatTemplate::from_config(const json::Value& config,
 }
 
 ChatTemplate::ChatTemplate(const std::string& source, std::vector<std::pair<std::string, std::string>> special_tokens)
-    : template_(std::make_shared<const jinja::Template>(source)), special_tokens_(std::move(special_tokens)) {}
+    : template_(std::make_shared<const jinja::Template>(source)),
+      source_(std::make_shared<const std::string>(source)),
+      special_tokens_(std::move(special_tokens)) {}
 
 bool ChatTemplate::has_generation_blocks() const {
   return template_->generation_blocks() != jinja::GenerationBlocks::None;

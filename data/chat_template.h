@@ -63,11 +63,13 @@ class ChatTemplate {
   std::string render(std::span<const ChatMessage> messages, const ChatTemplateOptions& options, const std::tm* now,
                      std::vector<std::pair<size_t, size_t>>& generation) const;
   bool has_generation_blocks() const;
+  const std::string& source() const { return *source_; }  // the Jinja text (GGUF's tokenizer.chat_template)
   // Every {% generation %} block is empty: a template that marks no assistant token.
   bool generation_blocks_are_empty() const;
 
  private:
   std::shared_ptr<const jinja::Template> template_;
+  std::shared_ptr<const std::string> source_;
   std::vector<std::pair<std::string, std::string>> special_tokens_;
 };
 

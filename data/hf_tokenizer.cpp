@@ -215,6 +215,7 @@ HfTokenizer::HfTokenizer(const json::Value& root) {
   normalizer_ = make_normalizer(stage("normalizer"));
   const bool byte_level = ends_in_byte_level(stage("pre_tokenizer"));
   pre_tokenizer_ = make_pre_tokenizer(stage("pre_tokenizer"));
+  pre_tokenizer_json_ = stage("pre_tokenizer");
   model_ = std::make_unique<BpeModel>(model, byte_level);
   post_processor_ = make_post_processor(stage("post_processor"));
   decoder_ = make_decoder(stage("decoder"));

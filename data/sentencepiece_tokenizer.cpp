@@ -56,6 +56,16 @@ std::optional<std::string> SpTokenizer::id_to_token(int32_t id) const {
   return sp_->IdToPiece(id);
 }
 
+SpTokenizer::Piece SpTokenizer::piece(int32_t id) const {
+  using Kind = Piece::Kind;
+  const Kind kind = sp_->IsUnknown(id) ? Kind::kUnknown
+                    : sp_->IsControl(id) ? Kind::kControl
+                    : sp_->IsUnused(id)  ? Kind::kUnused
+                    : sp_->IsByte(id)    ? Kind::kByte
+                                         : Kind::kNormal;
+  return {sp_->IdToPiece(id), sp_->GetScore(id), kind};
+}
+
 bool SpTokenizer::is_control(int32_t id) const { return id >= 0 && id < sp_->GetPieceSize() && sp_->IsControl(id); }
 
 std::optional<int32_t> SpTokenizer::bos_id() const { return sp_->bos_id() >= 0 ? std::optional<int32_t>(sp_->bos_id()) : std::nullopt; }

@@ -25,6 +25,10 @@
 
 #include "data/chat_template.h"
 
+namespace tg::gguf {
+class Metadata;
+}
+
 namespace tg::data {
 
 class Tokenizer {
@@ -73,6 +77,7 @@ class Tokenizer {
   struct Impl;
 
  private:
+  friend gguf::Metadata gguf_tokenizer_metadata(const Tokenizer& tokenizer, int64_t vocab_size);  // data/gguf_vocab.h
   explicit Tokenizer(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
   std::shared_ptr<const Impl> impl_;
 };

@@ -16,10 +16,11 @@
 // sample here), logs (<out>/log.csv, log.jsonl and the loss curve loss.svg), a checkpoint
 // <out>/checkpoint-<step> every --save-every steps and on Ctrl-C, --resume that continues bit for
 // bit (and refuses changed training flags or data; --steps may grow to extend a finished run). At
-// the end the adapter (<out>/adapter, peft's format), with --merge the merged model.
+// the end the adapter (<out>/adapter, peft's format), with --merge the merged model, with
+// --save-gguf f16 (or f32, bf16, q8_0) GGUF files for llama.cpp.
 // --dtype auto (the folder's dtype) | f32 | bf16: the base loaded in it; bf16: the frozen base in
 // bfloat16, the adapters in float32 (TrainingArguments::bf16). The end prints the run's time and
-// how to use what it wrote (peft, vLLM, transformers, examples/generate).
+// how to use what it wrote (llama.cpp, Ollama, peft, vLLM, transformers, examples/generate).
 // --load-in-4bit (QLoRA): the base's Linear layers but the head are quantised to NF4 (or
 // --bnb-4bit-quant-type fp4; --bnb-4bit-use-double-quant) as the folder loads, computing in --dtype;
 // a folder saved by transformers + bitsandbytes in 4-bit loads as it is, with or without the flag.
@@ -34,6 +35,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 
 #include "data/chat_dataset.h"
 #include "data/dataset.h"
@@ -228,6 +230,9 @@ int run(int argc, char** argv) {
                                  "--gradient-checkpointing, one process)")
       .add("merge", "false", "also write the merged model (LoRA folded into the base weights, in --dtype): "
                              "<out>/merged (a Hugging Face folder) or <out>/merged.safetensors (toy)")
+      .add("save-gguf", "none", "also write GGUF files for llama.cpp, Ollama and LM Studio, of this type: f32 | f16 | "
+                                "bf16 | q8_0 (none: no GGUF); Hugging Face base only: <out>/model.gguf (the "
+                                "fine-tuned model, LoRA merged) and, with LoRA, <out>/adapter.gguf (llama.cpp's --lora)")
       .add("threads", "0", "CPU threads (0: all cores)")
       .add("seed", "0", "seed of the LoRA init, the data order and dropout");
   examples::add_quantization_flags(flags);
@@ -303,6 +308,11 @@ int run(int argc, char** argv) {
   const nn::QuantizationConfig quantization = examples::quantization_flags(flags, dtype);
   if (full && quantization.load_in_4bit)
     throw examples::UsageError("--full trains every weight, and 4-bit weights cannot train: drop --load-in-4bit\n");
+  std::optional<gguf::TensorType> gguf_dtype;
+  if (flags.str("save-gguf") != "none") gguf_dtype = examples::gguf_dtype_flag(flags, "save-gguf");
+  if (gguf_dtype && quantization.load_in_4bit)
+    throw examples::UsageError("--save-gguf with --load-in-4bit: tapegrad writes no GGUF of a 4-bit base; export the "
+                               "adapter later with export_gguf --model <base> --adapter " + out + "/adapter\n");
   if (graph_flag == "auto" && quantization.load_in_4bit && on_gpu) {
     graph_flag = "off";  // what auto captures has run under capture on the H200; a 4-bit base has not
     std::printf("CUDA graph: off for a 4-bit base (not validated under capture yet; --cuda-graph on tries it)\n");
@@ -344,6 +354,8 @@ int run(int argc, char** argv) {
                              .lora_targets = targets, .batch = batch / launch.world_size, .seq = seq,
                              .gradient_checkpointing = checkpointing},
                  on_gpu ? Device::cuda(launch.local_rank) : Device::cpu());
+  if (gguf_dtype && !hf_base)
+    throw examples::UsageError("--save-gguf needs a Hugging Face --base folder (llama.cpp runs no toy checkpoint)\n");
 
   // The base model, frozen, with LoRA on the targets: loaded in --dtype on the device it trains on
   // (the Trainer's: LOCAL_RANK's GPU), a 4-bit base quantised as it streams there.
@@ -355,6 +367,12 @@ int run(int argc, char** argv) {
   if (base.tokenizer)
     examples::check_vocabulary(*base.tokenizer, examples::embedding_rows(*base.model), "lora_finetune", "--base",
                                base_path);
+  // What llama.cpp cannot take is refused now, not after training: the family and its config, the tokenizer.
+  gguf::Metadata gguf_vocab;
+  if (gguf_dtype) {
+    nn::gguf_model(*base.model);
+    gguf_vocab = data::gguf_tokenizer_metadata(*base.tokenizer, base.model->dims().vocab_size);
+  }
   if (seq > base.context)
     throw examples::UsageError("--seq " + std::to_string(seq) + " exceeds the model's context of " +
                                std::to_string(base.context) + " tokens\n");
@@ -450,13 +468,19 @@ int run(int argc, char** argv) {
   }
   if (eval_every == 0 || steps % eval_every != 0) trainer.evaluate();  // the end's, unless the loop just did it
   std::printf("%s\n", examples::peak_memory_line(trainer.device()).c_str());
-  if (merge) {
-    peft::merge_and_unload(model);
-    save_model("merged", "merged");
+  if (gguf_dtype && !full) {
+    peft::save_adapter_gguf(model, out + "/adapter.gguf", {.dtype = *gguf_dtype});
+    std::printf("adapter GGUF: %s/adapter.gguf (llama.cpp's --lora, on a GGUF of the base)\n", out.c_str());
+  }
+  if (merge || (gguf_dtype && !full)) peft::merge_and_unload(model);
+  if (merge) save_model("merged", "merged");
+  if (gguf_dtype) {
+    nn::save_gguf(model, out + "/model.gguf", {.dtype = *gguf_dtype, .metadata = gguf_vocab});
+    std::printf("GGUF: %s/model.gguf (%s)\n", out.c_str(), flags.str("save-gguf").c_str());
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   std::printf("%s", examples::run_report(seconds, {.base = base_path, .out = out, .hf_base = base.hf_folder,
-                                                   .full = full, .merged = merge})
+                                                   .full = full, .merged = merge, .gguf = gguf_dtype.has_value()})
                         .c_str());
   return 0;
 }

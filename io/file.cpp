@@ -302,6 +302,12 @@ File Folder::open(const std::string& name) const {
   return File(fd, path_of(name));
 }
 
+File File::open(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  TG_CHECK(fd >= 0, "read_file", "cannot open '", path, "': ", errno_text());
+  return File(fd, path);
+}
+
 File::File(int fd, std::string path) : fd_(fd), path_(std::move(path)) {
   struct stat st {};
   const bool stated = ::fstat(fd_, &st) == 0;

@@ -71,6 +71,7 @@ class FolderWriter {
 class File {
  public:
   File(int fd, std::string path);  // takes fd
+  static File open(const std::string& path);  // tg::Error naming it when it cannot be read
   ~File();
   File(File&& other) noexcept;
   File(const File&) = delete;

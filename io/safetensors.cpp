@@ -1,13 +1,13 @@
 #include "io/safetensors.h"
 
 #include <algorithm>
-#include <bit>
 #include <cstring>
 #include <optional>
 
 #include "core/autograd.h"
 #include "core/parallel.h"
 #include "core/primitives.h"
+#include "io/detail/float16.h"
 #include "io/file.h"
 #include "io/json.h"
 #include "ops/cast.h"
@@ -41,27 +41,6 @@ const FileDType* find_dtype(const std::string& code) {
   for (const auto& d : kFileDTypes)
     if (code == d.code) return &d;
   return nullptr;
-}
-
-float half_to_float(uint16_t h) {
-  uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
-  uint32_t exp = (h >> 10) & 0x1F, mant = h & 0x3FF;
-  uint32_t bits;
-  if (exp == 0x1F) {  // inf / nan
-    bits = sign | 0x7F800000u | (mant << 13);
-  } else if (exp != 0) {  // normal
-    bits = sign | ((exp + 112) << 23) | (mant << 13);
-  } else if (mant == 0) {  // zero
-    bits = sign;
-  } else {  // subnormal: renormalise
-    int e = -1;
-    do {
-      ++e;
-      mant <<= 1;
-    } while ((mant & 0x400) == 0);
-    bits = sign | (static_cast<uint32_t>(112 - e) << 23) | ((mant & 0x3FF) << 13);
-  }
-  return std::bit_cast<float>(bits);
 }
 
 json::Value header_json(const TensorMap& tensors, const Metadata& metadata) {
@@ -114,7 +93,8 @@ bool is_raw(const TensorInfo& t) { return t.code != "F16" && t.code != "BOOL"; }
 void decode(const TensorInfo& t, const uint8_t* src, size_t count, void* dst) {
   if (t.code == "F16") {
     auto* out = static_cast<float*>(dst);
-    for (size_t i = 0; i < count; ++i) out[i] = half_to_float(static_cast<uint16_t>(src[2 * i] | (src[2 * i + 1] << 8)));
+    for (size_t i = 0; i < count; ++i)
+      out[i] = io::detail::half_to_float(static_cast<uint16_t>(src[2 * i] | (src[2 * i + 1] << 8)));
   } else if (t.code == "BOOL") {
     auto* out = static_cast<uint8_t*>(dst);
     for (size_t i = 0; i < count; ++i) out[i] = src[i] != 0;  // any other byte value is not a C++ bool

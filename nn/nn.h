@@ -17,6 +17,7 @@
 #include "nn/models/config_fields.h"
 #include "nn/models/decoder.h"
 #include "nn/models/gemma.h"
+#include "nn/models/gguf.h"
 #include "nn/models/gpt2.h"
 #include "nn/models/llama.h"
 #include "nn/models/olmo2.h"

@@ -4,6 +4,8 @@
 # says exactly what to install. Does nothing when everything is present.
 #   scripts/install-deps.sh --sanitizers   also clang, its sanitizer/libFuzzer runtimes and
 #                                          llvm-symbolizer (.ci/run's sanitizer suite and fuzzers)
+#   scripts/install-deps.sh --llama-cpp    also llama.cpp for the GGUF tests (scripts/install-llama-cpp.sh:
+#                                          node-llama-cpp's prebuilt CPU build, outside the repository)
 set -euo pipefail
 
 missing=()
@@ -30,6 +32,10 @@ if [ "${1:-}" = "--sanitizers" ]; then
   have clang++ || missing+=(clang)
   compgen -G "/usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a" >/dev/null || missing+=(libclang-rt-dev)
   have llvm-symbolizer || missing+=(llvm)
+fi
+
+if [ "${1:-}" = "--llama-cpp" ]; then
+  "$root/scripts/install-llama-cpp.sh"
 fi
 
 [ ${#missing[@]} -eq 0 ] && exit 0

@@ -116,7 +116,7 @@ TEST(HostileFiles, InvalidUtf8DecodesAsReplacementCharactersNeverPastItsEnd) {
   EXPECT_EQ(utf8::invalid_at("caf\xC3"), "invalid UTF-8 (byte 0xc3) at byte 3");
   EXPECT_EQ(utf8::invalid_at("caf\xC3\xA9"), "");
   // A cut inside a character handed the tokenizer's pipeline (PCRE2 without its UTF check) a truncated one.
-  const auto tok = data::Tokenizer::from_file(fs::path(__FILE__).parent_path() / "fixtures" / "tokenizers" / "qwen2" / "tokenizer.json");
+  const auto tok = data::Tokenizer::from_file(fs::path(TG_TESTS_DIR) / "fixtures" / "tokenizers" / "qwen2" / "tokenizer.json");
   std::vector<data::Tokenizer::TokenCut> where;
   EXPECT_ERROR_HAS(tok.encode_with_cuts("caf\xC3\xA9!", std::vector<size_t>{4}, where), "encode_with_cuts", "cut 0 at byte 4",
                    "inside a UTF-8 character");

@@ -173,7 +173,7 @@ TEST(HostileTemplate, RealTemplatesRenderALongConversationWithinAHundredthOfTheB
   std::vector<ChatMessage> conversation;
   for (int i = 0; i < 200; ++i) conversation.push_back({i % 2 ? "assistant" : "user", std::string(500, 'x') + " turn " + std::to_string(i)});
   const tg::data::ChatTemplateLimits defaults, hundredth{defaults.steps / 100, defaults.items / 100, defaults.bytes / 100};
-  const std::filesystem::path dir = std::filesystem::path(__FILE__).parent_path() / "fixtures" / "chat_templates";
+  const std::filesystem::path dir = std::filesystem::path(TG_TESTS_DIR) / "fixtures" / "chat_templates";
   size_t rendered = 0;
   for (const auto& entry : std::filesystem::directory_iterator(dir)) {
     if (!entry.is_directory()) continue;

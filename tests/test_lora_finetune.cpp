@@ -16,6 +16,7 @@
 #include "data/dataset.h"
 #include "data/tokenizer.h"
 #include "examples/common/printable.h"
+#include "io/gguf.h"
 #include "io/json.h"
 #include "nn/generation/generation.h"
 #include "nn/models/gemma.h"
@@ -582,7 +583,32 @@ TEST(LoraFinetune, FilesAndFlagsAreCheckedBeforeTheModelLoads) {
   refused(b + "--data " + data + " --resume " + (dir / "nowhere"), {"is not a checkpoint folder"});
   refused(b + "--data " + data + " --warmup 2", {"--warmup 2 is not below --steps 2", "peak learning rate"});
   refused(b + "--data " + data + " --lr-scheduler cosine_with_restarts", {"--lr-scheduler wants linear, cosine"});
+  refused(b + "--data " + data + " --save-gguf q4_k", {"--save-gguf wants f32, f16, bf16 or q8_0, got 'q4_k'"});
+  refused(b + "--data " + data + " --save-gguf f16 --load-in-4bit", {"no GGUF of a 4-bit base", "export_gguf"});
   EXPECT_EQ(log.find("error: stoll"), std::string::npos) << log;
+}
+
+// --save-gguf: the merged model and the adapter as llama.cpp's files, and the commands that run them.
+TEST(LoraFinetune, SaveGgufWritesTheMergedModelAndTheAdapterAndSaysHowToRunThem) {
+  const fs::path base = fixtures() / "tiny_llama";
+  TempDir dir;
+  std::string log;
+  const std::string out = dir / "o";
+  ASSERT_EQ(finetune("--base " + base.string() + " --data " + write_task(dir, 40) + " --steps 2 --warmup 1 --seq 32 --batch 2 "
+                         "--eval-every 0 --sample-tokens 0 --merge true --save-gguf f32 --out " + out, dir, &log), 0) << log;
+  const tg::gguf::Reader model(out + "/model.gguf"), adapter(out + "/adapter.gguf");
+  EXPECT_EQ(model.header().metadata.at("general.architecture").as_string("a"), "llama");
+  EXPECT_EQ(adapter.header().metadata.at("general.type").as_string("t"), "adapter");
+  // The file holds the merged weights (v_proj: no RoPE reordering), not the base's.
+  auto merged = tg::nn::from_pretrained(out + "/merged");
+  const std::vector<float> v = merged->get_parameter("model.layers.0.self_attn.v_proj.weight").to_vector<float>();
+  EXPECT_EQ(model.floats(model.tensor("blk.0.attn_v.weight")), v);
+  auto original = tg::nn::from_pretrained(base.string());
+  EXPECT_NE(original->get_parameter("model.layers.0.self_attn.v_proj.weight").to_vector<float>(), v);
+  for (const std::string line : {"llama-cli -m " + out + "/model.gguf", "FROM " + out + "/model.gguf",
+                                 "llama-cli -m base.gguf --lora " + out + "/adapter.gguf",
+                                 "from_pretrained(\"" + out + "/merged\")", "vllm serve " + out + "/merged"})
+    EXPECT_NE(log.find(line), std::string::npos) << line << "\n" << log;
 }
 
 // Before, an id beyond the embedding failed at the step that met it, naming no file.

@@ -52,6 +52,15 @@ class BpeModel {
   void encode_word(std::string_view word, std::vector<int32_t>& out, WordCache* cache) const;
 
   int64_t vocab_size() const { return static_cast<int64_t>(tokens_.size()); }  // the highest id + 1
+  // The merges by rank, lowest first: the ids of the pair and of the token it makes.
+  struct Merge {
+    int32_t left, right, result, rank;
+  };
+  std::vector<Merge> merges_by_rank() const;
+  bool byte_level() const { return byte_level_; }
+  bool byte_fallback() const { return byte_fallback_; }
+  bool ignore_merges() const { return ignore_merges_; }
+  int32_t unk_id() const { return unk_id_ >= 0 ? unk_id_ : -1; }  // -1: none (or not in the vocabulary)
   int64_t entries() const { return static_cast<int64_t>(by_token_.size()); }  // tokenizers' get_vocab_size()
   const std::string* token(int32_t id) const;  // the vocabulary's own string; null for a gap
   const int32_t* id_of_token(std::string_view token) const;  // by the vocabulary's string

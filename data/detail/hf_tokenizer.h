@@ -37,6 +37,7 @@ class AddedVocabulary {
   // The first pass (normalized == false: tokens matched in the raw text) or the second (in the
   // normalized pieces).
   void split(Pieces& pieces, bool normalized) const;
+  const std::vector<AddedToken>& tokens() const { return tokens_; }  // by id
 
  private:
   struct MatchingSet {
@@ -74,6 +75,9 @@ class HfTokenizer {
   std::optional<std::string> id_to_token(int32_t id) const;
   bool is_special(int32_t id) const;  // decode(skip_special_tokens) drops it
   const std::string& description() const { return description_; }
+  const BpeModel& model() const { return *model_; }
+  const std::vector<AddedToken>& added_tokens() const { return added_->tokens(); }
+  const json::Value& pre_tokenizer_json() const { return pre_tokenizer_json_; }  // null when absent
 
  private:
   void read_added_tokens(const json::Value& root);
@@ -90,6 +94,7 @@ class HfTokenizer {
   std::unordered_map<std::string, bool> special_contents_;
   int64_t vocab_size_ = 0;
   std::string description_;
+  json::Value pre_tokenizer_json_;
 };
 
 }  // namespace tg::data::hf

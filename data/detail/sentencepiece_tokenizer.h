@@ -26,6 +26,14 @@ class SpTokenizer {
   std::optional<int32_t> token_to_id(std::string_view token) const;
   std::optional<std::string> id_to_token(int32_t id) const;
   bool is_control(int32_t id) const;
+  // A piece as the model has it: its text, score and kind.
+  struct Piece {
+    enum class Kind { kNormal, kUnknown, kControl, kUnused, kByte };
+    std::string text;
+    float score = 0;
+    Kind kind = Kind::kNormal;
+  };
+  Piece piece(int32_t id) const;  // id in [0, vocab_size())
   std::optional<int32_t> bos_id() const;
   std::optional<int32_t> eos_id() const;
   std::optional<int32_t> pad_id() const;

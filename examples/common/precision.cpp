@@ -38,6 +38,15 @@ tg::DType model_dtype_flag(const Flags& flags, const std::string& model_path) {
   return std::filesystem::is_directory(model_path) ? tg::nn::pretrained_dtype(model_path) : tg::kFloat32;
 }
 
+tg::gguf::TensorType gguf_dtype_flag(const Flags& flags, const std::string& name) {
+  const std::string d = flags.str(name);
+  if (d == "f32") return tg::gguf::TensorType::kF32;
+  if (d == "f16") return tg::gguf::TensorType::kF16;
+  if (d == "bf16") return tg::gguf::TensorType::kBF16;
+  if (d == "q8_0") return tg::gguf::TensorType::kQ8_0;
+  throw UsageError("--" + name + " wants f32, f16, bf16 or q8_0, got '" + d + "'\n" + flags.usage());
+}
+
 tg::Device device_flag(const Flags& flags) {
   const std::string d = flags.str("device");
   if (d == "cpu") return tg::Device::cpu();

@@ -12,6 +12,7 @@
 #include "core/device.h"
 #include "core/dtype.h"
 #include "examples/common/flags.h"
+#include "io/gguf.h"
 #include "nn/models/quantization.h"
 
 namespace examples {
@@ -27,6 +28,8 @@ extern const char* const kModelDtypeHelp;
 // --dtype for a model at `model_path`: "auto" (transformers' default) is the folder's own
 // (nn::pretrained_dtype: config.json's dtype), float32 for a toy checkpoint; else dtype_flag.
 tg::DType model_dtype_flag(const Flags& flags, const std::string& model_path);
+// A GGUF file's type from --`name`: f32 | f16 | bf16 | q8_0; UsageError naming the flag otherwise.
+tg::gguf::TensorType gguf_dtype_flag(const Flags& flags, const std::string& name);
 
 // --device: "cpu", "cuda", or "auto" (tg::default_device()); UsageError (with the usage) otherwise.
 tg::Device device_flag(const Flags& flags);

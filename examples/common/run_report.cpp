@@ -28,9 +28,22 @@ std::string absolute(const std::string& p) {
 std::string run_report(double seconds, const RunOutputs& o) {
   const std::string base = absolute(o.base), out = absolute(o.out);
   std::string r = "finished in " + duration(seconds) + "\nuse it:\n";
+  if (o.gguf) {
+    r += "  llama.cpp:    llama-cli -m " + out + "/model.gguf\n";
+    r += "  Ollama:       echo 'FROM " + out + "/model.gguf' > Modelfile && ollama create my-model -f Modelfile\n";
+    if (!o.full)
+      r += "  the adapter:  export_gguf --model " + base + " --out base.gguf, then llama-cli -m base.gguf --lora " + out +
+           "/adapter.gguf\n";
+  } else if (o.hf_base) {
+    r += "  llama.cpp:    add --save-gguf f16, or export_gguf --model " +
+         (o.full ? out + "/model" : base + " --adapter " + out + "/adapter --merge") + " --out model.gguf\n";
+  }
   if (o.full) {
     const std::string model = out + (o.hf_base ? "/model" : "/model.safetensors");
-    if (o.hf_base) r += "  transformers: AutoModelForCausalLM.from_pretrained(\"" + model + "\")\n";
+    if (o.hf_base) {
+      r += "  transformers: AutoModelForCausalLM.from_pretrained(\"" + model + "\")\n";
+      r += "  vLLM:         vllm serve " + model + "\n";
+    }
     return r + "  tapegrad:     examples/generate --model " + model + " --prompt \"...\"\n";
   }
   const std::string adapter = out + "/adapter";
@@ -39,7 +52,10 @@ std::string run_report(double seconds, const RunOutputs& o) {
          adapter + "\")\n";
     r += "  vLLM:         vllm serve " + base + " --enable-lora --lora-modules " + fs::path(out).filename().string() +
          "=" + adapter + "\n";
-    if (o.merged) r += "  transformers: AutoModelForCausalLM.from_pretrained(\"" + out + "/merged\")\n";
+    if (o.merged) {
+      r += "  transformers: AutoModelForCausalLM.from_pretrained(\"" + out + "/merged\")\n";
+      r += "  vLLM:         vllm serve " + out + "/merged\n";
+    }
   }
   r += "  tapegrad:     examples/generate --model " + base + " --adapter " + adapter + " --prompt \"...\"\n";
   if (o.merged) r += "  tapegrad:     examples/generate --model " + out + (o.hf_base ? "/merged" : "/merged.safetensors") +

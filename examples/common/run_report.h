@@ -1,5 +1,6 @@
 // The lines lora_finetune prints when a run ends: how long it took, and the commands that use what
-// it wrote (peft, vLLM, transformers on a merged or fully trained folder, examples/generate).
+// it wrote (llama.cpp and Ollama, peft, vLLM, transformers on a merged or fully trained folder,
+// examples/generate).
 #pragma once
 
 #include <string>
@@ -12,6 +13,7 @@ struct RunOutputs {
   bool hf_base = false;      // a Hugging Face folder (else a toy checkpoint)
   bool full = false;         // <out>/model instead of an adapter
   bool merged = false;       // <out>/merged too
+  bool gguf = false;         // <out>/model.gguf (and <out>/adapter.gguf after LoRA)
 };
 
 // "finished in 3m 12s\nuse it:\n  peft: ...": paths made absolute, so the lines work from anywhere.

@@ -16,6 +16,7 @@ namespace tg::nn {
 
 class CausalLM;
 class ConfigFields;
+struct GgufModel;
 
 // A checked config.json: the family's config struct (std::any_cast<LlamaConfig>(config) where the
 // family is known) and the model it makes (its parameters drawn from `gen`).
@@ -43,6 +44,9 @@ struct Architecture {
   std::vector<std::string> conv1d_layers = {};  // Linear layers transformers stores [in, out] (GPT-2's Conv1D)
   // config.json's fields -> the checked config and its model (tg::Error naming the field).
   std::function<ModelBuilder(const ConfigFields&)> parse = {};
+  // The model as llama.cpp's converter writes it to GGUF (nn/models/gguf.h): its architecture,
+  // hyperparameters and tensors; tg::Error naming what llama.cpp cannot run. Empty: no GGUF.
+  std::function<GgufModel(const CausalLM&)> gguf = {};
   // Its LoRA step has been checked on a GPU to replay as a CUDA graph bitwise as it runs eagerly:
   // the Trainer then captures it by default (TrainingArguments::cuda_graph "auto").
   bool cuda_graph_validated = false;

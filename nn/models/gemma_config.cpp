@@ -7,6 +7,7 @@
 #include "nn/models/architecture.h"
 #include "nn/models/config_fields.h"
 #include "nn/models/gemma.h"
+#include "nn/models/gguf.h"
 
 namespace tg::nn {
 namespace {
@@ -93,6 +94,10 @@ const std::vector<std::string> kIgnored = {".rotary_emb.inv_freq", ".rotary_emb_
 
 }  // namespace
 
+// nn/models/gemma_gguf.cpp
+GgufModel gemma2_gguf(const CausalLM& model);
+GgufModel gemma3_gguf(const CausalLM& model);
+
 json::Value GemmaForCausalLM::config_json() const {
   using json::Value;
   const GemmaConfig& c = config;
@@ -122,9 +127,9 @@ json::Value GemmaForCausalLM::config_json() const {
 
 extern const Architecture kGemma2Architecture{.name = "Gemma2ForCausalLM", .model_type = "gemma2", .base_prefix = "model.",
     .embedding = "model.embed_tokens.weight", .ignored_suffixes = kIgnored, .lora_targets = kTargets, .parse = gemma2,
-    .cuda_graph_validated = true};
+    .gguf = gemma2_gguf, .cuda_graph_validated = true};
 extern const Architecture kGemma3Architecture{.name = "Gemma3ForCausalLM", .model_type = "gemma3_text",
     .base_prefix = "model.", .embedding = "model.embed_tokens.weight", .ignored_suffixes = kIgnored,
-    .lora_targets = kTargets, .parse = gemma3, .cuda_graph_validated = true};
+    .lora_targets = kTargets, .parse = gemma3, .gguf = gemma3_gguf, .cuda_graph_validated = true};
 
 }  // namespace tg::nn

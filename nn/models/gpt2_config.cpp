@@ -1,6 +1,7 @@
 // config.json of GPT2LMHeadModel, read into and written from GPT2Config, and its registry entry.
 #include "nn/models/architecture.h"
 #include "nn/models/config_fields.h"
+#include "nn/models/gguf.h"
 #include "nn/models/gpt2.h"
 
 namespace tg::nn {
@@ -37,6 +38,9 @@ ModelBuilder gpt2(const ConfigFields& f) {
 
 }  // namespace
 
+// nn/models/gpt2_gguf.cpp
+GgufModel gpt2_gguf(const CausalLM& model);
+
 json::Value GPT2LMHeadModel::config_json() const {
   using json::Value;
   const GPT2Config& c = config;
@@ -65,6 +69,7 @@ extern const Architecture kGPT2Architecture{.name = "GPT2LMHeadModel",
                                             .ignored_suffixes = {".attn.bias", ".attn.masked_bias"},
                                             .lora_targets = {"c_attn"},  // peft's default for gpt2
                                             .conv1d_layers = {"c_attn", "c_proj", "c_fc"},
-                                            .parse = gpt2};
+                                            .parse = gpt2,
+                                            .gguf = gpt2_gguf};
 
 }  // namespace tg::nn

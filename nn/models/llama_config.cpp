@@ -6,6 +6,7 @@
 #include "core/limits.h"
 #include "nn/models/architecture.h"
 #include "nn/models/config_fields.h"
+#include "nn/models/gguf.h"
 #include "nn/models/llama.h"
 
 namespace tg::nn {
@@ -116,6 +117,11 @@ const std::vector<std::string> kIgnored = {".rotary_emb.inv_freq"};
 
 }  // namespace
 
+// nn/models/llama_gguf.cpp
+GgufModel llama_gguf(const CausalLM& model);
+GgufModel qwen2_gguf(const CausalLM& model);
+GgufModel qwen3_gguf(const CausalLM& model);
+
 json::Value llama_fields_json(const LlamaConfig& c, json::Value v) {
   using json::Value;
   v.set("hidden_act", "silu")
@@ -142,15 +148,15 @@ json::Value LlamaForCausalLM::config_json() const {
 
 extern const Architecture kLlamaArchitecture{.name = "LlamaForCausalLM", .model_type = "llama", .base_prefix = "model.",
     .embedding = "model.embed_tokens.weight", .ignored_suffixes = kIgnored, .lora_targets = kTargets, .parse = llama,
-    .cuda_graph_validated = true};
+    .gguf = llama_gguf, .cuda_graph_validated = true};
 extern const Architecture kMistralArchitecture{.name = "MistralForCausalLM", .model_type = "mistral", .base_prefix = "model.",
     .embedding = "model.embed_tokens.weight", .ignored_suffixes = kIgnored, .lora_targets = kTargets, .parse = mistral,
-    .cuda_graph_validated = true};
+    .gguf = llama_gguf, .cuda_graph_validated = true};
 extern const Architecture kQwen2Architecture{.name = "Qwen2ForCausalLM", .model_type = "qwen2", .base_prefix = "model.",
     .embedding = "model.embed_tokens.weight", .ignored_suffixes = kIgnored, .lora_targets = kTargets, .parse = qwen2,
-    .cuda_graph_validated = true};
+    .gguf = qwen2_gguf, .cuda_graph_validated = true};
 extern const Architecture kQwen3Architecture{.name = "Qwen3ForCausalLM", .model_type = "qwen3", .base_prefix = "model.",
     .embedding = "model.embed_tokens.weight", .ignored_suffixes = kIgnored, .lora_targets = kTargets, .parse = qwen3,
-    .cuda_graph_validated = true};
+    .gguf = qwen3_gguf, .cuda_graph_validated = true};
 
 }  // namespace tg::nn

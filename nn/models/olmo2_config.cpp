@@ -2,6 +2,7 @@
 // entry. What would change the computation in a way not implemented is refused by name.
 #include "nn/models/architecture.h"
 #include "nn/models/config_fields.h"
+#include "nn/models/gguf.h"
 #include "nn/models/olmo2.h"
 
 namespace tg::nn {
@@ -26,12 +27,16 @@ ModelBuilder olmo2(const ConfigFields& f) {
 
 }  // namespace
 
+// nn/models/olmo2_gguf.cpp
+GgufModel olmo2_gguf(const CausalLM& model);
+
 json::Value Olmo2ForCausalLM::config_json() const {
   return llama_fields_json(config, sized_config_json()).set("attention_bias", config.attention_bias);
 }
 
 extern const Architecture kOlmo2Architecture{.name = "Olmo2ForCausalLM", .model_type = "olmo2", .base_prefix = "model.",
     .embedding = "model.embed_tokens.weight", .ignored_suffixes = {".rotary_emb.inv_freq"},
-    .lora_targets = {"q_proj", "k_proj", "v_proj", "o_proj"}, .parse = olmo2, .cuda_graph_validated = false};
+    .lora_targets = {"q_proj", "k_proj", "v_proj", "o_proj"}, .parse = olmo2, .gguf = olmo2_gguf,
+    .cuda_graph_validated = false};
 
 }  // namespace tg::nn

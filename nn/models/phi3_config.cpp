@@ -4,6 +4,7 @@
 
 #include "nn/models/architecture.h"
 #include "nn/models/config_fields.h"
+#include "nn/models/gguf.h"
 #include "nn/models/phi3.h"
 
 namespace tg::nn {
@@ -29,6 +30,9 @@ ModelBuilder phi3(const ConfigFields& f) {
 
 }  // namespace
 
+// nn/models/phi3_gguf.cpp
+GgufModel phi3_gguf(const CausalLM& model);
+
 json::Value Phi3ForCausalLM::config_json() const {
   using json::Value;
   const LlamaConfig& c = config;
@@ -46,6 +50,6 @@ json::Value Phi3ForCausalLM::config_json() const {
 extern const Architecture kPhi3Architecture{.name = "Phi3ForCausalLM", .model_type = "phi3", .base_prefix = "model.",
     .embedding = "model.embed_tokens.weight", .ignored_suffixes = {".rotary_emb.inv_freq"},
     .lora_targets = {},  // peft's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING has no phi3: name them
-    .parse = phi3, .cuda_graph_validated = true};
+    .parse = phi3, .gguf = phi3_gguf, .cuda_graph_validated = true};
 
 }  // namespace tg::nn

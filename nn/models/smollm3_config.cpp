@@ -5,6 +5,7 @@
 
 #include "nn/models/architecture.h"
 #include "nn/models/config_fields.h"
+#include "nn/models/gguf.h"
 #include "nn/models/smollm3.h"
 
 namespace tg::nn {
@@ -51,6 +52,9 @@ ModelBuilder smollm3(const ConfigFields& f) {
 
 }  // namespace
 
+// nn/models/smollm3_gguf.cpp
+GgufModel smollm3_gguf(const CausalLM& model);
+
 json::Value SmolLM3ForCausalLM::config_json() const {
   const SmolLM3Config& c = config;
   json::Value rope = json::Value::array({}), types = json::Value::array({});
@@ -70,6 +74,7 @@ json::Value SmolLM3ForCausalLM::config_json() const {
 
 extern const Architecture kSmolLM3Architecture{.name = "SmolLM3ForCausalLM", .model_type = "smollm3",
     .base_prefix = "model.", .embedding = "model.embed_tokens.weight", .ignored_suffixes = {".rotary_emb.inv_freq"},
-    .lora_targets = {"q_proj", "k_proj", "v_proj", "o_proj"}, .parse = smollm3, .cuda_graph_validated = false};
+    .lora_targets = {"q_proj", "k_proj", "v_proj", "o_proj"}, .parse = smollm3, .gguf = smollm3_gguf,
+    .cuda_graph_validated = false};
 
 }  // namespace tg::nn
