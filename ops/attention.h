@@ -8,6 +8,10 @@
 // [..., L, S] over q's leading dims; not together with is_causal (as PyTorch). A query whose
 // every key is masked out gets zeros (as PyTorch's safe softmax), and no gradient flows through
 // it. dropout_p > 0 drops attention probabilities (training only; pass 0 in eval).
+// sinks [Hq] (gpt-oss's attention sinks): a learned logit per query head that joins each row's
+// softmax as one more column and is dropped after it, so the keys' probabilities sum to less than
+// one; differentiable. The CPU's fused kernel and the composition take them, the GPU kernels do
+// not (there the composition serves the call).
 //
 // Which kernel runs (the trace names it):
 //   "sdpa.fused_cpu":  CPU, float32 / float64, no dropout (with or without attn_mask).
@@ -46,7 +50,7 @@ namespace tg {
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal = false,
                                     std::optional<double> scale = std::nullopt, double dropout_p = 0.0,
                                     Generator& gen = default_generator(), bool enable_gqa = false,
-                                    const Tensor& attn_mask = Tensor());
+                                    const Tensor& attn_mask = Tensor(), const Tensor& sinks = Tensor());
 
 // The bool [L, S] mask that is true where key j > query i, on `device`.
 Tensor causal_mask(int64_t L, int64_t S, Device device = Device::cpu());
@@ -58,13 +62,14 @@ Tensor causal_mask(int64_t L, int64_t S, Device device = Device::cpu());
 // positions count 0, 1, 2, ... from each document's first token (DataCollatorWithFlattening's
 // position_ids), so i - position_ids[i] is that token: every document attends only to itself.
 // position_ids: int32 / int64, [B, L] for 4-D q [B, H, L, E], or [L] shared by every sequence;
-// undefined: one document a row. window 0: no window. q, k, v, scale, dropout_p and enable_gqa as
-// scaled_dot_product_attention's (3-D or 4-D). The fused kernels (CPU, CUDA flash) honour the
+// undefined: one document a row. window 0: no window. q, k, v, scale, dropout_p, enable_gqa and
+// sinks as scaled_dot_product_attention's (3-D or 4-D). The fused kernels (CPU, CUDA flash) honour the
 // band and skip the key tiles entirely outside it, as they skip the causal upper triangle;
 // elsewhere the composition runs with banded_causal_mask.
 Tensor banded_causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& position_ids,
                                int64_t window = 0, std::optional<double> scale = std::nullopt, double dropout_p = 0.0,
-                               Generator& gen = default_generator(), bool enable_gqa = false);
+                               Generator& gen = default_generator(), bool enable_gqa = false,
+                               const Tensor& sinks = Tensor());
 // Its band as a bool mask (true: the key takes part) for L queries and S keys: [B, 1, L, S] for
 // position_ids [B, L], else [L, S]; on position_ids' device (or `device` when undefined).
 Tensor banded_causal_mask(const Tensor& position_ids, int64_t window, int64_t L, int64_t S,
