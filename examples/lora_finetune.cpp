@@ -188,6 +188,8 @@ int run(int argc, char** argv) {
       .add("dropout", "0", "dropout on the LoRA path")
       .add("targets", "auto", "comma-separated module names to adapt (auto: the architecture's, e.g. "
                               "q_proj,k_proj,v_proj,o_proj for Llama, c_attn,c_proj for GPT-2)")
+      .add("target-parameters", "", "comma-separated expert weights to adapt too, as peft's target_parameters "
+                                    "(Qwen3-MoE, Mixtral, gpt-oss: mlp.experts.gate_up_proj,mlp.experts.down_proj)")
       .add("lr", "2e-3", "peak learning rate")
       .add("lr-scheduler", "cosine", "linear | cosine | constant | constant_with_warmup (transformers' schedules)")
       .add("weight-decay", "0.01", "AdamW weight decay")
@@ -327,7 +329,10 @@ int run(int argc, char** argv) {
     throw examples::UsageError("--seq " + std::to_string(seq) + " exceeds the model's context of " +
                                std::to_string(base.context) + " tokens\n" + flags.usage());
   std::vector<std::string> targets = flags.str("targets") == "auto" ? base.default_targets : flags.list("targets");
+  const std::vector<std::string> target_parameters =
+      flags.str("target-parameters").empty() ? std::vector<std::string>{} : flags.list("target-parameters");
   peft::LoraConfig lora{.r = rank, .lora_alpha = alpha, .lora_dropout = lora_dropout, .target_modules = targets,
+                        .target_parameters = target_parameters,
                         .base_model_name_or_path = base.hf_folder ? flags.str("base") : ""};
   nn::CausalLM& model = *base.model;
   Generator init(static_cast<uint64_t>(seed));
