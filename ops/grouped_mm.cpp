@@ -29,10 +29,22 @@ Tensor expert(const Tensor& t, int64_t e) {
   return t.as_strided({t.shape()[1], t.shape()[2]}, {t.strides()[1], t.strides()[2]},
                       t.storage_offset() + e * t.strides()[0]);
 }
-Tensor zeros_of(const Shape& shape, const TensorOptions& o) {
-  Tensor t = Tensor::empty(shape, o);
-  zero_(t);
-  return t;
+// f(e, r0, n) for every expert e with rows: n of them from row r0.
+template <class F>
+void for_each_expert(const std::vector<int64_t>& sizes, F&& f) {
+  for (int64_t e = 0, r0 = 0; e < static_cast<int64_t>(sizes.size()); r0 += sizes[e++])
+    if (sizes[e] > 0) f(e, r0, sizes[e]);
+}
+
+// dst [E, rows, cols] with expert e's block alpha a_e^T b_e (a_e, b_e: its rows of a and b), and
+// zeros for an expert without rows: the weight-shaped gradients.
+Tensor per_expert_products(const Tensor& dst, const Tensor& a, const Tensor& b, const std::vector<int64_t>& sizes,
+                           double alpha) {
+  zero_(dst);
+  for_each_expert(sizes, [&](int64_t e, int64_t r0, int64_t n) {
+    matrix::gemm(expert(dst, e), transpose(rows_of(a, r0, n), 0, 1), rows_of(b, r0, n), alpha, 0.0);
+  });
+  return dst;
 }
 
 void check_args(const Tensor& x, const Tensor& w, const std::vector<int64_t>& sizes, const Tensor& bias,
@@ -92,56 +104,42 @@ struct GroupedMmBackward final : Node {
     Tensor u;  // dy_e B_e, the gradient of x_e A_e^T without the scaling
     if (B.defined()) {
       u = Tensor::empty({M, rank}, options);
-      for (int64_t e = 0, r0 = 0; e < E; r0 += sizes[e++])
-        if (sizes[e] > 0) matrix::gemm(rows_of(u, r0, sizes[e]), rows_of(dy, r0, sizes[e]), expert(B, e), 1.0, 0.0);
+      for_each_expert(sizes, [&](int64_t e, int64_t r0, int64_t n) {
+        matrix::gemm(rows_of(u, r0, n), rows_of(dy, r0, n), expert(B, e), 1.0, 0.0);
+      });
     }
     if (mask[0]) {  // dx_e = s u_e A_e + dy_e w_e
       trace("dx");
       const Tensor w = unpack(kW);
       Tensor dx = Tensor::empty({M, K}, options);
-      for (int64_t e = 0, r0 = 0; e < E; r0 += sizes[e++]) {
-        if (sizes[e] == 0) continue;
-        const Tensor dxe = rows_of(dx, r0, sizes[e]);
-        if (u.defined()) matrix::gemm(dxe, rows_of(u, r0, sizes[e]), expert(A, e), scaling, 0.0);
-        matrix::gemm(dxe, rows_of(dy, r0, sizes[e]), expert(w, e), 1.0, u.defined() ? 1.0 : 0.0);
-      }
+      for_each_expert(sizes, [&](int64_t e, int64_t r0, int64_t n) {
+        const Tensor dxe = rows_of(dx, r0, n);
+        if (u.defined()) matrix::gemm(dxe, rows_of(u, r0, n), expert(A, e), scaling, 0.0);
+        matrix::gemm(dxe, rows_of(dy, r0, n), expert(w, e), 1.0, u.defined() ? 1.0 : 0.0);
+      });
       out[0] = dx;
     }
     const Tensor x = mask[1] || mask[3] ? unpack(kX) : Tensor();
     if (mask[1]) {  // dw_e = dy_e^T x_e, in w's layout
       trace("dweight_gemm");
-      Tensor dw = empty_with_layout(w_shape, w_strides, options);
-      zero_(dw);
-      for (int64_t e = 0, r0 = 0; e < E; r0 += sizes[e++])
-        if (sizes[e] > 0)
-          matrix::gemm(expert(dw, e), transpose(rows_of(dy, r0, sizes[e]), 0, 1), rows_of(x, r0, sizes[e]), 1.0, 0.0);
-      out[1] = dw;
+      out[1] = per_expert_products(empty_with_layout(w_shape, w_strides, options), dy, x, sizes, 1.0);
     }
     if (mask[2]) {  // db_e = the sum of dy_e's rows
       trace("dbias_reduce");
-      Tensor db = zeros_of({E, N}, options);
-      for (int64_t e = 0, r0 = 0; e < E; r0 += sizes[e++])
-        if (sizes[e] > 0) copy_(slice(db, 0, e, e + 1), sum(rows_of(dy, r0, sizes[e]), {0}, true));
+      Tensor db = Tensor::empty({E, N}, options);
+      zero_(db);
+      for_each_expert(sizes, [&](int64_t e, int64_t r0, int64_t n) {
+        copy_(slice(db, 0, e, e + 1), sum(rows_of(dy, r0, n), {0}, true));
+      });
       out[2] = db;
     }
     if (mask[3]) {  // dA_e = s u_e^T x_e
       trace("dA");
-      Tensor da = zeros_of({E, rank, K}, options);
-      for (int64_t e = 0, r0 = 0; e < E; r0 += sizes[e++])
-        if (sizes[e] > 0)
-          matrix::gemm(expert(da, e), transpose(rows_of(u, r0, sizes[e]), 0, 1), rows_of(x, r0, sizes[e]), scaling,
-                       0.0);
-      out[3] = da;
+      out[3] = per_expert_products(Tensor::empty({E, rank, K}, options), u, x, sizes, scaling);
     }
     if (mask[4]) {  // dB_e = s dy_e^T t_e
       trace("dB");
-      const Tensor t = unpack(kT);
-      Tensor db = zeros_of({E, N, rank}, options);
-      for (int64_t e = 0, r0 = 0; e < E; r0 += sizes[e++])
-        if (sizes[e] > 0)
-          matrix::gemm(expert(db, e), transpose(rows_of(dy, r0, sizes[e]), 0, 1), rows_of(t, r0, sizes[e]), scaling,
-                       0.0);
-      out[4] = db;
+      out[4] = per_expert_products(Tensor::empty({E, N, rank}, options), dy, unpack(kT), sizes, scaling);
     }
     return out;
   }
@@ -153,7 +151,7 @@ Tensor grouped_mm(const Tensor& x, const Tensor& w, const std::vector<int64_t>& 
                   const Tensor& lora_A, const Tensor& lora_B, double scaling) {
   check_args(x, w, group_sizes, bias, lora_A, lora_B);
   KernelTrace::record(kOp);
-  const int64_t E = w.shape()[0], N = w.shape()[1], M = x.shape()[0];
+  const int64_t N = w.shape()[1], M = x.shape()[0];
   const int64_t rank = lora_A.defined() ? lora_A.shape()[1] : 0;
   Tensor x2, wr, A, B, t;
   Tensor y = Tensor::empty({M, N}, x.options());
@@ -161,9 +159,7 @@ Tensor grouped_mm(const Tensor& x, const Tensor& w, const std::vector<int64_t>& 
     NoGradGuard no_grad;  // the op's node covers its internal views and copies
     x2 = matrix::rows(x), wr = gemm_readable(w), A = gemm_readable(lora_A), B = gemm_readable(lora_B);
     if (rank > 0) t = Tensor::empty({M, rank}, x.options());  // x_e A_e^T, rows as x's
-    for (int64_t e = 0, r0 = 0; e < E; r0 += group_sizes[e++]) {
-      const int64_t n = group_sizes[e];
-      if (n == 0) continue;
+    for_each_expert(group_sizes, [&](int64_t e, int64_t r0, int64_t n) {
       const Tensor ye = rows_of(y, r0, n), xe = rows_of(x2, r0, n);
       if (bias.defined()) copy_(ye, expand(slice(bias.detach(), 0, e, e + 1), {n, N}));
       if (rank > 0) {  // the thin LoRA product first, the base GEMM accumulating onto it
@@ -172,7 +168,7 @@ Tensor grouped_mm(const Tensor& x, const Tensor& w, const std::vector<int64_t>& 
         matrix::gemm(ye, te, transpose(expert(B, e), 0, 1), scaling, bias.defined() ? 1.0 : 0.0);
       }
       matrix::gemm(ye, xe, transpose(expert(wr, e), 0, 1), 1.0, bias.defined() || rank > 0 ? 1.0 : 0.0);
-    }
+    });
   }
   if (auto node = record<GroupedMmBackward>(
           {{"x", x}, {"w", w}, {"bias", bias}, {"lora_A", lora_A}, {"lora_B", lora_B}}, {y})) {
