@@ -1,7 +1,8 @@
 // The mixture-of-experts families against transformers 5 + peft: the folders, adapters and numbers
 // tests/fixtures/hf/make_moe_fixtures.py writes on a machine with them (the GPU machine; the files
-// are committed from there). Until they are, each test says so and skips; tests/test_moe.cpp checks
-// the same computations against float64 loops written from the modeling files.
+// are committed from there). A family whose files are missing fails, naming them and the command that
+// writes them; tests/test_moe.cpp checks the same computations against float64 loops written from
+// the modeling files.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -22,7 +23,6 @@ namespace {
 
 namespace fs = std::filesystem;
 const fs::path kFixtures = fs::path(TG_TESTS_DIR) / "fixtures" / "hf";
-const std::vector<std::string> kMoeFixtures = {"qwen3_moe", "mixtral", "gpt_oss"};
 
 double max_abs(const Tensor& t) {
   double m = 0;
@@ -38,6 +38,12 @@ std::set<std::string> keys_of(const fs::path& folder) {
 
 void expect_moe_fixture_matches(const std::string& name) {
   SCOPED_TRACE(name);
+  for (const std::string& file : {name + "_expected.safetensors", name + "/model.safetensors",
+                                  name + "_fused/model.safetensors", name + "_adapter/adapter_model.safetensors"})
+    ASSERT_TRUE(fs::exists(kFixtures / file))
+        << "missing fixture tests/fixtures/hf/" << file << ": write it with `python3 tests/fixtures/hf/make_moe_fixtures.py "
+        << name << "` (transformers 5 and peft; on the GPU machine: scripts/gpu/check.sh moe) and commit "
+        << "tests/fixtures/hf/" << name << "{,_fused,_adapter,_expected.safetensors}";
   safetensors::TensorMap want = safetensors::load_file((kFixtures / (name + "_expected.safetensors")).string());
   auto model = std::dynamic_pointer_cast<nn::DecoderForCausalLM>(nn::from_pretrained((kFixtures / name).string()));
   ASSERT_TRUE(model);
@@ -85,13 +91,9 @@ void expect_moe_fixture_matches(const std::string& name) {
   EXPECT_EQ(grads, expected);
 }
 
-TEST(HfFixtures, MoeFamiliesMatchTransformersAndPeft) {
-  for (const std::string& name : kMoeFixtures)
-    if (!fs::exists(kFixtures / (name + "_expected.safetensors")))
-      GTEST_SKIP() << name << "'s fixture is not written yet: python3 tests/fixtures/hf/make_moe_fixtures.py on a "
-                   << "machine with transformers 5 and peft";
-  for (const std::string& name : kMoeFixtures) expect_moe_fixture_matches(name);
-}
+TEST(HfFixtures, Qwen3MoeMatchesTransformersAndPeft) { expect_moe_fixture_matches("qwen3_moe"); }
+TEST(HfFixtures, MixtralMatchesTransformersAndPeft) { expect_moe_fixture_matches("mixtral"); }
+TEST(HfFixtures, GptOssMatchesTransformersAndPeft) { expect_moe_fixture_matches("gpt_oss"); }
 
 }  // namespace
 }  // namespace tg::test
