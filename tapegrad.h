@@ -29,6 +29,7 @@
 #include "ops/cross_entropy.h"
 #include "ops/dropout.h"
 #include "ops/embedding.h"
+#include "ops/grouped_mm.h"
 #include "ops/index_copy.h"
 #include "ops/layer_norm.h"
 #include "ops/linear.h"
@@ -36,6 +37,7 @@
 #include "ops/lora_linear.h"
 #include "ops/masked_fill.h"
 #include "ops/matmul.h"
+#include "ops/moe_routing.h"
 #include "ops/nf4.h"
 #include "ops/reduce.h"
 #include "ops/rms_norm.h"
@@ -61,6 +63,7 @@
 #include "optim/optimizer.h"
 #include "peft/gguf.h"
 #include "peft/lora.h"
+#include "peft/lora_experts.h"
 // data parallelism (NCCL)
 #include "distributed/communicator.h"
 #include "distributed/data_parallel.h"

@@ -196,6 +196,8 @@ int run(int argc, char** argv) {
       .add("targets", "auto", "comma-separated Linear layers to adapt, or all-linear (every Linear but the head); "
                               "auto: peft's default for the architecture (q_proj,v_proj for Llama, Mistral, Qwen and "
                               "Gemma, c_attn for GPT-2; Phi-3 has none: name them)")
+      .add("target-parameters", "", "comma-separated expert weights to adapt too, as peft's target_parameters "
+                                    "(Qwen3-MoE, Mixtral, gpt-oss: mlp.experts.gate_up_proj,mlp.experts.down_proj)")
       .add("lr", "2e-3", "peak learning rate")
       .add("lr-scheduler", "cosine", "linear | cosine | constant | constant_with_warmup (transformers' schedules)")
       .add("weight-decay", "0.01", "AdamW weight decay")
@@ -383,7 +385,10 @@ int run(int argc, char** argv) {
                                " holds token id " + std::to_string(data.largest_id) +
                                ", outside the model's embedding of " + std::to_string(rows) +
                                " rows (a token file made with another tokenizer?)\n");
+  const std::vector<std::string> target_parameters =
+      flags.str("target-parameters").empty() ? std::vector<std::string>{} : flags.list("target-parameters");
   peft::LoraConfig lora{.r = rank, .lora_alpha = alpha, .lora_dropout = lora_dropout, .target_modules = targets,
+                        .target_parameters = target_parameters,
                         .base_model_name_or_path = base.hf_folder ? base_path : ""};
   nn::CausalLM& model = *base.model;
   Generator init(static_cast<uint64_t>(seed));

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/factory.h"
+#include "nn/init.h"
 #include "ops/attention.h"
 #include "ops/binary.h"
 #include "ops/cast.h"
@@ -64,12 +65,12 @@ LayerCache windowed(const LayerCache& cache, int64_t window, Device device) {
 // sliding window); with a cache, over every cached column as the cache step says.
 Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, const LayerCache* cache, double dropout_p,
               Generator& gen, bool gqa, const char* who, std::optional<double> scale = std::nullopt,
-              const Tensor& position_ids = Tensor(), int64_t window = 0) {
-  if (!cache) return banded_causal_attention(q, k, v, position_ids, window, scale, dropout_p, gen, gqa);
+              const Tensor& position_ids = Tensor(), int64_t window = 0, const Tensor& sinks = Tensor()) {
+  if (!cache) return banded_causal_attention(q, k, v, position_ids, window, scale, dropout_p, gen, gqa, sinks);
   TG_CHECK(!position_ids.defined(), who, "position_ids are for packed training rows, not for a cached forward");
   auto [keys, values] = append_to_cache(*cache, k, v, who);
   return scaled_dot_product_attention(q, keys, values, cache->step.is_causal, scale, dropout_p, gen, gqa,
-                                      cache->step.attn_mask);
+                                      cache->step.attn_mask, sinks);
 }
 
 // softmax(tanh(q k^T * scale / cap) * cap, masked) v, as transformers' eager Gemma 2 attention: q
@@ -104,7 +105,7 @@ Tensor merge_heads(const Tensor& x) {
 // -> [B, T, num_heads * head_dim].
 Tensor causal_attention(int64_t num_heads, const AttentionOptions& o, const Tensor& q, const Tensor& k,
                         const Tensor& v, const Tensor& cos, const Tensor& sin, const LayerCache* cache,
-                        Module* q_norm, Module* k_norm, const Tensor& position_ids) {
+                        Module* q_norm, Module* k_norm, const Tensor& position_ids, const Tensor& sinks) {
   const char* who = "CausalSelfAttention";
   Tensor qh = split_heads(q, num_heads, o.head_dim, q_norm, o.qk_norm_whole);
   Tensor kh = split_heads(k, o.num_kv_heads, o.head_dim, k_norm, o.qk_norm_whole);
@@ -138,7 +139,7 @@ Tensor causal_attention(int64_t num_heads, const AttentionOptions& o, const Tens
   } else {
     // Grouped-query heads: the attention kernels read each kv head for its query heads in place.
     a = attend(qh, kh, vh, cache, 0.0, default_generator(), o.num_kv_heads != num_heads, who, o.scale, position_ids,
-               o.sliding_window);
+               o.sliding_window, sinks);
   }
   return merge_heads(a);
 }
@@ -163,6 +164,7 @@ CausalSelfAttention::CausalSelfAttention(int64_t h, int64_t heads, const Attenti
   TG_CHECK(o.sliding_window >= 0, "CausalSelfAttention", "sliding_window must be >= 0, got ", o.sliding_window);
   TG_CHECK(o.softcap >= 0 && (!o.scale || *o.scale > 0), "CausalSelfAttention", "softcap must be >= 0 and scale > 0, got ",
            o.softcap, " and ", o.scale.value_or(1.0));
+  TG_CHECK(!(o.sinks && o.softcap > 0), "CausalSelfAttention", "attention sinks with soft-capping are not implemented");
   head_dim = o.head_dim > 0 ? o.head_dim : h / heads;
   options_.num_kv_heads = num_kv_heads;
   options_.head_dim = head_dim;
@@ -182,6 +184,11 @@ CausalSelfAttention::CausalSelfAttention(int64_t h, int64_t heads, const Attenti
     register_module("v_proj", v_proj);
     register_module("o_proj", o_proj);
   }
+  if (o.sinks) {
+    sinks = empty({heads}, init::parameter_options());
+    init::zeros_(sinks);  // models draw their own (transformers' N(0, initializer_range))
+    register_parameter("sinks", sinks);
+  }
   if (o.qk_norm) {
     const int64_t q_dim = o.qk_norm_whole ? heads * head_dim : head_dim;
     const int64_t k_dim = o.qk_norm_whole ? num_kv_heads * head_dim : head_dim;
@@ -199,7 +206,7 @@ Tensor CausalSelfAttention::forward(const Tensor& x, const Tensor& cos, const Te
   const std::vector<Tensor> qkv = qkv_proj ? split(qkv_proj->forward(x), {q, kv, kv}, -1)
                                            : forward_group({q_proj, k_proj, v_proj}, x);  // one op for the three
   return o_proj->forward(causal_attention(num_heads, options_, qkv[0], qkv[1], qkv[2], cos, sin, cache,
-                                          q_norm.get(), k_norm.get(), position_ids));
+                                          q_norm.get(), k_norm.get(), position_ids, sinks));
 }
 
 std::string CausalSelfAttention::extra_repr() const {

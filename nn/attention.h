@@ -29,6 +29,7 @@ struct AttentionOptions {
   double softcap = 0;
   bool qk_norm_unit_offset = false;  // q_norm / k_norm are Gemma's (1 + w) RMSNorm (nn/norm.h)
   bool fused_qkv = false;  // Phi-3: one qkv_proj, q rows then k rows then v rows
+  bool sinks = false;      // gpt-oss: a learned logit per head joining each softmax (self_attn.sinks)
 };
 
 // Llama attention: q/k/v/o projections (or one qkv_proj: Phi-3), rotary embedding on q and k,
@@ -54,6 +55,7 @@ class CausalSelfAttention : public Module {
   std::shared_ptr<Linear> qkv_proj;                 // fused_qkv only
   std::shared_ptr<Linear> o_proj;
   std::shared_ptr<RMSNorm> q_norm, k_norm;  // qk_norm only
+  Tensor sinks;                             // [num_heads], options.sinks only
 
  protected:
   std::string extra_repr() const override;

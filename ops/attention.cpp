@@ -106,7 +106,7 @@ std::vector<Tensor> cudnn_backward(const Tensor& grad, const Tensor& q, const Te
 // (dv needs neither), or cuDNN's backward (all three at once) is to be tried. Backward
 // recomputes the probabilities (ops/attention_kernels.h).
 struct SdpaFusedBackward final : Node {
-  enum { kQ, kK, kV, kOut, kLse };
+  enum { kQ, kK, kV, kOut, kLse, kSinks };
   bool causal = false;
   bool try_cudnn = false;    // after cuDNN's forward: its backward first, whichever gradients are asked for
   double scale = 1.0;
@@ -116,11 +116,14 @@ struct SdpaFusedBackward final : Node {
   std::vector<Tensor> backward(const std::vector<Tensor>& g, const GradMask& mask) override {
     Tensor q = unpack(kQ), k = unpack(kK), lse = unpack(kLse);
     const bool dqk = mask[0] || mask[1];
-    Tensor v = dqk || try_cudnn ? unpack(kV) : Tensor(), out = dqk || try_cudnn ? unpack(kOut) : Tensor();
+    Tensor v = dqk || try_cudnn ? unpack(kV) : Tensor();
+    const bool with_sinks = mask.size() > 3;  // an input only where the call had sinks
+    Tensor out = dqk || try_cudnn || (with_sinks && mask[3]) ? unpack(kOut) : Tensor();
+    const Tensor dsinks = with_sinks && mask[3] ? sinks_gradient(g[0], out, lse, unpack(kSinks)) : Tensor();
 #ifdef TG_WITH_CUDA
     if (try_cudnn) {
       std::vector<Tensor> grads = cudnn_backward(g[0], q, k, v, out, lse, causal, scale, mask);
-      if (!grads.empty()) return grads;
+      if (!grads.empty()) return with_sinks ? std::vector<Tensor>{grads[0], grads[1], grads[2], dsinks} : grads;
     }
 #endif
     KernelTrace::record(q.device().is_cuda() ? "sdpa.flash_cuda_backward" : "sdpa.fused_cpu_backward");
@@ -133,7 +136,20 @@ struct SdpaFusedBackward final : Node {
       cpu::sdpa_backward(dq, dk, dv, dout, q, k, v, out, lse, delta, causal, scale, first, attn_mask);
     else
       TG_DISPATCH(q.device(), sdpa_backward, dq, dk, dv, dout, q, k, v, out, lse, delta, causal, scale, first);
-    return {dq, dk, dv};
+    if (!with_sinks) return {dq, dk, dv};
+    return {dq, dk, dv, dsinks};
+  }
+
+  // With lse taking the sinks in, P and the gradients of q, k, v are as without them; a sink's own
+  // gradient is -sum over its head's rows of exp(sink - lse) * rowsum(dout * out).
+  static Tensor sinks_gradient(const Tensor& dout, const Tensor& out, const Tensor& lse, const Tensor& sinks) {
+    const int64_t H = sinks.numel(), n = lse.dim();
+    const Tensor delta = sum(mul(to(dout, lse.dtype()), to(out, lse.dtype())), {-1});
+    const Tensor p = exp(sub(reshape(to(sinks, lse.dtype()), {H, 1}), lse));
+    std::vector<int64_t> others;
+    for (int64_t d = 0; d < n; ++d)
+      if (d != n - 2) others.push_back(d);
+    return to(neg(sum(mul(p, delta), others)), sinks.dtype());
   }
 };
 
@@ -155,10 +171,10 @@ Tensor empty_output(const Tensor& q, int64_t Ev) {
 // flash head dim uses one only when built already (generation's prompts change length at every
 // call, and a plan costs up to a second to build).
 const char* fused_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
-                          bool causal, double s, const Tensor& mask, const Tensor& first,
+                          bool causal, double s, const Tensor& mask, const Tensor& first, const Tensor& sinks,
                           [[maybe_unused]] bool grads) {
   if (q.device().is_cpu()) {
-    cpu::sdpa_forward(out, lse, q, k, v, causal, s, first, mask);
+    cpu::sdpa_forward(out, lse, q, k, v, causal, s, first, mask, sinks);
     return "sdpa.fused_cpu";
   }
 #ifdef TG_WITH_CUDA
@@ -178,18 +194,21 @@ const char* fused_forward(const Tensor& out, const Tensor& lse, const Tensor& q,
 // first: undefined, or a band as sdpa_band writes it (ops/attention_kernels.h).
 // An undefined result: no fused kernel took the call (fused_forward), the composition serves it.
 Tensor sdpa_fused(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal, double s, const Tensor& mask,
-                  const Tensor& first = Tensor()) {
+                  const Tensor& first = Tensor(), const Tensor& sinks = Tensor()) {
   Tensor qc = in_place_or_copy(q), kc = in_place_or_copy(k), vc = in_place_or_copy(v);
   Tensor out = empty_output(q, v.shape().back());
   Shape lse_shape(q.shape().begin(), q.shape().end() - 1);
   Tensor lse = Tensor::empty(lse_shape, {q.dtype() == kFloat64 ? kFloat64 : kFloat32, q.device()});
   // A checkpointed layer's first run picks the kernel its recomputation will (cuDNN's or the flash
   // kernels round differently).
-  const bool grads = needs_record({{"q", q}, {"k", k}, {"v", v}}) || in_checkpoint_first_pass();
-  const char* kernel = fused_forward(out, lse, qc, kc, vc, is_causal, s, mask, first, grads);
+  const bool grads = needs_record({{"q", q}, {"k", k}, {"v", v}, {"sinks", sinks}}) || in_checkpoint_first_pass();
+  const Tensor sinks_c = sinks.defined() ? contiguous(sinks.detach()) : Tensor();
+  const char* kernel = fused_forward(out, lse, qc, kc, vc, is_causal, s, mask, first, sinks_c, grads);
   if (!kernel) return Tensor();
   KernelTrace::record(kernel);
-  if (auto node = record<SdpaFusedBackward>({{"q", q}, {"k", k}, {"v", v}}, {out})) {
+  std::vector<NamedInput> inputs = {{"q", q}, {"k", k}, {"v", v}};
+  if (sinks.defined()) inputs.push_back({"sinks", sinks});
+  if (auto node = record<SdpaFusedBackward>(inputs, {out})) {
     node->causal = is_causal;
     node->scale = s;
     node->first = first;
@@ -198,8 +217,10 @@ Tensor sdpa_fused(const Tensor& q, const Tensor& k, const Tensor& v, bool is_cau
     node->v_strides = vc.strides();
     node->try_cudnn = std::string_view(kernel) == "sdpa.cudnn";
     const bool keep = q.requires_grad() || k.requires_grad() || node->try_cudnn;
+    const bool dsinks = sinks.defined() && sinks.requires_grad();
     node->saved = {SavedTensor(qc, "q"), SavedTensor(kc, "k"), SavedTensor(keep ? vc : Tensor(), "v"),
-                   SavedTensor(keep ? out : Tensor(), "out"), SavedTensor(lse, "lse")};
+                   SavedTensor(keep || dsinks ? out : Tensor(), "out"), SavedTensor(lse, "lse"),
+                   SavedTensor(dsinks ? sinks_c : Tensor(), "sinks")};
   }
   return out;
 }
@@ -336,6 +357,20 @@ Tensor band_keep(const Tensor& first, int64_t S, bool four_dims) {
   return four_dims ? keep : reshape(keep, {L, S});
 }
 
+// sinks: undefined, or one logit per query head [Hq] of q's dtype and device (q [..., Hq, L, E]).
+void check_sinks(const char* op, const Tensor& q, const Tensor& sinks) {
+  if (!sinks.defined()) return;
+  check_same(op, {{"q", q}, {"sinks", sinks}});
+  TG_CHECK(q.dim() >= 3 && sinks.dim() == 1 && sinks.shape()[0] == q.shape()[q.dim() - 3], op,
+           "sinks must be [heads] for q [..., heads, L, E], got sinks ", sinks.shape(), ", q ", q.shape());
+}
+
+// not mask (bool), no gradient.
+Tensor logical_not(const Tensor& mask) {
+  NoGradGuard g;
+  return to(1.0 - to(mask, kFloat32), kBool);
+}
+
 }  // namespace
 
 Tensor causal_mask(int64_t L, int64_t S, Device device) {
@@ -349,21 +384,24 @@ Tensor causal_mask(int64_t L, int64_t S, Device device) {
 
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal,
                                     std::optional<double> scale, double dropout_p, Generator& gen, bool enable_gqa,
-                                    const Tensor& attn_mask) {
+                                    const Tensor& attn_mask, const Tensor& sinks) {
   const char* op = kOp;
   const int64_t group = check_qkv(op, q, k, v, enable_gqa);
+  check_sinks(op, q, sinks);
   const int64_t n = q.dim(), L = q.shape()[n - 2], S = k.shape()[n - 2], E = q.shape()[n - 1];
   TG_CHECK(dropout_p >= 0.0 && dropout_p < 1.0, op, "dropout_p must be in [0, 1), got ", dropout_p);
   const double s = scale ? *scale : 1.0 / std::sqrt(static_cast<double>(E));
   const Tensor mask = attn_mask.defined() ? expanded_mask(attn_mask, q, S, is_causal) : Tensor();
-  if (decode_cuda_applies(q, k, v, is_causal, dropout_p)) {
+  // The GPU kernels have no sinks: the composition serves those calls there.
+  if (!sinks.defined() && decode_cuda_applies(q, k, v, is_causal, dropout_p)) {
     KernelTrace::record("sdpa.decode_cuda");
     Tensor out = empty_output(q, E);
     TG_DISPATCH(q.device(), sdpa_decode, out, q, k, v, s, mask);
     return out;
   }
-  if (fused_cpu_applies(q, dropout_p) || (!mask.defined() && cuda_fused_applies(q, k, v, dropout_p))) {
-    Tensor out = sdpa_fused(q, k, v, is_causal, s, mask);
+  if (fused_cpu_applies(q, dropout_p) ||
+      (!mask.defined() && !sinks.defined() && cuda_fused_applies(q, k, v, dropout_p))) {
+    Tensor out = sdpa_fused(q, k, v, is_causal, s, mask, Tensor(), sinks);
     if (out.defined()) return out;
   }
 
@@ -372,8 +410,17 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   // scaled on q, not on the [..., L, S] scores: the same bits when the scale is a power of two
   Tensor scores = matmul(mul(q, s), transpose(kr, -2, -1));
   if (is_causal) scores = masked_fill(scores, causal_mask(L, S, q.device()), -std::numeric_limits<double>::infinity());
-  Tensor live;
-  Tensor p = mask.defined() ? masked_softmax_rows(scores, mask, live) : softmax(scores, -1);
+  Tensor live, p;
+  if (sinks.defined()) {  // transformers' eager gpt-oss: the sink a last column of every row, dropped after softmax
+    if (mask.defined()) scores = masked_fill(scores, logical_not(mask), -std::numeric_limits<double>::infinity());
+    Shape column = scores.shape();
+    column.back() = 1;
+    const int64_t H = sinks.numel();
+    const Tensor sink = expand(reshape(sinks, {H, 1, 1}), column);
+    p = slice(softmax(cat({scores, sink}, -1), -1), -1, 0, S);
+  } else {
+    p = mask.defined() ? masked_softmax_rows(scores, mask, live) : softmax(scores, -1);
+  }
   if (dropout_p > 0.0) p = dropout(p, dropout_p, true, gen);
   Tensor out = matmul(p, vr);
   return live.defined() ? mul(out, live) : out;
@@ -381,21 +428,24 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
 
 Tensor banded_causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& position_ids,
                                int64_t window, std::optional<double> scale, double dropout_p, Generator& gen,
-                               bool enable_gqa) {
+                               bool enable_gqa, const Tensor& sinks) {
   const char* op = "banded_causal_attention";
   check_qkv(op, q, k, v, enable_gqa);
+  check_sinks(op, q, sinks);
   const int64_t n = q.dim(), L = q.shape()[n - 2], S = k.shape()[n - 2], E = q.shape()[n - 1];
   TG_CHECK(n == 3 || n == 4, op, "wants q, k, v of 3 or 4 dims ([B,] heads, L, E), got q ", q.shape());
   TG_CHECK(dropout_p >= 0.0 && dropout_p < 1.0, op, "dropout_p must be in [0, 1), got ", dropout_p);
   TG_CHECK(window >= 0, op, "window must be >= 0 (0: none), got ", window);
   if (!position_ids.defined() && (window == 0 || window >= L))  // one document, no window reaches back
-    return scaled_dot_product_attention(q, k, v, true, scale, dropout_p, gen, enable_gqa);
+    return scaled_dot_product_attention(q, k, v, true, scale, dropout_p, gen, enable_gqa, Tensor(), sinks);
   const Tensor first = band_of(op, position_ids, window, n == 4 ? q.shape()[0] : 0, L, q.device());
-  if (fused_cpu_applies(q, dropout_p) || cuda_fused_applies(q, k, v, dropout_p)) {
-    Tensor out = sdpa_fused(q, k, v, true, scale ? *scale : 1.0 / std::sqrt(static_cast<double>(E)), Tensor(), first);
+  if (fused_cpu_applies(q, dropout_p) || (!sinks.defined() && cuda_fused_applies(q, k, v, dropout_p))) {
+    Tensor out = sdpa_fused(q, k, v, true, scale ? *scale : 1.0 / std::sqrt(static_cast<double>(E)), Tensor(), first,
+                            sinks);
     if (out.defined()) return out;  // undefined: a head dim only cuDNN has, which takes no band
   }
-  return scaled_dot_product_attention(q, k, v, false, scale, dropout_p, gen, enable_gqa, band_keep(first, S, n == 4));
+  return scaled_dot_product_attention(q, k, v, false, scale, dropout_p, gen, enable_gqa, band_keep(first, S, n == 4),
+                                      sinks);
 }
 
 Tensor banded_causal_mask(const Tensor& position_ids, int64_t window, int64_t L, int64_t S, Device device) {

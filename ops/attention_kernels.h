@@ -30,9 +30,12 @@ namespace cpu {
 // position_ids int64 [Bf, L] contiguous, or undefined: 0..L-1). A position <= 0 starts a document.
 void sdpa_band(const Tensor& first, const Tensor& position_ids, int64_t window);
 // out = softmax(q k^T * scale [+ causal mask]) v and lse[i] = logsumexp_j(scores[i, j]) (scores
-// already scaled). The [L, S] probabilities are never stored.
+// already scaled). The [L, S] probabilities are never stored. sinks (undefined: none; q's dtype,
+// [Hq], contiguous) join every row of their head as one more score: lse takes them in, out does
+// not (a row with no key left then has out = 0, lse = its sink), and the backward below is unchanged.
 void sdpa_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
-                  bool causal, double scale, const Tensor& first = Tensor(), const Tensor& mask = Tensor());
+                  bool causal, double scale, const Tensor& first = Tensor(), const Tensor& mask = Tensor(),
+                  const Tensor& sinks = Tensor());
 // Gradients from dout, flash-attention style (P recomputed from q, k and lse):
 //   P = exp(q k^T * scale - lse),  dv = P^T dout,  dP = dout v^T,  delta = rowsum(dout * out),
 //   dS = P * (dP - delta) * scale,  dq = dS k,  dk = dS^T q.

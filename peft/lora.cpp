@@ -84,6 +84,12 @@ std::map<std::string, Tensor> adapter_tensors(nn::Module& model, const std::vect
     out[kPrefix + path + ".lora_A.weight"] = l->lora_A->weight;
     out[kPrefix + path + ".lora_B.weight"] = l->lora_B->weight;
   }
+  for (auto& [path, l] : lora_experts(model))
+    for (size_t i = 0; i < l->parameters.size(); ++i) {
+      const std::string at = kPrefix + path + peft_infix(l->parameters, i);
+      out[at + ".lora_A.weight"] = l->adapters.at(l->parameters[i])->lora_A->weight;
+      out[at + ".lora_B.weight"] = l->adapters.at(l->parameters[i])->lora_B->weight;
+    }
   if (!saved_modules.empty())
     for (auto& [path, m] : model.named_modules())
       if (!path.empty() && matches(path, saved_modules))
@@ -192,12 +198,15 @@ std::vector<std::pair<std::string, LoRALinear*>> lora_layers(nn::Module& model) 
   return out;
 }
 
+bool has_lora(nn::Module& model) { return !lora_layers(model).empty() || !lora_experts(model).empty(); }
+
 namespace {
 
 // What apply_lora will change, checked in full first so that a bad config changes nothing.
 struct LoraPlan {
   std::vector<std::string> wrapped;        // target Linear paths
   std::vector<std::string> saved_modules;  // modules trained whole
+  std::map<std::string, std::vector<std::string>> experts;  // MoE experts' paths -> the weights adapted, in order
 };
 
 // The names target_modules can give: each Linear's last path component, once, in model order.
@@ -219,18 +228,25 @@ std::string family_of(const nn::Module& model) {
 LoraPlan plan_lora(nn::Module& model, const LoraConfig& config) {
   TG_CHECK(config.r > 0, "apply_lora", "r must be positive, got ", config.r);
   const std::string family = family_of(model);
-  TG_CHECK(!config.target_modules.empty(), "apply_lora", "target_modules is empty",
+  TG_CHECK(!config.target_modules.empty() || !config.target_parameters.empty(), "apply_lora", "target_modules is empty",
            family.empty() ? "" : " (peft has no default targets for " + family + ")", ": name the Linear layers to ",
            "adapt (", join(linear_leaf_names(model)), ") or \"", kAllLinear, "\"");
+  TG_CHECK(config.target_parameters.empty() || config.lora_dropout == 0, "apply_lora", "lora_dropout ",
+           config.lora_dropout, " with target_parameters: peft's LoRA on parameters takes no dropout");
   TG_CHECK(config.lora_dropout >= 0 && config.lora_dropout <= 1, "apply_lora", "lora_dropout must be in [0, 1], got ",
            config.lora_dropout);
   const std::vector<std::string> targets = expand_target_modules(model, config.target_modules);
   LoraPlan plan;
   std::vector<std::string> unmatched = targets;
   for (auto& [path, m] : model.named_modules()) {
-    if (path.empty() || !matches(path, targets)) continue;
+    if (path.empty()) continue;
+    if (dynamic_cast<nn::MoeExperts*>(m))
+      for (const char* p : {"gate_up_proj", "down_proj"})  // registration order
+        if (matches(path + "." + p, config.target_parameters)) plan.experts[path].push_back(p);
+    if (!matches(path, targets)) continue;
     TG_CHECK(dynamic_cast<nn::Linear*>(m) != nullptr, "apply_lora", "target '", path, "' is a ", m->type_name(),
-             "; LoRA wraps Linear layers only");
+             "; LoRA wraps Linear layers only",
+             dynamic_cast<nn::MoeExperts*>(m) ? " (its expert weights: target_parameters)" : "");
     plan.wrapped.push_back(path);
     std::erase_if(unmatched, [&](const std::string& t) { return matches(path, {t}); });
   }
@@ -238,6 +254,13 @@ LoraPlan plan_lora(nn::Module& model, const LoraConfig& config) {
   TG_CHECK(unmatched.empty(), "apply_lora", "target_modules ", unmatched.size() == 1 ? "entry '" : "entries '",
            join(unmatched), "' match", unmatched.size() == 1 ? "es" : "", " no module of ", model.type_name(),
            "; its Linear layers are ", join(linear_leaf_names(model)), " (or \"", kAllLinear, "\": all but the output head)");
+  for (const std::string& t : config.target_parameters) {
+    bool found = false;
+    for (const auto& [path, params] : plan.experts)
+      for (const std::string& p : params) found = found || matches(path + "." + p, {t});
+    TG_CHECK(found, "apply_lora", "target_parameters entry '", t, "' names no expert weight of ", model.type_name(),
+             " (gate_up_proj or down_proj of a MoE block, e.g. \"mlp.experts.gate_up_proj\")");
+  }
   const std::vector<std::string> saved = saved_module_names(config, model);
   for (auto& [path, m] : model.named_modules())
     if (!path.empty() && matches(path, saved)) plan.saved_modules.push_back(path);
@@ -267,14 +290,20 @@ std::vector<std::string> expand_target_modules(nn::Module& model, const std::vec
 
 LoraReport apply_lora(nn::Module& model, const LoraConfig& config, Generator& gen) {
   const LoraPlan plan = plan_lora(model, config);
-  TG_CHECK(lora_layers(model).empty(), "apply_lora", model.type_name(),
+  TG_CHECK(!has_lora(model), "apply_lora", model.type_name(),
            " already has LoRA layers (merge_and_unload it first, or load the adapter into it)");
-  LoraReport report{plan.wrapped, plan.saved_modules};
+  LoraReport report{plan.wrapped, {}, plan.saved_modules};
   model.requires_grad_(false);  // everything frozen; the adapters and saved modules train
   for (const auto& path : report.wrapped) {
     auto base = std::dynamic_pointer_cast<nn::Linear>(model.get_submodule(path));
     model.replace_module(path, std::make_shared<LoRALinear>(*base, config.r, config.lora_alpha, config.lora_dropout,
                                                             gen, config.autocast_adapter_dtype));
+  }
+  for (const auto& [path, params] : plan.experts) {
+    auto base = std::dynamic_pointer_cast<nn::MoeExperts>(model.get_submodule(path));
+    model.replace_module(path, std::make_shared<LoRAExperts>(*base, params, config.r, config.lora_alpha, gen,
+                                                             config.autocast_adapter_dtype));
+    for (const std::string& p : params) report.wrapped_parameters.push_back(path + "." + p);
   }
   for (const auto& path : report.saved_modules) model.get_submodule(path)->requires_grad_(true);
   report.trainable_params = model.num_parameters(true);
@@ -298,10 +327,12 @@ void print_trainable_parameters(const nn::Module& model) { print_trainable_param
 
 void merge(nn::Module& model) {
   for (auto& [path, l] : lora_layers(model)) l->merge();
+  for (auto& [path, l] : lora_experts(model)) l->merge();
 }
 
 void unmerge(nn::Module& model) {
   for (auto& [path, l] : lora_layers(model)) l->unmerge();
+  for (auto& [path, l] : lora_experts(model)) l->unmerge();
 }
 
 void merge_and_unload(nn::Module& model) {
@@ -329,6 +360,11 @@ void merge_and_unload(nn::Module& model) {
     plain->train(l->is_training());
     model.replace_module(path, plain);  // l is destroyed here; do not touch it after
   }
+  for (auto& [path, l] : lora_experts(model)) {
+    if (!l->merged()) l->merge();
+    auto plain = std::make_shared<nn::MoeExperts>("MoeExperts", *l);
+    model.replace_module(path, plain);  // l is destroyed here
+  }
   // The 4-bit layers without an adapter too: the model comes back dense.
   for (auto& [path, m] : model.named_modules())
     if (auto* q = dynamic_cast<nn::Linear4bit*>(m)) {
@@ -343,8 +379,9 @@ void merge_and_unload(nn::Module& model) {
 
 std::string adapter_config_json(const LoraConfig& c, bool fan_in_fan_out) {
   using json::Value;
-  Value targets = Value::array(), saved = Value::array();
+  Value targets = Value::array(), saved = Value::array(), parameters = Value::array();
   for (const auto& t : c.target_modules) targets.push_back(t);
+  for (const auto& t : c.target_parameters) parameters.push_back(t);
   for (const auto& m : c.modules_to_save) saved.push_back(m);
   Value cfg = Value::object();
   const double alpha = c.lora_alpha;
@@ -370,7 +407,8 @@ std::string adapter_config_json(const LoraConfig& c, bool fan_in_fan_out) {
       .set("r", c.r)
       .set("rank_pattern", Value::object())
       .set("revision", Value())
-      .set("target_modules", targets)
+      .set("target_modules", c.target_modules.empty() && !c.target_parameters.empty() ? Value() : targets)
+      .set("target_parameters", c.target_parameters.empty() ? Value() : parameters)
       .set("task_type", c.task_type)
       .set("use_dora", false)
       .set("use_rslora", false);
@@ -396,7 +434,11 @@ LoraConfig parse_adapter_config(const std::string& text, const std::string& sour
     if (tm.is_string()) {
       fail("load_adapter", "target_modules given as a regular expression ('", tm.as_string(), "') is not supported");
     }
-    for (const auto& t : tm.as_array("target_modules")) c.target_modules.push_back(t.as_string("target_modules entry"));
+    if (!tm.is_null())
+      for (const auto& t : tm.as_array("target_modules")) c.target_modules.push_back(t.as_string("target_modules entry"));
+    if (const auto* tp = v.find("target_parameters"); tp && !tp->is_null())
+      for (const auto& t : tp->as_array("target_parameters"))
+        c.target_parameters.push_back(t.as_string("target_parameters entry"));
     if (const auto* m = v.find("modules_to_save"); m && !m->is_null())
       for (const auto& t : m->as_array("modules_to_save")) c.modules_to_save.push_back(t.as_string("modules_to_save entry"));
     if (const auto* b = v.find("bias"); b && !b->is_null())
@@ -420,7 +462,7 @@ LoraConfig parse_adapter_config(const std::string& text, const std::string& sour
 }
 
 void save_adapter(nn::Module& model, const std::string& dir, const LoraConfig& config) {
-  TG_CHECK(!lora_layers(model).empty(), "save_adapter", model.type_name(), " has no LoRA layers (call apply_lora)");
+  TG_CHECK(has_lora(model), "save_adapter", model.type_name(), " has no LoRA layers (call apply_lora)");
   const std::vector<std::string> saved = saved_module_names(config, model);
   LoraConfig written = config;
   if (const auto* lm = dynamic_cast<const nn::CausalLM*>(&model); lm && written.base_model_name_or_path.empty())
@@ -455,7 +497,7 @@ LoraConfig load_adapter(nn::Module& model, const std::string& dir, Generator& ge
   const LoraPlan plan = plan_lora(model, config);
   const auto layers = lora_layers(model);
   std::map<std::string, Shape> want;
-  if (!layers.empty()) {
+  if (has_lora(model)) {
     std::vector<std::string> paths;
     for (const auto& [path, l] : layers) {
       paths.push_back(path);
@@ -465,14 +507,31 @@ LoraConfig load_adapter(nn::Module& model, const std::string& dir, Generator& ge
       // Merged, W already holds the old adapter and forward skips the new one.
       TG_CHECK(!l->merged(), "load_adapter", "'", path, "' is merged: unmerge the model before loading an adapter");
     }
-    TG_CHECK(paths == plan.wrapped, "load_adapter", "'", cfg_path, "' targets [", join(plan.wrapped), "], but ",
-             model.type_name(), " is wrapped at [", join(paths), "] (load into an unwrapped model)");
+    std::map<std::string, std::vector<std::string>> experts;
+    for (const auto& [path, l] : lora_experts(model)) {
+      TG_CHECK(l->r == config.r && l->lora_alpha == config.lora_alpha && !l->merged(), "load_adapter", "'", cfg_path,
+               "' has r ", config.r, " lora_alpha ", config.lora_alpha, ", but '", path, "' is adapted with r ", l->r,
+               " lora_alpha ", l->lora_alpha, l->merged() ? ", merged" : "", " (load into an unwrapped model)");
+      experts[path] = l->parameters;
+    }
+    TG_CHECK(paths == plan.wrapped && experts == plan.experts, "load_adapter", "'", cfg_path, "' targets [",
+             join(plan.wrapped), "] and ", plan.experts.size(), " MoE blocks' experts, but ", model.type_name(),
+             " is wrapped at [", join(paths), "] and ", experts.size(), " (load into an unwrapped model)");
     for (const auto& [key, t] : adapter_tensors(model, config.modules_to_save)) want[key] = t.shape();
   } else {
     for (const auto& path : plan.wrapped) {
       const auto* linear = dynamic_cast<const nn::Linear*>(model.get_submodule(path).get());
       want[kPrefix + path + ".lora_A.weight"] = {config.r, linear->in_features};
       want[kPrefix + path + ".lora_B.weight"] = {linear->out_features, config.r};
+    }
+    for (const auto& [path, params] : plan.experts) {
+      const auto* experts = dynamic_cast<const nn::MoeExperts*>(model.get_submodule(path).get());
+      for (size_t i = 0; i < params.size(); ++i) {
+        const Shape w = experts->weight(params[i]).shape();  // [E, out, in]
+        const std::string at = kPrefix + path + peft_infix(params, i);
+        want[at + ".lora_A.weight"] = {config.r * w[0], w[2]};
+        want[at + ".lora_B.weight"] = {w[1], config.r * w[0]};
+      }
     }
     for (const auto& path : plan.saved_modules)
       for (const auto& [name, t] : model.get_submodule(path)->state_dict()) want[kPrefix + path + "." + name] = t.shape();
@@ -494,7 +553,7 @@ LoraConfig load_adapter(nn::Module& model, const std::string& dir, Generator& ge
     fail("load_adapter", msg);
   }
 
-  if (layers.empty()) apply_lora(model, config, gen);
+  if (!has_lora(model)) apply_lora(model, config, gen);
   NoGradGuard g;
   for (const auto& [key, t] : adapter_tensors(model, config.modules_to_save)) copy_(t, file.at(key));
   return config;

@@ -1,4 +1,5 @@
-// LoRA, as peft defines it (https://github.com/huggingface/peft), for nn::Linear layers:
+// LoRA, as peft defines it (https://github.com/huggingface/peft), for nn::Linear layers (and, as
+// peft's target_parameters, for MoE experts' 3-D weights: peft/lora_experts.h):
 //   y = W x + b + (lora_alpha / r) * B (A (dropout(x))),  B [out, r] = 0 at first,
 // so a freshly wrapped model computes exactly what the base model does; names are peft's without
 // the adapter name (docs/api.md).
@@ -20,6 +21,7 @@
 #include "nn/dropout.h"
 #include "nn/linear.h"
 #include "nn/linear4bit.h"
+#include "peft/lora_experts.h"
 
 namespace tg::peft {
 
@@ -36,6 +38,9 @@ struct LoraConfig {
   // written to adapter_config.json as the full paths it stands for). This default is the attention
   // projections; peft's default for a family is model->architecture().lora_targets.
   std::vector<std::string> target_modules = {"q_proj", "k_proj", "v_proj", "o_proj"};
+  // Expert weights adapted as peft's target_parameters (LoRAExperts): "<module path>.<parameter>"
+  // equal to or ending with ".<entry>", e.g. {"mlp.experts.gate_up_proj", "mlp.experts.down_proj"}.
+  std::vector<std::string> target_parameters = {};
   // Modules (matched the same way) left fully trainable and saved with the adapter (e.g.
   // "lm_head"): peft's modules_to_save.
   std::vector<std::string> modules_to_save = {};
@@ -95,16 +100,19 @@ class LoRALinear : public nn::Linear {
 
 struct LoraReport {
   std::vector<std::string> wrapped;        // module paths now LoRALinear
+  std::vector<std::string> wrapped_parameters;  // expert weights adapted ("<path>.gate_up_proj")
   std::vector<std::string> saved_modules;  // modules_to_save that matched
   int64_t trainable_params = 0, all_params = 0;
   std::string str() const;
 };
 
 // Wraps every target Linear in `model` by a LoRALinear (adapters on the layer's device and dtype,
-// float32 for bfloat16 layers: LoraConfig::autocast_adapter_dtype),
-// freezes every other parameter except modules_to_save (and norms when freeze_norms is false).
-// tg::Error when a target name matches no module (listing the model's Linear names), a target is
-// not a Linear, or the model already has LoRA.
+// float32 for bfloat16 layers: LoraConfig::autocast_adapter_dtype) and every MoE block whose
+// expert weights target_parameters names by a LoRAExperts, freezes every other parameter except
+// modules_to_save (and norms when freeze_norms is false). tg::Error when a target name matches no
+// module (listing the model's Linear names), a target is not a Linear, a target_parameters entry
+// names no expert weight, lora_dropout is set with target_parameters (peft refuses it), or the
+// model already has LoRA.
 LoraReport apply_lora(nn::Module& model, const LoraConfig& config = {}, Generator& gen = default_generator());
 // target_modules with "all-linear" replaced by the paths it stands for in `model`; else as given.
 std::vector<std::string> expand_target_modules(nn::Module& model, const std::vector<std::string>& target_modules);
@@ -114,19 +122,23 @@ std::string trainable_parameters_line(const nn::Module& model);
 void print_trainable_parameters(const nn::Module& model);  // to std::cout
 void print_trainable_parameters(const nn::Module& model, std::ostream& os);
 
-// The LoRALinear layers of a model, by path.
+// The LoRALinear layers of a model, by path (lora_experts: its LoRAExperts).
 std::vector<std::pair<std::string, LoRALinear*>> lora_layers(nn::Module& model);
-// merge / unmerge every LoRALinear.
+// Whether the model has any LoRA: LoRALinear layers or LoRAExperts.
+bool has_lora(nn::Module& model);
+// merge / unmerge every LoRALinear and LoRAExperts.
 void merge(nn::Module& model);
 void unmerge(nn::Module& model);
 // Merges and replaces every LoRALinear by a plain Linear holding the merged weight (peft's
-// merge_and_unload). The weights' requires_grad is left as it was (frozen). A 4-bit base (QLoRA)
+// merge_and_unload), every LoRAExperts by the plain experts holding theirs. The weights' requires_grad is left as it was (frozen). A 4-bit base (QLoRA)
 // comes back dense: each weight dequantised to its layer's compute dtype (the adapter added in
 // its own dtype and the sum rounded once), nn::Linear4bit layers without an adapter too, said
 // once on stderr.
 void merge_and_unload(nn::Module& model);
 
-// <dir>/adapter_model.safetensors (keys "base_model.model.<path>.lora_A.weight", ...) and
+// <dir>/adapter_model.safetensors (keys "base_model.model.<path>.lora_A.weight", ...; an expert
+// weight's under its module's path, ".base_layer" once for each adapted parameter registered after
+// it, as peft nests its ParamWrappers) and
 // <dir>/adapter_config.json with peft's fields; the directory is created if needed.
 void save_adapter(nn::Module& model, const std::string& dir, const LoraConfig& config);
 // Reads both files; checks the adapter's base against the model (adapter_base_mismatch) unless

@@ -86,6 +86,23 @@ TG_OP_CASES({
      }},
     {"banded_causal_attention_window", {S{{1, 2, 9, 4}}, S{{1, 2, 9, 4}}, S{{1, 2, 9, 4}}},
      [](const Inputs& x) { return banded_causal_attention(x[0], x[1], x[2], Tensor(), 3); }},
+    // gpt-oss's attention sinks (a logit per query head): causal under grouped-query heads, a mask
+    // leaving some rows without any key (their sink takes every probability), a sliding window
+    {"sdpa_sinks_gqa", {S{{2, 4, 7, 5}}, S{{2, 2, 7, 5}}, S{{2, 2, 7, 5}}, S{{4}}},
+     [](const Inputs& x) {
+       return scaled_dot_product_attention(x[0], x[1], x[2], true, std::nullopt, 0.0, default_generator(), true,
+                                           Tensor(), x[3]);
+     }},
+    {"sdpa_sinks_mask", {S{{2, 3, 7, 5}}, S{{2, 3, 9, 5}}, S{{2, 3, 9, 4}}, S{{7, 1}, S::Mask}, S{{3}}},
+     [](const Inputs& x) {
+       return scaled_dot_product_attention(x[0], x[1], x[2], false, std::nullopt, 0.0, default_generator(), false,
+                                           x[3], x[4]);
+     }},
+    {"banded_causal_attention_window_sinks", {S{{1, 2, 9, 4}}, S{{1, 2, 9, 4}}, S{{1, 2, 9, 4}}, S{{2}}},
+     [](const Inputs& x) {
+       return banded_causal_attention(x[0], x[1], x[2], Tensor(), 3, std::nullopt, 0.0, default_generator(), false,
+                                      x[3]);
+     }},
     {"banded_causal_attention_window_3d", {S{{3, 9, 5}}, S{{3, 9, 5}}, S{{3, 9, 5}}, S{{9}, S::Index, 4}},
      [](const Inputs& x) { return banded_causal_attention(x[0], x[1], x[2], x[3], 4, 0.5); }},
     {"banded_causal_attention_flash_shapes", {S{{1, 2, 40, 32}}, S{{1, 1, 40, 32}}, S{{1, 1, 40, 32}}},

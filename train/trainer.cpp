@@ -249,7 +249,7 @@ TrainOutput Trainer::train() {
       blocker = "the LoRA layer '" + path + "' has dropout " + std::to_string(layer->lora_dropout->p);
   TG_CHECK(args_.cuda_graph != "on" || blocker.empty(), kArgs, "cuda_graph 'on': cannot capture the step, ", blocker);
   // auto captures the LoRA step of the families checked under capture; on tries the rest.
-  const bool validated = !lora.empty() && model_->architecture().cuda_graph_validated;
+  const bool validated = peft::has_lora(*model_) && model_->architecture().cuda_graph_validated;
   use_graph_ = args_.cuda_graph != "off" && blocker.empty() && (validated || args_.cuda_graph == "on");
 
   claim_output_dir();
@@ -430,11 +430,25 @@ LogEntry Trainer::evaluate(std::shared_ptr<const data::SequenceDataset> dataset,
 peft::LoraConfig Trainer::lora_config() {
   if (lora_config_) return *lora_config_;
   const auto layers = peft::lora_layers(*model_);
-  TG_CHECK(!layers.empty(), kWhere, "the model has no LoRA layers");
-  peft::LoraConfig c{.r = layers[0].second->r, .lora_alpha = layers[0].second->lora_alpha,
-                     .lora_dropout = layers[0].second->lora_dropout ? layers[0].second->lora_dropout->p : 0.0,
+  const auto experts = peft::lora_experts(*model_);
+  TG_CHECK(!layers.empty() || !experts.empty(), kWhere, "the model has no LoRA layers");
+  peft::LoraConfig c{.r = layers.empty() ? experts[0].second->r : layers[0].second->r,
+                     .lora_alpha = layers.empty() ? experts[0].second->lora_alpha : layers[0].second->lora_alpha,
+                     .lora_dropout = !layers.empty() && layers[0].second->lora_dropout ? layers[0].second->lora_dropout->p : 0.0,
                      .target_modules = {}};
   std::set<std::string> adapter_weights;
+  for (const auto& [path, l] : experts) {  // peft's target_parameters: "mlp.experts.gate_up_proj"
+    TG_CHECK(l->r == c.r && l->lora_alpha == c.lora_alpha, kWhere, "the LoRA adapters differ (r ", c.r, ", alpha ",
+             c.lora_alpha, "; r ", l->r, ", alpha ", l->lora_alpha, " at '", path,
+             "'): give save_model their LoraConfig with set_lora_config");
+    const std::string block = path.substr(path.rfind('.', path.rfind('.') - 1) + 1);  // "mlp.experts"
+    for (const std::string& p : l->parameters) {
+      if (std::find(c.target_parameters.begin(), c.target_parameters.end(), block + "." + p) == c.target_parameters.end())
+        c.target_parameters.push_back(block + "." + p);
+      adapter_weights.insert(path + ".lora_" + p + ".lora_A.weight");
+      adapter_weights.insert(path + ".lora_" + p + ".lora_B.weight");
+    }
+  }
   for (const auto& [path, l] : layers) {
     TG_CHECK(l->r == c.r && l->lora_alpha == c.lora_alpha, kWhere, "the LoRA layers differ (r ", c.r, ", alpha ",
              c.lora_alpha, " at '", layers[0].first, "', r ", l->r, ", alpha ", l->lora_alpha, " at '", path,
@@ -455,7 +469,7 @@ void Trainer::save_model(const std::string& dir) {
   if (!main_process()) return;
   if (dir.empty()) claim_output_dir();
   const std::string out = dir.empty() ? args_.output_dir : dir;
-  if (!peft::lora_layers(*model_).empty()) peft::save_adapter(*model_, out, lora_config());
+  if (peft::has_lora(*model_)) peft::save_adapter(*model_, out, lora_config());
   else nn::save_pretrained(*model_, out);
 }
 
@@ -465,7 +479,7 @@ void Trainer::save_checkpoint(int64_t step) {
     fs::create_directories(dir);
     // The training state marks a complete checkpoint: a stale one must not vouch for the new files.
     fs::remove(fs::path(dir) / kTrainingStateFile);
-    if (!peft::lora_layers(*model_).empty()) peft::save_adapter(*model_, dir, lora_config());
+    if (peft::has_lora(*model_)) peft::save_adapter(*model_, dir, lora_config());
     json::Value history = json::Value::array();
     for (const LogEntry& e : state_.log_history) history.push_back(json::parse(e.json()));
     json::Value trainer_state = json::Value::object();

@@ -82,6 +82,16 @@ int main() {
   check("to(dtype)", to(to(p, kBFloat16), kFloat64), p);
   check("to(device)", to(p, default_device()), p);
 
+  // a mixture-of-experts layer's ops: top-k, grouping by expert, one product per expert
+  const auto [top, chosen] = topk(values({1, 5, 3, 4, 2, 0}, {2, 3}), 2);
+  check("topk", top, values({5, 3, 4, 2}, {2, 2}));
+  const ExpertOrder order = sort_by_expert(chosen, 3);
+  check("sort_by_expert", to(order.token_of_row, kFloat64), values({1, 0, 1, 0}, {4}));
+  const Tensor experts = randn({2, 5, 4}, gen, f64), rows = reshape(x, {6, 4});
+  check("grouped_mm", grouped_mm(rows, experts, {2, 4}),
+        cat({linear(slice(rows, 0, 0, 2), squeeze(slice(experts, 0, 0, 1), 0)),
+             linear(slice(rows, 0, 2, 6), squeeze(slice(experts, 0, 1, 2), 0))}, 0), 1e-14);
+
   // norms, attention, rotary
   const Tensor g = randn({4}, gen, f64), beta = randn({4}, gen, f64);
   check("rms_norm", rms_norm(x, g, 1e-6), x * rsqrt(mean(x * x, {-1}, true) + 1e-6) * g, 1e-14);

@@ -10,6 +10,7 @@ extern const Architecture kLlamaArchitecture, kMistralArchitecture, kQwen2Archit
 extern const Architecture kGemma2Architecture, kGemma3Architecture;
 extern const Architecture kPhi3Architecture;
 extern const Architecture kSmolLM3Architecture, kOlmo2Architecture;
+extern const Architecture kQwen3MoeArchitecture, kMixtralArchitecture, kGptOssArchitecture;
 
 namespace {
 
@@ -17,7 +18,8 @@ std::vector<const Architecture*>& registry() {
   static std::vector<const Architecture*> all = {&kLlamaArchitecture, &kMistralArchitecture, &kQwen2Architecture,
                                                  &kQwen3Architecture, &kGPT2Architecture,
                                                  &kGemma2Architecture, &kGemma3Architecture,
-                                                 &kPhi3Architecture, &kSmolLM3Architecture, &kOlmo2Architecture};
+                                                 &kPhi3Architecture, &kSmolLM3Architecture, &kOlmo2Architecture,
+                                                 &kQwen3MoeArchitecture, &kMixtralArchitecture, &kGptOssArchitecture};
   return all;
 }
 

@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/generator.h"
@@ -31,6 +32,21 @@ ModelBuilder builder_of(Config config) {
   return {config, [config](Generator& gen) -> std::shared_ptr<CausalLM> { return std::make_shared<Model>(config, gen); }};
 }
 
+// A fused [E, rows, cols] expert parameter that the hub's checkpoints store as E x parts 2-D
+// tensors (transformers 5's MergeModulelist + Concatenate weight converters; its save_pretrained
+// writes them back so). Names are under a layer; "{e}" in a part's name is the expert.
+struct ExpertSplit {
+  std::string fused;               // "mlp.experts.gate_up_proj"
+  std::vector<std::string> parts;  // each expert's row blocks in order: "mlp.experts.{e}.gate_proj.weight", ...
+};
+// How the hub's checkpoint names differ from the model's (nn/models/detail/checkpoint_layout.h):
+// from_pretrained reads both layouts, save_pretrained writes the hub's.
+struct CheckpointLayout {
+  std::vector<std::pair<std::string, std::string>> renames;  // {hub, model} name endings, e.g. Mixtral's
+                                                             // {"block_sparse_moe.gate.weight", "mlp.gate.weight"}
+  std::vector<ExpertSplit> experts;
+};
+
 struct Architecture {
   std::string name = {};        // config.json's "architectures" entry, e.g. "Qwen2ForCausalLM"
   std::string model_type = {};  // e.g. "qwen2"
@@ -47,6 +63,7 @@ struct Architecture {
   // The model as llama.cpp's converter writes it to GGUF (nn/models/gguf.h): its architecture,
   // hyperparameters and tensors; tg::Error naming what llama.cpp cannot run. Empty: no GGUF.
   std::function<GgufModel(const CausalLM&)> gguf = {};
+  CheckpointLayout checkpoint_layout = {};
   // Its LoRA step has been checked on a GPU to replay as a CUDA graph bitwise as it runs eagerly:
   // the Trainer then captures it by default (TrainingArguments::cuda_graph "auto").
   bool cuda_graph_validated = false;

@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <vector>
 
+#include "nn/attention.h"
 #include "nn/init.h"
 #include "nn/loss.h"
 #include "nn/models/architecture.h"
+#include "nn/moe.h"
 #include "ops/cast.h"
 
 namespace tg::nn {
@@ -31,6 +33,10 @@ void CausalLM::init_weights(double std, bool tie_head, Generator& gen,
       if (lin->bias.defined()) init::zeros_(lin->bias);
     } else if (auto* emb = dynamic_cast<Embedding*>(m)) {
       init::normal_(emb->weight, 0.0, std, gen);
+    } else if (auto* experts = dynamic_cast<MoeExperts*>(m)) {
+      experts->init(std, gen);
+    } else if (auto* attention = dynamic_cast<CausalSelfAttention*>(m); attention && attention->sinks.defined()) {
+      init::normal_(attention->sinks, 0.0, std, gen);
     }
   }
   if (tie_head) lm_head->weight = input_embeddings().weight;

@@ -64,7 +64,8 @@ class CausalLM : public Module {
 
  protected:
   // transformers' _init_weights, drawn from `gen` in module order: every Linear weight ~ N(0, std)
-  // (linear_std(its name) where given), biases zero, embeddings ~ N(0, std); with tie_head,
+  // (linear_std(its name) where given), biases zero, embeddings, experts' weights and attention
+  // sinks ~ N(0, std), experts' biases zero; with tie_head,
   // lm_head only advances gen past its draw and then shares input_embeddings()' weight.
   void init_weights(double std, bool tie_head, Generator& gen,
                     const std::function<double(const std::string& name)>& linear_std = nullptr);

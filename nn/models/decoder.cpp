@@ -10,6 +10,7 @@
 #include "nn/loss.h"
 #include "nn/models/architecture.h"
 #include "ops/binary.h"
+#include "ops/cast.h"
 #include "ops/rms_norm.h"
 #include "ops/unary.h"
 
@@ -46,12 +47,24 @@ std::pair<Tensor, Tensor> checkpointed(const std::shared_ptr<DecoderLayer>& laye
                                        const Tensor& position_ids) {
   const RMSNorm* input_norm = layer->input_layernorm.get();
   const bool fused = delta.defined() && input_norm && !input_norm->unit_offset;
-  auto fn = [layer, position_ids, fused](const std::vector<Tensor>& in) {
+  // A sparse layer keeping its router stats returns them too: the load-balancing loss needs them
+  // differentiable, and the first run records nothing.
+  const bool stats = layer->sparse_mlp && layer->sparse_mlp->keep_router_stats;
+  auto fn = [layer, position_ids, fused, stats](const std::vector<Tensor>& in) {
     const Tensor minus_zero = fused ? full(in[0].shape(), -0.0, in[0].options()) : Tensor();
+    if (!stats) {
+      auto [h, m] = layer->forward_unsummed(in[0], minus_zero, in[1], in[2], nullptr, position_ids);
+      return std::vector<Tensor>{h, m};
+    }
+    SparseMoeBlock& block = *layer->sparse_mlp;
+    const bool kept = block.keep_router_stats;  // the recomputation keeps them too, whatever the flag is by then
+    block.keep_router_stats = true;
     auto [h, m] = layer->forward_unsummed(in[0], minus_zero, in[1], in[2], nullptr, position_ids);
-    return std::vector<Tensor>{h, m};
+    block.keep_router_stats = kept;
+    return std::vector<Tensor>{h, m, block.stats.probability_sum};
   };
   const std::vector<Tensor> out = checkpoint(fn, {delta.defined() ? add(residual, delta) : residual, cos, sin});
+  if (stats) layer->sparse_mlp->stats.probability_sum = out[2];
   return {out[0], out[1]};
 }
 
@@ -74,6 +87,10 @@ bool DecoderSpec::uses_rope(int64_t layer) const {
   return rope_layers.empty() || rope_layers.at(static_cast<size_t>(layer));
 }
 
+bool DecoderSpec::is_sparse(int64_t layer) const {
+  return moe && (moe->sparse_layers.empty() || moe->sparse_layers.at(static_cast<size_t>(layer)));
+}
+
 void DecoderSpec::validate() const {
   TG_CHECK(!architecture.empty() && !family.empty(), "DecoderSpec", "architecture and family must be named");
   check_sizes(*this, "DecoderSpec");
@@ -87,6 +104,11 @@ void DecoderSpec::validate() const {
   TG_CHECK(pre_norms || sandwich_norms, "DecoderSpec", "a block without pre_norms needs sandwich_norms (its only norms)");
   rope.scaling.validate(hd, max_position_embeddings, rope.theta);
   if (local_rope) local_rope->scaling.validate(hd, max_position_embeddings, local_rope->theta);
+  if (!moe) return;
+  moe->block.validate(hidden_size);
+  TG_CHECK(moe->sparse_layers.empty() || static_cast<int64_t>(moe->sparse_layers.size()) == num_hidden_layers,
+           "DecoderSpec", "moe.sparse_layers has ", moe->sparse_layers.size(), " entries for num_hidden_layers ",
+           num_hidden_layers);
 }
 
 DecoderLayer::DecoderLayer(const DecoderSpec& s, int64_t index, Generator& gen)
@@ -99,9 +121,11 @@ DecoderLayer::DecoderLayer(const DecoderSpec& s, int64_t index, Generator& gen)
   AttentionOptions attention = s.attention;
   if (!sliding) attention.sliding_window = 0;
   self_attn = std::make_shared<CausalSelfAttention>(s.hidden_size, s.num_attention_heads, attention, gen);
-  mlp = std::make_shared<GatedMLP>(s.hidden_size, s.intermediate_size, s.mlp, gen);
+  if (s.is_sparse(index)) sparse_mlp = std::make_shared<SparseMoeBlock>(s.hidden_size, s.moe->block, gen);
+  else mlp = std::make_shared<GatedMLP>(s.hidden_size, s.intermediate_size, s.mlp, gen);
   register_module("self_attn", self_attn);
-  register_module("mlp", mlp);
+  if (sparse_mlp) register_module("mlp", sparse_mlp);
+  else register_module("mlp", mlp);
   if (s.pre_norms) rms_norm("input_layernorm", input_layernorm);
   rms_norm("post_attention_layernorm", post_attention_layernorm);
   if (s.sandwich_norms && s.pre_norms) rms_norm("pre_feedforward_layernorm", pre_feedforward_layernorm);
@@ -123,12 +147,14 @@ std::pair<Tensor, Tensor> DecoderLayer::forward_unsummed(const Tensor& residual,
   if (post_feedforward_layernorm) {
     Tensor h = add(x, post_attention_layernorm->forward(a));
     const Tensor f = pre_feedforward_layernorm ? pre_feedforward_layernorm->forward(h) : h;
-    return {h, post_feedforward_layernorm->forward(mlp->forward(f))};
+    return {h, post_feedforward_layernorm->forward(feed_forward(f))};
   }
   // h = x + a and n = post_attention_layernorm(h) in one pass (one kernel instead of two).
   auto [n2, h] = fused_add_rms_norm(a, x, post_attention_layernorm->weight, post_attention_layernorm->eps);
-  return {h, mlp->forward(n2)};
+  return {h, feed_forward(n2)};
 }
+
+Tensor DecoderLayer::feed_forward(const Tensor& x) { return sparse_mlp ? sparse_mlp->forward(x) : mlp->forward(x); }
 
 DecoderModel::DecoderModel(const DecoderSpec& s, Generator& gen) : Module(s.family + "Model"), spec(s) {
   s.validate();
@@ -209,8 +235,30 @@ Tensor DecoderForCausalLM::logits(const Tensor& hidden) {
 }
 
 Tensor DecoderForCausalLM::loss(const Tensor& ids, const Tensor& labels, const Tensor& position_ids) {
-  if (model->spec.final_logit_softcapping > 0) return causal_lm_loss(logits(hidden_states(ids, position_ids)), labels);
-  return CausalLM::loss(ids, labels, position_ids);
+  const bool aux = model->spec.moe && model->spec.moe->output_router_logits;
+  bool kept = false;  // whether the stats were kept before (keep_router_stats by the caller)
+  for (const auto& layer : *model->layers) kept = kept || (layer->sparse_mlp && layer->sparse_mlp->keep_router_stats);
+  if (aux) keep_router_stats(true);
+  const Tensor lm = model->spec.final_logit_softcapping > 0
+                        ? causal_lm_loss(logits(hidden_states(ids, position_ids)), labels)
+                        : CausalLM::loss(ids, labels, position_ids);
+  if (!aux) return lm;
+  if (!kept) keep_router_stats(false);  // the stats of this forward stay
+  // transformers' MoE ForCausalLM: loss += router_aux_loss_coef * aux_loss
+  return add(lm, tg::to(mul(load_balancing_loss(), model->spec.moe->router_aux_loss_coef), lm.dtype()));
+}
+
+void DecoderForCausalLM::keep_router_stats(bool on) {
+  for (const auto& layer : *model->layers)
+    if (layer->sparse_mlp) layer->sparse_mlp->keep_router_stats = on;
+}
+
+Tensor DecoderForCausalLM::load_balancing_loss() const {
+  TG_CHECK(model->spec.moe, type_name().c_str(), "has no sparse layers: no load-balancing loss");
+  std::vector<const RouterStats*> stats;
+  for (const auto& layer : *model->layers)
+    if (layer->sparse_mlp) stats.push_back(&layer->sparse_mlp->stats);
+  return nn::load_balancing_loss(stats, model->spec.moe->block.num_experts);
 }
 
 ModelDims DecoderForCausalLM::dims() const {

@@ -21,6 +21,7 @@
 #include "nn/embedding.h"
 #include "nn/linear.h"
 #include "nn/mlp.h"
+#include "nn/moe.h"
 #include "nn/models/causal_lm.h"
 #include "nn/norm.h"
 #include "nn/rotary.h"
@@ -51,8 +52,18 @@ struct DecoderSpec {
   bool pre_norms = true;           // false (OLMo 2): their inputs not normed, only sandwich_norms' outputs
   bool scale_embeddings = false;   // Gemma: the embeddings times sqrt(hidden_size), rounded to their dtype
   double final_logit_softcapping = 0;  // > 0: logits tanh(l / cap) * cap
+  // Mixture of experts (Qwen3-MoE, Mixtral, gpt-oss): the sparse layers' MLP is a SparseMoeBlock,
+  // the others' the GatedMLP of intermediate_size.
+  struct Moe {
+    MoeOptions block;
+    std::vector<bool> sparse_layers;    // empty: every layer
+    bool output_router_logits = false;  // loss() adds router_aux_loss_coef x the load-balancing loss
+    double router_aux_loss_coef = 0.001;
+  };
+  std::optional<Moe> moe;
 
   bool is_sliding(int64_t layer) const;
+  bool is_sparse(int64_t layer) const;
   bool uses_rope(int64_t layer) const;
   void validate() const;  // tg::Error naming the bad field
 };
@@ -118,7 +129,11 @@ class DecoderLayer : public Module {
   std::shared_ptr<RMSNorm> pre_feedforward_layernorm;   // sandwich_norms with pre_norms only
   std::shared_ptr<RMSNorm> post_feedforward_layernorm;  // sandwich_norms only
   std::shared_ptr<CausalSelfAttention> self_attn;
-  std::shared_ptr<GatedMLP> mlp;
+  std::shared_ptr<GatedMLP> mlp;               // a dense layer's, registered as "mlp"
+  std::shared_ptr<SparseMoeBlock> sparse_mlp;  // a sparse layer's (DecoderSpec::moe), registered as "mlp"
+
+ private:
+  Tensor feed_forward(const Tensor& x);  // the MLP, dense or sparse
 };
 
 // Embeddings, blocks and the final norm: ids [B, T] -> hidden states [B, T, hidden].
@@ -163,6 +178,10 @@ class DecoderForCausalLM : public CausalLM {
   Embedding& input_embeddings() override { return *model->embed_tokens; }
   ModelDims dims() const override;
   const Architecture& architecture() const override;
+  // transformers' load_balancing_loss_func over the sparse layers' router stats of the last forward
+  // (kept while keep_router_stats(true); loss() keeps them itself when output_router_logits).
+  Tensor load_balancing_loss() const;
+  void keep_router_stats(bool on);
 
   std::shared_ptr<DecoderModel> model;
 

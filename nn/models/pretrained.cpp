@@ -23,6 +23,8 @@
 #include "nn/linear4bit.h"
 #include "nn/models/config_fields.h"
 #include "nn/models/detail/bnb_4bit.h"
+#include "nn/models/detail/checkpoint_layout.h"
+#include "nn/models/detail/mxfp4.h"
 #include "nn/models/quantization.h"
 #include "ops/shape.h"
 
@@ -169,6 +171,7 @@ struct FourBit {
   bool on = false;
   bool prequantized = false;
   QuantizationConfig config;  // the format, and the compute dtype of the Linear4bit layers
+  bool mxfp4 = false;  // gpt-oss's expert weights as MXFP4 blocks and scales, dequantised as they stream
 };
 
 FourBit four_bit(const Fields& f, const PretrainedOptions& o) {
@@ -179,7 +182,10 @@ FourBit four_bit(const Fields& f, const PretrainedOptions& o) {
     TG_CHECK(*o.dtype == kFloat32 || *o.dtype == kBFloat16, "from_pretrained", "quantising to 4 bits wants the "
              "weights as float32 or bfloat16 first (options.dtype), got ", *o.dtype);
   }
-  if (const json::Value* q = f.get("quantization_config")) {
+  const json::Value* q = f.get("quantization_config");
+  const json::Value* method = q && q->is_object() ? q->find("quant_method") : nullptr;
+  four.mxfp4 = method && method->is_string() && method->as_string() == "mxfp4";  // the family's parse accepted it
+  if (q && !four.mxfp4) {
     four.prequantized = four.on = true;
     four.config = bnb::parse_quantization_config(Fields(*q, f.source() + " quantization_config"), *o.dtype);
     if (asked.load_in_4bit) four.config.compute_dtype = asked.compute_dtype;  // the folder keeps its format
@@ -199,7 +205,11 @@ struct Read {
   bool conv1d = false;
   bool whole = false;  // `into` is the parameter itself, not a view of it (its storage may be swapped)
   std::string piece;   // a 4-bit state's absmax, quant_map, ...: its values are checked once read
+  std::string mxfp4;  // the expert weight an MXFP4 _blocks / _scales tensor dequantises into
 };
+
+// The MXFP4 halves of an expert weight: "_blocks" or "_scales" (7 characters either).
+bool is_mxfp4_half(const std::string& key) { return key.ends_with("_blocks") || key.ends_with("_scales"); }
 struct WeightFile {
   std::unique_ptr<safetensors::FileReader> reader;
   std::vector<Read> reads;
@@ -326,14 +336,42 @@ void load_weights(Module& model, const Architecture& arch, const io::Folder& dir
 
   const StateDict own = model.state_dict();
   const std::string tied = tied_head(own, arch);
-  std::set<std::string> loaded;
+  std::set<std::string> loaded;            // names read whole, and the parts read (hub layouts, MXFP4 halves)
+  std::map<std::string, int64_t> filled;  // elements of a parameter read by parts
   uint64_t total = 0;
+  auto once = [&](const std::string& id, const std::string& key, const std::string& path) {
+    TG_CHECK(loaded.insert(id).second, "from_pretrained", "'", path, "' holds '", key, "', which an earlier file of '",
+             dir.path(), "' held too (each tensor belongs to one shard)");
+  };
   for (WeightFile& f : files) {
     const std::string& path = f.reader->path();
     for (const safetensors::TensorInfo& value : f.reader->header().tensors) {
       const std::string& key = value.name;
       if (consumed.count(key)) continue;
-      const std::string name = own_name(own, four.prequantized ? bnb::tapegrad_name(key) : key, tied, arch);
+      if (four.mxfp4 && is_mxfp4_half(key)) {
+        const std::string name = own_name(own, key.substr(0, key.size() - 7), tied, arch);
+        auto it = own.find(name);
+        if (it == own.end() || it->second.dim() != 3 || it->second.shape()[1] % 32 != 0) {
+          unexpected.push_back(key + " (MXFP4, but no expert weight '" + name + "' to dequantise into)");
+          continue;
+        }
+        const Shape& p = it->second.shape();  // [E, C, R]: blocks [E, R, C / 32, 16], scales [E, R, C / 32]
+        Shape want = {p[0], p[2], p[1] / 32};
+        if (key.ends_with("_blocks")) want.push_back(16);
+        if (value.shape != want || value.dtype != kUInt8) {
+          mismatched.push_back(key + " (file " + value.code + " " + shape_str(value.shape) + ", MXFP4 of " + name +
+                               " wants U8 " + shape_str(want) + ")");
+          continue;
+        }
+        once(key, key, path);
+        filled[name] += it->second.numel() / 2;  // each half counts for half the weight
+        f.reads.push_back({&value, Tensor(), "", false, false, "", name});
+        total += value.end - value.begin;
+        continue;
+      }
+      const std::optional<detail::CheckpointPart> part = detail::model_part(arch.checkpoint_layout, key);
+      const std::string name =
+          own_name(own, part ? part->name : four.prequantized ? bnb::tapegrad_name(key) : key, tied, arch);
       if (name == tied) continue;
       auto it = own.find(name);
       if (it == own.end()) {
@@ -342,8 +380,8 @@ void load_weights(Module& model, const Architecture& arch, const io::Folder& dir
         if (!ignored) unexpected.push_back(key);
         continue;
       }
-      Read read{&value, it->second, "", false, false, ""};
-      Shape want = it->second.shape();
+      Read read{&value, part ? detail::part_view(it->second, *part, key) : it->second, "", false, false, "", ""};
+      Shape want = read.into.shape();
       if (state_names.count(name)) {
         read.piece = bnb::state_piece(name);
         // bitsandbytes' tensors are read as they are stored, never converted; the packed weight is a column
@@ -365,16 +403,28 @@ void load_weights(Module& model, const Architecture& arch, const io::Folder& dir
         mismatched.push_back(key + " (file " + shape_str(value.shape) + ", config.json wants " + shape_str(want) + ")");
         continue;
       }
-      TG_CHECK(loaded.insert(name).second, "from_pretrained", "'", path, "' holds '", key,
-               "', which an earlier file of '", dir.path(), "' held too (each tensor belongs to one shard)");
+      if (part && part->expert >= 0) {  // one expert's block of a fused parameter (the hub's layout)
+        once(name + "#" + std::to_string(part->expert) + "." + std::to_string(part->block), key, path);
+        filled[name] += read.into.numel();
+      } else {
+        once(name, key, path);
+      }
       if (name.ends_with(".weight") && quantize.count(layer_of(name))) read.layer = layer_of(name);
       read.whole = read.layer.empty() && !read.conv1d && read.into.same(it->second);
       f.reads.push_back(std::move(read));
       total += value.end - value.begin;
     }
   }
-  for (const auto& [name, t] : own)
-    if (!loaded.count(name) && name != tied) missing.push_back(name);
+  for (const auto& [name, t] : own) {
+    const auto parts = filled.find(name);
+    TG_CHECK(!(loaded.count(name) && parts != filled.end()), "from_pretrained", "'", dir.path(), "' holds '", name,
+             "' both whole and in parts (per expert, or MXFP4): one layout, please");
+    if (parts != filled.end() && parts->second != t.numel())
+      missing.push_back(name + " (its parts hold " + std::to_string(parts->second) + " of its " +
+                        std::to_string(t.numel()) + " values)");
+    else if (parts == filled.end() && !loaded.count(name) && name != tied)
+      missing.push_back(name);
+  }
   if (!missing.empty() || !unexpected.empty() || !mismatched.empty() || !wrong_dtype.empty()) {
     std::string msg = "the weights in '" + dir.path() + "' do not fit the " + arch.name + " of its config.json:";
     if (!missing.empty()) msg += "\n  missing (" + std::to_string(missing.size()) + "): " + name_list(missing);
@@ -405,8 +455,20 @@ void load_weights(Module& model, const Architecture& arch, const io::Folder& dir
   std::optional<HostToDevice> upload;
   if (o.device.is_cuda()) upload.emplace(o.device, size_t{64} << 20);
   HostToDevice* via = upload ? &*upload : nullptr;
+  std::map<std::string, std::pair<Tensor, Tensor>> halves;  // MXFP4 blocks and scales until both are read
   for (WeightFile& f : files) {
     for (const Read& r : f.reads) {
+      if (!r.mxfp4.empty()) {
+        Tensor bytes = Tensor::empty(r.tensor->shape, {kUInt8});
+        f.reader->read(*r.tensor, bytes, told);
+        auto& [blocks, scales] = halves[r.mxfp4];
+        (r.tensor->name.ends_with("_blocks") ? blocks : scales) = bytes;
+        if (blocks.defined() && scales.defined()) {
+          copy_(own.at(r.mxfp4), detail::dequantize_mxfp4(blocks, scales, r.mxfp4));
+          halves.erase(r.mxfp4);
+        }
+        continue;
+      }
       // On the host in the file's dtype the parameter takes memory the kernel copied the tensor
       // into: no zero-filled pages first, whose first touch made reading 2-4x slower (dev/NOTES.md),
       // and, unlike a mapping of the file, nothing later done to the file changes the model.
@@ -594,7 +656,11 @@ void save_pretrained(const Module& model, const std::string& dir, const SaveOpti
     TG_CHECK(!name.ends_with(".lora_A.weight") && !name.ends_with(".lora_B.weight"), "save_pretrained", "'", name,
              "' is a LoRA weight: merge_and_unload the model first, or save the adapter with peft::save_adapter");
     if (name == tied) continue;
-    tensors[name] = is_conv1d_weight(model, name) && t.dtype() != kUInt8 ? contiguous(transpose(t, 0, 1)) : t;
+    if (is_conv1d_weight(model, name) && t.dtype() != kUInt8) {
+      tensors[name] = contiguous(transpose(t, 0, 1));
+      continue;
+    }
+    for (const auto& [key, part] : detail::hub_tensors(arch.checkpoint_layout, name, t)) tensors[key] = contiguous(part);
   }
   if (const std::optional<QuantizationConfig> q = quantized_layers(model, tensors))
     config.set("quantization_config", bnb::quantization_config_json(*q));

@@ -14,7 +14,8 @@
 // block, dq written once, dk / dv of a kv head stay in cache.
 //
 // With a mask, a masked key's score is -inf before the row max (so its probability is 0), and a
-// row with no key left is zero with lse = -inf.
+// row with no key left is zero with lse = -inf. A head's sink is one more score of each row, in
+// the max and the sum only: lse takes it in, so backward needs nothing of it.
 //
 // The small products go through Eigen (packed GEMM kernels); the row loops are straight-line so
 // they vectorise, with fast_exp for float (std::exp for float64, the gradcheck reference).
@@ -114,7 +115,7 @@ struct Band {
 
 template <class T>
 void forward_typed(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
-                   bool causal, double scale_d, const Tensor& first, const Tensor& mask) {
+                   bool causal, double scale_d, const Tensor& first, const Tensor& mask, const Tensor& sinks) {
   using A = acc_t<T>;
   const int64_t n = q.dim(), L = q.shape()[n - 2], S = k.shape()[n - 2], E = q.shape()[n - 1],
                 Ev = v.shape()[n - 1];
@@ -126,9 +127,14 @@ void forward_typed(const Tensor& out, const Tensor& lse, const Tensor& q, const 
   A* plse = lse.data_ptr<A>();
   const T scale = static_cast<T>(scale_d);
   const int64_t blocks = (L + kBlockQ - 1) / kBlockQ;
+  const T* psink = sinks.defined() ? sinks.data_ptr<T>() : nullptr;
+  // matrix b's sink: one more score of every row (-inf: none)
+  auto sink_of = [&](int64_t b) { return psink ? psink[b % heads.hq] : -std::numeric_limits<T>::infinity(); };
   if (S == 0) {  // softmax over no keys: an empty sum (PyTorch gives zeros too)
-    for (int64_t b = 0; b < BH; ++b) O.rows(b, 0, L, Ev).setZero();
-    std::fill(plse, plse + BH * L, -std::numeric_limits<A>::infinity());
+    for (int64_t b = 0; b < BH; ++b) {
+      O.rows(b, 0, L, Ev).setZero();
+      std::fill(plse + b * L, plse + (b + 1) * L, static_cast<A>(sink_of(b)));
+    }
     return;
   }
   parallel_for(0, BH * blocks, 1, [&](int64_t u0, int64_t u1) {
@@ -152,7 +158,8 @@ void forward_typed(const Tensor& out, const Tensor& lse, const Tensor& q, const 
           const bool* keep = M.row(b, i0 + r) + k0;
           for (int64_t j = lo; j < vis; ++j) p[j] = keep[j] ? p[j] : -std::numeric_limits<T>::infinity();
         }
-        const T mx = vis > lo ? Vec<T>(p + lo, vis - lo).maxCoeff() : -std::numeric_limits<T>::infinity();
+        const T sink = sink_of(b);
+        const T mx = std::max(vis > lo ? Vec<T>(p + lo, vis - lo).maxCoeff() : -std::numeric_limits<T>::infinity(), sink);
         if (mx == -std::numeric_limits<T>::infinity()) {  // every key masked out (or none left): a zero row
           std::fill(p + lo, p + vis, T(0));
           inv[r] = T(0);
@@ -160,7 +167,7 @@ void forward_typed(const Tensor& out, const Tensor& lse, const Tensor& q, const 
           continue;
         }
         for (int64_t j = lo; j < vis; ++j) p[j] = exp_of(p[j] - mx);  // a masked key: exp(-inf) = 0
-        const T sum = Vec<T>(p + lo, vis - lo).sum();
+        const T sum = Vec<T>(p + lo, vis - lo).sum() + (psink ? exp_of(sink - mx) : T(0));
         inv[r] = T(1) / sum;
         plse[b * L + i0 + r] = static_cast<A>(mx + std::log(sum));
       }
@@ -264,10 +271,10 @@ void sdpa_band(const Tensor& first, const Tensor& position_ids, int64_t window) 
 }
 
 void sdpa_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
-                  bool causal, double scale, const Tensor& first, const Tensor& mask) {
+                  bool causal, double scale, const Tensor& first, const Tensor& mask, const Tensor& sinks) {
   switch (q.dtype()) {
-    case kFloat32: return forward_typed<float>(out, lse, q, k, v, causal, scale, first, mask);
-    case kFloat64: return forward_typed<double>(out, lse, q, k, v, causal, scale, first, mask);
+    case kFloat32: return forward_typed<float>(out, lse, q, k, v, causal, scale, first, mask, sinks);
+    case kFloat64: return forward_typed<double>(out, lse, q, k, v, causal, scale, first, mask, sinks);
     default: fail("scaled_dot_product_attention", "the fused CPU kernel wants float32 or float64, got ", q.dtype());
   }
 }

@@ -63,6 +63,9 @@ void raise_pending(int device) {
   if (what == kIndexCopy)
     fail("index_copy_", "index ", index, " is out of range for a dim of size ", bound, " (wants 0 <= index < ", bound,
          "); found on cuda:", device, " by an earlier call, which did not write that slice");
+  if (what == kMoeExpert)
+    fail("sort_by_expert", "expert id ", index, " is out of range for ", bound, " experts (wants 0 <= id < ", bound,
+         "); found on cuda:", device, " by an earlier call, which left that choice out");
   if (what == kCrossEntropy)
     fail("cross_entropy", "target ", index, " is out of range for ", bound, " classes (wants 0 <= target < ",
          bound, " or ignore_index); found on cuda:", device, " by an earlier call, whose loss is nan");

@@ -1,4 +1,5 @@
-// Out-of-range indices on the GPU (embedding rows, cross_entropy targets, index_copy_ entries).
+// Out-of-range indices on the GPU (embedding rows, cross_entropy targets, index_copy_ entries,
+// sort_by_expert's expert ids).
 //
 // A kernel cannot throw, and checking the indices on the host would make the op wait for the
 // device. So a kernel that meets a bad index reads and writes nothing for it (the op's result
@@ -14,7 +15,7 @@
 
 namespace tg::cuda::index_check {
 
-enum What : long long { kEmbedding = 1, kCrossEntropy = 2, kIndexCopy = 3 };
+enum What : long long { kEmbedding = 1, kCrossEntropy = 2, kIndexCopy = 3, kMoeExpert = 4 };
 
 // Four words on the device: {what (0 = no error), bad index, bound, unused}.
 long long* flag(int device);

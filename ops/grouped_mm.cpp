@@ -1,0 +1,190 @@
+#include "ops/grouped_mm.h"
+
+#include <string>
+
+#include "core/autograd.h"
+#include "core/primitives.h"
+#include "core/trace.h"
+#include "ops/detail/checks.h"
+#include "ops/detail/layout.h"
+#include "ops/detail/matrix_gemm.h"
+#include "ops/reduce.h"
+#include "ops/shape.h"
+
+namespace tg {
+namespace {
+
+constexpr const char* kOp = "grouped_mm";
+
+void trace(const char* what) {
+  if (KernelTrace::active()) KernelTrace::record(std::string(kOp) + "." + what);
+}
+
+// Rows [r0, r0 + n) of a [rows, cols] matrix with a unit inner stride, as a 2-D view.
+Tensor rows_of(const Tensor& m, int64_t r0, int64_t n) {
+  return m.as_strided({n, m.shape()[1]}, {m.strides()[0], 1}, m.storage_offset() + r0 * m.strides()[0]);
+}
+// Expert e of a 3-D tensor, as a 2-D view with its strides.
+Tensor expert(const Tensor& t, int64_t e) {
+  return t.as_strided({t.shape()[1], t.shape()[2]}, {t.strides()[1], t.strides()[2]},
+                      t.storage_offset() + e * t.strides()[0]);
+}
+// f(e, r0, n) for every expert e with rows: n of them from row r0.
+template <class F>
+void for_each_expert(const std::vector<int64_t>& sizes, F&& f) {
+  for (int64_t e = 0, r0 = 0; e < static_cast<int64_t>(sizes.size()); r0 += sizes[e++])
+    if (sizes[e] > 0) f(e, r0, sizes[e]);
+}
+
+// dst [E, rows, cols] with expert e's block alpha a_e^T b_e (a_e, b_e: its rows of a and b), and
+// zeros for an expert without rows: the weight-shaped gradients.
+Tensor per_expert_products(const Tensor& dst, const Tensor& a, const Tensor& b, const std::vector<int64_t>& sizes,
+                           double alpha) {
+  zero_(dst);
+  for_each_expert(sizes, [&](int64_t e, int64_t r0, int64_t n) {
+    matrix::gemm(expert(dst, e), transpose(rows_of(a, r0, n), 0, 1), rows_of(b, r0, n), alpha, 0.0);
+  });
+  return dst;
+}
+
+void check_args(const Tensor& x, const Tensor& w, const std::vector<int64_t>& sizes, const Tensor& bias,
+                const Tensor& lora_A, const Tensor& lora_B) {
+  check_floating(kOp, "x", x);
+  check_floating(kOp, "w", w);
+  check_same(kOp, {{"x", x}, {"w", w}, {"bias", bias}, {"lora_A", lora_A}, {"lora_B", lora_B}});
+  TG_CHECK(x.dim() == 2, kOp, "x must be 2-D [M, K] (rows grouped by expert), got ", x.shape());
+  TG_CHECK(w.dim() == 3, kOp, "w must be 3-D [E, N, K], got ", w.shape());
+  const int64_t E = w.shape()[0], N = w.shape()[1], K = w.shape()[2];
+  TG_CHECK(x.shape()[1] == K, kOp, "x has ", x.shape()[1], " features (shape ", x.shape(), "), w ", w.shape(),
+           " wants ", K);
+  TG_CHECK(static_cast<int64_t>(sizes.size()) == E, kOp, "group_sizes has ", sizes.size(), " entries for ", E,
+           " experts (w ", w.shape(), ")");
+  int64_t total = 0;
+  for (size_t e = 0; e < sizes.size(); ++e) {
+    TG_CHECK(sizes[e] >= 0 && sizes[e] <= x.shape()[0], kOp, "group_sizes[", e, "] is ", sizes[e], ", wants 0 to ",
+             x.shape()[0]);
+    total += sizes[e];
+  }
+  TG_CHECK(total == x.shape()[0], kOp, "group_sizes sum to ", total, ", but x has ", x.shape()[0], " rows");
+  if (bias.defined())
+    TG_CHECK(bias.shape() == Shape({E, N}), kOp, "bias must be [", E, ", ", N, "], got ", bias.shape());
+  TG_CHECK(lora_A.defined() == lora_B.defined(), kOp, "lora_A and lora_B come together, got only ",
+           lora_A.defined() ? "lora_A" : "lora_B");
+  if (!lora_A.defined()) return;
+  TG_CHECK(lora_A.dim() == 3 && lora_A.shape()[0] == E && lora_A.shape()[2] == K, kOp, "lora_A must be [", E, ", r, ",
+           K, "], got ", lora_A.shape());
+  const int64_t r = lora_A.shape()[1];
+  TG_CHECK(lora_B.shape() == Shape({E, N, r}), kOp, "lora_B must be [", E, ", ", N, ", ", r, "], got ", lora_B.shape());
+}
+
+// A 3-D operand as the GEMMs read it (detached): in place with a unit stride along one of its
+// last two dims, else copied. Undefined stays undefined.
+Tensor gemm_readable(const Tensor& t) {
+  if (!t.defined()) return t;
+  if (t.strides()[2] == 1 || t.strides()[1] == 1) return t.detach();
+  NoGradGuard g;
+  return contiguous(t.detach());
+}
+
+struct GroupedMmBackward final : Node {
+  enum { kX, kW, kA, kB, kT };
+  std::vector<int64_t> sizes;
+  Shape w_shape, w_strides;
+  int64_t rank = 0;
+  double scaling = 1.0;
+  TensorOptions options;
+  const char* name() const override { return kOp; }
+
+  std::vector<Tensor> backward(const std::vector<Tensor>& g, const GradMask& mask) override {
+    const Tensor dy = matrix::rows(g[0]);
+    const int64_t E = w_shape[0], N = w_shape[1], K = w_shape[2], M = dy.shape()[0];
+    std::vector<Tensor> out(5);
+    const Tensor A = rank > 0 && mask[0] ? unpack(kA) : Tensor();
+    const Tensor B = rank > 0 && (mask[0] || mask[3]) ? unpack(kB) : Tensor();
+    Tensor u;  // dy_e B_e, the gradient of x_e A_e^T without the scaling
+    if (B.defined()) {
+      u = Tensor::empty({M, rank}, options);
+      for_each_expert(sizes, [&](int64_t e, int64_t r0, int64_t n) {
+        matrix::gemm(rows_of(u, r0, n), rows_of(dy, r0, n), expert(B, e), 1.0, 0.0);
+      });
+    }
+    if (mask[0]) {  // dx_e = s u_e A_e + dy_e w_e
+      trace("dx");
+      const Tensor w = unpack(kW);
+      Tensor dx = Tensor::empty({M, K}, options);
+      for_each_expert(sizes, [&](int64_t e, int64_t r0, int64_t n) {
+        const Tensor dxe = rows_of(dx, r0, n);
+        if (u.defined()) matrix::gemm(dxe, rows_of(u, r0, n), expert(A, e), scaling, 0.0);
+        matrix::gemm(dxe, rows_of(dy, r0, n), expert(w, e), 1.0, u.defined() ? 1.0 : 0.0);
+      });
+      out[0] = dx;
+    }
+    const Tensor x = mask[1] || mask[3] ? unpack(kX) : Tensor();
+    if (mask[1]) {  // dw_e = dy_e^T x_e, in w's layout
+      trace("dweight_gemm");
+      out[1] = per_expert_products(empty_with_layout(w_shape, w_strides, options), dy, x, sizes, 1.0);
+    }
+    if (mask[2]) {  // db_e = the sum of dy_e's rows
+      trace("dbias_reduce");
+      Tensor db = Tensor::empty({E, N}, options);
+      zero_(db);
+      for_each_expert(sizes, [&](int64_t e, int64_t r0, int64_t n) {
+        copy_(slice(db, 0, e, e + 1), sum(rows_of(dy, r0, n), {0}, true));
+      });
+      out[2] = db;
+    }
+    if (mask[3]) {  // dA_e = s u_e^T x_e
+      trace("dA");
+      out[3] = per_expert_products(Tensor::empty({E, rank, K}, options), u, x, sizes, scaling);
+    }
+    if (mask[4]) {  // dB_e = s dy_e^T t_e
+      trace("dB");
+      out[4] = per_expert_products(Tensor::empty({E, N, rank}, options), dy, unpack(kT), sizes, scaling);
+    }
+    return out;
+  }
+};
+
+}  // namespace
+
+Tensor grouped_mm(const Tensor& x, const Tensor& w, const std::vector<int64_t>& group_sizes, const Tensor& bias,
+                  const Tensor& lora_A, const Tensor& lora_B, double scaling) {
+  check_args(x, w, group_sizes, bias, lora_A, lora_B);
+  KernelTrace::record(kOp);
+  const int64_t N = w.shape()[1], M = x.shape()[0];
+  const int64_t rank = lora_A.defined() ? lora_A.shape()[1] : 0;
+  Tensor x2, wr, A, B, t;
+  Tensor y = Tensor::empty({M, N}, x.options());
+  {
+    NoGradGuard no_grad;  // the op's node covers its internal views and copies
+    x2 = matrix::rows(x), wr = gemm_readable(w), A = gemm_readable(lora_A), B = gemm_readable(lora_B);
+    if (rank > 0) t = Tensor::empty({M, rank}, x.options());  // x_e A_e^T, rows as x's
+    for_each_expert(group_sizes, [&](int64_t e, int64_t r0, int64_t n) {
+      const Tensor ye = rows_of(y, r0, n), xe = rows_of(x2, r0, n);
+      if (bias.defined()) copy_(ye, expand(slice(bias.detach(), 0, e, e + 1), {n, N}));
+      if (rank > 0) {  // the thin LoRA product first, the base GEMM accumulating onto it
+        const Tensor te = rows_of(t, r0, n);
+        matrix::gemm(te, xe, transpose(expert(A, e), 0, 1), 1.0, 0.0);
+        matrix::gemm(ye, te, transpose(expert(B, e), 0, 1), scaling, bias.defined() ? 1.0 : 0.0);
+      }
+      matrix::gemm(ye, xe, transpose(expert(wr, e), 0, 1), 1.0, bias.defined() || rank > 0 ? 1.0 : 0.0);
+    });
+  }
+  if (auto node = record<GroupedMmBackward>(
+          {{"x", x}, {"w", w}, {"bias", bias}, {"lora_A", lora_A}, {"lora_B", lora_B}}, {y})) {
+    node->sizes = group_sizes;
+    node->w_shape = w.shape();
+    node->w_strides = w.strides();
+    node->rank = rank;
+    node->scaling = scaling;
+    node->options = x.options();
+    const bool dx = x.requires_grad(), dw = w.requires_grad();
+    const bool da = lora_A.defined() && lora_A.requires_grad(), db = lora_B.defined() && lora_B.requires_grad();
+    node->saved = {SavedTensor(dw || da ? x2 : Tensor(), "x"), SavedTensor(dx ? wr : Tensor(), "w"),
+                   SavedTensor(dx ? A : Tensor(), "lora_A"), SavedTensor(dx || da ? B : Tensor(), "lora_B"),
+                   SavedTensor(db ? t : Tensor(), "t")};
+  }
+  return y;
+}
+
+}  // namespace tg
