@@ -8,7 +8,11 @@
 // gradient (and 1 / count for Mean). dW is computed only when the weight requires grad (a frozen
 // head in LoRA costs no dW GEMM); the trace names the variant. x [N, H], weight [V, H] in x's
 // dtype, targets [N] int32 / int64; ignore_index rows add no loss and no gradient. The loss is
-// float32 (float64 for float64 x). Reduction Mean or Sum (None would need the per-row dlogits).
+// float32 (float64 for float64 x).
+// Reduction::None returns each row's loss [N] (-log p(target), 0 for an ignored row): the
+// log-probabilities of given tokens through the head, as preference losses need them. Its dx is
+// the unit one scaled row by row; with a trainable weight the gradients wait for backward, which
+// computes the chunks' logits again (dW needs each row's incoming gradient).
 #pragma once
 
 #include <cstdint>

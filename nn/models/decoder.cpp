@@ -197,9 +197,8 @@ Tensor DecoderForCausalLM::logits(const Tensor& hidden) {
   return cap > 0 ? mul(tanh(div(logits, cap)), cap) : logits;
 }
 
-Tensor DecoderForCausalLM::loss(const Tensor& ids, const Tensor& labels, const Tensor& position_ids) {
-  if (model->spec.final_logit_softcapping > 0) return causal_lm_loss(logits(hidden_states(ids, position_ids)), labels);
-  return CausalLM::loss(ids, labels, position_ids);
+bool DecoderForCausalLM::logits_are_head_product() const {
+  return model->spec.final_logit_softcapping == 0 && CausalLM::logits_are_head_product();
 }
 
 ModelDims DecoderForCausalLM::dims() const {
