@@ -1,11 +1,15 @@
 // nn::CausalLM::token_log_probs (the fused head's rows, or the logits where the head is not a
-// plain product) against the materialised logits' log-softmax in float64, with a temperature.
+// plain product) against the materialised logits' log-softmax in float64, with a temperature;
+// peft::disable_adapter (the base alone, restored after, merged layers refused); and the
+// reference pass of preference training: under no-grad with the adapters off it records no node
+// and keeps no tensor, and runs the loss-only head kernel.
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "core/trace.h"
 #include "nn/loss.h"
+#include "ops/binary.h"
 #include "ops/reduce.h"
 #include "testing/testing.h"
 #include "tests/preference_test_util.h"
@@ -77,6 +81,54 @@ TEST(TokenLogProbs, ShapesAreChecked) {
                    "logits [B, T, V] and labels [B, T]");
   EXPECT_ERROR_HAS(nn::next_token_log_probs_from_hidden(zeros({2, 3, 5}), zeros({7, 5}), zeros({3, 3}, {kInt64})),
                    "next_token_log_probs_from_hidden", "hidden [B, T, H]");
+}
+
+TEST(DisableAdapter, GivesTheBaseAloneAndRestoresEachLayer) {
+  auto model = test::lora_llama(kFloat32, 0.3);
+  const Rows b = some_rows();
+  const std::vector<double> base = test::host_completion_log_probs(*model, b.ids, b.labels, /*base=*/true);
+  const std::vector<double> policy = row_sums(model->token_log_probs(b.ids, b.labels));
+  auto layers = peft::lora_layers(*model);
+  layers[1].second->set_adapter_enabled(false);  // one layer already off stays off after the guard
+  {
+    peft::AdapterDisabled off = peft::disable_adapter(*model);
+    const std::vector<double> got = row_sums(model->token_log_probs(b.ids, b.labels));
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], base[i], 1e-5) << "row " << i;
+    EXPECT_ERROR_HAS(layers[0].second->merge(), "the adapter is disabled");
+  }
+  EXPECT_TRUE(layers[0].second->adapter_enabled());
+  EXPECT_FALSE(layers[1].second->adapter_enabled());
+  layers[1].second->set_adapter_enabled(true);
+  const std::vector<double> again = row_sums(model->token_log_probs(b.ids, b.labels));
+  for (size_t i = 0; i < again.size(); ++i) EXPECT_EQ(again[i], policy[i]) << "row " << i;
+
+  peft::merge(*model);
+  EXPECT_ERROR_HAS(peft::AdapterDisabled off(*model), "peft::disable_adapter", "is merged into its base weight");
+  nn::LlamaForCausalLM plain(test::preference_config());
+  EXPECT_ERROR_HAS(peft::AdapterDisabled off(plain), "the model has no LoRA layer");
+}
+
+// The reference of DPO / KTO / GRPO: the same model, adapters off, under no-grad. The loss's
+// backward plan is the one it has with a constant in its place: no node, no saved tensor.
+TEST(DisableAdapter, TheReferencePassRecordsNothingAndKeepsNothing) {
+  auto model = test::lora_llama(kFloat32, 0.3);
+  const Rows b = some_rows();
+  const Tensor policy = sum(model->token_log_probs(b.ids, b.labels), {1});
+  KernelTrace trace;
+  Tensor ref;
+  {
+    NoGradGuard no_grad;
+    peft::AdapterDisabled base(*model);
+    ref = sum(model->token_log_probs(b.ids, b.labels), {1});
+  }
+  EXPECT_TRUE(trace.contains("linear_cross_entropy.loss"));  // the head's loss kernel alone
+  EXPECT_FALSE(trace.contains("linear_cross_entropy.dx"));
+  EXPECT_FALSE(ref.requires_grad());
+  EXPECT_EQ(ref.grad_fn(), nullptr);
+  const std::string with_ref = format_plan(backward_plan({sum(sub(policy, ref))}));
+  const std::string with_constant = format_plan(backward_plan({sum(sub(policy, zeros_like(ref)))}));
+  EXPECT_EQ(with_ref, with_constant);
+  EXPECT_TRUE(peft::lora_layers(*model)[0].second->adapter_enabled());  // the guard ended with the pass
 }
 
 }  // namespace
