@@ -45,6 +45,7 @@
 #include "data/chat_dataset.h"
 #include "data/chat_template.h"
 #include "data/dataset.h"
+#include "data/preference.h"
 #include "data/tokenizer.h"
 #include "io/file.h"
 #include "io/json.h"
