@@ -61,12 +61,16 @@
 #include "distributed/data_parallel.h"
 #include "distributed/fake_communicator.h"
 #include "distributed/init.h"
-// the training loop: Trainer, TrainingArguments, callbacks
+// the training loop: Trainer, TrainingArguments, callbacks; the preference and GRPO trainers
 #include "train/callbacks.h"
 #include "train/checkpoint.h"
 #include "train/data_fingerprint.h"
 #include "train/graphed_step.h"
+#include "train/kto_trainer.h"
 #include "train/loss_svg.h"
+#include "train/preference_config.h"
+#include "train/preference_losses.h"
+#include "train/preference_trainer.h"
 #include "train/train_log.h"
 #include "train/trainer.h"
 #include "train/training_arguments.h"

@@ -1,5 +1,5 @@
-// What the preference tests share: a tiny Llama with LoRA and an independent float64 computation
-// of completions' log-probs from the materialised logits.
+// What the preference tests share: a tiny Llama with LoRA, pairs of token ids, and an independent
+// float64 computation of completions' log-probs from the materialised logits.
 #pragma once
 
 #include <cmath>
@@ -9,6 +9,7 @@
 #include "core/autograd.h"
 #include "core/factory.h"
 #include "core/primitives.h"
+#include "data/preference.h"
 #include "nn/models/llama.h"
 #include "ops/cast.h"
 #include "ops/shape.h"
@@ -48,6 +49,13 @@ inline std::shared_ptr<nn::LlamaForCausalLM> lora_llama(DType dtype, double adap
     }
   }
   return model;
+}
+
+// Pairs of prompts and completions of various lengths (ids in [3, kPrefVocab)).
+inline std::vector<data::PreferencePair> some_pairs() {
+  return {{{1, 5, 9}, {4, 7, 2}, {6, 2}},
+          {{1, 11}, {12, 13, 14, 2}, {15, 2}},
+          {{1, 20, 21, 22}, {23, 2}, {24, 25, 26, 27, 2}}};
 }
 
 // log softmax(logits[r, t] / temperature)[labels[r, t + 1]] for every row r and position t ([R * T],
