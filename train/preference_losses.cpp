@@ -1,7 +1,9 @@
 #include "train/preference_losses.h"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
+#include <span>
 
 #include "core/autograd.h"
 #include "core/error.h"
@@ -211,6 +213,91 @@ PreferenceLoss kto_loss(const KTOConfig& c, const UnpairedLogProbs& lp) {
     out.metrics["rewards/rejected"] = mean_of(rewards[0]), out.metrics["logps/rejected"] = mean_of(logs[0]);
   if (!rewards[0].empty() && !rewards[1].empty())
     out.metrics["rewards/margins"] = mean_of(rewards[1]) - mean_of(rewards[0]);
+  return out;
+}
+
+PreferenceLoss grpo_loss(const GRPOConfig& c, const GRPOLogProbs& lp) {
+  const char* who = "grpo_loss";
+  TG_CHECK(lp.logps.defined() && lp.logps.dim() == 2 && lp.mask.defined() && lp.mask.shape() == lp.logps.shape(), who,
+           "wants the policy's log-probs and the mask as [B, T] tensors");
+  const int64_t B = lp.logps.size(0), T = lp.logps.size(1);
+  TG_CHECK(lp.advantages.size() == static_cast<size_t>(B) && lp.completion_tokens.size() == static_cast<size_t>(B),
+           who, "wants an advantage and a token count for each of the ", B, " completions");
+  TG_CHECK(c.beta == 0 || (lp.ref_logps.defined() && lp.ref_logps.shape() == lp.logps.shape()), who,
+           "beta ", c.beta, " wants the reference's log-probs as a [B, T] tensor");
+  const Device dev = lp.logps.device();
+  const Tensor advantages = to(from_vector(lp.advantages, {B, 1}), lp.logps.dtype(), dev);
+  const Tensor old = lp.old_logps.defined() ? lp.old_logps : lp.logps.detach();
+  const Tensor ratio = exp(sub(lp.logps, old));
+  const double low = 1 - c.epsilon, high = 1 + (c.epsilon_high > 0 ? c.epsilon_high : c.epsilon);
+  // clamp(ratio, low, high) and -min(l1, l2) through relu (whose gradients are clamp's and min's)
+  const Tensor clipped = add(sub(relu(sub(ratio, low)), relu(sub(ratio, high))), low);
+  const Tensor l1 = mul(ratio, advantages), l2 = mul(clipped, advantages);
+  Tensor per_token = neg(sub(l1, relu(sub(l1, l2))));
+  Tensor kl;
+  if (c.beta > 0) {
+    const Tensor d = sub(lp.ref_logps, lp.logps);
+    kl = sub(sub(exp(d), d), 1.0);
+    per_token = add(per_token, mul(kl, c.beta));
+  }
+  const Tensor masked = mul(per_token, lp.mask);
+  const int64_t tokens = std::accumulate(lp.completion_tokens.begin(), lp.completion_tokens.end(), int64_t{0});
+  Tensor loss;
+  if (c.loss_type == "grpo") {  // each completion's mean, then their mean
+    std::vector<float> counts;
+    for (int64_t n : lp.completion_tokens) counts.push_back(static_cast<float>(std::max<int64_t>(n, 1)));
+    loss = mean(div(sum(masked, {1}), to(from_vector(counts, {B}), lp.logps.dtype(), dev)));
+  } else if (c.loss_type == "bnpo") {
+    loss = div(sum(masked), static_cast<double>(std::max<int64_t>(tokens, 1)));
+  } else if (c.loss_type == "dr_grpo") {
+    loss = div(sum(masked), static_cast<double>(B * c.max_completion_length));
+  } else if (c.loss_type == "dapo") {
+    loss = div(sum(masked), static_cast<double>(std::max<int64_t>(lp.step_tokens, 1)));
+  } else {
+    fail(who, "loss_type '", c.loss_type, "' is not implemented");
+  }
+  // TRL's metrics: means over the tokens that count
+  const std::vector<double> r = to(ratio, kFloat64, kCpu).to_vector<double>(), m = to(lp.mask, kFloat64, kCpu).to_vector<double>();
+  const std::vector<double> k = kl.defined() ? to(kl.detach(), kFloat64, kCpu).to_vector<double>() : std::vector<double>();
+  double lows = 0, highs = 0, kl_sum = 0, counted = 0;
+  for (int64_t i = 0; i < B * T; ++i) {
+    if (m[static_cast<size_t>(i)] == 0) continue;
+    const double a = lp.advantages[static_cast<size_t>(i / T)], v = r[static_cast<size_t>(i)];
+    lows += v < low && a < 0;
+    highs += v > high && a > 0;
+    if (!k.empty()) kl_sum += k[static_cast<size_t>(i)];
+    ++counted;
+  }
+  PreferenceLoss out{loss, {}};
+  const double n = std::max(counted, 1.0);
+  out.metrics["clip_ratio/low_mean"] = lows / n;
+  out.metrics["clip_ratio/high_mean"] = highs / n;
+  out.metrics["clip_ratio/region_mean"] = (lows + highs) / n;
+  if (kl.defined()) out.metrics["kl"] = kl_sum / n;
+  return out;
+}
+
+std::vector<double> grpo_advantages(const GRPOConfig& c, const std::vector<double>& rewards, int64_t& zero_std) {
+  const size_t G = static_cast<size_t>(c.num_generations), N = rewards.size();
+  TG_CHECK(N > 0 && N % G == 0, "grpo_advantages", "wants whole groups of num_generations ", G, " rewards, got ", N);
+  auto std_of = [](std::span<const double> v, double m) {  // TRL's nanstd: Bessel's correction
+    double s = 0;
+    for (double x : v) s += (x - m) * (x - m);
+    return v.size() > 1 ? std::sqrt(s / static_cast<double>(v.size() - 1)) : NAN;
+  };
+  const double all_mean = std::accumulate(rewards.begin(), rewards.end(), 0.0) / static_cast<double>(N);
+  const double all_std = std_of(rewards, all_mean);
+  std::vector<double> out(N);
+  zero_std = 0;
+  for (size_t g0 = 0; g0 < N; g0 += G) {
+    const std::span<const double> group(rewards.data() + g0, G);
+    const double m = std::accumulate(group.begin(), group.end(), 0.0) / static_cast<double>(G);
+    const double s = c.scale_rewards == "batch" ? all_std : std_of(group, m);
+    for (size_t i = g0; i < g0 + G; ++i) {
+      out[i] = c.scale_rewards == "none" ? rewards[i] - m : (rewards[i] - m) / (s + 1e-4);
+      zero_std += std::abs(s) <= 1e-8;  // torch.isclose(std, 0)
+    }
+  }
   return out;
 }
 

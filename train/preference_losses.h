@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "train/grpo_config.h"
 #include "train/preference_config.h"
 
 namespace tg::train {
@@ -46,6 +47,28 @@ struct UnpairedLogProbs {
   double kl = 0;
 };
 PreferenceLoss kto_loss(const KTOConfig& config, const UnpairedLogProbs& lp);
+
+// GRPO's clipped-ratio loss over a micro-batch of completions (TRL's GRPOTrainer._compute_loss),
+// on the device in the log-probs' dtype (a [B, T] tensor each): the ratio exp(logps - old_logps)
+// clipped to [1 - epsilon, 1 + epsilon_high], -min(ratio A, clipped A) per token, plus beta times
+// TRL's KL estimator exp(ref - logps) - (ref - logps) - 1, averaged as loss_type says.
+struct GRPOLogProbs {
+  Tensor logps{};       // [B, T] the policy's, differentiable (0 where mask is)
+  Tensor old_logps{};   // the generating policy's (undefined: logps detached, the ratio 1)
+  Tensor ref_logps{};   // the reference's (beta > 0)
+  Tensor mask{};        // [B, T] 1 where a completion token is predicted, else 0
+  std::vector<double> advantages{};        // [B]
+  std::vector<int64_t> completion_tokens{};  // [B]: each row's mask sum
+  int64_t step_tokens = 0;  // the mask sums of every micro-batch of the step (dapo's normaliser)
+};
+// metrics: clip_ratio/low_mean, clip_ratio/high_mean, clip_ratio/region_mean, kl (beta > 0).
+PreferenceLoss grpo_loss(const GRPOConfig& config, const GRPOLogProbs& lp);
+
+// Each completion's advantage from its reward, the generation's rewards in groups of
+// num_generations consecutive completions: reward - its group's mean, divided by the std (Bessel)
+// of its group or of all rewards plus 1e-4, or not ("none"), as scale_rewards says. zero_std
+// counts the completions whose std is 0 (TRL's frac_reward_zero_std).
+std::vector<double> grpo_advantages(const GRPOConfig& config, const std::vector<double>& rewards, int64_t& zero_std);
 
 // log(sigmoid(x)) = x - log(1 + e^x), stable for any x (log_softmax over {x, 0}).
 Tensor log_sigmoid(const Tensor& x);
