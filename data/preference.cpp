@@ -242,6 +242,7 @@ PreferenceBatch PreferenceDataset::rows_batch(std::span<const int64_t> rows, Dev
       TG_CHECK(r >= 0 && r < this->rows(), "PreferenceDataset", "row ", r, " outside the ", this->rows(), " pairs");
       seqs.push_back(pass == 0 ? &chosen(r) : &rejected(r));
       b.completion_tokens.push_back(seqs.back()->predicted());
+      b.tokens += static_cast<int64_t>(seqs.back()->ids.size());
     }
   std::tie(b.ids, b.labels) = padded_rows(seqs, pad_id_, device);
   return b;
@@ -304,6 +305,7 @@ UnpairedBatch UnpairedPreferenceDataset::rows_batch(std::span<const int64_t> row
     TG_CHECK(r >= 0 && r < this->rows(), "UnpairedPreferenceDataset", "row ", r, " outside the ", this->rows(),
              " examples");
     seqs.push_back(&sequence(r));
+    b.tokens += static_cast<int64_t>(seqs.back()->ids.size());
     b.desirable.push_back(label(r));
     kl[i] = truncated(prompts_[static_cast<size_t>(r)], completions_[static_cast<size_t>(other)], truncation_);
     kl_seqs.push_back(&kl[i]);

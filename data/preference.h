@@ -81,6 +81,7 @@ struct PreferenceBatch {
   Tensor ids{}, labels{};
   std::vector<int64_t> rows{};               // the pairs, by index in the dataset
   std::vector<int64_t> completion_tokens{};  // [2B]: each row's predicted completion tokens
+  int64_t tokens = 0;                        // of the rows, padding left out
 };
 
 class PreferenceDataset {
@@ -115,6 +116,7 @@ struct UnpairedBatch {
   Tensor kl_ids{}, kl_labels{};
   std::vector<int64_t> rows{};
   std::vector<bool> desirable{};
+  int64_t tokens = 0;  // of the rows (not the KL rows), padding left out
 };
 
 class UnpairedPreferenceDataset {

@@ -41,16 +41,23 @@ Tensor shifted_targets(const char* who, const char* wanted, const Tensor& x, con
   return reshape(cat({slice(labels, 1, 1, T), last}, 1), {-1});
 }
 
+// linear_cross_entropy of hidden's rows [B * T, H] against the shifted labels.
+Tensor head_cross_entropy(const char* who, const Tensor& hidden, const Tensor& head_weight, const Tensor& labels,
+                          int64_t ignore_index, Reduction reduction) {
+  Tensor target = shifted_targets(who, "hidden [B, T, H]", hidden, labels, ignore_index);
+  TG_CHECK(head_weight.defined(), who, "the head's weight is undefined");
+  return linear_cross_entropy(reshape(hidden, {hidden.shape()[0] * hidden.shape()[1], hidden.shape()[2]}), head_weight,
+                              target, ignore_index, reduction);
+}
+
 }  // namespace
 
 Tensor causal_lm_loss_from_hidden(const Tensor& hidden, const Tensor& head_weight, const Tensor& labels,
                                   int64_t ignore_index) {
   const char* who = "causal_lm_loss_from_hidden";
-  Tensor target = shifted_targets(who, "hidden [B, T, H]", hidden, labels, ignore_index);
-  TG_CHECK(head_weight.defined(), who, "the head's weight is undefined");
-  const int64_t B = hidden.shape()[0], T = hidden.shape()[1];
-  TG_CHECK(T >= 2, who, "needs at least 2 positions to predict a next token, got T = ", T);
-  return linear_cross_entropy(reshape(hidden, {B * T, hidden.shape()[2]}), head_weight, target, ignore_index);
+  TG_CHECK(!hidden.defined() || hidden.dim() != 3 || hidden.shape()[1] >= 2, who,
+           "needs at least 2 positions to predict a next token, got T = ", hidden.shape()[1]);
+  return head_cross_entropy(who, hidden, head_weight, labels, ignore_index, Reduction::Mean);
 }
 
 Tensor next_token_log_probs(const Tensor& logits, const Tensor& labels, int64_t ignore_index) {
@@ -62,13 +69,9 @@ Tensor next_token_log_probs(const Tensor& logits, const Tensor& labels, int64_t 
 
 Tensor next_token_log_probs_from_hidden(const Tensor& hidden, const Tensor& head_weight, const Tensor& labels,
                                         int64_t ignore_index) {
-  const char* who = "next_token_log_probs_from_hidden";
-  Tensor target = shifted_targets(who, "hidden [B, T, H]", hidden, labels, ignore_index);
-  TG_CHECK(head_weight.defined(), who, "the head's weight is undefined");
-  const int64_t B = hidden.shape()[0], T = hidden.shape()[1];
-  Tensor rows = linear_cross_entropy(reshape(hidden, {B * T, hidden.shape()[2]}), head_weight, target, ignore_index,
-                                     Reduction::None);
-  return reshape(neg(rows), {B, T});
+  const Tensor rows = head_cross_entropy("next_token_log_probs_from_hidden", hidden, head_weight, labels, ignore_index,
+                                         Reduction::None);
+  return reshape(neg(rows), {hidden.shape()[0], hidden.shape()[1]});
 }
 
 }  // namespace tg::nn

@@ -57,7 +57,7 @@ std::vector<double> KTOTrainer::precompute(const data::UnpairedPreferenceDataset
   return table;
 }
 
-PreferenceLoss KTOTrainer::batch_loss(const data::UnpairedBatch& b, const std::vector<double>& table) {
+Tensor KTOTrainer::batch_loss(const data::UnpairedBatch& b, const std::vector<double>& table, Metrics& metrics) {
   UnpairedLogProbs lp{.logps = detail::completion_log_probs(*model_, b.ids, b.labels), .desirable = b.desirable};
   lp.ref_logps = config_.precompute_ref_log_probs ? detail::gather_values(table, b.rows, device_)
                                                   : detail::reference_log_probs(*model_, b.ids, b.labels);
@@ -73,35 +73,25 @@ PreferenceLoss KTOTrainer::batch_loss(const data::UnpairedBatch& b, const std::v
     for (size_t i = 0; i < p.size(); ++i) sum += p[i] - ref[i];
     lp.kl = std::max(0.0, sum / static_cast<double>(p.size()));
   }
-  return kto_loss(config_, lp);
+  PreferenceLoss l = kto_loss(config_, lp);
+  metrics = std::move(l.metrics);
+  return l.loss;
 }
 
 Trainer::StepResult KTOTrainer::run_step(int64_t step) {
   TG_CHECK(world_ == 1, kName, "data parallelism is not implemented for preference training yet: run one process");
-  const int64_t accum = args_.gradient_accumulation_steps, B = args_.per_device_train_batch_size;
-  std::vector<data::UnpairedBatch> micro;
-  int64_t tokens = 0;
-  for (int64_t k = 0; k < accum; ++k) {
-    const std::vector<int64_t> rows = train_.batch_rows((step - 1) * accum + k, B, static_cast<uint64_t>(args_.seed));
-    micro.push_back(train_.rows_batch(rows, device_));
-    for (int64_t row : rows) tokens += static_cast<int64_t>(train_.sequence(row).ids.size());
-  }
-  StepResult r = mean_step(micro.size(), [&](size_t k, Metrics& m) {
-    PreferenceLoss l = batch_loss(micro[k], train_reference_);
-    m = l.metrics;
-    return l.loss;
-  });
-  r.tokens = tokens;
+  const std::vector<data::UnpairedBatch> micro = detail::micro_batches(train_, step, args_, device_);
+  StepResult r = mean_step(micro.size(), [&](size_t k, Metrics& m) { return batch_loss(micro[k], train_reference_, m); });
+  for (const data::UnpairedBatch& b : micro) r.tokens += b.tokens;
   return r;
 }
 
 LogEntry KTOTrainer::evaluate(const std::string& prefix) {
   TG_CHECK(eval_.rows() > 0, kName, "evaluate: no eval examples (pass them to the constructor)");
-  return evaluate_rows(eval_.rows(), [&](std::span<const int64_t> rows, Metrics& m) {
-    PreferenceLoss l = batch_loss(eval_.rows_batch(rows, device_), eval_reference_);
-    m = l.metrics;
-    return l.loss;
-  }, prefix);
+  auto loss_of = [&](std::span<const int64_t> rows, Metrics& m) {
+    return batch_loss(eval_.rows_batch(rows, device_), eval_reference_, m);
+  };
+  return evaluate_rows(eval_.rows(), loss_of, prefix);
 }
 
 void KTOTrainer::evaluate_in_training() {

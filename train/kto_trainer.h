@@ -42,7 +42,7 @@ class KTOTrainer : public Trainer {
   void evaluate_in_training() override;
 
  private:
-  PreferenceLoss batch_loss(const data::UnpairedBatch& b, const std::vector<double>& table);
+  Tensor batch_loss(const data::UnpairedBatch& b, const std::vector<double>& table, Metrics& metrics);
   std::vector<double> precompute(const data::UnpairedPreferenceDataset& examples, int64_t batch_size);
 
   KTOConfig config_;

@@ -14,13 +14,6 @@ const Config& validated(const Config& c) {
   return c;
 }
 
-int64_t tokens_of(const data::PreferenceDataset& pairs, std::span<const int64_t> rows) {
-  int64_t n = 0;
-  for (int64_t r : rows)
-    n += static_cast<int64_t>(pairs.chosen(r).ids.size() + pairs.rejected(r).ids.size());
-  return n;
-}
-
 }  // namespace
 
 PairwiseTrainer::PairwiseTrainer(std::shared_ptr<nn::CausalLM> model, std::span<const data::PreferencePair> train_pairs,
@@ -64,7 +57,7 @@ PairwiseTrainer::ReferenceTable PairwiseTrainer::precompute(const data::Preferen
   return t;
 }
 
-PreferenceLoss PairwiseTrainer::batch_loss(const data::PreferenceBatch& b, const ReferenceTable& table) {
+Tensor PairwiseTrainer::batch_loss(const data::PreferenceBatch& b, const ReferenceTable& table, Metrics& metrics) {
   const int64_t B = static_cast<int64_t>(b.rows.size());
   const Tensor lp = detail::completion_log_probs(*model_, b.ids, b.labels);
   PairLogProbs p{.chosen = slice(lp, 0, 0, B),
@@ -78,35 +71,25 @@ PreferenceLoss PairwiseTrainer::batch_loss(const data::PreferenceBatch& b, const
     p.ref_chosen = detail::gather_values(table.chosen, b.rows, device_);
     p.ref_rejected = detail::gather_values(table.rejected, b.rows, device_);
   }
-  return pair_loss(p);
+  PreferenceLoss l = pair_loss(p);
+  metrics = std::move(l.metrics);
+  return l.loss;
 }
 
 Trainer::StepResult PairwiseTrainer::run_step(int64_t step) {
   TG_CHECK(world_ == 1, name_, "data parallelism is not implemented for preference training yet: run one process");
-  const int64_t accum = args_.gradient_accumulation_steps, B = args_.per_device_train_batch_size;
-  std::vector<data::PreferenceBatch> micro;
-  int64_t tokens = 0;
-  for (int64_t k = 0; k < accum; ++k) {
-    const std::vector<int64_t> rows = train_.batch_rows((step - 1) * accum + k, B, static_cast<uint64_t>(args_.seed));
-    micro.push_back(train_.rows_batch(rows, device_));
-    tokens += tokens_of(train_, rows);
-  }
-  StepResult r = mean_step(micro.size(), [&](size_t k, Metrics& m) {
-    PreferenceLoss l = batch_loss(micro[k], train_reference_);
-    m = l.metrics;
-    return l.loss;
-  });
-  r.tokens = tokens;
+  const std::vector<data::PreferenceBatch> micro = detail::micro_batches(train_, step, args_, device_);
+  StepResult r = mean_step(micro.size(), [&](size_t k, Metrics& m) { return batch_loss(micro[k], train_reference_, m); });
+  for (const data::PreferenceBatch& b : micro) r.tokens += b.tokens;
   return r;
 }
 
 LogEntry PairwiseTrainer::evaluate(const std::string& prefix) {
   TG_CHECK(eval_.rows() > 0, name_, "evaluate: no eval pairs (pass them to the constructor)");
-  return evaluate_rows(eval_.rows(), [&](std::span<const int64_t> rows, Metrics& m) {
-    PreferenceLoss l = batch_loss(eval_.rows_batch(rows, device_), eval_reference_);
-    m = l.metrics;
-    return l.loss;
-  }, prefix);
+  auto loss_of = [&](std::span<const int64_t> rows, Metrics& m) {
+    return batch_loss(eval_.rows_batch(rows, device_), eval_reference_, m);
+  };
+  return evaluate_rows(eval_.rows(), loss_of, prefix);
 }
 
 void PairwiseTrainer::evaluate_in_training() {

@@ -58,7 +58,7 @@ class PairwiseTrainer : public Trainer {
   struct ReferenceTable {
     std::vector<double> chosen, rejected;
   };
-  PreferenceLoss batch_loss(const data::PreferenceBatch& b, const ReferenceTable& table);
+  Tensor batch_loss(const data::PreferenceBatch& b, const ReferenceTable& table, Metrics& metrics);
   ReferenceTable precompute(const data::PreferenceDataset& pairs, int64_t batch_size);
 
   const char* name_;

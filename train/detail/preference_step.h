@@ -11,6 +11,7 @@
 
 #include "core/tensor.h"
 #include "nn/models/causal_lm.h"
+#include "train/training_arguments.h"
 
 namespace tg::train::detail {
 
@@ -38,6 +39,19 @@ class MetricMeans {
  private:
   std::map<std::string, std::pair<double, double>> sums_;  // weighted sum, weight
 };
+
+// A step's micro-batches of a preference dataset (data::PreferenceDataset,
+// UnpairedPreferenceDataset): gradient_accumulation_steps batches of per_device_train_batch_size
+// rows in its seeded order.
+template <class Dataset>
+auto micro_batches(const Dataset& data, int64_t step, const TrainingArguments& args, Device device) {
+  std::vector<decltype(data.rows_batch(std::span<const int64_t>(), device))> out;
+  for (int64_t k = 0; k < args.gradient_accumulation_steps; ++k)
+    out.push_back(data.rows_batch(data.batch_rows((step - 1) * args.gradient_accumulation_steps + k,
+                                                  args.per_device_train_batch_size, static_cast<uint64_t>(args.seed)),
+                                  device));
+  return out;
+}
 
 // Each value of `table` at `rows`, as a float32 [rows] tensor on `device`.
 Tensor gather_values(const std::vector<double>& table, std::span<const int64_t> rows, Device device);
