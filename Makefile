@@ -23,7 +23,7 @@ build: configure
 configure: deps
 	@if [ ! -f $(BUILD_DIR)/CMakeCache.txt ]; then \
 	  gen=$$(command -v ninja >/dev/null 2>&1 && echo "-G Ninja"); \
-	  cmake -S . -B $(BUILD_DIR) $$gen -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS); \
+	  cmake -S . -B $(BUILD_DIR) $$gen -DCMAKE_BUILD_TYPE=Release -DTG_WERROR=ON $(CMAKE_FLAGS); \
 	elif [ -n "$(CMAKE_FLAGS)" ]; then \
 	  cmake -S . -B $(BUILD_DIR) $(CMAKE_FLAGS); \
 	fi

@@ -10,7 +10,7 @@
 // backward 2.5x forward (the work FlashAttention-2 does).
 //   attention_bench [--reps N] [--json path] [--split] [--only SHAPE] [--impls a,b,...]
 // bench/torch_attention_ref.py times PyTorch's SDPA backends on the same shapes in the same call
-// (scripts/gpu/run_attention_bench.sh runs the two; rows to bench/results/{attention,torch_attention}.json).
+// (scripts/gpu/bench.sh attention runs the two; rows to bench/results/{attention,torch_attention}.json).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "bench/bench_args.h"
 #include "bench/bench_json.h"
 #include "core/autograd.h"
 #include "core/cuda/cuda_utils.cuh"
@@ -134,7 +135,7 @@ int main(int argc, char** argv) {
   bool split = false;
   std::string only, impls = "tapegrad_cudnn,tapegrad_cudnn_nondet,tapegrad_flash";
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) reps = std::atoi(argv[++i]);
+    if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) reps = bench::positive_arg("--reps", argv[++i]);
     else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
     else if (!std::strcmp(argv[i], "--split")) split = true;
     else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];

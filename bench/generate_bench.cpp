@@ -2,7 +2,7 @@
 // --new-tokens new ones (no EOS), per batch size; the median of --runs after --warmup, on the host
 // clock (generate waits for each step's tokens). The first streamed token marks the end of the
 // prefill. bench/generate_bench_torch.py times transformers' generate the same way;
-// scripts/gpu/run_generate_bench.sh runs both. --caches: the dynamic KV cache (rows "kv cache"), the
+// scripts/gpu/bench.sh generate runs both. --caches: the dynamic KV cache (rows "kv cache"), the
 // static one ("static cache": every decode step attends to the whole cache, masked) and the static
 // one with the decode step replayed as a CUDA graph ("static cache + cuda graph").
 #include <algorithm>
@@ -75,7 +75,10 @@ int main(int argc, char** argv) {
     std::printf("%-10s %-6s %-8s %5s %6s %6s %10s %12s %11s %14s\n", "config", "dtype", "cache", "batch", "prompt", "new",
                 "tok/s", "ms/token", "prefill ms", "decode ms/tok");
     for (const std::string& b : flags.list("batches")) {
-      const int64_t B = std::stoll(b);
+      const std::optional<int64_t> parsed = io::parse_integer<int64_t>(b);
+      if (!parsed || *parsed < 1 || *parsed > 4096)
+        throw std::runtime_error("--batches wants sizes in [1, 4096], got '" + b + "'");
+      const int64_t B = *parsed;
       std::vector<std::vector<int32_t>> prompts;  // the same for every cache
       for (int64_t i = 0; i < B; ++i) {
         std::vector<int32_t> p;

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_args.h"
 #include "bench/bench_json.h"
 #include "core/autograd.h"
 #include "core/cuda/cuda_utils.cuh"
@@ -25,7 +26,7 @@ int main(int argc, char** argv) {
   int reps = 100;
   std::string json;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) reps = std::atoi(argv[++i]);
+    if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) reps = bench::positive_arg("--reps", argv[++i]);
     else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
     else {
       std::fprintf(stderr, "usage: %s [--reps N] [--json out.json]\n", argv[0]);

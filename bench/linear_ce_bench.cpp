@@ -11,10 +11,9 @@
 //   linear_ce_bench [--device cuda|cpu] [--shapes NxHxV,...] [--reps N] [--json out.json]
 //                   [--chunk-rows R,... --chunks-json chunks.json]
 // bench/torch_linear_ce_ref.py times PyTorch (eager, torch.compile, Liger) on the same cases;
-// scripts/gpu/run_linear_ce_bench.sh runs both (rows to bench/results/{linear_ce,torch_linear_ce}.json).
+// scripts/gpu/bench.sh linear-ce runs both (rows to bench/results/{linear_ce,torch_linear_ce}.json).
 #include <algorithm>
 #include <chrono>
-#include <cinttypes>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -50,11 +49,10 @@ std::vector<Case> parse_cases(const std::string& list) {
   std::vector<Case> cases;
   std::stringstream ss(list);
   for (std::string s; std::getline(ss, s, ',');) {
-    Case c{};
-    char tail = 0;
-    if (std::sscanf(s.c_str(), "%" SCNd64 "x%" SCNd64 "x%" SCNd64 "%c", &c.N, &c.H, &c.V, &tail) != 3 || c.N < 1 || c.H < 1 || c.V < 1)
-      throw examples::UsageError("--shapes wants NxHxV,... with positive sizes, got '" + s + "'\n");
-    cases.push_back(c);
+    const std::optional<std::vector<int64_t>> n = io::parse_integers<int64_t>(s, 'x');
+    if (!n || n->size() != 3 || std::any_of(n->begin(), n->end(), [](int64_t d) { return d < 1 || d > INT32_MAX; }))
+      throw examples::UsageError("--shapes wants NxHxV,... with sizes in [1, 2^31), got '" + s + "'\n");
+    cases.push_back({(*n)[0], (*n)[1], (*n)[2]});
   }
   return cases;
 }
@@ -64,11 +62,9 @@ std::vector<int64_t> parse_rows(const std::string& list) {
   std::vector<int64_t> rows;
   std::stringstream ss(list);
   for (std::string s; std::getline(ss, s, ',');) {
-    char tail = 0;
-    int64_t r = 0;
-    if (std::sscanf(s.c_str(), "%" SCNd64 "%c", &r, &tail) != 1 || r < 1)
-      throw examples::UsageError("--chunk-rows wants R,... with positive rows, got '" + s + "'\n");
-    rows.push_back(r);
+    const std::optional<int64_t> r = io::parse_integer<int64_t>(s);
+    if (!r || *r < 1) throw examples::UsageError("--chunk-rows wants R,... with positive rows, got '" + s + "'\n");
+    rows.push_back(*r);
   }
   return rows;
 }

@@ -8,6 +8,7 @@
 // read_seconds, peak_rss_mib (and rss_before_mib, largest_file_bytes, files).
 // --quant none,nf4 also times the QLoRA load (options.quantization: every Linear but the head
 // quantised to NF4 as it streams), with the device's peak of live tensors beside the peak RSS.
+// --layers N makes the config N decoder layers deep (a smaller folder of the same shapes).
 // With --construct, instead times building the config's model with its random init
 // (LlamaForCausalLM(config, gen), float32 on the CPU, as a user does before .to(device)): rows of
 // bench "construct_bench": config, parameters, seconds, threads, peak_rss_mib.
@@ -27,6 +28,7 @@
 #include "core/cuda/runtime.h"
 #include "core/memory.h"
 #include "examples/common/flags.h"
+#include "examples/common/precision.h"
 #include "nn/models/pretrained.h"
 #include "tapegrad.h"
 
@@ -41,10 +43,8 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 // A field of /proc/self/status in MiB ("VmHWM", "VmRSS"); -1 where there is none.
 double status_mib(const std::string& field) {
-  std::ifstream in("/proc/self/status");
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind(field + ":", 0) == 0) return std::stod(line.substr(field.size() + 1)) / 1024.0;  // kB
-  return -1;
+  const std::optional<int64_t> kib = examples::proc_status_kib(field);
+  return kib ? static_cast<double>(*kib) / 1024.0 : -1;
 }
 
 // Resets VmHWM to the current RSS; false where the kernel does not allow it.
@@ -74,6 +74,7 @@ int64_t read_all(const std::vector<fs::path>& files) {
 int main(int argc, char** argv) {
   examples::Flags flags("load_bench", "Times nn::from_pretrained of a bf16 Llama folder against reading its files.");
   flags.add("config", "llama-1b", "a bench/real_llama.h config: tiny, small, bench-135m, llama-1b, llama3-8b")
+      .add("layers", "0", "decoder layers (0: the config's; fewer make a smaller folder of the same shapes)")
       .add("dir", "", "the folder (default: /tmp/tg_load_bench/<config>); written when it has no config.json")
       .add("rewrite", "false", "write the folder even when it exists")
       .add("max-shard-bytes", "5000000000", "save_pretrained's shard size (transformers' default 5GB; 0: one file)")
@@ -84,8 +85,10 @@ int main(int argc, char** argv) {
       .add("json", "", "also write the rows to this file (bench/results/load.json's rows)");
   try {
     if (!flags.parse(argc, argv)) return std::cout << flags.usage(), 0;
-    const std::string config = flags.str("config");
-    const nn::LlamaConfig c = bench::bench_llama(config).config;
+    nn::LlamaConfig c = bench::bench_llama(flags.str("config")).config;
+    const int64_t layers = flags.integer("layers", 0, kMaxLayers);
+    if (layers) c.num_hidden_layers = layers;
+    const std::string config = flags.str("config") + (layers ? "-" + std::to_string(layers) + "layers" : "");
     TG_CHECK(flags.str("dtype") == "bf16" || flags.str("dtype") == "f32", "load_bench", "--dtype wants bf16 or f32, got '",
              flags.str("dtype"), "'");
     const DType dtype = flags.str("dtype") == "bf16" ? kBFloat16 : kFloat32;

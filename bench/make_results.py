@@ -105,7 +105,7 @@ backward is below 0.90 of copy bandwidth from 200 MB (0.70 from 50 MB), or a ful
 from 200 MB or over 1.10x the frozen time. {missed} of {len(ours)} rows miss a target; dev/NOTES.md
 says why for each kind.
 
-Reproduce (the GPU machine, PyTorch with CUDA): `scripts/gpu/norm_run.sh build-gpu out`, then
+Reproduce (the GPU machine, PyTorch with CUDA): `scripts/gpu/bench.sh norm build-gpu out`, then
 `cp out/norm.json out/torch_norm.json out/linear.json bench/results/ && python3 bench/make_results.py`.
 
 {table(header, out)}
@@ -124,7 +124,7 @@ Measured: {measured(rows)}.
 The autograd node's backward after a 256 MB L2 flush, median of 100 calls: full runs the dX and dW
 GEMMs, a frozen weight (LoRA's base layer) the dX GEMM only.
 
-Reproduce: `build-gpu/bench/linear_bench --json bench/results/linear.json` (or `scripts/gpu/norm_run.sh`).
+Reproduce: `build-gpu/bench/linear_bench --json bench/results/linear.json` (or `scripts/gpu/bench.sh norm`).
 
 {table(["dtype", "shape", "mode", "µs:", "TFLOP/s:", "vs full:"], out)}
 """
@@ -151,7 +151,7 @@ and whether a / b are stored transposed; rates count 2·B·M·N·K FLOPs. "% cei
 of the same dtype measured first in the same run (bf16 for tf32 rows). Rows under ~30 µs measure
 launch overhead (PyTorch's includes Python), not kernels.
 
-Reproduce: `scripts/gpu/run_bench.sh build-gpu out`, then
+Reproduce: `scripts/gpu/bench.sh gemm build-gpu out`, then
 `cp out/gemm.json out/elementwise.json out/torch_gemm_elementwise.json bench/results/`.
 
 {ours_vs_torch(ours, torch_rows, "tflops", "TFLOP/s", "ceiling_tflops", "% ceiling")}
@@ -166,7 +166,7 @@ Measured: ours {measured(ours)}; PyTorch {measured(torch_rows)}.
 Rates count the bytes that must move (inputs read once, outputs written once); "% copy": of the
 device-to-device copy bandwidth measured in the same run ({ours[0]['copy_gbs']:.0f} GB/s).
 
-Reproduce: as the GEMM table (`scripts/gpu/run_bench.sh`).
+Reproduce: as the GEMM table (`scripts/gpu/bench.sh gemm`).
 
 {ours_vs_torch(ours, torch_rows, "gbs", "GB/s", "copy_gbs", "% copy")}
 """
@@ -208,7 +208,7 @@ bfloat16, LoRA weights and their AdamW moments in float32 (full: bf16 parameters
 `tiny` is batch 8 x 128 tokens, `bench-135m` batch 8 x 1024.
 
 Reproduce: `build/bench/train_step_bench --config tiny --threads 2 --steps 20 --json
-bench/results/train_step-<machine>.json` (CPU); on the GPU `scripts/gpu/run_step_gpu.sh build-gpu`
+bench/results/train_step-<machine>.json` (CPU); on the GPU `scripts/gpu/bench.sh step build-gpu bench/results`
 (tapegrad bf16 and f32, then `bench/torch_toy_lora.py` eager and torch.compile in the same call).
 
 {table(header, [cells(r) for r in ours])}
@@ -266,8 +266,9 @@ backward adding dq with atomics, as PyTorch runs it (`--sdp-deterministic false`
 q / k / v and gate / up each in their own allocation, as before nn::place_weights_adjacent
 (`--adjacent-weights false`), so linear_group copies or splits them.
 
-Reproduce: `scripts/gpu/run_real_step.sh` (llama-1b) and `scripts/gpu/run_real_step.sh llama3-8b` on the GPU machine,
-then copy `$OUT/train_step-h200-real*.json`, `$OUT/census-*.md` (ncu: each kernel alone) and `$OUT/timeline-*.md`
+Reproduce: `scripts/gpu/bench.sh real-step build-gpu out` (llama-1b) and `scripts/gpu/bench.sh real-step build-gpu out
+llama3-8b` on the GPU machine, then copy `out/train_step-h200-real*.json`, `out/census-*.md` (ncu: each kernel alone) and
+`out/timeline-*.md`
 (bench/cupti_timeline.cpp: the kernels as they ran in the step) to `bench/results/`.
 
 {table(header, cells)}
@@ -310,8 +311,8 @@ checkpoint); the 4-layer rows check the extrapolation of the 2-layer ones. PyTor
 setup (bf16 base, float32 LoRA, autocast, torch.utils.checkpoint per block; no bitsandbytes there).
 Targets: llama3-8b at 4 x 2048 tokens at most 8 GiB and 1.15x the bf16 LoRA step; 70B at most 46 GiB.
 
-Reproduce: `scripts/gpu/run_qlora_step.sh` on the GPU machine, then copy `$OUT/train_step-h200-qlora.json`
-and `$OUT/load-qlora.json` to `bench/results/`.
+Reproduce: `scripts/gpu/bench.sh qlora build-gpu out` on the GPU machine, then copy `out/train_step-h200-qlora.json`
+and `out/load-qlora.json` to `bench/results/`.
 
 {table(header, cells)}
 """
@@ -349,7 +350,7 @@ over the load (reset before it). Targets: load at most 1.5x the read (NF4 rows q
 load: timed, not judged), peak RSS at most 1.1x the folder (CPU, bfloat16), the float32 model + the
 largest file + 256 MiB (CPU, float32) or the largest file + 1 GiB (GPU).
 
-Reproduce: `scripts/gpu/run_load_bench.sh` on the GPU machine, then copy `$OUT/load.json` to `bench/results/`.
+Reproduce: `scripts/gpu/bench.sh load build-gpu out` on the GPU machine, then copy `out/load.json` to `bench/results/`.
 
 {table(header, cells)}
 """
@@ -372,7 +373,7 @@ Measured: {measured(rows)}.
 (the values of a seed are those of every earlier version). Targets: a 1.6B Llama (llama-1b) in at
 most 10 s on the GPU machine's 16 cores, a 1.24B one (llama3.2-1b) in at most 30 s on 2 cores.
 
-Reproduce: `scripts/gpu/run_load_bench.sh` on the GPU machine (`$OUT/construct.json`); the 2-core row:
+Reproduce: `scripts/gpu/bench.sh load build-gpu out` on the GPU machine (`out/construct.json`); the 2-core row:
 `bench/load_bench --config llama3.2-1b --construct true --json <file>` on the 2-core CPU VM.
 
 {table(header, cells)}
@@ -398,7 +399,7 @@ during backward on a stream of their own); torch: DistributedDataParallel under 
 autocast over float32 weights, so it reduces float32 gradients). Speed-up and efficiency are
 against the same implementation on 1 GPU.
 
-Reproduce: `scripts/gpu/run_data_parallel.sh build-gpu` (or `scripts/gpu/dp_check.sh build-gpu`).
+Reproduce: `scripts/gpu/bench.sh data-parallel build-gpu bench/results` (or `scripts/gpu/check.sh dp build-gpu out`).
 
 {table(header, cells)}
 """
@@ -460,7 +461,7 @@ from before the cuDNN path. +MiB: what a forward + backward adds to the memory i
 peak (outputs, gradients, workspace). PyTorch's SDPA backends timed the same way in the same call
 by `bench/torch_attention_ref.py`.
 
-Reproduce: `scripts/gpu/run_attention_bench.sh build-gpu`.
+Reproduce: `scripts/gpu/bench.sh attention build-gpu bench/results`.
 
 {step_before_after(step_rows)}{table(header, rows)}
 
@@ -520,7 +521,7 @@ call beyond the inputs and their existing gradients. "torch ms / ms" above 1: th
 PyTorch eager (compile likewise); "peak / liger peak" below 1: it holds less. Target (issue 22):
 tapegrad_fused faster than PyTorch eager and no more memory than Liger. {verdict}
 
-Reproduce: `scripts/gpu/run_linear_ce_bench.sh build-gpu`.
+Reproduce: `scripts/gpu/bench.sh linear-ce build-gpu bench/results`.
 
 {table(header, cells)}
 """
@@ -546,7 +547,7 @@ streamed token. `bench/generate_bench_torch.py` times transformers' `generate` t
 same call: the default dynamic cache (eager), the static cache, and the static cache with
 `torch.compile`.
 
-Reproduce: `scripts/gpu/run_generate_bench.sh build-gpu`.
+Reproduce: `scripts/gpu/bench.sh generate build-gpu bench/results`.
 
 {table(header, [cells(r) for r in ours + torch_rows])}
 
@@ -605,7 +606,7 @@ length (as many tokens a step in more rows). Fill: the share of a step's tokens 
 conversation, not padding; real tok/s: those a second (median step: zero_grad, loss, backward,
 AdamW); vs pack: against the unpadded rate. Target (issue 38): pack-separate approaches pack.
 
-Reproduce: `scripts/gpu/run_packing_bench.sh build-gpu`.
+Reproduce: `scripts/gpu/bench.sh packing build-gpu bench/results`.
 
 {table(header, cells)}
 """

@@ -23,7 +23,7 @@
 // profiler or a sweep.) --dot DIR writes each captured graph there as DOT (what one timed call
 // launched: a frozen backward is one kernel node). The CSV has one row per case;
 // bench/torch_norm_ref.py --ours out.csv prints PyTorch's times for the same cases beside ours
-// (scripts/gpu/norm_run.sh runs both); --json writes the rows of bench/results/norm.json.
+// (scripts/gpu/bench.sh norm runs both); --json writes the rows of bench/results/norm.json.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "core/autograd.h"
+#include "bench/bench_args.h"
 #include "bench/bench_json.h"
 #include "core/cuda/cuda_utils.cuh"
 #include "core/memory.h"
@@ -197,7 +198,7 @@ int main(int argc, char** argv) {
   bool quick = false, graph = true;
   std::string only, only_dtype, only_shape, only_mode;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) reps = std::atoi(argv[++i]);
+    if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) reps = bench::positive_arg("--reps", argv[++i]);
     else if (!std::strcmp(argv[i], "--csv") && i + 1 < argc) csv = argv[++i];
     else if (!std::strcmp(argv[i], "--quick")) quick = true;
     else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
@@ -240,12 +241,12 @@ int main(int argc, char** argv) {
                                                      {262144, 128}};
   if (quick) shapes = {{8192, 8192}, {8192, 1500}, {262144, 128}};
   if (!only_shape.empty()) {
-    long long r = 0, d = 0;
-    if (std::sscanf(only_shape.c_str(), "%lldx%lld", &r, &d) != 2 || r < 1 || d < 1) {
-      std::fprintf(stderr, "norm_bench: --shape wants ROWSxDIM, got %s\n", only_shape.c_str());
+    const std::optional<std::vector<int64_t>> rd = io::parse_integers<int64_t>(only_shape, 'x');
+    if (!rd || rd->size() != 2 || (*rd)[0] < 1 || (*rd)[1] < 1 || (*rd)[0] > INT32_MAX || (*rd)[1] > INT32_MAX) {
+      std::fprintf(stderr, "norm_bench: --shape wants ROWSxDIM with sizes in [1, 2^31), got %s\n", only_shape.c_str());
       return 2;
     }
-    shapes = {{r, d}};
+    shapes = {{(*rd)[0], (*rd)[1]}};
   }
   const std::vector<Mode> rms_modes = {{"full", true, true, false}, {"frozen", true, false, false}, {"dw_only", false, true, false}};
   const std::vector<Mode> ln_modes = {{"full", true, true, true},     {"w_frozen", true, false, true},

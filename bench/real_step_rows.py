@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """One bench/results/train_step-h200-real*.json from train_step_bench's --real-json files and
-bench/torch_toy_lora.py's --jsonl rows (scripts/gpu/run_real_step.sh runs all three):
+bench/torch_toy_lora.py's --jsonl rows (scripts/gpu/bench.sh real-step runs all three):
 
     python3 bench/real_step_rows.py OUT.json tapegrad-*.json [--torch torch.jsonl]
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch's bf16 LoRA step beside train_step_bench --qlora (scripts/gpu/run_qlora_step.sh): the llama
+"""PyTorch's bf16 LoRA step beside train_step_bench --qlora (scripts/gpu/bench.sh qlora): the llama
 configs of bench/torch_toy_lora.py (its model, LoRA r 8 on q/k/v/o, AdamW) as peft trains a bf16
 base: the frozen weights in bfloat16, the adapters float32, the forward under bf16 autocast, every
 block under torch.utils.checkpoint (use_reentrant=False), at --batch x --seq tokens. There is no

@@ -16,7 +16,7 @@
 // and the timed steps are its replays (rows "lora+graph", "full+graph"); the loss of the last
 // eager and replayed steps are printed so a run shows the replay trains.
 // On the GPU the timed steps run between cudaProfilerStart / Stop, so `ncu --profile-from-start
-// off` sees them alone (scripts/gpu/run_real_step.sh's census).
+// off` sees them alone (scripts/gpu/bench.sh real-step's census).
 // --cudnn-sdp false: attention on tapegrad's flash kernels instead of cuDNN's (tg::enable_cudnn_sdp).
 // --sdp-deterministic false: cuDNN's attention backward with atomic dq, as PyTorch's cuDNN backend
 // runs it (tg::set_cudnn_sdp_deterministic); rows say "sdp_deterministic": false.

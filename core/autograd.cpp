@@ -147,7 +147,7 @@ HookHandle register_post_accumulate_grad_hook(const Tensor& leaf, std::function<
   return HookHandle(leaf.impl_ptr(), id);
 }
 
-bool recorded_at_backward() { return observed != nullptr; }
+bool in_checkpoint_first_pass() { return observed != nullptr; }
 
 bool needs_record(const std::vector<NamedInput>& inputs) {
   if (!grad_enabled) {

@@ -64,7 +64,7 @@ class ObservedNoGradGuard {
 // Whether ops on this thread run in an ObservedNoGradGuard's scope: tg::checkpoint's first pass
 // of a function that backward runs again with recording on. An op that picks its kernels by
 // whether a backward follows picks as it will then, so both passes compute the same bits.
-bool recorded_at_backward();
+bool in_checkpoint_first_pass();
 
 using GradMask = std::vector<bool>;
 

@@ -1,23 +1,12 @@
 // CUDA graphs, as torch.cuda.CUDAGraph: a function's GPU work recorded once and replayed as one
-// launch, without the host cost of its kernel launches and the gaps between them.
+// launch. Inputs go into the tensors the function read, outputs are the tensors it left behind,
+// overwritten by every replay; what a capture refuses: docs/api.md.
 //
 //   step();                                  // one eager step first: cuBLAS, cuDNN's plans, optimizer state
 //   tg::cuda::CUDAGraph graph;
 //   Tensor loss;
 //   graph.capture([&] { opt.zero_grad(); loss = model->loss(ids, ids); loss.backward(); opt.step(); });
 //   for (...) { copy_(ids, next_batch); graph.replay(); sched.step(); }  // loss: this replay's
-//
-// A replay runs the recorded kernels on the same addresses: inputs go into the tensors the
-// function read (copy_ into them before replay()), outputs are the tensors it left behind,
-// overwritten by every replay. Tensors allocated during the capture come from a pool private to
-// the graph, kept while the graph lives. The function's host code runs once, at capture, so:
-// nothing in it may wait for the device or copy between host and device (tg::Error naming the
-// call), dropout with 0 < p < 1 refuses (its mask would repeat at every replay), and state it
-// would create (an optimizer's moments) would be re-zeroed by every replay: AdamW refuses unless
-// it has stepped once eagerly. AdamW reads its lr and step counts from device memory and uploads
-// the host's lr before each replay, so a scheduler works as in eager steps. The tensors the graph
-// reads and writes (parameters, optimizer state, inputs) must stay alive and in place while it
-// is replayed: loading a state dict that replaces them means reset() and capture again.
 #pragma once
 
 #include <cstdint>
@@ -56,7 +45,7 @@ class CUDAGraph {
   friend void at_each_replay(Device, const std::string&, std::function<void()>, std::function<void()>);
 
   Device device_;
-  uint64_t pool_ = 0;
+  [[maybe_unused]] uint64_t pool_ = 0;  // the capture's memory pool: CUDA builds only
   void* exec_ = nullptr;
   std::vector<Hook> hooks_;
 };

@@ -1,10 +1,12 @@
 #include "core/parallel.h"
 
 #include <atomic>
+#include <charconv>
 #include <chrono>
 #include <cstdlib>
 #include <exception>
 #include <mutex>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -25,8 +27,13 @@ namespace {
 
 int default_threads() {
   if (const char* env = std::getenv("OMP_NUM_THREADS")) {
-    const int n = std::atoi(env);
-    if (n >= 1) return n;
+    // The whole text a count (io/number.h's rule; core lies below io): "4abc" or 2^32 is not 4.
+    // OpenMP's nested list ("4,2") gives the outer level.
+    std::string_view text(env);
+    text = text.substr(0, text.find(','));
+    int n = 0;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+    if (ec == std::errc() && end == text.data() + text.size() && n >= 1) return n;
   }
 #ifdef __linux__
   cpu_set_t set;

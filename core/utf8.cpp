@@ -1,6 +1,7 @@
 #include "core/detail/utf8.h"
 
 #include <cstdint>
+#include <cstdio>
 
 namespace tg::utf8 {
 namespace {
@@ -67,12 +68,25 @@ std::string repair(std::string_view s) {
 }
 
 char32_t next(std::string_view s, size_t& i) {
+  size_t bad = 0;
+  const size_t n = sequence_at(s, i, bad);
+  if (n == 0) {
+    i += bad;
+    return 0xFFFD;
+  }
   const auto c = static_cast<unsigned char>(s[i]);
-  const size_t n = char_len(c);
   char32_t cp = n == 1 ? c : n == 2 ? c & 0x1F : n == 3 ? c & 0x0F : c & 0x07;
   for (size_t k = 1; k < n; ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
   i += n;
   return cp;
+}
+
+std::string invalid_at(std::string_view s) {
+  const size_t at = valid_prefix(s);
+  if (at == s.size()) return {};
+  char what[32];
+  std::snprintf(what, sizeof what, "invalid UTF-8 (byte 0x%02x)", static_cast<unsigned char>(s[at]));
+  return what + std::string(" at byte ") + std::to_string(at);
 }
 
 bool is_white_space(char32_t c) {

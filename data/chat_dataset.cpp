@@ -41,6 +41,14 @@ std::vector<ChatMessage> messages_of(const json::Value& row, const std::string& 
   return parse_messages(*list, op, where, "messages");
 }
 
+// A template whose {% generation %} blocks are all empty marks no assistant token: every label
+// would be -100, and the training learn nothing.
+void check_generation_blocks(const ChatTemplate& chat_template, const char* op, const std::string& where,
+                             const std::string& name) {
+  TG_CHECK(!chat_template.generation_blocks_are_empty(), op, where, "the chat template of '", name,
+           "' marks assistant turns with {% generation %} blocks that are all empty: not one token would be learned");
+}
+
 }  // namespace
 
 std::vector<ChatMessage> parse_messages(const json::Value& list, const char* op, const std::string& where,
@@ -74,9 +82,11 @@ std::vector<std::pair<size_t, size_t>> assistant_spans(const ChatTemplate& chat_
            "the conversation (", messages.size(), " messages) has no assistant turn: nothing to learn");
   std::vector<std::pair<size_t, size_t>> spans;
   if (chat_template.has_generation_blocks()) {
+    check_generation_blocks(chat_template, op, "", name);
     rendered = chat_template.render(messages, {}, &now, spans);
-    TG_CHECK(!spans.empty(), op, "the chat template of '", name,
-             "' has {% generation %} blocks, but none was rendered for this conversation's assistant turns");
+    TG_CHECK(std::any_of(spans.begin(), spans.end(), [](const auto& s) { return s.first < s.second; }), op,
+             "the chat template of '", name, "' has {% generation %} blocks, but ",
+             spans.empty() ? "none was rendered" : "they rendered nothing", " for this conversation's assistant turns");
     return spans;
   }
   rendered = chat_template.render(messages, {}, &now);
@@ -86,7 +96,7 @@ std::vector<std::pair<size_t, size_t>> assistant_spans(const ChatTemplate& chat_
       fail(op, "the chat template of '", name, "' renders assistant turn messages[", i, "] so that its tokens cannot be "
            "found: ", why, " (a template that marks assistant turns with {% generation %} blocks gives them directly)");
     };
-    const std::string head = chat_template.render(messages.first(i), {.add_generation_prompt = true}, &now);
+    const std::string head = chat_template.render(messages.first(i), {.add_generation_prompt = true, .limits = {}}, &now);
     const std::string with_turn = chat_template.render(messages.first(i + 1), {}, &now);
     if (!std::string_view(rendered).starts_with(head))
       refuse("messages[:" + std::to_string(i) + "] with add_generation_prompt does not begin the whole conversation's "
@@ -142,6 +152,9 @@ ChatExample tokenize_conversation(const Tokenizer& tok, std::span<const ChatMess
     const size_t last = end.after > end.before && tok.is_special(ex.ids[end.before]) ? end.before : end.after;
     for (size_t t = where[2 * s].before; t < last; ++t) ex.labels[t] = ex.ids[t];
   }
+  TG_CHECK(std::any_of(ex.labels.begin(), ex.labels.end(), [](int32_t l) { return l != kIgnoreIndex; }), "tokenize_conversation",
+           "not one token of the conversation's assistant turns is learned with the chat template of '", tok.name_or_path(),
+           "' (every label would be -100)");
   return ex;
 }
 
@@ -151,6 +164,7 @@ std::shared_ptr<const TokenCorpus> tokenize_chat_rows(std::span<const JsonlRow> 
   TG_CHECK(tok.chat_template(), op, "'", path, "' holds conversations (\"messages\"), but '", tok.name_or_path(),
            "' has no chat template (no chat_template in tokenizer_config.json, no chat_template.jinja)");
   TG_CHECK(!rows.empty(), op, "'", path, "' holds no examples");
+  check_generation_blocks(*tok.chat_template(), op, "'" + path + "': ", tok.name_or_path());  // before any row is rendered
   std::vector<std::vector<ChatMessage>> conversations;
   for (const JsonlRow& row : rows) conversations.push_back(messages_of(row.value, row.where));
   const std::tm now = local_now();  // one time for every rendering: a date in a system prompt cannot move

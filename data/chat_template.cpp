@@ -2,6 +2,7 @@
 
 #include <filesystem>
 
+#include "core/detail/utf8.h"
 #include "core/error.h"
 #include "data/detail/jinja.h"
 #include "io/file.h"
@@ -12,7 +13,7 @@ namespace fs = std::filesystem;
 namespace {
 
 std::string read_text(const fs::path& p) {
-  const std::vector<uint8_t> bytes = io::read_file(p.string());
+  const std::vector<uint8_t> bytes = io::read_file(p.string(), io::kMaxConfigBytes);
   return std::string(bytes.begin(), bytes.end());
 }
 
@@ -60,7 +61,13 @@ std::optional<ChatTemplate> ChatTemplate::from_config(const json::Value& config,
 ChatTemplate::ChatTemplate(const std::string& source, std::vector<std::pair<std::string, std::string>> special_tokens)
     : template_(std::make_shared<const jinja::Template>(source)), special_tokens_(std::move(special_tokens)) {}
 
-bool ChatTemplate::has_generation_blocks() const { return template_->has_generation_blocks(); }
+bool ChatTemplate::has_generation_blocks() const {
+  return template_->generation_blocks() != jinja::GenerationBlocks::None;
+}
+
+bool ChatTemplate::generation_blocks_are_empty() const {
+  return template_->generation_blocks() == jinja::GenerationBlocks::Empty;
+}
 
 std::string ChatTemplate::render(std::span<const ChatMessage> messages, const ChatTemplateOptions& options,
                                  const std::tm* now) const {
@@ -72,7 +79,15 @@ std::string ChatTemplate::render(std::span<const ChatMessage> messages, const Ch
                                  const std::tm* now, std::vector<std::pair<size_t, size_t>>& generation) const {
   using jinja::Value;
   jinja::List msgs;
-  for (const ChatMessage& m : messages) msgs.push_back(Value::dict({{"role", Value(m.role)}, {"content", Value(m.content)}}));
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    // Checked where text enters: the template's string methods and the tokenizer read code points.
+    for (const auto& [field, text] : {std::pair{"role", &m.role}, std::pair{"content", &m.content}}) {
+      const std::string bad = utf8::invalid_at(*text);
+      TG_CHECK(bad.empty(), "apply_chat_template", "messages[", i, "].", field, " is not text: ", bad);
+    }
+    msgs.push_back(Value::dict({{"role", Value(m.role)}, {"content", Value(m.content)}}));
+  }
   std::tm when{};
   if (now) {
     when = *now;
@@ -85,19 +100,17 @@ std::string ChatTemplate::render(std::span<const ChatMessage> messages, const Ch
                       {"documents", Value::none()},
                       {"add_generation_prompt", Value(options.add_generation_prompt)}};
   for (const auto& [k, v] : special_tokens_) vars.emplace_back(k, Value(v));
-  vars.emplace_back("raise_exception", Value::function("raise_exception", [](jinja::Args& a) -> Value {
+  vars.emplace_back("raise_exception", Value::function("raise_exception", [](const Value&, jinja::Args& a) -> Value {
                       fail("apply_chat_template", "the chat template raised: ",
                            a.positional.empty() ? std::string() : a.positional[0].str());
                     }));
-  vars.emplace_back("strftime_now", Value::function("strftime_now", [when](jinja::Args& a) {
+  vars.emplace_back("strftime_now", Value::function("strftime_now", [when](const Value&, jinja::Args& a) {
                       TG_CHECK(a.positional.size() == 1 && a.positional[0].is_string(), "chat template",
                                "strftime_now wants one format string");
-                      char buf[512];
-                      const size_t n = std::strftime(buf, sizeof buf, a.positional[0].as_string().c_str(), &when);
-                      return Value(std::string(buf, n));
+                      return Value(jinja::strftime(a.positional[0].as_string(), when));
                     }));
   generation.clear();
-  return template_->render(vars, &generation);
+  return template_->render(vars, options.limits, &generation);
 }
 
 }  // namespace tg::data

@@ -6,6 +6,7 @@
 // with the template's message) and strftime_now(fmt) (the local time).
 #pragma once
 
+#include <cstdint>
 #include <ctime>
 #include <memory>
 #include <optional>
@@ -22,8 +23,19 @@ struct ChatMessage {
   std::string role, content;
 };
 
+// What one rendering may spend, since a template is a program from the model's folder: past a
+// limit, a tg::Error naming it. The real templates of tests/fixtures/chat_templates render a
+// 200-turn conversation (100 KB) within a hundredth of each; all the steps take seconds, all the
+// items some 150 MB.
+struct ChatTemplateLimits {
+  int64_t steps = 10'000'000;  // nodes evaluated, loop iterations, list items and 64-byte runs of text gone through
+  int64_t items = 1'000'000;   // list items built (range() alone: 100000 each, as in transformers' sandbox)
+  int64_t bytes = 64 << 20;    // bytes of text built, the output included
+};
+
 struct ChatTemplateOptions {
   bool add_generation_prompt = false;  // end with the header of an assistant turn
+  ChatTemplateLimits limits;
 };
 
 namespace jinja {
@@ -47,6 +59,8 @@ class ChatTemplate {
   std::string render(std::span<const ChatMessage> messages, const ChatTemplateOptions& options, const std::tm* now,
                      std::vector<std::pair<size_t, size_t>>& generation) const;
   bool has_generation_blocks() const;
+  // Every {% generation %} block is empty: a template that marks no assistant token.
+  bool generation_blocks_are_empty() const;
 
  private:
   std::shared_ptr<const jinja::Template> template_;

@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "core/factory.h"
+#include "core/limits.h"
 #include "core/detail/philox.h"
 #include "data/chat_dataset.h"
 #include "core/detail/utf8.h"
@@ -157,10 +158,8 @@ std::optional<std::string> text_problem(std::string_view bytes) {
   const size_t at = std::min(valid, nul);
   if (at == bytes.size()) return std::nullopt;
   const int64_t line = 1 + std::count(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(at), '\n');
-  char what[64];
-  if (at == nul) std::snprintf(what, sizeof what, "a NUL byte");
-  else std::snprintf(what, sizeof what, "invalid UTF-8 (byte 0x%02x)", static_cast<unsigned char>(bytes[at]));
-  return std::string(what) + " at byte " + std::to_string(at) + ", line " + std::to_string(line);
+  const std::string what = at == nul ? "a NUL byte at byte " + std::to_string(at) : utf8::invalid_at(bytes);
+  return what + ", line " + std::to_string(line);
 }
 
 std::shared_ptr<const TokenCorpus> tokenize_text_file(const std::string& path, const Tokenizer& tok,
@@ -316,6 +315,8 @@ void write_token_file(const std::string& path, const std::vector<int32_t>& ids) 
 SequenceDataset::SequenceDataset(std::shared_ptr<const TokenCorpus> corpus, int64_t seq, Layout layout, int32_t pad_id)
     : corpus_(std::move(corpus)), seq_(seq), layout_(layout), pad_id_(pad_id) {
   TG_CHECK(seq_ >= 2, "SequenceDataset", "seq must be at least 2 (one next-token target), got ", seq_);
+  TG_CHECK(seq_ <= kMaxContext, "SequenceDataset", "seq ", seq_, " is above ", kMaxContext,
+           ", the longest context a model can have (a padded row holds seq tokens whatever its example's length)");
   if (layout_ == Layout::Pack) {
     row_end_ = corpus_->size() / seq_;
   } else if (layout_ == Layout::Pad) {
@@ -410,6 +411,13 @@ void SequenceDataset::fill(int64_t row, int64_t* ids, int64_t* labels, int64_t* 
   }
 }
 
+void SequenceDataset::check_batch_memory(int64_t rows, const char* op, const std::string& what) const {
+  // make()'s int64 ids, labels (and position ids), and fill()'s int32 row.
+  const double per_token = layout_ == Layout::PackSeparate ? 24 : 16;
+  check_host_memory(static_cast<double>(rows) * static_cast<double>(seq_) * per_token + 8.0 * static_cast<double>(seq_),
+                    op, what + " of " + std::to_string(seq_) + " tokens");
+}
+
 Batch SequenceDataset::make(const std::vector<int64_t>& rows, Device device) const {
   const int64_t b = static_cast<int64_t>(rows.size());
   const bool separate = layout_ == Layout::PackSeparate;
@@ -457,12 +465,14 @@ std::vector<int64_t> ShuffledOrder::batch(int64_t index, int64_t batch_size, int
 
 Batch SequenceDataset::batch(int64_t index, int64_t batch_size, uint64_t seed, Device device) const {
   TG_CHECK(rows() > 0, "SequenceDataset::batch", "no rows of ", seq_, " tokens");
+  check_batch_memory(batch_size, "SequenceDataset::batch", std::to_string(batch_size) + " rows");
   return make(order_.batch(index, batch_size, rows(), seed, "SequenceDataset::batch"), device);
 }
 
 Batch SequenceDataset::rows_batch(int64_t first, int64_t n, Device device) const {
-  TG_CHECK(first >= 0 && n >= 0 && first + n <= rows(), "SequenceDataset::rows_batch", "rows [", first, ", ", first + n,
-           ") outside the ", rows(), " rows");
+  TG_CHECK(first >= 0 && n >= 0 && first <= rows() && n <= rows() - first, "SequenceDataset::rows_batch", n,
+           " rows from row ", first, " reach outside the ", rows(), " rows");
+  check_batch_memory(n, "SequenceDataset::rows_batch", std::to_string(n) + " rows");
   std::vector<int64_t> picked(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) picked[i] = first + i;
   return make(picked, device);

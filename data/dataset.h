@@ -133,7 +133,8 @@ class ShuffledOrder {
 };
 
 // Rows of `seq` tokens over a corpus (or a range of its rows), drawn in a shuffled order that
-// depends only on the seed and the batch index: a resumed run draws the same batches.
+// depends only on the seed and the batch index: a resumed run draws the same batches. seq is at
+// most kMaxContext (core/limits.h): no model takes longer rows.
 class SequenceDataset {
  public:
   SequenceDataset(std::shared_ptr<const TokenCorpus> corpus, int64_t seq, Layout layout, int32_t pad_id = 0);
@@ -151,6 +152,9 @@ class SequenceDataset {
   Batch batch(int64_t index, int64_t batch_size, uint64_t seed, Device device) const;
   // Rows [first, first + n) in order (validation).
   Batch rows_batch(int64_t first, int64_t n, Device device) const;
+  // tg::Error from `op` naming `what` (the rows' count) when a batch of `rows` rows would take
+  // more than the host's memory (batch and rows_batch check it before they allocate).
+  void check_batch_memory(int64_t rows, const char* op, const std::string& what) const;
 
  private:
   void fill(int64_t row, int64_t* ids, int64_t* labels, int64_t* positions) const;

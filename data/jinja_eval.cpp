@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "data/detail/jinja_ast.h"
+#include "data/detail/jinja_budget.h"
 #include "data/detail/jinja_builtins.h"
 
 namespace tg::data::jinja {
@@ -14,12 +15,15 @@ struct Scope {
   const Scope* parent = nullptr;
 
   const Value* lookup(const std::string& name) const {
-    for (const Scope* s = this; s; s = s->parent)
+    for (const Scope* s = this; s; s = s->parent) {
+      Budget::steps(static_cast<int64_t>(s->vars.size() / 16));  // a template that sets 10^5 names looks through them
       for (const auto& [k, v] : s->vars)
         if (k == name) return &v;
+    }
     return nullptr;
   }
   void set(const std::string& name, Value v) {
+    Budget::steps(static_cast<int64_t>(vars.size() / 16));
     for (auto& [k, old] : vars)
       if (k == name) {
         old = std::move(v);
@@ -30,58 +34,6 @@ struct Scope {
 };
 
 enum class Flow { Normal, Break, Continue };
-
-bool is_int(const Value& v) { return v.kind() == Value::Kind::Int || v.kind() == Value::Kind::Bool; }
-
-Value arithmetic(const std::string& op, const Value& a, const Value& b) {
-  if (a.is_undefined() || b.is_undefined())
-    eval_fail("'", op, "' on ", describe(a.is_undefined() ? a : b));
-  if (op == "+") {
-    if (a.is_string() && b.is_string()) return Value(a.as_string() + b.as_string());
-    if (a.kind() == Value::Kind::List && b.kind() == Value::Kind::List) {
-      List out = a.as_list();
-      out.insert(out.end(), b.as_list().begin(), b.as_list().end());
-      return Value::list(std::move(out), a.is_tuple());
-    }
-  }
-  if (op == "*" && ((a.is_string() && is_int(b)) || (is_int(a) && b.is_string()))) {
-    const std::string& s = a.is_string() ? a.as_string() : b.as_string();
-    std::string out;
-    for (int64_t i = 0, n = is_int(a) ? a.as_int() : b.as_int(); i < n; ++i) out += s;
-    return Value(out);
-  }
-  if (!a.is_number() || !b.is_number())
-    eval_fail("unsupported operand types for ", op, ": ", describe(a), " and ", describe(b));
-  if (is_int(a) && is_int(b) && op != "/") {
-    const int64_t x = a.as_int(), y = b.as_int();
-    int64_t r = 0;
-    if (op == "+" && !__builtin_add_overflow(x, y, &r)) return Value(r);
-    if (op == "-" && !__builtin_sub_overflow(x, y, &r)) return Value(r);
-    if (op == "*" && !__builtin_mul_overflow(x, y, &r)) return Value(r);
-    if (op == "//" || op == "%") {
-      if (y == 0) eval_fail("integer division or modulo by zero");
-      int64_t q = x / y, m = x % y;
-      if (m != 0 && ((m < 0) != (y < 0))) --q, m += y;  // Python floors
-      return Value(op == "//" ? q : m);
-    }
-    if (op == "**" && y >= 0) {
-      int64_t p = 1;
-      bool overflow = false;
-      for (int64_t i = 0; i < y && !overflow; ++i) overflow = __builtin_mul_overflow(p, x, &p);
-      if (!overflow) return Value(p);
-    }
-    if (op != "**") eval_fail("integer overflow in ", x, " ", op, " ", y);
-  }
-  const double x = a.as_float(), y = b.as_float();
-  if (op == "+") return Value(x + y);
-  if (op == "-") return Value(x - y);
-  if (op == "*") return Value(x * y);
-  if (op == "**") return Value(std::pow(x, y));
-  if (y == 0) eval_fail("float division by zero");
-  if (op == "/") return Value(x / y);
-  const double q = std::floor(x / y);
-  return op == "//" ? Value(q) : Value(x - q * y);
-}
 
 bool contains(const Value& container, const Value& x) {
   Args args;
@@ -98,6 +50,8 @@ class Renderer {
 
   Flow exec(const Node& n, Scope& scope) {
     try {
+      const Nested level;
+      Budget::steps(1);
       return exec_inner(n, scope);
     } catch (const EvalError& e) {
       fail("chat template", "line ", n.line, ": ", e.message);
@@ -108,7 +62,7 @@ class Renderer {
   Flow exec_body(const Node* body, Scope& scope) {
     if (!body) return Flow::Normal;
     for (const auto& k : body->kids) {
-      const Flow f = k->type == Node::Type::Text ? (out_ += k->name, Flow::Normal) : exec(*k, scope);
+      const Flow f = k->type == Node::Type::Text ? (Budget::append(out_, k->name), Flow::Normal) : exec(*k, scope);
       if (f != Flow::Normal) return f;
     }
     return Flow::Normal;
@@ -117,12 +71,13 @@ class Renderer {
   Flow exec_inner(const Node& n, Scope& scope) {
     switch (n.type) {
       case Node::Type::Body: return exec_body(&n, scope);
-      case Node::Type::Text: out_ += n.name; return Flow::Normal;
-      case Node::Type::Print: out_ += eval(*n.kids[0], scope).str(); return Flow::Normal;
-      case Node::Type::If:
-        return eval(*n.kids[0], scope).truthy() ? exec_body(n.kid(1), scope)
-               : n.kid(2) && n.kid(2)->type == Node::Type::If ? exec(*n.kid(2), scope)
-                                                              : exec_body(n.kid(2), scope);
+      case Node::Type::Text: Budget::append(out_, n.name); return Flow::Normal;
+      case Node::Type::Print: Budget::append(out_, eval(*n.kids[0], scope).str()); return Flow::Normal;
+      case Node::Type::If: {
+        size_t i = 0;
+        while (i + 1 < n.kids.size() && !eval(*n.kids[i], scope).truthy()) i += 2;  // the if, then each elif
+        return exec_body(n.kid(i + 1 < n.kids.size() ? i + 1 : i), scope);
+      }
       case Node::Type::For: return exec_for(n, scope);
       case Node::Type::Set: {
         Value v = eval(*n.kids[0], scope);
@@ -188,6 +143,7 @@ class Renderer {
     if (items.empty()) return exec_body(n.kid(2), scope);  // the else is outside the loop
     const int64_t len = static_cast<int64_t>(items.size());
     for (int64_t i = 0; i < len; ++i) {
+      Budget::steps(1);
       Scope s{{}, &scope};
       const size_t u = static_cast<size_t>(i);
       Dict loop = {{"index", Value(i + 1)},
@@ -201,7 +157,7 @@ class Renderer {
                    {"depth0", Value(0)},
                    {"previtem", i > 0 ? items[u - 1] : Value::undefined("loop.previtem")},
                    {"nextitem", i + 1 < len ? items[u + 1] : Value::undefined("loop.nextitem")},
-                   {"cycle", Value::function("loop.cycle", [i](Args& a) {
+                   {"cycle", Value::function("loop.cycle", [i](const Value&, Args& a) {
                       if (a.positional.empty()) eval_fail("loop.cycle wants at least one value");
                       return a.positional[static_cast<size_t>(i) % a.positional.size()];
                     })}};
@@ -223,6 +179,8 @@ class Renderer {
   }
 
   Value eval(const Node& n, Scope& scope) {
+    const Nested level;
+    Budget::steps(1);
     switch (n.type) {
       case Node::Type::Literal: return n.value;
       case Node::Type::Name: {
@@ -255,12 +213,11 @@ class Renderer {
         return Value(test(n.name, x, args) != n.negated);
       }
       case Node::Type::Not: return Value(!eval(*n.kids[0], scope).truthy());
-      case Node::Type::Neg:
+      case Node::Type::Neg: return negate(eval(*n.kids[0], scope));
       case Node::Type::Pos: {
         const Value x = eval(*n.kids[0], scope);
-        if (!x.is_number()) eval_fail("unary ", n.type == Node::Type::Neg ? "-" : "+", " on ", describe(x));
-        if (n.type == Node::Type::Pos) return x.kind() == Value::Kind::Float ? x : Value(x.as_int());
-        return x.kind() == Value::Kind::Float ? Value(-x.as_float()) : Value(-x.as_int());
+        if (!x.is_number()) eval_fail("unary + on ", describe(x));
+        return x.kind() == Value::Kind::Float ? x : Value(x.as_int());
       }
       case Node::Type::And: {
         Value a = eval(*n.kids[0], scope);
@@ -276,6 +233,7 @@ class Renderer {
                                                 : Value::undefined("the else of a conditional expression");
       case Node::Type::ListLit:
       case Node::Type::TupleLit: {
+        Budget::items(static_cast<int64_t>(n.kids.size()));
         List items;
         for (const auto& k : n.kids) items.push_back(eval(*k, scope));
         return Value::list(std::move(items), n.type == Node::Type::TupleLit);
@@ -286,6 +244,7 @@ class Renderer {
           const Value k = eval(*n.kids[i], scope);
           if (!k.is_string()) eval_fail("dict literals with keys other than strings are not supported");
           Value v = eval(*n.kids[i + 1], scope);
+          Budget::steps(static_cast<int64_t>(items.size()));  // a literal of n keys looks through n^2 / 2
           bool replaced = false;
           for (auto& [key, old] : items)
             if (key == k.as_string()) old = v, replaced = true;
@@ -294,6 +253,11 @@ class Renderer {
         return Value::dict(std::move(items));
       }
       case Node::Type::Binary: return binary(n, scope);
+      case Node::Type::Concat: {
+        std::string out;
+        for (const auto& k : n.kids) Budget::append(out, eval(*k, scope).str());
+        return Value(std::move(out));
+      }
       default: eval_fail("a statement where an expression belongs");
     }
   }
@@ -303,13 +267,12 @@ class Renderer {
     const std::string& op = n.name;
     if (op == "==") return Value(a == b);
     if (op == "!=") return Value(!(a == b));
-    if (op == "<") return Value(less(a, b));
-    if (op == ">") return Value(less(b, a));
-    if (op == "<=") return Value(!less(b, a));
-    if (op == ">=") return Value(!less(a, b));
+    if (op == "<") return Value(compare(a, b) < 0);
+    if (op == ">") return Value(compare(a, b) > 0);
+    if (op == "<=") return Value(compare(a, b) <= 0);
+    if (op == ">=") return Value(compare(a, b) >= 0);
     if (op == "in") return Value(contains(b, a));
     if (op == "not in") return Value(!contains(b, a));
-    if (op == "~") return Value(a.str() + b.str());
     if (op == "%" && a.is_string()) eval_fail("'%' string formatting is not supported");
     return arithmetic(op, a, b);
   }
@@ -318,7 +281,10 @@ class Renderer {
   std::vector<std::pair<size_t, size_t>>* generation_;
 };
 
-Value make_namespace(Args& a) {
+// Jinja2's sandbox (MAX_RANGE), which transformers renders chat templates in.
+constexpr uint64_t kMaxRange = 100000;
+
+Value make_namespace(const Value&, Args& a) {
   Dict items;
   if (a.positional.size() > 1) eval_fail("namespace() takes at most one positional argument (a dict)");
   if (!a.positional.empty()) {
@@ -326,39 +292,49 @@ Value make_namespace(Args& a) {
     items = a.positional[0].as_dict();
   }
   for (auto& kv : a.keyword) items.push_back(kv);
-  return Value::namespace_(std::move(items));
+  Budget::items(static_cast<int64_t>(items.size()) + 1);
+  Value ns = Value::namespace_(std::move(items));
+  Budget::adopt(ns);
+  return ns;
 }
 
-Value make_range(Args& a) {
+Value make_range(const Value&, Args& a) {
   if (a.positional.empty() || a.positional.size() > 3 || !a.keyword.empty()) eval_fail("range wants 1 to 3 integers");
   for (const Value& v : a.positional)
-    if (v.kind() != Value::Kind::Int) eval_fail("range wants integers, got ", describe(v));
+    if (!is_int(v)) eval_fail("range wants integers, got ", describe(v));
   const int64_t start = a.positional.size() > 1 ? a.positional[0].as_int() : 0;
   const int64_t stop = a.positional.size() > 1 ? a.positional[1].as_int() : a.positional[0].as_int();
   const int64_t step = a.positional.size() > 2 ? a.positional[2].as_int() : 1;
   if (step == 0) eval_fail("range() step must not be zero");
+  // Python's len(range(...)) in unsigned arithmetic, which cannot overflow at int64's edges.
+  const auto u = [](int64_t x) { return static_cast<uint64_t>(x); };
+  const uint64_t n = step > 0 ? (start < stop ? (u(stop) - u(start) - 1) / u(step) + 1 : 0)
+                              : (start > stop ? (u(start) - u(stop) - 1) / (0 - u(step)) + 1 : 0);
+  if (n > kMaxRange) eval_fail("range() of ", n, " items: ranges larger than ", kMaxRange, " are blocked, as in transformers' sandbox");
+  Budget::items(static_cast<int64_t>(n));
   List out;
-  for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
-    if (out.size() > 100000) eval_fail("range() of more than 100000 items");
-    out.push_back(Value(i));
-  }
+  out.reserve(n);
+  for (uint64_t k = 0; k < n; ++k) out.push_back(Value(static_cast<int64_t>(u(start) + k * u(step))));  // wraps to the in-range value
   return Value::list(std::move(out));
 }
 
-Value make_dict(Args& a) {
+Value make_dict(const Value&, Args& a) {
   if (!a.positional.empty()) eval_fail("dict() with positional arguments is not supported");
+  Budget::items(static_cast<int64_t>(a.keyword.size()));
   return Value::dict(a.keyword);
 }
 
 }  // namespace
 
-// In the body: has_generation_'s initializer would run after root_'s and clear what parse set.
-Template::Template(std::string_view source) { root_ = parse(source, has_generation_); }
+// In the body: generation_'s initializer would run after root_'s and clear what parse set.
+Template::Template(std::string_view source) { root_ = parse(source, generation_); }
 Template::~Template() = default;
 Template::Template(Template&&) noexcept = default;
 Template& Template::operator=(Template&&) noexcept = default;
 
-std::string Template::render(const Dict& variables, std::vector<std::pair<size_t, size_t>>* generation) const {
+std::string Template::render(const Dict& variables, const ChatTemplateLimits& limits,
+                             std::vector<std::pair<size_t, size_t>>* generation) const {
+  const Budget budget(limits);  // this thread's render until it returns, then it empties the namespaces made
   // Jinja's globals, under the caller's variables.
   Scope globals{{{"namespace", Value::function("namespace", make_namespace)},
                  {"range", Value::function("range", make_range)},

@@ -2,17 +2,55 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <iterator>
+#include <limits>
+#include <optional>
 
+#include "core/detail/utf8.h"
 #include "core/error.h"
 #include "data/detail/jinja.h"
-#include "core/detail/utf8.h"
+#include "data/detail/jinja_budget.h"
+#include "data/detail/jinja_builtins.h"
 #include "io/json.h"
 
 namespace tg::data::jinja {
 
+Value::~Value() {
+  // Only the last owner of a list or dict frees it. Where its items hold lists or dicts of their
+  // own to free, they move to `pending` and are freed here in turn, each emptied first, so that no
+  // destructor calls another more than one level deep.
+  auto owns_items = [](const Value& v) {
+    return (v.list_ && v.list_.use_count() == 1 && !v.list_->empty()) || (v.dict_ && v.dict_.use_count() == 1 && !v.dict_->empty());
+  };
+  auto nests = [&](const Value& v) {
+    if (v.list_ && v.list_.use_count() == 1) return std::any_of(v.list_->begin(), v.list_->end(), owns_items);
+    if (v.dict_ && v.dict_.use_count() == 1)
+      return std::any_of(v.dict_->begin(), v.dict_->end(), [&](const auto& kv) { return owns_items(kv.second); });
+    return false;
+  };
+  if (!nests(*this)) return;
+  std::vector<Value> pending;
+  auto take = [&](Value& v) {
+    if (v.list_ && v.list_.use_count() == 1) {
+      std::move(v.list_->begin(), v.list_->end(), std::back_inserter(pending));
+      v.list_->clear();
+    }
+    if (v.dict_ && v.dict_.use_count() == 1) {
+      for (auto& kv : *v.dict_) pending.push_back(std::move(kv.second));
+      v.dict_->clear();
+    }
+  };
+  take(*this);
+  while (!pending.empty()) {
+    Value v = std::move(pending.back());
+    pending.pop_back();
+    take(v);
+  }
+}
+
 Value Value::list(List items, bool tuple) {
   Value v = make(Kind::List);
-  v.list_ = std::make_shared<const List>(std::move(items));
+  v.list_ = std::make_shared<List>(std::move(items));
   v.tuple_ = tuple;
   return v;
 }
@@ -35,6 +73,14 @@ Value Value::function(std::string name, Function fn) {
   v.fn_ = std::make_shared<const Function>(std::move(fn));
   return v;
 }
+
+Value Value::method(std::string name, Function fn, Value self) {
+  Value v = function(std::move(name), std::move(fn));
+  v.list_ = std::make_shared<List>(List{std::move(self)});
+  return v;
+}
+
+Value Value::call(Args& args) const { return (*fn_)(list_ ? list_->front() : Value(), args); }
 
 Value Value::from_json(const json::Value& j) {
   switch (j.type()) {
@@ -59,6 +105,7 @@ Value Value::from_json(const json::Value& j) {
 
 const Value* Value::find(std::string_view key) const {
   if (kind_ != Kind::Dict && kind_ != Kind::Namespace) return nullptr;
+  Budget::steps(1 + static_cast<int64_t>(dict_->size() / 16));
   for (const auto& [k, v] : *dict_)
     if (k == key) return &v;
   return nullptr;
@@ -115,8 +162,9 @@ std::string float_repr(double d) {
   return sign + out + ebuf;
 }
 
-// Python's repr(str): single quotes unless the text has ' and no ".
-std::string str_repr(const std::string& s) {
+// Python's repr(str), appended to `to`: single quotes unless the text has ' and no ".
+void str_repr(std::string& to, const std::string& s) {
+  Budget::text(s.size());
   const char q = s.find('\'') != std::string::npos && s.find('"') == std::string::npos ? '"' : '\'';
   std::string out(1, q);
   for (size_t i = 0; i < s.size();) {
@@ -144,63 +192,98 @@ std::string str_repr(const std::string& s) {
       out.append(s, start, i - start);
     }
   }
-  return out + q;
+  Budget::append(to, out += q);
+}
+
+void repr(std::string& out, const Value& v) {
+  Budget::steps(1);
+  switch (v.kind()) {
+    case Value::Kind::String: return str_repr(out, v.as_string());
+    case Value::Kind::List: {
+      const Nested level;
+      Budget::append(out, v.is_tuple() ? "(" : "[");
+      for (size_t i = 0; i < v.as_list().size(); ++i) {
+        if (i) Budget::append(out, ", ");
+        repr(out, v.as_list()[i]);
+      }
+      Budget::append(out, v.is_tuple() ? (v.as_list().size() == 1 ? ",)" : ")") : "]");
+      return;
+    }
+    case Value::Kind::Dict: {
+      const Nested level;
+      Budget::append(out, "{");
+      for (size_t i = 0; i < v.as_dict().size(); ++i) {
+        if (i) Budget::append(out, ", ");
+        str_repr(out, v.as_dict()[i].first);
+        Budget::append(out, ": ");
+        repr(out, v.as_dict()[i].second);
+      }
+      Budget::append(out, "}");
+      return;
+    }
+    case Value::Kind::Undefined: return Budget::append(out, "Undefined");
+    case Value::Kind::None: return Budget::append(out, "None");
+    case Value::Kind::Bool: return Budget::append(out, v.as_bool_value() ? "True" : "False");
+    case Value::Kind::Int: return Budget::append(out, std::to_string(v.as_int()));
+    case Value::Kind::Float: return Budget::append(out, float_repr(v.as_float()));
+    case Value::Kind::Namespace: return Budget::append(out, "<Namespace>");
+    case Value::Kind::Function: return Budget::append(out, "<function " + v.function_name() + ">");
+  }
 }
 
 // A JSON string literal as Python's json.dumps(ensure_ascii=False) writes it: io/json's writer.
-void json_string(std::string& out, const std::string& s) { out += json::dump(json::Value(s)); }
+void json_string(std::string& out, const std::string& s) {
+  Budget::text(s.size());
+  Budget::append(out, json::dump(json::Value(s)));
+}
 
-void json_value(std::string& out, const Value& v, int indent, bool sort_keys, int depth) {
-  auto newline = [&](int d) {
-    if (indent < 0) return;
+void json_value(std::string& out, const Value& v, std::optional<int64_t> indent, bool sort_keys, int64_t depth) {
+  const Nested level;
+  Budget::steps(1);
+  auto newline = [&](int64_t d) {
+    if (!indent) return;
+    int64_t spaces = 0;  // Python indents by no space for indent <= 0, and by far too many for indent=10**12
+    if (*indent > 0 && __builtin_mul_overflow(*indent, d, &spaces)) spaces = std::numeric_limits<int64_t>::max();
+    Budget::bytes(spaces);
     out += '\n';
-    out.append(static_cast<size_t>(indent * d), ' ');
+    out.append(static_cast<size_t>(spaces), ' ');
   };
-  const char* item_sep = indent < 0 ? ", " : ",";
+  const char* item_sep = indent ? "," : ", ";
   switch (v.kind()) {
-    case Value::Kind::None: out += "null"; return;
-    case Value::Kind::Bool: out += v.as_bool_value() ? "true" : "false"; return;
-    case Value::Kind::Int: out += std::to_string(v.as_int()); return;
+    case Value::Kind::None: return Budget::append(out, "null");
+    case Value::Kind::Bool: return Budget::append(out, v.as_bool_value() ? "true" : "false");
+    case Value::Kind::Int: return Budget::append(out, std::to_string(v.as_int()));
     case Value::Kind::Float: {
       const double d = v.as_float();
-      out += std::isnan(d) ? "NaN" : std::isinf(d) ? (d < 0 ? "-Infinity" : "Infinity") : float_repr(d);
-      return;
+      return Budget::append(out, std::isnan(d) ? "NaN" : std::isinf(d) ? (d < 0 ? "-Infinity" : "Infinity") : float_repr(d));
     }
-    case Value::Kind::String: json_string(out, v.as_string()); return;
+    case Value::Kind::String: return json_string(out, v.as_string());
     case Value::Kind::List: {
-      if (v.as_list().empty()) {
-        out += "[]";
-        return;
-      }
-      out += '[';
+      if (v.as_list().empty()) return Budget::append(out, "[]");
+      Budget::append(out, "[");
       for (size_t i = 0; i < v.as_list().size(); ++i) {
-        if (i) out += item_sep;
+        if (i) Budget::append(out, item_sep);
         newline(depth + 1);
         json_value(out, v.as_list()[i], indent, sort_keys, depth + 1);
       }
       newline(depth);
-      out += ']';
-      return;
+      return Budget::append(out, "]");
     }
     case Value::Kind::Dict: {
-      if (v.as_dict().empty()) {
-        out += "{}";
-        return;
-      }
+      if (v.as_dict().empty()) return Budget::append(out, "{}");
       std::vector<const std::pair<std::string, Value>*> items;
       for (const auto& kv : v.as_dict()) items.push_back(&kv);
       if (sort_keys) std::stable_sort(items.begin(), items.end(), [](auto* a, auto* b) { return a->first < b->first; });
-      out += '{';
+      Budget::append(out, "{");
       for (size_t i = 0; i < items.size(); ++i) {
-        if (i) out += item_sep;
+        if (i) Budget::append(out, item_sep);
         newline(depth + 1);
         json_string(out, items[i]->first);
-        out += ": ";
+        Budget::append(out, ": ");
         json_value(out, items[i]->second, indent, sort_keys, depth + 1);
       }
       newline(depth);
-      out += '}';
-      return;
+      return Budget::append(out, "}");
     }
     default: fail("chat template", "tojson: Object of type ", v.type_name(), " is not JSON serializable");
   }
@@ -217,37 +300,16 @@ std::string Value::str() const {
 }
 
 std::string Value::repr() const {
-  switch (kind_) {
-    case Kind::Undefined: return "Undefined";
-    case Kind::None: return "None";
-    case Kind::Bool: return int_ ? "True" : "False";
-    case Kind::Int: return std::to_string(int_);
-    case Kind::Float: return float_repr(float_);
-    case Kind::String: return str_repr(*str_);
-    case Kind::List: {
-      std::string s = tuple_ ? "(" : "[";
-      for (size_t i = 0; i < list_->size(); ++i) s += (i ? ", " : "") + (*list_)[i].repr();
-      if (tuple_ && list_->size() == 1) s += ",";
-      return s + (tuple_ ? ")" : "]");
-    }
-    case Kind::Dict: {
-      std::string s = "{";
-      for (size_t i = 0; i < dict_->size(); ++i)
-        s += (i ? ", " : "") + str_repr((*dict_)[i].first) + ": " + (*dict_)[i].second.repr();
-      return s + "}";
-    }
-    case Kind::Namespace: return "<Namespace>";
-    case Kind::Function: return "<function " + *str_ + ">";
-  }
-  return "";
+  std::string out;
+  jinja::repr(out, *this);
+  return out;
 }
 
 bool Value::operator==(const Value& o) const {
-  if (is_number() && o.is_number()) {
-    if (kind_ == Kind::Float || o.kind_ == Kind::Float) return as_float() == o.as_float();
-    return int_ == o.int_;
-  }
+  if (is_number() && o.is_number()) return compare(*this, o) == 0;
   if (kind_ != o.kind_) return false;
+  const Nested level;
+  Budget::steps(1);
   switch (kind_) {
     case Kind::Undefined:
     case Kind::None: return true;
@@ -281,7 +343,7 @@ const char* Value::kind_name(Kind k) {
   return "?";
 }
 
-std::string to_json(const Value& v, int indent, bool sort_keys) {
+std::string to_json(const Value& v, std::optional<int64_t> indent, bool sort_keys) {
   std::string out;
   json_value(out, v, indent, sort_keys, 0);
   return out;

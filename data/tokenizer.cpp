@@ -169,6 +169,9 @@ std::vector<int32_t> Tokenizer::encode_with_cuts(std::string_view text, std::spa
     const size_t cut = cuts[i];
     TG_CHECK(cut <= text.size() && (i == 0 || cut >= cuts[i - 1]), "Tokenizer::encode_with_cuts", "cut ", i, " at byte ",
              cut, " is not in ascending order within the ", text.size(), " bytes");
+    // A cut inside a character would hand the pipeline (PCRE2 without its UTF check) a truncated one.
+    TG_CHECK(cut == text.size() || (static_cast<unsigned char>(text[cut]) & 0xC0) != 0x80, "Tokenizer::encode_with_cuts",
+             "cut ", i, " at byte ", cut, " falls inside a UTF-8 character");
     while (k < segments.size() && segments[k].end <= cut) first = segments[k++].ids_end;
     if (k == segments.size() || cut == segments[k].begin) {
       where.push_back({first, first});

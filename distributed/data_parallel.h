@@ -1,20 +1,12 @@
-// Data-parallel gradients, as torch.nn.parallel.DistributedDataParallel: every rank runs the
-// same model on its shard of the batch, and after backward every parameter's .grad is the mean
-// over the ranks. The parameters are packed, in reverse order (about the order backward
-// finishes them), into buckets of at most bucket_cap_mb (the first one smaller, so that it
-// starts early); a bucket's all-reduce is queued as soon as the last of its gradients is final
-// (a post-accumulate-grad hook), on the communicator's own stream, while backward goes on.
-// Buckets launch in index order on every rank, so the ranks' collectives always match.
+// Data-parallel gradients, as torch.nn.parallel.DistributedDataParallel: after backward every
+// parameter's .grad is the mean over the ranks, all-reduced in buckets while backward goes on
+// (docs/api.md, docs/multi-gpu.md).
 //
 //   auto comm = tg::distributed::init(device);            // from RANK / WORLD_SIZE / ...
 //   tg::distributed::DataParallel dp(model->named_trainable_parameters(), *comm);
-//   opt.zero_grad();
 //   { auto no_sync = dp.no_sync(); loss(micro_batch_0).backward(); }   // accumulation: no traffic
 //   loss(micro_batch_1).backward();
 //   dp.sync_gradients();                                   // the mean over the ranks in .grad
-//   opt.step();
-//
-// Parameters that fit one bucket in all (a LoRA model's) get one: one fused all-reduce a step.
 #pragma once
 
 #include <cstdint>

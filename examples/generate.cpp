@@ -19,6 +19,7 @@
 #include <iostream>
 #include <unistd.h>
 
+#include "core/detail/utf8.h"
 #include "examples/common/base_model.h"
 #include "examples/common/flags.h"
 #include "examples/common/inputs.h"
@@ -104,8 +105,11 @@ int chat_loop(nn::Module& model, const std::optional<data::Tokenizer>& tokenizer
   const bool terminal = isatty(STDIN_FILENO) != 0;
   if (terminal) std::fprintf(stderr, "chat: a message a line; Ctrl-D ends\n");
   std::string line;
-  while ((terminal ? std::fputs("> ", stderr) : 0, std::getline(std::cin, line))) {
+  for (int64_t number = 1; (terminal ? std::fputs("> ", stderr) : 0, std::getline(std::cin, line)); ++number) {
     if (line.empty()) continue;
+    const std::string bad = utf8::invalid_at(line);
+    TG_CHECK(bad.empty(), "generate", "--chat: stdin line ", number, " is not text: ", bad,
+             " (the terminal's encoding is not UTF-8?)");
     history.push_back({"user", line});
     const std::string text = tok.apply_chat_template(history, {.add_generation_prompt = true});
     const std::vector<int32_t> ids = tok.encode(text, /*add_special_tokens=*/false);  // the template writes BOS

@@ -5,9 +5,11 @@
 #include <stdio.h>
 #include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/sendfile.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -312,19 +314,30 @@ File::File(int fd, std::string path) : fd_(fd), path_(std::move(path)) {
   ::posix_fadvise(fd_, 0, 0, POSIX_FADV_SEQUENTIAL);  // a hint for read-ahead; failure changes nothing
 }
 
-std::shared_ptr<uint8_t> File::map_private() const {
-  TG_CHECK(size_ > 0, "read_file", "'", path_, "' is empty: nothing to map");
-  const auto n = static_cast<size_t>(size_);
-  // Read-only while populating (a writable private mapping would copy every page), writable after.
-  void* p = ::mmap(nullptr, n, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd_, 0);
-  TG_CHECK(p != MAP_FAILED, "read_file", "cannot map '", path_, "': ", errno_text());
-  std::shared_ptr<uint8_t> mapped(static_cast<uint8_t*>(p), [n](uint8_t* q) { ::munmap(q, n); });
-  TG_CHECK(::mprotect(p, n, PROT_READ | PROT_WRITE) == 0, "read_file", "cannot map '", path_, "' writable: ",
-           errno_text());
-  struct stat st {};
-  TG_CHECK(::fstat(fd_, &st) == 0 && static_cast<uint64_t>(st.st_size) >= size_, "read_file", "'", path_,
-           "' was truncated while being read (", size_, " bytes when opened)");
-  return mapped;
+std::shared_ptr<uint8_t> File::copy_to_memory(uint64_t offset, uint64_t n) const {
+  TG_CHECK(n > 0 && offset <= size_ && n <= size_ - offset, "read_file", "bytes [", offset, ", +", n, ") of '", path_,
+           "' are not inside its ", size_, " bytes");
+  const int mem = ::memfd_create("tapegrad-weights", MFD_CLOEXEC);
+  if (mem < 0) return nullptr;
+  struct Closer {  // the mapping keeps the memory
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{mem};
+  TG_CHECK(::ftruncate(mem, static_cast<off_t>(n)) == 0, "read_file", "cannot hold ", n, " bytes of '", path_,
+           "' in memory: ", errno_text());
+  auto in = static_cast<off_t>(offset);
+  for (uint64_t left = n; left > 0;) {
+    const ssize_t got = ::sendfile(mem, fd_, &in, static_cast<size_t>(std::min<uint64_t>(left, uint64_t{1} << 30)));
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0 && (errno == EINVAL || errno == ENOSYS) && left == n) return nullptr;  // not into a memfd here
+    TG_CHECK(got >= 0, "read_file", "cannot copy '", path_, "' into memory: ", errno_text());
+    TG_CHECK(got > 0, "read_file", "'", path_, "' ends at byte ", in, ", before the ", left,
+             " bytes wanted there (it was truncated while being read)");
+    left -= static_cast<uint64_t>(got);
+  }
+  void* p = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, mem, 0);
+  TG_CHECK(p != MAP_FAILED, "read_file", "cannot map the copy of '", path_, "': ", errno_text());
+  return std::shared_ptr<uint8_t>(static_cast<uint8_t*>(p), [n](uint8_t* q) { ::munmap(q, n); });
 }
 
 File::File(File&& other) noexcept : fd_(other.fd_), size_(other.size_), path_(std::move(other.path_)) {

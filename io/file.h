@@ -82,11 +82,13 @@ class File {
   // Reads bytes [offset, offset + n) into `out`; tg::Error naming the file when it ends earlier
   // (it was truncated since it was opened) or the read fails.
   void read_at(uint64_t offset, void* out, size_t n) const;
-  // The whole file mapped copy-on-write: its pages are the page cache's (read in before this
-  // returns), a page written is copied first, the file never changes. Unmapped with the last copy
-  // of the pointer. A file truncated in place while mapped would fault where it was cut (SIGBUS);
-  // savers replace files (io's atomic writes, save_pretrained, transformers') and never do that.
-  std::shared_ptr<uint8_t> map_private() const;
+  // Bytes [offset, offset + n) copied by the kernel into memory of this process's own (a memfd,
+  // mapped shared, its pages present), unmapped with the last copy of the pointer: nothing done to
+  // the file afterwards (rewritten in place, truncated) reaches them, as it reaches a mapping of
+  // the file, and no zero-filled page is made first, the cost of reading into fresh memory
+  // (dev/NOTES.md). nullptr where the system refuses (no memfd or sendfile into it): read_at then.
+  // tg::Error naming the file when it ends early or memory runs out.
+  std::shared_ptr<uint8_t> copy_to_memory(uint64_t offset, uint64_t n) const;
 
  private:
   int fd_ = -1;

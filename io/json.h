@@ -1,14 +1,10 @@
-// A small JSON value, parser and writer: just enough for safetensors headers, adapter_config.json
-// and optimizer metadata, with no external dependency.
+// A small JSON value, parser and writer (safetensors headers, adapter_config.json, optimizer
+// metadata): objects keep insertion order, integers stay exact int64 (docs/api.md).
 //
 //   tg::json::Value cfg = tg::json::Value::object();
 //   cfg.set("r", 8).set("target_modules", tg::json::Value::array({"q_proj", "v_proj"}));
 //   std::string text = tg::json::dump(cfg, 2);
 //   tg::json::Value back = tg::json::parse(text);   // throws tg::Error on bad input
-//
-// Objects keep insertion order and reject duplicate keys when parsed (safetensors forbids
-// them); large objects index their keys, so parsing and find are linear in the input. Integers
-// without fraction or exponent are kept exactly as int64.
 #pragma once
 
 #include <cstdint>

@@ -292,12 +292,13 @@ FileReader::FileReader(io::File file) : file_(std::move(file)) {
                         file_.path());
 }
 
-Tensor FileReader::mapped(const TensorInfo& t) {
-  const uint64_t at = header_.data_start + t.begin, bytes = t.end - t.begin;
-  if (!is_raw(t) || bytes == 0 || at % element_size(t.dtype) != 0) return {};
-  if (!mapping_) mapping_ = file_.map_private();
+Tensor FileReader::owned(const TensorInfo& t) {
+  const uint64_t bytes = t.end - t.begin;
+  if (!is_raw(t) || bytes == 0) return {};
+  std::shared_ptr<uint8_t> memory = file_.copy_to_memory(header_.data_start + t.begin, bytes);
+  if (!memory) return {};
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::make_shared<Storage>(mapping_.get() + at, static_cast<size_t>(bytes), mapping_);
+  impl->storage = std::make_shared<Storage>(memory.get(), static_cast<size_t>(bytes), memory);
   impl->shape = t.shape;
   impl->strides = contiguous_strides(t.shape);
   impl->dtype = t.dtype;

@@ -1,16 +1,7 @@
-// safetensors (https://github.com/huggingface/safetensors), the format Hugging Face checkpoints
-// and peft adapters use:
-//   8 bytes    little-endian uint64 N, the header length
-//   N bytes    JSON: {"<name>": {"dtype": "F32", "shape": [2, 3], "data_offsets": [begin, end]},
-//                     ..., "__metadata__": {"<key>": "<string>"}}   (padded with spaces)
-//   the rest   the data area: every tensor's bytes, row-major, little-endian; offsets are
-//              relative to it and the tensors tile it exactly, without gaps or overlaps.
-// dtypes: F64, F32, BF16, I64, I32, BOOL are read and written; F16 is read and widened to
-// float32 (tapegrad has no float16 tensors).
-//
-// Reading validates everything and throws tg::Error naming the file and the problem; no input,
-// however corrupt, crashes. FileReader reads a file tensor by tensor without holding it whole
-// (from_pretrained's shards). Writing is atomic (see io/file.h).
+// safetensors (https://github.com/huggingface/safetensors), the format of Hugging Face checkpoints
+// and peft adapters: F64, F32, BF16, I64, I32, BOOL read and written, F16 read as float32. Reading
+// validates everything (tg::Error naming the file and the problem, never a crash); FileReader reads
+// a file tensor by tensor; writing is atomic (io/file.h). The layout: docs/api.md.
 #pragma once
 
 #include <cstdint>
@@ -85,10 +76,11 @@ class FileReader {
   // a conversion then runs on the device.
   void read(const TensorInfo& t, const Tensor& dst, const std::function<void(size_t)>& progress = {},
             HostToDevice* upload = nullptr);
-  // Tensor `t` as a host tensor over the file's pages (io::File::map_private, mapped at the first
-  // call): no copy, written pages copied on write. Undefined where its bytes are not its elements
-  // (F16, BOOL), it is empty, or its offset is not a multiple of its element size.
-  Tensor mapped(const TensorInfo& t);
+  // Tensor `t` as a host tensor of its own memory, copied there by the kernel (io::File::
+  // copy_to_memory): the fastest way into fresh memory, and the file is not read again. Undefined
+  // where its bytes are not its elements (F16, BOOL), it is empty, or the system refuses (read()
+  // into a tensor then).
+  Tensor owned(const TensorInfo& t);
 
  private:
   void read_parallel(uint64_t offset, void* out, uint64_t n);
@@ -96,7 +88,6 @@ class FileReader {
 
   io::File file_;
   Header header_;
-  std::shared_ptr<uint8_t> mapping_;
   Tensor staging_, widened_;  // the file's bytes of a chunk; F16 and BOOL chunks decoded
 };
 

@@ -24,10 +24,11 @@ void check_input(const char* op, const Tensor& x, int64_t hidden) {
            x.defined() ? shape_str(x.shape()) : std::string("undefined"));
 }
 
-// [B, T, heads * hd] -> [B, heads, T, hd], each head RMS-normalised first where `norm` is given.
-Tensor split_heads(const Tensor& x, int64_t heads, int64_t hd, Module* norm = nullptr) {
-  Tensor h = reshape(x, {x.shape()[0], x.shape()[1], heads, hd});
-  return transpose(norm ? norm->forward(h) : h, 1, 2);
+// [B, T, heads * hd] -> [B, heads, T, hd], each head RMS-normalised first where `norm` is given
+// (with `whole`, all heads * hd of a token at once).
+Tensor split_heads(const Tensor& x, int64_t heads, int64_t hd, Module* norm = nullptr, bool whole = false) {
+  Tensor h = reshape(norm && whole ? norm->forward(x) : x, {x.shape()[0], x.shape()[1], heads, hd});
+  return transpose(norm && !whole ? norm->forward(h) : h, 1, 2);
 }
 
 // Rotary embedding of q and k with the same tables (shared [T, hd] or per-sequence [B, 1, T, hd]),
@@ -99,13 +100,14 @@ Tensor merge_heads(const Tensor& x) {
 
 // What CausalSelfAttention computes between its projections: q [B, T, num_heads * head_dim], k and
 // v [B, T, num_kv_heads * head_dim] (o.num_kv_heads and o.head_dim resolved), each head of q and k
-// through q_norm / k_norm where given, rotated by cos / sin -> [B, T, num_heads * head_dim].
+// (or the whole of each, qk_norm_whole) through q_norm / k_norm where given, rotated by cos / sin
+// -> [B, T, num_heads * head_dim].
 Tensor causal_attention(int64_t num_heads, const AttentionOptions& o, const Tensor& q, const Tensor& k,
                         const Tensor& v, const Tensor& cos, const Tensor& sin, const LayerCache* cache,
                         Module* q_norm, Module* k_norm, const Tensor& position_ids) {
   const char* who = "CausalSelfAttention";
-  Tensor qh = split_heads(q, num_heads, o.head_dim, q_norm);
-  Tensor kh = split_heads(k, o.num_kv_heads, o.head_dim, k_norm);
+  Tensor qh = split_heads(q, num_heads, o.head_dim, q_norm, o.qk_norm_whole);
+  Tensor kh = split_heads(k, o.num_kv_heads, o.head_dim, k_norm, o.qk_norm_whole);
   Tensor vh = split_heads(v, o.num_kv_heads, o.head_dim);
   if (cos.defined()) {
     std::tie(qh, kh) = rotate(qh, kh, cos, sin);
@@ -181,8 +183,10 @@ CausalSelfAttention::CausalSelfAttention(int64_t h, int64_t heads, const Attenti
     register_module("o_proj", o_proj);
   }
   if (o.qk_norm) {
-    q_norm = std::make_shared<RMSNorm>(head_dim, o.qk_norm_eps, o.qk_norm_unit_offset);
-    k_norm = std::make_shared<RMSNorm>(head_dim, o.qk_norm_eps, o.qk_norm_unit_offset);
+    const int64_t q_dim = o.qk_norm_whole ? heads * head_dim : head_dim;
+    const int64_t k_dim = o.qk_norm_whole ? num_kv_heads * head_dim : head_dim;
+    q_norm = std::make_shared<RMSNorm>(q_dim, o.qk_norm_eps, o.qk_norm_unit_offset);
+    k_norm = std::make_shared<RMSNorm>(k_dim, o.qk_norm_eps, o.qk_norm_unit_offset);
     register_module("q_norm", q_norm);
     register_module("k_norm", k_norm);
   }

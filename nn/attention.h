@@ -20,6 +20,7 @@ struct AttentionOptions {
   bool qkv_bias = false;     // Qwen2; Llama's attention_bias sets both
   bool o_bias = false;
   bool qk_norm = false;      // Qwen3: an RMSNorm over each head of q and of k, before RoPE
+  bool qk_norm_whole = false;  // OLMo 2: qk_norm's over the whole of q and of k, before the heads split
   double qk_norm_eps = 1e-6;
   int64_t sliding_window = 0;  // > 0: query i sees keys i - window < j <= i (Mistral v0.1, Gemma's sliding layers)
   std::optional<double> scale = std::nullopt;  // the scores' scale; default 1 / sqrt(head_dim) (Gemma: query_pre_attn_scalar^-0.5)

@@ -10,6 +10,7 @@
 #include "core/generator.h"
 #include "nn/module.h"
 #include "ops/linear.h"
+#include "ops/lora_linear.h"
 
 namespace tg::nn {
 

@@ -1,9 +1,13 @@
 #include "nn/rotary.h"
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <numbers>
+#include <sstream>
+#include <string>
 
+#include "core/limits.h"
 #include "ops/binary.h"
 #include "ops/cast.h"
 #include "ops/embedding.h"
@@ -82,6 +86,18 @@ double attention_scaling(const RopeScaling& s, int64_t max_positions) {
   return 1.0;
 }
 
+// The frequencies of a table (longrope: of `factors`, its short or long ones).
+std::vector<float> inv_freq_of(int64_t dim, double theta, const RopeScaling& s, int64_t max_positions,
+                               const std::vector<double>& factors = {}) {
+  if (s.rope_type == "longrope") return longrope_inv_freq(dim, theta, factors);
+  std::vector<float> inv_freq = s.rope_type == "yarn" ? yarn_inv_freq(dim, theta, context_factor(s, max_positions), s)
+                                                      : rotary_inv_freq(dim, theta);
+  if (s.rope_type == "linear")
+    for (float& f : inv_freq) f /= static_cast<float>(s.factor);
+  if (s.rope_type == "llama3") llama3_scale(inv_freq, s);
+  return inv_freq;
+}
+
 // The tables of positions 0..T-1 for these frequencies, times `scale` in float32 (as transformers
 // scales cos and sin).
 std::pair<Tensor, Tensor> scaled_tables(int64_t T, const std::vector<float>& inv_freq, double scale) {
@@ -90,41 +106,94 @@ std::pair<Tensor, Tensor> scaled_tables(int64_t T, const std::vector<float>& inv
   return {mul(c, static_cast<double>(static_cast<float>(scale))), mul(s, static_cast<double>(static_cast<float>(scale)))};
 }
 
+// The fields of `s` that its type reads, for messages ("rope_type yarn, factor 4, ...").
+std::string fields_of(const RopeScaling& s) {
+  std::ostringstream o;
+  o << "rope_type " << s.rope_type;
+  if (s.rope_type == "default") return o.str();
+  o << ", factor " << s.factor;
+  if (s.rope_type == "linear" || s.rope_type == "dynamic") return o.str();
+  o << ", original_max_position_embeddings " << s.original_max_position_embeddings;
+  if (s.rope_type == "llama3") {
+    o << ", low_freq_factor " << s.low_freq_factor << ", high_freq_factor " << s.high_freq_factor;
+    return o.str();
+  }
+  o << ", attention_factor " << s.attention_factor;
+  if (s.rope_type == "yarn")
+    o << ", beta_fast " << s.beta_fast << ", beta_slow " << s.beta_slow << ", mscale " << s.mscale << ", mscale_all_dim "
+      << s.mscale_all_dim;
+  return o.str();
+}
+
 }  // namespace
 
-void RopeScaling::validate(int64_t head_dim) const {
+void RopeScaling::validate(int64_t head_dim, int64_t max_positions, double theta, const char* theta_field) const {
+  const char* op = "RopeScaling";
   TG_CHECK(rope_type == "default" || rope_type == "linear" || rope_type == "dynamic" || rope_type == "llama3" ||
                rope_type == "yarn" || rope_type == "longrope",
-           "RopeScaling", "rope_type \"", rope_type, "\" is not supported (default, linear, dynamic, llama3, yarn, longrope)");
+           op, "rope_type \"", rope_type, "\" is not supported (default, linear, dynamic, llama3, yarn, longrope)");
+  TG_CHECK(max_positions >= 1 && max_positions <= kMaxContext, op, "max_position_embeddings ", max_positions,
+           " is outside [1, ", kMaxContext, "] (the tables hold every position)");
+  // The frequencies are theta^(-2i/dim); yarn divides by log(theta).
+  TG_CHECK(std::isfinite(theta) && theta > 1, op, theta_field, " must be a finite number above 1, got ", theta);
   TG_CHECK(std::isfinite(factor) && (factor >= 1 || (factor == 0 && (rope_type == "yarn" || rope_type == "longrope"))),
-           "RopeScaling", "factor must be a finite number >= 1, got ", factor);
-  TG_CHECK(std::isfinite(partial_rotary_factor) && partial_rotary_factor > 0 && partial_rotary_factor <= 1,
-           "RopeScaling", "partial_rotary_factor must be in (0, 1], got ", partial_rotary_factor);
+           op, "factor must be a finite number >= 1, got ", factor);
+  TG_CHECK(std::isfinite(partial_rotary_factor) && partial_rotary_factor > 0 && partial_rotary_factor <= 1, op,
+           "partial_rotary_factor must be in (0, 1], got ", partial_rotary_factor);
   const int64_t dim = rotary_dim(head_dim);
-  TG_CHECK(dim >= 2 && dim % 2 == 0, "RopeScaling", "the rotary dims, int(head_dim ", head_dim,
-           " * partial_rotary_factor ", partial_rotary_factor, ") = ", dim, ", must be even and positive");
+  TG_CHECK(dim >= 2 && dim % 2 == 0, op, "the rotary dims, int(head_dim ", head_dim, " * partial_rotary_factor ",
+           partial_rotary_factor, ") = ", dim, ", must be even and positive");
+  // transformers raises dynamic's base to dim / (dim - 2) (at max_position_embeddings and past it).
+  TG_CHECK(rope_type != "dynamic" || dim > 2, op, "dynamic scales ", theta_field, " by a power dim / (dim - 2): the ",
+           "rotary dims, int(head_dim ", head_dim, " * partial_rotary_factor ", partial_rotary_factor, ") = ", dim,
+           ", must be above 2");
   if (rope_type == "llama3" || rope_type == "yarn" || rope_type == "longrope")
-    TG_CHECK(original_max_position_embeddings > 0, "RopeScaling", "original_max_position_embeddings must be positive, got ",
+    TG_CHECK(original_max_position_embeddings > 0, op, "original_max_position_embeddings must be positive, got ",
              original_max_position_embeddings);
-  TG_CHECK(std::isfinite(attention_factor) && attention_factor >= 0, "RopeScaling",
+  TG_CHECK(std::isfinite(attention_factor) && attention_factor >= 0, op,
            "attention_factor must be a finite number >= 0 (0: derived), got ", attention_factor);
-  if (rope_type == "llama3")
+  if (rope_type == "llama3")  // the ramp divides by high_freq_factor - low_freq_factor, in float32
     TG_CHECK(std::isfinite(low_freq_factor) && std::isfinite(high_freq_factor) && low_freq_factor > 0 &&
-                 high_freq_factor > low_freq_factor,
-             "RopeScaling", "llama3 wants 0 < low_freq_factor < high_freq_factor, got ", low_freq_factor, " and ",
-             high_freq_factor);
-  if (rope_type == "yarn")
-    TG_CHECK(std::isfinite(beta_fast) && std::isfinite(beta_slow) && beta_slow > 0 && beta_fast > 0 &&
-                 std::isfinite(mscale) && std::isfinite(mscale_all_dim),
-             "RopeScaling", "yarn wants positive beta_fast and beta_slow and finite mscales, got beta_fast ", beta_fast,
-             ", beta_slow ", beta_slow);
-  if (rope_type != "longrope") return;
-  for (const auto* f : {&short_factor, &long_factor}) {
-    const char* name = f == &short_factor ? "short_factor" : "long_factor";
-    TG_CHECK(static_cast<int64_t>(f->size()) == dim / 2, "RopeScaling", "longrope's ", name, " has ", f->size(),
-             " numbers, wants one per rotary frequency: ", dim / 2);
-    for (double x : *f)
-      TG_CHECK(std::isfinite(x) && x > 0, "RopeScaling", "longrope's ", name, " holds ", x, ", wants positive numbers");
+                 static_cast<float>(high_freq_factor) > static_cast<float>(low_freq_factor),
+             op, "llama3 wants 0 < low_freq_factor < high_freq_factor (apart as float32 numbers), got low_freq_factor ",
+             low_freq_factor, " and high_freq_factor ", high_freq_factor);
+  if (rope_type == "yarn") {
+    // log(original_max_position_embeddings / (2 pi beta)) bounds the ramp, from beta_slow up to beta_fast rotations.
+    TG_CHECK(std::isfinite(beta_fast) && std::isfinite(beta_slow) && beta_slow > 0 && beta_fast > beta_slow, op,
+             "yarn wants 0 < beta_slow < beta_fast (its ramp runs from beta_slow to beta_fast rotations), got beta_fast ",
+             beta_fast, " and beta_slow ", beta_slow);
+    TG_CHECK(std::isfinite(mscale) && std::isfinite(mscale_all_dim) && mscale >= 0 && mscale_all_dim >= 0, op,
+             "yarn wants finite mscale and mscale_all_dim >= 0, got ", mscale, " and ", mscale_all_dim);
+  }
+  if ((rope_type == "yarn" || rope_type == "longrope") && factor == 0)
+    TG_CHECK(context_factor(*this, max_positions) >= 1, op, rope_type,
+             " without a factor scales by max_position_embeddings / original_max_position_embeddings = ", max_positions,
+             " / ", original_max_position_embeddings, ", which must be >= 1 (the pre-training context is the shorter)");
+  if (rope_type == "longrope") {
+    for (const auto* f : {&short_factor, &long_factor}) {
+      const char* name = f == &short_factor ? "short_factor" : "long_factor";
+      TG_CHECK(static_cast<int64_t>(f->size()) == dim / 2, op, "longrope's ", name, " has ", f->size(),
+               " numbers, wants one per rotary frequency: ", dim / 2, " (int(head_dim ", head_dim,
+               " * partial_rotary_factor ", partial_rotary_factor, ") / 2)");
+      for (double x : *f)  // each divides the frequency in float32
+        TG_CHECK(std::isfinite(x) && x >= FLT_MIN && x <= FLT_MAX, op, "longrope's ", name, " holds ", x,
+                 ", wants positive numbers a float32 holds, in [", FLT_MIN, ", ", FLT_MAX, "]");
+    }
+    if (attention_factor == 0 && context_factor(*this, max_positions) > 1)  // derived over log(original context)
+      TG_CHECK(original_max_position_embeddings >= 2, op, "longrope derives its attention factor over ",
+               "log(original_max_position_embeddings): it must be at least 2, got ", original_max_position_embeddings);
+  }
+  // What the divisions and logs leave: every frequency, angle and the cos / sin scale finite in float32.
+  const auto scale = static_cast<float>(attention_scaling(*this, max_positions));
+  TG_CHECK(std::isfinite(scale) && scale > 0, op, fields_of(*this), ": cos and sin scale by ", scale,
+           " in float32 (attention_factor ", attention_factor, ", 0: derived), wants a positive finite number");
+  std::vector<std::vector<float>> tables = {inv_freq_of(dim, theta, *this, max_positions, short_factor)};
+  if (rope_type == "longrope") tables.push_back(inv_freq_of(dim, theta, *this, max_positions, long_factor));
+  for (const std::vector<float>& freqs : tables) {
+    for (size_t i = 0; i < freqs.size(); ++i)
+      TG_CHECK(std::isfinite(freqs[i]) && freqs[i] >= 0 && std::isfinite(static_cast<float>(max_positions) * freqs[i]),
+               op, fields_of(*this), " with ", theta_field, " ", theta, " and ", max_positions,
+               " positions makes frequency ", i, " ", freqs[i], ": its angles would not be finite float32 numbers");
   }
 }
 
@@ -134,22 +203,21 @@ int64_t RopeScaling::rotary_dim(int64_t head_dim) const {
 
 RotaryEmbedding::RotaryEmbedding(int64_t hd, int64_t max_pos, double th, const RopeScaling& s)
     : Module("RotaryEmbedding"), head_dim(hd), max_positions(max_pos), theta(th), scaling(s) {
-  s.validate(hd);
+  s.validate(hd, max_pos, th);
   const int64_t dim = s.rotary_dim(hd);
+  const bool longrope = s.rope_type == "longrope";
+  const int64_t short_rows = longrope ? std::min(max_pos, s.original_max_position_embeddings) : 0;
+  check_host_memory(static_cast<double>(max_pos + short_rows) * static_cast<double>(dim) * 2 * sizeof(float),
+                    "RotaryEmbedding", "the cos and sin tables of " + std::to_string(max_pos) + " positions x " +
+                                           std::to_string(dim) + " rotary dims (max_position_embeddings x head_dim)");
   const double scale = attention_scaling(s, max_pos);
-  if (s.rope_type == "longrope") {
-    const int64_t short_rows = std::min(max_pos, s.original_max_position_embeddings);
-    std::tie(cos, sin) = scaled_tables(short_rows, longrope_inv_freq(dim, th, s.short_factor), scale);
-    std::tie(cos_long, sin_long) = scaled_tables(max_pos, longrope_inv_freq(dim, th, s.long_factor), scale);
+  if (longrope) {
+    std::tie(cos, sin) = scaled_tables(short_rows, inv_freq_of(dim, th, s, max_pos, s.short_factor), scale);
+    std::tie(cos_long, sin_long) = scaled_tables(max_pos, inv_freq_of(dim, th, s, max_pos, s.long_factor), scale);
     register_buffer("cos_long", cos_long, /*persistent=*/false);
     register_buffer("sin_long", sin_long, /*persistent=*/false);
   } else {
-    std::vector<float> inv_freq = s.rope_type == "yarn" ? yarn_inv_freq(dim, th, context_factor(s, max_pos), s)
-                                                        : rotary_inv_freq(dim, th);
-    if (s.rope_type == "linear")
-      for (float& f : inv_freq) f /= static_cast<float>(s.factor);
-    if (s.rope_type == "llama3") llama3_scale(inv_freq, s);
-    std::tie(cos, sin) = scaled_tables(max_pos, inv_freq, scale);
+    std::tie(cos, sin) = scaled_tables(max_pos, inv_freq_of(dim, th, s, max_pos), scale);
   }
   register_buffer("cos", cos, /*persistent=*/false);
   register_buffer("sin", sin, /*persistent=*/false);

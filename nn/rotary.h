@@ -32,12 +32,15 @@ struct RopeScaling {
   double beta_fast = 32, beta_slow = 1;  // yarn: the ramp's bounds, in rotations
   double mscale = 0, mscale_all_dim = 0;  // yarn (DeepSeek): both > 0 derive attention_factor from their ratio
   bool truncate = true;                  // yarn: the ramp's bounds rounded out to whole dims
-  std::vector<double> short_factor, long_factor;  // longrope: one per frequency (rotary dims / 2)
+  std::vector<double> short_factor = {}, long_factor = {};  // longrope: one per frequency (rotary dims / 2)
   double partial_rotary_factor = 1.0;  // RoPE over the first int(head_dim * this) dims of a head (Phi-3)
 
-  // tg::Error naming the field; head_dim: the attention heads' (the factor lists' length is half
-  // of its rotary part).
-  void validate(int64_t head_dim) const;
+  // tg::Error naming the field and its value for anything out of range, or that would divide by
+  // zero, take a log of 0 or overflow float32 where the tables are computed (transformers'
+  // modeling_rope_utils): the tables of `max_positions` positions for heads of `head_dim` (the
+  // factor lists' length is half of its rotary part) and base `theta` (`theta_field` in messages)
+  // are then finite.
+  void validate(int64_t head_dim, int64_t max_positions, double theta, const char* theta_field = "rope_theta") const;
   int64_t rotary_dim(int64_t head_dim) const;
   bool operator==(const RopeScaling&) const = default;
 };

@@ -1,14 +1,7 @@
 // adamw_step_: the fused AdamW update of a list of parameters, in place and not differentiable
-// (torch's _fused_adamw_). optim::AdamW calls it once per step. Per element, the formula of
-// adamw_update (ops/adamw_step_kernels.h); per tensor, its own lr, weight decay and step count:
-// host numbers, or tensors on the parameter's device that the step reads and counts in (what
-// optim::AdamW passes, so a CUDA graph of the step replays with the current lr and step).
-//
-// CPU: float32, float64 and bfloat16 parameters, all tensors of a step in one parallel pass
-// over 1024-element chunks (trace "adamw_step.fused_cpu"). CUDA: float32 and bfloat16
-// parameters, one multi-tensor launch per 64 tensors (trace "adamw_step.cuda_launch" per
-// launch), no allocation, no host synchronisation. bfloat16 parameters keep float32 exp_avg /
-// exp_avg_sq. A non-contiguous parameter or grad is updated through a contiguous copy.
+// (torch's _fused_adamw_), what optim::AdamW calls once a step. Per element the formula of
+// adamw_update (ops/adamw_step_kernels.h), per tensor its own lr, weight decay and step count.
+// Backends, dtypes and traces: docs/api.md.
 #pragma once
 
 #include <cstdint>

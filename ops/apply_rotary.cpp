@@ -162,14 +162,18 @@ std::pair<Tensor, Tensor> rotary_cos_sin(int64_t T, int64_t head_dim, double the
 std::pair<Tensor, Tensor> rotary_cos_sin(int64_t T, const std::vector<float>& inv_freq, Device device) {
   const auto half = static_cast<int64_t>(inv_freq.size()), head_dim = 2 * half;
   TG_CHECK(T >= 0 && half > 0, "rotary_cos_sin", "wants T >= 0 and frequencies, got T ", T, " and ", half);
-  std::vector<float> c(static_cast<size_t>(T * head_dim)), s(c.size());
+  // Filled where they are allocated: tables of many positions are never held twice on the host.
+  const Tensor c = Tensor::empty({T, head_dim}, {kFloat32}), s = Tensor::empty({T, head_dim}, {kFloat32});
+  float* cp = c.data_ptr<float>();
+  float* sp = s.data_ptr<float>();
   for (int64_t t = 0; t < T; ++t)
     for (int64_t i = 0; i < head_dim; ++i) {
       const float angle = static_cast<float>(t) * inv_freq[i % half];
-      c[t * head_dim + i] = std::cos(angle);
-      s[t * head_dim + i] = std::sin(angle);
+      cp[t * head_dim + i] = std::cos(angle);
+      sp[t * head_dim + i] = std::sin(angle);
     }
-  return {from_vector(c, {T, head_dim}, device), from_vector(s, {T, head_dim}, device)};
+  if (device.is_cpu()) return {c, s};
+  return {to(c, device), to(s, device)};
 }
 
 }  // namespace tg

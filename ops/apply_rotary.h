@@ -1,14 +1,8 @@
 // Rotary position embedding, Hugging Face's "rotate half" convention:
 //   apply_rotary(x, cos, sin) = x * cos + rotate_half(x) * sin,
 //   rotate_half(u) = cat(-u[..., hd/2:], u[..., :hd/2])
-// x [B, H, T, hd]; cos, sin [T, hd] (broadcast over B and H), or per sequence [B, 1, T, hd]
-// (broadcast over H: positions that differ between sequences, packed or left-padded); cast to
-// x's dtype.
-// With tables that do not require grad, one fused pass forward and one backward
-// (ops/apply_rotary_kernels.h; CPU float32 / float64, trace "apply_rotary.fused_cpu"; CUDA float32
-// / bfloat16, "apply_rotary.fused_cuda"); the output keeps x's memory layout (a [B, H, T, hd] view
-// of [B, T, H, hd] memory stays one) and backward saves only the tables. Otherwise (CPU bfloat16, tables that require grad) a
-// composition of slice / cat / neg / mul / add (trace "apply_rotary.composite").
+// x [B, H, T, hd]; cos, sin [T, hd], or per sequence [B, 1, T, hd]; cast to x's dtype. Kernels and
+// traces: docs/api.md.
 #pragma once
 
 #include <cstdint>

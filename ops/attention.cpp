@@ -185,7 +185,7 @@ Tensor sdpa_fused(const Tensor& q, const Tensor& k, const Tensor& v, bool is_cau
   Tensor lse = Tensor::empty(lse_shape, {q.dtype() == kFloat64 ? kFloat64 : kFloat32, q.device()});
   // A checkpointed layer's first run picks the kernel its recomputation will (cuDNN's or the flash
   // kernels round differently).
-  const bool grads = needs_record({{"q", q}, {"k", k}, {"v", v}}) || recorded_at_backward();
+  const bool grads = needs_record({{"q", q}, {"k", k}, {"v", v}}) || in_checkpoint_first_pass();
   const char* kernel = fused_forward(out, lse, qc, kc, vc, is_causal, s, mask, first, grads);
   if (!kernel) return Tensor();
   KernelTrace::record(kernel);

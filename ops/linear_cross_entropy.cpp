@@ -90,10 +90,10 @@ namespace detail {
 
 // Both GEMMs of a chunk want rows by the thousand: [rows, H] x [H, V], and [rows, V] x [V, H],
 // whose output is only rows x H (256 rows left it to split-K). So 2048 rows, fewer where their
-// logits would pass 256 MiB (1024 at Llama-3's vocabulary: 3% slower than 2048, but the step's
-// peak stays where it was). With dW 4096 rows: its GEMM's K, and per chunk the float32
-// accumulator is read and written once more (at 2048 rows 3% slower than 4096). Measured on an
-// H200 with linear_ce_bench --chunk-rows (dev/NOTES.md).
+// logits would pass 256 MiB (1024 at Llama-3's vocabulary: a little slower than 2048, but the
+// step's peak stays where it was). With dW 4096 rows: its GEMM's K, and per chunk the float32
+// accumulator is read and written once more. The sweep: dev/NOTES.md (linear_ce_bench
+// --chunk-rows).
 int64_t linear_cross_entropy_chunk_rows(int64_t N, int64_t V, int64_t element_size, bool want_dw) {
   int64_t rows = want_dw ? kDwRows : std::min(kGemmRows, kMaxChunkBytes / (V * element_size));
   rows = std::max(kTileRows, rows / kTileRows * kTileRows);

@@ -1,11 +1,6 @@
 // bitsandbytes' 4-bit weights (QLoRA, arXiv 2305.14314), byte for byte as its quantize_4bit /
-// dequantize_4bit store them: the flattened weight in blocks of `blocksize` (64) values, each
-// block scaled by its absmax into [-1, 1] and every value replaced by the 4-bit index of the
-// nearest code of the 16-value map (NF4: normal quantiles; FP4: 1 sign, 2 exponent, 1 mantissa
-// bit), two indices a byte, the first in the high nibble. With double quantisation the absmax
-// values themselves are stored as 8-bit codes of bitsandbytes' dynamic map in blocks of 256,
-// offset by their mean. tests/fixtures/nf4/make_fixtures.py is the float reference (and says
-// where bitsandbytes' own backends differ from it).
+// dequantize_4bit store them: NF4 or FP4 codes in blocks of 64, double quantisation optional (the
+// format: docs/api.md).
 //
 //   QuantState4bit q = quantize_4bit(w, "nf4", /*double_quant=*/true);   // w [out, in], frozen
 //   Tensor y = linear_4bit(x, q, bias);     // x W^T + b, W dequantised right before the GEMM

@@ -1,16 +1,10 @@
-// Optimizers, as torch.optim: they update, in place and under NoGradGuard, the parameters that
-// have a gradient (grad defined) when step() runs; the others are left alone. AdamW is one fused
-// step (ops/adamw_step.h: one multi-tensor launch per 64 parameters on the GPU); SGD is plain
-// device-agnostic ops.
+// Optimizers, as torch.optim: step() updates in place, under NoGradGuard, the parameters that have
+// a gradient. AdamW is one fused step (ops/adamw_step.h), SGD plain ops; parameter groups as
+// torch.optim's (docs/api.md).
 //
 //   tg::optim::AdamW opt(model->named_trainable_parameters(), {.lr = 1e-3});
 //   opt.zero_grad(); loss.backward(); opt.step();
 //   opt.save("opt.safetensors");   // per-parameter state by name and the groups, reloadable
-//
-// Parameter groups, as torch.optim's: each group has its own lr and weight_decay (unset ones
-// take the optimizer's options), e.g. no weight decay for norms and biases:
-//   tg::optim::AdamW opt({{decay_params, {}}, {no_decay_params, {.weight_decay = 0.0}}}, {.lr = 1e-3});
-//   opt.param_groups()[1].lr = 3e-4;   // schedulers set every group's lr
 #pragma once
 
 #include <cstdint>

@@ -18,7 +18,7 @@
 #include "nn/norm.h"
 #include "ops/binary.h"
 #include "ops/cast.h"
-#include "ops/linear.h"
+#include "ops/lora_linear.h"
 #include "ops/matmul.h"
 
 namespace tg::peft {
@@ -127,7 +127,7 @@ LoRALinear::LoRALinear(const nn::Linear& base, int64_t rank, double alpha, doubl
 Tensor LoRALinear::forward(const Tensor& x) {
   if (!enabled_) return quantized_base ? quantized_base->forward(x) : nn::Linear::forward(x);
   if (merged_) return nn::Linear::forward(x);
-  // One op for the layer (lora_linear, ops/linear.h): the LoRA products on x's dtype (bf16 adapters' tensor
+  // One op for the layer (lora_linear, ops/lora_linear.h): the LoRA products on x's dtype (bf16 adapters' tensor
   // cores for a bf16 layer, as autocast), LoRA-B accumulated into the base GEMM's output.
   if (!quantized_base && (lora_dropout->p == 0.0 || !is_training()))
     return lora_linear(x, weight, bias, lora_A->weight, lora_B->weight, scaling);

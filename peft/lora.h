@@ -1,16 +1,12 @@
 // LoRA, as peft defines it (https://github.com/huggingface/peft), for nn::Linear layers:
-//   y = W x + b + (lora_alpha / r) * B (A (dropout(x))),
-//   A [r, in] ~ U(-1/sqrt(in), 1/sqrt(in)) (kaiming_uniform, a = sqrt(5)), B [out, r] = 0,
-// so a freshly wrapped model computes exactly what the base model does.
+//   y = W x + b + (lora_alpha / r) * B (A (dropout(x))),  B [out, r] = 0 at first,
+// so a freshly wrapped model computes exactly what the base model does; names are peft's without
+// the adapter name (docs/api.md).
 //
 //   auto report = tg::peft::apply_lora(*model, {});   // q/k/v/o_proj, r 8, alpha 16
 //   tg::peft::print_trainable_parameters(*model);
 //   ... train model->trainable_parameters() ...
 //   tg::peft::save_adapter(*model, "out/adapter", cfg);
-//
-// In-model names are peft's without the adapter name: "<path>.lora_A.weight",
-// "<path>.lora_B.weight"; the base weight keeps its name "<path>.weight", so base checkpoints
-// load into a wrapped model unchanged.
 #pragma once
 
 #include <cstdint>

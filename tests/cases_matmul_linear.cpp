@@ -7,6 +7,7 @@
 #include "ops/binary.h"
 #include "ops/cast.h"
 #include "ops/linear.h"
+#include "ops/lora_linear.h"
 #include "ops/matmul.h"
 #include "ops/nf4.h"
 #include "ops/shape.h"

@@ -120,14 +120,14 @@ TEST(Checkpoint, TheFirstRunKnowsItIsRecordedAtBackward) {
   std::vector<bool> seen;
   Tensor x = randn({3}).requires_grad_();
   auto out = checkpoint([&](const std::vector<Tensor>& in) {
-    seen.push_back(recorded_at_backward());
+    seen.push_back(in_checkpoint_first_pass());
     return std::vector<Tensor>{mul(in[0], in[0])};
   }, {x});
-  EXPECT_FALSE(recorded_at_backward());
+  EXPECT_FALSE(in_checkpoint_first_pass());
   sum(out[0]).backward();
   EXPECT_EQ(seen, (std::vector<bool>{true, false}));  // the first run, then the recomputation
   NoGradGuard g;
-  EXPECT_FALSE(recorded_at_backward()) << "a plain no-grad scope is not a checkpoint";
+  EXPECT_FALSE(in_checkpoint_first_pass()) << "a plain no-grad scope is not a checkpoint";
 }
 
 TEST(Checkpoint, FullLlamaGqaGradientsAreBitwiseThoseWithout) {

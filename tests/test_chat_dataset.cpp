@@ -11,6 +11,7 @@
 #include "data/chat_dataset.h"
 #include "data/dataset.h"
 #include "data/tokenizer.h"
+#include "io/json.h"
 #include "tests/test_support.h"
 
 namespace fs = std::filesystem;
@@ -171,6 +172,41 @@ TEST(ChatDataset, ATokenAcrossATurnsEdgeIsLearned) {
   EXPECT_EQ(learned(tok, labelled(tok, {{"user", " token"}, {"assistant", "izer and"}})), (Runs{" tokenizer and"}));
 }
 
+// Issue 47: a conversation of which no token is learned (every label -100) trained on nothing
+// without a word; it is an error naming the file and row, before any row where the template alone
+// tells (its {% generation %} blocks all empty).
+TEST(ChatDataset, AConversationWithNothingToLearnIsAnErrorNamingItsRow) {
+  TempDir dir;
+  const fs::path folder = dir / "tok";
+  fs::create_directories(folder);
+  fs::copy_file(kDir / "qwen2.5" / "tokenizer.json", folder / "tokenizer.json");
+  auto tokenizer_with = [&](const std::string& assistant_turn) {
+    tg::json::Value config = tg::json::Value::object();
+    config.set("eos_token", "<|im_end|>");
+    config.set("chat_template", "{% for m in messages %}{% if m.role == 'assistant' %}" + assistant_turn +
+                                    "{% else %}{{ m.content }}{% endif %}{% endfor %}");
+    write(folder / "tokenizer_config.json", tg::json::dump(config));
+    return Tokenizer::from_pretrained(folder.string());
+  };
+  const std::tm now = fixed_time();
+  const std::vector<ChatMessage> turn = {{"user", "Hi"}, {"assistant", "Hello."}};
+  const std::string row = R"({"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}]})";
+  write(dir / "chat.jsonl", row + "\n" + row + "\n");
+
+  const Tokenizer empty = tokenizer_with("{{ m.content }}{% generation %}{% endgeneration %}");
+  EXPECT_ERROR_HAS(tokenize_conversation(empty, turn, &now), "{% generation %} blocks that are all empty",
+                   "not one token would be learned");
+  EXPECT_ERROR_HAS(tokenize_jsonl_file(dir / "chat.jsonl", empty), "chat.jsonl': the chat template", "all empty");
+  // Blocks that render nothing for this conversation: the row is named.
+  const Tokenizer blank = tokenizer_with("{{ m.content }}{% generation %}{{ '' }}{% endgeneration %}");
+  EXPECT_ERROR_HAS(tokenize_conversation(blank, turn, &now), "{% generation %} blocks, but they rendered nothing");
+  EXPECT_ERROR_HAS(tokenize_jsonl_file(dir / "chat.jsonl", blank), "chat.jsonl' line 1", "rendered nothing");
+  // A block that holds only the start of a special token marks no token of its own.
+  const Tokenizer split = tokenizer_with("{{ m.content }}{% generation %}<|im{% endgeneration %}_end|>");
+  EXPECT_ERROR_HAS(tokenize_conversation(split, turn, &now), "not one token of the conversation's assistant turns is learned",
+                   "every label would be -100");
+}
+
 TEST(ChatDataset, EncodeWithCutsPlacesOffsetsBetweenAndInsideTokens) {
   const Tokenizer tok = chat_tokenizer("qwen2.5");
   const std::string text = "<|im_start|> the tokenizer<|im_end|>";
@@ -202,6 +238,22 @@ TEST(ChatDataset, RefusesWhatCannotBeLearned) {
   EXPECT_ERROR_HAS(tokenize_conversation(chat_tokenizer("mistral0.3"), moved, &now), "mistral0.3",
                    "assistant turn messages[2]", "does not begin the whole conversation's rendering", "at byte",
                    "{% generation %}");
+}
+
+// Issue 47: a message's invalid UTF-8 (a row built in C++, a character cut short) reached the
+// template, whose string methods decoded past it; it is refused where it enters, by field and byte.
+TEST(ChatDataset, InvalidUtf8InAMessageIsAnErrorNamingItsFieldAndByte) {
+  const std::tm now = fixed_time();
+  const Tokenizer tok = chat_tokenizer("qwen2.5");
+  std::vector<ChatMessage> m = {{"user", "Hi"}, {"assistant", "It costs 5 \xE2\x82"}};
+  EXPECT_ERROR_HAS(tokenize_conversation(tok, m, &now), "messages[1].content is not text",
+                   "invalid UTF-8 (byte 0xe2) at byte 11");
+  m[1].content = "Fine.";
+  m[0].role = "us\xff";
+  EXPECT_ERROR_HAS(tok.apply_chat_template(m), "apply_chat_template", "messages[0].role is not text", "(byte 0xff) at byte 2");
+  // What the template saw: the euro sign's first two bytes and the string's end as one character.
+  const ChatTemplate last("{{ messages[0].content[-1] }}", {});
+  EXPECT_ERROR_HAS(last.render(std::vector<ChatMessage>{{"user", "5 \xE2\x82"}}), "messages[0].content is not text");
 }
 
 TEST(ChatDataset, JsonlFileWithMessagesIsReadAsConversations) {

@@ -346,9 +346,12 @@ TEST(Generate, BadInputIsNamed) {
   const std::vector<std::vector<int32_t>> p = {{1, 2, 3}};
   EXPECT_ERROR_HAS(nn::generate(*m, p, {.max_new_tokens = 0}), "max_new_tokens must be at least 1, got 0");
   EXPECT_ERROR_HAS(nn::generate(*m, p, {.do_sample = true, .temperature = -1}), "temperature must be >= 0");
+  // 1e-300 is 0 as a float: the sampler's logits / temperature were inf and NaN, reported later as something else.
+  EXPECT_ERROR_HAS(nn::generate(*m, p, {.do_sample = true, .temperature = 1e-300}),
+                   "temperature 1e-300 is below 1e-06: logits / temperature overflow float32");
   EXPECT_ERROR_HAS(nn::generate(*m, p, {.do_sample = true, .top_k = -2}), "top_k must be >= 0");
   EXPECT_ERROR_HAS(nn::generate(*m, p, {.do_sample = true, .top_p = 0}), "top_p must be in (0, 1]");
-  EXPECT_ERROR_HAS(nn::generate(*m, p, {.repetition_penalty = 0}), "repetition_penalty must be > 0");
+  EXPECT_ERROR_HAS(nn::generate(*m, p, {.repetition_penalty = 0}), "repetition_penalty must be >= 1e-06");
   EXPECT_ERROR_HAS(nn::generate(*m, p, {.temperature = 0.8}), "temperature 0.8 is set but do_sample is false");
   EXPECT_ERROR_HAS(nn::generate(*m, p, {.top_k = 10}), "top_k 10 is set but do_sample is false");
   EXPECT_ERROR_HAS(nn::generate(*m, p, {.top_p = 0.9}), "top_p 0.9 is set but do_sample is false");
@@ -624,6 +627,10 @@ TEST(GenerateExample, ChatErrorsNameWhatIsMissing) {
   chat("--model " + folder + " --chat --max-new-tokens 500 --threads 1", "Hi\n", dir, &rc, &err);
   EXPECT_EQ(rc, 1);
   EXPECT_NE(err.find("exceeds the model's context of 512 tokens"), std::string::npos) << err;
+  // A line that is not UTF-8 (a Latin-1 terminal's "café") is named, not sent as other characters.
+  chat("--model " + folder + " --chat --max-new-tokens 1 --threads 1", "Hi\ncaf\xE9\n", dir, &rc, &err);
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(err.find("stdin line 2 is not text: invalid UTF-8 (byte 0xe9) at byte 3"), std::string::npos) << err;
 }
 
 // Greedy ids transformers' generate gave on the tokenizer fixtures' tiny models, one prompt and

@@ -28,6 +28,7 @@
 #include "ops/shape.h"
 #include "peft/lora.h"
 #include "testing/testing.h"
+#include "tests/cached_forward_check.h"
 #include "tests/test_models.h"
 #include "tests/test_support.h"
 
@@ -482,7 +483,8 @@ void expect_fixture_matches(const std::string& name, Device device) {
 }
 
 const std::vector<std::string> kFixtureFamilies = {"llama", "gpt2",  "llama3", "llama_linear", "llama_dynamic", "mistral",
-                                                   "qwen2", "qwen3", "gemma2", "gemma3",       "phi3"};
+                                                   "qwen2", "qwen3", "gemma2", "gemma3",       "phi3",          "smollm3",
+                                                   "olmo2"};
 
 TEST(HfFixtures, MatchTransformersAndPeft) {
   for (const std::string& name : kFixtureFamilies) expect_fixture_matches(name, Device::cpu());
@@ -671,34 +673,11 @@ TEST(HfFixtures, GemmaNormAddsOneInFloat32) {
   EXPECT_TENSOR_EQ(norm.forward(to(x, kBFloat16)), to(want, kBFloat16));
 }
 
-// Fixture `name`'s cached forward over `seqs` (the second left-padded by pad[1]) in steps of
-// `steps` tokens gives each sequence the logits of its full forward.
+// Fixture `name`'s cached forward (tests/cached_forward_check.h).
 void expect_cached_matches_full(const std::string& name, const std::vector<std::vector<int64_t>>& seqs,
                                 const std::vector<int64_t>& pad, const std::vector<int64_t>& steps) {
   SCOPED_TRACE(name);
-  std::shared_ptr<nn::CausalLM> model = nn::from_pretrained((kFixtures / name).string());
-  const nn::ModelDims d = model->dims();
-  NoGradGuard no_grad;
-  int64_t columns = 0;
-  for (int64_t T : steps) columns += T;
-  nn::KVCache cache(d.num_layers, 2, d.kv_heads, d.head_dim, columns, {kFloat32}, pad);
-  int64_t col = 0;
-  for (int64_t T : steps) {
-    std::vector<int64_t> ids;
-    for (int64_t b = 0; b < 2; ++b)
-      for (int64_t c = col; c < col + T; ++c) ids.push_back(c < pad[b] ? 0 : seqs[b][c - pad[b]]);
-    Tensor logits = model->logits(model->hidden_states(from_vector(ids, {2, T}), cache));
-    for (int64_t b = 0; b < 2; ++b) {
-      const int64_t first = std::max(col, pad[b]);
-      if (first >= col + T) continue;
-      const int64_t n = col + T - pad[b];  // the sequence's tokens so far
-      Tensor full = model->forward(from_vector(std::vector<int64_t>(seqs[b].begin(), seqs[b].begin() + n), {1, n}));
-      EXPECT_TENSOR_NEAR(slice(slice(logits, 0, b, b + 1), 1, first - col, T), slice(full, 1, first - pad[b], n),
-                         2e-5, 2e-5)
-          << "step of " << T << " at column " << col << ", sequence " << b;
-    }
-    col += T;
-  }
+  test::expect_cached_matches_full(*nn::from_pretrained((kFixtures / name).string()), seqs, pad, steps);
 }
 
 // Generation's cached forward (prefill, a chunk, then one token a step, one sequence left-padded)
@@ -708,13 +687,13 @@ TEST(HfFixtures, GemmaAndPhi3CachedForwardMatchesTheFullForward) {
     expect_cached_matches_full(name, {{5, 9, 1, 33, 7, 2, 60, 4}, {8, 3, 71, 12, 6}}, {0, 3}, {4, 2, 1, 1});
 }
 
-// Past the fixtures' sliding_window of 8 (Mistral's, Gemma's sliding layers): a prompt longer than
+// Past the fixtures' sliding_window of 8 (Mistral's; Gemma's and SmolLM3's sliding layers): a prompt longer than
 // the window, a chunk across it, then one token a step to column 15; the cached keys older than
 // the window are masked as the full forward masks them.
 TEST(HfFixtures, SlidingWindowFamiliesGeneratePastTheWindow) {
   const std::vector<std::vector<int64_t>> seqs = {{5, 9, 1, 33, 7, 2, 60, 4, 11, 23, 8, 3, 71, 12, 6, 40},
                                                   {8, 3, 71, 12, 6, 2, 2, 9, 17, 5, 30, 1, 4}};
-  for (const std::string name : {"mistral", "gemma2", "gemma3"})
+  for (const std::string name : {"mistral", "gemma2", "gemma3", "smollm3"})
     expect_cached_matches_full(name, seqs, {0, 3}, {10, 3, 1, 1, 1});
 }
 

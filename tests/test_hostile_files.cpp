@@ -12,7 +12,10 @@
 #include <filesystem>
 #include <fstream>
 
+#include "core/detail/utf8.h"
+#include "core/limits.h"
 #include "core/memory.h"
+#include "data/chat_template.h"
 #include "data/dataset.h"
 #include "data/detail/regex.h"
 #include "data/tokenizer.h"
@@ -97,6 +100,29 @@ TEST(HostileFiles, InvalidUtf8InAJsonStringIsAnErrorWithItsOffset) {
   EXPECT_NE(load_error(dir, tokenizer_json("{\"a\xff\": 0}")).find("invalid UTF-8"), std::string::npos);
 }
 
+// Issue 47: utf8::next decoded a truncated character with the bytes after it (past the end of a
+// view, or the next character's), so invalid text reached the model as other characters.
+TEST(HostileFiles, InvalidUtf8DecodesAsReplacementCharactersNeverPastItsEnd) {
+  const std::string euro = "\xE2\x82\xAC";
+  size_t i = 0;
+  EXPECT_EQ(utf8::next(std::string_view(euro).substr(0, 2), i), 0xFFFDu);  // was U+20AC, its third byte read
+  EXPECT_EQ(i, 2u);
+  // Decoding character by character agrees with repair(): one U+FFFD a maximal invalid subpart.
+  for (const std::string bad : {"a\xE2\x82", "\xff\xfe", "\xC0\x80", "\xED\xA0\x80", "\xF4\x90\x80\x80", "\xE2\x82x\xE2\x82\xAC"}) {
+    std::string decoded;
+    for (size_t k = 0; k < bad.size();) utf8::append(decoded, utf8::next(bad, k));
+    EXPECT_EQ(decoded, utf8::repair(bad)) << json::dump(json::Value(utf8::repair(bad)));
+  }
+  EXPECT_EQ(utf8::invalid_at("caf\xC3"), "invalid UTF-8 (byte 0xc3) at byte 3");
+  EXPECT_EQ(utf8::invalid_at("caf\xC3\xA9"), "");
+  // A cut inside a character handed the tokenizer's pipeline (PCRE2 without its UTF check) a truncated one.
+  const auto tok = data::Tokenizer::from_file(fs::path(__FILE__).parent_path() / "fixtures" / "tokenizers" / "qwen2" / "tokenizer.json");
+  std::vector<data::Tokenizer::TokenCut> where;
+  EXPECT_ERROR_HAS(tok.encode_with_cuts("caf\xC3\xA9!", std::vector<size_t>{4}, where), "encode_with_cuts", "cut 0 at byte 4",
+                   "inside a UTF-8 character");
+  EXPECT_EQ(tok.encode_with_cuts("caf\xC3\xA9!", std::vector<size_t>{3, 5}, where), tok.encode("caf\xC3\xA9!", false));
+}
+
 TEST(HostileFiles, TokenizerIdsAreRangeCheckedWhereTheyAreParsed) {
   TempDir dir;
   auto has = [&](const std::string& json, const std::string& part) {
@@ -173,6 +199,13 @@ TEST(HostileFiles, NumbersFromTextAreCheckedWholeAndInRange) {
   EXPECT_EQ(io::parse_number("inf"), std::nullopt);
   EXPECT_EQ(io::parse_number("1e400"), std::nullopt);
   EXPECT_EQ(io::parse_number("2.5e-3"), 2.5e-3);
+  EXPECT_EQ(io::parse_integer<uint64_t>("ffffffffffffffff", 16), UINT64_MAX);
+  EXPECT_EQ(io::parse_integer<uint64_t>("0x1f", 16), std::nullopt);
+  EXPECT_EQ(io::parse_integers<int64_t>("4x512x32000", 'x'), (std::vector<int64_t>{4, 512, 32000}));
+  EXPECT_EQ(io::parse_integers<int64_t>("4x", 'x'), std::nullopt);
+  EXPECT_EQ(io::parse_integers<int64_t>("4x 5", 'x'), std::nullopt);
+  EXPECT_ERROR_HAS(io::checked_integer<int64_t>("12", 0, 10, "op", "'f' metadata n"),
+                   "op: 'f' metadata n='12' is not an integer in [0, 10]");
 
   examples::Flags flags("p", "");
   flags.add("nproc", "1", "").add("alpha", "16", "").add("clip", "1", "").add("threads", "0", "");
@@ -238,7 +271,30 @@ TEST(HostileFiles, CheckpointMetadataIsParsedCheckedBeforeAnythingLoads) {
   EXPECT_EQ(layer.weight.to_vector<float>(), before) << "a bad field leaves the model as it was";
 }
 
+// A chat template's number past int64 (an index `.N` threw std::out_of_range: "error: stoll").
+TEST(HostileFiles, ATemplatesNumberPastInt64IsASyntaxError) {
+  EXPECT_ERROR_HAS(data::ChatTemplate("{{ messages.99999999999999999999 }}", {}),
+                   "line 1: the index .99999999999999999999 is out of range");
+  EXPECT_ERROR_HAS(data::ChatTemplate("{{ 99999999999999999999 }}", {}), "the number 99999999999999999999 is out of range");
+}
+
 // ---- datasets
+
+// Issue 47: a padded dataset of seq 1e9 made its batch's rows (16 GB a row) before anything said
+// no: seq is bounded where the dataset is made, a batch's rows by the host's memory before they
+// are allocated.
+TEST(HostileFiles, AnAbsurdSequenceOrBatchIsRefusedBeforeItIsAllocated) {
+  const auto corpus = data::corpus_from_examples({std::vector<int32_t>(10, 1), std::vector<int32_t>(5, 2)});
+  for (const data::Layout layout : {data::Layout::Pad, data::Layout::Pack, data::Layout::PackSeparate})
+    EXPECT_ERROR_HAS(data::SequenceDataset(corpus, 1'000'000'000, layout), "seq 1000000000 is above 16777216");
+  const data::SequenceDataset rows(corpus, kMaxContext, data::Layout::Pad);
+  const size_t in_use = memory_stats().bytes_in_use;
+  EXPECT_ERROR_HAS(rows.batch(0, kMaxBatch, 0, Device::cpu()), "SequenceDataset::batch",
+                   "1048576 rows of 16777216 tokens take", "more than the host's");
+  EXPECT_ERROR_HAS(rows.rows_batch(1, 2, Device::cpu()), "2 rows from row 1 reach outside the 2 rows");
+  EXPECT_ERROR_HAS(rows.rows_batch(1, INT64_MAX, Device::cpu()), "reach outside");  // first + n overflowed
+  EXPECT_EQ(memory_stats().bytes_in_use, in_use);
+}
 
 TEST(HostileFiles, SequenceDatasetBatchChecksItsIndexAndSize) {
   data::SequenceDataset rows(data::corpus_from_examples({std::vector<int32_t>(64, 1)}), 4, data::Layout::Pack);

@@ -13,6 +13,7 @@
 #include "core/factory.h"
 #include "core/memory.h"
 #include "core/primitives.h"
+#include "examples/common/precision.h"
 #include "io/file.h"
 #include "io/json.h"
 #include "io/safetensors.h"
@@ -210,10 +211,8 @@ TEST_F(LoadTest, LoadsToTheGpuAsToTheCpu) {
 
 // A field of /proc/self/status in bytes ("VmHWM", "VmRSS"); -1 where there is none.
 int64_t status_bytes(const std::string& field) {
-  std::ifstream in("/proc/self/status");
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind(field + ":", 0) == 0) return std::stoll(line.substr(field.size() + 1)) * 1024;  // kB
-  return -1;
+  const std::optional<int64_t> kib = examples::proc_status_kib(field);
+  return kib ? *kib * 1024 : -1;
 }
 
 // Resets VmHWM to the current RSS; false where the kernel does not allow it.
@@ -265,7 +264,7 @@ TEST_F(LoadTest, AFolderLoadsInTheModelsMemoryPlusAShard) {
   const int64_t rss_peak = status_bytes("VmHWM");
   const size_t tensors_peak = memory_stats().peak_bytes - in_use;
 
-  // The tensors the load allocated: at most the model's (made, then given the file's pages), no staging.
+  // The tensors the load allocated: at most the model's (made, then given the copied file's memory), no staging.
   EXPECT_LE(tensors_peak, static_cast<size_t>(model_bytes) + (1 << 20));
   NoGradGuard no_grad;
   for (const auto& [name, p] : model->named_parameters()) {
@@ -279,10 +278,11 @@ TEST_F(LoadTest, AFolderLoadsInTheModelsMemoryPlusAShard) {
       << "peak RSS " << rss_peak << " bytes, " << rss_before << " before the load; model " << model_bytes;
 }
 
-// On the host in the files' dtype the parameters take the files' pages (mapped copy-on-write):
-// no tensor memory for them, the values a copying load gives, writes private to the model, and a
-// save over the folder (files replaced, never rewritten) leaves the loaded model as it was.
-TEST_F(LoadTest, AHostLoadInTheFilesDtypeTakesTheirPages) {
+// On the host in the files' dtype the parameters take memory the kernel copied the files' tensors
+// into (none of the allocator's), with the values a converting load gives, and the files are not
+// read again: rewriting them in place, or truncating them, while the model lives changes nothing
+// (issue 47: a mapping of the files followed them, and faulted once they were cut).
+TEST_F(LoadTest, AHostLoadInTheFilesDtypeOwnsItsMemory) {
   nn::LlamaConfig c = small_llama();
   c.tie_word_embeddings = true;
   TempDir dir;
@@ -300,6 +300,23 @@ TEST_F(LoadTest, AHostLoadInTheFilesDtypeTakesTheirPages) {
     EXPECT_TENSOR_EQ(to(copied->get_parameter(name), kBFloat16), p) << name;
   EXPECT_TRUE(model->lm_head->weight.same(model->model->embed_tokens->weight));
 
+  const Tensor ids = from_vector(std::vector<int64_t>{1, 5, 9, 2}, {1, 4});
+  const Tensor logits = model->forward(ids);
+  for (const auto& e : fs::directory_iterator(dir / "m")) {
+    if (e.path().extension() != ".safetensors") continue;
+    const auto bytes = static_cast<size_t>(fs::file_size(e.path()));
+    std::fstream f(e.path(), std::ios::in | std::ios::out | std::ios::binary);  // in place: no truncation
+    f.write(std::string(bytes, '\x7f').data(), static_cast<std::streamsize>(bytes));
+  }
+  EXPECT_TENSOR_EQ(model->forward(ids), logits);
+  EXPECT_TENSOR_EQ((*model->model->layers)[1].mlp->up_proj->weight,
+                   to((*copied->model->layers)[1].mlp->up_proj->weight, kBFloat16));
+  for (const auto& e : fs::directory_iterator(dir / "m"))
+    if (e.path().extension() == ".safetensors") fs::resize_file(e.path(), 0);
+  EXPECT_TENSOR_EQ(model->forward(ids), logits);
+
+  // Writes stay the model's; a save over the folder (files replaced) leaves it as it was.
+  nn::save_pretrained(made, dir / "m");
   NoGradGuard no_grad;
   const Tensor w = (*model->model->layers)[0].self_attn->q_proj->weight;
   const Tensor before = clone(w);

@@ -20,8 +20,10 @@
 #include "nn/generation/generation.h"
 #include "nn/models/gemma.h"
 #include "nn/models/llama.h"
+#include "nn/models/olmo2.h"
 #include "nn/models/phi3.h"
 #include "nn/models/pretrained.h"
+#include "nn/models/smollm3.h"
 #include "peft/lora.h"
 #include "tests/test_support.h"
 
@@ -265,9 +267,9 @@ TEST_P(LoraFinetuneHf, LoadIn4bitTrainsOnAFourBitBaseAndMergesDense) {
 INSTANTIATE_TEST_SUITE_P(Folders, LoraFinetuneHf, ::testing::Values("tiny_llama", "tiny_gpt2"));
 
 // Issue 34 end to end with real tokenizers: random tiny models of every decoder family (Llama 3,
-// Mistral, Qwen2, Qwen3, Gemma 2, Gemma 3, Phi-3) with the vocabularies of
-// tests/fixtures/tokenizers' llama3, qwen2 and spm_metaspace (sentencepiece's layout: Gemma's,
-// Mistral's and Phi-3's) tokenizer.json files, saved by save_pretrained with those files; then
+// Mistral, Qwen2, Qwen3, Gemma 2, Gemma 3, Phi-3, SmolLM3, OLMo 2) with the vocabularies of
+// tests/fixtures/tokenizers' llama3 (SmolLM3's layout too), qwen2 (byte-level BPE, as OLMo 2's) and
+// spm_metaspace (sentencepiece's layout: Gemma's, Mistral's and Phi-3's) tokenizer.json files, saved by save_pretrained with those files; then
 // examples/lora_finetune --base trains an adapter on each and examples/generate continues a prompt
 // with it into text the tokenizer decodes.
 TEST(LoraFinetune, RealTokenizerFamiliesTrainSaveAndGenerate) {
@@ -285,11 +287,11 @@ TEST(LoraFinetune, RealTokenizerFamiliesTrainSaveAndGenerate) {
     c.initializer_range = 0.2;  // activations large enough that attention's adapters move the loss
     return c;
   };
-  for (const std::string family : {"llama3", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"}) {
+  for (const std::string family : {"llama3", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "smollm3", "olmo2"}) {
     SCOPED_TRACE(family);
-    const std::string tokenizer = family == "llama3"                       ? "llama3"
-                                  : family == "qwen2" || family == "qwen3" ? "qwen2"
-                                                                           : "spm_metaspace";
+    const std::string tokenizer = family == "llama3" || family == "smollm3"                       ? "llama3"
+                                  : family == "qwen2" || family == "qwen3" || family == "olmo2" ? "qwen2"
+                                                                                                : "spm_metaspace";
     const fs::path tok_dir = fixtures() / tokenizer;
     const auto tok = tg::data::Tokenizer::from_pretrained(tok_dir.string());
     tg::Generator gen(1);
@@ -319,6 +321,17 @@ TEST(LoraFinetune, RealTokenizerFamiliesTrainSaveAndGenerate) {
       tg::nn::LlamaConfig c = llama_like("Phi3ForCausalLM", tok.vocab_size());
       c.tie_word_embeddings = false;
       model = std::make_shared<tg::nn::Phi3ForCausalLM>(c, gen);
+    } else if (family == "smollm3") {
+      tg::nn::SmolLM3Config c;
+      static_cast<tg::nn::LlamaConfig&>(c) = llama_like("SmolLM3ForCausalLM", tok.vocab_size());
+      c.no_rope_layers = {1, 0};
+      c.use_sliding_window = true;
+      c.sliding_window = 16;  // the NoPE layer's, shorter than the training sequences and the generation
+      model = std::make_shared<tg::nn::SmolLM3ForCausalLM>(c, gen);
+    } else if (family == "olmo2") {
+      tg::nn::LlamaConfig c = llama_like("Olmo2ForCausalLM", tok.vocab_size());
+      c.tie_word_embeddings = false;
+      model = std::make_shared<tg::nn::Olmo2ForCausalLM>(c, gen);
     } else {
       tg::nn::GemmaConfig c;
       c.architecture = family == "gemma2" ? "Gemma2ForCausalLM" : "Gemma3ForCausalLM";

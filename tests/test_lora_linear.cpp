@@ -14,6 +14,7 @@
 #include "ops/detail/dispatch.h"
 #include "ops/gemm_kernels.h"
 #include "ops/linear.h"
+#include "ops/lora_linear.h"
 #include "ops/reduce.h"
 #include "ops/matmul.h"
 #include "ops/shape.h"

@@ -20,7 +20,9 @@
 #include "nn/models/gemma.h"
 #include "nn/models/gpt2.h"
 #include "nn/models/llama.h"
+#include "nn/models/olmo2.h"
 #include "nn/models/phi3.h"
+#include "nn/models/smollm3.h"
 #include "ops/binary.h"
 #include "ops/cast.h"
 #include "ops/shape.h"
@@ -38,7 +40,8 @@ struct Family {
 
 // Small models with what sets each family apart: grouped-query heads, Qwen3's q / k norms and
 // biases, Mistral's sliding window (shorter than the documents), Gemma 2's soft-capping and
-// sliding layers, Gemma 3's local RoPE, Phi-3's fused projections, GPT-2's position embedding.
+// sliding layers, Gemma 3's local RoPE, SmolLM3's NoPE layers, OLMo 2's norms after the branches,
+// Phi-3's fused projections, GPT-2's position embedding.
 std::vector<Family> families() {
   auto llama = [](auto edit) {
     return [edit](Generator& gen) {
@@ -75,6 +78,27 @@ std::vector<Family> families() {
       {"phi3", llama([](nn::LlamaConfig& c) { c.architecture = "Phi3ForCausalLM"; })},
       {"gemma2", gemma(false)},
       {"gemma3", gemma(true)},
+      {"smollm3", [](Generator& gen) {
+         // A NoPE layer sliding (window 5, shorter than the documents) and a RoPE one attending to all.
+         nn::SmolLM3Config c;
+         static_cast<nn::LlamaConfig&>(c) = nn::LlamaConfig::tiny();
+         c.architecture = "SmolLM3ForCausalLM";
+         c.num_hidden_layers = 2;
+         c.num_key_value_heads = 2;
+         c.max_position_embeddings = 256;
+         c.no_rope_layer_interval = 2;
+         c.use_sliding_window = true;
+         c.sliding_window = 5;
+         return std::shared_ptr<nn::CausalLM>(std::make_shared<nn::SmolLM3ForCausalLM>(c, gen));
+       }},
+      {"olmo2", [](Generator& gen) {
+         nn::LlamaConfig c = nn::LlamaConfig::tiny();
+         c.architecture = "Olmo2ForCausalLM";
+         c.num_hidden_layers = 2;
+         c.num_key_value_heads = 2;
+         c.max_position_embeddings = 256;
+         return std::shared_ptr<nn::CausalLM>(std::make_shared<nn::Olmo2ForCausalLM>(c, gen));
+       }},
       {"gpt2", [](Generator& gen) {
          nn::GPT2Config c = nn::GPT2Config::tiny();
          c.n_positions = 256;

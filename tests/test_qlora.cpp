@@ -25,6 +25,7 @@
 #include "nn/models/quantization.h"
 #include "ops/binary.h"
 #include "ops/cast.h"
+#include "ops/shape.h"
 #include "peft/lora.h"
 #include "testing/testing.h"
 #include "tests/qlora_tiny_run.h"
@@ -106,9 +107,10 @@ TEST_F(QloraTest, FromPretrainedQuantisesAsItStreams) {
       // The load's peak over what the model holds: one dense layer (twice for GPT-2's Conv1D, read
       // transposed through the file reader's buffer) and the quantiser's float32 absmax of it, far
       // below the dense linear layers a dense load would hold.
-      // A host load in the files' dtype maps the files: a parameter allocated and then given the
-      // file's pages counts in the peak but not in what is in use after, so the model's own bytes
-      // are those of its storages, mapped or not, beside what was in use before the load.
+      // A host load in the files' dtype copies the files' tensors into memory of its own: a
+      // parameter allocated and then given that memory counts in the peak but not in what is in
+      // use after, so the model's own bytes are those of its storages, copied or not, beside what
+      // was in use before the load.
       std::set<const Storage*> storages;
       int64_t held = 0;
       for (const auto& [name, t] : streamed->named_parameters())
@@ -264,6 +266,77 @@ TEST_F(QloraTest, BadFourBitFoldersNameTheTensor) {
   EXPECT_ERROR_HAS(load(with_config("quant_method", "gptq")), "quant_method", "gptq");
   EXPECT_ERROR_HAS(load(with_config("load_in_8bit", true)), "load_in_8bit", "LLM.int8()");
   EXPECT_ERROR_HAS(load(with_config("bnb_4bit_quant_type", "int4")), "bnb_4bit_quant_type", "nf4 or fp4");
+}
+
+// What a 4-bit folder holds that bitsandbytes never writes and the layers would dequantise into
+// other weights without a word (a NaN, infinite or negative absmax, a quant_map that is not the
+// code), and a config.json that disagrees with the files (a quantization_config over dense
+// weights, 4-bit weights without one): each a tg::Error naming the tensor and its file.
+TEST_F(QloraTest, FourBitValuesAndTheConfigAreCheckedAgainstTheFiles) {
+  write_llama(tmp / "dense");
+  for (const bool double_quant : {false, true}) {
+    nn::QuantizationConfig q = kNF4;
+    q.double_quant = double_quant;
+    nn::save_pretrained(*nn::from_pretrained(tmp / "dense", {.dtype = kBFloat16, .quantization = q}),
+                        tmp / ("good" + std::to_string(double_quant)));
+  }
+  const std::string w = "model.layers.0.self_attn.q_proj.weight", absmax = w + ".absmax", map = w + ".quant_map",
+                    nested_absmax = w + ".nested_absmax", nested_map = w + ".nested_quant_map";
+  int n = 0;
+  auto copy = [&](const std::string& from) {
+    const std::string dir = tmp / ("case" + std::to_string(n++));
+    fs::copy(from, dir);
+    return dir;
+  };
+  // The folder (double-quantised or not) with `key`'s float32 element i set to v.
+  auto with_value = [&](bool double_quant, const std::string& key, int64_t i, float v) {
+    const std::string dir = copy(tmp / ("good" + std::to_string(double_quant)));
+    edit_weights(dir, [&](safetensors::TensorMap& t) {
+      Tensor changed = clone(t.at(key));
+      changed.data_ptr<float>()[i] = v;
+      t[key] = changed;
+    });
+    return dir;
+  };
+  auto load = [](const std::string& dir) { nn::from_pretrained(dir); };
+  for (const float v : {NAN, INFINITY, -0.5f})
+    EXPECT_ERROR_HAS(load(with_value(false, absmax, 3, v)), "model.safetensors': '", absmax.c_str(), "at block 3",
+                     "finite number >= 0");
+  EXPECT_ERROR_HAS(load(with_value(true, nested_absmax, 0, INFINITY)), nested_absmax.c_str(), "at block 0");
+  EXPECT_ERROR_HAS(load(with_value(false, map, 5, -0.17f)), map.c_str(), "at 5", "nf4 code has -0.18477");
+  EXPECT_ERROR_HAS(load(with_value(true, map, 15, 2.0f)), map.c_str(), "at 15");
+  EXPECT_ERROR_HAS(load(with_value(true, nested_map, 200, 7.0f)), nested_map.c_str(), "8-bit dynamic map");
+  EXPECT_NO_THROW(load(tmp / "good0"));
+  EXPECT_NO_THROW(load(tmp / "good1"));
+
+  auto with_config = [&](const std::string& from, const std::function<void(json::Value&)>& change) {
+    const std::string dir = copy(from);
+    json::Value v = read_json(dir + "/config.json");
+    change(v);
+    io::write_file_atomic(dir + "/config.json", json::dump(v, 2));
+    return dir;
+  };
+  const json::Value quantization = read_json(tmp / "good1/config.json").at("quantization_config");
+  const std::string dense_q = "'" + w + "' in '";
+  EXPECT_ERROR_HAS(load(with_config(tmp / "dense", [&](json::Value& v) { v.set("quantization_config", quantization); })),
+                   "quantization_config stores every Linear but llm_int8_skip_modules (lm_head) in 4 bits",
+                   "14 of them dense", dense_q.c_str(), "model.safetensors");
+  EXPECT_ERROR_HAS(load(with_config(tmp / "good1", [](json::Value& v) { v.set("quantization_config", json::Value()); })),
+                   "model.safetensors' holds 'model.layers.", ".quant_state.bitsandbytes__nf4', bitsandbytes' 4-bit state",
+                   "has no quantization_config");
+  // By name: a layer the folder keeps dense is one its llm_int8_skip_modules lists.
+  nn::QuantizationConfig keep_q = kNF4;
+  keep_q.skip_modules = {"lm_head", "model.layers.1.self_attn.q_proj"};
+  nn::save_pretrained(*nn::from_pretrained(tmp / "dense", {.dtype = kBFloat16, .quantization = keep_q}),
+                      tmp / "kept");
+  EXPECT_EQ(count_4bit(*nn::from_pretrained(tmp / "kept")), 13);
+  EXPECT_ERROR_HAS(load(with_config(tmp / "kept",
+                                    [](json::Value& v) {
+                                      json::Value q = v.at("quantization_config");
+                                      q.set("llm_int8_skip_modules", json::parse(R"(["lm_head"])"));
+                                      v.set("quantization_config", q);
+                                    })),
+                   "1 of them dense", "'model.layers.1.self_attn.q_proj.weight' in '");
 }
 
 // LoRA on the 4-bit base saves the adapter a bf16 base would: the same peft files (names, shapes,

@@ -5,9 +5,13 @@
 // transformers itself.
 #include <gtest/gtest.h>
 
+#include <cfloat>
 #include <cmath>
+#include <string>
+#include <utility>
 #include <vector>
 
+#include "core/limits.h"
 #include "nn/rotary.h"
 #include "ops/shape.h"
 #include "testing/testing.h"
@@ -90,6 +94,67 @@ TEST(Rotary, PartialRotaryTablesCoverThePart) {
   EXPECT_EQ(r.cos.shape(), Shape({8, 12}));
   EXPECT_ERROR_HAS(RotaryEmbedding(16, 8, 1e4, {.partial_rotary_factor = 0.4375}), "int(head_dim 16",
                    "must be even");
+}
+
+bool finite(const Tensor& table) {
+  if (!table.defined()) return true;
+  for (float v : table.to_vector<float>())
+    if (!std::isfinite(v)) return false;
+  return true;
+}
+
+// Every rope type with each field it reads at the edges of its range: refused with the field's
+// name, or built with finite tables. Before, RotaryEmbedding took rope_theta 1e-300 (inf
+// frequencies), yarn's beta_fast below beta_slow, longrope factors of 1e-300 (0 as a float32) or a
+// derived attention factor over log(1), and made NaN tables the logits then carried.
+TEST(Rotary, EveryRopeTypeAtEdgeValuesIsRefusedByNameOrFinite) {
+  const std::vector<double> numbers = {-1, 0, 1e-310, 1e-300, 1e-40, 1e-7, 0.5, 1, 1 + 1e-15, 1.5, 2, 4, 32, 33, 1e6,
+                                       1e38, 1e39, 1e300, DBL_MAX, INFINITY, NAN};
+  const std::vector<double> sizes = {-1, 0, 1, 2, 15, 16, 17, 64, 65, 1e9, static_cast<double>(kMaxContext) + 1};
+  const std::vector<std::string> number_fields = {"rope_theta", "factor", "low_freq_factor", "high_freq_factor",
+                                                  "attention_factor", "beta_fast", "beta_slow", "mscale",
+                                                  "mscale_all_dim", "short_factor", "long_factor",
+                                                  "partial_rotary_factor"};
+  const std::vector<std::string> size_fields = {"original_max_position_embeddings", "max_position_embeddings"};
+  int built = 0, refused = 0;
+  for (const char* type : {"default", "linear", "dynamic", "llama3", "yarn", "longrope"})
+    for (const auto& [fields, values] : {std::pair{&number_fields, &numbers}, std::pair{&size_fields, &sizes}})
+      for (const std::string& field : *fields)
+        for (double v : *values) {
+          SCOPED_TRACE(std::string(type) + " " + field + " = " + std::to_string(v));
+          RopeScaling s;
+          s.rope_type = type;
+          s.factor = s.rope_type == "default" ? 1.0 : 4.0;
+          s.original_max_position_embeddings = 16;
+          s.short_factor = {1, 1.5, 2, 3};
+          s.long_factor = {1, 2, 4, 8};
+          double theta = 1e4;
+          int64_t positions = 64;
+          if (field == "rope_theta") theta = v;
+          if (field == "factor") s.factor = v;
+          if (field == "low_freq_factor") s.low_freq_factor = v;
+          if (field == "high_freq_factor") s.high_freq_factor = v;
+          if (field == "attention_factor") s.attention_factor = v;
+          if (field == "beta_fast") s.beta_fast = v;
+          if (field == "beta_slow") s.beta_slow = v;
+          if (field == "mscale") s.mscale = v;
+          if (field == "mscale_all_dim") s.mscale_all_dim = v;
+          if (field == "short_factor") s.short_factor[1] = v;
+          if (field == "long_factor") s.long_factor[2] = v;
+          if (field == "partial_rotary_factor") s.partial_rotary_factor = v;
+          if (field == "original_max_position_embeddings") s.original_max_position_embeddings = static_cast<int64_t>(v);
+          if (field == "max_position_embeddings") positions = static_cast<int64_t>(v);
+          try {
+            RotaryEmbedding r(8, positions, theta, s);
+            EXPECT_TRUE(finite(r.cos) && finite(r.sin) && finite(r.cos_long) && finite(r.sin_long));
+            ++built;
+          } catch (const Error& e) {
+            EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
+            ++refused;
+          }
+        }
+  EXPECT_GT(built, 500);
+  EXPECT_GT(refused, 300);
 }
 
 }  // namespace

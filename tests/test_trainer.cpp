@@ -11,7 +11,9 @@
 
 #include "core/autograd.h"
 #include "core/factory.h"
+#include "core/limits.h"
 #include "distributed/fake_communicator.h"
+#include "io/safetensors.h"
 #include "nn/models/llama.h"
 #include "nn/models/quantization.h"
 #include "optim/lr_scheduler.h"
@@ -286,6 +288,14 @@ TEST(Trainer, EveryArgumentIsValidatedByName) {
   bad([](auto& a) { a.seed = -1; }, {"seed"});
   bad([](auto& a) { a.output_dir = ""; }, {"output_dir"});
   bad([](auto& a) { a.cuda_graph = "yes"; }, {"cuda_graph", "'yes'"});
+  // Issue 47: the sizes every step allocates by, and the steps, bounded before anything is allocated.
+  bad([](auto& a) { a.per_device_train_batch_size = kMaxBatch + 1; },
+      {"per_device_train_batch_size 1048577 is above the limit 1048576"});
+  bad([](auto& a) { a.per_device_eval_batch_size = int64_t{1} << 40; }, {"per_device_eval_batch_size 1099511627776"});
+  bad([](auto& a) { a.gradient_accumulation_steps = int64_t{1} << 40; },
+      {"gradient_accumulation_steps 1099511627776 is above the limit 1048576"});
+  bad([](auto& a) { a.max_steps = INT64_MAX; }, {"max_steps 9223372036854775807 is above the limit 1099511627776"});
+  bad([](auto& a) { a.num_train_epochs = 1e300; }, {"num_train_epochs 1e+300 is above the limit 1099511627776"});
   TrainingArguments{}.validate();  // the defaults are valid
 
   TempDir dir;
@@ -298,6 +308,12 @@ TEST(Trainer, EveryArgumentIsValidatedByName) {
   args.warmup_steps = 15;
   EXPECT_ERROR_HAS(Trainer(lora_model(), pattern_rows(), args).train(),
                    "warmup_steps 15 >= the max_steps of num_train_epochs 15");
+  args.warmup_steps = 0;
+  args.num_train_epochs = static_cast<double>(kMaxSteps);  // within its bound, but 15 steps an epoch
+  EXPECT_ERROR_HAS(Trainer(lora_model(), pattern_rows(), args).train(), "num_train_epochs 1.09951e+12 of 15 steps",
+                   "above the limit 1099511627776");
+  args.num_train_epochs = 1;
+  args.warmup_steps = 15;
   args.bf16 = true;
   auto everything_trains = std::make_shared<nn::LlamaForCausalLM>(tiny_config());
   EXPECT_ERROR_HAS(Trainer(everything_trains, pattern_rows(), args), "bf16", "every parameter trains", "full fine-tuning");
@@ -312,6 +328,40 @@ TEST(Trainer, EveryArgumentIsValidatedByName) {
   auto long_rows = std::make_shared<data::SequenceDataset>(data::corpus_from_examples({std::vector<int32_t>(64, 1)}),
                                                            32, data::Layout::Pack);
   EXPECT_ERROR_HAS(Trainer(lora_model(), long_rows, args), "32 tokens", "context is 16", "max_position_embeddings");
+}
+
+// Issue 47: a checkpoint's metadata is parsed checked, each bad field named with its file before
+// anything loads (before, std::stoll read "2abc" as 2 and threw "stoll" past int64), and a folder
+// named checkpoint-<more than int64> is no checkpoint of a run.
+TEST(Trainer, ACorruptCheckpointIsNamedBeforeAnythingLoads) {
+  TempDir dir;
+  TrainingArguments args = args_in(dir, 4);
+  Trainer(lora_model(), pattern_rows(), args).train();
+  const std::string state = dir / "out/checkpoint-4/training_state.safetensors";
+  const safetensors::Loaded good = safetensors::load_file_with_metadata(state);
+  args.resume_from_checkpoint = "latest";
+  args.max_steps = 8;
+  auto resumed_with = [&](const std::string& key, const std::string& value) {
+    safetensors::Metadata meta = good.metadata;
+    meta["extra/" + key] = value;
+    safetensors::save_file(good.tensors, state, meta);
+    return test::error_of([&] { Trainer(lora_model(), pattern_rows(), args).train(); });
+  };
+  for (const char* key : {"train_batch_size", "global_step", "batches_drawn"})
+    for (const char* value : {"2abc", "99999999999999999999", "-4", ""}) {
+      const std::string msg = resumed_with(key, value), want = "'" + state + "' metadata " + key + "='" + value + "'";
+      EXPECT_NE(msg.find(want + " is not an integer in ["), std::string::npos) << msg;
+    }
+  EXPECT_NE(resumed_with("data_fingerprint", R"({"rows": 60, "seq": 8, "segments": ["zz"]})")
+                .find("data_fingerprint segment='zz' is not a hexadecimal integer"),
+            std::string::npos);
+  EXPECT_NE(resumed_with("training_args", "{").find("metadata training_args is not JSON"), std::string::npos);
+  safetensors::save_file(good.tensors, state, good.metadata);
+  fs::create_directories(dir / "out/checkpoint-99999999999999999999");
+  fs::copy_file(state, dir / "out/checkpoint-99999999999999999999/training_state.safetensors");
+  const auto found = train::complete_checkpoints(dir / "out");
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].first, 4);
 }
 
 TEST(Trainer, CallbacksAreCalledInTransformersOrder) {

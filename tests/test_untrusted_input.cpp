@@ -57,11 +57,14 @@ TEST(UntrustedConfig, TheIssuesSigfpeConfigIsAnError) {
 }
 
 TEST(UntrustedConfig, EveryNumericFieldIsRangeCheckedByName) {
-  for (const char* field : {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-                            "max_position_embeddings"})
+  for (const auto& [field, range] : {std::pair{"vocab_size", "[1, 2147483647]"}, {"hidden_size", "[1, 2147483647]"},
+                                     {"intermediate_size", "[1, 2147483647]"}, {"num_hidden_layers", "[1, 1024]"},
+                                     {"num_attention_heads", "[1, 2147483647]"},
+                                     {"max_position_embeddings", "[1, 16777216]"}})
     for (const char* value : {"0", "-3", "1099511627776", "2.5", "\"8\"", "true"}) {
       SCOPED_TRACE(std::string(field) + " = " + value);
-      EXPECT_CONFIG_ERROR_HAS(llama_with(field, value), field, "wants an integer in [1, 2147483647]");
+      const std::string wants = std::string("wants an integer in ") + range;
+      EXPECT_CONFIG_ERROR_HAS(llama_with(field, value), field, wants.c_str());
     }
   for (const char* field : {"num_key_value_heads", "head_dim"})
     EXPECT_CONFIG_ERROR_HAS(llama_with(field, "-1"), field, "wants an integer in [0, ");
@@ -81,6 +84,69 @@ TEST(UntrustedConfig, EveryNumericFieldIsRangeCheckedByName) {
     EXPECT_CONFIG_ERROR_HAS(R"({"model_type": "gpt2", ")" + std::string(field) + "\": -2}", field);
   EXPECT_CONFIG_ERROR_HAS(gpt2 + R"("n_inner": -1})", "n_inner");
 
+}
+
+// Issue 47: counts that size what the model allocates (the RoPE tables hold every position, a
+// module per layer) are bounded by name before anything is allocated; before, a
+// max_position_embeddings of 2^31 went on to build tables of terabytes (std::bad_alloc).
+TEST(UntrustedConfig, ContextAndLayerCountsAreBoundedBeforeAnythingIsAllocated) {
+  EXPECT_CONFIG_ERROR_HAS(llama_with("max_position_embeddings", "2147483647"),
+                          "max_position_embeddings is 2147483647, wants an integer in [1, 16777216]");
+  EXPECT_CONFIG_ERROR_HAS(llama_with("num_hidden_layers", "100000000"),
+                          "num_hidden_layers is 100000000, wants an integer in [1, 1024]");
+  EXPECT_CONFIG_ERROR_HAS(R"({"model_type": "gpt2", "n_positions": 2147483647})", "n_positions is 2147483647",
+                          "[1, 16777216]");
+  EXPECT_CONFIG_ERROR_HAS(R"({"model_type": "gpt2", "n_layer": 5000})", "n_layer is 5000", "[1, 1024]");
+  // Within the bounds, tables too large for the host are refused before they are made.
+  const std::string huge_tables = json::dump(json::parse(llama_with("head_dim", "1048576"))
+                                                 .set("max_position_embeddings", int64_t{1} << 24));
+  EXPECT_CONFIG_ERROR_HAS(huge_tables, "the cos and sin tables of 16777216 positions x 1048576 rotary dims",
+                          "more than the host's");
+  // A config built in C++ is held to the same bounds.
+  nn::LlamaConfig c = nn::LlamaConfig::tiny();
+  c.max_position_embeddings = int64_t{1} << 31;
+  EXPECT_ERROR_HAS(nn::LlamaForCausalLM{c}, "max_position_embeddings 2147483648 is above 16777216");
+  c = nn::LlamaConfig::tiny();
+  c.num_hidden_layers = 1 << 20;
+  EXPECT_ERROR_HAS(nn::LlamaForCausalLM{c}, "num_hidden_layers 1048576 is above 1024");
+  nn::GPT2Config g = nn::GPT2Config::tiny();
+  g.n_positions = int64_t{1} << 30;
+  EXPECT_ERROR_HAS(nn::GPT2LMHeadModel{g}, "n_positions 1073741824 is above 16777216");
+}
+
+// Issue 47: RoPE parameters whose tables transformers' formulas make non-finite (a division by
+// zero, a log of 0, float32 overflow) are refused as config.json is read, naming the field and
+// its value. Before, each loaded and its logits were NaN.
+TEST(UntrustedConfig, RopeParametersThatMakeTheTablesNonFiniteAreNamed) {
+  auto rope = [](const std::string& parameters) { return llama_with("rope_parameters", parameters); };
+  EXPECT_CONFIG_ERROR_HAS(rope(R"({"rope_type": "default", "rope_theta": 1})"), "rope_theta must be a finite number above 1, got 1");
+  EXPECT_CONFIG_ERROR_HAS(rope(R"({"rope_type": "default", "rope_theta": 1e-300})"), "rope_theta", "1e-300");
+  EXPECT_CONFIG_ERROR_HAS(rope(R"({"rope_type": "yarn", "factor": 4, "beta_fast": 2, "beta_slow": 2})"),
+                          "beta_fast 2 and beta_slow 2");
+  EXPECT_CONFIG_ERROR_HAS(rope(R"({"rope_type": "yarn", "factor": 4, "beta_fast": 1, "beta_slow": 32})"),
+                          "0 < beta_slow < beta_fast", "beta_fast 1 and beta_slow 32");
+  EXPECT_CONFIG_ERROR_HAS(rope(R"({"rope_type": "yarn", "original_max_position_embeddings": 4096})") ,
+                          "max_position_embeddings / original_max_position_embeddings = 2048 / 4096", "must be >= 1");
+  EXPECT_CONFIG_ERROR_HAS(rope(R"({"rope_type": "yarn", "factor": 4, "mscale": 1e308, "mscale_all_dim": 1})"),
+                          "mscale 1e+308", "cos and sin scale by inf");
+  EXPECT_CONFIG_ERROR_HAS(rope(R"({"rope_type": "yarn", "factor": 4, "attention_factor": 1e300})"),
+                          "attention_factor 1e+300");
+  EXPECT_CONFIG_ERROR_HAS(rope(R"({"rope_type": "llama3", "factor": 8, "low_freq_factor": 2, "high_freq_factor": 2})"),
+                          "low_freq_factor 2 and high_freq_factor 2");
+  EXPECT_CONFIG_ERROR_HAS(rope(R"({"rope_type": "longrope", "original_max_position_embeddings": 1024, )"
+                               R"("short_factor": [1, 1e-300], "long_factor": [1, 2]})"),
+                          "short_factor holds 1e-300");
+  EXPECT_CONFIG_ERROR_HAS(rope(R"({"rope_type": "longrope", "original_max_position_embeddings": 1024, )"
+                               R"("short_factor": [1, 1], "long_factor": [1, 2, 3]})"),
+                          "long_factor has 3 numbers", "2 (int(head_dim 4");
+  EXPECT_CONFIG_ERROR_HAS(rope(R"({"rope_type": "longrope", "original_max_position_embeddings": 1, )"
+                               R"("short_factor": [1, 1], "long_factor": [1, 2]})"),
+                          "log(original_max_position_embeddings)", "at least 2, got 1");
+  EXPECT_CONFIG_ERROR_HAS(rope(R"({"rope_type": "longrope", "original_max_position_embeddings": 1e300, )"
+                               R"("short_factor": [1, 1], "long_factor": [1, 2]})"),
+                          "original_max_position_embeddings is 1e+300");
+  const std::string two_dims = json::dump(json::parse(rope(R"({"rope_type": "dynamic", "factor": 2})")).set("hidden_size", 4));
+  EXPECT_CONFIG_ERROR_HAS(two_dims, "dynamic scales rope_theta by a power dim / (dim - 2)", "= 2, must be above 2");
 }
 
 TEST(UntrustedConfig, ParsePretrainedConfigChecksAsFromPretrainedDoes) {

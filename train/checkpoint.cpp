@@ -48,11 +48,8 @@ int64_t load_training_state(const std::string& path, nn::Module& model, optim::O
     return it->second;
   };
   auto number = [&]<class T>(const char* key, T) {
-    const std::string text = meta(key);
-    const std::optional<T> v = io::parse_integer<T>(text);
-    TG_CHECK(v.has_value() && *v >= 0, "load_training_state", "'", path, "' metadata ", key, "='", text,
-             "' is not an integer in [0, ", std::numeric_limits<T>::max(), "]");
-    return *v;
+    return io::checked_integer<T>(meta(key), 0, std::numeric_limits<T>::max(), "load_training_state",
+                                  "'" + path + "' metadata " + key);
   };
   const int64_t step = number("step", int64_t{});
   const uint64_t rng_seed = number("rng_seed", uint64_t{}), rng_offset = number("rng_offset", uint64_t{});
@@ -85,9 +82,10 @@ std::vector<std::pair<int64_t, std::string>> complete_checkpoints(const std::str
     const std::string name = entry.path().filename().string();
     if (name.rfind(kPrefix, 0) != 0 || !entry.is_directory()) continue;
     const std::string digits = name.substr(std::string(kPrefix).size());
-    if (digits.empty() || !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
-      continue;
-    if (fs::exists(entry.path() / kTrainingStateFile)) found.emplace_back(std::stoll(digits), entry.path().string());
+    // Not a folder the Trainer wrote: the step is not its digits alone, or beyond int64.
+    const std::optional<int64_t> step = io::parse_integer<int64_t>(digits);
+    if (!step || *step < 0) continue;
+    if (fs::exists(entry.path() / kTrainingStateFile)) found.emplace_back(*step, entry.path().string());
   }
   std::sort(found.begin(), found.end());
   return found;

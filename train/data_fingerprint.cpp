@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "core/error.h"
+#include "io/number.h"
 
 namespace tg::train {
 namespace {
@@ -37,10 +38,17 @@ json::Value DataFingerprint::to_json() const {
 DataFingerprint DataFingerprint::from_json(const json::Value& v, const std::string& source) {
   TG_CHECK(v.is_object() && v.find("rows") && v.find("seq") && v.find("segments"), "DataFingerprint", "'", source,
            "' holds no data fingerprint (rows, seq, segments)");
-  DataFingerprint f{v.at("rows").as_int("rows"), v.at("seq").as_int("seq"), {}};
-  for (const json::Value& s : v.at("segments").as_array("segments"))
-    f.segments.push_back(std::stoull(s.as_string("segment"), nullptr, 16));
-  return f;
+  const std::string what = "'" + source + "' data_fingerprint ";
+  try {
+    DataFingerprint f{v.at("rows").as_int("rows"), v.at("seq").as_int("seq"), {}};
+    for (const json::Value& s : v.at("segments").as_array("segments"))
+      f.segments.push_back(io::checked_integer<uint64_t>(s.as_string("segment"), 0, UINT64_MAX, "DataFingerprint",
+                                                         what + "segment", 16));
+    return f;
+  } catch (const Error& e) {
+    if (std::string(e.what()).find(source) != std::string::npos) throw;
+    fail("DataFingerprint", what, e.what());
+  }
 }
 
 DataFingerprint fingerprint_rows(int64_t rows, int64_t seq,

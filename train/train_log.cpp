@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "io/file.h"
 #include "io/json.h"
+#include "io/number.h"
 
 namespace tg::train {
 namespace {
@@ -27,11 +28,7 @@ std::string clock_str(double seconds) {
 
 // The step of a kept row; -1 for one that is not a row.
 int64_t csv_step(const std::string& line) {
-  try {
-    return std::stoll(line.substr(0, line.find(',')));
-  } catch (const std::exception&) {
-    return -1;
-  }
+  return io::parse_integer<int64_t>(std::string_view(line).substr(0, line.find(','))).value_or(-1);
 }
 int64_t jsonl_step(const std::string& line) {
   try {

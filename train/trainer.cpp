@@ -11,8 +11,10 @@
 
 #include "core/autograd.h"
 #include "core/factory.h"
+#include "core/limits.h"
 #include "distributed/init.h"
 #include "io/file.h"
+#include "io/number.h"
 #include "nn/models/architecture.h"
 #include "nn/models/pretrained.h"
 #include "nn/norm.h"
@@ -68,6 +70,20 @@ std::string meta_at(const CheckpointMetadata& meta, const std::string& key, cons
   return it->second;
 }
 
+// A count the checkpoint's metadata holds, in [lo, INT64_MAX].
+int64_t meta_integer(const CheckpointMetadata& meta, const std::string& key, const std::string& file, int64_t lo) {
+  return io::checked_integer<int64_t>(meta_at(meta, key, file), lo, INT64_MAX, kWhere, "'" + file + "' metadata " + key);
+}
+
+// A JSON value the checkpoint's metadata holds.
+json::Value meta_json(const CheckpointMetadata& meta, const std::string& key, const std::string& file) {
+  try {
+    return json::parse(meta_at(meta, key, file));
+  } catch (const Error& e) {
+    fail(kWhere, "'", file, "' metadata ", key, " is not JSON: ", e.what());
+  }
+}
+
 std::vector<LogEntry> parse_log_history(const json::Value& state) {
   std::vector<LogEntry> history;
   const json::Value* h = state.find("log_history");
@@ -115,6 +131,7 @@ void Trainer::setup(const char* name) {
     distributed::check_can_join(launch);
     device_ = Device::cuda(launch.local_rank);
   }
+  if (train_) check_batch_memory(distributed::launched() ? distributed::launch_info().world_size : 1);
   TG_CHECK(!model_->trainable_parameters().empty(), name, "the model has no trainable parameter (wrap it with ",
            "peft::apply_lora, or leave its weights trainable for full fine-tuning)");
   if (args_.bf16) cast_for_bf16(*model_);
@@ -133,6 +150,7 @@ Trainer::~Trainer() = default;
 void Trainer::use_communicator(distributed::Communicator& comm) {
   TG_CHECK(comm_ == nullptr, kWhere, "use_communicator: the Trainer already trains data-parallel");
   comm_ = &comm;
+  check_batch_memory(comm.world_size());
   rank_ = comm.rank(), world_ = comm.world_size();
   state_.is_world_process_zero = rank_ == 0;
   // Rank 0's weights on every rank (the same seed gives the same anyway), gradients averaged.
@@ -140,8 +158,8 @@ void Trainer::use_communicator(distributed::Communicator& comm) {
 }
 
 double Trainer::epoch_at(int64_t step) const {
-  return static_cast<double>(step * args_.gradient_accumulation_steps * args_.per_device_train_batch_size * world_) /
-         static_cast<double>(train_rows());
+  return static_cast<double>(step) * static_cast<double>(args_.gradient_accumulation_steps) *
+         static_cast<double>(args_.per_device_train_batch_size * world_) / static_cast<double>(train_rows());
 }
 
 int64_t Trainer::train_rows() const { return train_->rows(); }
@@ -158,6 +176,16 @@ std::string Trainer::cuda_graph_blocker() const { return ""; }
 
 void Trainer::evaluate_in_training() {
   if (eval_) evaluate();
+}
+
+void Trainer::check_batch_memory(int64_t world) const {
+  // Each step draws the global batch on the host; evaluation draws up to its batch of rows at once.
+  train_->check_batch_memory(args_.per_device_train_batch_size * world, kArgs,
+                             "per_device_train_batch_size " + std::to_string(args_.per_device_train_batch_size) +
+                                 " x " + std::to_string(world) + " ranks: rows");
+  if (eval_)
+    eval_->check_batch_memory(std::min(args_.per_device_eval_batch_size, eval_->rows()), kArgs,
+                              "per_device_eval_batch_size " + std::to_string(args_.per_device_eval_batch_size) + ": rows");
 }
 
 const DataFingerprint& Trainer::train_fingerprint() {
@@ -221,7 +249,11 @@ TrainOutput Trainer::train() {
     state_.max_steps = args_.max_steps;
   } else {  // as transformers: whole micro-batches of an epoch, whole steps of those, at least one
     const int64_t per_epoch = std::max<int64_t>(1, (train_rows() + global_batch - 1) / global_batch / accum);
-    state_.max_steps = static_cast<int64_t>(std::ceil(args_.num_train_epochs * static_cast<double>(per_epoch)));
+    const double steps = std::ceil(args_.num_train_epochs * static_cast<double>(per_epoch));
+    TG_CHECK(steps <= static_cast<double>(kMaxSteps), kArgs, "num_train_epochs ", args_.num_train_epochs, " of ",
+             per_epoch, " steps are ", steps, " steps, above the limit ", kMaxSteps,
+             " (lower num_train_epochs, or set max_steps)");
+    state_.max_steps = static_cast<int64_t>(steps);
     check_warmup(args_.warmup_steps, state_.max_steps, "the max_steps of num_train_epochs");
   }
   // What a captured step cannot hold: a host-weighted sum of micro-batches, fresh dropout masks,
@@ -535,7 +567,7 @@ int64_t Trainer::resume() {
            " (not a Trainer checkpoint, or its save was interrupted)");
   const CheckpointMetadata meta = training_state_metadata(file);
   // The arguments first: a changed one would otherwise fail later as something obscure.
-  const json::Value then = json::parse(meta_at(meta, "training_args", file)), now = args_.to_json();
+  const json::Value then = meta_json(meta, "training_args", file), now = args_.to_json();
   std::string changed;
   for (const std::string& f : TrainingArguments::resume_fixed_fields()) {
     const std::string was = then.find(f) ? json::dump(then.at(f)) : "(absent)", is = json::dump(now.at(f));
@@ -549,28 +581,32 @@ int64_t Trainer::resume() {
   const std::string was = objective_then == meta.end() ? "null" : objective_then->second, is = json::dump(objective);
   TG_CHECK(was == is, kWhere, "resume_from_checkpoint '", dir, "' was trained with another objective: ", was,
            " then, ", is, " now (resume with the same settings, or start afresh)");
-  const int64_t batch_then = std::stoll(meta_at(meta, "train_batch_size", file)),
+  const int64_t batch_then = meta_integer(meta, "train_batch_size", file, 1),
                 batch_now = args_.per_device_train_batch_size * world_;
   TG_CHECK(batch_then == batch_now, kWhere, "resume_from_checkpoint '", dir, "' trained on batches of ", batch_then,
            " rows (per_device_train_batch_size x ranks), now ", args_.per_device_train_batch_size, " x ", world_, " = ",
            batch_now, " (set per_device_train_batch_size to ", batch_then, " / ranks)");
-  const int64_t step = std::stoll(meta_at(meta, "global_step", file));
+  const int64_t step = meta_integer(meta, "global_step", file, 0);
   TG_CHECK(step <= state_.max_steps, kArgs, "max_steps ", state_.max_steps, " is below the step ", step,
            " of the checkpoint '", dir, "' (max_steps may grow to extend a run, not shrink)");
   const std::string data_change = describe_change(
-      DataFingerprint::from_json(json::parse(meta_at(meta, "data_fingerprint", file)), file), train_fingerprint());
+      DataFingerprint::from_json(meta_json(meta, "data_fingerprint", file), file), train_fingerprint());
   TG_CHECK(data_change.empty(), kWhere, "resume_from_checkpoint '", dir,
            "': the train_dataset is not the one the checkpoint trained on: ", data_change,
            " (resume on the same data, or start afresh)");
-  TG_CHECK(std::stoll(meta_at(meta, "batches_drawn", file)) == step * args_.gradient_accumulation_steps, kWhere, "'",
+  TG_CHECK(meta_integer(meta, "batches_drawn", file, 0) == step * args_.gradient_accumulation_steps, kWhere, "'",
            file, "' drew ", meta_at(meta, "batches_drawn", file), " batches in ", step, " steps of ",
            args_.gradient_accumulation_steps, " micro-batches");
   const int64_t loaded = load_training_state(file, *model_, *optimizer_);
   const std::string state_file = (fs::path(dir) / "trainer_state.json").string();
   state_.log_history.clear();
   if (fs::exists(state_file)) {
-    const std::vector<uint8_t> bytes = io::read_file(state_file);
-    state_.log_history = parse_log_history(json::parse(std::string(bytes.begin(), bytes.end())));
+    const std::vector<uint8_t> bytes = io::read_file(state_file, io::kMaxConfigBytes);
+    try {
+      state_.log_history = parse_log_history(json::parse(std::string(bytes.begin(), bytes.end())));
+    } catch (const Error& e) {
+      fail(kWhere, "'", state_file, "': ", e.what());
+    }
   }
   return loaded;
 }

@@ -142,6 +142,8 @@ class Trainer {
   void write_loss_curve() const;
   data::Batch shard(const data::Batch& global) const;
   double epoch_at(int64_t step) const;
+  // tg::Error naming the batch size whose rows, over `world` ranks, would not fit the host's memory.
+  void check_batch_memory(int64_t world) const;
   const DataFingerprint& train_fingerprint();
   void setup(const char* name);
 

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/limits.h"
 #include "optim/lr_scheduler.h"
 
 namespace tg::train {
@@ -16,6 +17,12 @@ void check_finite(const char* name, double v) {
 
 void check_at_least(const char* name, int64_t v, int64_t least, const char* why = "") {
   TG_CHECK(v >= least, kWhere, name, " must be at least ", least, ", got ", v, why);
+}
+
+// A size every step allocates by (rows, micro-batches): bounded before anything is.
+void check_size(const char* name, int64_t v, int64_t most) {
+  check_at_least(name, v, 1);
+  TG_CHECK(v <= most, kWhere, name, " ", v, " is above the limit ", most);
 }
 
 }  // namespace
@@ -42,14 +49,18 @@ void TrainingArguments::validate() const {
            "got warmup_steps ", warmup_steps, " (use 'constant_with_warmup')");
   TG_CHECK(max_steps == -1 || max_steps >= 1, kWhere, "max_steps must be >= 1, or -1 to train num_train_epochs, got ",
            max_steps);
+  TG_CHECK(max_steps <= kMaxSteps, kWhere, "max_steps ", max_steps, " is above the limit ", kMaxSteps);
   if (max_steps == -1) {
     check_finite("num_train_epochs", num_train_epochs);
     TG_CHECK(num_train_epochs > 0, kWhere, "num_train_epochs must be > 0 when max_steps is -1, got ", num_train_epochs);
+    // An epoch is at least one step: more epochs than that are more steps (train() checks the product).
+    TG_CHECK(num_train_epochs <= static_cast<double>(kMaxSteps), kWhere, "num_train_epochs ", num_train_epochs,
+             " is above the limit ", kMaxSteps, " (max_steps' limit: an epoch is at least one step)");
   }
   if (max_steps > 0) check_warmup(warmup_steps, max_steps, "max_steps");
-  check_at_least("per_device_train_batch_size", per_device_train_batch_size, 1);
-  check_at_least("per_device_eval_batch_size", per_device_eval_batch_size, 1);
-  check_at_least("gradient_accumulation_steps", gradient_accumulation_steps, 1);
+  check_size("per_device_train_batch_size", per_device_train_batch_size, kMaxBatch);
+  check_size("per_device_eval_batch_size", per_device_eval_batch_size, kMaxBatch);
+  check_size("gradient_accumulation_steps", gradient_accumulation_steps, kMaxBatch);
   check_finite("max_grad_norm", max_grad_norm);
   TG_CHECK(max_grad_norm >= 0, kWhere, "max_grad_norm must be >= 0 (0: no clipping), got ", max_grad_norm);
   check_at_least("logging_steps", logging_steps, 1);

@@ -25,7 +25,8 @@ struct TrainingArguments {
   // "constant", "constant_with_warmup": transformers' get_scheduler.
   std::string lr_scheduler_type = "linear";
   int64_t warmup_steps = 0;  // must be < max_steps: a run that ends in its warmup is refused
-  // Optimizer steps; -1: num_train_epochs passes over the training rows (rounded up to steps).
+  // Optimizer steps; -1: num_train_epochs passes over the training rows (rounded up to steps). At
+  // most kMaxSteps either way, and the batch sizes at most kMaxBatch (core/limits.h).
   int64_t max_steps = -1;
   double num_train_epochs = 3.0;
   int64_t per_device_train_batch_size = 8;

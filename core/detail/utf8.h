@@ -19,8 +19,13 @@ std::string repair(std::string_view s);
 // Bytes of the character starting with `lead` in valid UTF-8.
 inline size_t char_len(unsigned char lead) { return lead < 0x80 ? 1 : lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : 4; }
 
-// The code point at s[i] of valid UTF-8; advances i past it.
+// The code point at s[i]; advances i past it. An invalid or truncated sequence reads as U+FFFD
+// over its maximal invalid subpart, as repair() does: never a byte past the end, never another
+// character made of the bytes after it.
 char32_t next(std::string_view s, size_t& i);
+
+// Where s stops being valid UTF-8, "invalid UTF-8 (byte 0xe2) at byte 5"; "" when it is valid.
+std::string invalid_at(std::string_view s);
 
 // Appends the encoding of code point cp.
 inline void append(std::string& out, char32_t cp) {

@@ -4,18 +4,22 @@
 // namespace attributes, tuples) / generation (transformers' assistant tracker), expressions with
 // Python's semantics (slices, `in`, `~`, comparisons, `a if b else c`), the tests, filters and
 // str / dict methods the real templates call. Anything else is a tg::Error naming it when the
-// template is parsed or rendered, never a different string. Internal to data/: the API is
+// template is parsed or rendered, never a different string; so is a template that nests too deep
+// or spends more than its budget (data/detail/jinja_budget.h). Internal to data/: the API is
 // Tokenizer::apply_chat_template (data/tokenizer.h).
 #pragma once
 
 #include <cstdint>
+#include <ctime>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "data/chat_template.h"
 #include "io/json.h"
 
 namespace tg::data::jinja {
@@ -27,7 +31,8 @@ struct Args {
   std::vector<Value> positional;
   std::vector<std::pair<std::string, Value>> keyword;
 };
-using Function = std::function<Value(Args&)>;
+// self: the value a method was bound to (str.split's string), undefined for a plain function.
+using Function = std::function<Value(const Value& self, Args&)>;
 
 // A Python value as a template sees it. Lists and dicts are immutable and shared; a namespace()
 // is the one mutable object (assigned through `set ns.x = ...`).
@@ -36,6 +41,13 @@ class Value {
   enum class Kind { Undefined, None, Bool, Int, Float, String, List, Dict, Namespace, Function };
 
   Value() = default;  // undefined
+  // Frees nested lists and dicts one at a time, not recursively: a template can nest a list a
+  // million levels deep in a loop.
+  ~Value();
+  Value(const Value&) = default;
+  Value(Value&&) noexcept = default;
+  Value& operator=(const Value&) = default;
+  Value& operator=(Value&&) noexcept = default;
   static Value undefined(std::string name) {  // an undefined value that remembers what was looked up
     Value v;
     v.str_ = std::make_shared<const std::string>(std::move(name));
@@ -53,6 +65,9 @@ class Value {
   static Value dict(Dict items);
   static Value namespace_(Dict items);
   static Value function(std::string name, Function fn);
+  // fn bound to self, which the value holds rather than fn's captures, where the destructor could
+  // not reach it.
+  static Value method(std::string name, Function fn, Value self);
   static Value from_json(const json::Value& v);
 
   Kind kind() const { return kind_; }
@@ -70,7 +85,7 @@ class Value {
   const Dict& as_dict() const { return *dict_; }  // Dict or Namespace
   Dict& namespace_items() const { return *dict_; }
   const std::string& function_name() const { return *str_; }
-  Value call(Args& args) const { return (*fn_)(args); }
+  Value call(Args& args) const;
 
   const Value* find(std::string_view key) const;  // a Dict's or Namespace's member
 
@@ -92,19 +107,28 @@ class Value {
   int64_t int_ = 0;
   double float_ = 0;
   std::shared_ptr<const std::string> str_;  // String; a Function's name
-  std::shared_ptr<const List> list_;
+  std::shared_ptr<List> list_;              // List; a Function's self (one item)
   std::shared_ptr<Dict> dict_;
   std::shared_ptr<const Function> fn_;
 };
 
 // transformers' tojson: json.dumps(x, ensure_ascii=False, indent=indent, sort_keys=sort_keys)
-// (separators ", " / ": ", or "," / ": " with an indent). indent < 0: none.
-std::string to_json(const Value& v, int indent = -1, bool sort_keys = false);
+// (separators ", " / ": ", or "," / ": " with an indent; an indent <= 0 breaks lines unindented).
+std::string to_json(const Value& v, std::optional<int64_t> indent = std::nullopt, bool sort_keys = false);
+
+// transformers' strftime_now: Python's datetime.strftime of a naive now() (%z and %Z empty; %f, the
+// microseconds, refused: `when` is kept to the second) over the C library's strftime, as long as
+// the text is.
+std::string strftime(const std::string& format, const std::tm& when);
 
 // Python's str.isspace for one code point.
 bool is_py_space(char32_t cp);
 
 struct Node;
+
+// A template's {% generation %} blocks: none, only empty ones (which mark no assistant token), or
+// some that hold something.
+enum class GenerationBlocks { None, Empty, Marking };
 
 // A parsed template; render may be called from many threads at once.
 class Template {
@@ -117,12 +141,13 @@ class Template {
 
   // The output for these variables. generation: where set, receives the [begin, end) byte
   // offsets of each {% generation %} block's output (transformers' assistant masks).
-  std::string render(const Dict& variables, std::vector<std::pair<size_t, size_t>>* generation = nullptr) const;
-  bool has_generation_blocks() const { return has_generation_; }
+  std::string render(const Dict& variables, const ChatTemplateLimits& limits,
+                     std::vector<std::pair<size_t, size_t>>* generation = nullptr) const;
+  GenerationBlocks generation_blocks() const { return generation_; }
 
  private:
   std::unique_ptr<Node> root_;
-  bool has_generation_ = false;
+  GenerationBlocks generation_ = GenerationBlocks::None;
 };
 
 }  // namespace tg::data::jinja

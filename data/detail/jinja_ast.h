@@ -14,10 +14,12 @@ struct Node {
     // statements
     Body, Text, Print, If, For, Set, SetAttr, Break, Continue, Generation,
     // expressions
-    Literal, Name, Attr, Item, Slice, Call, Filter, Test, Not, Neg, Pos, Binary, And, Or, Cond, ListLit, TupleLit, DictLit,
+    Literal, Name, Attr, Item, Slice, Call, Filter, Test, Not, Neg, Pos, Binary, Concat, And, Or, Cond, ListLit, TupleLit,
+    DictLit,
   };
   Type type;
   int line = 0;
+  int height = 1;                     // levels of nodes from here down, this one included
   std::string name;                   // Text: the text; Name; Attr; Filter / Test; Binary: the operator; SetAttr: ns
   std::string attr;                   // SetAttr: the attribute
   bool negated = false;               // Test: `is not`
@@ -30,7 +32,8 @@ struct Node {
   const Node* kid(size_t i) const { return i < kids.size() ? kids[i].get() : nullptr; }
 };
 
-// Parses a template into its Body (tg::Error "chat template: line N: ..." on what it cannot).
-std::unique_ptr<Node> parse(std::string_view source, bool& has_generation);
+// Parses a template into its Body (tg::Error "chat template: line N: ..." on what it cannot), and
+// what its {% generation %} blocks are.
+std::unique_ptr<Node> parse(std::string_view source, GenerationBlocks& generation);
 
 }  // namespace tg::data::jinja

@@ -596,7 +596,7 @@ int main(int argc, char** argv) {
   using H64Min3 = Variant<64, 64, kOrderedFused, false, 3>;  // 3 blocks a multiprocessor, as the library's dk dv
   using H64Atomic = Variant<64, 64, kAtomic, false, 3>;
   using H128 = Variant<128, 64, kOrderedFused>;
-  using H128FenceAll = Variant<128, 64, kOrderedFused, true>;  // session 16 call 1's version
+  using H128FenceAll = Variant<128, 64, kOrderedFused, true>;  // the first version: a fence a thread
   using H128Convert = Variant<128, 64, kOrderedConvert>;
   using H128Atomic = Variant<128, 64, kAtomic>;
   print_resources(H64::name(), H64::kernel, H64::smem());

@@ -39,7 +39,7 @@ Build and run (sm_90; a GPU with thread-block clusters):
 #include <string>
 #include <utility>
 
-#include "ops/cuda/nn_common.cuh"
+#include "ops/cuda/softmax_rows.cuh"
 
 namespace cg = cooperative_groups;
 using tg::bf16;
@@ -49,7 +49,7 @@ using tg::cuda::elem;
 using tg::cuda::kPack16;
 using tg::cuda::Pack;
 using tg::cuda::pack_of;
-namespace nn = tg::cuda::nn;
+namespace softmax_rows = tg::cuda::softmax_rows;
 
 constexpr long long kIgnore = -100;
 
@@ -62,11 +62,11 @@ __device__ __forceinline__ void report(long long* flag, long long index, long lo
 }
 
 // ---------------------------------------------------------------------------- versions 1-3
-// nn::map_row with the packs walked last to first (version 3).
+// softmax_rows::map_row with the packs walked last to first (version 3).
 template <class T, class F>
 __device__ __forceinline__ void map_row_backwards(T* row, int64_t n, int t, int nt, F&& f) {
   constexpr int P = kPack16<T>;
-  const nn::RowSplit sp = nn::split_row(row, n);
+  const softmax_rows::RowSplit sp = softmax_rows::split_row(row, n);
   for (int64_t j = t; j < sp.head; j += nt) row[j] = cvt<T>(f(j, cvt<float>(row[j])));
   Pack<T, P>* packs = reinterpret_cast<Pack<T, P>*>(row + sp.head);
   for (int64_t k = sp.packs - 1 - t; k >= 0; k -= nt) {
@@ -88,7 +88,8 @@ __global__ void ce_two_reads(float* loss, float* lse, T* logits, int64_t ld, con
   const int64_t t = targets[row];
   const bool valid = t != ignore_index && t >= 0 && t < classes;
   const float xt = threadIdx.x == 0 && valid ? cvt<float>(x[t]) : 0.f;
-  const OnlineSoftmax<float> st = nn::block_merge(nn::row_stats(x, classes, threadIdx.x, blockDim.x));
+  const OnlineSoftmax<float> st =
+      softmax_rows::block_merge(softmax_rows::row_stats(x, classes, threadIdx.x, blockDim.x));
   const float l = st.logsumexp();
   if (threadIdx.x == 0) {
     lse[row] = l;
@@ -105,12 +106,13 @@ __global__ void ce_two_reads(float* loss, float* lse, T* logits, int64_t ld, con
     for (int64_t j = threadIdx.x; j < classes; j += blockDim.x) x[j] = cvt<T>(0.f);
     return;
   }
-  const float ll = l * nn::kLog2e;
-  auto grad = [=](int64_t j, float v) { return nn::exp_sub(v, ll) - (j == t ? 1.f : 0.f); };
+  const float ll = l * softmax_rows::kLog2e;
+  auto grad = [=](int64_t j, float v) { return softmax_rows::exp_sub(v, ll) - (j == t ? 1.f : 0.f); };
   if constexpr (kBackwards) {
     map_row_backwards(x, classes, threadIdx.x, blockDim.x, grad);
   } else {
-    nn::map_row(x, x, x, classes, threadIdx.x, blockDim.x, [=](int64_t j, float v, float) { return grad(j, v); });
+    softmax_rows::map_row(x, x, x, classes, threadIdx.x, blockDim.x,
+                          [=](int64_t j, float v, float) { return grad(j, v); });
   }
 }
 
@@ -174,10 +176,10 @@ __global__ void __launch_bounds__(kThreads, kThreads < 1024 ? 1536 / kThreads : 
       float v[P];
 #pragma unroll
       for (int q = 0; q < P; ++q) v[q] = elem(pk, q);
-      nn::online_add(st, v);
+      softmax_rows::online_add(st, v);
     }
   });
-  st = nn::block_merge(st);
+  st = softmax_rows::block_merge(st);
   if (threadIdx.x == 0) part[0] = st.m, part[1] = st.s;
   cluster.sync();
   OnlineSoftmax<float> all;
@@ -198,7 +200,7 @@ __global__ void __launch_bounds__(kThreads, kThreads < 1024 ? 1536 / kThreads : 
       loss[row] = l - xt;
     }
   }
-  const float ll = l * nn::kLog2e;
+  const float ll = l * softmax_rows::kLog2e;
   const int64_t ts = valid ? t - k0 * P : -1;  // the target's place in the slice (-1: none)
   unrolled<kRounds>([&](auto r) {
     const int i = threadIdx.x + r * kThreads;
@@ -206,7 +208,8 @@ __global__ void __launch_bounds__(kThreads, kThreads < 1024 ? 1536 / kThreads : 
       float o[P];
       const Pk pk = sm[i];
 #pragma unroll
-      for (int q = 0; q < P; ++q) o[q] = valid ? nn::exp_sub(elem(pk, q), ll) - (int64_t(i) * P + q == ts ? 1.f : 0.f) : 0.f;
+      for (int q = 0; q < P; ++q)
+        o[q] = valid ? softmax_rows::exp_sub(elem(pk, q), ll) - (int64_t(i) * P + q == ts ? 1.f : 0.f) : 0.f;
       xs[i] = pack_of<T, P>(o);
     }
   });

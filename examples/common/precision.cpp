@@ -1,10 +1,13 @@
 #include "examples/common/precision.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <string_view>
 
 #include "core/memory.h"
+#include "io/number.h"
 
 namespace examples {
 
@@ -42,12 +45,24 @@ tg::nn::QuantizationConfig quantization_flags(const Flags& flags, tg::DType dtyp
           .double_quant = flags.boolean("bnb-4bit-use-double-quant"), .compute_dtype = dtype};
 }
 
+std::optional<int64_t> proc_status_kib(const std::string& field) {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind(field + ":", 0) != 0) continue;
+    std::string_view value(line);  // "VmHWM:\t  123456 kB"
+    value.remove_prefix(field.size() + 1);
+    value.remove_prefix(std::min(value.size(), value.find_first_not_of(" \t")));
+    if (value.ends_with(" kB")) value.remove_suffix(3);
+    return tg::io::parse_integer<int64_t>(value);
+  }
+  return std::nullopt;
+}
+
 std::string peak_memory_line(tg::Device device) {
   constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-  double rss_gib = -1;  // the process's peak resident set (VmHWM), where /proc has it
-  std::ifstream status("/proc/self/status");
-  for (std::string line; std::getline(status, line);)
-    if (line.rfind("VmHWM:", 0) == 0) rss_gib = std::stod(line.substr(6)) * 1024.0 / kGiB;  // kB
+  // The process's peak resident set (VmHWM), where /proc has it.
+  const std::optional<int64_t> kib = proc_status_kib("VmHWM");
+  const double rss_gib = kib ? static_cast<double>(*kib) * 1024.0 / kGiB : -1;
   char buf[192];
   int n = std::snprintf(buf, sizeof buf, "peak memory: host %.2f GiB (RSS)", rss_gib);
   if (device.is_cuda()) {

@@ -5,6 +5,8 @@
 //         (peft::LoraConfig::autocast_adapter_dtype), the loss in float32.
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
 
 #include "core/device.h"
@@ -35,5 +37,8 @@ tg::nn::QuantizationConfig quantization_flags(const Flags& flags, tg::DType dtyp
 // tg::reset_peak_memory_stats and what the caching allocator holds from the device (it keeps
 // freed blocks, so this is also its peak).
 std::string peak_memory_line(tg::Device device);
+// A field of /proc/self/status in KiB ("VmHWM": the peak resident set, "VmRSS"); nullopt where
+// there is none.
+std::optional<int64_t> proc_status_kib(const std::string& field);
 
 }  // namespace examples

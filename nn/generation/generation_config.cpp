@@ -11,6 +11,11 @@ namespace {
 
 constexpr const char* kOp = "GenerationConfig";
 
+// The sampler divides float32 logits by the temperature and the repetition penalty: below this
+// the quotient overflows float32 for logits beyond 3.4e32, and from about 1e-45 the divisor is 0
+// as a float.
+constexpr double kMinDivisor = 1e-6;
+
 // generation_config.json fields that change what transformers generates, with the value that
 // leaves generation as tapegrad implements it (null: the field must be absent or null).
 struct Unsupported {
@@ -51,10 +56,12 @@ void GenerationConfig::validate() const {
   TG_CHECK(max_new_tokens >= 1, kOp, "max_new_tokens must be at least 1, got ", max_new_tokens);
   TG_CHECK(std::isfinite(temperature) && temperature >= 0, kOp, "temperature must be >= 0 (0: greedy), got ",
            temperature);
+  TG_CHECK(temperature == 0 || temperature >= kMinDivisor, kOp, "temperature ", temperature, " is below ", kMinDivisor,
+           ": logits / temperature overflow float32 (0 is greedy)");
   TG_CHECK(top_k >= 0, kOp, "top_k must be >= 0 (0: off), got ", top_k);
   TG_CHECK(top_p > 0 && top_p <= 1, kOp, "top_p must be in (0, 1] (1: off), got ", top_p);
-  TG_CHECK(std::isfinite(repetition_penalty) && repetition_penalty > 0, kOp,
-           "repetition_penalty must be > 0 (1: off), got ", repetition_penalty);
+  TG_CHECK(std::isfinite(repetition_penalty) && repetition_penalty >= kMinDivisor, kOp, "repetition_penalty must be >= ",
+           kMinDivisor, " (1: off; logits / repetition_penalty overflow float32 below it), got ", repetition_penalty);
   for (int32_t id : eos_token_id) TG_CHECK(id >= 0, kOp, "eos_token_id holds ", id, ", wants token ids >= 0");
   TG_CHECK(cache_implementation == "dynamic" || cache_implementation == "static", kOp, "cache_implementation '",
            cache_implementation, "' is not supported, wants 'dynamic' or 'static'");

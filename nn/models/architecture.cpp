@@ -9,6 +9,7 @@ extern const Architecture kLlamaArchitecture, kMistralArchitecture, kQwen2Archit
     kGPT2Architecture;
 extern const Architecture kGemma2Architecture, kGemma3Architecture;
 extern const Architecture kPhi3Architecture;
+extern const Architecture kSmolLM3Architecture, kOlmo2Architecture;
 
 namespace {
 
@@ -16,7 +17,7 @@ std::vector<const Architecture*>& registry() {
   static std::vector<const Architecture*> all = {&kLlamaArchitecture, &kMistralArchitecture, &kQwen2Architecture,
                                                  &kQwen3Architecture, &kGPT2Architecture,
                                                  &kGemma2Architecture, &kGemma3Architecture,
-                                                 &kPhi3Architecture};
+                                                 &kPhi3Architecture, &kSmolLM3Architecture, &kOlmo2Architecture};
   return all;
 }
 

@@ -185,4 +185,38 @@ QuantState4bit empty_quant_state(const QuantStateFields& f, Device device) {
   return q;
 }
 
+std::string state_piece(const std::string& name) {
+  for (const char* piece : kStatePieces)
+    if (name.ends_with(std::string(".") + piece)) return piece;
+  return "";
+}
+
+void check_state_piece(const Tensor& t, const std::string& piece, const std::string& quant_type,
+                       const std::string& key, const std::string& file) {
+  if (t.dtype() != kFloat32) return;  // absmax as the codes of double quantisation: any byte is one
+  const std::vector<float> v = t.to_vector<float>();
+  auto where = [&] { return "'" + file + "': '" + key + "'"; };
+  if (piece == "absmax" || piece == "nested_absmax") {
+    for (size_t i = 0; i < v.size(); ++i)
+      TG_CHECK(std::isfinite(v[i]) && v[i] >= 0, "from_pretrained", where(), " holds ", v[i], " at block ", i,
+               ": a block's absmax is a finite number >= 0 (its largest |weight|)");
+    return;
+  }
+  const bool nested = piece == "nested_quant_map";
+  const float* code = nested ? dynamic_map_8bit().data() : quant_type == "fp4" ? nf4::kFP4Map : nf4::kNF4Map;
+  for (size_t i = 0; i < v.size(); ++i)  // a few float32 ulps: the maps are computed in float32
+    TG_CHECK(std::abs(v[i] - code[i]) <= 1e-6f * std::abs(code[i]), "from_pretrained", where(), " holds ", v[i],
+             " at ", i, ", where bitsandbytes' ", nested ? "8-bit dynamic map" : quant_type + " code", " has ", code[i],
+             ": the weights would dequantise to other values");
+}
+
+bool skipped_module(const QuantizationConfig& config, const std::string& path) {
+  for (std::string n : config.skip_modules) {
+    if (path.ends_with(n)) return true;
+    while (!n.empty() && (n.back() == '*' || n.back() == '.')) n.pop_back();  // "model.layers.0.*": the subtree
+    if (!n.empty() && (path == n || path.starts_with(n + "."))) return true;
+  }
+  return false;
+}
+
 }  // namespace tg::nn::bnb

@@ -11,10 +11,10 @@ const json::Value* ConfigFields::get(const std::string& key) const {
   return f && !f->is_null() ? f : nullptr;
 }
 
-int64_t ConfigFields::integer(const std::string& key, int64_t fallback, int64_t lo) const {
+int64_t ConfigFields::integer(const std::string& key, int64_t fallback, int64_t lo, int64_t hi) const {
   const json::Value* f = get(key);
-  if (f && !(f->is_int() && f->as_int() >= lo && f->as_int() <= kMaxSize))
-    bad(key, "an integer in [" + std::to_string(lo) + ", " + std::to_string(kMaxSize) + "]");
+  if (f && !(f->is_int() && f->as_int() >= lo && f->as_int() <= hi))
+    bad(key, "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
   return f ? f->as_int() : fallback;
 }
 
@@ -100,10 +100,12 @@ void read_rope(const ConfigFields& f, const std::string& key, const json::Value&
   scaling.factor = number("factor", derived_factor ? 0.0 : 1.0, 1.0);
   if (rope_type == "linear" || rope_type == "dynamic") return;
   // transformers' standardize_rope_params: a top-level original_max_position_embeddings wins.
+  const double original = number("original_max_position_embeddings", static_cast<double>(max_position_embeddings), 1);
+  if (original > static_cast<double>(ConfigFields::kMaxSize) || original != std::floor(original))
+    fail("from_pretrained", "'", f.source(), "': ", key, ".original_max_position_embeddings is ", json::dump(original),
+         ", wants an integer in [1, ", ConfigFields::kMaxSize, "]");
   scaling.original_max_position_embeddings =
-      f.integer("original_max_position_embeddings",
-                static_cast<int64_t>(number("original_max_position_embeddings",
-                                            static_cast<double>(max_position_embeddings), 1)));
+      f.integer("original_max_position_embeddings", static_cast<int64_t>(original));
   if (rope_type == "llama3") {
     scaling.low_freq_factor = number("low_freq_factor", 1.0, 1e-300);
     scaling.high_freq_factor = number("high_freq_factor", 4.0, 1e-300);
@@ -130,6 +132,21 @@ void read_rope(const ConfigFields& f, const std::string& key, const json::Value&
       fail("from_pretrained", "'", f.source(), "': ", key, ".truncate is ", json::dump(*t), ", wants true or false");
     scaling.truncate = t->as_bool();
   }
+}
+
+std::vector<std::string> read_layer_types(const ConfigFields& f, int64_t layers) {
+  std::vector<std::string> types;
+  const json::Value* t = f.get("layer_types");
+  if (!t) return types;
+  if (!t->is_array()) f.bad("layer_types", "a list of \"sliding_attention\" / \"full_attention\"");
+  for (const json::Value& l : t->as_array()) {
+    if (!l.is_string() || (l.as_string() != "sliding_attention" && l.as_string() != "full_attention"))
+      f.unsupported("layer_types", "wants each entry \"sliding_attention\" or \"full_attention\"");
+    types.push_back(l.as_string());
+  }
+  if (static_cast<int64_t>(types.size()) != layers)
+    f.bad("layer_types", "one entry per layer (num_hidden_layers " + std::to_string(layers) + ")");
+  return types;
 }
 
 void refuse_partial_rotary(const ConfigFields& f, const RopeScaling& s) {

@@ -7,8 +7,10 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
+#include "core/limits.h"
 #include "io/json.h"
 #include "nn/rotary.h"
 
@@ -25,8 +27,9 @@ class ConfigFields {
   const json::Value& json() const { return v_; }
 
   const json::Value* get(const std::string& key) const;  // nullptr when absent or null
-  // A size or count in [lo, kMaxSize]: checked before any arithmetic uses it.
-  int64_t integer(const std::string& key, int64_t fallback, int64_t lo = 1) const;
+  // A size or count in [lo, hi]: checked before any arithmetic uses it (hi: core/limits.h's bound
+  // where the field has one).
+  int64_t integer(const std::string& key, int64_t fallback, int64_t lo = 1, int64_t hi = kMaxSize) const;
   // A finite number in [lo, hi].
   double number(const std::string& key, double fallback, double lo = 0, double hi = HUGE_VAL) const;
   // A dropout probability: [0, 1), as the attention kernels take it (1 would drop everything).
@@ -50,6 +53,9 @@ class ConfigFields {
 // is original_max_position_embeddings' last fallback.
 void read_rope(const ConfigFields& f, const std::string& key, const json::Value& r, double& theta,
                RopeScaling& scaling, int64_t max_position_embeddings);
+// layer_types as given: one "sliding_attention" or "full_attention" per layer (tg::Error naming the
+// field otherwise); empty when absent or null.
+std::vector<std::string> read_layer_types(const ConfigFields& f, int64_t layers);
 // tg::Error naming partial_rotary_factor unless it is 1 (the families that rotate whole heads).
 void refuse_partial_rotary(const ConfigFields& f, const RopeScaling& scaling);
 // The object read_rope reads.

@@ -19,14 +19,18 @@ namespace {
 using CosSin = std::pair<Tensor, Tensor>;
 
 // {norm(x), x} of x = residual + delta (delta undefined: x = residual): one kernel where the norm
-// is a plain RMSNorm (fused_add_rms_norm), the add and Gemma's norm otherwise.
-std::pair<Tensor, Tensor> add_norm(RMSNorm& norm, const Tensor& delta, const Tensor& residual) {
-  if (!delta.defined()) return {norm.forward(residual), residual};
-  if (norm.unit_offset) {
-    Tensor x = add(residual, delta);
-    return {norm.forward(x), x};
+// is a plain RMSNorm (fused_add_rms_norm), the add and Gemma's norm otherwise; {x, x} without a norm.
+std::pair<Tensor, Tensor> add_norm(RMSNorm* norm, const Tensor& delta, const Tensor& residual) {
+  if (!norm) {
+    const Tensor x = delta.defined() ? add(residual, delta) : residual;
+    return {x, x};
   }
-  return fused_add_rms_norm(delta, residual, norm.weight, norm.eps);
+  if (!delta.defined()) return {norm->forward(residual), residual};
+  if (norm->unit_offset) {
+    Tensor x = add(residual, delta);
+    return {norm->forward(x), x};
+  }
+  return fused_add_rms_norm(delta, residual, norm->weight, norm->eps);
 }
 
 // The layer's forward_unsummed under tg::checkpoint: its activations are recomputed at backward.
@@ -35,12 +39,13 @@ std::pair<Tensor, Tensor> add_norm(RMSNorm& norm, const Tensor& delta, const Ten
 // bit (-0 + v = v for every v) and whose backward gives x the gradient it gives residual and delta
 // without checkpointing, which add's backward hands to both unchanged: the same bits, half the
 // memory (QLoRA's 8B at 4 x 2048 tokens keeps 2 GiB of checkpoints, not 4). A layer whose norm
-// adds on its own (Gemma's) recomputes from x alone.
+// adds on its own (Gemma's), or that has no input norm (OLMo 2), recomputes from x alone.
 // position_ids (no gradient) are captured, not passed as an input.
 std::pair<Tensor, Tensor> checkpointed(const std::shared_ptr<DecoderLayer>& layer, const Tensor& residual,
                                        const Tensor& delta, const Tensor& cos, const Tensor& sin,
                                        const Tensor& position_ids) {
-  const bool fused = delta.defined() && !layer->input_layernorm->unit_offset;
+  const RMSNorm* input_norm = layer->input_layernorm.get();
+  const bool fused = delta.defined() && input_norm && !input_norm->unit_offset;
   auto fn = [layer, position_ids, fused](const std::vector<Tensor>& in) {
     const Tensor minus_zero = fused ? full(in[0].shape(), -0.0, in[0].options()) : Tensor();
     auto [h, m] = layer->forward_unsummed(in[0], minus_zero, in[1], in[2], nullptr, position_ids);
@@ -65,6 +70,10 @@ bool DecoderSpec::is_sliding(int64_t layer) const {
   return sliding_layers.empty() || sliding_layers.at(static_cast<size_t>(layer));
 }
 
+bool DecoderSpec::uses_rope(int64_t layer) const {
+  return rope_layers.empty() || rope_layers.at(static_cast<size_t>(layer));
+}
+
 void DecoderSpec::validate() const {
   TG_CHECK(!architecture.empty() && !family.empty(), "DecoderSpec", "architecture and family must be named");
   check_sizes(*this, "DecoderSpec");
@@ -72,31 +81,31 @@ void DecoderSpec::validate() const {
   TG_CHECK(kv > 0 && num_attention_heads % kv == 0, "DecoderSpec", "attention.num_kv_heads ", kv,
            " must divide num_attention_heads ", num_attention_heads);
   TG_CHECK(hd > 0 && hd % 2 == 0, "DecoderSpec", "attention.head_dim must be positive and even (RoPE), got ", hd);
-  TG_CHECK(sliding_layers.empty() || static_cast<int64_t>(sliding_layers.size()) == num_hidden_layers, "DecoderSpec",
-           "sliding_layers has ", sliding_layers.size(), " entries for num_hidden_layers ", num_hidden_layers);
-  rope.scaling.validate(hd);
-  if (local_rope) local_rope->scaling.validate(hd);
+  for (const auto& [layers, name] : {std::pair{&sliding_layers, "sliding_layers"}, std::pair{&rope_layers, "rope_layers"}})
+    TG_CHECK(layers->empty() || static_cast<int64_t>(layers->size()) == num_hidden_layers, "DecoderSpec", name, " has ",
+             layers->size(), " entries for num_hidden_layers ", num_hidden_layers);
+  TG_CHECK(pre_norms || sandwich_norms, "DecoderSpec", "a block without pre_norms needs sandwich_norms (its only norms)");
+  rope.scaling.validate(hd, max_position_embeddings, rope.theta);
+  if (local_rope) local_rope->scaling.validate(hd, max_position_embeddings, local_rope->theta);
 }
 
 DecoderLayer::DecoderLayer(const DecoderSpec& s, int64_t index, Generator& gen)
-    : Module(s.family + "DecoderLayer"), sliding(s.is_sliding(index)) {
-  auto rms_norm = [&] { return std::make_shared<RMSNorm>(s.hidden_size, s.rms_norm_eps, s.unit_offset_norms); };
+    : Module(s.family + "DecoderLayer"), sliding(s.is_sliding(index)), rope(s.uses_rope(index)) {
+  // Each norm registered as made, in transformers' order.
+  auto rms_norm = [&](const char* name, std::shared_ptr<RMSNorm>& slot) {
+    slot = std::make_shared<RMSNorm>(s.hidden_size, s.rms_norm_eps, s.unit_offset_norms);
+    register_module(name, slot);
+  };
   AttentionOptions attention = s.attention;
   if (!sliding) attention.sliding_window = 0;
   self_attn = std::make_shared<CausalSelfAttention>(s.hidden_size, s.num_attention_heads, attention, gen);
   mlp = std::make_shared<GatedMLP>(s.hidden_size, s.intermediate_size, s.mlp, gen);
-  input_layernorm = rms_norm();
-  post_attention_layernorm = rms_norm();
   register_module("self_attn", self_attn);
   register_module("mlp", mlp);
-  register_module("input_layernorm", input_layernorm);
-  register_module("post_attention_layernorm", post_attention_layernorm);
-  if (s.sandwich_norms) {
-    pre_feedforward_layernorm = rms_norm();
-    post_feedforward_layernorm = rms_norm();
-    register_module("pre_feedforward_layernorm", pre_feedforward_layernorm);
-    register_module("post_feedforward_layernorm", post_feedforward_layernorm);
-  }
+  if (s.pre_norms) rms_norm("input_layernorm", input_layernorm);
+  rms_norm("post_attention_layernorm", post_attention_layernorm);
+  if (s.sandwich_norms && s.pre_norms) rms_norm("pre_feedforward_layernorm", pre_feedforward_layernorm);
+  if (s.sandwich_norms) rms_norm("post_feedforward_layernorm", post_feedforward_layernorm);
 }
 
 Tensor DecoderLayer::forward(const Tensor& x, const Tensor& cos, const Tensor& sin, const LayerCache* cache,
@@ -108,11 +117,13 @@ Tensor DecoderLayer::forward(const Tensor& x, const Tensor& cos, const Tensor& s
 std::pair<Tensor, Tensor> DecoderLayer::forward_unsummed(const Tensor& residual, const Tensor& delta,
                                                          const Tensor& cos, const Tensor& sin,
                                                          const LayerCache* cache, const Tensor& position_ids) {
-  auto [n, x] = add_norm(*input_layernorm, delta, residual);
-  Tensor a = self_attn->forward(n, cos, sin, cache, position_ids);
-  if (pre_feedforward_layernorm) {
+  auto [n, x] = add_norm(input_layernorm.get(), delta, residual);
+  Tensor a = rope ? self_attn->forward(n, cos, sin, cache, position_ids)
+                  : self_attn->forward(n, Tensor(), Tensor(), cache, position_ids);
+  if (post_feedforward_layernorm) {
     Tensor h = add(x, post_attention_layernorm->forward(a));
-    return {h, post_feedforward_layernorm->forward(mlp->forward(pre_feedforward_layernorm->forward(h)))};
+    const Tensor f = pre_feedforward_layernorm ? pre_feedforward_layernorm->forward(h) : h;
+    return {h, post_feedforward_layernorm->forward(mlp->forward(f))};
   }
   // h = x + a and n = post_attention_layernorm(h) in one pass (one kernel instead of two).
   auto [n2, h] = fused_add_rms_norm(a, x, post_attention_layernorm->weight, post_attention_layernorm->eps);
@@ -158,7 +169,7 @@ Tensor DecoderModel::forward(const Tensor& ids, const Tensor& position_ids) {
     std::tie(h, m) = checkpointing ? checkpointed(layer, h, m, cos, sin, position_ids)
                                    : layer->forward_unsummed(h, m, cos, sin, nullptr, position_ids);
   }
-  return add_norm(*norm, m, h).first;
+  return add_norm(norm.get(), m, h).first;
 }
 
 Tensor DecoderModel::forward(const Tensor& ids, KVCache& cache) {
@@ -176,7 +187,7 @@ Tensor DecoderModel::forward(const Tensor& ids, KVCache& cache) {
     std::tie(h, m) = layer.forward_unsummed(h, m, cos, sin, &layer_cache);
   }
   cache.advance(T);
-  return add_norm(*norm, m, h).first;
+  return add_norm(norm.get(), m, h).first;
 }
 
 DecoderForCausalLM::DecoderForCausalLM(const DecoderSpec& s, Generator& gen) : CausalLM(s.family + "ForCausalLM") {

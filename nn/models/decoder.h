@@ -1,9 +1,9 @@
 // The decoder stack of the Llama-like families (transformers' LlamaModel and the models written
 // after it): token embeddings, pre-norm blocks of attention and gated MLP, a final RMSNorm, RoPE,
 // with transformers' parameter names (model.embed_tokens, model.layers.{i}.self_attn.q_proj, ...,
-// model.norm, lm_head). A family (nn/models/llama.h, gemma.h, phi3.h) is its config, the DecoderSpec
-// it makes of it, its config.json and its registry entry; the stack does the rest: KV caches,
-// packed rows (position_ids), sliding windows, gradient checkpointing.
+// model.norm, lm_head). A family (nn/models/llama.h, gemma.h, phi3.h, smollm3.h, olmo2.h) is its
+// config, the DecoderSpec it makes of it, its config.json and its registry entry; the stack does the
+// rest: KV caches, packed rows (position_ids), sliding windows, gradient checkpointing.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "core/generator.h"
+#include "core/limits.h"
 #include "io/json.h"
 #include "nn/attention.h"
 #include "nn/embedding.h"
@@ -37,6 +38,7 @@ struct DecoderSpec {
   bool tie_word_embeddings = false;
   AttentionOptions attention;  // num_kv_heads and head_dim given; sliding_window: the sliding layers'
   std::vector<bool> sliding_layers;  // which layers use attention.sliding_window; empty: all of them
+  std::vector<bool> rope_layers;     // which layers rotate q and k (SmolLM3's no_rope_layers); empty: all of them
   GatedMLPOptions mlp;
   struct Rope {
     double theta = 10000.0;
@@ -46,10 +48,12 @@ struct DecoderSpec {
   std::optional<Rope> local_rope;  // the sliding layers' own RoPE (Gemma); none: rope
   bool unit_offset_norms = false;  // Gemma: every RMSNorm (1 + w) in float32 (nn/norm.h)
   bool sandwich_norms = false;     // Gemma: the attention's and the MLP's outputs normed too (DecoderLayer)
+  bool pre_norms = true;           // false (OLMo 2): their inputs not normed, only sandwich_norms' outputs
   bool scale_embeddings = false;   // Gemma: the embeddings times sqrt(hidden_size), rounded to their dtype
   double final_logit_softcapping = 0;  // > 0: logits tanh(l / cap) * cap
 
   bool is_sliding(int64_t layer) const;
+  bool uses_rope(int64_t layer) const;
   void validate() const;  // tg::Error naming the bad field
 };
 
@@ -61,6 +65,10 @@ void check_sizes(const Config& c, const char* who) {
       {c.num_hidden_layers, "num_hidden_layers"}, {c.num_attention_heads, "num_attention_heads"},
       {c.max_position_embeddings, "max_position_embeddings"}};
   for (const auto& [v, name] : sizes) TG_CHECK(v > 0, who, name, " must be positive, got ", v);
+  TG_CHECK(c.num_hidden_layers <= kMaxLayers, who, "num_hidden_layers ", c.num_hidden_layers, " is above ", kMaxLayers,
+           ", the most tapegrad builds");
+  TG_CHECK(c.max_position_embeddings <= kMaxContext, who, "max_position_embeddings ", c.max_position_embeddings,
+           " is above ", kMaxContext, ", the longest context tapegrad builds (its RoPE tables hold every position)");
 }
 
 // A spec with the fields the families' configs name alike (transformers' names); the family sets
@@ -86,9 +94,12 @@ DecoderSpec sized_spec(const Config& c, const char* family) {
 // One pre-norm block: h = x + self_attn(input_layernorm(x)); out = h + mlp(post_attention_layernorm(h)).
 // With sandwich_norms: h = x + post_attention_layernorm(self_attn(input_layernorm(x)));
 //                   out = h + post_feedforward_layernorm(mlp(pre_feedforward_layernorm(h))).
+// Without pre_norms too: h = x + post_attention_layernorm(self_attn(x));
+//                      out = h + post_feedforward_layernorm(mlp(h)).
 class DecoderLayer : public Module {
  public:
   DecoderLayer(const DecoderSpec& s, int64_t index, Generator& gen = default_generator());
+  using Module::forward;  // not hidden by the overloads below (clang's -Woverloaded-virtual)
   // cache: generation (nn/generation/kv_cache.h); cos, sin may be per sequence [B, 1, T, head_dim];
   // position_ids: packed rows (CausalSelfAttention::forward).
   Tensor forward(const Tensor& x, const Tensor& cos, const Tensor& sin, const LayerCache* cache = nullptr,
@@ -101,8 +112,11 @@ class DecoderLayer : public Module {
                                              const Tensor& position_ids = Tensor());
 
   bool sliding;  // its attention has the sliding window (and the local RoPE where there is one)
-  std::shared_ptr<RMSNorm> input_layernorm, post_attention_layernorm;
-  std::shared_ptr<RMSNorm> pre_feedforward_layernorm, post_feedforward_layernorm;  // sandwich_norms only
+  bool rope;     // its attention rotates q and k
+  std::shared_ptr<RMSNorm> input_layernorm;  // pre_norms only
+  std::shared_ptr<RMSNorm> post_attention_layernorm;
+  std::shared_ptr<RMSNorm> pre_feedforward_layernorm;   // sandwich_norms with pre_norms only
+  std::shared_ptr<RMSNorm> post_feedforward_layernorm;  // sandwich_norms only
   std::shared_ptr<CausalSelfAttention> self_attn;
   std::shared_ptr<GatedMLP> mlp;
 };

@@ -29,8 +29,8 @@ void GemmaConfig::validate() const {
   for (int64_t i = 0; i < num_hidden_layers; ++i)
     TG_CHECK(!is_sliding(i) || sliding_window > 0, "GemmaConfig", "layer ", i,
              " is a sliding_attention layer, so sliding_window must be positive, got ", sliding_window);
-  rope_scaling.validate(head_dim);
-  rope_local_scaling.validate(head_dim);
+  rope_scaling.validate(head_dim, max_position_embeddings, rope_theta);
+  rope_local_scaling.validate(head_dim, max_position_embeddings, rope_local_base_freq, "rope_local_base_freq");
 }
 
 DecoderSpec gemma_spec(const GemmaConfig& c) {

@@ -19,19 +19,9 @@ double softcap(const ConfigFields& f, const std::string& key, double fallback) {
 }
 
 // layer_types as given, else transformers' default: every `pattern`-th layer global, the rest sliding.
-std::vector<std::string> read_layer_types(const ConfigFields& f, int64_t layers, int64_t pattern) {
-  std::vector<std::string> types;
-  if (const json::Value* t = f.get("layer_types")) {
-    if (!t->is_array()) f.bad("layer_types", "a list of \"sliding_attention\" / \"full_attention\"");
-    for (const json::Value& l : t->as_array()) {
-      if (!l.is_string() || (l.as_string() != "sliding_attention" && l.as_string() != "full_attention"))
-        f.unsupported("layer_types", "wants each entry \"sliding_attention\" or \"full_attention\"");
-      types.push_back(l.as_string());
-    }
-    if (static_cast<int64_t>(types.size()) != layers)
-      f.bad("layer_types", "one entry per layer (num_hidden_layers " + std::to_string(layers) + ")");
-    return types;
-  }
+std::vector<std::string> gemma_layer_types(const ConfigFields& f, int64_t layers, int64_t pattern) {
+  std::vector<std::string> types = read_layer_types(f, layers);
+  if (!types.empty()) return types;
   for (int64_t i = 0; i < layers; ++i) types.push_back((i + 1) % pattern ? "sliding_attention" : "full_attention");
   return types;
 }
@@ -42,11 +32,11 @@ GemmaConfig read_gemma(const ConfigFields& f, const std::string& architecture, b
   c.vocab_size = f.integer("vocab_size", gemma3 ? 262208 : 256000);
   c.hidden_size = f.integer("hidden_size", 2304);
   c.intermediate_size = f.integer("intermediate_size", 9216);
-  c.num_hidden_layers = f.integer("num_hidden_layers", 26);
+  c.num_hidden_layers = f.integer("num_hidden_layers", 26, 1, kMaxLayers);
   c.num_attention_heads = f.integer("num_attention_heads", 8);
   c.num_key_value_heads = f.integer("num_key_value_heads", 4);
   c.head_dim = f.integer("head_dim", 256);
-  c.max_position_embeddings = f.integer("max_position_embeddings", gemma3 ? 131072 : 8192);
+  c.max_position_embeddings = f.integer("max_position_embeddings", gemma3 ? 131072 : 8192, 1, kMaxContext);
   c.rms_norm_eps = f.number("rms_norm_eps", 1e-6);
   c.initializer_range = f.number("initializer_range", 0.02);
   c.tie_word_embeddings = f.boolean("tie_word_embeddings", true);
@@ -57,7 +47,7 @@ GemmaConfig read_gemma(const ConfigFields& f, const std::string& architecture, b
   c.sliding_window = f.integer("sliding_window", 4096);
   const int64_t pattern = f.integer(f.get("sliding_window_pattern") ? "sliding_window_pattern" : "_sliding_window_pattern",
                                     gemma3 ? 6 : 2);
-  c.layer_types = read_layer_types(f, c.num_hidden_layers, pattern);
+  c.layer_types = gemma_layer_types(f, c.num_hidden_layers, pattern);
   c.qk_norm = gemma3;
   if (f.string("hidden_activation", "gelu_pytorch_tanh") != "gelu_pytorch_tanh")
     f.unsupported("hidden_activation", "wants \"gelu_pytorch_tanh\"");

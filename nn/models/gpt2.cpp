@@ -4,6 +4,7 @@
 
 #include "core/activation_checkpoint.h"
 #include "core/factory.h"
+#include "core/limits.h"
 #include "nn/init.h"
 #include "nn/loss.h"
 #include "nn/models/architecture.h"
@@ -27,6 +28,9 @@ void GPT2Config::validate() const {
   TG_CHECK(vocab_size > 0 && n_positions > 0 && n_embd > 0 && n_layer > 0 && n_head > 0, "GPT2Config",
            "sizes must be positive");
   TG_CHECK(n_embd % n_head == 0, "GPT2Config", "n_embd ", n_embd, " is not divisible by n_head ", n_head);
+  TG_CHECK(n_layer <= kMaxLayers, "GPT2Config", "n_layer ", n_layer, " is above ", kMaxLayers, ", the most tapegrad builds");
+  TG_CHECK(n_positions <= kMaxContext, "GPT2Config", "n_positions ", n_positions, " is above ", kMaxContext,
+           ", the longest context tapegrad builds");
 }
 
 GPT2Config GPT2Config::gpt2() { return {}; }

@@ -9,9 +9,9 @@ namespace {
 ModelBuilder gpt2(const ConfigFields& f) {
   GPT2Config c;  // its defaults are transformers' GPT2Config defaults
   c.vocab_size = f.integer("vocab_size", c.vocab_size);
-  c.n_positions = f.integer("n_positions", c.n_positions);
+  c.n_positions = f.integer("n_positions", c.n_positions, 1, kMaxContext);
   c.n_embd = f.integer("n_embd", c.n_embd);
-  c.n_layer = f.integer("n_layer", c.n_layer);
+  c.n_layer = f.integer("n_layer", c.n_layer, 1, kMaxLayers);
   c.n_head = f.integer("n_head", c.n_head);
   c.n_inner = f.integer("n_inner", 0, /*lo=*/0);  // 0: 4 n_embd
   c.layer_norm_epsilon = f.number("layer_norm_epsilon", c.layer_norm_epsilon);

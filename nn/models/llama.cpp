@@ -8,7 +8,7 @@ void LlamaConfig::validate() const {
   TG_CHECK(attention_head_dim > 0 || hidden_size % num_attention_heads == 0, "LlamaConfig", "hidden_size ",
            hidden_size, " is not divisible by num_attention_heads ", num_attention_heads);
   TG_CHECK(sliding_window >= 0, "LlamaConfig", "sliding_window must be >= 0, got ", sliding_window);
-  rope_scaling.validate(head_dim());
+  rope_scaling.validate(head_dim(), max_position_embeddings, rope_theta);
   TG_CHECK(head_dim() % 2 == 0, "LlamaConfig", "head_dim ", head_dim(), " must be even for rotary embedding");
   TG_CHECK(kv_heads() > 0 && num_attention_heads % kv_heads() == 0, "LlamaConfig", "num_key_value_heads ",
            kv_heads(), " must divide num_attention_heads ", num_attention_heads);

@@ -59,8 +59,10 @@ struct LlamaConfig {
 
 class ConfigFields;
 // config.json's fields every Llama-like family shares (sizes, RoPE, eps, tied head; hidden_act
-// silu, no attention dropout), with the family's defaults for vocab_size and rms_norm_eps
-// (nn/models/llama_config.cpp). tg::Error naming the field.
+// silu, no attention dropout), absent ones taking `defaults`' values (the family's transformers
+// config defaults; nn/models/llama_config.cpp). tg::Error naming the field.
+LlamaConfig read_llama_fields(const ConfigFields& f, const LlamaConfig& defaults);
+// The same with transformers' LlamaConfig defaults but for the family's vocab_size and rms_norm_eps.
 LlamaConfig read_llama_fields(const ConfigFields& f, const std::string& architecture, int64_t vocab, double eps);
 // Those fields as config.json: `sized` (DecoderForCausalLM::sized_config_json) with hidden_act,
 // RoPE and the token ids as read.

@@ -3,6 +3,7 @@
 // is read; what would change the computation in a way not implemented is refused by name.
 #include <string>
 
+#include "core/limits.h"
 #include "nn/models/architecture.h"
 #include "nn/models/config_fields.h"
 #include "nn/models/llama.h"
@@ -24,21 +25,22 @@ void refuse_sliding_layers(const ConfigFields& f) {
 
 }  // namespace
 
-LlamaConfig read_llama_fields(const ConfigFields& f, const std::string& architecture, int64_t vocab, double eps) {
+LlamaConfig read_llama_fields(const ConfigFields& f, const LlamaConfig& defaults) {
   LlamaConfig c;
-  c.architecture = architecture;
-  c.vocab_size = f.integer("vocab_size", vocab);
-  c.hidden_size = f.integer("hidden_size", 4096);
-  c.intermediate_size = f.integer("intermediate_size", 11008);
-  c.num_hidden_layers = f.integer("num_hidden_layers", 32);
-  c.num_attention_heads = f.integer("num_attention_heads", 32);
-  c.num_key_value_heads = f.integer("num_key_value_heads", 0, /*lo=*/0);  // 0: num_attention_heads
-  c.max_position_embeddings = f.integer("max_position_embeddings", 2048);
-  c.rms_norm_eps = f.number("rms_norm_eps", eps);
-  c.initializer_range = f.number("initializer_range", 0.02);
-  c.tie_word_embeddings = f.boolean("tie_word_embeddings", false);
+  c.architecture = defaults.architecture;
+  c.vocab_size = f.integer("vocab_size", defaults.vocab_size);
+  c.hidden_size = f.integer("hidden_size", defaults.hidden_size);
+  c.intermediate_size = f.integer("intermediate_size", defaults.intermediate_size);
+  c.num_hidden_layers = f.integer("num_hidden_layers", defaults.num_hidden_layers, 1, kMaxLayers);
+  c.num_attention_heads = f.integer("num_attention_heads", defaults.num_attention_heads);
+  // 0: num_attention_heads
+  c.num_key_value_heads = f.integer("num_key_value_heads", defaults.num_key_value_heads, /*lo=*/0);
+  c.max_position_embeddings = f.integer("max_position_embeddings", defaults.max_position_embeddings, 1, kMaxContext);
+  c.rms_norm_eps = f.number("rms_norm_eps", defaults.rms_norm_eps);
+  c.initializer_range = f.number("initializer_range", defaults.initializer_range);
+  c.tie_word_embeddings = f.boolean("tie_word_embeddings", defaults.tie_word_embeddings);
   c.attention_head_dim = f.integer("head_dim", 0, /*lo=*/0);
-  c.rope_theta = f.number("rope_theta", 10000.0, /*lo=*/1e-300);
+  c.rope_theta = f.number("rope_theta", defaults.rope_theta, /*lo=*/1e-300);
   // transformers 5 takes rope_scaling over rope_parameters when both are given.
   for (const char* key : {"rope_parameters", "rope_scaling"})
     if (const json::Value* r = f.get(key)) read_rope(f, key, *r, c.rope_theta, c.rope_scaling, c.max_position_embeddings);
@@ -47,15 +49,29 @@ LlamaConfig read_llama_fields(const ConfigFields& f, const std::string& architec
   if (f.string("hidden_act", "silu") != "silu") f.unsupported("hidden_act", "wants \"silu\"");
   if (f.probability("attention_dropout", 0.0) != 0.0) f.unsupported("attention_dropout", "wants 0.0");
   for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id"}) {
-    const json::Value* id = f.get(key);
+    // An explicit null too (SmolLM3's bos_token_id): left out, transformers would take its default.
+    const json::Value* id = f.json().find(key);
     if (!id) continue;
-    bool ids = id->is_int() || id->is_array();
+    bool ids = id->is_null() || id->is_int() || id->is_array();
     if (id->is_array())
       for (const json::Value& e : id->as_array()) ids = ids && e.is_int();
     if (!ids) f.bad(key, "a token id or a list of them");
     c.token_ids.set(key, *id);
   }
   return c;
+}
+
+LlamaConfig read_llama_fields(const ConfigFields& f, const std::string& architecture, int64_t vocab, double eps) {
+  LlamaConfig defaults;
+  defaults.architecture = architecture;
+  defaults.vocab_size = vocab;
+  defaults.hidden_size = 4096;
+  defaults.intermediate_size = 11008;
+  defaults.num_hidden_layers = 32;
+  defaults.num_attention_heads = 32;
+  defaults.max_position_embeddings = 2048;
+  defaults.rms_norm_eps = eps;
+  return read_llama_fields(f, defaults);
 }
 
 namespace {

@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <typeinfo>
 #include <utility>
 #include <vector>
 
@@ -197,6 +198,7 @@ struct Read {
   std::string layer;
   bool conv1d = false;
   bool whole = false;  // `into` is the parameter itself, not a view of it (its storage may be swapped)
+  std::string piece;   // a 4-bit state's absmax, quant_map, ...: its values are checked once read
 };
 struct WeightFile {
   std::unique_ptr<safetensors::FileReader> reader;
@@ -254,6 +256,41 @@ std::set<std::string> install_4bit_shells(Module& model, const Architecture& arc
   return names;
 }
 
+// What config.json's quantization_config says against what the files hold, before anything is
+// read: bitsandbytes' 4-bit state without a quantization_config, and with one, a Linear the files
+// hold dense that its llm_int8_skip_modules does not leave dense (a dense folder under a stray
+// quantization_config would load as a dense model without a word). The head stays dense, as
+// transformers keeps the output embedding.
+void check_4bit_layout(Module& model, const Architecture& arch, const std::vector<WeightFile>& files,
+                       const FourBit& four, const io::Folder& dir) {
+  std::map<std::string, std::string> file_of;  // file key -> the file holding it
+  for (const WeightFile& f : files)
+    for (const safetensors::TensorInfo& t : f.reader->header().tensors) {
+      file_of[t.name] = f.reader->path();
+      TG_CHECK(four.prequantized || bnb::weight_of_quant_state_key(t.name).empty(), "from_pretrained", "'",
+               f.reader->path(), "' holds '", t.name, "', bitsandbytes' 4-bit state, but ", dir.path_of(kConfig),
+               " has no quantization_config: a 4-bit folder's config.json says how its weights are stored");
+    }
+  if (!four.prequantized) return;
+  std::vector<std::string> dense;
+  for (auto& [path, m] : model.named_modules()) {
+    auto* linear = dynamic_cast<Linear*>(m);
+    if (!linear || typeid(*linear) != typeid(Linear) || path.empty() || path == layer_of(kHead) ||
+        bnb::skipped_module(four.config, path))
+      continue;
+    const std::string weight = path + ".weight";  // the file's key, with or without the base prefix
+    const std::string key = file_of.count(weight) || !weight.starts_with(arch.base_prefix)
+                                ? weight : weight.substr(arch.base_prefix.size());
+    if (file_of.count(key) && !file_of.count(key + ".quant_state.bitsandbytes__nf4") &&
+        !file_of.count(key + ".quant_state.bitsandbytes__fp4"))
+      dense.push_back("'" + key + "' in '" + file_of.at(key) + "'");
+  }
+  TG_CHECK(dense.empty(), "from_pretrained", dir.path_of(kConfig), "'s quantization_config stores every Linear but ",
+           "llm_int8_skip_modules (", name_list(four.config.skip_modules), ") in 4 bits, but the files hold ",
+           dense.size(), " of them dense, without a quant_state: ", name_list(dense),
+           " (drop quantization_config from config.json, or list the dense layers in llm_int8_skip_modules)");
+}
+
 // Reads every weight file into the model's parameters (any dtype and device), checking that the
 // files hold exactly the model's tensors. The headers are read and matched first; then each
 // tensor's bytes go from its file into its parameter, so the host holds no copy of a shard. With
@@ -277,6 +314,7 @@ void load_weights(Module& model, const Architecture& arch, const io::Folder& dir
   std::set<std::string> consumed, state_names;  // quant_state keys read already; the 4-bit state's names
   std::set<std::string> quantize;                // layers quantised as their weight streams in
   std::vector<std::string> quantize_after;       // ... and those whose weight is another's (a tied head)
+  check_4bit_layout(model, arch, files, four, dir);
   if (four.prequantized) state_names = install_4bit_shells(model, arch, files, four, o, consumed, unexpected);
   if (four.on && !four.prequantized)
     for (const std::string& layer : linear_4bit_targets(model, four.config, "from_pretrained")) {
@@ -304,9 +342,10 @@ void load_weights(Module& model, const Architecture& arch, const io::Folder& dir
         if (!ignored) unexpected.push_back(key);
         continue;
       }
-      Read read{&value, it->second, "", false, false};
+      Read read{&value, it->second, "", false, false, ""};
       Shape want = it->second.shape();
       if (state_names.count(name)) {
+        read.piece = bnb::state_piece(name);
         // bitsandbytes' tensors are read as they are stored, never converted; the packed weight is a column
         if (value.dtype != it->second.dtype()) {
           wrong_dtype.push_back(key + " (file " + value.code + ", bitsandbytes' " +
@@ -368,27 +407,26 @@ void load_weights(Module& model, const Architecture& arch, const io::Folder& dir
   HostToDevice* via = upload ? &*upload : nullptr;
   for (WeightFile& f : files) {
     for (const Read& r : f.reads) {
-      // On the host in the file's dtype the parameter takes the file's pages (mapped copy-on-write):
-      // no copy, and no fresh memory to fault in, whose first touch made loading 2-4x slower than
-      // reading (dev/NOTES.md).
-      Tensor pages;
-      if (o.device.is_cpu() && r.whole && r.into.dtype() == r.tensor->dtype) pages = f.reader->mapped(*r.tensor);
-      if (pages.defined()) {
-        r.into.impl().storage = pages.storage();
+      // On the host in the file's dtype the parameter takes memory the kernel copied the tensor
+      // into: no zero-filled pages first, whose first touch made reading 2-4x slower (dev/NOTES.md),
+      // and, unlike a mapping of the file, nothing later done to the file changes the model.
+      Tensor copy;
+      if (o.device.is_cpu() && r.whole && r.into.dtype() == r.tensor->dtype) copy = f.reader->owned(*r.tensor);
+      if (copy.defined()) {
+        r.into.impl().storage = copy.storage();
         r.into.impl().offset = 0;
         progress.add(r.into.nbytes());
-        continue;
-      }
-      if (r.layer.empty()) {
+      } else if (r.layer.empty()) {
         f.reader->read(*r.tensor, r.into, told, via);
-        continue;
       }
+      if (!r.piece.empty()) bnb::check_state_piece(r.into, r.piece, four.config.quant_type, r.tensor->name, f.reader->path());
+      if (r.layer.empty()) continue;
       const Shape& shape = own.at(r.layer + ".weight").shape();
       const Tensor w = staging.as_strided(shape, contiguous_strides(shape), 0);
       f.reader->read(*r.tensor, r.conv1d ? transpose(w, 0, 1) : w, told, via);
       install_linear_4bit(model, r.layer, quantized(r.tensor->name, w), four.config.compute_dtype, workspace);
     }
-    f.reader.reset();  // its staging buffer and file with it (mapped pages stay with their tensors)
+    f.reader.reset();  // its staging buffer and file with it
   }
   for (const std::string& layer : quantize_after)
     install_linear_4bit(model, layer, quantized(layer + ".weight", own.at(layer + ".weight")),

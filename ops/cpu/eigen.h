@@ -7,4 +7,13 @@
 #ifndef EIGEN_DONT_PARALLELIZE
 #define EIGEN_DONT_PARALLELIZE
 #endif
+// GCC 12's AVX-512 intrinsics, first included here, warn of their own `__m512 __Y = __Y`
+// wherever they are inlined into our code (GCC 13 does not): silenced for their lines alone.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <Eigen/Core>
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif

@@ -6,9 +6,9 @@
 // `C.noalias() = A * B` for two reasons:
 //  - Packing buffers. Eigen's expression path allocates its packed blocks (kc x mc of A,
 //    kc x nc of B: ~0.3-1 MB for the toy model's shapes) with malloc on every call. Above
-//    glibc's mmap / trim thresholds each call then maps fresh pages and faults them in, which
-//    made the [128 x 1024] x [1024 x 128] weight gradients run at ~25 GFLOP/s instead of ~130.
-//    Here every thread keeps its packing buffers (grown on demand, never freed).
+//    glibc's mmap / trim thresholds each call then maps fresh pages and faults them in (what
+//    that cost: dev/NOTES.md). Here every thread keeps its packing buffers (grown on demand,
+//    never freed).
 //  - Threads. One product is split into column (or row) panels of C, one per thread, each a
 //    sequential Eigen GEMM; several products (a batch) run one per thread.
 // Memory traffic per product: A and B are each packed once per panel (B once per thread), C is

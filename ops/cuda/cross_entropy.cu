@@ -24,7 +24,7 @@
 #include "core/trace.h"
 #include "ops/cross_entropy_kernels.h"
 #include "ops/cuda/index_check.cuh"
-#include "ops/cuda/nn_common.cuh"
+#include "ops/cuda/softmax_rows.cuh"
 
 namespace tg::cuda {
 namespace {
@@ -58,7 +58,8 @@ __global__ void cross_entropy_forward(float* loss, float* lse, T* logits, int64_
   const int64_t t = static_cast<int64_t>(targets[row]);
   const bool valid = t != ignore_index && t >= 0 && t < classes;
   const float xt = threadIdx.x == 0 && valid ? cvt<float>(x[t]) : 0.f;
-  const OnlineSoftmax<float> st = nn::block_merge(nn::row_stats(x, classes, threadIdx.x, blockDim.x));
+  const OnlineSoftmax<float> st =
+      softmax_rows::block_merge(softmax_rows::row_stats(x, classes, threadIdx.x, blockDim.x));
   const float l = st.logsumexp();
   if (threadIdx.x == 0) write_row_loss(loss, lse, row, l, xt, t, classes, ignore_index, flag);
   if constexpr (kGrad) {
@@ -66,9 +67,9 @@ __global__ void cross_entropy_forward(float* loss, float* lse, T* logits, int64_
       for (int64_t j = threadIdx.x; j < classes; j += blockDim.x) x[j] = cvt<T>(0.f);
       return;
     }
-    const float ll = l * nn::kLog2e;
-    nn::map_row(x, x, x, classes, threadIdx.x, blockDim.x,
-                [=](int64_t j, float v, float) { return nn::exp_sub(v, ll) - (j == t ? 1.f : 0.f); });
+    const float ll = l * softmax_rows::kLog2e;
+    softmax_rows::map_row(x, x, x, classes, threadIdx.x, blockDim.x,
+                [=](int64_t j, float v, float) { return softmax_rows::exp_sub(v, ll) - (j == t ? 1.f : 0.f); });
   }
 }
 
@@ -135,10 +136,10 @@ __global__ void __launch_bounds__(kRowOnceThreads, 3)
       float v[P];
 #pragma unroll
       for (int q = 0; q < P; ++q) v[q] = elem(pk, q);
-      nn::online_add(st, v);
+      softmax_rows::online_add(st, v);
     }
   });
-  st = nn::block_merge(st);
+  st = softmax_rows::block_merge(st);
   if (threadIdx.x == 0) part[0] = st.m, part[1] = st.s;
   cluster.sync();
   OnlineSoftmax<float> all;
@@ -149,7 +150,7 @@ __global__ void __launch_bounds__(kRowOnceThreads, 3)
   cluster.barrier_arrive();  // done with the other CTAs' `part`; waited for before exit
   const float l = all.logsumexp();
   if (rank == 0 && threadIdx.x == 0) write_row_loss(loss, lse, row, l, xt, t, classes, ignore_index, flag);
-  const float ll = l * nn::kLog2e;
+  const float ll = l * softmax_rows::kLog2e;
   const int64_t ts = valid ? t - k0 * P : -1;  // the target in the slice (-1: nowhere)
   unrolled<kRounds>([&](auto r) {
     const int i = threadIdx.x + r * kRowOnceThreads;
@@ -158,7 +159,7 @@ __global__ void __launch_bounds__(kRowOnceThreads, 3)
       float o[P];
 #pragma unroll
       for (int q = 0; q < P; ++q)
-        o[q] = valid ? nn::exp_sub(elem(pk, q), ll) - (int64_t(i) * P + q == ts ? 1.f : 0.f) : 0.f;
+        o[q] = valid ? softmax_rows::exp_sub(elem(pk, q), ll) - (int64_t(i) * P + q == ts ? 1.f : 0.f) : 0.f;
       xs[i] = pack_of<T, P>(o);
     }
   });
@@ -208,8 +209,8 @@ __global__ void cross_entropy_reduce_kernel(T* out, float* count, const float* l
     sum += loss[i];
     n += static_cast<int64_t>(targets[i]) != ignore_index ? 1.f : 0.f;
   }
-  sum = nn::block_sum(sum);
-  n = nn::block_sum(n);
+  sum = softmax_rows::block_sum(sum);
+  n = softmax_rows::block_sum(n);
   if (threadIdx.x == 0) {
     out[0] = cvt<T>(mean ? sum / n : sum);  // all ignored: 0 / 0 = nan, as in PyTorch
     if (count) count[0] = n;
@@ -228,10 +229,11 @@ __global__ void cross_entropy_backward_kernel(T* dlogits, const T* grad, int64_t
     for (int64_t j = threadIdx.x; j < classes; j += blockDim.x) d[j] = zero;
     return;
   }
-  const float scale = cvt<float>(grad[row * grad_step]) / (count ? count[0] : 1.f), ll = lse[row] * nn::kLog2e;
+  const float scale = cvt<float>(grad[row * grad_step]) / (count ? count[0] : 1.f),
+              ll = lse[row] * softmax_rows::kLog2e;
   const T* x = logits + row * ld;
-  nn::map_row(d, x, x, classes, threadIdx.x, blockDim.x,
-              [=](int64_t j, float v, float) { return scale * (nn::exp_sub(v, ll) - (j == t ? 1.f : 0.f)); });
+  softmax_rows::map_row(d, x, x, classes, threadIdx.x, blockDim.x,
+              [=](int64_t j, float v, float) { return scale * (softmax_rows::exp_sub(v, ll) - (j == t ? 1.f : 0.f)); });
 }
 
 }  // namespace

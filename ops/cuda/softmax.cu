@@ -7,13 +7,13 @@
 // Memory traffic: forward reads x twice (the online pass for max + sum, then the write pass,
 // which mostly hits L2) and writes out once; backward reads g and y twice and writes dx once.
 #include "core/cuda/cuda_utils.cuh"
-#include "ops/cuda/nn_common.cuh"
+#include "ops/cuda/softmax_rows.cuh"
 #include "ops/softmax_kernels.h"
 
 namespace tg::cuda {
 namespace {
 
-using nn::kWarp;
+using softmax_rows::kWarp;
 
 constexpr int kWarpRowsThreads = 256;  // 8 rows per block in the warp-per-row kernels
 constexpr int64_t kWarpRowMax = 1024;  // longer rows get a whole block
@@ -24,13 +24,14 @@ int block_threads(int64_t n) { return n >= 16384 ? 1024 : n >= 4096 ? 512 : 256;
 // or a block).
 template <class T, class Merge>
 __device__ __forceinline__ void forward_row(T* out, const T* x, int64_t n, int t, int nt, bool log, Merge&& merge) {
-  const OnlineSoftmax<float> st = merge(nn::row_stats(x, n, t, nt));
+  const OnlineSoftmax<float> st = merge(softmax_rows::row_stats(x, n, t, nt));
   if (log) {
     const float lse = st.logsumexp();
-    nn::map_row(out, x, x, n, t, nt, [=](int64_t, float v, float) { return v - lse; });
+    softmax_rows::map_row(out, x, x, n, t, nt, [=](int64_t, float v, float) { return v - lse; });
   } else {
-    const float ml = st.m * nn::kLog2e, inv = 1.f / st.s;
-    nn::map_row(out, x, x, n, t, nt, [=](int64_t, float v, float) { return nn::exp_sub(v, ml) * inv; });
+    const float ml = st.m * softmax_rows::kLog2e, inv = 1.f / st.s;
+    softmax_rows::map_row(out, x, x, n, t, nt,
+                          [=](int64_t, float v, float) { return softmax_rows::exp_sub(v, ml) * inv; });
   }
 }
 
@@ -39,11 +40,15 @@ template <class T, class Sum>
 __device__ __forceinline__ void backward_row(T* dx, const T* g, const T* y, int64_t n, int t, int nt, bool log,
                                              Sum&& reduce) {
   float acc = 0.f;
-  if (log) nn::for_row(g, n, t, nt, [&](int64_t, float v) { acc += v; });
-  else nn::for_row2(g, y, n, t, nt, [&](int64_t, float gv, float yv) { acc += gv * yv; });
+  if (log) softmax_rows::for_row(g, n, t, nt, [&](int64_t, float v) { acc += v; });
+  else softmax_rows::for_row2(g, y, n, t, nt, [&](int64_t, float gv, float yv) { acc += gv * yv; });
   acc = reduce(acc);
-  if (log) nn::map_row(dx, g, y, n, t, nt, [=](int64_t, float gv, float yv) { return gv - nn::exp_sub(yv, 0.f) * acc; });
-  else nn::map_row(dx, g, y, n, t, nt, [=](int64_t, float gv, float yv) { return yv * (gv - acc); });
+  if (log) {
+    softmax_rows::map_row(dx, g, y, n, t, nt,
+                          [=](int64_t, float gv, float yv) { return gv - softmax_rows::exp_sub(yv, 0.f) * acc; });
+  } else {
+    softmax_rows::map_row(dx, g, y, n, t, nt, [=](int64_t, float gv, float yv) { return yv * (gv - acc); });
+  }
 }
 
 template <class T>
@@ -51,13 +56,13 @@ __global__ void softmax_rows_warp(T* out, const T* x, int64_t rows, int64_t n, b
   const int64_t row = blockIdx.x * int64_t(blockDim.x / kWarp) + threadIdx.x / kWarp;
   if (row >= rows) return;  // whole warps leave together, so the shuffles stay full-warp
   forward_row(out + row * n, x + row * n, n, threadIdx.x % kWarp, kWarp, log,
-              [](OnlineSoftmax<float> s) { return nn::warp_merge(s); });
+              [](OnlineSoftmax<float> s) { return softmax_rows::warp_merge(s); });
 }
 
 template <class T>
 __global__ void softmax_rows_block(T* out, const T* x, int64_t n, bool log) {
   forward_row(out + blockIdx.x * n, x + blockIdx.x * n, n, threadIdx.x, blockDim.x, log,
-              [](OnlineSoftmax<float> s) { return nn::block_merge(s); });
+              [](OnlineSoftmax<float> s) { return softmax_rows::block_merge(s); });
 }
 
 template <class T>
@@ -65,13 +70,14 @@ __global__ void softmax_backward_rows_warp(T* dx, const T* g, const T* y, int64_
   const int64_t row = blockIdx.x * int64_t(blockDim.x / kWarp) + threadIdx.x / kWarp;
   if (row >= rows) return;
   backward_row(dx + row * n, g + row * n, y + row * n, n, threadIdx.x % kWarp, kWarp, log,
-               [](float v) { return nn::warp_sum(v); });
+               [](float v) { return softmax_rows::warp_sum(v); });
 }
 
 template <class T>
 __global__ void softmax_backward_rows_block(T* dx, const T* g, const T* y, int64_t n, bool log) {
   const int64_t off = blockIdx.x * n;
-  backward_row(dx + off, g + off, y + off, n, threadIdx.x, blockDim.x, log, [](float v) { return nn::block_sum(v); });
+  backward_row(dx + off, g + off, y + off, n, threadIdx.x, blockDim.x, log,
+               [](float v) { return softmax_rows::block_sum(v); });
 }
 
 template <class T>
@@ -79,11 +85,11 @@ __global__ void softmax_columns(T* out, const T* x, int64_t outer, int64_t n, in
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < outer * inner; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t base = (i / inner) * n * inner + i % inner;
     OnlineSoftmax<float> st;
-    for (int64_t j = 0; j < n; ++j) nn::online_add(st, cvt<float>(x[base + j * inner]));
-    const float lse = st.logsumexp(), ml = st.m * nn::kLog2e, inv = 1.f / st.s;
+    for (int64_t j = 0; j < n; ++j) softmax_rows::online_add(st, cvt<float>(x[base + j * inner]));
+    const float lse = st.logsumexp(), ml = st.m * softmax_rows::kLog2e, inv = 1.f / st.s;
     for (int64_t j = 0; j < n; ++j) {
       const float v = cvt<float>(x[base + j * inner]);
-      out[base + j * inner] = cvt<T>(log ? v - lse : nn::exp_sub(v, ml) * inv);
+      out[base + j * inner] = cvt<T>(log ? v - lse : softmax_rows::exp_sub(v, ml) * inv);
     }
   }
 }
@@ -100,7 +106,7 @@ __global__ void softmax_backward_columns(T* dx, const T* g, const T* y, int64_t 
     for (int64_t j = 0; j < n; ++j) {
       const int64_t k = base + j * inner;
       const float gv = cvt<float>(g[k]), yv = cvt<float>(y[k]);
-      dx[k] = cvt<T>(log ? gv - nn::exp_sub(yv, 0.f) * acc : yv * (gv - acc));
+      dx[k] = cvt<T>(log ? gv - softmax_rows::exp_sub(yv, 0.f) * acc : yv * (gv - acc));
     }
   }
 }

@@ -31,12 +31,12 @@ from transformers import AutoConfig, AutoModelForCausalLM
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FIXTURES = os.path.join(ROOT, "tests", "fixtures", "hf")
 FAMILIES = ["llama3", "llama_linear", "llama_dynamic", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3",
-            "llama_yarn", "phi3_longrope", "phi3_longrope_short"]
+            "llama_yarn", "phi3_longrope", "phi3_longrope_short", "smollm3", "olmo2"]
 # The config attributes that change the computation, compared between the fixture and tapegrad's save.
 OPTIONS = ["hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
            "head_dim", "rms_norm_eps", "tie_word_embeddings", "attention_bias", "mlp_bias", "sliding_window",
            "layer_types", "rope_parameters", "query_pre_attn_scalar", "attn_logit_softcapping",
-           "final_logit_softcapping", "hidden_activation", "hidden_act", "use_sliding_window"]
+           "final_logit_softcapping", "hidden_activation", "hidden_act", "use_sliding_window", "no_rope_layers"]
 TOL = 1e-5
 failures = []
 

@@ -1,5 +1,5 @@
 // Writes models, inputs and outputs for a side-by-side check against transformers + peft
-// (tests/interop/check_against_transformers.py reads them; scripts/gpu/interop-check.sh runs both).
+// (tests/interop/check_against_transformers.py reads them; scripts/gpu/check.sh interop runs both).
 //   interop_dump dump <dir>      models, adapter, inputs, outputs and gradients
 //   interop_dump convert <dir>   reads <dir>/py.safetensors, writes <dir>/py_back.safetensors
 // and, for tests/interop/check_hf_roundtrip.py (Hugging Face folders and peft adapters):

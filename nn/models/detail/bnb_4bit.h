@@ -54,4 +54,19 @@ QuantStateFields parse_quant_state(const Tensor& json_bytes, const std::string& 
 // tensors are read into them).
 QuantState4bit empty_quant_state(const QuantStateFields& fields, Device device);
 
+// The piece of a state ("absmax", "quant_map", "nested_absmax", "nested_quant_map") a tapegrad
+// name ends with ("<layer>.absmax"), else "".
+std::string state_piece(const std::string& name);
+// tg::Error naming `key` of `file` when `piece`, read into `t`, holds what bitsandbytes never
+// writes and the dequantised weights would silently take: an absmax or nested_absmax that is
+// NaN, infinite or negative, a quant_map other than the code of `quant_type` (get_4bit_type), a
+// nested_quant_map other than the 8-bit dynamic map (within float32 rounding: torch's linspace
+// rounds it per CPU). absmax as uint8 codes (double quantisation) is any byte. Reads t on the host.
+void check_state_piece(const Tensor& t, const std::string& piece, const std::string& quant_type,
+                       const std::string& key, const std::string& file);
+// Whether quantization_config's llm_int8_skip_modules leaves the Linear at `path` dense, as
+// transformers reads it: an entry is the module's path, a suffix of it ("lm_head", "o_proj") or a
+// prefix of it ("model.layers.0", "model.layers.0.*").
+bool skipped_module(const QuantizationConfig& config, const std::string& path);
+
 }  // namespace tg::nn::bnb
