@@ -8,7 +8,7 @@
 //     --prompts random prompts of --prompt tokens, exactly --new-tokens each (no EOS), the adapters
 //     (B non-zero) not merged, as GRPOTrainer generates; new tokens a second.
 // The median of --runs after --warmup. bench/torch_preference_bench.py times transformers + peft
-// (TRL's loss; transformers' generate) the same way; scripts/gpu/run_preference_bench.sh runs both:
+// (TRL's loss; transformers' generate) the same way; `scripts/gpu/bench.sh preference` runs both:
 //   dpo_step_bench --config llama-1b --pairs 4 --seq 1024 --device cuda --dtype bf16 --json out.json
 #include <algorithm>
 #include <chrono>

@@ -622,7 +622,8 @@ def preference_section(dpo_rows, rollout_rows):
         parts.append(f"""A LoRA (q/k/v/o, r 8) DPO step: the chosen and rejected sequences in one forward, the
 completions' log-probs (tapegrad: the fused head; PyTorch: the logits and TRL's selective_log_softmax),
 the reference with the adapters switched off under no-grad, the sigmoid loss, backward, AdamW.
-Measured: {measured(dpo_rows)}. Reproduce: `scripts/gpu/run_preference_bench.sh build-gpu`.
+Measured: {measured(dpo_rows)}. Reproduce: `scripts/gpu/bench.sh preference build-gpu out`, then
+copy its JSON files to bench/results/.
 
 {table(["implementation", "config", "dtype", "pairs x seqs x tokens (prompt)", "reference", "ms / step:",
         "peak GiB:"], cells)}
