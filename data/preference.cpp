@@ -69,7 +69,7 @@ std::vector<std::vector<std::vector<int32_t>>> encode_rows(const std::vector<Row
   }
   for (const RowTexts& r : rows) {
     if (conversational) {
-      prompts.push_back(tok.apply_chat_template(r.prompt_messages, {.add_generation_prompt = true}));
+      prompts.push_back(tok.apply_chat_template(r.prompt_messages, {.add_generation_prompt = true, .limits = {}}));
       for (const auto& c : r.completion_messages) {
         std::vector<ChatMessage> whole = r.prompt_messages;
         whole.insert(whole.end(), c.begin(), c.end());
@@ -347,7 +347,7 @@ std::vector<PromptExample> read_prompt_jsonl(const std::string& path, const Toke
   std::vector<std::string> texts;
   for (const JsonlRow& row : rows) {
     RowTexts t = row_texts(row, kFields, conversational, op);
-    texts.push_back(conversational ? tok.apply_chat_template(t.prompt_messages, {.add_generation_prompt = true})
+    texts.push_back(conversational ? tok.apply_chat_template(t.prompt_messages, {.add_generation_prompt = true, .limits = {}})
                                    : t.prompt);
     TG_CHECK(!texts.back().empty(), op, row.where, ": \"prompt\" is empty (generation needs a first token)");
   }

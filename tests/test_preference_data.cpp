@@ -52,7 +52,7 @@ TEST(PreferenceData, ConversationsAreRenderedWithTheChatTemplate) {
                                                  tok);
   const std::vector<data::ChatMessage> prompt = {{"user", "Hi"}};
   const std::vector<data::ChatMessage> chosen = {{"user", "Hi"}, {"assistant", "Hello!"}};
-  const std::vector<int32_t> p = tok.encode(tok.apply_chat_template(prompt, {.add_generation_prompt = true}), false);
+  const std::vector<int32_t> p = tok.encode(tok.apply_chat_template(prompt, {.add_generation_prompt = true, .limits = {}}), false);
   EXPECT_EQ(pairs[0].prompt, p);
   EXPECT_EQ(pairs[0].chosen, tail(tok.encode(tok.apply_chat_template(chosen), false), p.size()));
   EXPECT_NE(tok.decode(pairs[0].chosen).find("Hello!<|im_end|>"), std::string::npos);
