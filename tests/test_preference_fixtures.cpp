@@ -2,7 +2,7 @@
 // computes them from TRL's definitions with transformers + peft on the tiny Llama fixture and its
 // adapter (on a machine with them: the GPU machine); here the same batch through tapegrad's fused
 // log-probs, reference pass and losses must give its per-token log-probs, losses and every LoRA
-// gradient. Skipped until the expected file is generated.
+// gradient, on the CPU and on the GPU.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -33,15 +33,15 @@ double max_abs(const Tensor& t) {
   return m;
 }
 
-TEST(PreferenceFixtures, MatchPyTorchWithTrlsDefinitions) {
-  const fs::path file = kFixtures / "preference" / "expected.safetensors";
-  if (!fs::exists(file)) GTEST_SKIP() << "run tests/fixtures/preference/make_preference_fixtures.py where torch is";
-  const safetensors::TensorMap want = safetensors::load_file(file.string());
-  auto model = nn::from_pretrained((kFixtures / "hf" / "llama").string());
+void expect_preference_fixture_matches(Device device) {
+  const safetensors::TensorMap want =
+      safetensors::load_file((kFixtures / "preference" / "expected.safetensors").string());
+  auto model = nn::from_pretrained((kFixtures / "hf" / "llama").string(), {.device = device});
   peft::load_adapter(*model, (kFixtures / "hf" / "llama_adapter").string());
-  const Tensor ids = want.at("ids"), labels = want.at("labels");
+  auto cpu = [](const Tensor& t) { return to(t, Device::cpu()); };
+  const Tensor ids = to(want.at("ids"), device), labels = to(want.at("labels"), device);
   const int64_t B = ids.size(0) / 2;
-  EXPECT_TENSOR_NEAR(model->token_log_probs(ids, labels), want.at("policy_logps"), 1e-5, 1e-5);
+  EXPECT_TENSOR_NEAR(cpu(model->token_log_probs(ids, labels)), want.at("policy_logps"), 1e-5, 1e-5);
   Tensor ref_tok, ref_tok_t;
   {
     NoGradGuard g;
@@ -49,19 +49,19 @@ TEST(PreferenceFixtures, MatchPyTorchWithTrlsDefinitions) {
     ref_tok = model->token_log_probs(ids, labels);
     ref_tok_t = model->token_log_probs(ids, labels, Tensor(), 0.8);
   }
-  EXPECT_TENSOR_NEAR(ref_tok, want.at("reference_logps"), 1e-5, 1e-5);
+  EXPECT_TENSOR_NEAR(cpu(ref_tok), want.at("reference_logps"), 1e-5, 1e-5);
   const Tensor ref = sum(ref_tok, {1});
   std::vector<int64_t> tokens;
   const Tensor mask = [&] {
     std::vector<float> m(static_cast<size_t>(ids.numel()), 0.0f);
-    const std::vector<int64_t> l = labels.to_vector<int64_t>();
+    const std::vector<int64_t> l = want.at("labels").to_vector<int64_t>();
     const int64_t T = ids.size(1);
     for (int64_t r = 0; r < ids.size(0); ++r) {
       int64_t n = 0;
       for (int64_t t = 0; t + 1 < T; ++t) n += (m[static_cast<size_t>(r * T + t)] = l[static_cast<size_t>(r * T + t + 1)] != -100);
       tokens.push_back(n);
     }
-    return from_vector(m, ids.shape());
+    return to(from_vector(m, ids.shape()), device);
   }();
   const std::vector<int64_t> ct(tokens.begin(), tokens.begin() + B), rt(tokens.begin() + B, tokens.end());
   const std::vector<float> adv_f = want.at("grpo.advantages").to_vector<float>();
@@ -74,7 +74,7 @@ TEST(PreferenceFixtures, MatchPyTorchWithTrlsDefinitions) {
   };
   auto grpo = [&](train::GRPOConfig c) {
     return [&, c](const Tensor&, const Tensor& tok) {
-      return train::grpo_loss(c, {tok, want.at("grpo.old_logps"), ref_tok_t, mask, adv, tokens,
+      return train::grpo_loss(c, {tok, to(want.at("grpo.old_logps"), device), ref_tok_t, mask, adv, tokens,
                                   std::accumulate(tokens.begin(), tokens.end(), int64_t{0})});
     };
   };
@@ -111,19 +111,27 @@ TEST(PreferenceFixtures, MatchPyTorchWithTrlsDefinitions) {
     const double temperature = name.starts_with("grpo") ? 0.8 : 1.0;
     const Tensor tok = model->token_log_probs(ids, labels, Tensor(), temperature);
     const train::PreferenceLoss l = loss_of(sum(tok, {1}), tok);
-    EXPECT_TENSOR_NEAR(l.loss, want.at("loss." + name), 1e-5, 1e-6);
+    EXPECT_TENSOR_NEAR(cpu(l.loss), want.at("loss." + name), 1e-5, 1e-6);
     l.loss.backward();
     size_t grads = 0;
     for (auto& [path, layer] : peft::lora_layers(*model))
       for (const auto& [ab, w] : {std::pair{"lora_A", layer->lora_A->weight}, std::pair{"lora_B", layer->lora_B->weight}}) {
         const Tensor& g = want.at("grad." + name + ".base_model.model." + path + "." + ab + ".weight");
-        EXPECT_TENSOR_NEAR(w.grad(), g, 1e-4, 1e-4 * max_abs(g)) << path << "." << ab;
+        EXPECT_TENSOR_NEAR(cpu(w.grad()), g, 1e-4, 1e-4 * max_abs(g)) << path << "." << ab;
         ++grads;
       }
     size_t expected = 0;
     for (const auto& [k, t] : want) expected += k.starts_with("grad." + name + ".");
     EXPECT_EQ(grads, expected);
   }
+}
+
+TEST(PreferenceFixtures, MatchPyTorchWithTrlsDefinitions) { expect_preference_fixture_matches(Device::cpu()); }
+
+// The same on the GPU (float32: no TF32 unless asked for).
+TEST(PreferenceFixtures, MatchPyTorchWithTrlsDefinitionsOnCuda) {
+  TG_REQUIRE_CUDA();
+  expect_preference_fixture_matches(Device::cuda());
 }
 
 }  // namespace
