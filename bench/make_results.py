@@ -639,6 +639,33 @@ Reproduce: `scripts/gpu/bench.sh packing build-gpu bench/results`.
 """
 
 
+def preference_section(dpo_rows, rollout_rows):
+    parts = ["""## Preference training: a DPO step and GRPO's rollouts (issue 50)
+"""]
+    if dpo_rows:
+        cells = [[r["impl"], r["config"], r["dtype"], f"{r['pairs']:g} x 2 x {r['seq']:g} ({r['prompt']:g})",
+                  r["reference"], f"{r['ms']:.2f}", f"{r['peak_gib']:.2f}" if r.get("peak_gib") is not None else "–"]
+                 for r in dpo_rows]
+        parts.append(f"""A LoRA (q/k/v/o, r 8) DPO step: the chosen and rejected sequences in one forward, the
+completions' log-probs (tapegrad: the fused head; PyTorch: the logits and TRL's selective_log_softmax),
+the reference with the adapters switched off under no-grad, the sigmoid loss, backward, AdamW.
+Measured: {measured(dpo_rows)}. Reproduce: `scripts/gpu/bench.sh preference build-gpu out`, then
+copy its JSON files to bench/results/.
+
+{table(["implementation", "config", "dtype", "pairs x seqs x tokens (prompt)", "reference", "ms / step:",
+        "peak GiB:"], cells)}
+""")
+    if rollout_rows:
+        cells = [[r["impl"], r["config"], r["cache"], f"{r['batch']:g}", f"{r['prompt']:g} + {r['new_tokens']:g}",
+                  f"{r['s']:.3f}", f"{r['tokens_per_s']:.0f}"] for r in rollout_rows]
+        parts.append(f"""GRPO's rollouts: completions sampled from a LoRA model (adapters not merged) at GRPO's batch
+(prompts x num_generations), exactly the new tokens each. Measured: {measured(rollout_rows)}.
+
+{table(["implementation", "config", "cache", "batch:", "tokens:", "s:", "new tokens/s:"], cells)}
+""")
+    return "\n".join(parts)
+
+
 def census_texts(results_dir):
     """bench/ncu_census.py's and bench/timeline_census.py's tables saved as census-*.md and timeline-*.md
     beside the rows, in name order."""
@@ -694,10 +721,14 @@ figures are in git history; what the measurements taught is in `dev/NOTES.md`.
                                          [r for r in get("torch_ref_gemm_elementwise") if r["kind"] == "ew"]))
     if get("nf4_bench"):
         parts.append(nf4_section(get("nf4_bench")))
+    if get("dpo_step_bench") or get("grpo_rollout_bench"):
+        parts.append(preference_section(get("dpo_step_bench") + get("torch_dpo_step"),
+                                        get("grpo_rollout_bench") + get("torch_grpo_rollout")))
     known = {"train_step_bench", "torch_toy_lora", "attention_bench", "torch_attention_ref", "norm_bench", "torch_norm_ref", "linear_bench", "gemm_bench",
              "elementwise_bench", "torch_ref_gemm_elementwise", "generate_bench", "generate_bench_torch",
              "tokenizer_bench", "data_parallel", "linear_ce", "train_step_real", "load_bench", "nf4_bench", "packing",
-             "construct_bench", "gguf_export_bench"}
+             "construct_bench", "gguf_export_bench",
+             "dpo_step_bench", "torch_dpo_step", "grpo_rollout_bench", "torch_grpo_rollout"}
     unknown = sorted(set(by_bench) - known)
     if unknown:
         sys.exit(f"make_results.py: no table for the rows of {', '.join(unknown)}: add a section")

@@ -314,8 +314,7 @@ void write_token_file(const std::string& path, const std::vector<int32_t>& ids) 
 
 SequenceDataset::SequenceDataset(std::shared_ptr<const TokenCorpus> corpus, int64_t seq, Layout layout, int32_t pad_id,
                                  Truncation truncation)
-    : corpus_(std::move(corpus)), seq_(seq), layout_(layout), pad_id_(pad_id), truncation_(truncation),
-      order_(std::make_shared<Order>()) {
+    : corpus_(std::move(corpus)), seq_(seq), layout_(layout), pad_id_(pad_id), truncation_(truncation) {
   TG_CHECK(seq_ >= 2, "SequenceDataset", "seq must be at least 2 (one next-token target), got ", seq_);
   TG_CHECK(seq_ <= kMaxContext, "SequenceDataset", "seq ", seq_, " is above ", kMaxContext,
            ", the longest context a model can have (a padded row holds seq tokens whatever its example's length)");
@@ -372,8 +371,8 @@ void SequenceDataset::pack(int64_t first_example, int64_t end_example) {
 std::pair<SequenceDataset, SequenceDataset> SequenceDataset::split(double fraction) const {
   TG_CHECK(fraction > 0 && fraction < 1, "SequenceDataset::split", "fraction must be in (0, 1), got ", fraction);
   SequenceDataset head = *this, last = *this;
-  head.order_ = std::make_shared<Order>();
-  last.order_ = std::make_shared<Order>();
+  head.order_ = ShuffledOrder();
+  last.order_ = ShuffledOrder();
   if (layout_ == Layout::PackSeparate) {
     const int64_t n = corpus_->examples(), tail = static_cast<int64_t>(static_cast<double>(n) * fraction + 0.5);
     head.pack(0, n - tail);
@@ -436,32 +435,39 @@ Batch SequenceDataset::make(const std::vector<int64_t>& rows, Device device) con
   return out;
 }
 
-Batch SequenceDataset::batch(int64_t index, int64_t batch_size, uint64_t seed, Device device) const {
-  const int64_t n = rows();
-  TG_CHECK(n > 0, "SequenceDataset::batch", "no rows of ", seq_, " tokens");
-  TG_CHECK(batch_size >= 1, "SequenceDataset::batch", "batch_size must be at least 1, got ", batch_size);
-  TG_CHECK(index >= 0 && index <= (INT64_MAX - batch_size) / batch_size, "SequenceDataset::batch", "batch index ",
-           index, " of ", batch_size, " rows is outside [0, ", (INT64_MAX - batch_size) / batch_size, "]");
-  check_batch_memory(batch_size, "SequenceDataset::batch", std::to_string(batch_size) + " rows");
+ShuffledOrder::ShuffledOrder() : state_(std::make_shared<State>()) {}
+
+std::vector<int64_t> ShuffledOrder::batch(int64_t index, int64_t batch_size, int64_t n, uint64_t seed,
+                                          const char* who) const {
+  TG_CHECK(n > 0, who, "no rows to draw a batch from");
+  TG_CHECK(batch_size >= 1, who, "batch_size must be at least 1, got ", batch_size);
+  TG_CHECK(index >= 0 && index <= (INT64_MAX - batch_size) / batch_size, who, "batch index ", index, " of ", batch_size,
+           " rows is outside [0, ", (INT64_MAX - batch_size) / batch_size, "]");
   std::vector<int64_t> picked;
-  std::lock_guard<std::mutex> lock(order_->mutex);
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  State& s = *state_;
   for (int64_t k = 0; k < batch_size; ++k) {
     const int64_t pos = index * batch_size + k, epoch = pos / n;
-    if (order_->epoch != epoch || order_->seed != seed) {
+    if (s.epoch != epoch || s.seed != seed || s.n != n) {
       // Fisher-Yates from Philox(seed, epoch): the order depends on nothing else.
-      order_->perm.resize(static_cast<size_t>(n));
-      for (int64_t i = 0; i < n; ++i) order_->perm[i] = i;
+      s.perm.resize(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) s.perm[i] = i;
       for (int64_t i = n - 1; i > 0; --i) {
         const Philox4 r = philox(seed, static_cast<uint64_t>(i), static_cast<uint64_t>(epoch) + 1);
         const uint64_t u = (static_cast<uint64_t>(r.v[0]) << 32) | r.v[1];
-        std::swap(order_->perm[i], order_->perm[u % static_cast<uint64_t>(i + 1)]);
+        std::swap(s.perm[i], s.perm[u % static_cast<uint64_t>(i + 1)]);
       }
-      order_->epoch = epoch;
-      order_->seed = seed;
+      s.epoch = epoch, s.seed = seed, s.n = n;
     }
-    picked.push_back(order_->perm[pos % n]);
+    picked.push_back(s.perm[pos % n]);
   }
-  return make(picked, device);
+  return picked;
+}
+
+Batch SequenceDataset::batch(int64_t index, int64_t batch_size, uint64_t seed, Device device) const {
+  TG_CHECK(rows() > 0, "SequenceDataset::batch", "no rows of ", seq_, " tokens");
+  check_batch_memory(batch_size, "SequenceDataset::batch", std::to_string(batch_size) + " rows");
+  return make(order_.batch(index, batch_size, rows(), seed, "SequenceDataset::batch"), device);
 }
 
 Batch SequenceDataset::rows_batch(int64_t first, int64_t n, Device device) const {

@@ -131,6 +131,27 @@ struct Batch {
   Tensor position_ids;    // [batch, seq] int64, PackSeparate only (else undefined: 0..seq-1)
 };
 
+// The seeded order the datasets draw their rows in: the epochs one after the other, each a
+// Fisher-Yates shuffle of the n rows from Philox(seed, epoch), so position p of the order depends
+// only on (seed, n, p) and a resumed run draws the same batches. Keeps the current epoch's
+// permutation; copies share it; thread-safe.
+class ShuffledOrder {
+ public:
+  ShuffledOrder();
+  // The rows at positions [index * batch_size, (index + 1) * batch_size) of the order (batch
+  // `index`); `who` names the dataset in errors (no rows, a batch_size below 1, an index too large).
+  std::vector<int64_t> batch(int64_t index, int64_t batch_size, int64_t n, uint64_t seed, const char* who) const;
+
+ private:
+  struct State {
+    std::mutex mutex;
+    int64_t epoch = -1, n = 0;
+    uint64_t seed = 0;
+    std::vector<int64_t> perm;
+  };
+  std::shared_ptr<State> state_;
+};
+
 // Rows of `seq` tokens over a corpus (or a range of its rows), drawn in a shuffled order that
 // depends only on the seed and the batch index: a resumed run draws the same batches. seq is at
 // most kMaxContext (core/limits.h): no model takes longer rows.
@@ -173,13 +194,7 @@ class SequenceDataset {
     std::vector<int64_t> starts, examples;  // row r holds examples[starts[r] .. starts[r + 1])
   };
   std::shared_ptr<const Packing> packing_;  // PackSeparate
-  struct Order {
-    std::mutex mutex;
-    int64_t epoch = -1;
-    uint64_t seed = 0;
-    std::vector<int64_t> perm;
-  };
-  std::shared_ptr<Order> order_;  // the current epoch's permutation, made once
+  ShuffledOrder order_;
 };
 
 }  // namespace tg::data

@@ -19,4 +19,14 @@ Tensor causal_lm_loss(const Tensor& logits, const Tensor& labels, int64_t ignore
 Tensor causal_lm_loss_from_hidden(const Tensor& hidden, const Tensor& head_weight, const Tensor& labels,
                                   int64_t ignore_index = -100);
 
+// Log-probabilities of the next tokens, as TRL's selective_log_softmax(logits[:, :-1], labels[:, 1:]):
+// out[b, t] = log softmax(logits[b, t])[labels[b, t + 1]], 0 where that label is ignore_index and
+// at t = T - 1 (nothing follows). [B, T], float32 (float64 for float64 logits); bfloat16 logits
+// are upcast first, as above.
+Tensor next_token_log_probs(const Tensor& logits, const Tensor& labels, int64_t ignore_index = -100);
+// The same from the final hidden states [B, T, H] and a bias-free head's weight [V, H], through
+// linear_cross_entropy's rows (no [B, T, V] logits; a frozen head gets no dW).
+Tensor next_token_log_probs_from_hidden(const Tensor& hidden, const Tensor& head_weight, const Tensor& labels,
+                                        int64_t ignore_index = -100);
+
 }  // namespace tg::nn

@@ -25,15 +25,16 @@ constexpr int64_t kMaxChunkBytes = 256 * kMiB;   // of logits a chunk without dW
 constexpr int64_t kDwRows = 4096;                // a chunk's rows with dW: the dW GEMM's K
 constexpr int64_t kTileRows = 128;               // chunks in whole GEMM tiles
 
-// dx and dW for a unit incoming gradient (computed with the loss); backward scales them.
+// dx and dW for a unit incoming gradient (computed with the loss); backward scales them: by the
+// 0-d gradient (Mean, Sum) or row by row (None, whose weight is then frozen).
 struct LinearCrossEntropyBackward final : Node {
   enum { kDx, kDw, kCount };
   DType w_dtype = kFloat32;
   const char* name() const override { return kOp; }
   std::vector<Tensor> backward(const std::vector<Tensor>& g, const GradMask& mask) override {
-    Tensor scale = g[0];  // 0-d, in the loss's dtype
-    Tensor count = unpack(kCount);
-    if (count.defined()) scale = div(scale, count);
+    Tensor scale = g[0];  // 0-d, or [N] for None, in the loss's dtype
+    if (saved[kCount].defined()) scale = div(scale, unpack(kCount));  // Mean
+    if (scale.dim() == 1) scale = reshape(contiguous(scale), {scale.shape()[0], 1});
     Tensor dx;
     if (mask[0]) {
       Tensor unit = unpack(kDx);
@@ -46,6 +47,40 @@ struct LinearCrossEntropyBackward final : Node {
       TG_DISPATCH(unit.device(), binary, BinaryOp::Mul, dw, unit, expand(s, unit.shape()));
     }
     return {dx, dw};
+  }
+};
+
+// Reduction::None with a trainable weight: dW = sum_i g_i dlogits_i^T x_i cannot be formed before
+// g is known, so backward computes the chunks' logits and unit dlogits again (the forward's chunks
+// and kernels: dx is bitwise the frozen weight's), takes the unit dx from them, then scales them
+// by g row by row in place for dW: one logits GEMM more than the unit-gradient path.
+struct LinearCrossEntropyRowsBackward final : Node {
+  enum { kX, kW, kTargets };
+  int64_t ignore_index = -100, chunk = 0;
+  const char* name() const override { return kOp; }
+  std::vector<Tensor> backward(const std::vector<Tensor>& g, const GradMask& mask) override {
+    KernelTrace::record("linear_cross_entropy.backward_recomputed");
+    const Tensor x = unpack(kX), w = unpack(kW), tgt = unpack(kTargets);
+    const int64_t N = x.shape()[0], rows_max = std::min(chunk, std::max<int64_t>(N, 1));
+    const DType acc = x.dtype() == kFloat64 ? kFloat64 : kFloat32;
+    const Tensor scale = to(reshape(contiguous(g[0]), {N, 1}), x.dtype());
+    Tensor dx = mask[0] ? Tensor::empty(x.shape(), x.options()) : Tensor();
+    Tensor dw = mask[1] ? Tensor::empty(w.shape(), {acc, x.device()}) : Tensor();
+    if (mask[1] && N == 0) fill_(dw, 0.0);
+    Tensor buf = Tensor::empty({rows_max, w.shape()[0]}, x.options());
+    Tensor loss_rows = Tensor::empty({rows_max}, {acc, x.device()}), lse = Tensor::empty({rows_max}, {acc, x.device()});
+    for (int64_t r0 = 0; r0 < N; r0 += chunk) {
+      const int64_t rows = std::min(chunk, N - r0);
+      Tensor logits = slice(buf, 0, 0, rows), xr = slice(x, 0, r0, r0 + rows);
+      matrix::gemm(logits, xr, transpose(w, 0, 1));
+      TG_DISPATCH(x.device(), cross_entropy_with_grad, slice(loss_rows, 0, 0, rows), slice(lse, 0, 0, rows), logits,
+                  slice(tgt, 0, r0, r0 + rows), ignore_index);
+      if (mask[0]) matrix::gemm(slice(dx, 0, r0, r0 + rows), logits, w);
+      if (!mask[1]) continue;
+      TG_DISPATCH(x.device(), binary, BinaryOp::Mul, logits, logits, expand(slice(scale, 0, r0, r0 + rows), logits.shape()));
+      matrix::gemm(dw, transpose(logits, 0, 1), xr, 1.0, r0 == 0 ? 0.0 : 1.0);
+    }
+    return {mask[0] ? mul(dx, scale) : Tensor(), mask[1] ? to(dw, w.dtype()) : Tensor()};
   }
 };
 
@@ -80,8 +115,6 @@ Tensor linear_cross_entropy_chunked(const Tensor& x, const Tensor& weight, const
   TG_CHECK(V >= 1, kOp, "the weight has no classes (shape ", weight.shape(), ")");
   TG_CHECK(targets.dim() == 1 && targets.shape()[0] == N, kOp, "'targets' must be [", N, "] (one class per row of x ",
            x.shape(), "), got ", targets.shape());
-  TG_CHECK(reduction != Reduction::None, kOp, "wants Reduction::Mean or Sum (None needs the per-row logits: use ",
-           "linear and cross_entropy)");
   TG_CHECK(chunk_rows >= 0, kOp, "wants chunks of at least one row (or 0: its choice), got ", chunk_rows);
   const Device dev = x.device();
   Tensor xc, w, tgt;
@@ -93,16 +126,21 @@ Tensor linear_cross_entropy_chunked(const Tensor& x, const Tensor& weight, const
   }
   if (dev.is_cpu()) check_targets_on_host(kOp, tgt, V, ignore_index);
 
-  const bool want_dx = x.requires_grad() && grad_mode_enabled(),
-             want_dw = weight.requires_grad() && grad_mode_enabled();
-  KernelTrace::record(want_dw ? "linear_cross_entropy.dx_dweight" : want_dx ? "linear_cross_entropy.dx"
-                                                                            : "linear_cross_entropy.loss");
+  const bool rows_out = reduction == Reduction::None;
+  bool want_dx = x.requires_grad() && grad_mode_enabled(), want_dw = weight.requires_grad() && grad_mode_enabled();
+  // None with a trainable weight: the gradients wait for backward (LinearCrossEntropyRowsBackward)
+  const bool deferred = rows_out && want_dw;
+  if (deferred) want_dx = want_dw = false;
+  KernelTrace::record(deferred  ? "linear_cross_entropy.loss_rows_deferred"
+                      : want_dw ? "linear_cross_entropy.dx_dweight"
+                      : want_dx ? "linear_cross_entropy.dx"
+                                : "linear_cross_entropy.loss");
   const DType acc = x.dtype() == kFloat64 ? kFloat64 : kFloat32;
   Tensor loss_rows = Tensor::empty({N}, {acc, dev}), lse = Tensor::empty({N}, {acc, dev});
   Tensor dx = want_dx ? Tensor::empty({N, x.shape()[1]}, x.options()) : Tensor();
   Tensor dw = want_dw ? Tensor::empty(w.shape(), {acc, dev}) : Tensor();
-  const int64_t chunk = chunk_rows > 0 ? chunk_rows
-                                       : linear_cross_entropy_chunk_rows(N, V, x.element_size(), want_dw);
+  // None's chunks are the frozen weight's also when backward computes dW: its dx is then the same bits
+  const int64_t chunk = chunk_rows > 0 ? chunk_rows : linear_cross_entropy_chunk_rows(N, V, x.element_size(), want_dw);
   Tensor buf = Tensor::empty({std::min(chunk, std::max<int64_t>(N, 1)), V}, x.options());
   for (int64_t r0 = 0; r0 < N; r0 += chunk) {
     const int64_t rows = std::min(chunk, N - r0);
@@ -117,6 +155,17 @@ Tensor linear_cross_entropy_chunked(const Tensor& x, const Tensor& weight, const
     TG_DISPATCH(dev, cross_entropy_with_grad, lr, sr, logits, tr, ignore_index);
     if (want_dx) matrix::gemm(slice(dx, 0, r0, r0 + rows), logits, w);
     if (want_dw) matrix::gemm(dw, transpose(logits, 0, 1), xr, 1.0, r0 == 0 ? 0.0 : 1.0);
+  }
+  if (rows_out) {
+    if (deferred) {
+      if (auto node = record<LinearCrossEntropyRowsBackward>({{"x", x}, {"weight", weight}}, {loss_rows})) {
+        node->ignore_index = ignore_index, node->chunk = chunk;
+        node->saved = {SavedTensor(xc.detach(), "x"), SavedTensor(w, "weight"), SavedTensor(tgt, "targets")};
+      }
+    } else if (auto node = record<LinearCrossEntropyBackward>({{"x", x}, {"weight", weight}}, {loss_rows})) {
+      node->saved = {SavedTensor(dx, "dx"), SavedTensor(Tensor(), "dweight"), SavedTensor(Tensor(), "count")};
+    }
+    return loss_rows;
   }
   Tensor out = Tensor::empty({}, {acc, dev}), count;
   if (reduction == Reduction::Mean) count = Tensor::empty({}, {acc, dev});

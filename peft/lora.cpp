@@ -132,6 +132,7 @@ LoRALinear::LoRALinear(const nn::Linear& base, int64_t rank, double alpha, doubl
 }
 
 Tensor LoRALinear::forward(const Tensor& x) {
+  if (!enabled_) return quantized_base ? quantized_base->forward(x) : nn::Linear::forward(x);
   if (merged_) return nn::Linear::forward(x);
   // One op for the layer (lora_linear, ops/lora_linear.h): the LoRA products on x's dtype (bf16 adapters' tensor
   // cores for a bf16 layer, as autocast), LoRA-B accumulated into the base GEMM's output.
@@ -145,7 +146,8 @@ Tensor LoRALinear::forward(const Tensor& x) {
 }
 
 std::optional<LinearSpec> LoRALinear::spec() const {
-  if (merged_) return LinearSpec{weight, bias};
+  if (!enabled_ && quantized_base) return std::nullopt;
+  if (merged_ || !enabled_) return LinearSpec{weight, bias};
   if ((lora_dropout->p != 0.0 && is_training()) || quantized_base) return std::nullopt;
   return LinearSpec{weight, bias, lora_A->weight, lora_B->weight, scaling};
 }
@@ -159,6 +161,7 @@ Tensor LoRALinear::delta_weight() const {
 // W's dtype once by copy_.
 void LoRALinear::merge() {
   TG_CHECK(!merged_, "LoRALinear::merge", "the adapter is already merged");
+  TG_CHECK(enabled_, "LoRALinear::merge", "the adapter is disabled (peft::disable_adapter): merge it after the guard");
   TG_CHECK(!quantized_base, "LoRALinear::merge", "the base weight is 4-bit quantised (Linear4bit); merging into "
            "it is not supported (peft::merge_and_unload dequantises it and returns a dense layer)");
   NoGradGuard g;
@@ -173,6 +176,28 @@ void LoRALinear::unmerge() {
   Tensor delta = delta_weight();
   copy_(weight, sub(tg::to(weight, delta.dtype()), delta));
   merged_ = false;
+}
+
+void LoRALinear::set_adapter_enabled(bool enabled) {
+  TG_CHECK(!merged_ || enabled, "LoRALinear::set_adapter_enabled", "the adapter is merged into the base weight: "
+           "unmerge it first to compute the base alone");
+  enabled_ = enabled;
+}
+
+AdapterDisabled::AdapterDisabled(nn::Module& model) {
+  const auto layers = lora_layers(model);
+  TG_CHECK(!layers.empty(), "peft::disable_adapter", "the model has no LoRA layer (peft::apply_lora wraps them)");
+  for (const auto& [path, l] : layers)
+    TG_CHECK(!l->merged(), "peft::disable_adapter", "the LoRA layer '", path, "' is merged into its base weight: ",
+             "unmerge it (peft::unmerge) to compute the base alone");
+  for (const auto& [path, l] : layers) {
+    previous_.emplace_back(l, l->adapter_enabled());
+    l->set_adapter_enabled(false);
+  }
+}
+
+AdapterDisabled::~AdapterDisabled() {
+  for (const auto& [layer, enabled] : previous_) layer->set_adapter_enabled(enabled);
 }
 
 std::string LoRALinear::extra_repr() const {

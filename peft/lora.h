@@ -81,6 +81,9 @@ class LoRALinear : public nn::Linear {
   bool merged() const { return merged_; }
   // scaling * B A, [out, in], in the adapters' dtype (no autograd).
   Tensor delta_weight() const;
+  // false: forward computes the base layer alone (peft's disable_adapters; see disable_adapter).
+  bool adapter_enabled() const { return enabled_; }
+  void set_adapter_enabled(bool enabled);
 
   int64_t r;
   double lora_alpha, scaling;
@@ -95,7 +98,7 @@ class LoRALinear : public nn::Linear {
   std::string extra_repr() const override;
 
  private:
-  bool merged_ = false;
+  bool merged_ = false, enabled_ = true;
 };
 
 struct LoraReport {
@@ -135,6 +138,24 @@ void unmerge(nn::Module& model);
 // its own dtype and the sum rounded once), nn::Linear4bit layers without an adapter too, said
 // once on stderr.
 void merge_and_unload(nn::Module& model);
+
+// peft's `with model.disable_adapter():`: while the guard lives every LoRALinear of the model
+// computes its base layer alone, so the model is the base: the reference policy of preference
+// training (DPO, KTO, GRPO's KL) without a second model. Under tg::NoGradGuard such a forward
+// records nothing and keeps nothing. modules_to_save keep their trained weights (tapegrad trains
+// them in place, peft a copy). Each layer's previous state comes back when the guard ends.
+// tg::Error when the model has no LoRA layer or a merged one (its base weight holds the adapter).
+class [[nodiscard]] AdapterDisabled {
+ public:
+  explicit AdapterDisabled(nn::Module& model);
+  ~AdapterDisabled();
+  AdapterDisabled(const AdapterDisabled&) = delete;
+  AdapterDisabled& operator=(const AdapterDisabled&) = delete;
+
+ private:
+  std::vector<std::pair<LoRALinear*, bool>> previous_;
+};
+inline AdapterDisabled disable_adapter(nn::Module& model) { return AdapterDisabled(model); }
 
 // <dir>/adapter_model.safetensors (keys "base_model.model.<path>.lora_A.weight", ...; an expert
 // weight's under its module's path, ".base_layer" once for each adapted parameter registered after

@@ -39,6 +39,10 @@ TG_OP_CASES({
     // x [7, 5], weight [33, 5]: one chunk here (tests/test_linear_cross_entropy.cpp has several)
     {"linear_cross_entropy", {S{{7, 5}}, S{{33, 5}}, kTargets},
      [](const Inputs& x) { return linear_cross_entropy(x[0], x[1], with_ignored(x[2], -100)); }},
+    // each row's loss (-log p of its target): the frozen weight's unit dx scaled row by row, the
+    // trainable one's gradients from backward's second pass; the mask check holds their dx equal
+    {"linear_cross_entropy_rows", {S{{7, 5}}, S{{33, 5}}, kTargets},
+     [](const Inputs& x) { return linear_cross_entropy(x[0], x[1], with_ignored(x[2], -100), -100, Reduction::None); }},
     // softmax / log_softmax: rows (last dim), columns (an earlier dim), strided views, a row
     // longer than one CUDA warp handles, and a column tile wider than the CPU's 64.
     {"softmax_last", {kOdd}, [](const Inputs& x) { return softmax(x[0], -1); }},

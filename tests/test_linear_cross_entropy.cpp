@@ -90,6 +90,16 @@ TEST(LinearCrossEntropy, SumReductionAndNoGradMode) {
   Tensor x = randn({9, 5}, gen), w = randn({11, 5}, gen), t = randint(0, 11, {9}, gen);
   EXPECT_TENSOR_NEAR(linear_cross_entropy(x, w, t, -100, Reduction::Sum),
                      cross_entropy(linear(x, w), t, -100, Reduction::Sum), 1e-5, 1e-5);
+  for (bool w_grad : {true, false}) {  // Sum's backward: no count to divide by
+    const LossRun got = run([](const auto& x, const auto& w, const auto& t) {
+      return linear_cross_entropy(x, w, t, -100, Reduction::Sum);
+    }, x, w, t, w_grad);
+    const LossRun want = run([](const auto& x, const auto& w, const auto& t) {
+      return cross_entropy(linear(x, w), t, -100, Reduction::Sum);
+    }, x, w, t, w_grad);
+    EXPECT_TENSOR_NEAR(got.dx, want.dx, 1e-5, 1e-6);
+    if (w_grad) EXPECT_TENSOR_NEAR(got.dw, want.dw, 1e-5, 1e-6);
+  }
   NoGradGuard g;
   KernelTrace trace;
   Tensor xg = x.detach().requires_grad_(true);
@@ -104,7 +114,57 @@ TEST(LinearCrossEntropy, BadArgumentsAreNamed) {
   EXPECT_ERROR_HAS(linear_cross_entropy(x, w, randint(0, 7, {3}, gen)), "'targets' must be [4]");
   EXPECT_ERROR_HAS(linear_cross_entropy(x, w, from_vector(std::vector<int64_t>{0, 9, 1, 2}, {4})), "target 9 (row 1)",
                    "out of range for 7 classes");
-  EXPECT_ERROR_HAS(linear_cross_entropy(x, w, t, -100, Reduction::None), "Reduction::Mean or Sum");
+}
+
+// Reduction::None: each row's -log p(target) and its gradients for a per-row incoming gradient,
+// against linear + cross_entropy(None), in the op's chunks and in chunks of 97 rows; the
+// trainable weight's gradients come from backward's second pass over the chunks.
+TEST(LinearCrossEntropy, RowLossesMatchLinearThenCrossEntropyAndTheirGradients) {
+  Generator gen(12);
+  const int64_t N = 300, H = 32, V = 1000;
+  Tensor x = randn({N, H}, gen), w = randn({V, H}, gen), dy = randn({N}, gen);
+  std::vector<int64_t> tv = randint(0, V, {N}, gen).to_vector<int64_t>();
+  tv[0] = tv[150] = -100;
+  Tensor t = from_vector(tv, {N});
+  auto rows_run = [&](auto&& f, bool w_grad) {
+    Tensor lx = x.detach().requires_grad_(true), lw = w.detach().requires_grad_(w_grad);
+    Tensor loss = f(lx, lw);
+    loss.backward(dy);
+    return LossRun{loss.detach(), lx.grad(), lw.grad()};
+  };
+  for (bool w_grad : {true, false}) {
+    LossRun want = rows_run([&](const Tensor& lx, const Tensor& lw) {
+      return cross_entropy(linear(lx, lw), t, -100, Reduction::None);
+    }, w_grad);
+    for (int64_t chunk : {int64_t{0}, int64_t{97}}) {
+      SCOPED_TRACE(std::string(w_grad ? "trainable" : "frozen") + " weight, chunks of " + std::to_string(chunk));
+      KernelTrace trace;
+      LossRun got = rows_run([&](const Tensor& lx, const Tensor& lw) {
+        return detail::linear_cross_entropy_chunked(lx, lw, t, -100, Reduction::None, chunk);
+      }, w_grad);
+      EXPECT_EQ(trace.contains("linear_cross_entropy.backward_recomputed"), w_grad);
+      EXPECT_EQ(got.loss.shape(), Shape({N}));
+      EXPECT_EQ(got.loss.to_vector<float>()[150], 0.0f);  // an ignored row
+      EXPECT_TENSOR_NEAR(got.loss, want.loss, 1e-5, 1e-5);
+      // float32 products summed in another order: |dx| ~ 0.1 here, |dW| ~ 1
+      EXPECT_TENSOR_NEAR(got.dx, want.dx, 1e-4, 1e-5);
+      EXPECT_EQ(got.dw.defined(), w_grad);
+      if (w_grad) EXPECT_TENSOR_NEAR(got.dw, want.dw, 1e-4, 1e-5);
+    }
+  }
+}
+
+// Reduction::None under no-grad (a reference model's log-probs): the loss kernel alone, no node.
+TEST(LinearCrossEntropy, RowLossesUnderNoGradRecordNothing) {
+  Generator gen(13);
+  Tensor x = randn({9, 5}, gen).requires_grad_(true), w = randn({11, 5}, gen).requires_grad_(true);
+  Tensor t = randint(0, 11, {9}, gen);
+  NoGradGuard g;
+  KernelTrace trace;
+  Tensor rows = linear_cross_entropy(x, w, t, -100, Reduction::None);
+  EXPECT_TRUE(trace.contains("linear_cross_entropy.loss"));
+  EXPECT_FALSE(rows.requires_grad());
+  EXPECT_EQ(rows.grad_fn(), nullptr);
 }
 
 TEST(LinearCrossEntropy, ModelsLossTakesItAndMatchesTheLogitsPath) {

@@ -40,6 +40,21 @@ grep -q "^trained 30 steps" "$work/trainer.log" && [ -f "$work/trainer/adapter_m
   exit 1
 }
 echo "trainer_script: $(grep '^trained' "$work/trainer.log")"
+# docs/preference.md's scripts: DPO on preference pairs, GRPO with a C++ reward function.
+"$work/b/dpo_script" "$folder" "$src/tests/fixtures/preference/pairs.jsonl" "$work/dpo" >"$work/dpo.log"
+grep -q "^eval: loss" "$work/dpo.log" && [ -f "$work/dpo/adapter_model.safetensors" ] || {
+  echo "dpo_script: no evaluation or no adapter" >&2
+  cat "$work/dpo.log" >&2
+  exit 1
+}
+echo "dpo_script: $(grep '^eval:' "$work/dpo.log")"
+"$work/b/grpo_script" "$folder" "$src/tests/fixtures/preference/prompts.jsonl" "$work/grpo" >"$work/grpo.log"
+grep -q "^trained 12 steps: reward" "$work/grpo.log" && [ -f "$work/grpo/adapter_model.safetensors" ] || {
+  echo "grpo_script: no 12 steps or no adapter" >&2
+  cat "$work/grpo.log" >&2
+  exit 1
+}
+echo "grpo_script: $(grep '^trained' "$work/grpo.log")"
 if [ -x "$work/b/gate_test" ]; then
   "$work/b/gate_test" --gtest_brief=1
 else

@@ -51,23 +51,30 @@ DataFingerprint DataFingerprint::from_json(const json::Value& v, const std::stri
   }
 }
 
-DataFingerprint fingerprint(const data::SequenceDataset& dataset) {
-  DataFingerprint f{dataset.rows(), dataset.seq(), {}};
+DataFingerprint fingerprint_rows(int64_t rows, int64_t seq,
+                                 const std::function<std::vector<int64_t>(int64_t first, int64_t n)>& values) {
+  DataFingerprint f{rows, seq, {}};
   const size_t count = static_cast<size_t>(std::min(DataFingerprint::kSegments, f.rows));
   constexpr int64_t kChunk = 256;  // rows read at once
   for (size_t s = 0; s < count; ++s) {
     uint64_t h = kFnvOffset;
     const int64_t end = segment_begin(f.rows, count, s + 1);
-    for (int64_t first = segment_begin(f.rows, count, s); first < end; first += kChunk) {
-      const data::Batch b = dataset.rows_batch(first, std::min(kChunk, end - first), Device::cpu());
-      for (int64_t id : b.ids.to_vector<int64_t>()) mix(h, id);
-      for (int64_t label : b.labels.to_vector<int64_t>()) mix(h, label);
-      if (b.position_ids.defined())  // where the documents of packed rows start
-        for (int64_t p : b.position_ids.to_vector<int64_t>()) mix(h, p);
-    }
+    for (int64_t first = segment_begin(f.rows, count, s); first < end; first += kChunk)
+      for (int64_t v : values(first, std::min(kChunk, end - first))) mix(h, v);
     f.segments.push_back(h);
   }
   return f;
+}
+
+DataFingerprint fingerprint(const data::SequenceDataset& dataset) {
+  return fingerprint_rows(dataset.rows(), dataset.seq(), [&](int64_t first, int64_t n) {
+    const data::Batch b = dataset.rows_batch(first, n, Device::cpu());
+    std::vector<int64_t> v = b.ids.to_vector<int64_t>();
+    for (int64_t label : b.labels.to_vector<int64_t>()) v.push_back(label);
+    if (b.position_ids.defined())  // where the documents of packed rows start
+      for (int64_t p : b.position_ids.to_vector<int64_t>()) v.push_back(p);
+    return v;
+  });
 }
 
 std::string describe_change(const DataFingerprint& then, const DataFingerprint& now) {

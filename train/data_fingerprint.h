@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,10 @@ struct DataFingerprint {
 
 // Reads every row once (in order, on the CPU).
 DataFingerprint fingerprint(const data::SequenceDataset& dataset);
+// The same for any data of `rows` rows of at most `seq` tokens: `values(first, n)` gives the
+// numbers of rows [first, first + n) (their ids, labels, ...), hashed in the order given.
+DataFingerprint fingerprint_rows(int64_t rows, int64_t seq,
+                                 const std::function<std::vector<int64_t>(int64_t first, int64_t n)>& values);
 
 // "" when they match; else what differs: the row count or length, or the row ranges whose tokens
 // or labels changed ("rows [0, 8) and [64, 72) differ").

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <iostream>
+#include <numeric>
 #include <set>
 #include <span>
 
@@ -23,6 +24,7 @@
 #include "optim/clip_grad.h"
 #include "optim/lr_scheduler.h"
 #include "train/checkpoint.h"
+#include "train/detail/preference_step.h"
 #include "train/graphed_step.h"
 #include "train/loss_svg.h"
 #include "train/output_dir.h"
@@ -98,15 +100,9 @@ std::vector<LogEntry> parse_log_history(const json::Value& state) {
 
 }  // namespace
 
-struct Trainer::StepResult {
-  double loss = NAN;  // NaN: no target token in the step (no update)
-  Tensor grad_norm;   // undefined without clipping
-  bool stop = false;
-};
-
 Trainer::Trainer(std::shared_ptr<nn::CausalLM> model, std::shared_ptr<const data::SequenceDataset> train_dataset,
                  TrainingArguments args, std::shared_ptr<const data::SequenceDataset> eval_dataset)
-    : model_(std::move(model)), train_(std::move(train_dataset)), eval_(std::move(eval_dataset)), args_(std::move(args)) {
+    : model_(std::move(model)), args_(std::move(args)), train_(std::move(train_dataset)), eval_(std::move(eval_dataset)) {
   TG_CHECK(model_ != nullptr, kWhere, "the model is null");
   TG_CHECK(train_ != nullptr, kWhere, "the train_dataset is null");
   args_.validate();
@@ -117,6 +113,18 @@ Trainer::Trainer(std::shared_ptr<nn::CausalLM> model, std::shared_ptr<const data
     TG_CHECK(ds->seq() <= context, kWhere, "the ", what, "'s rows have ", ds->seq(), " tokens, the model's context is ",
              context, " (", model_->dims().context_field, ")");
   }
+  setup(kWhere);
+}
+
+Trainer::Trainer(std::shared_ptr<nn::CausalLM> model, TrainingArguments args, const char* name)
+    : model_(std::move(model)), args_(std::move(args)) {
+  TG_CHECK(model_ != nullptr, name, "the model is null");
+  args_.validate();
+  setup(name);
+}
+
+// The device, the ranks' GPUs, the precision, gradient checkpointing and the optimizer.
+void Trainer::setup(const char* name) {
   device_ = args_.use_cpu ? Device::cpu() : default_device();
   if (distributed::launched()) {  // the rank's GPU now; the group is joined by train()
     TG_CHECK(!args_.use_cpu, kArgs, "use_cpu with data parallelism: the ranks reduce over NCCL, one GPU each");
@@ -124,8 +132,8 @@ Trainer::Trainer(std::shared_ptr<nn::CausalLM> model, std::shared_ptr<const data
     distributed::check_can_join(launch);
     device_ = Device::cuda(launch.local_rank);
   }
-  check_batch_memory(distributed::launched() ? distributed::launch_info().world_size : 1);
-  TG_CHECK(!model_->trainable_parameters().empty(), kWhere, "the model has no trainable parameter (wrap it with ",
+  if (train_) check_batch_memory(distributed::launched() ? distributed::launch_info().world_size : 1);
+  TG_CHECK(!model_->trainable_parameters().empty(), name, "the model has no trainable parameter (wrap it with ",
            "peft::apply_lora, or leave its weights trainable for full fine-tuning)");
   if (args_.bf16) cast_for_bf16(*model_);
   model_->to(device_);
@@ -152,7 +160,23 @@ void Trainer::use_communicator(distributed::Communicator& comm) {
 
 double Trainer::epoch_at(int64_t step) const {
   return static_cast<double>(step) * static_cast<double>(args_.gradient_accumulation_steps) *
-         static_cast<double>(args_.per_device_train_batch_size * world_) / static_cast<double>(train_->rows());
+         static_cast<double>(args_.per_device_train_batch_size * world_) / static_cast<double>(train_rows());
+}
+
+int64_t Trainer::train_rows() const { return train_->rows(); }
+
+std::string Trainer::describe_train_data() const {
+  return std::to_string(train_->rows()) + " rows of " + std::to_string(train_->seq()) + " tokens";
+}
+
+DataFingerprint Trainer::compute_train_fingerprint() const { return fingerprint(*train_); }
+
+json::Value Trainer::objective_config() const { return json::Value(); }
+
+std::string Trainer::cuda_graph_blocker() const { return ""; }
+
+void Trainer::evaluate_in_training() {
+  if (eval_) evaluate();
 }
 
 void Trainer::check_batch_memory(int64_t world) const {
@@ -166,7 +190,7 @@ void Trainer::check_batch_memory(int64_t world) const {
 }
 
 const DataFingerprint& Trainer::train_fingerprint() {
-  if (!fingerprint_) fingerprint_ = fingerprint(*train_);
+  if (!fingerprint_) fingerprint_ = compute_train_fingerprint();
   return *fingerprint_;
 }
 
@@ -233,12 +257,13 @@ TrainOutput Trainer::train() {
   if (args_.max_steps > 0) {
     state_.max_steps = args_.max_steps;
   } else {
-    state_.max_steps = steps_for_epochs(args_.num_train_epochs, train_->rows(), global_batch, accum);
+    state_.max_steps = steps_for_epochs(args_.num_train_epochs, train_rows(), global_batch, accum);
     check_warmup(args_.warmup_steps, state_.max_steps, "the max_steps of num_train_epochs");
   }
   // What a captured step cannot hold: a host-weighted sum of micro-batches, fresh dropout masks,
   // checkpointing's recomputation (not validated under capture), another rank's collectives.
   std::string blocker = !device_.is_cuda() ? "the device is the CPU"
+                        : !cuda_graph_blocker().empty() ? cuda_graph_blocker()
                         : accum != 1       ? "gradient_accumulation_steps is " + std::to_string(accum)
                         : args_.gradient_checkpointing ? "gradient_checkpointing is on"
                         : comm_ ? "it trains data-parallel (" + std::to_string(world_) + " ranks)"
@@ -275,9 +300,9 @@ TrainOutput Trainer::train() {
     return {start, NAN};
   }
   if (main_process()) {  // what the run does, in a line
-    std::string line = "training: " + std::to_string(train_->rows()) + " rows of " + std::to_string(train_->seq()) +
-                       " tokens, " + std::to_string(accum) + " x " + std::to_string(global_batch) +
-                       " rows a step, steps " + std::to_string(start + 1) + "-" + std::to_string(state_.max_steps);
+    std::string line = "training: " + describe_train_data() + ", " + std::to_string(accum) + " x " +
+                       std::to_string(global_batch) + " rows a step, steps " + std::to_string(start + 1) + "-" +
+                       std::to_string(state_.max_steps);
     if (comm_) line += ", data parallel: " + std::to_string(world_) + " ranks over " + comm_->backend();
     if (device_.is_cuda())
       line += use_graph_                       ? ", the step replayed as a CUDA graph"
@@ -290,23 +315,26 @@ TrainOutput Trainer::train() {
   for (auto& cb : callbacks_) cb->on_train_begin(state_);
 
   optim::Optimizer& opt = *optimizer_;
-  GraphedStep graphed(use_graph_, [&](const data::Batch& b) { return device_step({&b, 1}, b.targets); });
-  const int64_t tokens_per_step = accum * global_batch * train_->seq();
+  graphed_ = std::make_unique<GraphedStep>(use_graph_, [this](const data::Batch& b) {
+    return device_step({&b, 1}, b.targets);
+  });
   double run_loss = 0, window_loss = 0;
   int64_t run_steps = 0, window_steps = 0, window_tokens = 0, window_skipped = 0;
+  std::map<std::string, std::pair<double, int64_t>> window_metrics;  // sum, steps
   auto window_start = std::chrono::steady_clock::now();
   for (int64_t step = start + 1; step <= state_.max_steps; ++step) {
     const double factor = optim::lr_factor(args_.lr_scheduler_type, step - 1, args_.warmup_steps, state_.max_steps);
     std::span<optim::ParamGroup> groups = opt.param_groups();
     for (size_t g = 0; g < groups.size(); ++g) groups[g].lr = base_lrs_[g] * factor;
     const double lr = opt.lr();
-    StepResult r = run_step(step, graphed);
+    StepResult r = run_step(step);
     state_.global_step = step;
     state_.epoch = epoch_at(step);
     if (std::isfinite(r.loss)) run_loss += r.loss, ++run_steps, window_loss += r.loss, ++window_steps;
     else ++window_skipped;
-    window_tokens += tokens_per_step;
-    if (main_process()) train_log.step(step, r.loss, lr, tokens_per_step);
+    for (const auto& [name, v] : r.metrics) window_metrics[name].first += v, ++window_metrics[name].second;
+    window_tokens += r.tokens;
+    if (main_process()) train_log.step(step, r.loss, lr, r.tokens);
     TrainerControl control;
     for (auto& cb : callbacks_) cb->on_step_end(state_, control);
     const bool stop = sum_over_ranks({control.should_training_stop ? 1.0 : 0.0})[0] > 0;
@@ -320,11 +348,14 @@ TrainOutput Trainer::train() {
       if (window_steps) entry.values["loss"] = window_loss / static_cast<double>(window_steps);
       if (window_skipped) entry.values["steps_without_targets"] = static_cast<double>(window_skipped);
       if (r.grad_norm.defined()) entry.values["grad_norm"] = r.grad_norm.item();
+      for (const auto& [name, sum_steps] : window_metrics)
+        entry.values[name] = sum_steps.first / static_cast<double>(sum_steps.second);
       log(entry);
       window_loss = 0, window_steps = 0, window_tokens = 0, window_skipped = 0;
+      window_metrics.clear();
       window_start = std::chrono::steady_clock::now();
     }
-    if (eval_ && args_.eval_steps > 0 && step % args_.eval_steps == 0) evaluate();
+    if (args_.eval_steps > 0 && step % args_.eval_steps == 0) evaluate_in_training();
     // The last checkpoint (and the model saved after) must not pass an untrained adapter for a trained one.
     TG_CHECK(run_steps > 0 || !(stop || step == state_.max_steps), kWhere, "none of the ", step - start, " steps (",
              start + 1, "-", step, ") had a target token: every label of their batches is -100 (prompt, padding, or ",
@@ -339,7 +370,7 @@ TrainOutput Trainer::train() {
   return {state_.global_step, run_steps ? run_loss / static_cast<double>(run_steps) : NAN};
 }
 
-Trainer::StepResult Trainer::run_step(int64_t step, GraphedStep& graphed) {
+Trainer::StepResult Trainer::run_step(int64_t step) {
   const int64_t accum = args_.gradient_accumulation_steps, global_batch = args_.per_device_train_batch_size * world_;
   // A step's micro-batches weigh by their target tokens: the loss is the mean over all of them.
   std::vector<data::Batch> micro;
@@ -351,13 +382,14 @@ Trainer::StepResult Trainer::run_step(int64_t step, GraphedStep& graphed) {
     micro.push_back(comm_ ? shard(global) : global);
   }
   StepResult r;
+  r.tokens = accum * global_batch * train_->seq();
   if (targets == 0) {  // the global batch's count: every rank skips the step alike
     if (main_process())
       train_log().note("step " + std::to_string(step) + ": every label of the batch is -100 (prompt or padding); no update");
     return r;
   }
   // The graph holds one micro-batch of one process (train() decided).
-  const std::vector<Tensor> out = graphed.enabled() ? graphed(micro[0]) : device_step(micro, targets);
+  const std::vector<Tensor> out = graphed_->enabled() ? (*graphed_)(micro[0]) : device_step(micro, targets);
   double loss = 0;
   for (size_t k = 0; k < micro.size(); ++k)
     if (out[k].defined()) loss += out[k].item() * static_cast<double>(micro[k].targets) / static_cast<double>(targets);
@@ -366,27 +398,32 @@ Trainer::StepResult Trainer::run_step(int64_t step, GraphedStep& graphed) {
   return r;
 }
 
-// One optimizer step on the device, the same eagerly and under capture: zero_grad, each
-// micro-batch's loss backward (weighted by its share of the step's target tokens), the ranks'
-// gradients summed, clipping, the update. Reads nothing on the host. Returns each micro-batch's
-// loss (undefined where it has no target) and the gradient norm (undefined without clipping).
+// One optimizer step on the device, the same eagerly and under capture: each micro-batch's loss
+// weighted by its share of the step's target tokens. Returns each micro-batch's loss (undefined
+// where it has no target) and the gradient norm (undefined without clipping).
 std::vector<Tensor> Trainer::device_step(std::span<const data::Batch> micro, int64_t targets) {
+  return optimizer_step(
+      micro.size(),
+      [&](size_t k) {
+        const data::Batch& b = micro[k];  // with data parallelism sync_gradients adds zeros for an empty one
+        return b.targets == 0 ? Tensor() : model_->loss(b.ids, b.labels, b.position_ids);
+      },
+      [&](size_t k) { return static_cast<double>(micro[k].targets) / static_cast<double>(targets); });
+}
+
+std::vector<Tensor> Trainer::optimizer_step(size_t micro_batches, const std::function<Tensor(size_t)>& loss_of,
+                                            const std::function<double(size_t)>& weight_of) {
   optimizer_->zero_grad();
   std::vector<Tensor> out;
-  for (size_t k = 0; k < micro.size(); ++k) {
-    const data::Batch& b = micro[k];
-    if (b.targets == 0) {  // with data parallelism sync_gradients adds zeros for it
-      out.emplace_back();
-      continue;
-    }
-    Tensor loss = model_->loss(b.ids, b.labels, b.position_ids);
-    const double weight = static_cast<double>(b.targets) / static_cast<double>(targets);
-    // The ranks' gradients are averaged: this rank's share is scaled up by the world size.
-    Tensor scaled = micro.size() == 1 && !comm_ ? loss : mul(loss, weight * world_);
-    std::optional<distributed::DataParallel::NoSync> no_sync;  // accumulate locally but for the last
-    if (dp_ && k + 1 < micro.size()) no_sync.emplace(*dp_);
-    scaled.backward();
+  for (size_t k = 0; k < micro_batches; ++k) {
+    Tensor loss = loss_of(k);
     out.push_back(loss);
+    if (!loss.defined()) continue;
+    // The ranks' gradients are averaged: this rank's share is scaled up by the world size.
+    Tensor scaled = micro_batches == 1 && !comm_ ? loss : mul(loss, weight_of(k) * world_);
+    std::optional<distributed::DataParallel::NoSync> no_sync;  // accumulate locally but for the last
+    if (dp_ && k + 1 < micro_batches) no_sync.emplace(*dp_);
+    scaled.backward();
   }
   if (dp_) dp_->sync_gradients();
   out.push_back(args_.max_grad_norm > 0 ? optim::clip_grad_norm_(model_->trainable_parameters(), args_.max_grad_norm)
@@ -422,8 +459,50 @@ LogEntry Trainer::evaluate(std::shared_ptr<const data::SequenceDataset> dataset,
                                         {p + "_perplexity", std::exp(loss)},
                                         {p + "_tokens", static_cast<double>(targets)},
                                         {"epoch", state_.epoch}}};
+  report_evaluation(metrics);
+  return metrics;
+}
+
+void Trainer::report_evaluation(const LogEntry& metrics) {
   log(metrics);
   for (auto& cb : callbacks_) cb->on_evaluate(state_, metrics);
+}
+
+Trainer::StepResult Trainer::mean_step(size_t micro_batches, const LossOf& loss_of) {
+  detail::MetricMeans means;
+  const std::vector<Tensor> out = optimizer_step(
+      micro_batches,
+      [&](size_t k) {
+        Metrics m;
+        Tensor loss = loss_of(k, m);
+        means.add(m);
+        return loss;
+      },
+      [&](size_t) { return 1.0 / static_cast<double>(micro_batches); });
+  StepResult r{.loss = 0, .grad_norm = out.back(), .metrics = means.means()};
+  for (size_t k = 0; k < micro_batches; ++k) r.loss += out[k].item() / static_cast<double>(micro_batches);
+  return r;
+}
+
+LogEntry Trainer::evaluate_rows(int64_t rows, const std::function<Tensor(std::span<const int64_t>, Metrics&)>& loss_of,
+                                const std::string& prefix) {
+  const bool was_training = model_->is_training();
+  detail::MetricMeans means;
+  {
+    NoGradGuard no_grad;
+    model_->eval();
+    for (int64_t first = 0; first < rows; first += args_.per_device_eval_batch_size) {
+      std::vector<int64_t> batch(static_cast<size_t>(std::min(args_.per_device_eval_batch_size, rows - first)));
+      std::iota(batch.begin(), batch.end(), first);
+      Metrics m;
+      m["loss"] = loss_of(batch, m).item();
+      means.add(m, static_cast<double>(batch.size()));
+    }
+    model_->train(was_training);
+  }
+  LogEntry metrics{state_.global_step, {{"epoch", state_.epoch}}};
+  for (const auto& [name, v] : means.means()) metrics.values[prefix + "_" + name] = v;
+  report_evaluation(metrics);
   return metrics;
 }
 
@@ -486,7 +565,7 @@ void Trainer::save_checkpoint(int64_t step) {
     trainer_state.set("global_step", step).set("max_steps", state_.max_steps).set("epoch", state_.epoch);
     trainer_state.set("log_history", history);
     io::write_file_atomic(dir + "/trainer_state.json", json::dump(trainer_state, 2) + "\n");
-    const CheckpointMetadata meta = {
+    CheckpointMetadata meta = {
         {"training_args", json::dump(args_.to_json())},
         {"data_fingerprint", json::dump(train_fingerprint().to_json())},
         {"global_step", std::to_string(step)},
@@ -494,6 +573,8 @@ void Trainer::save_checkpoint(int64_t step) {
         {"max_steps", std::to_string(state_.max_steps)},
         // the data position: the batches of the seeded order drawn so far
         {"batches_drawn", std::to_string(step * args_.gradient_accumulation_steps)}};
+    if (const json::Value objective = objective_config(); !objective.is_null())
+      meta["objective_config"] = json::dump(objective);
     save_training_state(dir + "/" + kTrainingStateFile, *model_, *optimizer_, step, meta);
     rotate_checkpoints(args_.output_dir, args_.save_total_limit);
   }
@@ -522,6 +603,11 @@ int64_t Trainer::resume() {
   TG_CHECK(changed.empty(), kWhere, "resume_from_checkpoint '", dir, "' was trained with other arguments:", changed,
            "\nresume with the same values (output_dir, max_steps, logging / eval / save settings, ",
            "gradient_checkpointing and cuda_graph may change), or start afresh");
+  const json::Value objective = objective_config();
+  const auto objective_then = meta.find("objective_config");
+  const std::string was = objective_then == meta.end() ? "null" : objective_then->second, is = json::dump(objective);
+  TG_CHECK(was == is, kWhere, "resume_from_checkpoint '", dir, "' was trained with another objective: ", was,
+           " then, ", is, " now (resume with the same settings, or start afresh)");
   const int64_t batch_then = meta_integer(meta, "train_batch_size", file, 1),
                 batch_now = args_.per_device_train_batch_size * world_;
   TG_CHECK(batch_then == batch_now, kWhere, "resume_from_checkpoint '", dir, "' trained on batches of ", batch_then,

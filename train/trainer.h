@@ -6,7 +6,9 @@
 // whole, with a script; README.md has a complete one.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -42,7 +44,7 @@ class Trainer {
   // that is invalid, or when the model has nothing to train or the datasets no rows.
   Trainer(std::shared_ptr<nn::CausalLM> model, std::shared_ptr<const data::SequenceDataset> train_dataset,
           TrainingArguments args, std::shared_ptr<const data::SequenceDataset> eval_dataset = nullptr);
-  ~Trainer();
+  virtual ~Trainer();
 
   // Trains up to max_steps (from the checkpoint of resume_from_checkpoint, if any). The first
   // write to output_dir (here, or an evaluate() or save_model() before) locks the folder for the
@@ -77,29 +79,81 @@ class Trainer {
   Device device() const { return device_; }
   bool uses_cuda_graph() const { return use_graph_; }
 
+ protected:
+  // The loop for another objective over data of its own (DPOTrainer, KTOTrainer, GRPOTrainer, as
+  // TRL's trainers derive from transformers'): the subclass overrides run_step and the data hooks
+  // below. `name` names it in errors.
+  Trainer(std::shared_ptr<nn::CausalLM> model, TrainingArguments args, const char* name);
+
+  struct StepResult {
+    double loss = NAN;  // NaN: nothing to learn in the step (no update)
+    Tensor grad_norm;   // undefined without clipping
+    int64_t tokens = 0; // the tokens the step read (tokens_per_second)
+    std::map<std::string, double> metrics;  // logged by name, averaged over the steps of a log row
+  };
+  // One optimizer step at the schedule's learning rate (set before the call); the default trains
+  // the causal LM loss over the train_dataset.
+  virtual StepResult run_step(int64_t step);
+  // The examples an epoch counts (max_steps from num_train_epochs, the epoch logged).
+  virtual int64_t train_rows() const;
+  // The training data in a few words for the run's first line: "27 rows of 64 tokens".
+  virtual std::string describe_train_data() const;
+  // The fingerprint a checkpoint keeps of the training data (a resume over other data is refused).
+  virtual DataFingerprint compute_train_fingerprint() const;
+  // The objective's own settings (beta, loss_type, ...): a checkpoint keeps them and a resume must
+  // use the same. Null for the causal LM loss.
+  virtual json::Value objective_config() const;
+  // Why the step cannot be replayed as a CUDA graph ("" when it can).
+  virtual std::string cuda_graph_blocker() const;
+  // At eval_steps: evaluate() when there is an eval dataset.
+  virtual void evaluate_in_training();
+
+  // zero_grad, then for each micro-batch k loss_of(k).backward() weighted by weight_of(k) (times
+  // the world size under data parallelism, whose gradients are averaged; an undefined loss adds
+  // nothing), the ranks' gradients summed, clipping, the update. Reads nothing on the host.
+  // Returns each micro-batch's loss (as loss_of gave it), then the gradient norm (undefined
+  // without clipping).
+  std::vector<Tensor> optimizer_step(size_t micro_batches, const std::function<Tensor(size_t)>& loss_of,
+                                     const std::function<double(size_t)>& weight_of);
+  // A loss with what to log of it (by name).
+  using Metrics = std::map<std::string, double>;
+  using LossOf = std::function<Tensor(size_t micro_batch, Metrics& metrics)>;
+  // optimizer_step over micro-batches of equal weight: the step's loss is their losses' mean,
+  // its metrics the means of theirs.
+  StepResult mean_step(size_t micro_batches, const LossOf& loss_of);
+  // An evaluation over `rows` rows in batches of per_device_eval_batch_size, in eval mode under
+  // no-grad: loss_of(rows of a batch) -> its loss (0-d) and metrics; their means weighted by the
+  // batches' rows are logged as "<prefix>_loss", "<prefix>_<metric>" and passed to on_evaluate.
+  LogEntry evaluate_rows(int64_t rows, const std::function<Tensor(std::span<const int64_t>, Metrics&)>& loss_of,
+                         const std::string& prefix);
+  void log(const LogEntry& entry);
+  // Logs an evaluation's metrics and passes them to the callbacks' on_evaluate.
+  void report_evaluation(const LogEntry& metrics);
+  TrainLog& train_log();
+  bool main_process() const { return rank_ == 0; }
+  std::vector<double> sum_over_ranks(std::vector<double> values) const;
+
+  std::shared_ptr<nn::CausalLM> model_;
+  TrainingArguments args_;
+  Device device_;
+  int rank_ = 0, world_ = 1;
+  TrainerState state_;
+
  private:
-  struct StepResult;
-  StepResult run_step(int64_t step, GraphedStep& graphed);
   std::vector<Tensor> device_step(std::span<const data::Batch> micro, int64_t targets);
   int64_t resume();
   void save_checkpoint(int64_t step);
   peft::LoraConfig lora_config();
-  void log(const LogEntry& entry);
-  TrainLog& train_log();
   void claim_output_dir();
   void write_loss_curve() const;
   data::Batch shard(const data::Batch& global) const;
   double epoch_at(int64_t step) const;
   // tg::Error naming the batch size whose rows, over `world` ranks, would not fit the host's memory.
   void check_batch_memory(int64_t world) const;
-  bool main_process() const { return rank_ == 0; }
-  std::vector<double> sum_over_ranks(std::vector<double> values) const;
   const DataFingerprint& train_fingerprint();
+  void setup(const char* name);
 
-  std::shared_ptr<nn::CausalLM> model_;
   std::shared_ptr<const data::SequenceDataset> train_, eval_;
-  TrainingArguments args_;
-  Device device_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::vector<double> base_lrs_;
   std::vector<std::shared_ptr<TrainerCallback>> callbacks_;
@@ -108,9 +162,8 @@ class Trainer {
   std::unique_ptr<distributed::Communicator> own_comm_;
   distributed::Communicator* comm_ = nullptr;
   std::unique_ptr<distributed::DataParallel> dp_;
-  int rank_ = 0, world_ = 1;
   bool use_graph_ = false;
-  TrainerState state_;
+  std::unique_ptr<GraphedStep> graphed_;  // the LM step, made by train()
   std::unique_ptr<TrainLog> log_;  // the files of output_dir, opened by train() or the first log
   std::shared_ptr<OutputDirLock> output_lock_;  // held from the first write to output_dir
 };

@@ -1,6 +1,7 @@
 #include "nn/models/causal_lm.h"
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "nn/attention.h"
@@ -9,6 +10,7 @@
 #include "nn/models/architecture.h"
 #include "nn/moe.h"
 #include "ops/cast.h"
+#include "ops/unary.h"
 
 namespace tg::nn {
 
@@ -18,10 +20,25 @@ Tensor CausalLM::hidden_states(const Tensor& ids, const Tensor& position_ids) {
   return hidden_states(ids);
 }
 
+bool CausalLM::logits_are_head_product() const { return lm_head->is_plain() && !lm_head->bias.defined(); }
+
 Tensor CausalLM::loss(const Tensor& ids, const Tensor& labels, const Tensor& position_ids) {
-  if (!lm_head->is_plain() || lm_head->bias.defined())
-    return causal_lm_loss(logits(hidden_states(ids, position_ids)), labels);
+  if (!logits_are_head_product()) return causal_lm_loss(logits(hidden_states(ids, position_ids)), labels);
   return causal_lm_loss_from_hidden(hidden_states(ids, position_ids), lm_head->weight, labels);
+}
+
+Tensor CausalLM::token_log_probs(const Tensor& ids, const Tensor& labels, const Tensor& position_ids,
+                                 double temperature) {
+  TG_CHECK(std::isfinite(temperature) && temperature > 0, "token_log_probs", "temperature must be > 0, got ",
+           temperature);
+  Tensor hidden = hidden_states(ids, position_ids);
+  if (!logits_are_head_product()) {
+    Tensor l = logits(hidden);
+    return next_token_log_probs(temperature == 1.0 ? l : div(l, temperature), labels);
+  }
+  // (h / t) W^T = (h W^T) / t: the temperature scales the smaller tensor
+  return next_token_log_probs_from_hidden(temperature == 1.0 ? hidden : div(hidden, temperature), lm_head->weight,
+                                          labels);
 }
 
 void CausalLM::init_weights(double std, bool tie_head, Generator& gen,

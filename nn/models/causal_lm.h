@@ -49,6 +49,12 @@ class CausalLM : public Module {
   // causal_lm_loss): a plain bias-free head takes the fused head + cross-entropy (no [B, T, V]
   // logits), an adapted one its logits.
   virtual Tensor loss(const Tensor& ids, const Tensor& labels, const Tensor& position_ids = Tensor());
+  // Log-probabilities of the next tokens, as TRL's selective_log_softmax over the shifted logits
+  // divided by `temperature`: [B, T] float32 (float64 for a float64 model), out[b, t] = log
+  // p(labels[b, t + 1] | ids[b, ..t]), 0 where that label is -100 and at t = T - 1. The fused
+  // head where loss() takes it (no [B, T, V] logits, no dW for a frozen head), else the logits.
+  Tensor token_log_probs(const Tensor& ids, const Tensor& labels, const Tensor& position_ids = Tensor(),
+                         double temperature = 1.0);
 
   virtual Embedding& input_embeddings() = 0;
   virtual ModelDims dims() const = 0;
@@ -63,6 +69,9 @@ class CausalLM : public Module {
   std::string name_or_path;
 
  protected:
+  // Whether the logits are hidden states times lm_head's weight, so the losses may take the fused
+  // head (ops/linear_cross_entropy.h): a plain bias-free head here.
+  virtual bool logits_are_head_product() const;
   // transformers' _init_weights, drawn from `gen` in module order: every Linear weight ~ N(0, std)
   // (linear_std(its name) where given), biases zero, embeddings, experts' weights and attention
   // sinks ~ N(0, std), experts' biases zero; with tie_head,

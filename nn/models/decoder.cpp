@@ -261,6 +261,10 @@ Tensor DecoderForCausalLM::load_balancing_loss() const {
   return nn::load_balancing_loss(stats, model->spec.moe->block.num_experts);
 }
 
+bool DecoderForCausalLM::logits_are_head_product() const {
+  return model->spec.final_logit_softcapping == 0 && CausalLM::logits_are_head_product();
+}
+
 ModelDims DecoderForCausalLM::dims() const {
   const DecoderSpec& s = model->spec;
   bool sliding_layers = false;

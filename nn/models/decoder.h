@@ -173,8 +173,6 @@ class DecoderForCausalLM : public CausalLM {
   Tensor hidden_states(const Tensor& ids, KVCache& cache) override { return model->forward(ids, cache); }
   // The head, then final_logit_softcapping.
   Tensor logits(const Tensor& hidden) override;
-  // With final soft-capping the loss takes the capped logits (no fused head + cross-entropy).
-  Tensor loss(const Tensor& ids, const Tensor& labels, const Tensor& position_ids = Tensor()) override;
   Embedding& input_embeddings() override { return *model->embed_tokens; }
   ModelDims dims() const override;
   const Architecture& architecture() const override;
@@ -186,6 +184,8 @@ class DecoderForCausalLM : public CausalLM {
   std::shared_ptr<DecoderModel> model;
 
  protected:
+  // Not with final soft-capping: the losses take the capped logits.
+  bool logits_are_head_product() const override;
   // config.json's fields every family of the stack writes alike: architectures, model_type, the
   // sizes, rms_norm_eps, initializer_range, tie_word_embeddings, attention_dropout 0.
   json::Value sized_config_json() const;
