@@ -239,9 +239,7 @@ Tensor DecoderForCausalLM::loss(const Tensor& ids, const Tensor& labels, const T
   bool kept = false;  // whether the stats were kept before (keep_router_stats by the caller)
   for (const auto& layer : *model->layers) kept = kept || (layer->sparse_mlp && layer->sparse_mlp->keep_router_stats);
   if (aux) keep_router_stats(true);
-  const Tensor lm = model->spec.final_logit_softcapping > 0
-                        ? causal_lm_loss(logits(hidden_states(ids, position_ids)), labels)
-                        : CausalLM::loss(ids, labels, position_ids);
+  const Tensor lm = CausalLM::loss(ids, labels, position_ids);
   if (!aux) return lm;
   if (!kept) keep_router_stats(false);  // the stats of this forward stay
   // transformers' MoE ForCausalLM: loss += router_aux_loss_coef * aux_loss

@@ -173,6 +173,8 @@ class DecoderForCausalLM : public CausalLM {
   Tensor hidden_states(const Tensor& ids, KVCache& cache) override { return model->forward(ids, cache); }
   // The head, then final_logit_softcapping.
   Tensor logits(const Tensor& hidden) override;
+  // CausalLM's loss, plus router_aux_loss_coef x the load-balancing loss when output_router_logits.
+  Tensor loss(const Tensor& ids, const Tensor& labels, const Tensor& position_ids = Tensor()) override;
   Embedding& input_embeddings() override { return *model->embed_tokens; }
   ModelDims dims() const override;
   const Architecture& architecture() const override;
