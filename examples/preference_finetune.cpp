@@ -142,7 +142,8 @@ int run(int argc, char** argv) {
   const std::string truncation = flags.str("truncation-mode"), loss_type = flags.str("loss-type");
   const bool precompute = flags.boolean("precompute-ref");
 
-  examples::BaseModel base = examples::load_base(flags.str("base"), "auto", kProgram, "--base");
+  examples::BaseModel base = examples::load_base(flags.str("base"), "auto", kProgram, "--base", {.dtype = kFloat32},
+                                                     examples::load_tokenizer(flags.str("base"), kProgram, "--base"));
   if (!base.tokenizer) throw examples::UsageError("--base must be a Hugging Face folder with its tokenizer\n");
   const data::Tokenizer& tok = *base.tokenizer;
   Generator init(static_cast<uint64_t>(seed));
