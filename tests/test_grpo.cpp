@@ -175,13 +175,13 @@ std::shared_ptr<nn::CausalLM> tiny_llama_with_lora() {
   c.initializer_range = 0.3;
   Generator gen(3);
   auto model = std::make_shared<nn::LlamaForCausalLM>(c, gen);
-  peft::apply_lora(*model, {.r = 8, .lora_alpha = 16, .target_modules = model->architecture().lora_targets}, gen);
+  peft::apply_lora(*model, {.r = 8, .lora_alpha = 16, .target_modules = {"q_proj", "k_proj", "v_proj", "o_proj"}}, gen);
   return model;
 }
 
 train::TrainingArguments grpo_args(const TempDir& dir, int64_t steps) {
-  return {.output_dir = dir / "out", .learning_rate = 3e-2, .max_steps = steps, .per_device_train_batch_size = 8,
-          .logging_steps = 1, .save_steps = 0, .seed = 5, .use_cpu = true, .disable_tqdm = true};
+  return {.output_dir = dir / "out", .overwrite_output_dir = true, .learning_rate = 3e-2, .max_steps = steps,
+          .per_device_train_batch_size = 8, .logging_steps = 1, .save_steps = 0, .seed = 5, .use_cpu = true, .disable_tqdm = true};
 }
 
 TEST(GRPOTrainer, RaisesTheRewardOfAVerifiableTask) {

@@ -246,8 +246,10 @@ TEST_F(HfTest, BFloat16WeightsLoadIntoAnyDtype) {
   nn::save_pretrained(model, dir / "g");
   EXPECT_EQ(read_json(dir / "g/config.json").at("dtype").as_string(), "bfloat16");
   EXPECT_EQ(safetensors::load_file(dir / "g/model.safetensors").at("transformer.wte.weight").dtype(), kBFloat16);
-  auto f32 = nn::from_pretrained_gpt2(dir / "g");
+  auto f32 = nn::from_pretrained_gpt2(dir / "g", {.dtype = kFloat32});
   EXPECT_EQ(f32->transformer->h->operator[](0).attn->c_attn->weight.dtype(), kFloat32);
+  EXPECT_EQ(nn::from_pretrained_gpt2(dir / "g")->transformer->h->operator[](0).attn->c_attn->weight.dtype(), kBFloat16)
+      << "no dtype asked: the folder's own (transformers 5's \"auto\")";
   auto bf16 = nn::from_pretrained_gpt2(dir / "g", {.dtype = kBFloat16});
   EXPECT_EQ(bf16->transformer->h->operator[](0).attn->c_attn->weight.dtype(), kBFloat16);
   model.to(kFloat32);  // the bfloat16 values, exactly
@@ -404,7 +406,8 @@ TEST_F(HfTest, GPT2AdapterInPeftFormat) {
   EXPECT_EQ(file.at("base_model.model.transformer.h.1.mlp.c_proj.lora_A.weight").shape(), Shape({4, 128}));
 
   auto fresh = nn::from_pretrained_gpt2(dir / "g");
-  peft::LoraConfig got = peft::load_adapter(*fresh, dir / "a");
+  EXPECT_ERROR_HAS(peft::load_adapter(*nn::from_pretrained_gpt2(dir / "g"), dir / "a"), "the adapter was trained on 'gpt2-tiny'");
+  peft::LoraConfig got = peft::load_adapter(*fresh, dir / "a", default_generator(), {.ignore_base_mismatch = true});
   EXPECT_EQ(got.r, 4);
   EXPECT_TENSOR_EQ(fresh->forward(ids()), model.forward(ids()));
 }
@@ -736,7 +739,7 @@ TEST(HfFixtures, RopeScalingsRoundTripCacheAndTrain) {
                            slice(full, 1, t, t + 1), 2e-5, 2e-5);
     }
     peft::LoraConfig lora;
-    lora.target_modules = model->architecture().lora_targets;
+    lora.target_modules = {peft::kAllLinear};  // phi3 has no peft default
     peft::apply_lora(*model, lora);
     model->train();
     Tensor loss = model->loss(ids(), ids());
@@ -762,7 +765,7 @@ TEST(HfFixtures, EveryFamilyTrainsWithLoraFromItsFolder) {
     std::shared_ptr<nn::CausalLM> model = nn::from_pretrained((kFixtures / name).string());
     trained.insert(model->architecture().name);
     peft::LoraConfig lora;
-    lora.target_modules = model->architecture().lora_targets;
+    lora.target_modules = {peft::kAllLinear};  // phi3 has no peft default
     peft::apply_lora(*model, lora);
     model->train();
     safetensors::TensorMap want = safetensors::load_file((kFixtures / (name + "_expected.safetensors")).string());
