@@ -227,7 +227,9 @@ TEST_P(LlamaCppFamily, LoraAdapterAppliedByLlamaCppIsTheMergedModel) {
   const gguf::Metadata vocab = data::gguf_tokenizer_metadata(tok, model->dims().vocab_size);
   nn::save_gguf(*model, dir / "base.gguf", {.dtype = gguf::TensorType::kF32, .metadata = vocab});
   Generator gen(1);
-  peft::apply_lora(*model, {.r = 4, .lora_alpha = 8, .target_modules = model->architecture().lora_targets}, gen);
+  const std::vector<std::string> targets = model->architecture().lora_targets;  // phi3 has no peft default
+  peft::apply_lora(*model, {.r = 4, .lora_alpha = 8,
+                            .target_modules = targets.empty() ? std::vector<std::string>{peft::kAllLinear} : targets}, gen);
   for (auto& [path, layer] : peft::lora_layers(*model)) {  // a trained-looking adapter: B no longer zero
     NoGradGuard no_grad;
     copy_(layer->lora_B->weight, randn(layer->lora_B->weight.shape(), gen));

@@ -419,6 +419,10 @@ TEST(MoeCheckpoints, HubAndFusedLayoutsLoadAlike) {
       for (const auto& k : keys) EXPECT_EQ(k.find("gate_up_proj"), std::string::npos) << k;
     const Tensor ids = randint(0, 64, {2, 6}, gen);
     const Tensor want = model.forward(ids);
+    if (arch == "GptOssForCausalLM") {  // refused until its fixture matches transformers
+      EXPECT_ERROR_HAS(nn::from_pretrained(dir / "hub"), "which tapegrad refuses");
+      continue;
+    }
     EXPECT_TENSOR_EQ(nn::from_pretrained(dir / "hub")->forward(ids), want);
     // transformers' own names, fused (what its state_dict holds)
     nn::save_pretrained(model, dir / "fused");
@@ -510,12 +514,9 @@ TEST(Mxfp4, GptOssFolderLoadsDequantised) {
   json::Value config = json::parse(read_text(dir / "m/config.json"));
   config.set("quantization_config", json::Value::object().set("quant_method", "mxfp4"));
   io::write_file_atomic(dir / "m/config.json", json::dump(config));
-  auto loaded = nn::from_pretrained(dir / "m");
-  for (const auto& [name, t] : model.state_dict()) EXPECT_TENSOR_EQ(loaded->get_parameter(name), t) << name;
-  // without quantization_config the halves are unexpected tensors
-  config.set("quantization_config", json::Value());
-  io::write_file_atomic(dir / "m/config.json", json::dump(config));
-  EXPECT_ERROR_HAS(nn::from_pretrained(dir / "m"), "unexpected", "gate_up_proj_blocks");
+  // gpt-oss is refused until its fixture matches transformers (HfFixtures.GptOssIsRefusedUntilItMatchesTransformers):
+  // the refusal comes before any tensor is read.
+  EXPECT_ERROR_HAS(nn::from_pretrained(dir / "m"), "is a GptOssForCausalLM, which tapegrad refuses");
 }
 
 // peft's target_parameters: per expert W_e + (alpha / r) B_e A_e with A_e = rows e * r of lora_A and

@@ -93,7 +93,12 @@ void expect_moe_fixture_matches(const std::string& name) {
 
 TEST(HfFixtures, Qwen3MoeMatchesTransformersAndPeft) { expect_moe_fixture_matches("qwen3_moe"); }
 TEST(HfFixtures, MixtralMatchesTransformersAndPeft) { expect_moe_fixture_matches("mixtral"); }
-TEST(HfFixtures, GptOssMatchesTransformersAndPeft) { expect_moe_fixture_matches("gpt_oss"); }
+// gpt-oss's logits differ from transformers' on its fixture (the cause is not found yet): until they
+// match, from_pretrained refuses the family by name rather than load a model that answers wrongly.
+TEST(HfFixtures, GptOssIsRefusedUntilItMatchesTransformers) {
+  EXPECT_ERROR_HAS(nn::from_pretrained((kFixtures / "gpt_oss").string()), "is a GptOssForCausalLM, which tapegrad refuses",
+                   "its logits differ from transformers");
+}
 
 }  // namespace
 }  // namespace tg::test

@@ -274,7 +274,8 @@ TEST(PackingCuda, APackedBatchHasTheLossAndGradientsOfItsDocumentsAloneOnTheGpu)
     SCOPED_TRACE(f.name);
     auto model = f.make(gen);
     model->to(kBFloat16);
-    peft::apply_lora(*model, {.target_modules = model->architecture().lora_targets}, gen);
+    const std::vector<std::string> targets = model->architecture().lora_targets;  // phi3 has no peft default
+    peft::apply_lora(*model, {.target_modules = targets.empty() ? std::vector<std::string>{peft::kAllLinear} : targets}, gen);
     {
       NoGradGuard no_grad;
       for (const auto& [name, p] : model->named_trainable_parameters())
