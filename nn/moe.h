@@ -47,6 +47,7 @@ struct MoeOptions {
 class MoeExperts : public Module {
  public:
   MoeExperts(int64_t hidden, const MoeOptions& options);
+  using Module::forward;  // not hidden by the grouped forward below (clang's -Woverloaded-virtual)
   // x [n, hidden], rows grouped by expert, counts[e] rows of expert e -> [n, hidden].
   Tensor forward(const Tensor& x, const std::vector<int64_t>& counts);
   // A low-rank update of gate_up_proj or down_proj as grouped_mm takes it: W_e + scaling B_e A_e,

@@ -273,7 +273,8 @@ LoraPlan plan_lora(nn::Module& model, const LoraConfig& config) {
              "; LoRA wraps Linear layers only",
              dynamic_cast<nn::MoeExperts*>(m) ? " (its expert weights: target_parameters)" : "");
     plan.wrapped.push_back(path);
-    std::erase_if(unmatched, [&](const std::string& t) { return matches(path, {t}); });
+    const std::string& wrapped = path;  // clang's lambdas cannot capture a structured binding
+    std::erase_if(unmatched, [&](const std::string& t) { return matches(wrapped, {t}); });
   }
   // peft wraps what any name matches; a misspelt name beside good ones would be dropped silently.
   TG_CHECK(unmatched.empty(), "apply_lora", "target_modules ", unmatched.size() == 1 ? "entry '" : "entries '",
