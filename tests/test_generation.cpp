@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 
 #include "core/autograd.h"
 #include "core/cuda_graph.h"
@@ -29,6 +30,7 @@
 #include "nn/state_dict.h"
 #include "ops/cast.h"
 #include "ops/reduce.h"
+#include "ops/sample.h"
 #include "ops/shape.h"
 #include "ops/unary.h"
 #include "peft/lora.h"
@@ -400,6 +402,58 @@ TEST(LogitsProcessors, AsTransformersDefinesThem) {
   EXPECT_EQ(nn::argmax_token(std::vector<float>{1.0f, 4.0f, 4.0f}, "t"), 1);  // the first maximum
   EXPECT_ERROR_HAS(nn::argmax_token(std::vector<float>{1.0f, NAN}, "generate"), "generate", "token 1 is NaN");
   EXPECT_ERROR_HAS(nn::sample_token(std::vector<float>{-inf, -inf}, 0.5f, "generate"), "no token has a finite score");
+}
+
+// ---- plain sampling on the logits' device (ops/sample.h) ----
+
+// How often each index is drawn over `rows` rows holding the same scores (each row its own draw).
+std::vector<double> draw_frequencies(const std::vector<float>& scores, int64_t rows, double temperature) {
+  std::vector<float> all;
+  for (int64_t r = 0; r < rows; ++r) all.insert(all.end(), scores.begin(), scores.end());
+  const auto V = static_cast<int64_t>(scores.size());
+  std::vector<double> freq(scores.size(), 0.0);
+  for (int64_t id : sample_categorical(from_vector(all, {rows, V}), temperature, 3, 0).to_vector<int64_t>())
+    freq.at(static_cast<size_t>(id)) += 1.0 / static_cast<double>(rows);
+  return freq;
+}
+
+TEST(SampleCategorical, DrawsFromTheTemperedSoftmax) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<double> p = {0.1, 0.2, 0.3, 0.4};
+  std::vector<float> scores;
+  for (double v : p) scores.push_back(static_cast<float>(std::log(v)) + 7.0f);  // any shift
+  scores.push_back(-inf);                                                       // never drawn
+  for (double t : {1.0, 2.0}) {
+    std::vector<double> want;
+    double total = 0;
+    for (double v : p) total += std::pow(v, 1 / t);
+    for (double v : p) want.push_back(std::pow(v, 1 / t) / total);
+    const std::vector<double> got = draw_frequencies(scores, 20000, t);
+    for (size_t j = 0; j < p.size(); ++j) EXPECT_NEAR(got[j], want[j], 0.015) << "temperature " << t << " index " << j;
+    EXPECT_EQ(got[4], 0.0);
+  }
+}
+
+TEST(SampleCategorical, ReportsNanAndRowsWithoutAFiniteScore) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const Tensor logits = from_vector(std::vector<float>{0, NAN, -inf, -inf, inf, 0, 5, -inf}, {4, 2});
+  EXPECT_EQ(sample_categorical(logits, 1.0, 0, 0).to_vector<int64_t>(),
+            (std::vector<int64_t>{kSampleNan, kSampleNotFinite, kSampleNotFinite, 0}));
+  EXPECT_ERROR_HAS(sample_categorical(logits, 0.0, 0, 0), "sample_categorical", "temperature must be a positive");
+  EXPECT_ERROR_HAS(sample_categorical(from_vector(std::vector<float>{1, 2}, {2}), 1.0, 0, 0), "wants logits [B, V]");
+}
+
+TEST(SampleCategorical, TheGpuDrawsTheCpusTokens) {
+  TG_REQUIRE_CUDA();
+  Generator gen(4);
+  for (const auto& [B, V] : {std::pair<int64_t, int64_t>{64, 128256}, {3, 1001}, {1, 3}}) {
+    for (DType dtype : {kFloat32, kBFloat16}) {
+      const Tensor logits = to(mul(randn({B, V}, gen), 3.0), dtype);
+      const auto cpu = sample_categorical(logits, 0.7, 21, 5).to_vector<int64_t>();
+      EXPECT_EQ(sample_categorical(to(logits, Device::cuda()), 0.7, 21, 5).to_vector<int64_t>(), cpu)
+          << B << " x " << V << " " << dtype;
+    }
+  }
 }
 
 void write(const std::string& path, const std::string& text) { std::ofstream(path) << text; }

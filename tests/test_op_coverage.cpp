@@ -33,7 +33,7 @@ const std::map<std::string, std::string> kExempt = {
     {"sort_by_expert", "no gradient"},
     // Integer outputs or constant tables, nothing to differentiate (test_cuda.cpp, test_nn.cpp,
     // test_attention.cpp; RoPE frequencies: the HfFixtures of scaled RoPE).
-    {"argmax", "no gradient"}, {"causal_mask", "no gradient"}, {"banded_causal_mask", "no gradient"},
+    {"argmax", "no gradient"}, {"sample_categorical", "no gradient"}, {"causal_mask", "no gradient"}, {"banded_causal_mask", "no gradient"},
     {"rotary_cos_sin", "no gradient"},
     {"rotary_inv_freq", "no gradient"},
     // The harness itself casts every case's inputs between dtypes and devices (test_tensor.cpp,

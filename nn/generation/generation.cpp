@@ -15,6 +15,7 @@
 #include "nn/models/causal_lm.h"
 #include "ops/cast.h"
 #include "ops/reduce.h"
+#include "ops/sample.h"
 #include "ops/shape.h"
 
 namespace tg::nn {
@@ -48,8 +49,9 @@ Tensor last_logits(CausalLM& lm, const Tensor& hidden) {
   return reshape(logits, {logits.shape()[0], logits.shape()[2]});
 }
 
-// Each running sequence's next token. Greedy without a penalty: argmax on the model's device
-// (B ids come back); otherwise every running row's scores go to the host for the processors.
+// Each running sequence's next token. Greedy or plain sampling (no top-k, top-p or penalty): on
+// the model's device (B ids come back); otherwise every running row's scores go to the host for
+// the processors.
 std::vector<int32_t> choose(const Tensor& logits, const std::vector<std::vector<int32_t>>& seqs,
                             const std::vector<bool>& done, const GenerationConfig& c, uint64_t draw) {
   const int64_t B = logits.shape()[0], V = logits.shape()[1];
@@ -57,6 +59,16 @@ std::vector<int32_t> choose(const Tensor& logits, const std::vector<std::vector<
   if (c.greedy() && c.repetition_penalty == 1.0) {
     const std::vector<int64_t> ids = argmax(logits, -1).to_vector<int64_t>();
     std::copy(ids.begin(), ids.end(), next.begin());
+    return next;
+  }
+  if (c.top_k == 0 && c.top_p >= 1.0 && c.repetition_penalty == 1.0) {
+    const std::vector<int64_t> ids = sample_categorical(logits, c.temperature, c.seed, draw).to_vector<int64_t>();
+    for (int64_t b = 0; b < B; ++b) {
+      if (done[b]) continue;
+      TG_CHECK(ids[b] != kSampleNan, kOp, "the model's scores of sequence ", b, " hold a NaN");
+      TG_CHECK(ids[b] >= 0, kOp, "no token of sequence ", b, " has a finite score");
+      next[b] = static_cast<int32_t>(ids[b]);
+    }
     return next;
   }
   std::vector<float> all = to(logits, kFloat32).to_vector<float>();

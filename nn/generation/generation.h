@@ -24,7 +24,9 @@ struct GenerationConfig {
   double top_p = 1.0;               // 1: no top-p
   double repetition_penalty = 1.0;  // 1: none; > 1 discourages tokens already in the sequence
   std::vector<int32_t> eos_token_id;  // a sequence ends after generating any of these
-  uint64_t seed = 0;                  // the sampling draws (Philox): the same seed, the same samples
+  // The sampling draws (Philox): the same seed, the same samples. Without top_k, top_p and a
+  // penalty a step samples on the model's device (ops/sample.h: Gumbel-max), else on the host.
+  uint64_t seed = 0;
   // "dynamic": a decode step attends to the cache's filled columns. "static" (transformers'
   // StaticCache): to all of them, masked, with its inputs in fixed device tensors, so that every
   // step runs the same kernels on the same addresses (nn/generation/kv_cache.h: enable_static_decode).
