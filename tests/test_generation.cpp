@@ -31,6 +31,7 @@
 #include "ops/cast.h"
 #include "ops/reduce.h"
 #include "ops/sample.h"
+#include "ops/sample_kernels.h"
 #include "ops/shape.h"
 #include "ops/unary.h"
 #include "peft/lora.h"
@@ -432,6 +433,16 @@ TEST(SampleCategorical, DrawsFromTheTemperedSoftmax) {
     for (size_t j = 0; j < p.size(); ++j) EXPECT_NEAR(got[j], want[j], 0.015) << "temperature " << t << " index " << j;
     EXPECT_EQ(got[4], 0.0);
   }
+}
+
+TEST(SampleCategorical, NoiseIsFiniteAtTheExtremeBits) {
+  // Found at 64 x 128256 bf16 logits on the GPU: 24 bits and a half step rounded u to 1.0f,
+  // so one element in 2^24 got +inf noise and its row "no finite score".
+  for (uint32_t bits : {0u, 1u, 0x1FFu, 0x200u, 0xFFFFFE00u, 0xFFFFFFFFu}) {
+    EXPECT_TRUE(std::isfinite(gumbel(bits))) << bits;
+    EXPECT_LT(gumbel(bits), 17.0f) << bits;
+  }
+  EXPECT_LT(gumbel(0), gumbel(0xFFFFFFFFu));
 }
 
 TEST(SampleCategorical, ReportsNanAndRowsWithoutAFiniteScore) {
