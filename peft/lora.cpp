@@ -66,7 +66,8 @@ int64_t weight_count(const nn::Module& model) {
   int64_t n = 0;
   for (const auto& [name, t] : model.named_parameters()) n += t.numel();
   for (const auto& [path, m] : const_cast<nn::Module&>(model).named_modules())  // no const overload; reads only
-    if (const auto* q = dynamic_cast<const nn::QuantizedLinear*>(m)) n += q->in_features * q->out_features - q->weight.numel();
+    if (const auto* l = dynamic_cast<const nn::Linear*>(m); l && l->weight.dtype() == kUInt8)  // quantised, LoRA or not
+      n += l->in_features * l->out_features - l->weight.numel();
   return n;
 }
 

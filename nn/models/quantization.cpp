@@ -18,6 +18,17 @@ bool skipped(const std::string& path, const std::vector<std::string>& names) {
   return false;
 }
 
+// Replaces the Linear at `path` by make(its bias): a quantised layer, in the Linear's mode, its bias frozen.
+template <class Make>
+void install_quantized(Module& model, const std::string& path, const char* op, Make make) {
+  auto base = std::dynamic_pointer_cast<Linear>(model.get_submodule(path));
+  TG_CHECK(base, op, "'", path, "' is not a Linear");
+  auto layer = make(base->bias);
+  layer->train(base->is_training());
+  if (layer->bias.defined()) layer->bias.requires_grad_(false);
+  model.replace_module(path, layer);
+}
+
 }  // namespace
 
 void QuantizationConfig::validate(const char* op) const {
@@ -52,12 +63,9 @@ std::vector<std::string> linear_4bit_targets(Module& model, const QuantizationCo
 
 void install_linear_4bit(Module& model, const std::string& path, QuantState4bit weight, DType compute_dtype,
                          const Tensor& workspace) {
-  auto base = std::dynamic_pointer_cast<Linear>(model.get_submodule(path));
-  TG_CHECK(base, "install_linear_4bit", "'", path, "' is not a Linear");
-  auto layer = std::make_shared<Linear4bit>(std::move(weight), base->bias, compute_dtype, workspace);
-  layer->train(base->is_training());
-  if (layer->bias.defined()) layer->bias.requires_grad_(false);
-  model.replace_module(path, layer);
+  install_quantized(model, path, "install_linear_4bit", [&](const Tensor& bias) {
+    return std::make_shared<Linear4bit>(std::move(weight), bias, compute_dtype, workspace);
+  });
 }
 
 std::vector<std::string> replace_with_4bit_linear(Module& model, const QuantizationConfig& config) {
@@ -93,12 +101,9 @@ std::vector<std::string> replace_with_4bit_linear(Module& model, const Quantizat
 }
 
 void install_linear_fp8(Module& model, const std::string& path, Fp8Weight weight, DType compute_dtype) {
-  auto base = std::dynamic_pointer_cast<Linear>(model.get_submodule(path));
-  TG_CHECK(base, "install_linear_fp8", "'", path, "' is not a Linear");
-  auto layer = std::make_shared<LinearFp8>(std::move(weight), base->bias, compute_dtype);
-  layer->train(base->is_training());
-  if (layer->bias.defined()) layer->bias.requires_grad_(false);
-  model.replace_module(path, layer);
+  install_quantized(model, path, "install_linear_fp8", [&](const Tensor& bias) {
+    return std::make_shared<LinearFp8>(std::move(weight), bias, compute_dtype);
+  });
 }
 
 std::vector<std::string> replace_with_fp8_linear(Module& model, const QuantizationConfig& config) {
