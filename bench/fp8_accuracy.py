@@ -26,7 +26,9 @@ def losses(run_dir):
 
 def printed(stdout):
     text = open(stdout, encoding="utf-8", errors="replace").read()
-    samples = dict(re.findall(r'^\s+\[(\w+, greedy)\]\s+(".*")$', text, re.M))
+    samples = {}  # "<who> greedy #<prompt>": the text, in the order printed
+    for who, sample in re.findall(r'^\s+\[(\w+), greedy\]\s+(".*")$', text, re.M):
+        samples[f"{who} greedy #{sum(k.startswith(who) for k in samples) + 1}"] = sample
     after = re.search(r"corpus B \(learned\)\s+([\d.]+)\s+([\d.]+)", text)
     return samples, (float(after.group(1)), float(after.group(2))) if after else (None, None)
 
@@ -51,7 +53,7 @@ def main():
     rel = mean["fp8"] / mean["bf16"] - 1
     print(f"LoRA training loss, mean of steps 51-200: bf16 base {mean['bf16']:.5f}, FP8 base {mean['fp8']:.5f} "
           f"({100 * rel:+.3f}%; target within 1%: {'met' if abs(rel) <= 0.01 else 'MISSED'})")
-    for step in (1, 50, 100, 200, max(runs["bf16"][0])):
+    for step in sorted({1, 50, 100, 200, max(runs["bf16"][0])}):
         if step in runs["bf16"][0] and step in runs["fp8"][0]:
             print(f"  step {step:4d}: bf16 {runs['bf16'][0][step]:.5f}  fp8 {runs['fp8'][0][step]:.5f}")
     for name, (_, _, (before, after)) in runs.items():
