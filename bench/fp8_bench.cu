@@ -1,7 +1,7 @@
 // FP8 against bfloat16 at Llama-3.1-8B's projection shapes (4 x 2048 tokens): the frozen weight's
 // forward (y = x W^T) and forward + dx (dx = dy W), as a LoRA step runs them: bfloat16 through
 // linear, FP8 through linear_fp8 (x and dy quantised per 1x128 tile, W^T made for dx, all counted),
-// and the bare FP8 GEMM on operands quantised beforehand. The ceiling column is the bfloat16 row's
+// and the bare FP8 GEMMs (forward; dx on a W^T made once) on operands quantised beforehand. The ceiling column is the bfloat16 row's
 // rate (the speed-up is the rate over it). Usage: fp8_bench [out.csv] [--json out.json]
 #include <cstdio>
 
@@ -11,6 +11,7 @@
 #include "ops/fp8.h"
 #include "ops/fp8_kernels.h"
 #include "ops/linear.h"
+#include "ops/matmul.h"
 #include "ops/shape.h"
 
 using namespace tg;
@@ -51,6 +52,15 @@ int main(int argc, char** argv) {
       const Tensor x_scale = transpose(xq.scale, 0, 1);
       NoGradGuard no_grad;
       timed("gemm_only", flops, [&] { linear(x, w); }, [&] { cuda::fp8_gemm(out, xq.data, x_scale, q.data, q.scale_inv); });
+      // dx's bare GEMM on a W^T made once (what keeping a transposed copy would cost per step).
+      Tensor wt = Tensor::empty({K, N}, {kUInt8, Device::cuda(0)});
+      Tensor wt_scale = Tensor::empty({K / 128, N / 128}, {kFloat32, Device::cuda(0)});
+      cuda::transpose_2d(wt, q.data);
+      cuda::transpose_2d(wt_scale, q.scale_inv);
+      const Fp8Activation dyq = quantize_fp8_activation(dy, 128);
+      Tensor dx = Tensor::empty({M, K}, {kBFloat16, Device::cuda(0)});
+      const Tensor dy_scale = transpose(dyq.scale, 0, 1);
+      timed("dx_gemm_only", flops, [&] { matmul(dy, w); }, [&] { cuda::fp8_gemm(dx, dyq.data, dy_scale, wt, wt_scale); });
     }
     bench::write_csv(outputs.csv, rows);
     bench::write_json(outputs.json, "fp8_bench", rows, "tflops", 1e12, "bf16_tflops");
