@@ -51,7 +51,8 @@ for what in "${parts[@]}"; do
           2>&1 | tee -a "$log" | grep -E "^(llama|ERROR|SKIPPED)" || true
         [ -f "$tmp/torch.jsonl" ] && torch_args=(--torch "$tmp/torch.jsonl")
       fi
-      python3 "$root/bench/real_step_rows.py" "$out/train_step-fp8.json" "${ours[@]}" "${torch_args[@]}" | tee -a "$log"
+      python3 "$root/bench/real_step_rows.py" "$out/train_step-fp8.json" "${ours[@]}" "${torch_args[@]}" \
+        --bench train_step_fp8 | tee -a "$log"
       ;;
     accuracy)
       part "accuracy: toy_transformer small, LoRA on real text, bf16 base against FP8 base"
