@@ -314,15 +314,15 @@ int run(int argc, char** argv) {
     throw examples::UsageError("--full trains every weight, and FP8 weights cannot train: drop --load-in-fp8\n");
   std::optional<gguf::TensorType> gguf_dtype;
   if (flags.str("save-gguf") != "none") gguf_dtype = examples::gguf_dtype_flag(flags, "save-gguf");
-  const char* quantised = quantization.load_in_4bit ? "4-bit" : quantization.load_in_fp8 ? "FP8" : nullptr;
+  const char* quantised = quantization.load_in_4bit ? "a 4-bit base" : quantization.load_in_fp8 ? "an FP8 base" : nullptr;
   if (gguf_dtype && quantised)
-    throw examples::UsageError(std::string("--save-gguf with a quantised base: tapegrad writes no GGUF of a ") +
-                               quantised + " base; export the adapter later with export_gguf --model <base> "
+    throw examples::UsageError(std::string("--save-gguf with --load-in-") +
+                               (quantization.load_in_4bit ? "4bit" : "fp8") + ": tapegrad writes no GGUF of " +
+                               quantised + "; export the adapter later with export_gguf --model <base> "
                                "--adapter " + out + "/adapter\n");
   if (graph_flag == "auto" && quantised && on_gpu) {
     graph_flag = "off";  // what auto captures has run under capture on the H200; a quantised base has not
-    std::printf("CUDA graph: off for a %s base (not validated under capture yet; --cuda-graph on tries it)\n",
-                quantised);
+    std::printf("CUDA graph: off for %s (not validated under capture yet; --cuda-graph on tries it)\n", quantised);
   }
   if (flags.str("data").empty() && hf_base) throw examples::UsageError("--data is needed with a Hugging Face base\n");
   for (const char* name : {"data", "val"})

@@ -69,7 +69,7 @@ tg::nn::QuantizationConfig quantization_flags(const Flags& flags, tg::DType dtyp
   if (type != "nf4" && type != "fp4")
     throw UsageError("--bnb-4bit-quant-type wants nf4 or fp4, got '" + type + "'\n");
   if (flags.boolean("load-in-4bit") && flags.boolean("load-in-fp8"))
-    throw UsageError("--load-in-4bit and --load-in-fp8 ask for two formats of the base: pick one\n");
+    throw UsageError("--load-in-4bit and --load-in-fp8 ask for two formats of the frozen weights: pick one\n");
   return {.load_in_4bit = flags.boolean("load-in-4bit"), .load_in_fp8 = flags.boolean("load-in-fp8"), .quant_type = type,
           .double_quant = flags.boolean("bnb-4bit-use-double-quant"), .compute_dtype = dtype};
 }
