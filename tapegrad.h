@@ -29,6 +29,7 @@
 #include "ops/cross_entropy.h"
 #include "ops/dropout.h"
 #include "ops/embedding.h"
+#include "ops/fp8.h"
 #include "ops/grouped_mm.h"
 #include "ops/index_copy.h"
 #include "ops/layer_norm.h"

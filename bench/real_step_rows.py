@@ -43,13 +43,15 @@ def main():
     ap.add_argument("out")
     ap.add_argument("ours", nargs="*", help="train_step_bench --real-json files")
     ap.add_argument("--torch", default=None, help="bench/torch_toy_lora.py --jsonl rows")
+    ap.add_argument("--bench", default="train_step_real", help="the rows' bench name (train_step_fp8: issue 52's)")
     args = ap.parse_args()
     ours = [r for path in args.ours for r in json.load(open(path))]
     flops = {(r["config"], r["mode"]): r["tflop"] for r in ours}
     rows = ours + (torch_rows(args.torch, flops) if args.torch else [])
     if not rows:
         raise SystemExit("real_step_rows.py: no rows to write")
-    write_rows(args.out, "train_step_real", rows[0]["machine"], rows)
+    rows = [{**r, "bench": args.bench} for r in rows]
+    write_rows(args.out, args.bench, rows[0]["machine"], rows)
     print(f"real_step_rows.py: {len(rows)} rows to {args.out}")
 
 

@@ -25,6 +25,9 @@
 // (nn::replace_with_4bit_linear, timed), with where the memory goes: the 4-bit state, the dense
 // parameters, LoRA and its optimizer state, the shared workspace, the checkpoints (one [B, T, d]
 // tensor a layer) and the rest of the step's peak (activations of the recomputed layer, the loss).
+// --fp8: each LoRA row is followed by its twin on an FP8 base (issue 52): the Linear layers but the
+// head in e4m3 with 128x128 block scales (nn::replace_with_fp8_linear, timed), rows "lora-fp8",
+// quant "fp8", with the same memory breakdown.
 // --layers N builds only N of the config's decoder layers; --extrapolate-layers M (checkpointing
 // on) adds to the peak (M - N) x what one more layer keeps (its weights, its LoRA with gradients
 // and AdamW moments, its checkpoint): llama3-70b's 80 layers from 2 of them.
@@ -122,7 +125,9 @@ ModelBytes model_bytes(nn::Module& model) {
     const bool lora = name.find(".lora_") != std::string::npos, layer0 = name.starts_with("model.layers.0.");
     if (name.ends_with("workspace")) b.workspace += n;
     else if (lora) b.lora += n;
-    else if (t.dtype() == kUInt8 || name.ends_with("absmax") || name.ends_with("quant_map")) b.quant += n;
+    else if (t.dtype() == kUInt8 || name.ends_with("absmax") || name.ends_with("quant_map") ||
+             name.ends_with("weight_scale_inv"))
+      b.quant += n;
     else b.dense += n;
     if (layer0 && !name.ends_with("workspace")) (lora ? b.layer0_lora : b.layer0) += n;
   }
@@ -161,6 +166,7 @@ int main(int argc, char** argv) {
       .add("steps", "20", "timed steps (the median is reported)")
       .add("modes", "full,lora", "full and/or lora")
       .add("qlora", "false", "also each LoRA step on an NF4 base (QLoRA), with a memory breakdown")
+      .add("fp8", "false", "also each LoRA step on an FP8 base (e4m3, 128x128 block scales; bf16)")
       .add("layers", "0", "decoder layers to build (0: the config's)")
       .add("extrapolate-layers", "0", "with checkpointing: the peak extrapolated to this many layers (0: none)")
       .add("gradient-checkpointing", "false", "recompute each decoder layer's activations at backward")
@@ -198,6 +204,7 @@ int main(int argc, char** argv) {
         throw examples::UsageError("--modes wants full and/or lora, got '" + mode + "'\n");
       variants.emplace_back(mode, "none");
       if (mode == "lora" && flags.boolean("qlora")) variants.emplace_back(mode, "nf4");
+      if (mode == "lora" && flags.boolean("fp8")) variants.emplace_back(mode, "fp8");
     }
     for (const auto& [mode, quant] : variants) {
       Generator gen(0);
@@ -210,19 +217,23 @@ int main(int argc, char** argv) {
         model->to(dtype, device);
       }
       if (!flags.boolean("adjacent-weights")) separate_group_weights(*model);
-      if (quant == "nf4") {
+      if (quant != "none") {
         synchronize(device);
         int64_t dense_bytes = 0;
         for (auto& [name, p] : model->named_parameters())
           if (name.starts_with("model.layers.")) dense_bytes += static_cast<int64_t>(p.nbytes());
         const auto t0 = std::chrono::steady_clock::now();
-        const auto paths = nn::replace_with_4bit_linear(
-            *model, {.load_in_4bit = true, .quant_type = "nf4", .double_quant = true, .compute_dtype = dtype});
+        const auto paths =
+            quant == "nf4"
+                ? nn::replace_with_4bit_linear(
+                      *model, {.load_in_4bit = true, .quant_type = "nf4", .double_quant = true, .compute_dtype = dtype})
+                : nn::replace_with_fp8_linear(*model, {.load_in_fp8 = true, .compute_dtype = dtype});
         synchronize(device);
         const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        std::printf("%-12s qlora     quantised %zu linears (%.2f GB in %s) to NF4 on %s in %.3f s (%.1f GB/s)\n",
-                    name.c_str(), paths.size(), dense_bytes / 1e9, flags.str("dtype").c_str(), device.str().c_str(),
-                    s, dense_bytes / 1e9 / s);
+        std::printf("%-12s %-9s quantised %zu linears (%.2f GB in %s) to %s on %s in %.3f s (%.1f GB/s)\n",
+                    name.c_str(), quant == "nf4" ? "qlora" : "lora-fp8", paths.size(), dense_bytes / 1e9,
+                    flags.str("dtype").c_str(), quant == "nf4" ? "NF4" : "FP8", device.str().c_str(), s,
+                    dense_bytes / 1e9 / s);
       }
       if (mode == "lora") peft::apply_lora(*model, {});
       synchronize(device);
@@ -233,7 +244,8 @@ int main(int argc, char** argv) {
                   flops.total() / 1e12, flops.linear / 1e12, flops.attention / 1e12);
       if (checkpointing) model->gradient_checkpointing_enable();
       const std::string mode_name =
-          (quant == "none" ? mode : "qlora") + (checkpointing ? "+ckpt" : "") + (graphed ? "+graph" : "");
+          (quant == "none" ? mode : quant == "nf4" ? "qlora" : "lora-fp8") + (checkpointing ? "+ckpt" : "") +
+          (graphed ? "+graph" : "");
       reset_peak_memory_stats(device);
       optim::AdamW opt(model->named_trainable_parameters(), {.lr = 1e-3, .weight_decay = 0.01});
       Tensor ids = randint(0, c.vocab_size, {B, T}, gen, {.dtype = kInt64, .device = device});
@@ -285,7 +297,7 @@ int main(int argc, char** argv) {
                                ckpt_bytes / static_cast<double>(std::max<int64_t>(1, c.num_hidden_layers));
       const double extrapolated_mib =
           extrapolate ? peak_mib + static_cast<double>(extrapolate - c.num_hidden_layers) * per_layer / kMiB : NAN;
-      std::printf("%-12s %-9s memory: 4-bit linears %.2f GiB, dense parameters %.2f GiB, workspace %.2f GiB, LoRA "
+      std::printf("%-12s %-9s memory: quantised linears %.2f GiB, dense parameters %.2f GiB, workspace %.2f GiB, LoRA "
                   "%.3f GiB (+ %.3f GiB of gradients and AdamW moments), checkpoints %.2f GiB; peak %.2f GiB, of "
                   "which %.2f GiB beyond those (activations of the recomputed layer, the loss, gradients)\n",
                   name.c_str(), mode_name.c_str(), bytes.quant / kGiB, bytes.dense / kGiB, bytes.workspace / kGiB,
@@ -330,7 +342,7 @@ int main(int argc, char** argv) {
           .num("tflop", flops.total() / 1e12, 5)
           .num("tflops", tflops, 4)
           .num("peak_mib", peak_mib, 5);
-      if (flags.boolean("qlora"))  // issue 37's rows (bench/make_results.py's QLoRA section)
+      if (flags.boolean("qlora") || flags.boolean("fp8"))  // issue 37's rows (bench/make_results.py's QLoRA section)
         real.str("quant", quant)
             .num("layers", static_cast<double>(c.num_hidden_layers))
             .num("quant_mib", bytes.quant / kMiB, 5)

@@ -310,14 +310,19 @@ int run(int argc, char** argv) {
   const nn::QuantizationConfig quantization = examples::quantization_flags(flags, dtype);
   if (full && quantization.load_in_4bit)
     throw examples::UsageError("--full trains every weight, and 4-bit weights cannot train: drop --load-in-4bit\n");
+  if (full && quantization.load_in_fp8)
+    throw examples::UsageError("--full trains every weight, and FP8 weights cannot train: drop --load-in-fp8\n");
   std::optional<gguf::TensorType> gguf_dtype;
   if (flags.str("save-gguf") != "none") gguf_dtype = examples::gguf_dtype_flag(flags, "save-gguf");
-  if (gguf_dtype && quantization.load_in_4bit)
-    throw examples::UsageError("--save-gguf with --load-in-4bit: tapegrad writes no GGUF of a 4-bit base; export the "
-                               "adapter later with export_gguf --model <base> --adapter " + out + "/adapter\n");
-  if (graph_flag == "auto" && quantization.load_in_4bit && on_gpu) {
-    graph_flag = "off";  // what auto captures has run under capture on the H200; a 4-bit base has not
-    std::printf("CUDA graph: off for a 4-bit base (not validated under capture yet; --cuda-graph on tries it)\n");
+  const char* quantised = quantization.load_in_4bit ? "a 4-bit base" : quantization.load_in_fp8 ? "an FP8 base" : nullptr;
+  if (gguf_dtype && quantised)
+    throw examples::UsageError(std::string("--save-gguf with --load-in-") +
+                               (quantization.load_in_4bit ? "4bit" : "fp8") + ": tapegrad writes no GGUF of " +
+                               quantised + "; export the adapter later with export_gguf --model <base> "
+                               "--adapter " + out + "/adapter\n");
+  if (graph_flag == "auto" && quantised && on_gpu) {
+    graph_flag = "off";  // what auto captures has run under capture on the H200; a quantised base has not
+    std::printf("CUDA graph: off for %s (not validated under capture yet; --cuda-graph on tries it)\n", quantised);
   }
   if (flags.str("data").empty() && hf_base) throw examples::UsageError("--data is needed with a Hugging Face base\n");
   for (const char* name : {"data", "val"})
@@ -352,7 +357,8 @@ int run(int argc, char** argv) {
   const std::shared_ptr<train::OutputDirLock> out_lock = main_rank ? examples::claim_out(out, overwrite, checkpoint.empty())
                                                                      : nullptr;
   if (hf_base && main_rank)
-    examples::check_memory(base_path, {.dtype = dtype, .load_in_4bit = quantization.load_in_4bit, .full = full, .lora_r = rank,
+    examples::check_memory(base_path, {.dtype = dtype, .load_in_4bit = quantization.load_in_4bit,
+                                         .load_in_fp8 = quantization.load_in_fp8, .full = full, .lora_r = rank,
                              .lora_targets = targets, .batch = batch / launch.world_size, .seq = seq,
                              .gradient_checkpointing = checkpointing},
                  on_gpu ? Device::cuda(launch.local_rank) : Device::cpu());

@@ -6,7 +6,7 @@
 // Runs with no arguments on a CPU in a couple of minutes; picks the GPU when there is one.
 // --dtype bf16: pre-training stays float32; for LoRA the Trainer casts the frozen base to bfloat16
 // and the adapters train in float32 (TrainingArguments::bf16); --qlora quantises the base to NF4
-// first. The report ends with the peak memory (host RSS, and on a GPU the device's), and each
+// first, --fp8 to FP8 (e4m3, 128x128 block scales: on a Hopper GPU its GEMMs run in FP8). The report ends with the peak memory (host RSS, and on a GPU the device's), and each
 // step after a phase's first is a replay of it captured as a CUDA graph (--cuda-graph; not with
 // --nproc). --nproc N: both phases data-parallel on N GPUs (full training,
 // then LoRA), each rank a share of every batch; rank 0 prints and writes.
@@ -87,6 +87,8 @@ int run(int argc, char** argv) {
       .add("cuda-graph", "true", "on the GPU, replay each training step as one CUDA graph after the first")
       .add("qlora", "false", "QLoRA: quantise the pre-trained base's Linear layers (all but the head) to NF4 before "
                              "LoRA")
+      .add("logging-steps", "0", "a log row every this many steps (0: a tenth of a phase)")
+      .add("fp8", "false", "quantise the pre-trained base's Linear layers (all but the head) to FP8 before LoRA")
       .add("out", "out/toy", "directory for loss logs (CSV + SVG), the base checkpoint and the adapter")
       .add("overwrite-output-dir", "false", "start afresh in an --out holding an earlier run's logs and checkpoints "
                                             "(removed first; make run passes it)");
@@ -131,6 +133,7 @@ int run(int argc, char** argv) {
   // A phase: AdamW, warmup over a tenth of the steps then cosine decay, clipping at 1.0, a log row
   // every tenth of the run; on the GPU (one process) the step replayed as a CUDA graph.
   const bool graph = flags.boolean("cuda-graph") && device.is_cuda() && !ranks.comm;
+  const int64_t logging_steps = flags.integer("logging-steps", 0);
   auto trainer_for = [&](const std::string& phase, const ByteRows& rows, int64_t steps, double lr, bool bf16) {
     train::TrainingArguments args{.output_dir = out + "/" + phase,
                                   .overwrite_output_dir = flags.boolean("overwrite-output-dir"),
@@ -138,7 +141,8 @@ int run(int argc, char** argv) {
                                   .lr_scheduler_type = "cosine", .warmup_steps = steps / 10, .max_steps = steps,
                                   .per_device_train_batch_size = batch / ranks.world,
                                   .per_device_eval_batch_size = batch / ranks.world, .bf16 = bf16,
-                                  .logging_steps = std::max<int64_t>(1, steps / 10), .save_steps = 0,
+                                  .logging_steps = logging_steps > 0 ? logging_steps : std::max<int64_t>(1, steps / 10),
+                                  .save_steps = 0,
                                   .seed = static_cast<int64_t>(seed), .use_cpu = !device.is_cuda(),
                                   .cuda_graph = graph ? "on" : "off"};
     auto trainer = std::make_unique<train::Trainer>(model, rows.train, args, rows.val);
@@ -160,6 +164,11 @@ int run(int argc, char** argv) {
     const auto layers = nn::replace_with_4bit_linear(
         *model, {.load_in_4bit = true, .quant_type = "nf4", .double_quant = true, .compute_dtype = dtype});
     std::printf("QLoRA: %zu Linear layers of the base quantised to NF4 (double quantisation)\n", layers.size());
+  }
+  if (flags.boolean("fp8")) {
+    TG_CHECK(!flags.boolean("qlora"), "toy_transformer", "--qlora and --fp8 ask for two formats of the base");
+    const auto layers = nn::replace_with_fp8_linear(*model, {.load_in_fp8 = true, .compute_dtype = dtype});
+    std::printf("FP8: %zu Linear layers of the base quantised to e4m3 (128x128 block scales)\n", layers.size());
   }
   peft::LoraConfig lora{.r = flags.integer("rank", 1), .lora_alpha = flags.number("alpha"),
                         .target_modules = flags.list("targets")};

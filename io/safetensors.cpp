@@ -32,10 +32,10 @@ struct FileDType {
 constexpr FileDType kFileDTypes[] = {
     {"F64", 8, kFloat64}, {"F32", 4, kFloat32}, {"F16", 2, kFloat32},  // F16 is widened
     {"BF16", 2, kBFloat16}, {"I64", 8, kInt64}, {"I32", 4, kInt32}, {"BOOL", 1, kBool},
-    {"U8", 1, kUInt8},
+    {"U8", 1, kUInt8}, {"F8_E4M3", 1, kUInt8},  // FP8 checkpoints' weights: their bytes (ops/fp8.h)
 };
 // Known to safetensors, but tapegrad has no such tensors.
-constexpr const char* kUnsupported[] = {"F8_E4M3", "F8_E5M2", "I8", "I16", "U16", "U32", "U64", "C64"};
+constexpr const char* kUnsupported[] = {"F8_E5M2", "I8", "I16", "U16", "U32", "U64", "C64"};
 
 const FileDType* find_dtype(const std::string& code) {
   for (const auto& d : kFileDTypes)
@@ -205,7 +205,7 @@ Header read_header(const RangeReader& read, uint64_t size, const std::string& so
       const std::string& code = dt->as_string();
       bool known = std::any_of(std::begin(kUnsupported), std::end(kUnsupported), [&](const char* c) { return code == c; });
       bad("tensor '", name, "' has ", known ? "unsupported" : "unknown", " dtype '", code,
-          "' (tapegrad reads F64, F32, F16, BF16, I64, I32, BOOL, U8)");
+          "' (tapegrad reads F64, F32, F16, BF16, I64, I32, BOOL, U8, F8_E4M3)");
     }
     TensorInfo e{name, dtype->code, dtype->dtype, {}, 0, 0};
     if (!sh->is_array()) bad("tensor '", name, "': shape is not an array");

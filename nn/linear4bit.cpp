@@ -10,9 +10,8 @@ int64_t dim_of(const QuantState4bit& q, size_t i) { return q.shape.size() == 2 ?
 }  // namespace
 
 Linear4bit::Linear4bit(QuantState4bit w, const Tensor& b, DType compute, const Tensor& ws)
-    : Linear("Linear4bit", dim_of(w, 1), dim_of(w, 0), w.packed, b),
+    : QuantizedLinear("Linear4bit", dim_of(w, 1), dim_of(w, 0), w.packed, b, compute),
       quant_state(std::move(w)),
-      compute_dtype(compute),
       workspace(ws) {
   check_quant_state(quant_state, "weight", "Linear4bit");
   TG_CHECK(quant_state.shape.size() == 2, "Linear4bit", "the quantised weight has shape ", quant_state.shape,
@@ -37,6 +36,17 @@ Tensor Linear4bit::forward(const Tensor& x) {
 }
 
 Tensor Linear4bit::dequantized_weight(DType dtype) const { return dequantize_4bit(quant_state, dtype); }
+
+std::shared_ptr<QuantizedLinear> Linear4bit::with_bias(const Tensor& b) const {
+  return std::make_shared<Linear4bit>(quant_state, b, compute_dtype, workspace);
+}
+
+std::vector<QuantizedSlot> Linear4bit::state_slots() {
+  std::vector<QuantizedSlot> slots;
+  for (auto& [name, slot] : state_buffers(quant_state)) slots.push_back({name, slot});
+  slots.push_back({"workspace", &workspace, false});
+  return slots;
+}
 
 std::string Linear4bit::extra_repr() const {
   return Linear::extra_repr() + ", quant_type=" + quant_state.quant_type +

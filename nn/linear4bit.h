@@ -9,27 +9,27 @@
 #include <utility>
 #include <vector>
 
-#include "nn/linear.h"
+#include "nn/quantized_linear.h"
 #include "ops/nf4.h"
 
 namespace tg::nn {
 
-class Linear4bit : public Linear {
+class Linear4bit : public QuantizedLinear {
  public:
   // Holds `weight` (checked by check_quant_state, [out, in]) and `bias` (kept as given).
   Linear4bit(QuantState4bit weight, const Tensor& bias, DType compute_dtype, const Tensor& workspace = {});
   // x (any floating dtype) is cast to the compute dtype, the output back to x's dtype, as in
   // bitsandbytes.
   Tensor forward(const Tensor& x) override;
-  std::optional<LinearSpec> spec() const override { return std::nullopt; }
-  // The weight dequantised to `dtype` ([out, in], a new tensor; no autograd).
-  Tensor dequantized_weight(DType dtype) const;
+  Tensor dequantized_weight(DType dtype) const override;
+  std::shared_ptr<QuantizedLinear> with_bias(const Tensor& bias) const override;
+  std::vector<QuantizedSlot> state_slots() override;
+  const char* format() const override { return "4-bit"; }
 
   // q's tensors by their buffer names above ("absmax", ...; LoRA on a 4-bit base registers them too).
   static std::vector<std::pair<const char*, Tensor*>> state_buffers(QuantState4bit& q);
 
   QuantState4bit quant_state;
-  DType compute_dtype;
   Tensor workspace;  // undefined: forward allocates its own
 
  protected:

@@ -60,11 +60,14 @@ std::string with_commas(int64_t v) {
   return v < 0 ? "-" + out : out;
 }
 
-// The model's parameter count as peft prints it: a packed 4-bit weight (uint8, two values a byte)
+// The model's parameter count as peft prints it: a quantised weight (4-bit: two values a byte)
 // counts its values, not its bytes.
 int64_t weight_count(const nn::Module& model) {
   int64_t n = 0;
-  for (const auto& [name, t] : model.named_parameters()) n += t.numel() * (t.dtype() == kUInt8 ? 2 : 1);
+  for (const auto& [name, t] : model.named_parameters()) n += t.numel();
+  for (const auto& [path, m] : const_cast<nn::Module&>(model).named_modules())  // no const overload; reads only
+    if (const auto* l = dynamic_cast<const nn::Linear*>(m); l && l->weight.dtype() == kUInt8)  // quantised, LoRA or not
+      n += l->in_features * l->out_features - l->weight.numel();
   return n;
 }
 
@@ -110,11 +113,10 @@ LoRALinear::LoRALinear(const nn::Linear& base, int64_t rank, double alpha, doubl
   TG_CHECK(rank > 0, "LoRALinear", "r must be positive, got ", rank);
   weight.requires_grad_(false);
   if (bias.defined()) bias.requires_grad_(false);
-  if (const auto* q = dynamic_cast<const nn::Linear4bit*>(&base)) {
-    quantized_base = std::make_shared<nn::Linear4bit>(q->quant_state, bias, q->compute_dtype, q->workspace);
-    for (auto& [name, slot] : nn::Linear4bit::state_buffers(quantized_base->quant_state))
-      register_buffer(name, *slot, true, /*keeps_dtype=*/true);
-    register_buffer("workspace", quantized_base->workspace, /*persistent=*/false, /*keeps_dtype=*/true);
+  if (const auto* q = dynamic_cast<const nn::QuantizedLinear*>(&base)) {
+    quantized_base = q->with_bias(bias);
+    for (const nn::QuantizedSlot& s : quantized_base->state_slots())
+      register_buffer(s.name, *s.slot, s.persistent, /*keeps_dtype=*/true);
   }
   const DType layer_dtype = quantized_base ? quantized_base->compute_dtype : weight.dtype();
   // nn::Linear's own init is peft's for A: kaiming_uniform(a = sqrt(5)) = U(-1/sqrt(in), 1/sqrt(in)).
@@ -162,8 +164,9 @@ Tensor LoRALinear::delta_weight() const {
 void LoRALinear::merge() {
   TG_CHECK(!merged_, "LoRALinear::merge", "the adapter is already merged");
   TG_CHECK(enabled_, "LoRALinear::merge", "the adapter is disabled (peft::disable_adapter): merge it after the guard");
-  TG_CHECK(!quantized_base, "LoRALinear::merge", "the base weight is 4-bit quantised (Linear4bit); merging into "
-           "it is not supported (peft::merge_and_unload dequantises it and returns a dense layer)");
+  TG_CHECK(!quantized_base, "LoRALinear::merge", "the base weight is ", quantized_base ? quantized_base->format() : "",
+           " quantised (", quantized_base ? quantized_base->type_name() : "", "); merging into it is not supported "
+           "(peft::merge_and_unload dequantises it and returns a dense layer)");
   NoGradGuard g;
   Tensor delta = delta_weight();
   copy_(weight, add(tg::to(weight, delta.dtype()), delta));
@@ -364,10 +367,11 @@ void unmerge(nn::Module& model) {
 void merge_and_unload(nn::Module& model) {
   // As peft warns for a 4-bit base: the merged weight is the dequantised base plus the adapter, rounded.
   bool told = false;
-  auto tell = [&](DType dtype) {
+  auto tell = [&](const nn::QuantizedLinear& q) {
     if (!told)
-      std::cerr << "merge_and_unload: the 4-bit base is dequantised to " << dtype << " (the adapters merged there): "
-                << "its layers are dense " << dtype << " Linear layers, within that rounding of base + adapter\n";
+      std::cerr << "merge_and_unload: the " << q.format() << " base is dequantised to " << q.compute_dtype
+                << " (the adapters merged there): its layers are dense " << q.compute_dtype
+                << " Linear layers, within that rounding of base + adapter\n";
     told = true;
   };
   NoGradGuard g;
@@ -375,7 +379,7 @@ void merge_and_unload(nn::Module& model) {
     std::shared_ptr<nn::Linear> plain;
     if (l->quantized_base) {
       const DType dtype = l->quantized_base->compute_dtype;
-      tell(dtype);
+      tell(*l->quantized_base);
       const Tensor delta = l->delta_weight();
       const Tensor base = tg::to(l->quantized_base->dequantized_weight(dtype), delta.dtype());
       plain = std::make_shared<nn::Linear>(tg::to(add(base, delta), dtype), l->bias);
@@ -391,10 +395,10 @@ void merge_and_unload(nn::Module& model) {
     auto plain = std::make_shared<nn::MoeExperts>("MoeExperts", *l);
     model.replace_module(path, plain);  // l is destroyed here
   }
-  // The 4-bit layers without an adapter too: the model comes back dense.
+  // The quantised layers without an adapter too: the model comes back dense.
   for (auto& [path, m] : model.named_modules())
-    if (auto* q = dynamic_cast<nn::Linear4bit*>(m)) {
-      tell(q->compute_dtype);
+    if (auto* q = dynamic_cast<nn::QuantizedLinear*>(m)) {
+      tell(*q);
       auto plain = std::make_shared<nn::Linear>(q->dequantized_weight(q->compute_dtype), q->bias);
       plain->train(q->is_training());
       model.replace_module(path, plain);

@@ -20,7 +20,7 @@
 #include "io/json.h"
 #include "nn/dropout.h"
 #include "nn/linear.h"
-#include "nn/linear4bit.h"
+#include "nn/quantized_linear.h"
 #include "peft/lora_experts.h"
 
 namespace tg::peft {
@@ -90,9 +90,9 @@ class LoRALinear : public nn::Linear {
   std::shared_ptr<nn::Linear> lora_A;  // weight [r, in]
   std::shared_ptr<nn::Linear> lora_B;  // weight [out, r]
   std::shared_ptr<nn::Dropout> lora_dropout;
-  // The 4-bit base (QLoRA: nn::Linear4bit wrapped), sharing weight and bias; null for a dense one.
-  // forward is then base(x) + scaling * B(A(dropout(x))); merge refuses.
-  std::shared_ptr<nn::Linear4bit> quantized_base;
+  // The quantised base (QLoRA's nn::Linear4bit, nn::LinearFp8), sharing weight and bias; null for a
+  // dense one. forward is then base(x) + scaling * B(A(dropout(x))); merge refuses.
+  std::shared_ptr<nn::QuantizedLinear> quantized_base;
 
  protected:
   std::string extra_repr() const override;
@@ -133,9 +133,9 @@ bool has_lora(nn::Module& model);
 void merge(nn::Module& model);
 void unmerge(nn::Module& model);
 // Merges and replaces every LoRALinear by a plain Linear holding the merged weight (peft's
-// merge_and_unload), every LoRAExperts by the plain experts holding theirs. The weights' requires_grad is left as it was (frozen). A 4-bit base (QLoRA)
-// comes back dense: each weight dequantised to its layer's compute dtype (the adapter added in
-// its own dtype and the sum rounded once), nn::Linear4bit layers without an adapter too, said
+// merge_and_unload), every LoRAExperts by the plain experts holding theirs. The weights' requires_grad is left as it was (frozen). A quantised base (4-bit,
+// FP8) comes back dense: each weight dequantised to its layer's compute dtype (the adapter added in
+// its own dtype and the sum rounded once), nn::QuantizedLinear layers without an adapter too, said
 // once on stderr.
 void merge_and_unload(nn::Module& model);
 

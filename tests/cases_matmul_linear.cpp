@@ -1,11 +1,12 @@
 // Op cases: matmul (2-D, batched, broadcast, vectors, transposed operands), linear, lora_linear,
-// linear_group and linear_4bit.
+// linear_group, linear_4bit and linear_fp8.
 #include <cmath>
 #include <vector>
 
 #include "core/factory.h"
 #include "ops/binary.h"
 #include "ops/cast.h"
+#include "ops/fp8.h"
 #include "ops/linear.h"
 #include "ops/lora_linear.h"
 #include "ops/matmul.h"
@@ -37,6 +38,14 @@ TG_OP_CASES({
        for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(std::sin(0.7 * static_cast<double>(i)));
        const QuantState4bit q = quantize_4bit(to(from_vector(w, {5, 9}), x[0].device()), "nf4", true, 32);
        return linear_4bit(x[0], q, x[1]);
+     }},
+    // x and bias; the FP8 weight [5, 130] (two 128x128 blocks, the second partial) is a constant
+    // quantised on x's device, dequantised in x's dtype
+    {"linear_fp8", {S{{2, 3, 130}, S::Normal, 0, true, true}, S{{5}}},
+     [](const Inputs& x) {
+       std::vector<float> w(5 * 130);
+       for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(std::cos(0.3 * static_cast<double>(i)));
+       return linear_fp8(x[0], quantize_fp8(to(from_vector(w, {5, 130}), x[0].device())), x[1]);
      }},
     {"linear_strided_x", {S{{6, 9}, S::Normal, 0, true, true}, S{{5, 9}}, S{{5}}},
      [](const Inputs& x) { return linear(x[0], x[1], x[2]); }},

@@ -209,6 +209,27 @@ TEST_P(LoraFinetuneHf, LoadIn4bitTrainsOnAFourBitBaseAndMergesDense) {
   EXPECT_NE(log.find("drop --load-in-4bit"), std::string::npos) << log;
 }
 
+// --load-in-fp8 trains LoRA on an FP8 base (loss falls) and --merge dequantises it, saying so.
+TEST(LoraFinetune, LoadInFp8TrainsOnAnFp8BaseAndMergesDense) {
+  const fs::path base = fixtures() / "tiny_llama";
+  TempDir dir;
+  const std::string data = write_task(dir), out = dir / "out";
+  std::string log;
+  ASSERT_EQ(finetune("--base " + base.string() + " --data " + data + attention_targets("tiny_llama") +
+                     "--load-in-fp8 --steps 40 --warmup 2 --log-every 1 --batch 4 --seq 48 --lr 1e-2 --eval-every 0 "
+                     "--sample-tokens 0 --threads 2 --merge --out " + out,
+                     dir, &log), 0) << log;
+  EXPECT_NE(log.find("merge_and_unload: the FP8 base is dequantised to float32"), std::string::npos) << log;
+  std::vector<double> train;
+  for (const auto& r : losses(out + "/log.csv"))
+    if (r.split == "train") train.push_back(r.loss);
+  ASSERT_EQ(train.size(), 40u);
+  double first = 0, last = 0;
+  for (int i = 0; i < 5; ++i) first += train[i] / 5, last += train[train.size() - 1 - i] / 5;
+  EXPECT_LT(last, first - 0.15) << "the training loss did not fall";
+  EXPECT_EQ(tg::json::parse(read(out + "/merged/config.json")).find("quantization_config"), nullptr);
+}
+
 INSTANTIATE_TEST_SUITE_P(Folders, LoraFinetuneHf, ::testing::Values("tiny_llama", "tiny_gpt2"));
 
 // Issue 34 end to end with real tokenizers: random tiny models of every decoder family (Llama 3,
@@ -585,6 +606,9 @@ TEST(LoraFinetune, FilesAndFlagsAreCheckedBeforeTheModelLoads) {
   refused(b + "--data " + data + " --lr-scheduler cosine_with_restarts", {"--lr-scheduler wants linear, cosine"});
   refused(b + "--data " + data + " --save-gguf q4_k", {"--save-gguf wants f32, f16, bf16 or q8_0, got 'q4_k'"});
   refused(b + "--data " + data + " --save-gguf f16 --load-in-4bit", {"no GGUF of a 4-bit base", "export_gguf"});
+  refused(b + "--data " + data + " --save-gguf f16 --load-in-fp8", {"no GGUF of an FP8 base", "export_gguf"});
+  refused(b + "--data " + data + " --load-in-4bit --load-in-fp8", {"--load-in-4bit and --load-in-fp8", "pick one"});
+  refused(b + "--data " + data + " --full --load-in-fp8", {"FP8 weights cannot train", "drop --load-in-fp8"});
   EXPECT_EQ(log.find("error: stoll"), std::string::npos) << log;
 }
 

@@ -293,7 +293,7 @@ Tensor ids_2x6() { return from_vector<int64_t>({1, 5, 2, 12, 0, 7, 3, 3, 9, 4, 1
 void load_dequantised(nn::Module& dense, nn::Module& quantised) {
   NoGradGuard g;
   for (auto& [path, m] : quantised.named_modules()) {
-    const nn::Linear4bit* q = dynamic_cast<nn::Linear4bit*>(m);
+    const nn::QuantizedLinear* q = dynamic_cast<nn::Linear4bit*>(m);
     if (const auto* l = dynamic_cast<peft::LoRALinear*>(m); l && l->quantized_base) q = l->quantized_base.get();
     if (!q) continue;
     copy_(dense.get_parameter(path + ".weight"), q->dequantized_weight(kFloat32));

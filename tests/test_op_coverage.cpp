@@ -46,6 +46,10 @@ const std::map<std::string, std::string> kExempt = {
     // them against the reference fixture, CPU and GPU; the linear_4bit case runs them).
     {"quantize_4bit", "no gradient"}, {"dequantize_4bit", "no gradient"}, {"dequantize_4bit_", "no gradient"},
     {"check_quant_state", "no gradient"}, {"dynamic_map_8bit", "no gradient"},
+    // FP8 weights and activation tiles: bytes and multipliers (test_fp8.cpp checks them against a
+    // float reference, CPU and GPU; the linear_fp8 case runs them).
+    {"quantize_fp8", "no gradient"}, {"dequantize_fp8", "no gradient"}, {"dequantize_fp8_", "no gradient"},
+    {"check_fp8_weight", "no gradient"}, {"quantize_fp8_activation", "no gradient"},
 };
 
 std::string op_of(const std::string& case_name, const std::vector<std::string>& functions) {

@@ -52,7 +52,9 @@ MemoryEstimate estimate_training_memory(const std::string& folder, const MemoryE
     for (int64_t d : t.shape) n *= d;
     const bool linear = t.shape.size() == 2 && t.name.ends_with(".weight") && !is_embedding(t.name);
     // NF4: half a byte a value, plus a block's scale (64 values, double quantised: about a byte).
-    e.weights += static_cast<int64_t>(static_cast<double>(n) * (o.load_in_4bit && linear ? 0.52 : dtype_bytes));
+    // FP8: a byte a value (a 128x128 block's float32 scale is 1/4096 byte a value).
+    const double bytes = !linear ? dtype_bytes : o.load_in_4bit ? 0.52 : o.load_in_fp8 ? 1.0 : dtype_bytes;
+    e.weights += static_cast<int64_t>(static_cast<double>(n) * bytes);
     if (o.full) {
       e.training += static_cast<int64_t>(static_cast<double>(n) * dtype_bytes) + n * 8;  // gradient, two moments
     } else if (linear && targeted(t.name, o.lora_targets)) {

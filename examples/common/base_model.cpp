@@ -49,6 +49,7 @@ BaseModel load_base(const std::string& base, const std::string& toy_config, cons
   tg::nn::load_state_dict_file(*model, base);
   model->to(options.dtype.value_or(tg::kFloat32), options.device);
   if (options.quantization.load_in_4bit) tg::nn::replace_with_4bit_linear(*model, options.quantization);
+  if (options.quantization.load_in_fp8) tg::nn::replace_with_fp8_linear(*model, options.quantization);
   out.model = model;
   out.architecture = "LlamaForCausalLM";
   out.context = model->config.max_position_embeddings;

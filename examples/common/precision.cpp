@@ -59,14 +59,18 @@ void add_quantization_flags(Flags& flags) {
   flags.add("load-in-4bit", "false", "QLoRA: the frozen base's Linear layers (all but the head) in 4 bits, "
                                      "quantised as the model loads; LoRA trains on top")
       .add("bnb-4bit-quant-type", "nf4", "with --load-in-4bit: nf4 | fp4")
-      .add("bnb-4bit-use-double-quant", "true", "with --load-in-4bit: quantise the blocks' scales too (8-bit)");
+      .add("bnb-4bit-use-double-quant", "true", "with --load-in-4bit: quantise the blocks' scales too (8-bit)")
+      .add("load-in-fp8", "false", "the frozen base's Linear layers (all but the head) in FP8 (e4m3, 128x128 block "
+                                   "scales), quantised as the model loads; on a Hopper GPU their GEMMs run in FP8");
 }
 
 tg::nn::QuantizationConfig quantization_flags(const Flags& flags, tg::DType dtype) {
   const std::string type = flags.str("bnb-4bit-quant-type");
   if (type != "nf4" && type != "fp4")
     throw UsageError("--bnb-4bit-quant-type wants nf4 or fp4, got '" + type + "'\n");
-  return {.load_in_4bit = flags.boolean("load-in-4bit"), .quant_type = type,
+  if (flags.boolean("load-in-4bit") && flags.boolean("load-in-fp8"))
+    throw UsageError("--load-in-4bit and --load-in-fp8 ask for two formats of the frozen weights: pick one\n");
+  return {.load_in_4bit = flags.boolean("load-in-4bit"), .load_in_fp8 = flags.boolean("load-in-fp8"), .quant_type = type,
           .double_quant = flags.boolean("bnb-4bit-use-double-quant"), .compute_dtype = dtype};
 }
 

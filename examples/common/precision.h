@@ -35,10 +35,10 @@ tg::gguf::TensorType gguf_dtype_flag(const Flags& flags, const std::string& name
 tg::Device device_flag(const Flags& flags);
 
 // QLoRA's flags, with transformers' BitsAndBytesConfig names: --load-in-4bit,
-// --bnb-4bit-quant-type nf4 | fp4, --bnb-4bit-use-double-quant.
+// --bnb-4bit-quant-type nf4 | fp4, --bnb-4bit-use-double-quant; and --load-in-fp8.
 void add_quantization_flags(Flags& flags);
-// The QuantizationConfig they ask for, computing in `dtype` (load_in_4bit false without
-// --load-in-4bit); UsageError for a bad value.
+// The QuantizationConfig they ask for, computing in `dtype` (load_in_4bit / load_in_fp8 false
+// without their flag); UsageError for a bad value or both formats.
 tg::nn::QuantizationConfig quantization_flags(const Flags& flags, tg::DType dtype);
 
 // "peak memory: host 0.52 GiB (RSS), GPU 1.23 GiB (allocated), 1.50 GiB (reserved)": the process's

@@ -21,8 +21,10 @@
 #include "io/safetensors.h"
 #include "nn/init.h"
 #include "nn/linear4bit.h"
+#include "nn/linear_fp8.h"
 #include "nn/models/config_fields.h"
 #include "nn/models/detail/bnb_4bit.h"
+#include "nn/models/detail/fp8_checkpoint.h"
 #include "nn/models/detail/checkpoint_layout.h"
 #include "nn/models/detail/mxfp4.h"
 #include "nn/models/quantization.h"
@@ -172,24 +174,32 @@ struct FourBit {
   bool prequantized = false;
   QuantizationConfig config;  // the format, and the compute dtype of the Linear4bit layers
   bool mxfp4 = false;  // gpt-oss's expert weights as MXFP4 blocks and scales, dequantised as they stream
+  bool fp8 = false;    // prequantized: an FP8 checkpoint (nn/models/detail/fp8_checkpoint.h), not bitsandbytes'
 };
 
 FourBit four_bit(const Fields& f, const PretrainedOptions& o) {
   FourBit four;
   const QuantizationConfig& asked = o.quantization;
-  if (asked.load_in_4bit) {
+  if (asked.load_in_4bit || asked.load_in_fp8) {
     asked.validate("from_pretrained");
-    TG_CHECK(*o.dtype == kFloat32 || *o.dtype == kBFloat16, "from_pretrained", "quantising to 4 bits wants the "
-             "weights as float32 or bfloat16 first (options.dtype), got ", *o.dtype);
+    TG_CHECK(*o.dtype == kFloat32 || *o.dtype == kBFloat16, "from_pretrained", "quantising to ",
+             asked.load_in_fp8 ? "FP8" : "4 bits", " wants the weights as float32 or bfloat16 first (options.dtype), "
+             "got ", *o.dtype);
   }
   const json::Value* q = f.get("quantization_config");
   const json::Value* method = q && q->is_object() ? q->find("quant_method") : nullptr;
   four.mxfp4 = method && method->is_string() && method->as_string() == "mxfp4";  // the family's parse accepted it
   if (q && !four.mxfp4) {
     four.prequantized = four.on = true;
-    four.config = bnb::parse_quantization_config(Fields(*q, f.source() + " quantization_config"), *o.dtype);
-    if (asked.load_in_4bit) four.config.compute_dtype = asked.compute_dtype;  // the folder keeps its format
-  } else if (asked.load_in_4bit) {
+    four.fp8 = method && method->is_string() && method->as_string() == "fp8";
+    const Fields fields(*q, f.source() + " quantization_config");
+    TG_CHECK(!(four.fp8 ? asked.load_in_4bit : asked.load_in_fp8), "from_pretrained", "'", f.source(), "' holds ",
+             four.fp8 ? "FP8" : "4-bit", " weights (its quantization_config), which load as they are: drop ",
+             four.fp8 ? "load_in_4bit" : "load_in_fp8");
+    four.config = four.fp8 ? fp8_checkpoint::parse_quantization_config(fields, *o.dtype)
+                           : bnb::parse_quantization_config(fields, *o.dtype);
+    if (asked.load_in_4bit || asked.load_in_fp8) four.config.compute_dtype = asked.compute_dtype;  // the folder keeps its format
+  } else if (asked.load_in_4bit || asked.load_in_fp8) {
     four.on = true;
     four.config = asked;
   }
@@ -266,6 +276,37 @@ std::set<std::string> install_4bit_shells(Module& model, const Architecture& arc
   return names;
 }
 
+// FP8 checkpoint: an empty nn::LinearFp8 (filled by the reads that follow) in place of every layer
+// whose weight the files hold with a weight_scale_inv, each pair's dtypes and shapes checked first
+// (then read as they are stored: the e4m3 bytes into the uint8 weight).
+void install_fp8_shells(Module& model, const Architecture& arch, std::vector<WeightFile>& files,
+                                         const FourBit& four, const PretrainedOptions& o,
+                                         std::vector<std::string>& unexpected) {
+  const StateDict own = model.state_dict();
+  std::map<std::string, std::pair<const safetensors::TensorInfo*, std::string>> by_key;  // the info and its file
+  for (WeightFile& f : files)
+    for (const safetensors::TensorInfo& t : f.reader->header().tensors) by_key[t.name] = {&t, f.reader->path()};
+  for (const auto& [key, entry] : by_key) {
+    if (!key.ends_with(fp8_checkpoint::kScaleSuffix)) continue;
+    const std::string weight_key = key.substr(0, key.size() - std::string("_scale_inv").size());
+    const std::string weight = own_name(own, weight_key, "", arch);
+    auto it = own.find(weight);
+    if (it == own.end() || !init::is_unallocated(it->second)) {
+      unexpected.push_back(key + " (no Linear '" + layer_of(weight) + "' to hold in FP8)");
+      continue;
+    }
+    auto w = by_key.find(weight_key);
+    TG_CHECK(w != by_key.end(), "from_pretrained", "'", entry.second, "' holds '", key, "' but no file holds '",
+             weight_key, "'");
+    const Shape& shape = it->second.shape();
+    fp8_checkpoint::check_layer(w->second.second, weight_key, w->second.first->code, w->second.first->shape,
+                                entry.first->code, entry.first->shape, shape);
+    Fp8Weight shell{Tensor::empty(shape, {kUInt8, o.device}), Tensor::empty(entry.first->shape, {kFloat32, o.device}),
+                    Fp8Scaling::Block128};
+    install_linear_fp8(model, layer_of(weight), std::move(shell), four.config.compute_dtype);
+  }
+}
+
 // What config.json's quantization_config says against what the files hold, before anything is
 // read: bitsandbytes' 4-bit state without a quantization_config, and with one, a Linear the files
 // hold dense that its llm_int8_skip_modules does not leave dense (a dense folder under a stray
@@ -291,14 +332,17 @@ void check_4bit_layout(Module& model, const Architecture& arch, const std::vecto
     const std::string weight = path + ".weight";  // the file's key, with or without the base prefix
     const std::string key = file_of.count(weight) || !weight.starts_with(arch.base_prefix)
                                 ? weight : weight.substr(arch.base_prefix.size());
-    if (file_of.count(key) && !file_of.count(key + ".quant_state.bitsandbytes__nf4") &&
-        !file_of.count(key + ".quant_state.bitsandbytes__fp4"))
-      dense.push_back("'" + key + "' in '" + file_of.at(key) + "'");
+    const bool quantised = four.fp8 ? file_of.count(key + "_scale_inv") > 0
+                                    : file_of.count(key + ".quant_state.bitsandbytes__nf4") ||
+                                          file_of.count(key + ".quant_state.bitsandbytes__fp4");
+    if (file_of.count(key) && !quantised) dense.push_back("'" + key + "' in '" + file_of.at(key) + "'");
   }
+  const char* skip = four.fp8 ? "modules_to_not_convert" : "llm_int8_skip_modules";
   TG_CHECK(dense.empty(), "from_pretrained", dir.path_of(kConfig), "'s quantization_config stores every Linear but ",
-           "llm_int8_skip_modules (", name_list(four.config.skip_modules), ") in 4 bits, but the files hold ",
-           dense.size(), " of them dense, without a quant_state: ", name_list(dense),
-           " (drop quantization_config from config.json, or list the dense layers in llm_int8_skip_modules)");
+           skip, " (", name_list(four.config.skip_modules), ") in ", four.fp8 ? "FP8" : "4 bits",
+           ", but the files hold ", dense.size(), " of them dense, without a ",
+           four.fp8 ? "weight_scale_inv" : "quant_state", ": ", name_list(dense),
+           " (drop quantization_config from config.json, or list the dense layers in ", skip, ")");
 }
 
 // Reads every weight file into the model's parameters (any dtype and device), checking that the
@@ -325,7 +369,8 @@ void load_weights(Module& model, const Architecture& arch, const io::Folder& dir
   std::set<std::string> quantize;                // layers quantised as their weight streams in
   std::vector<std::string> quantize_after;       // ... and those whose weight is another's (a tied head)
   check_4bit_layout(model, arch, files, four, dir);
-  if (four.prequantized) state_names = install_4bit_shells(model, arch, files, four, o, consumed, unexpected);
+  if (four.prequantized && four.fp8) install_fp8_shells(model, arch, files, four, o, unexpected);
+  else if (four.prequantized) state_names = install_4bit_shells(model, arch, files, four, o, consumed, unexpected);
   if (four.on && !four.prequantized)
     for (const std::string& layer : linear_4bit_targets(model, four.config, "from_pretrained")) {
       if (init::is_unallocated(model.get_parameter(layer + ".weight"))) quantize.insert(layer);
@@ -371,7 +416,7 @@ void load_weights(Module& model, const Architecture& arch, const io::Folder& dir
       }
       const std::optional<detail::CheckpointPart> part = detail::model_part(arch.checkpoint_layout, key);
       const std::string name =
-          own_name(own, part ? part->name : four.prequantized ? bnb::tapegrad_name(key) : key, tied, arch);
+          own_name(own, part ? part->name : four.prequantized && !four.fp8 ? bnb::tapegrad_name(key) : key, tied, arch);
       if (name == tied) continue;
       auto it = own.find(name);
       if (it == own.end()) {
@@ -441,10 +486,16 @@ void load_weights(Module& model, const Architecture& arch, const io::Folder& dir
   int64_t largest = largest_dense;
   for (const std::string& layer : quantize_after) largest = std::max(largest, own.at(layer + ".weight").numel());
   const Tensor staging = largest_dense ? Tensor::empty({largest_dense}, {*o.dtype, o.device}) : Tensor();
-  const Tensor workspace = largest ? Tensor::empty({largest}, {four.config.compute_dtype, o.device}) : Tensor();
-  auto quantized = [&](const std::string& key, const Tensor& w) {
+  const Tensor workspace = largest && !four.config.load_in_fp8
+                               ? Tensor::empty({largest}, {four.config.compute_dtype, o.device}) : Tensor();
+  // The layer's weight `w` (file key `key`) quantised into the layer that replaces it.
+  auto install = [&](const std::string& layer, const std::string& key, const Tensor& w) {
+    const DType compute = four.config.compute_dtype;
     try {
-      return quantize_4bit(w, four.config.quant_type, four.config.double_quant, four.config.blocksize);
+      if (four.config.load_in_fp8) return install_linear_fp8(model, layer, quantize_fp8(w, four.config.fp8_scaling), compute);
+      install_linear_4bit(model, layer,
+                          quantize_4bit(w, four.config.quant_type, four.config.double_quant, four.config.blocksize),
+                          compute, workspace);
     } catch (const Error& e) {
       fail("from_pretrained", "'", dir.path(), "': '", key, "': ", e.what());
     }
@@ -486,16 +537,17 @@ void load_weights(Module& model, const Architecture& arch, const io::Folder& dir
       const Shape& shape = own.at(r.layer + ".weight").shape();
       const Tensor w = staging.as_strided(shape, contiguous_strides(shape), 0);
       f.reader->read(*r.tensor, r.conv1d ? transpose(w, 0, 1) : w, told, via);
-      install_linear_4bit(model, r.layer, quantized(r.tensor->name, w), four.config.compute_dtype, workspace);
+      install(r.layer, r.tensor->name, w);
     }
     f.reader.reset();  // its staging buffer and file with it
   }
-  for (const std::string& layer : quantize_after)
-    install_linear_4bit(model, layer, quantized(layer + ".weight", own.at(layer + ".weight")),
-                        four.config.compute_dtype, workspace);
+  for (const std::string& layer : quantize_after) install(layer, layer + ".weight", own.at(layer + ".weight"));
   if (four.prequantized)
-    for (auto& [path, m] : model.named_modules())
+    for (auto& [path, m] : model.named_modules()) {
       if (auto* q = dynamic_cast<Linear4bit*>(m)) check_quant_state(q->quant_state, path + ".weight", "from_pretrained");
+      if (auto* q = dynamic_cast<LinearFp8*>(m))
+        fp8_checkpoint::check_scales(q->fp8.scale_inv, path + ".weight_scale_inv", dir.path());
+    }
 }
 
 // config.json's dtype (torch_dtype before transformers 5), as from_pretrained's "auto" reads it.
@@ -579,6 +631,8 @@ std::optional<QuantizationConfig> quantized_layers(const Module& model, safetens
   std::optional<QuantizationConfig> config;
   std::vector<std::string> dense;
   for (auto& [path, m] : const_cast<Module&>(model).named_modules()) {
+    TG_CHECK(!dynamic_cast<const LinearFp8*>(m), "save_pretrained", "'", path, "' is an FP8 layer (LinearFp8): writing "
+             "an FP8 base is not implemented; save the adapter (peft's), or merge_and_unload to a dense model first");
     const auto* q = dynamic_cast<const Linear4bit*>(m);
     if (!q) {
       if (const auto* l = dynamic_cast<const Linear*>(m); l && l->is_plain() && !path.empty()) dense.push_back(path);

@@ -34,7 +34,8 @@ struct PretrainedOptions {
   // Linear but skip_modules becomes an nn::Linear4bit, each weight quantised on `device` as it
   // streams from the folder (converted to `dtype`, float32 or bfloat16, first), so the model is
   // never whole in `dtype` anywhere: beyond the 4-bit model, one layer's weight is held at a time.
-  // The result is bitwise replace_with_4bit_linear's on the model loaded in `dtype`.
+  // The result is bitwise replace_with_4bit_linear's on the model loaded in `dtype`. With
+  // load_in_fp8 the same, into nn::LinearFp8 layers (replace_with_fp8_linear's).
   QuantizationConfig quantization = {};
 };
 

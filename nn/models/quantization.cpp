@@ -6,6 +6,7 @@
 #include <typeinfo>
 
 #include "nn/linear4bit.h"
+#include "nn/linear_fp8.h"
 
 namespace tg::nn {
 namespace {
@@ -17,10 +18,24 @@ bool skipped(const std::string& path, const std::vector<std::string>& names) {
   return false;
 }
 
+// Replaces the Linear at `path` by make(its bias): a quantised layer, in the Linear's mode, its bias frozen.
+template <class Make>
+void install_quantized(Module& model, const std::string& path, const char* op, Make make) {
+  auto base = std::dynamic_pointer_cast<Linear>(model.get_submodule(path));
+  TG_CHECK(base, op, "'", path, "' is not a Linear");
+  auto layer = make(base->bias);
+  layer->train(base->is_training());
+  if (layer->bias.defined()) layer->bias.requires_grad_(false);
+  model.replace_module(path, layer);
+}
+
 }  // namespace
 
 void QuantizationConfig::validate(const char* op) const {
-  TG_CHECK(load_in_4bit, op, "the QuantizationConfig has load_in_4bit = false (nothing to do)");
+  TG_CHECK(load_in_4bit || load_in_fp8, op, "the QuantizationConfig has load_in_4bit and load_in_fp8 false (nothing "
+           "to do)");
+  TG_CHECK(!(load_in_4bit && load_in_fp8), op, "the QuantizationConfig has both load_in_4bit and load_in_fp8: one "
+           "format, please");
   TG_CHECK(quant_type == "nf4" || quant_type == "fp4", op, "quant_type '", quant_type, "', wants nf4 or fp4");
   TG_CHECK(compute_dtype == kFloat32 || compute_dtype == kBFloat16, op, "compute_dtype ", compute_dtype,
            ", wants float32 or bfloat16");
@@ -36,8 +51,8 @@ std::vector<std::string> linear_4bit_targets(Module& model, const QuantizationCo
     auto* linear = dynamic_cast<Linear*>(m);
     if (!linear || path.empty() || skipped(path, config.skip_modules)) continue;
     TG_CHECK(typeid(*linear) == typeid(Linear), op, "'", path, "' is a ", m->type_name(),
-             typeid(*linear) == typeid(Linear4bit) ? " (already quantised)"
-                                                   : " (quantise the base model before apply_lora)");
+             dynamic_cast<QuantizedLinear*>(linear) ? " (already quantised)"
+                                                    : " (quantise the base model before apply_lora)");
     TG_CHECK(linear->weight.dtype() == kFloat32 || linear->weight.dtype() == kBFloat16, op, "'", path,
              ".weight' has dtype ", linear->weight.dtype(), ", wants float32 or bfloat16");
     paths.push_back(path);
@@ -48,16 +63,14 @@ std::vector<std::string> linear_4bit_targets(Module& model, const QuantizationCo
 
 void install_linear_4bit(Module& model, const std::string& path, QuantState4bit weight, DType compute_dtype,
                          const Tensor& workspace) {
-  auto base = std::dynamic_pointer_cast<Linear>(model.get_submodule(path));
-  TG_CHECK(base, "install_linear_4bit", "'", path, "' is not a Linear");
-  auto layer = std::make_shared<Linear4bit>(std::move(weight), base->bias, compute_dtype, workspace);
-  layer->train(base->is_training());
-  if (layer->bias.defined()) layer->bias.requires_grad_(false);
-  model.replace_module(path, layer);
+  install_quantized(model, path, "install_linear_4bit", [&](const Tensor& bias) {
+    return std::make_shared<Linear4bit>(std::move(weight), bias, compute_dtype, workspace);
+  });
 }
 
 std::vector<std::string> replace_with_4bit_linear(Module& model, const QuantizationConfig& config) {
   const char* op = "replace_with_4bit_linear";
+  TG_CHECK(config.load_in_4bit, op, "the QuantizationConfig has load_in_4bit = false");
   const std::vector<std::string> paths = linear_4bit_targets(model, config, op);
   std::map<std::string, Tensor> workspaces;  // per device, of the largest layer's size
   {
@@ -84,6 +97,29 @@ std::vector<std::string> replace_with_4bit_linear(Module& model, const Quantizat
     const Tensor& workspace = workspaces.at(states[i].device().str());
     install_linear_4bit(model, paths[i], std::move(states[i]), config.compute_dtype, workspace);
   }
+  return paths;
+}
+
+void install_linear_fp8(Module& model, const std::string& path, Fp8Weight weight, DType compute_dtype) {
+  install_quantized(model, path, "install_linear_fp8", [&](const Tensor& bias) {
+    return std::make_shared<LinearFp8>(std::move(weight), bias, compute_dtype);
+  });
+}
+
+std::vector<std::string> replace_with_fp8_linear(Module& model, const QuantizationConfig& config) {
+  const char* op = "replace_with_fp8_linear";
+  TG_CHECK(config.load_in_fp8, op, "the QuantizationConfig has load_in_fp8 = false");
+  const std::vector<std::string> paths = linear_4bit_targets(model, config, op);
+  // Every weight quantised before the model changes: a NaN in the last layer leaves it as it was.
+  std::vector<Fp8Weight> weights;
+  for (const auto& path : paths) {
+    try {
+      weights.push_back(quantize_fp8(model.get_parameter(path + ".weight"), config.fp8_scaling));
+    } catch (const Error& e) {
+      fail(op, "'", path, ".weight': ", e.what());
+    }
+  }
+  for (size_t i = 0; i < paths.size(); ++i) install_linear_fp8(model, paths[i], std::move(weights[i]), config.compute_dtype);
   return paths;
 }
 

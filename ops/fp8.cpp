@@ -1,0 +1,229 @@
+#include "ops/fp8.h"
+
+#include "core/autograd.h"
+#include "core/factory.h"
+#include "core/primitives.h"
+#include "core/shape.h"
+#include "core/trace.h"
+#include "ops/binary.h"
+#include "ops/cast.h"
+#include "ops/detail/checks.h"
+#include "ops/detail/dispatch.h"
+#include "ops/fp8_kernels.h"
+#include "ops/fp8_math.h"
+#include "ops/linear.h"
+#include "ops/matmul.h"
+#include "ops/reduce.h"
+#include "ops/shape.h"
+
+namespace tg {
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// The block a multiplier covers: 128x128, or a whole row of `in` values.
+int64_t block_rows(const Fp8Weight& w) { return w.scaling == Fp8Scaling::Block128 ? fp8::kBlock : 1; }
+int64_t block_cols(const Fp8Weight& w) {
+  return w.scaling == Fp8Scaling::Block128 ? fp8::kBlock : std::max<int64_t>(1, w.in_features());
+}
+Shape scale_shape(const Fp8Weight& w) {
+  return w.scaling == Fp8Scaling::Block128
+             ? Shape{ceil_div(w.out_features(), fp8::kBlock), ceil_div(w.in_features(), fp8::kBlock)}
+             : Shape{w.out_features(), 1};
+}
+
+// Whether linear_fp8 runs x's GEMMs in FP8 (the conditions ops/fp8.h lists): rows of x [rows, in].
+bool fp8_gemm_applies(const Tensor& x, const Fp8Weight& w, int64_t rows) {
+#ifdef TG_WITH_CUDA
+  return x.device().is_cuda() && x.dtype() == kBFloat16 && w.scaling == Fp8Scaling::Block128 &&
+         w.out_features() % fp8::kBlock == 0 && w.in_features() % fp8::kBlock == 0 && rows > 0 && rows % 16 == 0 &&
+         cuda::fp8_gemm_supported(x.device().index);
+#else
+  (void)x, (void)w, (void)rows;
+  return false;
+#endif
+}
+
+#ifdef TG_WITH_CUDA
+// Block scales [r, c] with their rows padded to a multiple of 4 (cuBLASLt reads 16-byte rows).
+Tensor padded_scales(const Tensor& s) {
+  const int64_t c = s.shape()[1], padded = (c + 3) / 4 * 4;
+  if (padded == c) return s;
+  Tensor out = zeros({s.shape()[0], padded}, s.options());
+  copy_(slice(out, 1, 0, c), s);
+  return out;
+}
+
+// a [rows, k] bf16 times b^T (b the FP8 weight bytes [n, k] with its block scales), bf16 [rows, n].
+Tensor fp8_matmul_nt(const Tensor& a, const Tensor& b_data, const Tensor& b_scale) {
+  const Fp8Activation q = quantize_fp8_activation(a, fp8::kBlock);
+  Tensor out = Tensor::empty({a.shape()[0], b_data.shape()[0]}, {kBFloat16, a.device()});
+  // q.scale is a [rows, tiles] view of the [tiles, rows] buffer fp8_gemm reads.
+  cuda::fp8_gemm(out, q.data, transpose(q.scale, 0, 1), b_data, padded_scales(b_scale));
+  return out;
+}
+
+Tensor transposed_copy(const Tensor& t) {
+  Tensor out = Tensor::empty({t.shape()[1], t.shape()[0]}, t.options());
+  cuda::transpose_2d(out, t);
+  return out;
+}
+#endif
+
+// dx = dy W through the FP8 GEMM: W^T's bytes and its transposed block scales (exact: a 128x128
+// block of W is one of W^T) made for the call, so the weight stays one byte a value between steps.
+Tensor fp8_dx(const Tensor& dy2d, const Fp8Weight& w) {
+#ifdef TG_WITH_CUDA
+  KernelTrace::record("linear_fp8.fp8_dx");
+  return fp8_matmul_nt(dy2d, transposed_copy(w.data), transposed_copy(w.scale_inv));
+#else
+  (void)dy2d, (void)w;
+  fail("linear_fp8", "the FP8 GEMM needs the CUDA backend");
+#endif
+}
+
+struct LinearFp8Backward final : Node {
+  Fp8Weight weight;
+  bool fp8 = false;  // the forward's path: the backward takes the same one
+  const char* name() const override { return "linear_fp8"; }
+  std::vector<Tensor> backward(const std::vector<Tensor>& g, const GradMask& mask) override {
+    NoGradGuard no_grad;
+    const int64_t out = weight.out_features(), in = weight.in_features();
+    std::vector<Tensor> grads(2);
+    if (mask[0]) {
+      if (fp8) {
+        Shape shape = g[0].shape();
+        shape.back() = in;
+        grads[0] = reshape(fp8_dx(contiguous(reshape(g[0], {g[0].numel() / out, out})), weight), shape);
+      } else {
+        KernelTrace::record("linear_fp8.dequantized_dx");
+        grads[0] = matmul(g[0], dequantize_fp8(weight, g[0].dtype()));
+      }
+    }
+    if (mask[1]) grads[1] = sum(reshape(g[0], {g[0].numel() / out, out}), {0});
+    return grads;
+  }
+};
+
+}  // namespace
+
+Fp8Weight Fp8Weight::to(Device device) const {
+  return {tg::to(data, device), tg::to(scale_inv, device), scaling};
+}
+
+void check_fp8_weight(const Fp8Weight& w, const std::string& name, const char* op) {
+  TG_CHECK(w.data.defined(), op, "'", name, "' is missing");
+  TG_CHECK(w.data.dtype() == kUInt8, op, "'", name, "' has dtype ", w.data.dtype(), ", wants uint8 (e4m3 bytes)");
+  TG_CHECK(w.data.dim() == 2 && w.data.numel() > 0, op, "'", name, "' has shape ", w.data.shape(),
+           ", wants [out, in] with at least one element");
+  TG_CHECK(w.data.is_contiguous(), op, "'", name, "' must be contiguous");
+  const std::string s = name + "_scale_inv";
+  TG_CHECK(w.scale_inv.defined(), op, "'", s, "' is missing");
+  TG_CHECK(w.scale_inv.dtype() == kFloat32, op, "'", s, "' has dtype ", w.scale_inv.dtype(), ", wants float32");
+  TG_CHECK(w.scale_inv.shape() == scale_shape(w), op, "'", s, "' has shape ", w.scale_inv.shape(), ", wants ",
+           scale_shape(w), w.scaling == Fp8Scaling::Block128 ? " (one per 128x128 block of " : " (one per row of ",
+           w.data.shape(), ")");
+  TG_CHECK(w.scale_inv.is_contiguous(), op, "'", s, "' must be contiguous");
+  TG_CHECK(w.scale_inv.device() == w.data.device(), op, "'", s, "' is on ", w.scale_inv.device(), " but '", name,
+           "' on ", w.data.device());
+}
+
+Fp8Weight quantize_fp8(const Tensor& weight, Fp8Scaling scaling) {
+  const char* op = "quantize_fp8";
+  check_defined(op, "weight", weight);
+  TG_CHECK(weight.dtype() == kFloat32 || weight.dtype() == kBFloat16, op, "'weight' has dtype ", weight.dtype(),
+           ", wants float32 or bfloat16");
+  TG_CHECK(weight.dim() == 2 && weight.numel() > 0, op, "'weight' has shape ", weight.shape(),
+           ", wants [out, in] with at least one element");
+  NoGradGuard no_grad;
+  const Device device = weight.device();
+  const Tensor x = contiguous(weight.detach());
+  Fp8Weight w{Tensor::empty(x.shape(), {kUInt8, device}), Tensor(), scaling};
+  w.scale_inv = Tensor::empty(scale_shape(w), {kFloat32, device});
+  const int64_t n = x.numel();
+  const Tensor first_bad = full({1}, static_cast<double>(n), {kInt64, device});
+  TG_DISPATCH(device, quantize_fp8, x, w.data, w.scale_inv, first_bad, block_rows(w), block_cols(w), true);
+  // A load-time op: waiting here for the device costs nothing a training step would notice.
+  if (const auto bad = first_bad.item<int64_t>(); bad < n)
+    fail(op, "'weight' holds ", x.as_strided({1}, {1}, x.storage_offset() + bad).item<float>(), " at [",
+         bad / x.shape()[1], ", ", bad % x.shape()[1], "]; only finite weights can be quantised");
+  return w;
+}
+
+void dequantize_fp8_(const Tensor& out, const Fp8Weight& w) {
+  const char* op = "dequantize_fp8";
+  check_fp8_weight(w, "weight", op);
+  check_floating(op, "out", out);
+  TG_CHECK(out.shape() == w.data.shape() && out.is_contiguous(), op, "'out' has shape ", out.shape(),
+           out.is_contiguous() ? "" : " (not contiguous)", ", wants ", w.data.shape(), " contiguous");
+  TG_CHECK(out.device() == w.device(), op, "'out' is on ", out.device(), " but the weight is on ", w.device());
+  detail::check_writable(op, out);
+  TG_DISPATCH(out.device(), dequantize_fp8, out, w.data, w.scale_inv, block_rows(w), block_cols(w));
+}
+
+Tensor dequantize_fp8(const Fp8Weight& w, DType dtype) {
+  TG_CHECK(is_floating_point(dtype), "dequantize_fp8", "dtype ", dtype, ", wants float32, bfloat16 or float64");
+  check_fp8_weight(w, "weight", "dequantize_fp8");
+  Tensor out = Tensor::empty(w.data.shape(), {dtype, w.device()});
+  dequantize_fp8_(out, w);
+  return out;
+}
+
+Fp8Activation quantize_fp8_activation(const Tensor& x, int64_t tile) {
+  const char* op = "quantize_fp8_activation";
+  check_defined(op, "x", x);
+  TG_CHECK(x.dtype() == kFloat32 || x.dtype() == kBFloat16, op, "'x' has dtype ", x.dtype(),
+           ", wants float32 or bfloat16");
+  TG_CHECK(x.dim() == 2, op, "'x' has shape ", x.shape(), ", wants [rows, cols]");
+  TG_CHECK(tile == 0 || tile == fp8::kBlock, op, "tile ", tile, ", wants 128 (1x128 tiles) or 0 (whole rows)");
+  NoGradGuard no_grad;
+  const Tensor c = contiguous(x.detach());
+  const int64_t rows = c.shape()[0], cols = c.shape()[1];
+  const int64_t width = tile == 0 ? std::max<int64_t>(1, cols) : tile, tiles = ceil_div(cols, width);
+  Fp8Activation q{Tensor::empty(c.shape(), {kUInt8, c.device()}), Tensor()};
+  const Tensor buffer = Tensor::empty({tiles, rows}, {kFloat32, c.device()});
+  q.scale = transpose(buffer, 0, 1);
+  const Tensor unused = Tensor::empty({1}, {kInt64, c.device()});
+  if (c.numel() > 0) TG_DISPATCH(c.device(), quantize_fp8, c, q.data, q.scale, unused, 1, width, false);
+  return q;
+}
+
+Tensor linear_fp8(const Tensor& x, const Fp8Weight& weight, const Tensor& bias) {
+  const char* op = "linear_fp8";
+  check_floating(op, "x", x);
+  check_fp8_weight(weight, "weight", op);
+  const int64_t out = weight.out_features(), in = weight.in_features();
+  TG_CHECK(x.dim() >= 1 && x.shape().back() == in, op, "x has shape ", x.shape(), ", the weight [", out, ", ", in,
+           "] wants ", in, " features");
+  TG_CHECK(x.device() == weight.device(), op, "x is on ", x.device(), " but the weight is on ", weight.device());
+  check_same(op, {{"x", x}, {"bias", bias}});
+  if (bias.defined())
+    TG_CHECK(bias.dim() == 1 && bias.shape()[0] == out, op, "bias must be [", out, "], got ", bias.shape());
+  const bool fp8 = fp8_gemm_applies(x, weight, x.numel() / in);
+  Tensor y;
+  {
+    NoGradGuard no_grad;
+    const Tensor b = bias.defined() ? bias.detach() : bias;
+    if (fp8) {
+#ifdef TG_WITH_CUDA
+      KernelTrace::record("linear_fp8.fp8_forward");
+      Shape shape = x.shape();
+      shape.back() = out;
+      y = reshape(fp8_matmul_nt(contiguous(reshape(x.detach(), {x.numel() / in, in})), weight.data,
+                                weight.scale_inv),
+                  shape);
+      if (b.defined()) y = add(y, b);
+#endif
+    } else {
+      KernelTrace::record("linear_fp8.dequantized_forward");
+      y = linear(x.detach(), dequantize_fp8(weight, x.dtype()), b);
+    }
+  }
+  if (auto n = record<LinearFp8Backward>({{"x", x}, {"bias", bias}}, {y})) {
+    n->weight = weight;
+    n->fp8 = fp8;
+  }
+  return y;
+}
+
+}  // namespace tg
