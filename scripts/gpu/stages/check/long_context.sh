@@ -14,12 +14,12 @@ part "build"
 build_targets tapegrad_tests long_context_bench > "$out/build.txt" 2>&1 || { tail -30 "$out/build.txt"; exit 1; }
 
 part "GPU tests"
-gtest_step '*Checkpoint*:TiledMlp*:TiledMlpErrors.*'
+gtest_step '*Checkpoint*:*TiledMlp*:LongContext.*:MemoryPlan.*'
 
 part "memcheck"
 if command -v compute-sanitizer > /dev/null; then
   compute-sanitizer --tool memcheck --error-exitcode 99 --print-limit 20 "$build/tests/tapegrad_tests" \
-    --gtest_filter='CheckpointModels/*Offload*Cuda:TiledMlp/*Cuda' --gtest_brief=1 > "$out/memcheck.txt" 2>&1 \
+    --gtest_filter='*CheckpointModels.Offload*/Cuda:*TiledMlp.*/Cuda' --gtest_brief=1 > "$out/memcheck.txt" 2>&1 \
     && echo "memcheck: clean" || { echo "memcheck: FAILED (see memcheck.txt)"; status=1; }
 fi
 
