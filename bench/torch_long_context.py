@@ -31,10 +31,12 @@ def build(max_seq, layers):
     cfg = dict(LLAMA3_8B, max_position_embeddings=max_seq)
     if layers:
         cfg["num_hidden_layers"] = layers
-    config = transformers.LlamaConfig(**cfg, attn_implementation="sdpa", torch_dtype=torch.bfloat16)
+    config = transformers.LlamaConfig(**cfg, attn_implementation="sdpa")
     torch.manual_seed(0)
+    torch.set_default_dtype(torch.bfloat16)  # made in bf16 on the GPU: no float32 copy of 8B weights
     with torch.device("cuda"):
-        model = transformers.LlamaForCausalLM(config).to(torch.bfloat16)
+        model = transformers.LlamaForCausalLM(config)
+    torch.set_default_dtype(torch.float32)
     model = peft.get_peft_model(model, peft.LoraConfig(r=16, lora_alpha=32, target_modules=TARGETS))
     for n, p in model.named_parameters():
         if p.requires_grad:
