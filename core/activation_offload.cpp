@@ -106,8 +106,16 @@ OffloadedTensor::OffloadedTensor(const Tensor& t) : shape_(t.shape()), options_(
 
 OffloadedTensor::~OffloadedTensor() {
 #ifdef TG_WITH_CUDA
-  // A pending copy is ordered before any later use of the buffer: the copy stream runs the next
-  // offload into it after this one's copies.
+  // A copy back never taken (its checkpoint's backward did not run): the compute stream reuses its
+  // block only after the copy wrote it.
+  if (to_device_ && back_.defined()) {
+    try {
+      cuda::compute_wait(options_.device.index, to_device_);
+    } catch (...) {  // the device's next call reports the failure; a destructor cannot
+    }
+  }
+  // A pending copy is ordered before any later use of the pinned buffer: the copy stream runs the
+  // next offload into it after this one's copies.
   cuda::destroy_event(to_host_);
   cuda::destroy_event(to_device_);
   if (host_) give_back_pinned(host_, bytes_);
