@@ -41,8 +41,10 @@ void count_in_use(int64_t delta) {
   if (delta > 0) ++p.stats.allocations;
 }
 
-#ifdef TG_WITH_CUDA
+// The CUDA runtime's parts (core/cuda/runtime.h). Without CUDA no tensor reaches them: the CPU's
+// offload is a copy in host memory.
 void* take_pinned(size_t bytes) {
+#ifdef TG_WITH_CUDA
   PinnedPool& p = pool();
   {
     std::lock_guard<std::mutex> lock(p.mu);
@@ -64,6 +66,9 @@ void* take_pinned(size_t bytes) {
   p.stats.bytes_reserved += bytes;
   ++p.stats.device_allocations;
   return ptr;
+#else
+  fail(kOp, "pinned host memory for ", bytes, " bytes without CUDA");
+#endif
 }
 
 void give_back_pinned(void* ptr, size_t bytes) {
@@ -71,7 +76,30 @@ void give_back_pinned(void* ptr, size_t bytes) {
   std::lock_guard<std::mutex> lock(p.mu);
   p.free.emplace(bytes, ptr);
 }
+
+void* copy_async(void* dst, const void* src, size_t n, int device, bool to_device) {
+#ifdef TG_WITH_CUDA
+  return cuda::side_copy_async(dst, src, n, device, to_device);
+#else
+  (void)dst, (void)src, (void)n, (void)device, (void)to_device;
+  return nullptr;
 #endif
+}
+
+void compute_waits_for(int device, void* event) {
+#ifdef TG_WITH_CUDA
+  if (event) cuda::compute_wait(device, event);
+#else
+  (void)device, (void)event;
+#endif
+}
+
+void forget(void*& event) noexcept {
+#ifdef TG_WITH_CUDA
+  cuda::destroy_event(event);
+#endif
+  event = nullptr;
+}
 
 thread_local std::weak_ptr<OffloadedTensor> last_offloaded;
 
@@ -95,62 +123,49 @@ OffloadedTensor::OffloadedTensor(const Tensor& t) : shape_(t.shape()), options_(
     count_in_use(static_cast<int64_t>(bytes_));
     return;
   }
-#ifdef TG_WITH_CUDA
   source_ = t.is_contiguous() ? t.detach() : clone_data(t);
   if (bytes_ == 0) return;
   host_ = take_pinned(bytes_);
   count_in_use(static_cast<int64_t>(bytes_));
-  to_host_ = cuda::side_copy_async(host_, source_.data_ptr(), bytes_, source_.device().index, false);
-#endif
+  to_host_ = copy_async(host_, source_.data_ptr(), bytes_, options_.device.index, false);
 }
 
 OffloadedTensor::~OffloadedTensor() {
-#ifdef TG_WITH_CUDA
   // A copy back never taken (its checkpoint's backward did not run): the compute stream reuses its
   // block only after the copy wrote it.
   if (to_device_ && back_.defined()) {
     try {
-      cuda::compute_wait(options_.device.index, to_device_);
+      compute_waits_for(options_.device.index, to_device_);
     } catch (...) {  // the device's next call reports the failure; a destructor cannot
     }
   }
   // A pending copy is ordered before any later use of the pinned buffer: the copy stream runs the
   // next offload into it after this one's copies.
-  cuda::destroy_event(to_host_);
-  cuda::destroy_event(to_device_);
+  forget(to_host_);
+  forget(to_device_);
   if (host_) give_back_pinned(host_, bytes_);
-#endif
   if (host_ || on_host_.defined()) count_in_use(-static_cast<int64_t>(bytes_));
 }
 
 void OffloadedTensor::release_source() {
   if (!source_.defined()) return;
-#ifdef TG_WITH_CUDA
   // The compute stream reuses the block only after the copy to the host has read it.
-  if (to_host_) cuda::compute_wait(source_.device().index, to_host_);
-#endif
+  compute_waits_for(options_.device.index, to_host_);
   source_ = Tensor();
 }
 
 void OffloadedTensor::prefetch() {
   if (on_host_.defined() || source_.defined() || back_.defined()) return;
-#ifdef TG_WITH_CUDA
   back_ = Tensor::empty(shape_, options_);
-  if (bytes_ > 0) to_device_ = cuda::side_copy_async(back_.data_ptr(), host_, bytes_, options_.device.index, true);
-#endif
+  if (bytes_ > 0) to_device_ = copy_async(back_.data_ptr(), host_, bytes_, options_.device.index, true);
 }
 
 Tensor OffloadedTensor::get() {
   if (on_host_.defined()) return on_host_;
   if (source_.defined()) return source_;  // never left: nothing offloaded after it
   prefetch();
-#ifdef TG_WITH_CUDA
-  if (to_device_) {
-    cuda::compute_wait(options_.device.index, to_device_);
-    cuda::destroy_event(to_device_);  // the wait keeps what it needs
-    to_device_ = nullptr;
-  }
-#endif
+  compute_waits_for(options_.device.index, to_device_);
+  forget(to_device_);  // the wait keeps what it needs
   return std::move(back_);
 }
 
