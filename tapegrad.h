@@ -4,6 +4,7 @@
 #pragma once
 
 #include "core/activation_checkpoint.h"
+#include "core/activation_offload.h"
 #include "core/autograd.h"
 #include "core/bfloat16.h"
 #include "core/cuda_graph.h"

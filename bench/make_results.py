@@ -707,6 +707,35 @@ Reproduce: `scripts/gpu/bench.sh packing build-gpu bench/results`.
 """
 
 
+def long_context_section(rows):
+    """Issue 53's rows: batch 1, T doubled until it does not fit (tapegrad and transformers + peft)."""
+    def gib(v):
+        return "–" if v is None else f"{v / 1024:.1f}"
+    cells = [[r["impl"], r["config"], r.get("quant", "none"), "yes" if r.get("offload") else "no", f"{r.get('batch', 1):g} x {r['T']:g}",
+              f"{r['ms'] / 1e3:.1f}" if r.get("fits") else "out of memory",
+              f"{r['tokens_per_s']:.0f}" if r.get("fits") else "–", gib(r.get("peak_mib")),
+              gib(r.get("host_peak_mib")), gib(r.get("plan_mib")),
+              ratio(r.get("plan_mib"), r.get("peak_mib")) if r.get("fits") else "–"] for r in rows]
+    return f"""## Long sequences on one GPU (issue 53)
+
+Measured: {measured(rows)}.
+
+`bench/long_context_bench`: one LoRA step (r 16 on q/k/v/o/gate/up/down, bf16 base or NF4 for QLoRA,
+float32 adapters, AdamW) at batch 1 and T doubled from 16k until it runs out of memory or its
+configuration's time budget; gradient checkpointing, the MLP tiled in chunks of 8192 tokens, the
+layers' checkpoints on the GPU or offloaded to host memory. One timed step after a warm-up at the
+first length. transformers + peft: the same LoRA with gradient checkpointing (SDPA attention), no
+QLoRA (no bitsandbytes there). Peak: the allocator's live tensors; host: the offloaded activations;
+plan: `train::estimate_training_memory` before the run (plan / peak is its accuracy).
+
+Reproduce: `scripts/gpu/bench.sh long_context build-gpu out`, then copy `out/long_context.json` to
+`bench/results/`.
+
+{table(["implementation", "config", "quant", "offload", "batch x T:", "s / step:", "tokens/s:", "peak GiB:", "host GiB:",
+        "plan GiB:", "plan / peak:"], cells)}
+"""
+
+
 def preference_section(dpo_rows, rollout_rows):
     parts = ["""## Preference training: a DPO step and GRPO's rollouts (issue 50)
 """]
@@ -791,6 +820,8 @@ figures are in git history; what the measurements taught is in `dev/NOTES.md`.
                                          [r for r in get("torch_ref_gemm_elementwise") if r["kind"] == "ew"]))
     if get("nf4_bench"):
         parts.append(nf4_section(get("nf4_bench")))
+    if get("long_context_bench") or get("torch_long_context"):
+        parts.append(long_context_section(get("long_context_bench") + get("torch_long_context")))
     if get("dpo_step_bench") or get("grpo_rollout_bench"):
         parts.append(preference_section(get("dpo_step_bench") + get("torch_dpo_step"),
                                         get("grpo_rollout_bench") + get("torch_grpo_rollout")))
@@ -799,7 +830,7 @@ figures are in git history; what the measurements taught is in `dev/NOTES.md`.
              "tokenizer_bench", "data_parallel", "linear_ce", "train_step_real", "load_bench", "nf4_bench", "packing",
              "construct_bench", "gguf_export_bench",
              "dpo_step_bench", "torch_dpo_step", "grpo_rollout_bench", "torch_grpo_rollout",
-             "fp8_bench", "train_step_fp8", "fp8_accuracy"}
+             "fp8_bench", "train_step_fp8", "fp8_accuracy", "long_context_bench", "torch_long_context"}
     unknown = sorted(set(by_bench) - known)
     if unknown:
         sys.exit(f"make_results.py: no table for the rows of {', '.join(unknown)}: add a section")

@@ -4,6 +4,7 @@
 #include <memory>
 #include <string>
 
+#include "core/activation_offload.h"
 #include "core/autograd.h"
 #include "core/factory.h"
 #include "core/generator.h"
@@ -84,8 +85,11 @@ class CheckpointBackward final : public Node {
   std::vector<Draws> draws;
   std::vector<Shape> out_shapes;
   std::vector<DType> out_dtypes;
+  // Per input, null where `saved` keeps it; their host memory lives as long as the node.
+  std::vector<std::shared_ptr<OffloadedTensor>> offloaded;
 
  private:
+  Tensor input(size_t i) const;
   std::vector<Tensor> recompute(const std::vector<Tensor>& args) const;
 };
 
@@ -113,11 +117,15 @@ std::vector<Tensor> CheckpointBackward::recompute(const std::vector<Tensor>& arg
   return outs;
 }
 
+Tensor CheckpointBackward::input(size_t i) const {
+  return i < offloaded.size() && offloaded[i] ? offloaded[i]->get() : unpack(i);
+}
+
 std::vector<Tensor> CheckpointBackward::backward(const std::vector<Tensor>& grads, const GradMask& mask) {
   // Detached inputs (a gradient is wanted from those that require grad), then the parameters.
   std::vector<Tensor> args, targets;
   for (size_t i = 0; i < num_args; ++i) {
-    Tensor a = unpack(i).detach();
+    Tensor a = input(i).detach();
     if (mask[i]) targets.push_back(a.requires_grad_(true));
     args.push_back(a);
   }
@@ -128,6 +136,9 @@ std::vector<Tensor> CheckpointBackward::backward(const std::vector<Tensor>& grad
   std::vector<Tensor> out(num_inputs());
   if (targets.empty()) return out;
 
+  // The layer below's inputs come back while this one recomputes.
+  for (const auto& o : offloaded)
+    if (auto below = o ? o->previous() : nullptr) below->prefetch();
   const std::vector<Tensor> outs = recompute(args);
   std::vector<Tensor> roots, seeds;
   for (size_t k = 0; k < outs.size(); ++k)
@@ -147,8 +158,11 @@ std::vector<Tensor> CheckpointBackward::backward(const std::vector<Tensor>& grad
 
 }  // namespace
 
-std::vector<Tensor> checkpoint(const CheckpointFunction& fn, const std::vector<Tensor>& inputs) {
+std::vector<Tensor> checkpoint(const CheckpointFunction& fn, const std::vector<Tensor>& inputs,
+                               const CheckpointOptions& options) {
   TG_CHECK(fn != nullptr, kOp, "got an empty function");
+  for (size_t i : options.offload)
+    TG_CHECK(i < inputs.size(), kOp, "offload names input ", i, ", the function has ", inputs.size());
   if (!grad_mode_enabled()) return fn(inputs);
   for (size_t i = 0; i < inputs.size(); ++i)
     TG_CHECK(inputs[i].defined(), kOp, "input ", i, " is undefined: pass defined tensors (the function "
@@ -183,7 +197,10 @@ std::vector<Tensor> checkpoint(const CheckpointFunction& fn, const std::vector<T
   }
   auto node = record<CheckpointBackward>(recorded, outs);
   if (!node) return outs;  // nothing it computes takes a gradient
-  for (size_t i = 0; i < all.size(); ++i) node->saved.emplace_back(all[i], names[i]);
+  node->offloaded.resize(inputs.size());
+  for (size_t i : options.offload) node->offloaded[i] = offload(inputs[i]);
+  for (size_t i = 0; i < all.size(); ++i)
+    node->saved.emplace_back(i < inputs.size() && node->offloaded[i] ? Tensor() : all[i], names[i]);
   node->fn = fn;
   node->num_args = inputs.size();
   node->params = std::move(params);

@@ -17,7 +17,15 @@ namespace tg {
 
 using CheckpointFunction = std::function<std::vector<Tensor>(const std::vector<Tensor>& inputs)>;
 
+struct CheckpointOptions {
+  // Indices of the inputs kept in host memory until backward (core/activation_offload.h), each
+  // brought back while the checkpoint recorded after it runs its backward. The gradients stay
+  // bitwise the same.
+  std::vector<size_t> offload;
+};
+
 // fn(inputs), its activations recomputed at backward instead of kept.
-std::vector<Tensor> checkpoint(const CheckpointFunction& fn, const std::vector<Tensor>& inputs);
+std::vector<Tensor> checkpoint(const CheckpointFunction& fn, const std::vector<Tensor>& inputs,
+                               const CheckpointOptions& options = {});
 
 }  // namespace tg

@@ -74,11 +74,13 @@ std::atomic<bool> interrupted{false};
 void on_sigint(int) { interrupted = true; }
 
 // Flags a resumed run may change; every other flag must be as the checkpoint recorded it.
-// --gradient-checkpointing changes memory and time only: the gradients are bitwise the same.
+// --gradient-checkpointing and --offload-activations change memory and time only: the gradients are
+// bitwise the same.
 // --steps and --num-train-epochs may grow: the Trainer extends the run and re-plans the schedule.
 const std::vector<std::string> kResumeMayChange = {
     "out",        "device",       "threads",          "eval-every", "eval-batches",           "save-every",
     "stop-at",    "resume",       "merge",            "sample-tokens", "gradient-checkpointing", "nproc",
+    "offload-activations", "tiled-mlp",
     "cuda-graph", "steps",        "log-every",        "save-total-limit", "num-train-epochs", "overwrite-output-dir",
     "show-labels", "ignore-base-mismatch", "allow-truncation"};
 
@@ -212,6 +214,10 @@ int run(int argc, char** argv) {
       .add("gradient-checkpointing", "false", "recompute each decoder layer's activations at backward instead of "
                                               "keeping them: less memory, one more forward per step, the same "
                                               "gradients bit for bit")
+      .add("tiled-mlp", "0", "the gated MLPs over chunks of this many tokens, each recomputed at backward "
+                             "(0: whole; long sequences: their [tokens, intermediate] activations a chunk at a time)")
+      .add("offload-activations", "false", "with --gradient-checkpointing: each layer's checkpointed input waits in "
+                                           "host memory until backward (long sequences; the same gradients)")
       .add("log-every", "10", "a log row (loss, lr, grad norm, tokens/s) every N steps")
       .add("eval-every", "100", "validate (and print a sample) every N steps (0: only at the end)")
       .add("eval-batches", "8", "validation batches of --batch rows (0: every validation row)")
@@ -281,7 +287,11 @@ int run(int argc, char** argv) {
   if (lora_dropout == 1) throw examples::UsageError("--dropout wants a probability in [0, 1), got 1\n");
   const int64_t eval_batches = flags.integer("eval-batches", 0, INT32_MAX);
   const bool merge = flags.boolean("merge"), checkpointing = flags.boolean("gradient-checkpointing"),
+             offload = flags.boolean("offload-activations"),
              full = flags.boolean("full"), overwrite = flags.boolean("overwrite-output-dir");
+  const int64_t tiled_mlp = flags.integer("tiled-mlp", 0, INT32_MAX);
+  if (offload && !checkpointing)
+    throw examples::UsageError("--offload-activations offloads the checkpointed activations: add --gradient-checkpointing\n");
   if (full && merge) throw examples::UsageError("--merge folds LoRA into the base: with --full the model itself is written\n");
   const std::string scheduler = flags.str("lr-scheduler");
   if (scheduler != "linear" && scheduler != "cosine" && scheduler != "constant" && scheduler != "constant_with_warmup")
@@ -360,7 +370,8 @@ int run(int argc, char** argv) {
     examples::check_memory(base_path, {.dtype = dtype, .load_in_4bit = quantization.load_in_4bit,
                                          .load_in_fp8 = quantization.load_in_fp8, .full = full, .lora_r = rank,
                              .lora_targets = targets, .batch = batch / launch.world_size, .seq = seq,
-                             .gradient_checkpointing = checkpointing},
+                             .gradient_checkpointing = checkpointing, .offload_activations = offload,
+                             .mlp_chunk_tokens = tiled_mlp},
                  on_gpu ? Device::cuda(launch.local_rank) : Device::cpu());
   if (gguf_dtype && !hf_base)
     throw examples::UsageError("--save-gguf needs a Hugging Face --base folder (llama.cpp runs no toy checkpoint)\n");
@@ -399,12 +410,16 @@ int run(int argc, char** argv) {
   nn::CausalLM& model = *base.model;
   Generator init(static_cast<uint64_t>(seed));
   if (!full) peft::apply_lora(model, lora, init);
+  if (tiled_mlp > 0) nn::tile_mlps(model, tiled_mlp);
   if (main_rank) {
     std::printf("base: %s (%s%s, %s), %lld-token context\n", base_path.c_str(), base.architecture.c_str(),
                 base.tokenizer ? (", " + base.tokenizer->description()).c_str() : ", bytes as tokens",
                 dtype_name(dtype), static_cast<long long>(base.context));
     peft::print_trainable_parameters(model);
-    if (checkpointing) std::printf("gradient checkpointing: each decoder layer recomputed at backward\n");
+    if (checkpointing)
+      std::printf("gradient checkpointing: each decoder layer recomputed at backward%s\n",
+                  offload ? ", its input kept in host memory until then" : "");
+    if (tiled_mlp > 0) std::printf("tiled MLP: %lld tokens a chunk\n", static_cast<long long>(tiled_mlp));
     std::printf("data: %lld training rows, %lld validation rows of %lld tokens (%s)%s\n",
                 static_cast<long long>(data.train->rows()), static_cast<long long>(data.val->rows()),
                 static_cast<long long>(seq), data.layout.c_str(),
@@ -417,7 +432,8 @@ int run(int argc, char** argv) {
       .output_dir = out, .overwrite_output_dir = overwrite, .learning_rate = lr, .weight_decay = weight_decay,
       .lr_scheduler_type = scheduler, .warmup_steps = warmup, .max_steps = steps, .per_device_train_batch_size = per_rank,
       .per_device_eval_batch_size = per_rank, .gradient_accumulation_steps = accum, .max_grad_norm = clip,
-      .bf16 = dtype == kBFloat16 && !full, .gradient_checkpointing = checkpointing, .logging_steps = log_every,
+      .bf16 = dtype == kBFloat16 && !full, .gradient_checkpointing = checkpointing,
+      .gradient_checkpointing_kwargs = {.offload_activations = offload}, .logging_steps = log_every,
       .eval_steps = eval_every, .save_steps = save_every, .save_total_limit = save_limit,
       .resume_from_checkpoint = checkpoint, .seed = seed, .use_cpu = !on_gpu, .cuda_graph = graph_flag};
   train::Trainer trainer(base.model, std::make_shared<data::SequenceDataset>(*data.train), args,
@@ -479,6 +495,9 @@ int run(int argc, char** argv) {
   }
   if (eval_every == 0 || steps % eval_every != 0) trainer.evaluate();  // the end's, unless the loop just did it
   std::printf("%s\n", examples::peak_memory_line(trainer.device()).c_str());
+  if (offload)
+    std::printf("offloaded activations: %.2f GiB of host memory at the peak\n",
+                static_cast<double>(offload_memory_stats().peak_bytes) / (1024.0 * 1024.0 * 1024.0));
   if (gguf_dtype && !full) {
     peft::save_adapter_gguf(model, out + "/adapter.gguf", {.dtype = *gguf_dtype});
     std::printf("adapter GGUF: %s/adapter.gguf (llama.cpp's --lora, on a GGUF of the base)\n", out.c_str());

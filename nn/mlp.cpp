@@ -1,5 +1,9 @@
 #include "nn/mlp.h"
 
+#include <algorithm>
+
+#include "core/activation_checkpoint.h"
+#include "core/error.h"
 #include "ops/binary.h"
 #include "ops/shape.h"
 #include "ops/silu_mul.h"
@@ -23,12 +27,40 @@ GatedMLP::GatedMLP(int64_t hidden, int64_t inter, const GatedMLPOptions& o, Gene
   register_module("down_proj", down_proj);
 }
 
+namespace {
+
+Tensor gated(const GatedMLP& mlp, const Tensor& x) {
+  const std::vector<Tensor> gate_up = mlp.gate_up_proj ? split(mlp.gate_up_proj->forward(x), mlp.intermediate, -1)
+                                                       : forward_group({mlp.gate_proj, mlp.up_proj}, x);  // one op for the two
+  if (mlp.options.activation == GatedMLPOptions::Activation::SiLU)
+    return mlp.down_proj->forward(silu_mul(gate_up[0], gate_up[1]));
+  return mlp.down_proj->forward(mul(gelu(gate_up[0], "tanh"), gate_up[1]));
+}
+
+}  // namespace
+
 Tensor GatedMLP::forward(const Tensor& x) {
-  const std::vector<Tensor> gate_up = gate_up_proj ? split(gate_up_proj->forward(x), intermediate, -1)
-                                                   : forward_group({gate_proj, up_proj}, x);  // one op for the two
-  if (options.activation == GatedMLPOptions::Activation::SiLU)
-    return down_proj->forward(silu_mul(gate_up[0], gate_up[1]));
-  return down_proj->forward(mul(gelu(gate_up[0], "tanh"), gate_up[1]));
+  const int64_t hidden = x.shape().back(), tokens = x.numel() / std::max<int64_t>(hidden, 1);
+  if (chunk_tokens <= 0 || tokens <= chunk_tokens) return gated(*this, x);
+  std::vector<Tensor> outs;
+  for (const Tensor& part : split(reshape(x, {tokens, hidden}), chunk_tokens, 0)) {
+    auto fn = [this](const std::vector<Tensor>& in) { return std::vector<Tensor>{gated(*this, in[0])}; };
+    outs.push_back(checkpoint(fn, {part})[0]);
+  }
+  Shape shape = x.shape();
+  shape.back() = outs[0].shape().back();
+  return reshape(cat(outs, 0), shape);
+}
+
+void tile_mlps(Module& model, int64_t chunk_tokens) {
+  TG_CHECK(chunk_tokens >= 0, "tile_mlps", "chunk_tokens must be >= 0 (0: untiled), got ", chunk_tokens);
+  int found = 0;
+  for (const auto& [path, m] : model.named_modules())
+    if (auto* mlp = dynamic_cast<GatedMLP*>(m)) {
+      mlp->chunk_tokens = chunk_tokens;
+      ++found;
+    }
+  TG_CHECK(found > 0, "tile_mlps", model.type_name(), " has no gated MLP to tile (the Llama-like families have)");
 }
 
 GELUMLP::GELUMLP(int64_t hidden, int64_t intermediate, bool bias, double p, Generator& gen) : Module("GELUMLP") {

@@ -19,6 +19,9 @@ struct GatedMLPOptions {
 };
 
 // down_proj(act(gate_proj(x)) * up_proj(x)) (transformers' LlamaMLP, GemmaMLP, Phi3MLP).
+// Tiled (chunk_tokens > 0, Unsloth's TiledMLP): over chunks of that many tokens, each recomputed at
+// backward, so its [tokens, intermediate] activations exist for one chunk at a time (long
+// sequences); the same values up to the GEMMs' rounding over other row counts.
 class GatedMLP : public Module {
  public:
   GatedMLP(int64_t hidden, int64_t intermediate, const GatedMLPOptions& options = {},
@@ -27,10 +30,15 @@ class GatedMLP : public Module {
 
   int64_t intermediate;
   GatedMLPOptions options;
+  int64_t chunk_tokens = 0;  // 0: the whole input at once
   std::shared_ptr<Linear> gate_proj, up_proj;  // unfused only
   std::shared_ptr<Linear> gate_up_proj;        // fused only
   std::shared_ptr<Linear> down_proj;
 };
+
+// Sets chunk_tokens of every GatedMLP in `model` (0: untiled); tg::Error when it has none or the
+// size is negative.
+void tile_mlps(Module& model, int64_t chunk_tokens);
 
 // GPT-2's MLP: dropout(c_proj(gelu_tanh(c_fc(x)))).
 class GELUMLP : public Module {

@@ -200,12 +200,15 @@ Module& Module::train(bool on) {
   return *this;
 }
 
-Module& Module::gradient_checkpointing_enable() {
+Module& Module::gradient_checkpointing_enable(const GradientCheckpointingKwargs& kwargs) {
   bool supported = false;
   walk("", [&](const std::string&, const Module& m) { supported = supported || m.supports_gradient_checkpointing(); });
   TG_CHECK(supported, "gradient_checkpointing_enable", type_name_, " has no module whose forward checkpoints "
            "its layers (LlamaModel and GPT2Model do; a custom module can call tg::checkpoint itself)");
-  walk("", [](const std::string&, const Module& m) { const_cast<Module&>(m).gradient_checkpointing_ = true; });
+  walk("", [&](const std::string&, const Module& m) {
+    const_cast<Module&>(m).gradient_checkpointing_ = true;
+    const_cast<Module&>(m).checkpointing_kwargs_ = kwargs;
+  });
   return *this;
 }
 

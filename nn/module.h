@@ -29,6 +29,11 @@ struct LoadResult {
   std::vector<std::string> unexpected_keys;
 };
 
+// transformers' gradient_checkpointing_kwargs, with what tapegrad's checkpointing can do.
+struct GradientCheckpointingKwargs {
+  bool offload_activations = false;  // checkpointed layer inputs in host memory until backward
+};
+
 class Module {
  public:
   explicit Module(std::string type_name);
@@ -71,9 +76,12 @@ class Module {
   // (DecoderModel, GPT2Model) then runs each layer under tg::checkpoint while training: the layer's
   // activations are recomputed at backward instead of kept (less memory, one more forward of
   // each layer), the gradients bitwise as without. tg::Error when nothing in the subtree honours it.
-  Module& gradient_checkpointing_enable();
+  // kwargs.offload_activations also keeps each layer's checkpointed input in host memory until
+  // backward (core/activation_offload.h): GPU memory for the inputs of only about two layers.
+  Module& gradient_checkpointing_enable(const GradientCheckpointingKwargs& kwargs = {});
   Module& gradient_checkpointing_disable();
   bool is_gradient_checkpointing() const { return gradient_checkpointing_; }
+  const GradientCheckpointingKwargs& gradient_checkpointing_kwargs() const { return checkpointing_kwargs_; }
   // True for the modules whose forward honours the flag.
   virtual bool supports_gradient_checkpointing() const { return false; }
 
@@ -156,6 +164,7 @@ class Module {
   std::string type_name_;
   bool training_ = true;
   bool gradient_checkpointing_ = false;
+  GradientCheckpointingKwargs checkpointing_kwargs_;
   std::vector<ParamEntry> params_;
   std::vector<BufferEntry> buffers_;
   std::vector<ChildEntry> children_;

@@ -1,11 +1,13 @@
 // Activation checkpointing (core/activation_checkpoint.h, Module::gradient_checkpointing_enable):
 // the loss, every gradient and the generators' streams bitwise as without, dropout included;
-// less memory held for backward; backward(inputs=), retain_graph and the errors.
+// less memory held for backward; backward(inputs=), retain_graph and the errors; the same with the
+// checkpointed inputs offloaded to host memory (core/activation_offload.h).
 #include <gtest/gtest.h>
 
 #include <functional>
 
 #include "core/activation_checkpoint.h"
+#include "core/activation_offload.h"
 #include "core/memory.h"
 #include "nn/init.h"
 #include "nn/models/gpt2.h"
@@ -58,9 +60,9 @@ struct Step {
 };
 
 Step run_step(nn::Module& model, const std::function<Tensor()>& loss_fn, bool checkpointing,
-              const std::vector<Tensor>& inputs = {}) {
+              const std::vector<Tensor>& inputs = {}, const nn::GradientCheckpointingKwargs& kwargs = {}) {
   Generator& gen = default_generator();
-  if (checkpointing) model.gradient_checkpointing_enable();
+  if (checkpointing) model.gradient_checkpointing_enable(kwargs);
   else model.gradient_checkpointing_disable();
   model.zero_grad();
   gen.set_state(99, 5);
@@ -99,6 +101,21 @@ void expect_checkpointing_changes_nothing(nn::Module& model, const std::function
   expect_bitwise(ckpt, plain);
 }
 
+// Plain and offloaded checkpointing give the same bits; every layer's input was in host memory at
+// once (the peak) and none is left after backward.
+void expect_offload_changes_nothing(nn::Module& model, const std::function<Tensor()>& loss_fn, int64_t layer_bytes,
+                                    int layers, const std::vector<Tensor>& inputs = {}) {
+  const Step plain = run_step(model, loss_fn, true, inputs);
+  const size_t before = offload_memory_stats().bytes_in_use;
+  reset_offload_peak_memory_stats();
+  const Step offloaded = run_step(model, loss_fn, true, inputs, {.offload_activations = true});
+  EXPECT_EQ(offloaded.checkpoints, layers);
+  expect_bitwise(offloaded, plain);
+  EXPECT_EQ(offload_memory_stats().peak_bytes - before, static_cast<size_t>(layers * layer_bytes))
+      << "each layer's input in host memory until backward";
+  EXPECT_EQ(offload_memory_stats().bytes_in_use, before) << "backward gave the host memory back";
+}
+
 class CheckpointModels : public ::testing::TestWithParam<Device> {
  protected:
   void SetUp() override {
@@ -110,7 +127,28 @@ class CheckpointModels : public ::testing::TestWithParam<Device> {
     Generator g(11);
     return randint(0, vocab, {B, T}, g, {.dtype = kInt64, .device = dev()});
   }
+  // Bytes a checkpointed LoRA Llama of `layers` holds on the device after its forward.
+  int64_t held_after_forward(int64_t layers, const nn::GradientCheckpointingKwargs& kwargs) {
+    Generator gen(8);
+    nn::LlamaForCausalLM model(llama_gqa(layers), gen);
+    add_lora(model, {"q_proj", "v_proj"}, gen);
+    model.to(dev());
+    model.gradient_checkpointing_enable(kwargs);
+    const Tensor x = ids(37);
+    const size_t before = memory_stats(dev()).bytes_in_use;
+    const Tensor hidden = model.model->forward(x);
+    return static_cast<int64_t>(memory_stats(dev()).bytes_in_use - before);
+  }
 };
+
+// A loss whose graph backward runs through twice: once here (retain_graph), once in the step.
+std::function<Tensor()> backward_twice(nn::CausalLM& model, const Tensor& x) {
+  return [&model, x] {
+    Tensor loss = model.loss(x, x);
+    loss.backward({}, true);
+    return loss;
+  };
+}
 
 // The GPU's embedding backward adds with atomics (not bitwise run to run): full fine-tuning
 // compares on the CPU only, LoRA (embeddings frozen) on both.
@@ -171,6 +209,7 @@ TEST_P(CheckpointModels, Gpt2LoraWithDropoutIsBitwiseAsWithout) {
   model.to(dev());
   Tensor x = ids(37);
   expect_checkpointing_changes_nothing(model, [&] { return model.loss(x, x); }, 2, true);
+  expect_offload_changes_nothing(model, [&] { return model.loss(x, x); }, 3 * 12 * 32 * 4, 2);
 }
 
 TEST_P(CheckpointModels, BackwardWithInputsGivesTheSameGradientsAndOnlyThose) {
@@ -213,19 +252,9 @@ TEST_P(CheckpointModels, FusedAddOfMinusZeroIsTheIdentity) {
 // A checkpointed Llama keeps one [B, T, d] tensor a decoder layer between forward and backward
 // (h + m), not two: four layers hold two tensors more than two layers do.
 TEST_P(CheckpointModels, LlamaKeepsOneTensorALayer) {
-  auto held = [&](int64_t layers) {
-    Generator gen(8);
-    nn::LlamaForCausalLM model(llama_gqa(layers), gen);
-    add_lora(model, {"q_proj", "v_proj"}, gen);
-    model.to(dev());
-    model.gradient_checkpointing_enable();
-    const Tensor x = ids(37);
-    const size_t before = memory_stats(dev()).bytes_in_use;
-    const Tensor hidden = model.model->forward(x);
-    return static_cast<int64_t>(memory_stats(dev()).bytes_in_use - before);
-  };
-  held(2);  // a first forward may allocate what later ones reuse (a library's workspace)
-  EXPECT_EQ(held(4) - held(2), 2 * 3 * 12 * 32 * 4) << "two layers' h + m: 2 x B 3 x T 12 x d 32 floats";
+  held_after_forward(2, {});  // a first forward may allocate what later ones reuse (a library's workspace)
+  EXPECT_EQ(held_after_forward(4, {}) - held_after_forward(2, {}), 2 * 3 * 12 * 32 * 4)
+      << "two layers' h + m: 2 x B 3 x T 12 x d 32 floats";
 }
 
 TEST_P(CheckpointModels, RetainGraphRecomputesTheSameDropoutTwice) {
@@ -233,13 +262,7 @@ TEST_P(CheckpointModels, RetainGraphRecomputesTheSameDropoutTwice) {
   nn::GPT2LMHeadModel model(gpt2_dropout(), gen);
   add_lora(model, {"c_attn"}, gen);
   model.to(dev());
-  Tensor x = ids(37);
-  auto twice = [&] {
-    Tensor loss = model.loss(x, x);
-    loss.backward({}, true);
-    return loss;  // the step's own backward adds the second gradient
-  };
-  expect_checkpointing_changes_nothing(model, twice, 2, true);
+  expect_checkpointing_changes_nothing(model, backward_twice(model, ids(37)), 2, true);
 }
 
 TEST_P(CheckpointModels, CheckpointingHoldsLessForBackward) {
@@ -269,6 +292,48 @@ TEST_P(CheckpointModels, CheckpointingHoldsLessForBackward) {
   const auto [ckpt_peak, ckpt_saved] = measure(true);
   EXPECT_LT(ckpt_saved * 4, plain_saved) << "saved for backward: " << ckpt_saved << " B with, " << plain_saved << " B without";
   EXPECT_LT(ckpt_peak * 2, plain_peak) << "peak: " << ckpt_peak << " B with, " << plain_peak << " B without";
+}
+
+// ---- offloaded checkpoints ----
+
+TEST_P(CheckpointModels, OffloadedLlamaLoraIsBitwiseAsPlainCheckpointing) {
+  for (DType dt : {kFloat32, kBFloat16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    Generator gen(20);
+    nn::LlamaForCausalLM model(llama_gqa(4), gen);
+    model.to(dt);
+    add_lora(model, {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}, gen);
+    model.to(dev());
+    Tensor x = ids(37);
+    expect_offload_changes_nothing(model, [&] { return model.loss(x, x); }, 3 * 12 * 32 * element_size(dt), 4);
+  }
+}
+
+TEST_P(CheckpointModels, OffloadedBackwardWithInputsIsBitwiseAsPlainCheckpointing) {
+  Generator gen(22);
+  nn::LlamaForCausalLM model(llama_gqa(3), gen);
+  add_lora(model, {"q_proj", "v_proj"}, gen);
+  model.to(dev());
+  Tensor x = ids(37);
+  Tensor a = model.get_parameter("model.layers.1.self_attn.q_proj.lora_A.weight");
+  expect_offload_changes_nothing(model, [&] { return model.loss(x, x); }, 3 * 12 * 32 * 4, 3, {a});
+}
+
+// On the GPU the offloaded inputs leave the device: four layers hold no more after forward than two
+// (the last input stays until backward, as nothing is offloaded after it). On the CPU the host copy
+// is the memory.
+TEST_P(CheckpointModels, OffloadedLlamaHoldsNoTensorALayerOnTheGpu) {
+  const nn::GradientCheckpointingKwargs offload{.offload_activations = true};
+  held_after_forward(2, offload);
+  EXPECT_EQ(held_after_forward(4, offload) - held_after_forward(2, offload), dev().is_cuda() ? 0 : 2 * 3 * 12 * 32 * 4);
+}
+
+TEST_P(CheckpointModels, OffloadedRetainGraphRecomputesTwice) {
+  Generator gen(23);
+  nn::GPT2LMHeadModel model(gpt2_dropout(), gen);
+  add_lora(model, {"c_attn"}, gen);
+  model.to(dev());
+  expect_offload_changes_nothing(model, backward_twice(model, ids(37)), 3 * 12 * 32 * 4, 2);
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, CheckpointModels, ::testing::Values(Device::cpu(), Device::cuda()),
@@ -372,6 +437,11 @@ TEST(Checkpoint, Errors) {
     fill_(x2, 1.0);
   }
   EXPECT_ERROR_HAS(y2.backward(), "checkpoint", "modified in place");
+
+  EXPECT_ERROR_HAS(checkpoint(fn, {x}, {.offload = {1}}), "checkpoint", "offload names input 1", "has 1");
+  Tensor y3 = sum(checkpoint(fn, {x}, {.offload = {0}})[0]);
+  y3.backward();
+  EXPECT_ERROR_HAS(y3.backward(), "checkpoint", "already freed", "retain_graph");
 
   nn::Linear lin(6, 6);
   EXPECT_ERROR_HAS(lin.gradient_checkpointing_enable(), "gradient_checkpointing_enable", "Linear",

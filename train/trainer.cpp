@@ -9,6 +9,7 @@
 #include <set>
 #include <span>
 
+#include "core/activation_offload.h"
 #include "core/autograd.h"
 #include "core/factory.h"
 #include "core/limits.h"
@@ -52,6 +53,24 @@ std::vector<optim::ParamGroupSpec> param_groups(nn::CausalLM& model, double weig
   if (!decay.empty()) groups.emplace_back(decay, optim::GroupOptions{.lr = std::nullopt, .weight_decay = weight_decay});
   if (!rest.empty()) groups.emplace_back(rest, optim::GroupOptions{.lr = std::nullopt, .weight_decay = 0.0});
   return groups;
+}
+
+// With offload_activations each layer's checkpointed input, [batch, seq, hidden] in the embeddings'
+// dtype, waits in host memory until backward: refused now when the host cannot hold a micro-batch's.
+void check_offload_memory(nn::CausalLM& model, int64_t batch, int64_t seq) {
+  const Tensor& embedding = model.input_embeddings().weight;
+  const int64_t layers = model.dims().num_layers;
+  const double need = static_cast<double>(layers) * static_cast<double>(batch) * static_cast<double>(seq) *
+                      static_cast<double>(embedding.shape()[1]) * static_cast<double>(element_size(embedding.dtype()));
+  const MemoryStats pinned = offload_memory_stats();
+  // Pinned buffers kept from an earlier run are reused.
+  const double have = static_cast<double>(available_memory(Device::cpu())) + static_cast<double>(pinned.bytes_reserved) -
+                      static_cast<double>(pinned.bytes_in_use);
+  const double gib = 1024.0 * 1024.0 * 1024.0;
+  TG_CHECK(available_memory(Device::cpu()) == 0 || need <= have, kArgs, "gradient_checkpointing_kwargs.offload_activations: ",
+           layers, " layers x ", batch, " x ", seq, " tokens of checkpointed activations take ", need / gib,
+           " GiB of host memory, the host has ", have / gib, " GiB available: lower per_device_train_batch_size "
+           "or the sequence length, or keep the activations on the GPU");
 }
 
 // bf16: the frozen base in bfloat16, the trainable weights in float32 (peft's autocast_adapter_dtype).
@@ -138,7 +157,9 @@ void Trainer::setup(const char* name) {
   if (args_.bf16) cast_for_bf16(*model_);
   model_->to(device_);
   model_->train();
-  if (args_.gradient_checkpointing) model_->gradient_checkpointing_enable();
+  if (args_.gradient_checkpointing) model_->gradient_checkpointing_enable(args_.gradient_checkpointing_kwargs);
+  if (args_.gradient_checkpointing_kwargs.offload_activations && train_)
+    check_offload_memory(*model_, args_.per_device_train_batch_size, train_->seq());
   optimizer_ = std::make_unique<optim::AdamW>(
       param_groups(*model_, args_.weight_decay),
       optim::AdamWOptions{.lr = args_.learning_rate, .beta1 = args_.adam_beta1, .beta2 = args_.adam_beta2,

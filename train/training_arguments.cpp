@@ -77,6 +77,9 @@ void TrainingArguments::validate() const {
   check_at_least("save_steps", save_steps, 0, " (0: a checkpoint only at the end)");
   check_at_least("save_total_limit", save_total_limit, 0, " (0: keep every checkpoint)");
   check_at_least("seed", seed, 0);
+  TG_CHECK(gradient_checkpointing || !gradient_checkpointing_kwargs.offload_activations, kWhere,
+           "gradient_checkpointing_kwargs.offload_activations offloads the checkpointed activations: it needs "
+           "gradient_checkpointing");
   TG_CHECK(cuda_graph == "auto" || cuda_graph == "on" || cuda_graph == "off", kWhere,
            "cuda_graph must be 'auto', 'on' or 'off', got '", cuda_graph, "'");
 }
@@ -93,6 +96,9 @@ json::Value TrainingArguments::to_json() const {
   v.set("eval_steps", eval_steps).set("save_steps", save_steps).set("save_total_limit", save_total_limit);
   v.set("resume_from_checkpoint", resume_from_checkpoint).set("seed", seed).set("use_cpu", use_cpu);
   v.set("disable_tqdm", disable_tqdm).set("cuda_graph", cuda_graph);
+  json::Value kwargs = json::Value::object();
+  kwargs.set("offload_activations", gradient_checkpointing_kwargs.offload_activations);
+  v.set("gradient_checkpointing_kwargs", kwargs);
   return v;
 }
 

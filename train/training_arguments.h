@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "io/json.h"
+#include "nn/module.h"
 
 namespace tg::train {
 
@@ -43,6 +44,9 @@ struct TrainingArguments {
   // to tg::kBFloat16 yourself and leave bf16 false.
   bool bf16 = false;
   bool gradient_checkpointing = false;  // recompute each layer at backward: less memory, same gradients
+  // {.offload_activations = true}: the layers' checkpointed inputs in host memory until backward
+  // (long sequences on one GPU; refused before the first step when the host has too little memory).
+  nn::GradientCheckpointingKwargs gradient_checkpointing_kwargs = {};
   int64_t logging_steps = 500;  // a log row (loss, learning_rate, grad_norm, tokens/s) every N steps
   int64_t eval_steps = 0;       // evaluate every N steps (0: never during train())
   int64_t save_steps = 500;     // a checkpoint every N steps (0: only at the end of train())

@@ -26,6 +26,7 @@ namespace {
 struct DeviceState {
   std::mutex mu;
   cudaStream_t stream = nullptr;
+  cudaStream_t copy_stream = nullptr;  // activation offload's copies (side_copy_async)
   int sm_count = 0;
   int l2_bytes = -1;
   PooledBlockCache cache;  // with the pools of CUDA graphs (core/detail/block_cache.h)
@@ -384,6 +385,45 @@ void wait_and_destroy_event(void* event) {
   const cudaError_t err = cudaEventSynchronize(e);
   cudaEventDestroy(e);
   TG_CUDA_CHECK(err);
+}
+
+namespace {
+cudaStream_t copy_stream(int device) {
+  DeviceState& st = state(device);
+  stream(device);  // sets the device, creates the compute stream first
+  std::lock_guard<std::mutex> lock(st.mu);
+  check_not_capturing(st, device, "an activation offload copy");
+  if (!st.copy_stream) TG_CUDA_CHECK(cudaStreamCreateWithFlags(&st.copy_stream, cudaStreamNonBlocking));
+  return st.copy_stream;
+}
+}  // namespace
+
+void* side_copy_async(void* dst, const void* src, size_t n, int device, bool to_device) {
+  cudaStream_t side = copy_stream(device), compute = stream(device);
+  // After what the compute stream queued: the source's writes, and the last use of the destination
+  // block (the caching allocator reuses freed blocks in the compute stream's order).
+  cudaEvent_t queued, done;
+  TG_CUDA_CHECK(cudaEventCreateWithFlags(&queued, cudaEventDisableTiming));
+  const cudaError_t recorded = cudaEventRecord(queued, compute);
+  const cudaError_t waited = recorded == cudaSuccess ? cudaStreamWaitEvent(side, queued, 0) : recorded;
+  cudaEventDestroy(queued);  // the wait keeps what it needs
+  TG_CUDA_CHECK(waited);
+  TG_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, side));
+  TG_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+  const cudaError_t err = cudaEventRecord(done, side);
+  if (err != cudaSuccess) {
+    cudaEventDestroy(done);
+    TG_CUDA_CHECK(err);
+  }
+  return done;
+}
+
+void compute_wait(int device, void* event) {
+  TG_CUDA_CHECK(cudaStreamWaitEvent(stream(device), static_cast<cudaEvent_t>(event), 0));
+}
+
+void destroy_event(void* event) noexcept {
+  if (event) cudaEventDestroy(static_cast<cudaEvent_t>(event));  // a destructor's call: nothing to report to
 }
 
 // One switch for the whole process (core/cuda_settings.h), also visible in CPU-only builds.

@@ -54,6 +54,14 @@ void free_pinned(void* ptr) noexcept;
 void* copy_pinned_async(void* dst, int device, const void* src, size_t n);
 void wait_and_destroy_event(void* event);
 
+// The device's copy stream, beside the compute stream (activation offload): side_copy_async queues
+// n bytes (device <-> pinned host, either way) after the compute stream's work queued so far and
+// returns an event that completes with the copy; compute_wait makes the compute stream's later
+// work wait for such an event, without blocking the host. Events are cudaEvent_t behind void*.
+void* side_copy_async(void* dst, const void* src, size_t n, int device, bool to_device);
+void compute_wait(int device, void* event);
+void destroy_event(void* event) noexcept;
+
 // TF32 for float32 GEMMs (off by default, as in PyTorch's "highest" precision).
 void set_allow_tf32(bool allow);
 bool allow_tf32();

@@ -8,6 +8,7 @@
 #include "core/memory.h"
 #include "io/file.h"
 #include "io/json.h"
+#include "io/safetensors.h"
 #include "nn/models/architecture.h"
 #include "nn/models/pretrained.h"
 #include "peft/lora.h"
@@ -86,22 +87,76 @@ std::shared_ptr<train::OutputDirLock> claim_out(const std::string& out, bool ove
                    "or give another --out\n");
 }
 
+namespace {
+
+std::string gib_text(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f GiB", bytes / (1024.0 * 1024.0 * 1024.0));
+  return buf;
+}
+
+}  // namespace
+
 void check_memory(const std::string& base, const train::MemoryEstimateOptions& o, Device device) {
-  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-  const train::MemoryEstimate e = train::estimate_training_memory(base, o);
+  std::vector<train::WeightShape> weights;
+  for (const safetensors::TensorInfo& t : nn::pretrained_tensors(base)) weights.push_back({t.name, t.shape});
+  const fs::path config = fs::path(base) / "config.json";
+  const train::ModelSizes sizes = train::model_sizes(read_text(config), config.string());
+  const train::MemoryEstimate e = train::estimate_training_memory(weights, sizes, o);
   const size_t available = available_memory(device);
   const std::string where = device.is_cpu() ? "the host" : "GPU " + std::to_string(device.index);
-  char have[64];
-  std::snprintf(have, sizeof have, "%.1f GiB available", static_cast<double>(available) / kGiB);
-  std::printf("memory estimate: %s; %s on %s\n", e.str().c_str(), have, where.c_str());
+  const std::string have = gib_text(static_cast<double>(available)) + " available";
+  std::printf("memory estimate: %s; %s on %s\n", e.str().c_str(), have.c_str(), where.c_str());
+  if (o.offload_activations && device.is_cuda()) {
+    const size_t host = available_memory(Device::cpu());
+    if (host > 0 && static_cast<size_t>(e.host) > host)
+      throw UsageError("--offload-activations keeps " + gib_text(static_cast<double>(e.host)) +
+                       " of activations in host memory, the host has " + gib_text(static_cast<double>(host)) +
+                       " available: lower --batch or --seq, or drop --offload-activations\n");
+  }
   if (available == 0 || static_cast<size_t>(e.total()) <= available) return;
+  // Each option the run does not take, and whether it would fit: the precision ones alone, the
+  // activation ones each with those before it (offload needs checkpointing; tiling pays at length).
   std::string remedies;
-  if (!o.load_in_4bit && !o.full) remedies += "--load-in-4bit (the base's Linear weights in 4 bits), ";
-  if (o.dtype == kFloat32) remedies += "--dtype bf16 (half the weights and activations), ";
-  if (!o.gradient_checkpointing) remedies += "--gradient-checkpointing (one layer's activations at a time), ";
-  remedies += "a smaller --batch (raise --grad-accum to keep the step) or --seq";
+  auto option = [&](const std::string& flags, const char* what, const train::MemoryEstimateOptions& with) {
+    const int64_t need = train::estimate_training_memory(weights, sizes, with).total();
+    remedies += flags + " (" + what + ": ~" + gib_text(static_cast<double>(need)) +
+                (static_cast<size_t>(need) <= available ? ", fits), " : "), ");
+  };
+  if (!o.load_in_4bit && !o.full) {
+    train::MemoryEstimateOptions with = o;
+    with.load_in_4bit = true;
+    option("--load-in-4bit", "the base's Linear weights in 4 bits", with);
+  }
+  if (o.dtype == kFloat32) {
+    train::MemoryEstimateOptions with = o;
+    with.dtype = kBFloat16;
+    option("--dtype bf16", "half the weights and activations", with);
+  }
+  train::MemoryEstimateOptions with = o;
+  std::string combined;
+  if (!o.gradient_checkpointing) {
+    with.gradient_checkpointing = true;
+    combined = "--gradient-checkpointing";
+    option(combined, "one layer's activations at a time", with);
+  }
+  if (!o.offload_activations && device.is_cuda()) {
+    with.gradient_checkpointing = with.offload_activations = true;
+    combined += (combined.empty() ? "" : " ") + std::string("--offload-activations");
+    option(combined, "the layers' checkpoints in host memory", with);
+  }
+  if (o.mlp_chunk_tokens == 0 && o.seq * o.batch > kTiledMlpChunk) {
+    with.mlp_chunk_tokens = kTiledMlpChunk;
+    combined += (combined.empty() ? "" : " ") + std::string("--tiled-mlp ") + std::to_string(kTiledMlpChunk);
+    option(combined, "the MLP's intermediates a chunk at a time", with);
+  }
+  const int64_t longest = train::longest_fitting_seq(weights, sizes, o, static_cast<int64_t>(available));
+  const std::string seq_fits = longest > 0 ? "the longest --seq that fits at --batch " + std::to_string(o.batch) + " is " +
+                                                 std::to_string(longest)
+                                           : "no --seq fits at --batch " + std::to_string(o.batch);
   throw UsageError("the run needs " + e.str() + " on " + where + ", which has " + have +
-                   ": it would run out of memory loading or training; to fit, try " + remedies + "\n");
+                   ": it would run out of memory loading or training; " + seq_fits + "; to fit, try " + remedies +
+                   "a smaller --batch (raise --grad-accum to keep the step) or --seq\n");
 }
 
 void check_checkpoint_base(const std::string& checkpoint, const std::string& base, bool ignore) {

@@ -4,6 +4,7 @@
 // naming the flag and the way out.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,7 +26,12 @@ std::vector<std::string> lora_targets(const Flags& flags, const std::string& bas
 // which removes them (and this program's adapter, model and merged outputs).
 std::shared_ptr<tg::train::OutputDirLock> claim_out(const std::string& out, bool overwrite, bool fresh);
 
-// The run's memory estimate in one line; refused, with the remedies, when `device` has less available.
+// The tiled MLP's chunk check_memory proposes (tokens).
+constexpr int64_t kTiledMlpChunk = 8192;
+
+// The run's memory plan in one line; refused, with the longest --seq that fits and the remedies
+// (each with its estimate), when `device` has less available, or when the offloaded activations
+// exceed the host's available memory.
 void check_memory(const std::string& base, const tg::train::MemoryEstimateOptions& options, tg::Device device);
 
 // --resume: refused when the checkpoint's adapter was trained on another base than --base

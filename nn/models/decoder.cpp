@@ -63,7 +63,9 @@ std::pair<Tensor, Tensor> checkpointed(const std::shared_ptr<DecoderLayer>& laye
     block.keep_router_stats = kept;
     return std::vector<Tensor>{h, m, block.stats.probability_sum};
   };
-  const std::vector<Tensor> out = checkpoint(fn, {delta.defined() ? add(residual, delta) : residual, cos, sin});
+  CheckpointOptions options;
+  if (layer->gradient_checkpointing_kwargs().offload_activations) options.offload = {0};  // cos, sin: every layer's
+  const std::vector<Tensor> out = checkpoint(fn, {delta.defined() ? add(residual, delta) : residual, cos, sin}, options);
   if (stats) layer->sparse_mlp->stats.probability_sum = out[2];
   return {out[0], out[1]};
 }

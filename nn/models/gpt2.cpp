@@ -19,7 +19,9 @@ Tensor checkpointed(const std::shared_ptr<GPT2Block>& block, const Tensor& x, co
   auto fn = [block, position_ids](const std::vector<Tensor>& in) {
     return std::vector<Tensor>{block->forward(in[0], nullptr, position_ids)};
   };
-  return checkpoint(fn, {x})[0];
+  CheckpointOptions options;
+  if (block->gradient_checkpointing_kwargs().offload_activations) options.offload = {0};
+  return checkpoint(fn, {x}, options)[0];
 }
 
 }  // namespace
