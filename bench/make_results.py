@@ -591,8 +591,8 @@ weighted sum) on x [T, H] that requires grad, bf16; lora: the experts frozen wit
 parameter trains. grouped is `nn::SparseMoeBlock` (`grouped_mm`), expert_loop the same parameters
 and routing with the experts as a loop of ordinary `linear` calls. `bench/torch_moe_ref.py` times
 in the same call transformers' `Qwen3MoeSparseMoeBlock` (+ peft) with its experts implementations
-(torch_eager: its loop over the experts hit; torch_grouped_mm: `torch._grouped_mm`), eagerly and
-under `torch.compile`. TFLOP/s counts the experts' base GEMMs (6 T k H I forward, as much for dx,
+(torch_eager: its loop over the experts hit; torch_grouped_mm: `torch._grouped_mm`), and the
+latter under `torch.compile`. TFLOP/s counts the experts' base GEMMs (6 T k H I forward, as much for dx,
 and for dW in full). On the GPU each call runs after a 256 MB L2 flush between CUDA events; median.
 Peak: the allocator's peak over one call beyond the parameters, x and their gradients. Target
 (issue 49): grouped at least as fast as expert_loop and as the fastest PyTorch row. {verdict}

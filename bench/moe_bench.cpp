@@ -135,11 +135,12 @@ int run(int argc, char** argv) {
       Generator gen(1);
       nn::MoeOptions o{.num_experts = s.experts, .top_k = s.top_k, .intermediate_size = s.intermediate};
       nn::SparseMoeBlock block(s.hidden, o, gen);
+      block.to(device);
       {
-        NoGradGuard g;  // transformers' init: N(0, 0.02) everywhere
+        NoGradGuard g;  // transformers' init: N(0, 0.02) everywhere, drawn where the block lives
         for (auto& [name, p] : block.named_parameters()) copy_(p, mul(randn(p.shape(), gen, p.options()), 0.02));
       }
-      block.to(dtype, device);
+      block.to(dtype);
       if (mode == "lora") {
         peft::apply_lora(block, {.r = 16, .lora_alpha = 32, .target_modules = {},
                                  .target_parameters = {"experts.gate_up_proj", "experts.down_proj"}});

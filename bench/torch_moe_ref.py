@@ -5,9 +5,10 @@ requires grad, forward + backward with a fixed output gradient, CUDA events afte
 flush, median; peak memory above the parameters, x and their existing gradients. Modes: lora (peft's
 target_parameters on mlp.experts.gate_up_proj and down_proj, r 16, alpha 32; the rest frozen) and
 full. Implementations: transformers' experts implementations "eager" (its default loop over the
-experts hit) and "grouped_mm" (torch._grouped_mm) where this transformers has it, each eagerly and
-under torch.compile. Each one's output and dx are first compared with eager's. tflops counts the
-experts' base GEMMs as moe_bench does. Prints the ratios to moe_bench's grouped rows of the same call:
+experts hit) and "grouped_mm" (torch._grouped_mm) where this transformers has it, and the last of
+those under torch.compile. Each one's output and dx are first compared with eager's. tflops counts
+the experts' base GEMMs as moe_bench does. The rows are written after each case (a run stopped
+early keeps those done). Prints the ratios to moe_bench's grouped rows of the same call:
 
     python3 bench/torch_moe_ref.py --ours out/moe_ours.json --out out/torch_moe.json
 """
@@ -57,11 +58,12 @@ def build(config_name, mode, experts_impl, seed):
     config._experts_implementation = experts_impl
     from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeSparseMoeBlock
     torch.manual_seed(seed)
-    layer = Layer(Qwen3MoeSparseMoeBlock(config))
+    with torch.device("cuda"):
+        layer = Layer(Qwen3MoeSparseMoeBlock(config))
     with torch.no_grad():
         for p in layer.parameters():
             p.normal_(0, 0.02)  # transformers' init (the experts are torch.empty)
-    layer = layer.to("cuda", torch.bfloat16)
+    layer = layer.to(torch.bfloat16)
     if mode == "lora":
         layer = get_peft_model(layer, LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, target_modules=[],
                                                  target_parameters=["mlp.experts.gate_up_proj",
@@ -83,35 +85,38 @@ def measure(case, mode, impls, reps, flush):
     gemms = 3 if mode == "full" else 2  # forward, dx, and dW when the experts train
     flops = gemms * 6.0 * tokens * k * H * I
     rows, reference = [], None
-    for experts_impl in impls:
-        for compiled in (False, True):
-            impl = f"torch_{experts_impl}" + ("_compile" if compiled else "")
-            try:
-                layer = build(config_name, mode, experts_impl, seed=0)
-                fn = torch.compile(layer) if compiled else layer
-                x.grad = None
-                y = fn(x)
-                y.backward(dy)
-                if reference is None:
-                    reference = (y.detach(), x.grad.clone())
-                err = max(relative_error(y.detach(), reference[0]), relative_error(x.grad, reference[1]))
-                if not err <= 3e-2:
-                    raise RuntimeError(f"output / dx differ from torch_eager's by {err:.2e} (relative), wanted at "
-                                       "most 3e-2")
-                step = lambda: fn(x).backward(dy)  # gradients accumulate into the existing .grad
-                peak = peak_mib_above(step)
-                ms = median_ms(step, reps, flush)
-            except Exception as e:  # one implementation failing leaves the others' rows
-                print(f"{case} {mode} {impl}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
-                continue
-            finally:
-                layer = fn = None
-                torch.cuda.empty_cache()
-            print(f"{config_name:16} {tokens:7} {mode:5} {impl:26} {ms:10.3f} {flops / ms * 1e-9:8.1f} {peak:10.1f} "
-                  f"{err:10.2e}")
-            rows.append({"config": config_name, "impl": impl, "mode": mode, "dtype": "bf16", "tokens": tokens,
-                         "ms": round(ms, 4), "tflops": round(flops / ms * 1e-9, 2), "peak_mib": round(peak, 2),
-                         "torch": torch.__version__, "transformers": transformers.__version__})
+    runs = [(e, False) for e in impls] + [(impls[-1], True)]
+    for experts_impl, compiled in runs:
+        impl = f"torch_{experts_impl}" + ("_compile" if compiled else "")
+        layer = fn = None
+        try:
+            layer = build(config_name, mode, experts_impl, seed=0)
+            if compiled:
+                torch._dynamo.reset()  # a new module each case: no earlier graphs or recompile limits
+            fn = torch.compile(layer) if compiled else layer
+            x.grad = None
+            y = fn(x)
+            y.backward(dy)
+            if reference is None:
+                reference = (y.detach(), x.grad.clone())
+            err = max(relative_error(y.detach(), reference[0]), relative_error(x.grad, reference[1]))
+            if not err <= 3e-2:
+                raise RuntimeError(f"output / dx differ from torch_eager's by {err:.2e} (relative), wanted at "
+                                   "most 3e-2")
+            step = lambda: fn(x).backward(dy)  # gradients accumulate into the existing .grad
+            peak = peak_mib_above(step)
+            ms = median_ms(step, reps, flush)
+        except Exception as e:  # one implementation failing leaves the others' rows
+            print(f"{case} {mode} {impl}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+            continue
+        finally:
+            layer = fn = None
+            torch.cuda.empty_cache()
+        print(f"{config_name:16} {tokens:7} {mode:5} {impl:26} {ms:10.3f} {flops / ms * 1e-9:8.1f} {peak:10.1f} "
+              f"{err:10.2e}")
+        rows.append({"config": config_name, "impl": impl, "mode": mode, "dtype": "bf16", "tokens": tokens,
+                     "ms": round(ms, 4), "tflops": round(flops / ms * 1e-9, 2), "peak_mib": round(peak, 2),
+                     "torch": torch.__version__, "transformers": transformers.__version__})
     return rows
 
 
@@ -130,6 +135,7 @@ def main():
     for case in args.cases.split(","):
         for mode in args.modes.split(","):
             rows += measure(case, mode, impls, args.reps, flush)
+            write_rows(args.out, "torch_moe", torch.cuda.get_device_name(), rows)
     ours = {(r["config"], r["tokens"], r["mode"]): r["ms"] for r in json.load(open(args.ours))
             if r["impl"] == "grouped"} if args.ours else {}
     for r in rows:
@@ -137,7 +143,6 @@ def main():
         if key in ours:
             print(f"{r['config']:16} {r['tokens']:7} {r['mode']:5} {r['impl']:26} / grouped: {r['ms'] / ours[key]:.2f}x "
                   "the time")
-    write_rows(args.out, "torch_moe", torch.cuda.get_device_name(), rows)
 
 
 if __name__ == "__main__":

@@ -3,13 +3,18 @@
 # tokens, Mixtral-8x7B's (4096, 14336, 8 experts, top 2) at 4096; LoRA on the frozen experts
 # (peft's target_parameters) and full training. bench/moe_bench: nn::SparseMoeBlock (grouped_mm)
 # and the same block as a per-expert loop of ordinary GEMMs; bench/torch_moe_ref.py in the same
-# call: transformers' Qwen3MoeSparseMoeBlock (+ peft) with its eager and grouped_mm experts, each
-# eagerly and under torch.compile. Rows to <out>/moe.json (copy to bench/results/, then
-# bench/make_results.py). About 4 minutes after the build. Builds moe_bench in build-dir.
+# call: transformers' Qwen3MoeSparseMoeBlock (+ peft) with its eager and grouped_mm experts, and
+# grouped_mm under torch.compile (at most TORCH_SECONDS, default 360: the cases done by then keep
+# their rows). Rows to <out>/moe.json (copy to bench/results/, then bench/make_results.py); the
+# printed tables to <out>/moe_ours.txt and <out>/torch_moe.txt. About 5 minutes after the build.
+# Builds moe_bench in build-dir.
 set -euo pipefail
 note_commit
 build_targets moe_bench
 "$build/bench/moe_bench" --json "$out/moe_ours.json" | tee "$out/moe_ours.txt"
-python3 "$root/bench/torch_moe_ref.py" --ours "$out/moe_ours.json" --out "$out/torch_moe.json" | tee "$out/torch_moe.txt"
-merge_rows "$out/moe.json" "$out/moe_ours.json" "$out/torch_moe.json"
-rm -f "$out/moe_ours.json" "$out/torch_moe.json"
+timeout "${TORCH_SECONDS:-360}" python3 "$root/bench/torch_moe_ref.py" --ours "$out/moe_ours.json" \
+  --out "$out/torch_moe.json" | tee "$out/torch_moe.txt" || echo "torch_moe_ref.py stopped early: the rows written so far are kept"
+parts=("$out/moe_ours.json")
+[ -f "$out/torch_moe.json" ] && parts+=("$out/torch_moe.json")
+merge_rows "$out/moe.json" "${parts[@]}"
+rm -f "${parts[@]}"
