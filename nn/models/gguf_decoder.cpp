@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "core/factory.h"
 #include "nn/models/detail/gguf_decoder.h"
+#include "ops/shape.h"
 
 namespace tg::nn::detail {
 namespace {
@@ -19,6 +20,7 @@ const std::pair<const char*, const char*> kLayerNames[] = {
     {"post_feedforward_layernorm", "post_ffw_norm"},
     {"mlp.gate_proj", "ffn_gate"},        {"mlp.up_proj", "ffn_up"},            {"mlp.down_proj", "ffn_down"},
     {"mlp.gate_up_proj", "ffn_up"},  // Phi-3's fused gate and up: llama.cpp splits ffn_up in halves
+    {"mlp.gate", "ffn_gate_inp"},    // a sparse MoE block's router
 };
 
 // llama.cpp's name for parameter `name` ("" when it has none).
@@ -41,6 +43,25 @@ std::string tensor_name(const std::string& name, bool sandwich) {
   return "";
 }
 
+// A sparse block's stacked experts "model.layers.{i}.mlp.experts.<weight>" as llama.cpp's
+// blk.{i}.ffn_{gate,up,down}_exps [E, out, in]: gate_up_proj's gate rows, then its up rows.
+void add_experts(GgufModel& out, const DecoderSpec& s, const std::string& name, const Tensor& t) {
+  TG_CHECK(s.moe && s.moe->block.experts == MoeOptions::Experts::SwiGLU && !s.moe->block.router_bias(), "save_gguf",
+           s.architecture, " parameter '", name, "': only SwiGLU experts without biases have llama.cpp's ",
+           "ffn_*_exps layout here");
+  const std::string infix = ".mlp.experts.";
+  const std::string layer = name.substr(0, name.find(infix)), weight = name.substr(layer.size() + infix.size());
+  const std::string blk = "blk." + layer.substr(layer.rfind('.') + 1) + ".";
+  if (weight == "gate_up_proj") {
+    const int64_t width = t.shape()[1] / 2;
+    out.tensors.push_back({.name = blk + "ffn_gate_exps.weight", .source = slice(t, 1, 0, width)});
+    out.tensors.push_back({.name = blk + "ffn_up_exps.weight", .source = slice(t, 1, width, 2 * width)});
+  } else {
+    TG_CHECK(weight == "down_proj", "save_gguf", s.architecture, " parameter '", name, "' has no llama.cpp tensor");
+    out.tensors.push_back({.name = blk + "ffn_down_exps.weight", .source = t});
+  }
+}
+
 }  // namespace
 
 GgufModel decoder_gguf(const DecoderForCausalLM& model, const std::string& arch, bool permute_qk) {
@@ -51,11 +72,15 @@ GgufModel decoder_gguf(const DecoderForCausalLM& model, const std::string& arch,
   for (const auto& [name, t] : model.named_parameters()) {
     if (name == "lm_head.weight" && tied) continue;
     if (name.ends_with(".lora_A.weight") || name.ends_with(".lora_B.weight")) continue;  // an adapter's (peft/gguf.h)
+    if (name.find(".mlp.experts.") != std::string::npos) {
+      add_experts(out, s, name, t);
+      continue;
+    }
     const std::string ggml = tensor_name(name, s.sandwich_norms);
     TG_CHECK(!ggml.empty(), "save_gguf", s.architecture, " parameter '", name, "' has no llama.cpp tensor");
     GgufTensor g{.name = ggml, .source = t};
     const bool norm = ggml.ends_with("norm.weight");
-    g.keep_f32 = norm || t.dim() == 1;
+    g.keep_f32 = norm || t.dim() == 1 || ggml.ends_with(".ffn_gate_inp.weight");  // the converter's F32 router
     if (norm && s.unit_offset_norms) g.add = 1.0f;  // transformers' (1 + w), llama.cpp's w
     if (permute_qk && (ggml.find(".attn_q.") != std::string::npos || ggml.find(".attn_k.") != std::string::npos))
       g.rope_head_dim = s.attention.head_dim;
@@ -76,6 +101,10 @@ GgufModel decoder_gguf(const DecoderForCausalLM& model, const std::string& arch,
   f32("attention.layer_norm_rms_epsilon", s.rms_norm_eps);
   u32("rope.dimension_count", s.rope.scaling.rotary_dim(s.attention.head_dim));
   f32("rope.freq_base", s.rope.theta);
+  if (s.moe) {
+    u32("expert_count", s.moe->block.num_experts);
+    u32("expert_used_count", s.moe->block.top_k);
+  }
   return out;
 }
 
