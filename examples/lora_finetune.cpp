@@ -393,6 +393,11 @@ int run(int argc, char** argv) {
   nn::CausalLM& model = *base.model;
   Generator init(static_cast<uint64_t>(seed));
   if (!full) peft::apply_lora(model, lora, init);
+  // llama.cpp's GGUF adapters hold no expert weights (peft::save_adapter_gguf): the merged model only.
+  const bool gguf_adapter = gguf_dtype && !full && target_parameters.empty();
+  if (gguf_dtype && !full && !gguf_adapter && main_rank)
+    std::printf("--save-gguf: %s/model.gguf (LoRA merged) will be written, no adapter.gguf: llama.cpp's GGUF adapters "
+                "hold no expert weights (--target-parameters)\n", out.c_str());
   if (main_rank) {
     std::printf("base: %s (%s%s, %s), %lld-token context\n", base_path.c_str(), base.architecture.c_str(),
                 base.tokenizer ? (", " + base.tokenizer->description()).c_str() : ", bytes as tokens",
@@ -473,7 +478,7 @@ int run(int argc, char** argv) {
   }
   if (eval_every == 0 || steps % eval_every != 0) trainer.evaluate();  // the end's, unless the loop just did it
   std::printf("%s\n", examples::peak_memory_line(trainer.device()).c_str());
-  if (gguf_dtype && !full) {
+  if (gguf_adapter) {
     peft::save_adapter_gguf(model, out + "/adapter.gguf", {.dtype = *gguf_dtype});
     std::printf("adapter GGUF: %s/adapter.gguf (llama.cpp's --lora, on a GGUF of the base)\n", out.c_str());
   }
@@ -485,7 +490,8 @@ int run(int argc, char** argv) {
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   std::printf("%s", examples::run_report(seconds, {.base = base_path, .out = out, .hf_base = base.hf_folder,
-                                                   .full = full, .merged = merge, .gguf = gguf_dtype.has_value()})
+                                                   .full = full, .merged = merge, .gguf = gguf_dtype.has_value(),
+                                                   .gguf_adapter = gguf_adapter})
                         .c_str());
   return 0;
 }
