@@ -21,6 +21,7 @@ const std::pair<const char*, const char*> kLayerNames[] = {
     {"mlp.gate_proj", "ffn_gate"},        {"mlp.up_proj", "ffn_up"},            {"mlp.down_proj", "ffn_down"},
     {"mlp.gate_up_proj", "ffn_up"},  // Phi-3's fused gate and up: llama.cpp splits ffn_up in halves
     {"mlp.gate", "ffn_gate_inp"},    // a sparse MoE block's router
+    {"mlp.router", "ffn_gate_inp"},  // gpt-oss's (with a bias)
 };
 
 // llama.cpp's name for parameter `name` ("" when it has none).
@@ -36,6 +37,7 @@ std::string tensor_name(const std::string& name, bool sandwich) {
   const size_t last = rest.rfind('.');
   if (last == std::string::npos) return "";
   const std::string module = rest.substr(0, last), kind = rest.substr(last);  // ".weight" / ".bias"
+  if (rest == "self_attn.sinks") return "blk." + layer + ".attn_sinks.weight";
   // Without sandwich norms the norm after attention is the MLP's input norm.
   if (module == "post_attention_layernorm") return "blk." + layer + (sandwich ? ".post_attention_norm" : ".ffn_norm") + kind;
   for (const auto& [hf, ggml] : kLayerNames)
@@ -44,21 +46,28 @@ std::string tensor_name(const std::string& name, bool sandwich) {
 }
 
 // A sparse block's stacked experts "model.layers.{i}.mlp.experts.<weight>" as llama.cpp's
-// blk.{i}.ffn_{gate,up,down}_exps [E, out, in]: gate_up_proj's gate rows, then its up rows.
+// blk.{i}.ffn_{gate,up,down}_exps [E, out, in]: gate_up_proj's gate rows, then its up rows (gpt-oss:
+// [E, in, out] transposed, gate and up interleaved, and their biases).
 void add_experts(GgufModel& out, const DecoderSpec& s, const std::string& name, const Tensor& t) {
-  TG_CHECK(s.moe && s.moe->block.experts == MoeOptions::Experts::SwiGLU && !s.moe->block.router_bias(), "save_gguf",
-           s.architecture, " parameter '", name, "': only SwiGLU experts without biases have llama.cpp's ",
-           "ffn_*_exps layout here");
+  TG_CHECK(s.moe, "save_gguf", s.architecture, " parameter '", name, "' has no llama.cpp tensor");
+  const bool oai = s.moe->block.experts == MoeOptions::Experts::ClampedSwiGLU;
   const std::string infix = ".mlp.experts.";
   const std::string layer = name.substr(0, name.find(infix)), weight = name.substr(layer.size() + infix.size());
   const std::string blk = "blk." + layer.substr(layer.rfind('.') + 1) + ".";
-  if (weight == "gate_up_proj") {
-    const int64_t width = t.shape()[1] / 2;
-    out.tensors.push_back({.name = blk + "ffn_gate_exps.weight", .source = slice(t, 1, 0, width)});
-    out.tensors.push_back({.name = blk + "ffn_up_exps.weight", .source = slice(t, 1, width, 2 * width)});
+  const bool bias = weight.ends_with("_bias");
+  const std::string kind = bias ? ".bias" : ".weight";
+  if (weight == "gate_up_proj" || weight == "gate_up_proj_bias") {
+    const Tensor w = oai && !bias ? transpose(t, 1, 2) : t;
+    const int64_t n = w.shape()[1];
+    out.tensors.push_back({.name = blk + "ffn_gate_exps" + kind,
+                           .source = oai ? slice(w, 1, 0, n, 2) : slice(w, 1, 0, n / 2), .keep_f32 = bias});
+    out.tensors.push_back({.name = blk + "ffn_up_exps" + kind,
+                           .source = oai ? slice(w, 1, 1, n, 2) : slice(w, 1, n / 2, n), .keep_f32 = bias});
   } else {
-    TG_CHECK(weight == "down_proj", "save_gguf", s.architecture, " parameter '", name, "' has no llama.cpp tensor");
-    out.tensors.push_back({.name = blk + "ffn_down_exps.weight", .source = t});
+    TG_CHECK(weight == "down_proj" || weight == "down_proj_bias", "save_gguf", s.architecture, " parameter '", name,
+             "' has no llama.cpp tensor");
+    out.tensors.push_back({.name = blk + "ffn_down_exps" + kind, .source = oai && !bias ? transpose(t, 1, 2) : t,
+                           .keep_f32 = bias});
   }
 }
 

@@ -1,5 +1,6 @@
-// Qwen3-MoE and Mixtral as llama.cpp's converter writes them to GGUF: "qwen3moe" (Qwen3's layout,
-// expert_feed_forward_length) and "llama" with experts (Mixtral: q and k rows reordered as Llama's).
+// Qwen3-MoE, Mixtral and gpt-oss as llama.cpp's converter writes them to GGUF: "qwen3moe" (Qwen3's
+// layout, expert_feed_forward_length), "llama" with experts (Mixtral: q and k rows reordered as
+// Llama's) and "gpt-oss" (sinks, biases, the experts dequantised as the converter writes them).
 #include <string>
 
 #include "core/error.h"
@@ -36,6 +37,26 @@ GgufModel qwen3_moe_gguf(const CausalLM& model) {
 GgufModel mixtral_gguf(const CausalLM& model) {
   const MoeForCausalLM& m = moe_of(model);
   return detail::llama_architecture_gguf(m, m.config.base);
+}
+
+GgufModel gpt_oss_gguf(const CausalLM& model) {
+  const MoeForCausalLM& m = moe_of(model);
+  const MoeConfig& c = m.config;
+  // llama.cpp's gpt-oss fixes its experts' SwiGLU and slides every other layer from the first.
+  TG_CHECK(c.swiglu_alpha == 1.702 && c.swiglu_limit == 7.0, "save_gguf", "GptOssForCausalLM with swiglu_alpha ",
+           c.swiglu_alpha, " and swiglu_limit ", c.swiglu_limit, ": llama.cpp's gpt-oss computes with 1.702 and 7");
+  for (int64_t layer = 0; layer < c.base.num_hidden_layers; ++layer)
+    TG_CHECK(c.sliding_layers[static_cast<size_t>(layer)] == (layer % 2 == 0), "save_gguf", "GptOssForCausalLM layer ",
+             layer, (layer % 2 == 0 ? " is full" : " slides"), " (layer_types): llama.cpp's gpt-oss slides the even layers only");
+  GgufModel out = detail::decoder_gguf(m, "gpt-oss", /*permute_qk=*/false);
+  detail::add_rope_scaling(out, m.model->spec, /*with_rope_freqs=*/false);
+  const std::string ffn_norm = ".ffn_norm.weight";  // the MLP's input norm: gpt-oss's post_attention_norm
+  for (GgufTensor& t : out.tensors)
+    if (t.name.ends_with(ffn_norm)) t.name = t.name.substr(0, t.name.size() - ffn_norm.size()) + ".post_attention_norm.weight";
+  using gguf::Value;
+  out.hparams.set("gpt-oss.expert_feed_forward_length", Value::uint32(static_cast<uint32_t>(c.expert_intermediate_size())));
+  out.hparams.set("gpt-oss.attention.sliding_window", Value::uint32(static_cast<uint32_t>(c.base.sliding_window)));
+  return out;
 }
 
 }  // namespace tg::nn

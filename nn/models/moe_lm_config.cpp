@@ -132,6 +132,7 @@ const CheckpointLayout kMixtralLayout{
 // nn/models/moe_gguf.cpp
 GgufModel qwen3_moe_gguf(const CausalLM& model);
 GgufModel mixtral_gguf(const CausalLM& model);
+GgufModel gpt_oss_gguf(const CausalLM& model);
 
 json::Value MoeForCausalLM::config_json() const {
   using json::Value;
@@ -180,7 +181,7 @@ extern const Architecture kMixtralArchitecture{.name = "MixtralForCausalLM", .mo
     .checkpoint_layout = kMixtralLayout};
 extern const Architecture kGptOssArchitecture{.name = "GptOssForCausalLM", .model_type = "gpt_oss",
     .base_prefix = "model.", .embedding = "model.embed_tokens.weight", .ignored_suffixes = kIgnored,
-    .lora_targets = kTargets, .parse = gpt_oss,
+    .lora_targets = kTargets, .parse = gpt_oss, .gguf = gpt_oss_gguf,
     .refused = "its logits differ from transformers 5.17's on tests/fixtures/hf/gpt_oss (HfFixtures.GptOssIsRefusedUntilItMatchesTransformers); "
                "Qwen3-MoE and Mixtral load"};
 
