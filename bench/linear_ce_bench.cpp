@@ -13,7 +13,6 @@
 // bench/torch_linear_ce_ref.py times PyTorch (eager, torch.compile, Liger) on the same cases;
 // scripts/gpu/bench.sh linear-ce runs both (rows to bench/results/{linear_ce,torch_linear_ce}.json).
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -24,6 +23,7 @@
 #include <vector>
 
 #include "bench/bench_json.h"
+#include "bench/bench_measure.h"
 #include "examples/common/flags.h"
 #include "examples/common/precision.h"
 #include "ops/detail/linear_cross_entropy_chunks.h"
@@ -69,73 +69,6 @@ std::vector<int64_t> parse_rows(const std::string& list) {
   return rows;
 }
 
-// Median ms of f() over `reps` calls after 3 warm-up calls.
-class Timer {
- public:
-  explicit Timer(Device device) : device_(device) {
-#ifdef TG_WITH_CUDA
-    if (device.is_cuda()) {
-      flush_ = Tensor::empty({kFlushBytes / 4}, {kFloat32, device});
-      TG_CUDA_CHECK(cudaEventCreate(&start_));
-      TG_CUDA_CHECK(cudaEventCreate(&stop_));
-    }
-#endif
-  }
-  ~Timer() {
-#ifdef TG_WITH_CUDA
-    if (device_.is_cuda()) cudaEventDestroy(start_), cudaEventDestroy(stop_);
-#endif
-  }
-  double median_ms(const std::function<void()>& f, int reps) {
-    for (int i = 0; i < 3; ++i) f();
-    synchronize(device_);
-    std::vector<double> ms;
-    for (int i = 0; i < reps; ++i) ms.push_back(device_.is_cuda() ? gpu_ms(f, i) : host_ms(f));
-    std::sort(ms.begin(), ms.end());
-    return ms[ms.size() / 2];
-  }
-
- private:
-  double host_ms(const std::function<void()>& f) {
-    const auto t0 = std::chrono::steady_clock::now();
-    f();
-    synchronize(device_);
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  }
-  // Between two events on the device's stream, after a memset that evicts the inputs from L2.
-  double gpu_ms([[maybe_unused]] const std::function<void()>& f, [[maybe_unused]] int rep) {
-#ifdef TG_WITH_CUDA
-    cudaStream_t s = cuda::stream(device_.index);
-    TG_CUDA_CHECK(cudaMemsetAsync(flush_.data_ptr<float>(), rep & 0xff, kFlushBytes, s));
-    TG_CUDA_CHECK(cudaEventRecord(start_, s));
-    f();
-    TG_CUDA_CHECK(cudaEventRecord(stop_, s));
-    TG_CUDA_CHECK(cudaEventSynchronize(stop_));
-    float ms = 0;
-    TG_CUDA_CHECK(cudaEventElapsedTime(&ms, start_, stop_));
-    return ms;
-#else
-    throw Error("linear_ce_bench: built without CUDA");
-#endif
-  }
-  static constexpr int64_t kFlushBytes = int64_t{256} << 20;
-  Device device_;
-#ifdef TG_WITH_CUDA
-  Tensor flush_;
-  cudaEvent_t start_ = nullptr, stop_ = nullptr;
-#endif
-};
-
-// MiB that f() holds at its peak beyond what is live before it (inputs, gradients).
-double peak_mib_above(Device device, const std::function<void()>& f) {
-  synchronize(device);
-  reset_peak_memory_stats(device);
-  const size_t before = memory_stats(device).bytes_in_use;
-  f();
-  synchronize(device);
-  return static_cast<double>(memory_stats(device).peak_bytes - before) / 1048576.0;
-}
-
 // Uniform class indices, a `frac` of them ignore_index (-100), as in a padded batch.
 Tensor padded_targets(int64_t n, int64_t classes, double frac, Device device) {
   std::mt19937_64 rng(7);
@@ -144,12 +77,6 @@ Tensor padded_targets(int64_t n, int64_t classes, double frac, Device device) {
   std::vector<int64_t> t(n);
   for (int64_t& v : t) v = pad(rng) ? -100 : cls(rng);
   return from_vector(t, {n}, device);
-}
-
-// ||a - b|| / ||b||, the sums of squares in float32.
-double relative_error(const Tensor& a, const Tensor& b) {
-  const Tensor a32 = to(a, kFloat32), b32 = to(b, kFloat32), d = sub(a32, b32);
-  return std::sqrt(sum(mul(d, d)).item() / std::max(sum(mul(b32, b32)).item(), 1e-30));
 }
 
 // f() between cudaProfilerStart / Stop.
@@ -198,7 +125,7 @@ int run(int argc, char** argv) {
   // round the same logits, dlogits go through the dtype once in either order.
   const double tolerance = dtype == kBFloat16 ? 2e-2 : 1e-4;
   const std::vector<int64_t> sweep = parse_rows(flags.str("chunk-rows"));
-  Timer timer(device);
+  bench::Timer timer(device);
   bench::JsonRows rows("linear_ce", bench::machine(device)), sweep_rows("linear_ce_chunks", bench::machine(device));
   std::printf("%-20s %-9s %-16s %10s %10s %12s %12s\n", "shape (NxHxV)", "weight", "impl", "ms", "peak MiB",
               "loss err", "grad err");
@@ -229,8 +156,8 @@ int run(int argc, char** argv) {
       }
       const Result &fused = results[0], &unfused = results[1];
       const double loss_err = std::abs(fused.loss - unfused.loss) / std::max(std::abs(unfused.loss), 1e-30);
-      double grad_err = relative_error(fused.dx, unfused.dx);
-      if (trainable) grad_err = std::max(grad_err, relative_error(fused.dw, unfused.dw));
+      double grad_err = bench::relative_error(fused.dx, unfused.dx);
+      if (trainable) grad_err = std::max(grad_err, bench::relative_error(fused.dw, unfused.dw));
       results.clear();
       if (!(loss_err <= 1e-3 && grad_err <= tolerance))
         throw Error("linear_ce_bench: at " + c.name() + " (" + weight + ") the fused loss / gradients differ from the " +
@@ -240,7 +167,7 @@ int run(int argc, char** argv) {
       for (const auto& [impl, loss_of] : impls) {
         auto step = [&] { loss_of().backward(); };  // gradients accumulate into the existing .grad
         step();                                     // .grad exists before the measurements
-        const double peak = peak_mib_above(device, step);
+        const double peak = bench::peak_mib_above(device, step);
         const double ms = timer.median_ms(step, reps);
         std::printf("%-20s %-9s %-16s %10.3f %10.1f %12.2e %12.2e\n", c.name().c_str(), weight, impl.c_str(), ms, peak,
                     loss_err, grad_err);
@@ -257,7 +184,7 @@ int run(int argc, char** argv) {
       for (const int64_t r : sweep) {
         auto step = [&] { detail::linear_cross_entropy_chunked(x, w, targets, -100, Reduction::Mean, r).backward(); };
         step();
-        const double peak = peak_mib_above(device, step);
+        const double peak = bench::peak_mib_above(device, step);
         const double ms = timer.median_ms(step, reps);
         const std::string impl = "fused, " + std::to_string(r) + " rows";
         std::printf("%-20s %-9s %-16s %10.3f %10.1f\n", c.name().c_str(), weight, impl.c_str(), ms, peak);

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from result_rows import write_rows
-from torch_timing import median_ms
+from torch_timing import median_ms, peak_mib_above, relative_error
 
 SHAPES = "8192x768x32000,16384x2048x128256"  # bench-135m's head; Llama-3's vocabulary
 IGNORE_INDEX = -100
@@ -39,21 +39,6 @@ def implementations():
     liger = LigerFusedLinearCrossEntropyLoss(ignore_index=IGNORE_INDEX)
     impls["liger"] = lambda x, w, t: liger(w, x, t)
     return impls, getattr(liger_kernel, "__version__", "?")
-
-
-def peak_mib_above(fn):
-    """MiB that fn() holds at its peak beyond what is allocated before it."""
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    before = torch.cuda.memory_allocated()
-    fn()
-    torch.cuda.synchronize()
-    return (torch.cuda.max_memory_allocated() - before) / 2**20
-
-
-def relative_error(a, b):
-    a, b = a.float(), b.float()
-    return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
 
 
 def loss_and_grads(fn, x, w, t):

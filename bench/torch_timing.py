@@ -1,5 +1,6 @@
-"""CUDA-event timing for the PyTorch reference scripts: the median of `reps` calls of fn, each
-after a write of `flush` (a buffer larger than L2), after 3 untimed calls."""
+"""What the PyTorch reference scripts measure: CUDA-event timing (the median of `reps` calls of fn,
+each after a write of `flush`, a buffer larger than L2, after 3 untimed calls), the peak memory of
+a call and how far one result is from another."""
 import torch
 
 
@@ -17,3 +18,18 @@ def median_ms(fn, reps, flush):
         times.append(a.elapsed_time(b))
     times.sort()
     return times[len(times) // 2]
+
+
+def peak_mib_above(fn):
+    """MiB that fn() holds at its peak beyond what is allocated before it."""
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    fn()
+    torch.cuda.synchronize()
+    return (torch.cuda.max_memory_allocated() - before) / 2**20
+
+
+def relative_error(a, b):
+    a, b = a.float(), b.float()
+    return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()

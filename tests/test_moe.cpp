@@ -312,6 +312,29 @@ TEST(MoeModels, GradientsMatchFiniteDifferences) {
 }
 
 // The released configs read as transformers reads them, and back through config_json.
+// transformers 5.17's GptOssExperts clamps at 7.0 with alpha 1.702 whatever config.json's
+// swiglu_limit says (HfFixtures.GptOssMatchesTransformersAndPeft's fixture says 1.5): the model
+// computes so, and writes config.json's value back.
+TEST(MoeConfigs, GptOssClampsAtTransformersLimitWhateverSwigluLimitSays) {
+  nn::MoeConfig c = tiny_moe("GptOssForCausalLM");
+  ASSERT_EQ(c.swiglu_limit, 0.5);
+  Generator gen(12);
+  nn::MoeForCausalLM model(c, gen);
+  int64_t blocks = 0;
+  for (auto& [name, m] : model.named_modules())
+    if (auto* block = dynamic_cast<nn::SparseMoeBlock*>(m)) {
+      EXPECT_EQ(block->options.swiglu_limit, 7.0) << name;
+      EXPECT_EQ(block->experts->options.swiglu_alpha, 1.702) << name;
+      ++blocks;
+    }
+  EXPECT_EQ(blocks, c.base.num_hidden_layers);
+  c.swiglu_limit = 7.0;
+  Generator same(12);
+  const Tensor ids = randint(0, 64, {2, 9}, gen);
+  EXPECT_TENSOR_EQ(model.forward(ids), nn::MoeForCausalLM(c, same).forward(ids));
+  EXPECT_EQ(model.config_json().find("swiglu_limit")->as_double(), 0.5);
+}
+
 TEST(MoeConfigs, ReleasedConfigsReadAndRoundTrip) {
   const nn::MoeConfig qwen =
       std::any_cast<nn::MoeConfig>(nn::parse_pretrained_config(read_text(kMoeConfigs / "Qwen3-30B-A3B.json")).config);
@@ -419,10 +442,6 @@ TEST(MoeCheckpoints, HubAndFusedLayoutsLoadAlike) {
       for (const auto& k : keys) EXPECT_EQ(k.find("gate_up_proj"), std::string::npos) << k;
     const Tensor ids = randint(0, 64, {2, 6}, gen);
     const Tensor want = model.forward(ids);
-    if (arch == "GptOssForCausalLM") {  // refused until its fixture matches transformers
-      EXPECT_ERROR_HAS(nn::from_pretrained(dir / "hub"), "which tapegrad refuses");
-      continue;
-    }
     EXPECT_TENSOR_EQ(nn::from_pretrained(dir / "hub")->forward(ids), want);
     // transformers' own names, fused (what its state_dict holds)
     nn::save_pretrained(model, dir / "fused");
@@ -514,9 +533,12 @@ TEST(Mxfp4, GptOssFolderLoadsDequantised) {
   json::Value config = json::parse(read_text(dir / "m/config.json"));
   config.set("quantization_config", json::Value::object().set("quant_method", "mxfp4"));
   io::write_file_atomic(dir / "m/config.json", json::dump(config));
-  // gpt-oss is refused until its fixture matches transformers (HfFixtures.GptOssIsRefusedUntilItMatchesTransformers):
-  // the refusal comes before any tensor is read.
-  EXPECT_ERROR_HAS(nn::from_pretrained(dir / "m"), "is a GptOssForCausalLM, which tapegrad refuses");
+  auto loaded = nn::from_pretrained(dir / "m");
+  for (const auto& [name, t] : model.state_dict()) EXPECT_TENSOR_EQ(loaded->get_parameter(name), t) << name;
+  // without quantization_config the halves are unexpected tensors
+  config.set("quantization_config", json::Value());
+  io::write_file_atomic(dir / "m/config.json", json::dump(config));
+  EXPECT_ERROR_HAS(nn::from_pretrained(dir / "m"), "unexpected", "gate_up_proj_blocks");
 }
 
 // peft's target_parameters: per expert W_e + (alpha / r) B_e A_e with A_e = rows e * r of lora_A and

@@ -51,7 +51,7 @@ inline nn::MoeConfig tiny_moe(const std::string& architecture) {
     b.rope_scaling.original_max_position_embeddings = 8;
     b.rope_scaling.truncate = false;
     c.sliding_layers = {true, false};
-    c.swiglu_limit = 0.5;
+    c.swiglu_limit = 0.5;  // read and written back; the experts clamp at 7.0 as transformers'
   }
   return c;
 }

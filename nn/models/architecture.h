@@ -67,9 +67,6 @@ struct Architecture {
   // Its LoRA step has been checked on a GPU to replay as a CUDA graph bitwise as it runs eagerly:
   // the Trainer then captures it by default (TrainingArguments::cuda_graph "auto").
   bool cuda_graph_validated = false;
-  // Non-empty: from_pretrained refuses the family with this reason (its model does not yet match
-  // transformers' on the fixture that checks it).
-  std::string refused = {};
 };
 
 // Every registered family, in the order their names are listed in errors.

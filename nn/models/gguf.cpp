@@ -100,7 +100,6 @@ uint32_t gguf_file_type(TensorType dtype) {
 GgufModel gguf_model(const CausalLM& model) {
   const Architecture& arch = model.architecture();
   TG_CHECK(static_cast<bool>(arch.gguf), "save_gguf", arch.name, " has no llama.cpp architecture tapegrad writes");
-  TG_CHECK(arch.refused.empty(), "save_gguf", arch.name, " is refused: ", arch.refused);
   return arch.gguf(model);
 }
 

@@ -42,9 +42,8 @@ GgufModel mixtral_gguf(const CausalLM& model) {
 GgufModel gpt_oss_gguf(const CausalLM& model) {
   const MoeForCausalLM& m = moe_of(model);
   const MoeConfig& c = m.config;
-  // llama.cpp's gpt-oss fixes its experts' SwiGLU and slides every other layer from the first.
-  TG_CHECK(c.swiglu_alpha == 1.702 && c.swiglu_limit == 7.0, "save_gguf", "GptOssForCausalLM with swiglu_alpha ",
-           c.swiglu_alpha, " and swiglu_limit ", c.swiglu_limit, ": llama.cpp's gpt-oss computes with 1.702 and 7");
+  // llama.cpp's gpt-oss slides every other layer from the first (its SwiGLU's alpha 1.702 and
+  // limit 7 are the model's whatever config.json says, as transformers').
   for (int64_t layer = 0; layer < c.base.num_hidden_layers; ++layer)
     TG_CHECK(c.sliding_layers[static_cast<size_t>(layer)] == (layer % 2 == 0), "save_gguf", "GptOssForCausalLM layer ",
              layer, (layer % 2 == 0 ? " is full" : " slides"), " (layer_types): llama.cpp's gpt-oss slides the even layers only");

@@ -45,8 +45,7 @@ DecoderSpec moe_spec(const MoeConfig& c) {
     moe.block.routing = MoeOptions::Routing::TopKSoftmax;
     moe.block.experts = MoeOptions::Experts::ClampedSwiGLU;
     moe.block.router = "router";
-    moe.block.swiglu_alpha = c.swiglu_alpha;
-    moe.block.swiglu_limit = c.swiglu_limit;
+    // transformers' GptOssExperts clamps at its constants whatever swiglu_limit says: MoeOptions' defaults
     s.attention.sinks = true;
     s.sliding_layers = c.sliding_layers;
   }

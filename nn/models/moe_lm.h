@@ -7,7 +7,8 @@
 //     decoder_sparse_step.
 //   Mixtral:   Mistral's attention, top-2 routing renormalised, experts of intermediate_size.
 //   gpt-oss:   biased attention with sinks, sliding and full layers by layer_types, YaRN RoPE, a
-//     biased router (top-k of the logits, softmax over them) and clamped SwiGLU experts with biases.
+//     biased router (top-k of the logits, softmax over them) and clamped SwiGLU experts with biases
+//     (clamped at 7.0 whatever swiglu_limit says, as transformers).
 // The load-balancing loss joins loss() when output_router_logits (router_aux_loss_coef times it).
 #pragma once
 
@@ -35,7 +36,9 @@ struct MoeConfig {
   bool output_router_logits = false;
   double router_aux_loss_coef = 0.001;
   std::vector<bool> sliding_layers;                 // gpt-oss's layer_types: true for "sliding_attention"
-  double swiglu_alpha = 1.702, swiglu_limit = 7.0;  // gpt-oss's experts
+  // gpt-oss's config.json values, read and written back; its experts use transformers' constants
+  // (alpha 1.702, limit 7.0) whatever these say, as transformers 5.17's GptOssExperts does
+  double swiglu_alpha = 1.702, swiglu_limit = 7.0;
 
   int64_t expert_intermediate_size() const {
     return moe_intermediate_size ? moe_intermediate_size : base.intermediate_size;

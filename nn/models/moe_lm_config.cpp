@@ -181,8 +181,6 @@ extern const Architecture kMixtralArchitecture{.name = "MixtralForCausalLM", .mo
     .checkpoint_layout = kMixtralLayout};
 extern const Architecture kGptOssArchitecture{.name = "GptOssForCausalLM", .model_type = "gpt_oss",
     .base_prefix = "model.", .embedding = "model.embed_tokens.weight", .ignored_suffixes = kIgnored,
-    .lora_targets = kTargets, .parse = gpt_oss, .gguf = gpt_oss_gguf,
-    .refused = "its logits differ from transformers 5.17's on tests/fixtures/hf/gpt_oss (HfFixtures.GptOssIsRefusedUntilItMatchesTransformers); "
-               "Qwen3-MoE and Mixtral load"};
+    .lora_targets = kTargets, .parse = gpt_oss, .gguf = gpt_oss_gguf};
 
 }  // namespace tg::nn

@@ -509,8 +509,6 @@ DType folder_dtype(const Fields& f) {
 
 std::shared_ptr<CausalLM> build(const Architecture& arch, const Fields& f, const io::Folder& dir,
                                 const PretrainedOptions& options) {
-  TG_CHECK(arch.refused.empty(), "from_pretrained", "'", f.source(), "' is a ", arch.name, ", which tapegrad refuses: ",
-           arch.refused);
   PretrainedOptions o = options;
   if (!o.dtype) o.dtype = folder_dtype(f);
   const ModelBuilder builder = arch.parse(f);

@@ -21,6 +21,6 @@ done
 [ ${#written[@]} -eq 0 ] || tar czf "$out/moe-fixtures.tgz" -C tests/fixtures/hf "${written[@]}"
 filter='Ops/OpTest.*/grouped_mm*:Ops/OpTest.*/topk*:Ops/OpTest.*/*sinks*'
 filter+=':GroupedMm.*:SortByExpert.*:Topk.*:Moe*.*:Mxfp4.*'
-filter+=':HfFixtures.Qwen3Moe*:HfFixtures.Mixtral*:HfFixtures.GptOss*:HfFixtures.EveryFamily*'
+filter+=':HfFixtures.Qwen3Moe*:HfFixtures.Mixtral*:HfFixtures.GptOss*:HfFixtures.MoeFamilies*:HfFixtures.EveryFamily*'
 gtest_step "$filter"
 exit $status
