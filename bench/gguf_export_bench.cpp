@@ -20,6 +20,7 @@
 #include "core/memory.h"
 #include "bench/real_llama.h"
 #include "examples/common/flags.h"
+#include "examples/common/precision.h"
 #include "tapegrad.h"
 
 using namespace tg;
@@ -29,14 +30,6 @@ namespace {
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-gguf::TensorType dtype_of(const std::string& name) {
-  if (name == "f32") return gguf::TensorType::kF32;
-  if (name == "f16") return gguf::TensorType::kF16;
-  if (name == "bf16") return gguf::TensorType::kBF16;
-  if (name == "q8_0") return gguf::TensorType::kQ8_0;
-  throw examples::UsageError("--dtypes wants f32, f16, bf16 and/or q8_0, got '" + name + "'");
 }
 
 }  // namespace
@@ -53,6 +46,8 @@ int main(int argc, char** argv) {
   try {
     if (!flags.parse(argc, argv)) return std::cout << flags.usage(), 0;
     const std::string config = flags.str("config");
+    std::vector<std::pair<std::string, gguf::TensorType>> dtypes;  // checked before the folder is written
+    for (const std::string& name : flags.list("dtypes")) dtypes.emplace_back(name, examples::gguf_dtype_named(name, "dtypes"));
     nn::LlamaConfig c = bench::bench_llama(config).config;
     if (flags.integer("vocab", 0) > 0) c.vocab_size = flags.integer("vocab");
     const std::string dir = flags.str("dir").empty() ? "/tmp/tg_gguf_bench/" + config : flags.str("dir");
@@ -79,8 +74,7 @@ int main(int argc, char** argv) {
     std::printf("%-10s %-5s %10s %10s %10s %14s %12s\n", "config", "dtype", "GB", "export s", "write s", "peak RSS MiB",
                 "folder MiB");
     bench::JsonRows rows("gguf_export_bench", bench::machine(Device::cpu()));
-    for (const std::string& name : flags.list("dtypes")) {
-      const gguf::TensorType dtype = dtype_of(name);
+    for (const auto& [name, dtype] : dtypes) {
       const bool reset = bench::reset_peak_rss();
       const auto t0 = std::chrono::steady_clock::now();
       nn::save_gguf(*model, out, {.dtype = dtype, .metadata = vocab});

@@ -410,6 +410,11 @@ int run(int argc, char** argv) {
   nn::CausalLM& model = *base.model;
   Generator init(static_cast<uint64_t>(seed));
   if (!full) peft::apply_lora(model, lora, init);
+  // llama.cpp's GGUF adapters hold no expert weights (peft::save_adapter_gguf): the merged model only.
+  const bool gguf_adapter = gguf_dtype && !full && target_parameters.empty();
+  if (gguf_dtype && !full && !gguf_adapter && main_rank)
+    std::printf("--save-gguf: %s/model.gguf (LoRA merged) will be written, no adapter.gguf: llama.cpp's GGUF adapters "
+                "hold no expert weights (--target-parameters)\n", out.c_str());
   if (tiled_mlp > 0) nn::tile_mlps(model, tiled_mlp);
   if (main_rank) {
     std::printf("base: %s (%s%s, %s), %lld-token context\n", base_path.c_str(), base.architecture.c_str(),
@@ -498,7 +503,7 @@ int run(int argc, char** argv) {
   if (offload)
     std::printf("offloaded activations: %.2f GiB of host memory at the peak\n",
                 static_cast<double>(offload_memory_stats().peak_bytes) / (1024.0 * 1024.0 * 1024.0));
-  if (gguf_dtype && !full) {
+  if (gguf_adapter) {
     peft::save_adapter_gguf(model, out + "/adapter.gguf", {.dtype = *gguf_dtype});
     std::printf("adapter GGUF: %s/adapter.gguf (llama.cpp's --lora, on a GGUF of the base)\n", out.c_str());
   }
@@ -510,7 +515,8 @@ int run(int argc, char** argv) {
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   std::printf("%s", examples::run_report(seconds, {.base = base_path, .out = out, .hf_base = base.hf_folder,
-                                                   .full = full, .merged = merge, .gguf = gguf_dtype.has_value()})
+                                                   .full = full, .merged = merge, .gguf = gguf_dtype.has_value(),
+                                                   .gguf_adapter = gguf_adapter})
                         .c_str());
   return 0;
 }

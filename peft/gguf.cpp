@@ -3,10 +3,15 @@
 #include "core/error.h"
 #include "nn/models/gguf.h"
 #include "peft/lora.h"
+#include "peft/lora_experts.h"
 
 namespace tg::peft {
 
 void save_adapter_gguf(nn::CausalLM& model, const std::string& path, const GgufAdapterOptions& options) {
+  for (const auto& [module, experts] : lora_experts(model))
+    fail("save_adapter_gguf", "'", module, ".", experts->parameters.front(), "' is adapted as peft's target_parameters: ",
+         "llama.cpp's GGUF adapters (convert_lora_to_gguf.py) hold no expert weights; merge_and_unload and write the ",
+         "model with nn::save_gguf");
   const auto layers = lora_layers(model);
   TG_CHECK(!layers.empty(), "save_adapter_gguf", "the model has no LoRA layers (apply_lora or load_adapter first)");
   for (const auto& [name, t] : model.named_trainable_parameters())

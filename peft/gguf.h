@@ -20,9 +20,10 @@ struct GgufAdapterOptions {
   gguf::Metadata metadata = {};  // more keys (general.name, ...)
 };
 
-// tg::Error before anything is written for a model without LoRA layers, merged ones, adapters of
-// several alphas, trained parameters other than the adapters (modules_to_save, unfrozen norms: a
-// GGUF adapter holds only A and B; merge_and_unload and nn::save_gguf instead), or a family
+// tg::Error before anything is written for a model without LoRA layers, merged ones, adapted
+// expert weights (peft's target_parameters: llama.cpp's adapters have none), adapters of several
+// alphas, trained parameters other than the adapters (modules_to_save, unfrozen norms: a GGUF
+// adapter holds only A and B; merge_and_unload and nn::save_gguf instead), or a family
 // nn::save_gguf refuses.
 void save_adapter_gguf(nn::CausalLM& model, const std::string& path, const GgufAdapterOptions& options = {});
 

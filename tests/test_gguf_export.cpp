@@ -262,6 +262,72 @@ TEST(SaveGguf, MistralsWindowIsTheContext) {
   EXPECT_EQ(int_at(gguf::Reader(dir / "m.gguf"), "llama.context_length"), 8);
 }
 
+// The experts' [E, 2I, H] gate_up_proj as llama.cpp's ffn_gate_exps and ffn_up_exps {H, I, E}
+// (gate rows first), down_proj [E, H, I] as ffn_down_exps {I, H, E}; the router in F32.
+TEST(SaveGguf, MoeExpertsAreLlamaCppsStackedTensors) {
+  const data::Tokenizer tok = fixture_tokenizer("qwen2");
+  const gguf::Metadata vocab = data::gguf_tokenizer_metadata(tok, tok.vocab_size());
+  test::TempDir dir;
+  // 3 layers of 6 experts of width 24, 2 a token, hidden 32
+  auto qwen = fixture_model("qwen3_moe", tok.vocab_size(), R"({"mlp_only_layers": []})");
+  nn::save_gguf(*qwen, dir / "q8.gguf", {.dtype = TensorType::kQ8_0, .metadata = vocab});
+  const gguf::Reader q8(dir / "q8.gguf");
+  EXPECT_EQ(string_at(q8, "general.architecture"), "qwen3moe");
+  EXPECT_EQ(int_at(q8, "qwen3moe.expert_count"), 6);
+  EXPECT_EQ(int_at(q8, "qwen3moe.expert_used_count"), 2);
+  EXPECT_EQ(int_at(q8, "qwen3moe.expert_feed_forward_length"), 24);
+  EXPECT_EQ(q8.tensor("blk.2.ffn_gate_inp.weight").type, TensorType::kF32);
+  EXPECT_EQ(q8.tensor("blk.2.ffn_gate_inp.weight").ne, (std::vector<int64_t>{32, 6}));
+  EXPECT_EQ(q8.tensor("blk.0.ffn_gate_exps.weight").ne, (std::vector<int64_t>{32, 24, 6}));
+  EXPECT_EQ(q8.tensor("blk.0.ffn_gate_exps.weight").type, TensorType::kQ8_0);
+  EXPECT_EQ(q8.tensor("blk.1.ffn_down_exps.weight").ne, (std::vector<int64_t>{24, 32, 6}));
+  EXPECT_EQ(q8.tensor("blk.1.ffn_down_exps.weight").type, TensorType::kF16);  // rows of 24: not whole blocks
+  EXPECT_THROW(q8.tensor("blk.0.ffn_gate.weight"), Error);
+
+  nn::save_gguf(*qwen, dir / "f32.gguf", {.dtype = TensorType::kF32, .metadata = vocab});
+  const gguf::Reader r(dir / "f32.gguf");
+  const std::vector<float> gate_up = qwen->get_parameter("model.layers.1.mlp.experts.gate_up_proj").to_vector<float>();
+  const std::vector<float> gate = r.floats(r.tensor("blk.1.ffn_gate_exps.weight")),
+                           up = r.floats(r.tensor("blk.1.ffn_up_exps.weight"));
+  ASSERT_EQ(gate.size() + up.size(), gate_up.size());
+  for (int64_t e = 0; e < 6; ++e)
+    for (int64_t row = 0; row < 24; ++row)
+      for (int64_t col = 0; col < 32; col += 7) {
+        ASSERT_EQ(gate[(e * 24 + row) * 32 + col], gate_up[(e * 48 + row) * 32 + col]) << e << " " << row;
+        ASSERT_EQ(up[(e * 24 + row) * 32 + col], gate_up[(e * 48 + 24 + row) * 32 + col]) << e << " " << row;
+      }
+  EXPECT_EQ(r.floats(r.tensor("blk.2.ffn_down_exps.weight")),
+            qwen->get_parameter("model.layers.2.mlp.experts.down_proj").to_vector<float>());
+  EXPECT_EQ(r.floats(r.tensor("blk.0.ffn_gate_inp.weight")), weight_of(*qwen, "model.layers.0.mlp.gate"));
+
+  auto mixtral = fixture_model("mixtral", tok.vocab_size());  // Mixtral is llama.cpp's llama with experts
+  nn::save_gguf(*mixtral, dir / "m.gguf", {.dtype = TensorType::kF32, .metadata = vocab});
+  const gguf::Reader m(dir / "m.gguf");
+  EXPECT_EQ(string_at(m, "general.architecture"), "llama");
+  EXPECT_EQ(int_at(m, "llama.expert_count"), 6);
+  EXPECT_EQ(int_at(m, "llama.expert_used_count"), 2);
+  EXPECT_FALSE(m.header().metadata.find("llama.expert_feed_forward_length"));  // the converter writes none
+  EXPECT_EQ(m.tensor("blk.1.ffn_up_exps.weight").ne, (std::vector<int64_t>{32, 24, 6}));
+  // q's rows reordered for llama.cpp's RoPE, as Llama's: head 0's row 1 <- row 8 (head_dim 16)
+  EXPECT_EQ(m.floats(m.tensor("blk.0.attn_q.weight"))[1 * 32 + 3], weight_of(*mixtral, "model.layers.0.self_attn.q_proj")[8 * 32 + 3]);
+}
+
+TEST(SaveGguf, RefusesMoeConfigsLlamaCppCannotRun) {
+  const data::Tokenizer tok = fixture_tokenizer("qwen2");
+  const gguf::Metadata vocab = data::gguf_tokenizer_metadata(tok, tok.vocab_size());
+  test::TempDir dir;
+  const std::string out = dir / "x.gguf";
+  auto dense = fixture_model("qwen3_moe", tok.vocab_size());  // mlp_only_layers [2]
+  EXPECT_ERROR_HAS(nn::save_gguf(*dense, out, {.metadata = vocab}), "layer 2 is dense", "experts in every layer");
+  auto stepped = fixture_model("qwen3_moe", tok.vocab_size(), R"({"mlp_only_layers": [], "decoder_sparse_step": 2})");
+  EXPECT_ERROR_HAS(nn::save_gguf(*stepped, out, {.metadata = vocab}), "layer 0 is dense", "decoder_sparse_step 2");
+  auto unnormed = fixture_model("qwen3_moe", tok.vocab_size(), R"({"mlp_only_layers": [], "norm_topk_prob": false})");
+  EXPECT_ERROR_HAS(nn::save_gguf(*unnormed, out, {.metadata = vocab}), "norm_topk_prob false", "always renormalises");
+  auto gpt_oss = fixture_model("gpt_oss", tok.vocab_size(), R"({"layer_types": ["full_attention", "sliding_attention"]})");
+  EXPECT_ERROR_HAS(nn::save_gguf(*gpt_oss, out, {.metadata = vocab}), "layer 0 is full", "slides the even layers only");
+  EXPECT_FALSE(std::filesystem::exists(out));
+}
+
 TEST(SaveAdapterGguf, LoraTensorsAreLlamaCppsAdapter) {
   const data::Tokenizer tok = fixture_tokenizer("spm_legacy");
   auto model = fixture_model("llama", tok.vocab_size());
@@ -290,6 +356,24 @@ TEST(SaveAdapterGguf, LoraTensorsAreLlamaCppsAdapter) {
   EXPECT_ERROR_HAS(peft::save_adapter_gguf(*saved, dir / "b.gguf"), "'lm_head.weight' is trained beside the adapters");
   auto plain = fixture_model("llama", tok.vocab_size());
   EXPECT_ERROR_HAS(peft::save_adapter_gguf(*plain, dir / "b.gguf"), "no LoRA layers");
+}
+
+// peft's target_parameters adapters of 3-D expert weights have no llama.cpp form (its
+// convert_lora_to_gguf.py maps no such key); the attention's adapters of the same model do.
+TEST(SaveAdapterGguf, ExpertAdaptersAreRefusedByName) {
+  const data::Tokenizer tok = fixture_tokenizer("spm_legacy");
+  test::TempDir dir;
+  auto experts = fixture_model("mixtral", tok.vocab_size());
+  peft::apply_lora(*experts, {.target_modules = {"q_proj"}, .target_parameters = {"mlp.experts.down_proj"}});
+  EXPECT_ERROR_HAS(peft::save_adapter_gguf(*experts, dir / "a.gguf"),
+                   "'model.layers.0.mlp.experts.down_proj' is adapted as peft's target_parameters", "merge_and_unload");
+  EXPECT_FALSE(std::filesystem::exists(dir / "a.gguf"));
+  auto attention = fixture_model("mixtral", tok.vocab_size());
+  peft::apply_lora(*attention, {.target_modules = {"q_proj", "v_proj"}});
+  peft::save_adapter_gguf(*attention, dir / "a.gguf");
+  const gguf::Reader r(dir / "a.gguf");
+  EXPECT_EQ(string_at(r, "general.architecture"), "llama");
+  EXPECT_EQ(r.header().tensors.size(), 2u * 2 * 2);  // A and B of q and v in 2 layers
 }
 
 }  // namespace

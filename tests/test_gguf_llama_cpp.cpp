@@ -265,7 +265,9 @@ INSTANTIATE_TEST_SUITE_P(Families, LlamaCppFamily,
                                              "sliding_attention", "sliding_attention", "full_attention"]})", kGeluTolerance},
                                            Family{"phi3", "spm_legacy"}, Family{"gpt2", "gpt2", "{}", kGeluTolerance},
                                            Family{"gguf/smollm3_config.json", "llama3"},
-                                           Family{"olmo2", "qwen2", R"({"attention_bias": false})"}),
+                                           Family{"olmo2", "qwen2", R"({"attention_bias": false})"},
+                                           Family{"qwen3_moe", "qwen2", R"({"mlp_only_layers": []})"},
+                                           Family{"mixtral", "spm_legacy"}, Family{"gpt_oss", "llama3"}),
                          name_of);
 
 // The tokenizer fixtures' corpus (hard cases: spaces, digits, CJK, emoji, special tokens) by name,

@@ -635,6 +635,28 @@ TEST(LoraFinetune, SaveGgufWritesTheMergedModelAndTheAdapterAndSaysHowToRunThem)
     EXPECT_NE(log.find(line), std::string::npos) << line << "\n" << log;
 }
 
+// LoRA on experts' weights has no llama.cpp adapter form: --save-gguf says so before training,
+// writes the merged model and the peft adapter, and no adapter.gguf.
+TEST(LoraFinetune, SaveGgufOfExpertAdaptersWritesTheMergedModelOnly) {
+  TempDir dir;
+  const fs::path base = dir / "mixtral";
+  tg::json::Value config = tg::json::parse(read(std::string(TG_TESTS_DIR) + "/fixtures/hf/mixtral/config.json"));
+  config.set("vocab_size", 601);  // tiny_llama's tokenizer
+  tg::Generator gen(0);
+  tg::nn::save_pretrained(*tg::nn::parse_pretrained_config(tg::json::dump(config)).build(gen), base.string());
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) fs::copy_file(fixtures() / "tiny_llama" / f, base / f);
+  std::string log;
+  const std::string out = dir / "o";
+  ASSERT_EQ(finetune("--base " + base.string() + " --data " + write_task(dir, 40) + " --steps 2 --warmup 1 --seq 32 "
+                         "--batch 2 --eval-every 0 --sample-tokens 0 --target-parameters mlp.experts.down_proj "
+                         "--save-gguf f16 --out " + out, dir, &log), 0) << log;
+  EXPECT_NE(log.find("model.gguf (LoRA merged) will be written, no adapter.gguf"), std::string::npos) << log;
+  EXPECT_EQ(tg::gguf::Reader(out + "/model.gguf").header().metadata.at("llama.expert_count").as_int("n"), 6);
+  EXPECT_TRUE(fs::exists(out + "/adapter/adapter_model.safetensors"));
+  EXPECT_FALSE(fs::exists(out + "/adapter.gguf"));
+  EXPECT_EQ(log.find("llama-cli -m base.gguf --lora"), std::string::npos) << log;
+}
+
 // Before, an id beyond the embedding failed at the step that met it, naming no file.
 TEST(LoraFinetune, ATokenFileWithIdsBeyondTheEmbeddingIsRefusedBeforeTraining) {
   TempDir dir;

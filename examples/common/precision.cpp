@@ -38,13 +38,16 @@ tg::DType model_dtype_flag(const Flags& flags, const std::string& model_path) {
   return std::filesystem::is_directory(model_path) ? tg::nn::pretrained_dtype(model_path) : tg::kFloat32;
 }
 
+tg::gguf::TensorType gguf_dtype_named(const std::string& value, const std::string& flag, const std::string& usage) {
+  if (value == "f32") return tg::gguf::TensorType::kF32;
+  if (value == "f16") return tg::gguf::TensorType::kF16;
+  if (value == "bf16") return tg::gguf::TensorType::kBF16;
+  if (value == "q8_0") return tg::gguf::TensorType::kQ8_0;
+  throw UsageError("--" + flag + " wants f32, f16, bf16 or q8_0, got '" + value + "'\n" + usage);
+}
+
 tg::gguf::TensorType gguf_dtype_flag(const Flags& flags, const std::string& name) {
-  const std::string d = flags.str(name);
-  if (d == "f32") return tg::gguf::TensorType::kF32;
-  if (d == "f16") return tg::gguf::TensorType::kF16;
-  if (d == "bf16") return tg::gguf::TensorType::kBF16;
-  if (d == "q8_0") return tg::gguf::TensorType::kQ8_0;
-  throw UsageError("--" + name + " wants f32, f16, bf16 or q8_0, got '" + d + "'\n" + flags.usage());
+  return gguf_dtype_named(flags.str(name), name, flags.usage());
 }
 
 tg::Device device_flag(const Flags& flags) {

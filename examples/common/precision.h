@@ -30,6 +30,8 @@ extern const char* const kModelDtypeHelp;
 tg::DType model_dtype_flag(const Flags& flags, const std::string& model_path);
 // A GGUF file's type from --`name`: f32 | f16 | bf16 | q8_0; UsageError naming the flag otherwise.
 tg::gguf::TensorType gguf_dtype_flag(const Flags& flags, const std::string& name);
+// The same of one value of --`flag` (a list's item); the UsageError ends with `usage`.
+tg::gguf::TensorType gguf_dtype_named(const std::string& value, const std::string& flag, const std::string& usage = "");
 
 // --device: "cpu", "cuda", or "auto" (tg::default_device()); UsageError (with the usage) otherwise.
 tg::Device device_flag(const Flags& flags);

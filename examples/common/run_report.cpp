@@ -31,7 +31,7 @@ std::string run_report(double seconds, const RunOutputs& o) {
   if (o.gguf) {
     r += "  llama.cpp:    llama-cli -m " + out + "/model.gguf\n";
     r += "  Ollama:       echo 'FROM " + out + "/model.gguf' > Modelfile && ollama create my-model -f Modelfile\n";
-    if (!o.full)
+    if (o.gguf_adapter)
       r += "  the adapter:  export_gguf --model " + base + " --out base.gguf, then llama-cli -m base.gguf --lora " + out +
            "/adapter.gguf\n";
   } else if (o.hf_base) {

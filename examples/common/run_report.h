@@ -13,7 +13,8 @@ struct RunOutputs {
   bool hf_base = false;      // a Hugging Face folder (else a toy checkpoint)
   bool full = false;         // <out>/model instead of an adapter
   bool merged = false;       // <out>/merged too
-  bool gguf = false;         // <out>/model.gguf (and <out>/adapter.gguf after LoRA)
+  bool gguf = false;         // <out>/model.gguf
+  bool gguf_adapter = false; // <out>/adapter.gguf (after LoRA of no expert weights)
 };
 
 // "finished in 3m 12s\nuse it:\n  peft: ...": paths made absolute, so the lines work from anywhere.

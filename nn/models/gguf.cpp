@@ -28,17 +28,17 @@ int64_t rows_of(const Tensor& t) { return t.dim() == 1 ? 1 : t.shape()[0]; }
 
 TensorType type_of(const GgufTensor& t, TensorType dtype) {
   if (t.keep_f32 || t.source.dim() < 2) return TensorType::kF32;
-  const int64_t cols = t.source.shape()[1];
+  const int64_t cols = t.source.shape().back();
   if (cols % gguf::block_size(dtype) != 0) return TensorType::kF16;  // the converter's fallback
   return dtype;
 }
 
-// Streams t's values, transformed and encoded as `type`, a chunk of rows at a time.
-void write_tensor(const GgufTensor& t, TensorType type, const io::ChunkWriter& out) {
-  NoGradGuard no_grad;
+// Streams the rows of `src` along dimension `row_dim` (its other dimensions before it of size 1),
+// transformed as t says and encoded as `type`, a chunk of rows at a time.
+void write_rows(const GgufTensor& t, const Tensor& src, int64_t row_dim, TensorType type, const io::ChunkWriter& out) {
   // Row r of the permuted tensors: the read is in rows of one value for a 1-D bias.
-  const Tensor& src = t.source;
-  const int64_t n = src.numel(), read_rows = src.dim() == 1 ? n : src.shape()[0], cols = n / std::max<int64_t>(read_rows, 1);
+  const int64_t n = src.numel(), read_rows = src.dim() == 1 ? n : src.shape()[row_dim],
+                cols = n / std::max<int64_t>(read_rows, 1);
   const int64_t head = t.rope_head_dim;
   const int64_t step = head > 0 ? std::max<int64_t>(1, kChunkValues / cols / head) * head
                                 : std::max<int64_t>(1, kChunkValues / std::max<int64_t>(cols, 1));
@@ -48,7 +48,7 @@ void write_tensor(const GgufTensor& t, TensorType type, const io::ChunkWriter& o
   const uint64_t row_bytes = gguf::row_bytes(type, file_cols);
   for (int64_t r0 = 0; r0 < read_rows; r0 += step) {
     const int64_t r1 = std::min(read_rows, r0 + step), count = (r1 - r0) * cols;
-    read_to_host(slice(src, 0, r0, r1), kFloat32, values.data());
+    read_to_host(slice(src, row_dim, r0, r1), kFloat32, values.data());
     const float* v = values.data();
     if (head > 0) {  // dst row 2i + j of a head <- src row j * head / 2 + i
       reordered.resize(static_cast<size_t>(count));
@@ -78,6 +78,13 @@ void write_tensor(const GgufTensor& t, TensorType type, const io::ChunkWriter& o
   }
 }
 
+// Streams t's values: a 3-D source (stacked experts) one expert after another.
+void write_tensor(const GgufTensor& t, TensorType type, const io::ChunkWriter& out) {
+  NoGradGuard no_grad;
+  if (t.source.dim() < 3) return write_rows(t, t.source, 0, type, out);
+  for (int64_t e = 0; e < t.source.shape()[0]; ++e) write_rows(t, slice(t.source, 0, e, e + 1), 1, type, out);
+}
+
 }  // namespace
 
 uint32_t gguf_file_type(TensorType dtype) {
@@ -101,8 +108,10 @@ void write_gguf_tensors(const std::string& path, const gguf::Metadata& metadata,
   check_dtype(dtype, "save_gguf: ");
   std::vector<gguf::TensorData> data;
   for (const GgufTensor& t : tensors) {
-    TG_CHECK(t.source.defined() && (t.source.dim() == 1 || t.source.dim() == 2), "save_gguf", "tensor '", t.name,
-             "' wants a 1-D or 2-D source, got ", t.source.defined() ? t.source.dim() : 0, " dims");
+    TG_CHECK(t.source.defined() && t.source.dim() >= 1 && t.source.dim() <= 3, "save_gguf", "tensor '", t.name,
+             "' wants a 1-D, 2-D or 3-D source, got ", t.source.defined() ? t.source.dim() : 0, " dims");
+    TG_CHECK(t.rope_head_dim == 0 || t.source.dim() < 3, "save_gguf", "tensor '", t.name,
+             "' is 3-D: rope_head_dim reorders the rows of a 2-D q or k");
     TG_CHECK(is_floating_point(t.source.dtype()), "save_gguf", "tensor '", t.name, "' is ", t.source.dtype(),
              ": GGUF export needs the dense weights (load the model without load_in_4bit)");
     TG_CHECK(t.rope_head_dim == 0 || (t.rope_head_dim % 2 == 0 && rows_of(t.source) % t.rope_head_dim == 0) ||

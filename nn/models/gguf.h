@@ -21,7 +21,7 @@ namespace tg::nn {
 // One tensor of the file, read from the model while the file is written.
 struct GgufTensor {
   std::string name;  // llama.cpp's: "token_embd.weight", "blk.0.attn_q.weight", ...
-  Tensor source;     // 1-D, or 2-D [out, in] as a Linear holds it; any dtype and device
+  Tensor source;     // 1-D, 2-D [out, in] as a Linear holds it, or 3-D [experts, out, in]; any dtype and device
   // > 0: each head's rows (this many) reordered from the halves transformers rotates to the
   // adjacent pairs llama.cpp's LLaMA RoPE rotates (q and k of the "llama" architecture).
   int64_t rope_head_dim = 0;

@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "core/factory.h"
 #include "nn/models/detail/gguf_decoder.h"
+#include "ops/shape.h"
 
 namespace tg::nn::detail {
 namespace {
@@ -19,6 +20,8 @@ const std::pair<const char*, const char*> kLayerNames[] = {
     {"post_feedforward_layernorm", "post_ffw_norm"},
     {"mlp.gate_proj", "ffn_gate"},        {"mlp.up_proj", "ffn_up"},            {"mlp.down_proj", "ffn_down"},
     {"mlp.gate_up_proj", "ffn_up"},  // Phi-3's fused gate and up: llama.cpp splits ffn_up in halves
+    {"mlp.gate", "ffn_gate_inp"},    // a sparse MoE block's router
+    {"mlp.router", "ffn_gate_inp"},  // gpt-oss's (with a bias)
 };
 
 // llama.cpp's name for parameter `name` ("" when it has none).
@@ -34,11 +37,38 @@ std::string tensor_name(const std::string& name, bool sandwich) {
   const size_t last = rest.rfind('.');
   if (last == std::string::npos) return "";
   const std::string module = rest.substr(0, last), kind = rest.substr(last);  // ".weight" / ".bias"
+  if (rest == "self_attn.sinks") return "blk." + layer + ".attn_sinks.weight";
   // Without sandwich norms the norm after attention is the MLP's input norm.
   if (module == "post_attention_layernorm") return "blk." + layer + (sandwich ? ".post_attention_norm" : ".ffn_norm") + kind;
   for (const auto& [hf, ggml] : kLayerNames)
     if (module == hf) return "blk." + layer + "." + ggml + kind;
   return "";
+}
+
+// A sparse block's stacked experts "model.layers.{i}.mlp.experts.<weight>" as llama.cpp's
+// blk.{i}.ffn_{gate,up,down}_exps [E, out, in]: gate_up_proj's gate rows, then its up rows (gpt-oss:
+// [E, in, out] transposed, gate and up interleaved, and their biases).
+void add_experts(GgufModel& out, const DecoderSpec& s, const std::string& name, const Tensor& t) {
+  TG_CHECK(s.moe, "save_gguf", s.architecture, " parameter '", name, "' has no llama.cpp tensor");
+  const bool oai = s.moe->block.experts == MoeOptions::Experts::ClampedSwiGLU;
+  const std::string infix = ".mlp.experts.";
+  const std::string layer = name.substr(0, name.find(infix)), weight = name.substr(layer.size() + infix.size());
+  const std::string blk = "blk." + layer.substr(layer.rfind('.') + 1) + ".";
+  const bool bias = weight.ends_with("_bias");
+  const std::string kind = bias ? ".bias" : ".weight";
+  if (weight == "gate_up_proj" || weight == "gate_up_proj_bias") {
+    const Tensor w = oai && !bias ? transpose(t, 1, 2) : t;
+    const int64_t n = w.shape()[1];
+    out.tensors.push_back({.name = blk + "ffn_gate_exps" + kind,
+                           .source = oai ? slice(w, 1, 0, n, 2) : slice(w, 1, 0, n / 2), .keep_f32 = bias});
+    out.tensors.push_back({.name = blk + "ffn_up_exps" + kind,
+                           .source = oai ? slice(w, 1, 1, n, 2) : slice(w, 1, n / 2, n), .keep_f32 = bias});
+  } else {
+    TG_CHECK(weight == "down_proj" || weight == "down_proj_bias", "save_gguf", s.architecture, " parameter '", name,
+             "' has no llama.cpp tensor");
+    out.tensors.push_back({.name = blk + "ffn_down_exps" + kind, .source = oai && !bias ? transpose(t, 1, 2) : t,
+                           .keep_f32 = bias});
+  }
 }
 
 }  // namespace
@@ -51,11 +81,15 @@ GgufModel decoder_gguf(const DecoderForCausalLM& model, const std::string& arch,
   for (const auto& [name, t] : model.named_parameters()) {
     if (name == "lm_head.weight" && tied) continue;
     if (name.ends_with(".lora_A.weight") || name.ends_with(".lora_B.weight")) continue;  // an adapter's (peft/gguf.h)
+    if (name.find(".mlp.experts.") != std::string::npos) {
+      add_experts(out, s, name, t);
+      continue;
+    }
     const std::string ggml = tensor_name(name, s.sandwich_norms);
     TG_CHECK(!ggml.empty(), "save_gguf", s.architecture, " parameter '", name, "' has no llama.cpp tensor");
     GgufTensor g{.name = ggml, .source = t};
     const bool norm = ggml.ends_with("norm.weight");
-    g.keep_f32 = norm || t.dim() == 1;
+    g.keep_f32 = norm || t.dim() == 1 || ggml.ends_with(".ffn_gate_inp.weight");  // the converter's F32 router
     if (norm && s.unit_offset_norms) g.add = 1.0f;  // transformers' (1 + w), llama.cpp's w
     if (permute_qk && (ggml.find(".attn_q.") != std::string::npos || ggml.find(".attn_k.") != std::string::npos))
       g.rope_head_dim = s.attention.head_dim;
@@ -76,6 +110,10 @@ GgufModel decoder_gguf(const DecoderForCausalLM& model, const std::string& arch,
   f32("attention.layer_norm_rms_epsilon", s.rms_norm_eps);
   u32("rope.dimension_count", s.rope.scaling.rotary_dim(s.attention.head_dim));
   f32("rope.freq_base", s.rope.theta);
+  if (s.moe) {
+    u32("expert_count", s.moe->block.num_experts);
+    u32("expert_used_count", s.moe->block.top_k);
+  }
   return out;
 }
 

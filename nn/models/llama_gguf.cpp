@@ -15,16 +15,23 @@ const LlamaForCausalLM& llama_of(const CausalLM& model) {
 
 }  // namespace
 
-GgufModel llama_gguf(const CausalLM& model) {
-  const LlamaForCausalLM& m = llama_of(model);
-  GgufModel out = detail::decoder_gguf(m, "llama", /*permute_qk=*/true);
-  detail::add_rope_scaling(out, m.model->spec, /*with_rope_freqs=*/true);
+namespace detail {
+
+GgufModel llama_architecture_gguf(const DecoderForCausalLM& model, const LlamaConfig& c) {
+  GgufModel out = decoder_gguf(model, "llama", /*permute_qk=*/true);
+  add_rope_scaling(out, model.model->spec, /*with_rope_freqs=*/true);
   // Mistral v0.1's window: llama.cpp's llama attends to every key, so the file's context is the
   // window, within which both compute the same.
-  const LlamaConfig& c = m.config;
   if (c.sliding_window > 0 && c.sliding_window < c.max_position_embeddings)
     out.hparams.set("llama.context_length", gguf::Value::uint32(static_cast<uint32_t>(c.sliding_window)));
   return out;
+}
+
+}  // namespace detail
+
+GgufModel llama_gguf(const CausalLM& model) {
+  const LlamaForCausalLM& m = llama_of(model);
+  return detail::llama_architecture_gguf(m, m.config);
 }
 
 GgufModel qwen2_gguf(const CausalLM& model) {

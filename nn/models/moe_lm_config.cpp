@@ -5,6 +5,7 @@
 
 #include "nn/models/architecture.h"
 #include "nn/models/config_fields.h"
+#include "nn/models/gguf.h"
 #include "nn/models/moe_lm.h"
 
 namespace tg::nn {
@@ -128,6 +129,11 @@ const CheckpointLayout kMixtralLayout{
 
 }  // namespace
 
+// nn/models/moe_gguf.cpp
+GgufModel qwen3_moe_gguf(const CausalLM& model);
+GgufModel mixtral_gguf(const CausalLM& model);
+GgufModel gpt_oss_gguf(const CausalLM& model);
+
 json::Value MoeForCausalLM::config_json() const {
   using json::Value;
   const MoeConfig& c = config;
@@ -167,12 +173,14 @@ json::Value MoeForCausalLM::config_json() const {
 
 extern const Architecture kQwen3MoeArchitecture{.name = "Qwen3MoeForCausalLM", .model_type = "qwen3_moe",
     .base_prefix = "model.", .embedding = "model.embed_tokens.weight", .ignored_suffixes = kIgnored,
-    .lora_targets = kTargets, .parse = qwen3_moe, .checkpoint_layout = kQwen3MoeLayout};
+    .lora_targets = kTargets, .parse = qwen3_moe, .gguf = qwen3_moe_gguf,
+    .checkpoint_layout = kQwen3MoeLayout};
 extern const Architecture kMixtralArchitecture{.name = "MixtralForCausalLM", .model_type = "mixtral",
     .base_prefix = "model.", .embedding = "model.embed_tokens.weight", .ignored_suffixes = kIgnored,
-    .lora_targets = kTargets, .parse = mixtral, .checkpoint_layout = kMixtralLayout};
+    .lora_targets = kTargets, .parse = mixtral, .gguf = mixtral_gguf,
+    .checkpoint_layout = kMixtralLayout};
 extern const Architecture kGptOssArchitecture{.name = "GptOssForCausalLM", .model_type = "gpt_oss",
     .base_prefix = "model.", .embedding = "model.embed_tokens.weight", .ignored_suffixes = kIgnored,
-    .lora_targets = kTargets, .parse = gpt_oss};
+    .lora_targets = kTargets, .parse = gpt_oss, .gguf = gpt_oss_gguf};
 
 }  // namespace tg::nn
