@@ -43,6 +43,7 @@
 #include "ops/nf4.h"
 #include "ops/reduce.h"
 #include "ops/rms_norm.h"
+#include "ops/sample.h"
 #include "ops/shape.h"
 #include "ops/silu_mul.h"
 #include "ops/softmax.h"

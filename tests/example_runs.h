@@ -82,4 +82,19 @@ inline std::vector<LossRow> losses(const std::string& csv) {
   return rows;
 }
 
+// The train rows' losses of a log.csv, in step order.
+inline std::vector<double> train_losses(const std::string& csv) {
+  std::vector<double> train;
+  for (const auto& r : losses(csv))
+    if (r.split == "train") train.push_back(r.loss);
+  return train;
+}
+
+// The mean of the first five losses minus the mean of the last five: how far training brought it down.
+inline double loss_drop(const std::vector<double>& train) {
+  double first = 0, last = 0;
+  for (size_t i = 0; i < 5 && i < train.size(); ++i) first += train[i] / 5, last += train[train.size() - 1 - i] / 5;
+  return first - last;
+}
+
 }  // namespace tg::test
