@@ -270,6 +270,9 @@ int run(int argc, char** argv) {
     throw examples::UsageError("--batch " + flags.str("batch") + " x --seq " + flags.str("seq") + " is " +
                                std::to_string(batch * seq) + " tokens a micro-batch, more than 2^30: lower them (and "
                                "raise --grad-accum)\n");
+  if (on_gpu && seq > kCudaAttentionMaxSeq)
+    throw examples::UsageError("--seq " + flags.str("seq") + " on a GPU: attention there takes rows of at most " +
+                               std::to_string(kCudaAttentionMaxSeq) + " tokens; lower --seq\n");
   if (steps > INT64_MAX / accum / batch)
     throw examples::UsageError("--steps x --grad-accum x --batch overflows the row count: lower them\n");
   examples::check_batch_splits(batch, launch.world_size);

@@ -15,6 +15,10 @@
 
 namespace tg {
 
+// The longest sequence (queries or keys) attention takes on a GPU: the flash kernels' grid holds
+// at most 65,535 blocks of 64 rows along the sequence.
+inline constexpr int64_t kCudaAttentionMaxSeq = int64_t{65535} * 64;
+
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal = false,
                                     std::optional<double> scale = std::nullopt, double dropout_p = 0.0,
                                     Generator& gen = default_generator(), bool enable_gqa = false,

@@ -65,6 +65,18 @@ std::string write_chat(const TempDir& dir, int user_words, int rows = 40) {
   return dir / "chat.jsonl";
 }
 
+// A safetensors file of one F32 tensor whose bytes are a sparse hole: only its header is ever read.
+void write_header_only_safetensors(const std::string& path, const std::string& name, const std::string& shape,
+                                   uint64_t bytes) {
+  std::string header = "{\"" + name + "\": {\"dtype\": \"F32\", \"shape\": " + shape +
+                       ", \"data_offsets\": [0, " + std::to_string(bytes) + "]}}";
+  header.resize((header.size() + 7) / 8 * 8, ' ');
+  std::string file(8, '\0');
+  for (int i = 0; i < 8; ++i) file[i] = static_cast<char>((header.size() >> (8 * i)) & 0xFF);
+  write(path, file + header);
+  fs::resize_file(path, 8 + header.size() + bytes);
+}
+
 bool has(const std::string& log, const std::string& part) { return log.find(part) != std::string::npos; }
 bool model_loaded(const std::string& log) { return has(log, "base: "); }
 
@@ -241,15 +253,8 @@ TEST(FinetuneCli, TheEndOfARunSaysItsTimeAndHowToUseTheResult) {
 TEST(FinetuneCli, AModelTooLargeForMemoryIsRefusedBeforeLoading) {
   TempDir dir;
   const std::string base = copy_of_tiny_llama(dir, "huge");
-  fs::remove(fs::path(base) / "model.safetensors");
-  const uint64_t bytes = uint64_t{1} << 40;
-  std::string header = R"({"model.layers.0.mlp.up_proj.weight": {"dtype": "F32", "shape": [1048576, 262144], )"
-                       R"("data_offsets": [0, )" + std::to_string(bytes) + "]}}";
-  header.resize((header.size() + 7) / 8 * 8, ' ');
-  std::string file(8, '\0');
-  for (int i = 0; i < 8; ++i) file[i] = static_cast<char>((header.size() >> (8 * i)) & 0xFF);
-  write(base + "/model.safetensors", file + header);
-  fs::resize_file(base + "/model.safetensors", 8 + header.size() + bytes);
+  write_header_only_safetensors(base + "/model.safetensors", "model.layers.0.mlp.up_proj.weight", "[1048576, 262144]",
+                                uint64_t{1} << 40);
   std::string log;
   EXPECT_EQ(finetune("--base " + base + " --data " + write_task(dir) + kQuick + "--device cpu --out " + (dir / "o"), dir,
                      &log), 2);
@@ -257,6 +262,21 @@ TEST(FinetuneCli, AModelTooLargeForMemoryIsRefusedBeforeLoading) {
                            "--load-in-4bit", "--dtype bf16", "--gradient-checkpointing", "a smaller --batch"})
     EXPECT_TRUE(has(log, part)) << part << "\n" << log;
   EXPECT_FALSE(model_loaded(log)) << log;
+}
+
+// 2b. --tiled-mlp tiles gated MLPs: a folder without one (GPT-2's c_fc / c_proj) is refused before
+// loading; a Llama's runs tiled.
+TEST(FinetuneCli, TiledMlpWithoutAGatedMlpIsRefusedBeforeLoading) {
+  TempDir dir;
+  const std::string base = copy_of_tiny_llama(dir, "ungated");
+  write_header_only_safetensors(base + "/model.safetensors", "transformer.h.0.mlp.c_fc.weight", "[64, 16]", 4096);
+  std::string log;
+  const std::string flags = " --data " + write_task(dir) + kQuick + "--device cpu --tiled-mlp 16 --out ";
+  EXPECT_EQ(finetune("--base " + base + flags + (dir / "o"), dir, &log), 2);
+  EXPECT_TRUE(has(log, "--tiled-mlp: '" + base + "' has no gated MLP (mlp.gate_proj or mlp.gate_up_proj)")) << log;
+  EXPECT_FALSE(model_loaded(log)) << log;
+  ASSERT_EQ(finetune("--base " + kTinyLlama.string() + flags + (dir / "t"), dir, &log), 0) << log;
+  EXPECT_TRUE(has(log, "tiled MLP: 16 tokens a chunk")) << log;
 }
 
 // 9. An adapter loads onto the base it was trained on: another one is refused naming both (peft's

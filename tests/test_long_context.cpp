@@ -85,6 +85,18 @@ TEST(LongContextCuda, PackedDocumentsAt350kTokensKeepTheirBoundaries) {
   expect_packed_row_as_its_documents(Device::cuda(), kBFloat16, 64, 2e-2);
 }
 
+// A row longer than the flash kernels' grid reaches: a tg::Error naming the limit and the length,
+// not CUDA's launch failure.
+TEST(LongContextCuda, ARowBeyondTheFlashKernelsReachIsRefusedByLength) {
+  if (!testing::cuda_ready()) GTEST_SKIP() << "no CUDA device (or tapegrad built without CUDA): GPU test skipped";
+  const int64_t L = kCudaAttentionMaxSeq + 1;
+  const Tensor q = zeros({1, 1, L, 32}, {.dtype = kBFloat16, .device = Device::cuda()});
+  EXPECT_ERROR_HAS(banded_causal_attention(q, q, q, Tensor(), 4096), "scaled_dot_product_attention (CUDA)",
+                   "at most 4194240 tokens", "got 4194241 queries");
+  const Tensor fits = zeros({1, 1, 4096, 32}, {.dtype = kBFloat16, .device = Device::cuda()});
+  EXPECT_EQ(banded_causal_attention(fits, fits, fits, Tensor(), 128).shape(), fits.shape());
+}
+
 // Offloaded activations the host cannot hold: refused when the Trainer is made (before loading data
 // to the device or a step), naming the option and the way out; offload without checkpointing too.
 TEST(LongContext, OffloadBeyondTheHostsMemoryIsRefusedBeforeTheFirstStep) {

@@ -95,11 +95,22 @@ std::string gib_text(double bytes) {
   return buf;
 }
 
+// What nn::tile_mlps tiles: a gated MLP's gate_proj / gate_up_proj right under "mlp." (not an expert's).
+bool has_gated_mlp(const std::vector<train::WeightShape>& weights) {
+  return std::any_of(weights.begin(), weights.end(), [](const train::WeightShape& w) {
+    return w.name.ends_with("mlp.gate_proj.weight") || w.name.ends_with("mlp.gate_up_proj.weight");
+  });
+}
+
 }  // namespace
 
 void check_memory(const std::string& base, const train::MemoryEstimateOptions& o, Device device) {
   std::vector<train::WeightShape> weights;
   for (const safetensors::TensorInfo& t : nn::pretrained_tensors(base)) weights.push_back({t.name, t.shape});
+  const bool gated = has_gated_mlp(weights);
+  if (o.mlp_chunk_tokens > 0 && !gated)
+    throw UsageError("--tiled-mlp: '" + base + "' has no gated MLP (mlp.gate_proj or mlp.gate_up_proj) to tile; the "
+                     "Llama-like families have one, GPT-2 and the experts of a mixture do not: drop --tiled-mlp\n");
   const fs::path config = fs::path(base) / "config.json";
   const train::ModelSizes sizes = train::model_sizes(read_text(config), config.string());
   const train::MemoryEstimate e = train::estimate_training_memory(weights, sizes, o);
@@ -145,7 +156,7 @@ void check_memory(const std::string& base, const train::MemoryEstimateOptions& o
     combined += (combined.empty() ? "" : " ") + std::string("--offload-activations");
     option(combined, "the layers' checkpoints in host memory", with);
   }
-  if (o.mlp_chunk_tokens == 0 && o.seq * o.batch > kTiledMlpChunk) {
+  if (gated && o.mlp_chunk_tokens == 0 && o.seq * o.batch > kTiledMlpChunk) {
     with.mlp_chunk_tokens = kTiledMlpChunk;
     combined += (combined.empty() ? "" : " ") + std::string("--tiled-mlp ") + std::to_string(kTiledMlpChunk);
     option(combined, "the MLP's intermediates a chunk at a time", with);

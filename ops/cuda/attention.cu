@@ -8,6 +8,7 @@
 
 #include "core/cuda/cuda_utils.cuh"
 #include "core/trace.h"
+#include "ops/attention.h"
 #include "ops/attention_kernels.h"
 
 namespace tg::cuda {
@@ -34,6 +35,10 @@ Params params_of(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
   const int64_t E = q.shape()[n - 1];
   TG_CHECK(v.shape()[n - 1] == E && (E == 32 || E == 64 || E == 128), op, "the flash kernels want head_dim 32, 64 or ",
            "128 for q, k and v, got q ", q.shape(), ", v ", v.shape());
+  static_assert(kCudaAttentionMaxSeq == int64_t{65535} * kBlock, "the grid's y holds 65,535 blocks of kBlock rows");
+  TG_CHECK(q.shape()[n - 2] <= kCudaAttentionMaxSeq && k.shape()[n - 2] <= kCudaAttentionMaxSeq, op,
+           "the flash kernels take sequences of at most ", kCudaAttentionMaxSeq, " tokens, got ", q.shape()[n - 2],
+           " queries and ", k.shape()[n - 2], " keys: split the row (or pack shorter ones)");
   Params p;
   p.q = rows_of(q), p.k = rows_of(k), p.v = rows_of(v);
   p.B = n == 4 ? static_cast<int>(q.shape()[0]) : 1;
