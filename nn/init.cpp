@@ -121,6 +121,11 @@ void allocate_unallocated(const Tensor& t) {
   t.impl().offset = 0;
 }
 
+void deallocate(const Tensor& t) {
+  t.impl().storage = std::make_shared<Storage>(0, t.device());
+  t.impl().offset = 0;
+}
+
 TensorOptions parameter_options() { return skipping() ? skip_state.options : TensorOptions{}; }
 
 ReserveDrawsGuard::ReserveDrawsGuard() : outer_(reserve_guard) { reserve_guard = this; }

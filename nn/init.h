@@ -44,6 +44,8 @@ Tensor unallocated(const Shape& shape, TensorOptions options);
 bool is_unallocated(const Tensor& t);
 // Gives an unallocated tensor its memory (uninitialised), in place: every handle sees it.
 void allocate_unallocated(const Tensor& t);
+// Takes its memory back: unallocated again for every handle (views keep theirs).
+void deallocate(const Tensor& t);
 
 // While one lives on this thread, normal_, uniform_ and kaiming_uniform_ only reserve their draws
 // from the generator and write nothing: for the layers' default init that a model's own init

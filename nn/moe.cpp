@@ -6,6 +6,7 @@
 #include "core/autograd.h"
 #include "core/factory.h"
 #include "nn/init.h"
+#include "nn/linear4bit.h"
 #include "ops/binary.h"
 #include "ops/cast.h"
 #include "ops/embedding.h"
@@ -51,16 +52,66 @@ void MoeOptions::validate(int64_t hidden) const {
            swiglu_limit, " and ", swiglu_alpha);
 }
 
+Experts4bit::Experts4bit(std::vector<QuantState4bit> q) : Module("Experts4bit"), experts(std::move(q)) {
+  TG_CHECK(!experts.empty(), "Experts4bit", "wants a 4-bit weight per expert, got none");
+  for (size_t e = 0; e < experts.size(); ++e) {
+    TG_CHECK(experts[e].shape.size() == 2 && experts[e].shape == experts[0].shape, "Experts4bit", "expert ", e,
+             "'s weight is ", experts[e].shape, ", wants 2-D and expert 0's ", experts[0].shape);
+    const std::string n = "_" + std::to_string(e);
+    register_buffer("weight" + n, experts[e].packed, /*persistent=*/false, /*keeps_dtype=*/true);
+    for (auto& [name, slot] : Linear4bit::state_buffers(experts[e]))
+      register_buffer(name + n, *slot, /*persistent=*/false, /*keeps_dtype=*/true);
+  }
+}
+
+std::shared_ptr<Experts4bit> Experts4bit::quantize(const Tensor& w, const std::string& quant_type, bool double_quant,
+                                                   int64_t blocksize) {
+  TG_CHECK(w.defined() && w.dim() == 3, "Experts4bit", "wants the experts' weights [E, out, in], got ",
+           w.defined() ? shape_str(w.shape()) : std::string("undefined"));
+  NoGradGuard g;
+  std::vector<QuantState4bit> experts;
+  for (int64_t e = 0; e < w.shape()[0]; ++e) {
+    try {
+      const Tensor one = reshape(contiguous(slice(w.detach(), 0, e, e + 1)), {w.shape()[1], w.shape()[2]});
+      experts.push_back(tg::quantize_4bit(one, quant_type, double_quant, blocksize));
+    } catch (const Error& err) {
+      fail("Experts4bit", "expert ", e, ": ", err.what());
+    }
+  }
+  return std::make_shared<Experts4bit>(std::move(experts));
+}
+
+Tensor Experts4bit::dequantized() const {
+  NoGradGuard g;
+  const QuantState4bit& first = experts[0];
+  const int64_t E = static_cast<int64_t>(experts.size());
+  Tensor out = Tensor::empty({E, first.shape[0], first.shape[1]}, {first.dtype, first.device()});
+  for (int64_t e = 0; e < E; ++e) dequantize_4bit_(slice(out, 0, e, e + 1), experts[static_cast<size_t>(e)]);
+  return out;
+}
+
+std::string Experts4bit::extra_repr() const {
+  std::ostringstream os;
+  const QuantState4bit& q = experts[0];
+  os << "experts=" << experts.size() << ", shape=" << shape_str(q.shape) << ", quant_type=" << q.quant_type
+     << (q.nested() ? ", double_quant" : "");
+  return os.str();
+}
+
 MoeExperts::MoeExperts(int64_t h, const MoeOptions& o) : Module("MoeExperts"), options(o), hidden(h) {
   o.validate(h);
   const int64_t E = o.num_experts, I = o.intermediate_size;
   const TensorOptions p = init::parameter_options();
+  // Deferred as nn::Linear's weights are: from_pretrained may quantise them as they stream in.
+  auto weight = [&](const Shape& shape) {
+    return init::deferring_linear_weights() ? init::unallocated(shape, p) : empty(shape, p);
+  };
   if (o.experts == MoeOptions::Experts::SwiGLU) {
-    gate_up_proj = empty({E, 2 * I, h}, p);
-    down_proj = empty({E, h, I}, p);
+    gate_up_proj = weight({E, 2 * I, h});
+    down_proj = weight({E, h, I});
   } else {
-    gate_up_proj = empty({E, h, 2 * I}, p);
-    down_proj = empty({E, I, h}, p);
+    gate_up_proj = weight({E, h, 2 * I});
+    down_proj = weight({E, I, h});
     gate_up_proj_bias = empty({E, 2 * I}, p);
     down_proj_bias = empty({E, h}, p);
   }
@@ -74,7 +125,9 @@ MoeExperts::MoeExperts(const std::string& type_name, const MoeExperts& base)
       gate_up_proj(base.gate_up_proj),
       down_proj(base.down_proj),
       gate_up_proj_bias(base.gate_up_proj_bias),
-      down_proj_bias(base.down_proj_bias) {
+      down_proj_bias(base.down_proj_bias),
+      gate_up_proj_4bit(base.gate_up_proj_4bit),
+      down_proj_4bit(base.down_proj_4bit) {
   register_tensors(false);
   train(base.is_training());
 }
@@ -86,6 +139,19 @@ void MoeExperts::register_tensors(bool fresh) {
   register_parameter("gate_up_proj_bias", gate_up_proj_bias, trains(gate_up_proj_bias));
   register_parameter("down_proj", down_proj, trains(down_proj));
   register_parameter("down_proj_bias", down_proj_bias, trains(down_proj_bias));
+  register_module("gate_up_proj_4bit", gate_up_proj_4bit);
+  register_module("down_proj_4bit", down_proj_4bit);
+}
+
+Tensor& MoeExperts::dense(const std::string& parameter) {
+  TG_CHECK(parameter == "gate_up_proj" || parameter == "down_proj", type_name().c_str(), "has no expert weight '",
+           parameter, "' (gate_up_proj, down_proj)");
+  return parameter == "gate_up_proj" ? gate_up_proj : down_proj;
+}
+
+std::shared_ptr<Experts4bit>& MoeExperts::four_bit(const std::string& parameter) {
+  dense(parameter);  // the name checked
+  return parameter == "gate_up_proj" ? gate_up_proj_4bit : down_proj_4bit;
 }
 
 void MoeExperts::init(double std, Generator& gen) {
@@ -98,19 +164,68 @@ void MoeExperts::init(double std, Generator& gen) {
 std::optional<MoeExperts::Update> MoeExperts::update(const std::string&) const { return std::nullopt; }
 
 Tensor MoeExperts::weight(const std::string& parameter) const {
-  TG_CHECK(parameter == "gate_up_proj" || parameter == "down_proj", type_name().c_str(), "has no expert weight '",
-           parameter, "' (gate_up_proj, down_proj)");
-  const Tensor& w = parameter == "gate_up_proj" ? gate_up_proj : down_proj;
+  auto& self = const_cast<MoeExperts&>(*this);  // the accessors only look
+  if (const auto& q = self.four_bit(parameter)) return q->dequantized();
+  const Tensor& w = self.dense(parameter);
   return options.experts == MoeOptions::Experts::SwiGLU ? w : transpose(w, 1, 2);
+}
+
+Shape MoeExperts::weight_shape(const std::string& parameter) const {
+  const auto& q = const_cast<MoeExperts&>(*this).four_bit(parameter);
+  if (!q) return weight(parameter).shape();
+  return {static_cast<int64_t>(q->experts.size()), q->experts[0].shape[0], q->experts[0].shape[1]};
+}
+
+DType MoeExperts::weight_dtype() const {
+  return gate_up_proj.defined() ? gate_up_proj.dtype() : gate_up_proj_4bit->experts[0].dtype;
+}
+
+Device MoeExperts::weight_device() const {
+  return gate_up_proj.defined() ? gate_up_proj.device() : gate_up_proj_4bit->experts[0].device();
+}
+
+void MoeExperts::quantize_4bit(const std::string& parameter, const std::string& quant_type, bool double_quant,
+                               int64_t blocksize) {
+  TG_CHECK(dense(parameter).defined(), type_name().c_str(), "'", parameter, "' is in 4 bits already");
+  std::shared_ptr<Experts4bit> q;
+  try {
+    q = Experts4bit::quantize(weight(parameter), quant_type, double_quant, blocksize);
+  } catch (const Error& err) {
+    fail(type_name().c_str(), "'", parameter, "': ", err.what());
+  }
+  install_4bit(parameter, std::move(q));
+}
+
+void MoeExperts::install_4bit(const std::string& parameter, std::shared_ptr<Experts4bit> q) {
+  Tensor& slot = dense(parameter);
+  TG_CHECK(slot.defined(), type_name().c_str(), "'", parameter, "' is in 4 bits already");
+  const Shape want = weight_shape(parameter);
+  TG_CHECK(q && static_cast<int64_t>(q->experts.size()) == want[0] && q->experts[0].shape == Shape({want[1], want[2]}),
+           type_name().c_str(), "4-bit experts for '", parameter, "' want ", want[0], " of ", Shape({want[1], want[2]}));
+  q->train(is_training());
+  four_bit(parameter) = std::move(q);
+  slot = Tensor();
+}
+
+void MoeExperts::dequantize() {
+  NoGradGuard g;
+  for (const char* parameter : {"gate_up_proj", "down_proj"}) {
+    std::shared_ptr<Experts4bit>& q = four_bit(parameter);
+    if (!q) continue;
+    const Tensor w = q->dequantized();  // [E, out, in]
+    dense(parameter) = options.experts == MoeOptions::Experts::SwiGLU ? w : contiguous(transpose(w, 1, 2));
+    q = nullptr;
+  }
 }
 
 Tensor MoeExperts::forward(const Tensor& x, const std::vector<int64_t>& counts) {
   auto project = [&](const Tensor& in, const char* parameter, const Tensor& bias) {
     const std::optional<Update> u = update(parameter);
-    if (!u) return grouped_mm(in, weight(parameter), counts, bias);
     // float32 adapters of a bfloat16 layer (peft's autocast_adapter_dtype) computed in its dtype
-    return grouped_mm(in, weight(parameter), counts, bias, tg::to(u->lora_A, in.dtype()), tg::to(u->lora_B, in.dtype()),
-                      u->scaling);
+    const Tensor A = u ? tg::to(u->lora_A, in.dtype()) : Tensor(), B = u ? tg::to(u->lora_B, in.dtype()) : Tensor();
+    const double scaling = u ? u->scaling : 1.0;
+    if (const auto& q = four_bit(parameter)) return grouped_mm_4bit(in, q->experts, counts, bias, A, B, scaling);
+    return grouped_mm(in, weight(parameter), counts, bias, A, B, scaling);
   };
   const Tensor gate_up = project(x, "gate_up_proj", gate_up_proj_bias);
   const int64_t I = options.intermediate_size;

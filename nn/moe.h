@@ -16,6 +16,7 @@
 #include "core/generator.h"
 #include "nn/linear.h"
 #include "nn/module.h"
+#include "ops/nf4.h"
 
 namespace tg::nn {
 
@@ -43,6 +44,26 @@ struct MoeOptions {
   void validate(int64_t hidden) const;  // tg::Error naming the bad field
 };
 
+// QLoRA's frozen experts: one weight of a MoeExperts in 4 bits, each expert's [out, in] quantised
+// on its own (ops/nf4.h) so that grouped_mm_4bit dequantises one expert at a time. The pieces are
+// buffers ("weight_3", "absmax_3", ...): to(device) moves them, to(dtype) keeps them; none is
+// saved (a 4-bit base is re-made from its folder).
+class Experts4bit : public Module {
+ public:
+  explicit Experts4bit(std::vector<QuantState4bit> experts);
+  // w [E, out, in]'s experts quantised one by one (quantize_4bit's arguments); tg::Error naming
+  // the expert for NaN or inf.
+  static std::shared_ptr<Experts4bit> quantize(const Tensor& w, const std::string& quant_type, bool double_quant,
+                                               int64_t blocksize);
+  // Every expert dequantised, [E, out, in] in the dtype they had before quantisation.
+  Tensor dequantized() const;
+
+  std::vector<QuantState4bit> experts;
+
+ protected:
+  std::string extra_repr() const override;
+};
+
 // The experts' parameters and their computation on tokens grouped by expert.
 class MoeExperts : public Module {
  public:
@@ -57,8 +78,21 @@ class MoeExperts : public Module {
     double scaling = 1.0;
   };
   virtual std::optional<Update> update(const std::string& parameter) const;
-  // The parameter as [E, out, in] (a transposed view of gpt-oss's [E, in, out]).
+  // The parameter as [E, out, in] (a transposed view of gpt-oss's [E, in, out]; dequantised when
+  // it is held in 4 bits).
   Tensor weight(const std::string& parameter) const;
+  Shape weight_shape(const std::string& parameter) const;  // weight(parameter)'s, without dequantising
+  DType weight_dtype() const;                              // the experts' weights', quantised or not
+  Device weight_device() const;
+  // QLoRA's frozen base: `parameter`'s experts quantised one by one (Experts4bit::quantize), the
+  // dense tensor dropped; forward then runs grouped_mm_4bit. On an error nothing changes.
+  void quantize_4bit(const std::string& parameter, const std::string& quant_type = "nf4", bool double_quant = true,
+                     int64_t blocksize = 64);
+  // The same with the experts quantised already (of weight_shape(parameter)).
+  void install_4bit(const std::string& parameter, std::shared_ptr<Experts4bit> experts);
+  bool quantized() const { return gate_up_proj_4bit || down_proj_4bit; }
+  // Every 4-bit weight dense again (frozen, in its layout and former dtype): merge_and_unload's.
+  void dequantize();
   // transformers' _init_weights: the weights ~ N(0, std), the biases zero.
   void init(double std, Generator& gen);
   // A block taking over another's tensors (the same handles, their requires_grad kept): what
@@ -69,12 +103,16 @@ class MoeExperts : public Module {
   int64_t hidden;
   Tensor gate_up_proj, down_proj;            // see MoeOptions::Experts
   Tensor gate_up_proj_bias, down_proj_bias;  // ClampedSwiGLU: [E, 2I], [E, H]
+  // QLoRA: the weight in 4 bits (submodules of these names), the dense one then undefined.
+  std::shared_ptr<Experts4bit> gate_up_proj_4bit, down_proj_4bit;
 
  protected:
   std::string extra_repr() const override;
 
  private:
   void register_tensors(bool fresh);  // fresh: trainable; else the taken-over tensors' flags
+  Tensor& dense(const std::string& parameter);  // the parameter's slot (tg::Error for another name)
+  std::shared_ptr<Experts4bit>& four_bit(const std::string& parameter);
 };
 
 // What the load-balancing loss (below) needs of a block's last forward.

@@ -390,19 +390,32 @@ void merge_and_unload(nn::Module& model) {
     plain->train(l->is_training());
     model.replace_module(path, plain);  // l is destroyed here; do not touch it after
   }
+  auto tell_experts = [&](const nn::MoeExperts& m) {
+    if (!told)
+      std::cerr << "merge_and_unload: the 4-bit experts are dequantised to " << m.weight_dtype()
+                << " (the adapters merged there), within that rounding of base + adapter\n";
+    told = true;
+  };
   for (auto& [path, l] : lora_experts(model)) {
+    if (l->quantized()) tell_experts(*l), l->dequantize();
     if (!l->merged()) l->merge();
     auto plain = std::make_shared<nn::MoeExperts>("MoeExperts", *l);
     model.replace_module(path, plain);  // l is destroyed here
   }
-  // The quantised layers without an adapter too: the model comes back dense.
-  for (auto& [path, m] : model.named_modules())
+  // The quantised layers without an adapter too: the model comes back dense. (The 4-bit experts'
+  // submodules go with dequantize: not while the walk still lists them.)
+  std::vector<nn::MoeExperts*> quantized_experts;
+  for (auto& [path, m] : model.named_modules()) {
     if (auto* q = dynamic_cast<nn::QuantizedLinear*>(m)) {
       tell(*q);
       auto plain = std::make_shared<nn::Linear>(q->dequantized_weight(q->compute_dtype), q->bias);
       plain->train(q->is_training());
       model.replace_module(path, plain);
+    } else if (auto* experts = dynamic_cast<nn::MoeExperts*>(m); experts && experts->quantized()) {
+      quantized_experts.push_back(experts);
     }
+  }
+  for (nn::MoeExperts* experts : quantized_experts) tell_experts(*experts), experts->dequantize();
 }
 
 // ---------------------------------------------------------------- adapter files

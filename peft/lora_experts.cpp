@@ -32,17 +32,15 @@ LoRAExperts::LoRAExperts(const nn::MoeExperts& base, const std::vector<std::stri
   TG_CHECK(!parameters.empty() && parameters.size() == targets.size(), "LoRAExperts",
            "adapts gate_up_proj and / or down_proj, got ", targets.size(), " names of which ", parameters.size(),
            " are");
-  gate_up_proj.requires_grad_(false);
-  down_proj.requires_grad_(false);
-  if (gate_up_proj_bias.defined()) gate_up_proj_bias.requires_grad_(false);
-  if (down_proj_bias.defined()) down_proj_bias.requires_grad_(false);
-  const DType dtype = gate_up_proj.dtype();
+  for (Tensor* t : {&gate_up_proj, &down_proj, &gate_up_proj_bias, &down_proj_bias})
+    if (t->defined()) t->requires_grad_(false);
+  const DType dtype = weight_dtype();
   const DType adapter_dtype = autocast_adapter_dtype && dtype == kBFloat16 ? kFloat32 : dtype;
   for (const std::string& p : parameters) {
-    const Shape s = weight(p).shape();  // [E, out, in]
+    const Shape s = weight_shape(p);  // [E, out, in]
     auto& slot = adapters[p];
     slot = std::make_shared<ParameterAdapter>(s[2], s[1], rank, s[0], gen);
-    slot->to(adapter_dtype, gate_up_proj.device());
+    slot->to(adapter_dtype, weight_device());
     register_module("lora_" + p, slot);
   }
 }
@@ -50,7 +48,7 @@ LoRAExperts::LoRAExperts(const nn::MoeExperts& base, const std::vector<std::stri
 std::optional<nn::MoeExperts::Update> LoRAExperts::update(const std::string& parameter) const {
   auto it = adapters.find(parameter);
   if (merged_ || it == adapters.end()) return std::nullopt;
-  const Shape s = weight(parameter).shape();
+  const Shape s = weight_shape(parameter);
   const int64_t E = s[0], out = s[1], in = s[2];
   const Tensor A = reshape(it->second->lora_A->weight, {E, r, in});
   const Tensor B = contiguous(permute(reshape(it->second->lora_B->weight, {out, r, E}), {2, 0, 1}));
@@ -65,6 +63,7 @@ Tensor LoRAExperts::delta_weight(const std::string& parameter) const {
 
 void LoRAExperts::merge() {
   TG_CHECK(!merged_, "LoRAExperts::merge", "the adapters are already merged");
+  TG_CHECK(!quantized(), "LoRAExperts::merge", "the experts are in 4 bits: merge_and_unload dequantises them first");
   NoGradGuard g;
   for (const std::string& p : parameters) {
     const Tensor delta = delta_weight(p), w = weight(p);

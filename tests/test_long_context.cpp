@@ -138,6 +138,22 @@ std::vector<train::WeightShape> llama3_8b_weights() {
   return w;
 }
 
+// A mixture's expert weights, fused ([E, out, in]) or as MXFP4 blocks (two values a byte), count
+// as their values: in the model's dtype, or in NF4 with load_in_4bit (which quantises them).
+TEST(MemoryPlan, ExpertWeightsCountAsTheirValuesIn4BitToo) {
+  const int64_t values = int64_t{32} * 1024 * 512;
+  const std::vector<train::WeightShape> fused = {{"model.layers.0.mlp.experts.gate_up_proj", {32, 1024, 512}}};
+  const std::vector<train::WeightShape> mxfp4 = {{"model.layers.0.mlp.experts.gate_up_proj_blocks", {32, 1024, 16, 16}},
+                                                 {"model.layers.0.mlp.experts.gate_up_proj_scales", {32, 1024, 16}}};
+  const train::ModelSizes sizes{.hidden = 512, .layers = 1, .intermediate = 512, .vocab = 8};
+  for (const auto* w : {&fused, &mxfp4}) {
+    train::MemoryEstimateOptions o{.dtype = kBFloat16};
+    EXPECT_EQ(train::estimate_training_memory(*w, sizes, o).weights, 2 * values);
+    o.load_in_4bit = true;
+    EXPECT_EQ(train::estimate_training_memory(*w, sizes, o).weights, static_cast<int64_t>(0.52 * values));
+  }
+}
+
 TEST(MemoryPlan, OffloadAndTilingTakeTheirSharesOffTheGpu) {
   const auto w = llama3_8b_weights();
   train::MemoryEstimateOptions o{.dtype = kBFloat16, .load_in_4bit = true, .lora_r = 16, .lora_targets = {"all-linear"},

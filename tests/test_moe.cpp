@@ -39,13 +39,6 @@ using Routing = nn::MoeOptions::Routing;
 
 double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
-// A uint8 host tensor of `shape` holding `bytes`.
-Tensor bytes_tensor(const std::vector<uint8_t>& bytes, const Shape& shape) {
-  Tensor t = Tensor::empty(shape, {kUInt8});
-  std::copy(bytes.begin(), bytes.end(), t.data_ptr<uint8_t>());
-  return t;
-}
-
 // The k largest of v by value (equal: lower index first), as torch.topk.
 std::vector<int64_t> top(const V& v, int64_t k) {
   std::vector<int64_t> order(v.size());
@@ -503,39 +496,11 @@ TEST(Mxfp4, GptOssFolderLoadsDequantised) {
   nn::MoeForCausalLM model(c, gen);
   TempDir dir;
   nn::save_pretrained(model, dir / "m");
-  safetensors::TensorMap files = safetensors::load_file(dir / "m/model.safetensors");
-  for (const std::string layer : {"model.layers.0.", "model.layers.1."})
-    for (const std::string p : {"mlp.experts.gate_up_proj", "mlp.experts.down_proj"}) {
-      const Tensor w = files.at(layer + p);  // [E, C, R]
-      const int64_t E = w.shape()[0], C = w.shape()[1], R = w.shape()[2];
-      // every value an FP4 value times 2^(s - 127), s a per-block scale
-      std::vector<uint8_t> blocks(E * R * C / 2), scales(E * R * C / 32);
-      Generator pick(static_cast<uint64_t>(C * 7 + R));
-      const std::vector<int64_t> nib = randint(0, 16, {E * R * C}, pick).to_vector<int64_t>();
-      const std::vector<int64_t> sc = randint(120, 130, {E * R * C / 32}, pick).to_vector<int64_t>();
-      std::vector<float> values(E * C * R);
-      for (int64_t e = 0; e < E; ++e)
-        for (int64_t r = 0; r < R; ++r)
-          for (int64_t col = 0; col < C; ++col) {
-            const int64_t i = (e * R + r) * C + col, g = i / 32;
-            scales[g] = static_cast<uint8_t>(sc[g]);
-            blocks[i / 2] |= static_cast<uint8_t>(nib[i] << (col % 2 ? 4 : 0));
-            values[(e * C + col) * R + r] =
-                nn::detail::kFp4Values[nib[i]] * std::ldexp(1.0f, static_cast<int>(sc[g]) - 127);
-          }
-      files.erase(layer + p);
-      files[layer + p + "_blocks"] = bytes_tensor(blocks, {E, R, C / 32, 16});
-      files[layer + p + "_scales"] = bytes_tensor(scales, {E, R, C / 32});
-      NoGradGuard g;
-      copy_(model.get_parameter(layer + p), from_vector(values, {E, C, R}));
-    }
-  safetensors::save_file(files, dir / "m/model.safetensors", {{"format", "pt"}});
-  json::Value config = json::parse(read_text(dir / "m/config.json"));
-  config.set("quantization_config", json::Value::object().set("quant_method", "mxfp4"));
-  io::write_file_atomic(dir / "m/config.json", json::dump(config));
+  write_mxfp4_experts(dir / "m", model);
   auto loaded = nn::from_pretrained(dir / "m");
   for (const auto& [name, t] : model.state_dict()) EXPECT_TENSOR_EQ(loaded->get_parameter(name), t) << name;
   // without quantization_config the halves are unexpected tensors
+  json::Value config = json::parse(read_text(dir / "m/config.json"));
   config.set("quantization_config", json::Value());
   io::write_file_atomic(dir / "m/config.json", json::dump(config));
   EXPECT_ERROR_HAS(nn::from_pretrained(dir / "m"), "unexpected", "gate_up_proj_blocks");

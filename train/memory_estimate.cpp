@@ -125,13 +125,18 @@ MemoryEstimate estimate_training_memory(const std::vector<WeightShape>& weights,
   const double dtype_bytes = static_cast<double>(element_size(o.dtype));
   int64_t largest_linear = 0;  // a 4-bit layer's weight dequantised into the shared workspace
   for (const WeightShape& t : weights) {
-    int64_t n = 1;
+    if (t.name.ends_with("_scales")) continue;  // MXFP4's: they and the _blocks load as the values below
+    int64_t n = t.name.ends_with("_blocks") ? 2 : 1;  // MXFP4: two values a byte
     for (int64_t d : t.shape) n *= d;
     const bool linear = t.shape.size() == 2 && t.name.ends_with(".weight") && !is_embedding(t.name);
+    // transformers' fused [E, out, in] expert weights (or their MXFP4 blocks): 4-bit with the Linears
+    const bool experts = t.shape.size() >= 3 && t.name.find("experts.") != std::string::npos;
     if (linear) largest_linear = std::max(largest_linear, n);
     // NF4: half a byte a value, plus a block's scale (64 values, double quantised: about a byte).
     // FP8: a byte a value (a 128x128 block's float32 scale is 1/4096 byte a value).
-    const double bytes = !linear ? dtype_bytes : o.load_in_4bit ? 0.52 : o.load_in_fp8 ? 1.0 : dtype_bytes;
+    const double bytes = o.load_in_4bit && (linear || experts) ? 0.52
+                         : o.load_in_fp8 && linear                 ? 1.0
+                                                                   : dtype_bytes;
     e.weights += static_cast<int64_t>(static_cast<double>(n) * bytes);
     if (o.full) {
       e.training += static_cast<int64_t>(static_cast<double>(n) * dtype_bytes) + n * 8;  // gradient, two moments

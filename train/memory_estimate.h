@@ -19,7 +19,7 @@ namespace tg::train {
 
 struct MemoryEstimateOptions {
   DType dtype = kFloat32;        // what the weights load in
-  bool load_in_4bit = false;     // the Linear weights but the head in NF4
+  bool load_in_4bit = false;     // the Linear weights but the head, and the experts', in NF4
   bool load_in_fp8 = false;      // ... or in FP8 (a byte a value)
   bool full = false;             // every weight trains (else LoRA on lora_targets)
   int64_t lora_r = 8;

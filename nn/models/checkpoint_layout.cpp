@@ -3,6 +3,7 @@
 #include <cctype>
 
 #include "core/error.h"
+#include "nn/init.h"
 
 namespace tg::nn::detail {
 namespace {
@@ -48,6 +49,8 @@ Tensor part_view(const Tensor& param, const CheckpointPart& part, const std::str
            "'", key, "' is expert ", part.expert, " of '", part.name, "', which is ", param.shape(), " (",
            param.dim() == 3 ? param.shape()[0] : 0, " experts)");
   const int64_t rows = param.shape()[1] / part.blocks;
+  // Not allocated yet (an expert weight quantised as it streams): a placeholder of the part's shape.
+  if (init::is_unallocated(param)) return init::unallocated({rows, param.shape()[2]}, param.options());
   return param.as_strided(
       {rows, param.shape()[2]}, {param.strides()[1], param.strides()[2]},
       param.storage_offset() + part.expert * param.strides()[0] + part.block * rows * param.strides()[1]);

@@ -28,6 +28,7 @@
 #include "nn/models/detail/checkpoint_layout.h"
 #include "nn/models/detail/mxfp4.h"
 #include "nn/models/quantization.h"
+#include "nn/moe.h"
 #include "ops/shape.h"
 
 namespace tg::nn {
@@ -216,6 +217,8 @@ struct Read {
   bool whole = false;  // `into` is the parameter itself, not a view of it (its storage may be swapped)
   std::string piece;   // a 4-bit state's absmax, quant_map, ...: its values are checked once read
   std::string mxfp4;  // the expert weight an MXFP4 _blocks / _scales tensor dequantises into
+  std::string experts;  // an expert weight quantised once whole: allocated at its first read
+  std::optional<detail::CheckpointPart> part;  // ... and the part this read fills (`into` is made then)
 };
 
 // The MXFP4 halves of an expert weight: "_blocks" or "_scales" (7 characters either).
@@ -371,13 +374,18 @@ void load_weights(Module& model, const Architecture& arch, const io::Folder& dir
   check_4bit_layout(model, arch, files, four, dir);
   if (four.prequantized && four.fp8) install_fp8_shells(model, arch, files, four, o, unexpected);
   else if (four.prequantized) state_names = install_4bit_shells(model, arch, files, four, o, consumed, unexpected);
-  if (four.on && !four.prequantized)
+  std::set<std::string> quantize_experts;        // expert weights quantised once every part of them is read
+  if (four.on && !four.prequantized) {
     for (const std::string& layer : linear_4bit_targets(model, four.config, "from_pretrained")) {
       if (init::is_unallocated(model.get_parameter(layer + ".weight"))) quantize.insert(layer);
       else quantize_after.push_back(layer);
     }
+    for (const std::string& name : experts_4bit_targets(model, four.config, "from_pretrained"))
+      if (init::is_unallocated(model.get_parameter(name))) quantize_experts.insert(name);
+  }
   for (auto& [name, t] : model.named_parameters())
-    if (init::is_unallocated(t) && !quantize.count(layer_of(name))) init::allocate_unallocated(t);
+    if (init::is_unallocated(t) && !quantize.count(layer_of(name)) && !quantize_experts.count(name))
+      init::allocate_unallocated(t);
 
   const StateDict own = model.state_dict();
   const std::string tied = tied_head(own, arch);
@@ -410,7 +418,7 @@ void load_weights(Module& model, const Architecture& arch, const io::Folder& dir
         }
         once(key, key, path);
         filled[name] += it->second.numel() / 2;  // each half counts for half the weight
-        f.reads.push_back({&value, Tensor(), "", false, false, "", name});
+        f.reads.push_back({&value, Tensor(), "", false, false, "", name, "", std::nullopt});
         total += value.end - value.begin;
         continue;
       }
@@ -425,7 +433,9 @@ void load_weights(Module& model, const Architecture& arch, const io::Folder& dir
         if (!ignored) unexpected.push_back(key);
         continue;
       }
-      Read read{&value, part ? detail::part_view(it->second, *part, key) : it->second, "", false, false, "", ""};
+      Read read{&value, part ? detail::part_view(it->second, *part, key) : it->second, "", false, false, "", "",
+                "", std::nullopt};
+      if (quantize_experts.count(name)) read.experts = name, read.part = part;
       Shape want = read.into.shape();
       if (state_names.count(name)) {
         read.piece = bnb::state_piece(name);
@@ -507,6 +517,27 @@ void load_weights(Module& model, const Architecture& arch, const io::Folder& dir
   if (o.device.is_cuda()) upload.emplace(o.device, size_t{64} << 20);
   HostToDevice* via = upload ? &*upload : nullptr;
   std::map<std::string, std::pair<Tensor, Tensor>> halves;  // MXFP4 blocks and scales until both are read
+  // An expert weight in quantize_experts: its memory at its first read, quantised into its block
+  // and given back once every value has arrived (one layer's experts dense at a time).
+  std::map<std::string, int64_t> arrived;
+  auto expert_weight = [&](const std::string& name) {
+    const Tensor& param = own.at(name);
+    if (init::is_unallocated(param)) init::allocate_unallocated(param);
+    return param;
+  };
+  auto arrive = [&](const std::string& name, int64_t values, const std::string& key) {
+    const Tensor& param = own.at(name);
+    if ((arrived[name] += values) < param.numel()) return;
+    const size_t dot = name.rfind('.');
+    auto& block = dynamic_cast<MoeExperts&>(*model.get_submodule(name.substr(0, dot)));
+    try {
+      block.quantize_4bit(name.substr(dot + 1), four.config.quant_type, four.config.double_quant,
+                          four.config.blocksize);
+    } catch (const Error& e) {
+      fail("from_pretrained", "'", dir.path(), "': '", key, "': ", e.what());
+    }
+    init::deallocate(param);
+  };
   for (WeightFile& f : files) {
     for (const Read& r : f.reads) {
       if (!r.mxfp4.empty()) {
@@ -515,24 +546,32 @@ void load_weights(Module& model, const Architecture& arch, const io::Folder& dir
         auto& [blocks, scales] = halves[r.mxfp4];
         (r.tensor->name.ends_with("_blocks") ? blocks : scales) = bytes;
         if (blocks.defined() && scales.defined()) {
-          copy_(own.at(r.mxfp4), detail::dequantize_mxfp4(blocks, scales, r.mxfp4));
+          const Tensor param = quantize_experts.count(r.mxfp4) ? expert_weight(r.mxfp4) : own.at(r.mxfp4);
+          copy_(param, detail::dequantize_mxfp4(blocks, scales, r.mxfp4));
           halves.erase(r.mxfp4);
+          if (quantize_experts.count(r.mxfp4)) arrive(r.mxfp4, param.numel(), r.tensor->name);
         }
         continue;
+      }
+      Tensor into = r.into;
+      if (!r.experts.empty()) {
+        const Tensor param = expert_weight(r.experts);
+        into = r.part ? detail::part_view(param, *r.part, r.tensor->name) : param;
       }
       // On the host in the file's dtype the parameter takes memory the kernel copied the tensor
       // into: no zero-filled pages first, whose first touch made reading 2-4x slower (dev/NOTES.md),
       // and, unlike a mapping of the file, nothing later done to the file changes the model.
       Tensor copy;
-      if (o.device.is_cpu() && r.whole && r.into.dtype() == r.tensor->dtype) copy = f.reader->owned(*r.tensor);
+      if (o.device.is_cpu() && r.whole && into.dtype() == r.tensor->dtype) copy = f.reader->owned(*r.tensor);
       if (copy.defined()) {
-        r.into.impl().storage = copy.storage();
-        r.into.impl().offset = 0;
-        progress.add(r.into.nbytes());
+        into.impl().storage = copy.storage();
+        into.impl().offset = 0;
+        progress.add(into.nbytes());
       } else if (r.layer.empty()) {
-        f.reader->read(*r.tensor, r.into, told, via);
+        f.reader->read(*r.tensor, into, told, via);
       }
-      if (!r.piece.empty()) bnb::check_state_piece(r.into, r.piece, four.config.quant_type, r.tensor->name, f.reader->path());
+      if (!r.experts.empty()) arrive(r.experts, into.numel(), r.tensor->name);
+      if (!r.piece.empty()) bnb::check_state_piece(into, r.piece, four.config.quant_type, r.tensor->name, f.reader->path());
       if (r.layer.empty()) continue;
       const Shape& shape = own.at(r.layer + ".weight").shape();
       const Tensor w = staging.as_strided(shape, contiguous_strides(shape), 0);

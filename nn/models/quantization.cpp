@@ -7,6 +7,7 @@
 
 #include "nn/linear4bit.h"
 #include "nn/linear_fp8.h"
+#include "nn/moe.h"
 
 namespace tg::nn {
 namespace {
@@ -61,6 +62,23 @@ std::vector<std::string> linear_4bit_targets(Module& model, const QuantizationCo
   return paths;
 }
 
+std::vector<std::string> experts_4bit_targets(Module& model, const QuantizationConfig& config, const char* op) {
+  config.validate(op);
+  std::vector<std::string> names;
+  if (!config.load_in_4bit) return names;
+  for (auto& [path, m] : model.named_modules()) {
+    auto* experts = dynamic_cast<MoeExperts*>(m);
+    if (!experts || skipped(path, config.skip_modules)) continue;
+    TG_CHECK(typeid(*experts) == typeid(MoeExperts), op, "'", path, "' is a ", m->type_name(),
+             " (quantise the base model before apply_lora)");
+    TG_CHECK(!experts->quantized(), op, "'", path, "' holds its experts in 4 bits already");
+    TG_CHECK(experts->weight_dtype() == kFloat32 || experts->weight_dtype() == kBFloat16, op, "'", path,
+             "' has dtype ", experts->weight_dtype(), ", wants float32 or bfloat16");
+    for (const char* p : {"gate_up_proj", "down_proj"}) names.push_back(path + "." + p);
+  }
+  return names;
+}
+
 void install_linear_4bit(Module& model, const std::string& path, QuantState4bit weight, DType compute_dtype,
                          const Tensor& workspace) {
   install_quantized(model, path, "install_linear_4bit", [&](const Tensor& bias) {
@@ -71,7 +89,8 @@ void install_linear_4bit(Module& model, const std::string& path, QuantState4bit 
 std::vector<std::string> replace_with_4bit_linear(Module& model, const QuantizationConfig& config) {
   const char* op = "replace_with_4bit_linear";
   TG_CHECK(config.load_in_4bit, op, "the QuantizationConfig has load_in_4bit = false");
-  const std::vector<std::string> paths = linear_4bit_targets(model, config, op);
+  std::vector<std::string> paths = linear_4bit_targets(model, config, op);
+  const std::vector<std::string> expert_weights = experts_4bit_targets(model, config, op);
   std::map<std::string, Tensor> workspaces;  // per device, of the largest layer's size
   {
     std::map<std::string, std::pair<Device, int64_t>> largest;
@@ -93,10 +112,27 @@ std::vector<std::string> replace_with_4bit_linear(Module& model, const Quantizat
       fail(op, "'", path, ".weight': ", e.what());
     }
   }
+  std::vector<std::shared_ptr<Experts4bit>> experts;
+  for (const auto& name : expert_weights) {
+    const size_t dot = name.rfind('.');
+    auto& block = dynamic_cast<MoeExperts&>(*model.get_submodule(name.substr(0, dot)));
+    try {
+      experts.push_back(Experts4bit::quantize(block.weight(name.substr(dot + 1)), config.quant_type,
+                                              config.double_quant, config.blocksize));
+    } catch (const Error& e) {
+      fail(op, "'", name, "': ", e.what());
+    }
+  }
   for (size_t i = 0; i < paths.size(); ++i) {
     const Tensor& workspace = workspaces.at(states[i].device().str());
     install_linear_4bit(model, paths[i], std::move(states[i]), config.compute_dtype, workspace);
   }
+  for (size_t i = 0; i < expert_weights.size(); ++i) {
+    const size_t dot = expert_weights[i].rfind('.');
+    dynamic_cast<MoeExperts&>(*model.get_submodule(expert_weights[i].substr(0, dot)))
+        .install_4bit(expert_weights[i].substr(dot + 1), std::move(experts[i]));
+  }
+  paths.insert(paths.end(), expert_weights.begin(), expert_weights.end());
   return paths;
 }
 

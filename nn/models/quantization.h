@@ -41,10 +41,16 @@ struct QuantizationConfig {
 
 // Replaces every nn::Linear of `model` (exactly that type) not matched by skip_modules by an
 // nn::Linear4bit holding its quantised weight and its bias (frozen), sharing one workspace per
-// device of the largest layer's size. Returns the paths replaced. tg::Error when load_in_4bit is
-// false, the config is invalid, a Linear already carries LoRA (quantise before apply_lora) or is
-// already quantised; nothing changes then.
+// device of the largest layer's size, and holds a mixture's expert weights in 4 bits
+// (nn::MoeExperts::install_4bit). Returns the paths replaced, then the expert weights quantised
+// ("...mlp.experts.gate_up_proj"). tg::Error when load_in_4bit is false, the config is invalid, a
+// Linear or experts block already carries LoRA (quantise before apply_lora) or is already
+// quantised; nothing changes then.
 std::vector<std::string> replace_with_4bit_linear(Module& model, const QuantizationConfig& config);
+
+// The expert weights ("<experts block>.gate_up_proj", ".down_proj") a load_in_4bit config puts in
+// 4 bits: every nn::MoeExperts not matched by skip_modules. tg::Error as linear_4bit_targets.
+std::vector<std::string> experts_4bit_targets(Module& model, const QuantizationConfig& config, const char* op);
 
 // The paths replace_with_4bit_linear (replace_with_fp8_linear) replaces, checked as it checks them
 // (errors name `op`).

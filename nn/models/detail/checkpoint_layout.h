@@ -24,6 +24,7 @@ struct CheckpointPart {
 std::optional<CheckpointPart> model_part(const CheckpointLayout& layout, const std::string& key);
 // The view of `param` a part fills (param itself for a whole one); tg::Error naming `key` when the
 // part lies outside it (an expert id past num_experts, rows that do not split evenly).
+// (Of an unallocated param: an unallocated tensor of the part's shape.)
 Tensor part_view(const Tensor& param, const CheckpointPart& part, const std::string& key);
 // The hub's tensors for the model's tensor `name` (views of t): itself when the layout leaves it.
 std::vector<std::pair<std::string, Tensor>> hub_tensors(const CheckpointLayout& layout, const std::string& name,
