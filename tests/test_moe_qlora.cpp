@@ -8,6 +8,7 @@
 #include "core/autograd.h"
 #include "core/factory.h"
 #include "io/safetensors.h"
+#include "nn/models/gguf.h"
 #include "nn/models/moe_lm.h"
 #include "nn/models/pretrained.h"
 #include "nn/models/quantization.h"
@@ -146,6 +147,19 @@ TEST(MoeQlora, QuantisingAnAdaptedOrQuantisedBlockIsRefused) {
   peft::apply_lora(*adapted, {.r = 2, .target_modules = {"q_proj"}, .target_parameters = kExpertTargets}, gen);
   EXPECT_ERROR_HAS(nn::experts_4bit_targets(*adapted, k4bit, "replace_with_4bit_linear"), "is a LoRAExperts",
                    "before apply_lora");
+}
+
+// A 4-bit experts block has no place in bitsandbytes' layout nor in a GGUF: refused by name, not
+// written without its experts.
+TEST(MoeQlora, SavingA4bitMixtureIsRefusedNamingTheExperts) {
+  Generator gen(15);
+  auto model = std::make_shared<nn::MoeForCausalLM>(tiny_moe("MixtralForCausalLM"), gen);
+  nn::replace_with_4bit_linear(*model, k4bit);
+  TempDir dir;
+  EXPECT_ERROR_HAS(nn::save_pretrained(*model, dir / "m"), "'model.layers.0.mlp.experts' holds its experts in 4 bits",
+                   "merge_and_unload");
+  EXPECT_FALSE(std::filesystem::exists(dir / "m/model.safetensors"));
+  EXPECT_ERROR_HAS(nn::gguf_model(*model), "save_gguf", "holds its experts in 4 bits");
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/parallel.h"
 #include "nn/models/architecture.h"
+#include "nn/moe.h"
 #include "ops/shape.h"
 
 namespace tg::nn {
@@ -100,6 +101,10 @@ uint32_t gguf_file_type(TensorType dtype) {
 GgufModel gguf_model(const CausalLM& model) {
   const Architecture& arch = model.architecture();
   TG_CHECK(static_cast<bool>(arch.gguf), "save_gguf", arch.name, " has no llama.cpp architecture tapegrad writes");
+  for (auto& [path, m] : const_cast<CausalLM&>(model).named_modules())
+    if (const auto* experts = dynamic_cast<const MoeExperts*>(m))
+      TG_CHECK(!experts->quantized(), "save_gguf", "'", path, "' holds its experts in 4 bits (QLoRA's base): tapegrad "
+               "writes no GGUF of a 4-bit base; export from the bf16 folder with the adapter");
   return arch.gguf(model);
 }
 

@@ -670,6 +670,10 @@ std::optional<QuantizationConfig> quantized_layers(const Module& model, safetens
   for (auto& [path, m] : const_cast<Module&>(model).named_modules()) {
     TG_CHECK(!dynamic_cast<const LinearFp8*>(m), "save_pretrained", "'", path, "' is an FP8 layer (LinearFp8): writing "
              "an FP8 base is not implemented; save the adapter (peft's), or merge_and_unload to a dense model first");
+    const auto* experts = dynamic_cast<const MoeExperts*>(m);
+    TG_CHECK(!experts || !experts->quantized(), "save_pretrained", "'", path, "' holds its experts in 4 bits (QLoRA's "
+             "base), which bitsandbytes' layout has no place for; save the adapter (peft's), or merge_and_unload to a "
+             "dense model first");
     const auto* q = dynamic_cast<const Linear4bit*>(m);
     if (!q) {
       if (const auto* l = dynamic_cast<const Linear*>(m); l && l->is_plain() && !path.empty()) dense.push_back(path);
