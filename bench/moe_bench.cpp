@@ -4,13 +4,16 @@
 //   grouped      nn::SparseMoeBlock: tokens grouped by expert, grouped_mm per projection (LoRA inside)
 //   expert_loop  the same parameters and routing, the experts as a loop of ordinary ops (linear per
 //                expert and projection; LoRA as two more linears each)
+//   grouped_4bit (mode qlora) the grouped block with its experts in NF4 (grouped_mm_4bit), against
+//                the grouped block over the same experts dequantised
 // Modes: lora (experts frozen, peft's target_parameters on gate_up_proj and down_proj, r 16, alpha
-// 32, float32 adapters as peft's autocast) and full (every parameter trains). Before timing, the
-// loop's output and input gradient are compared with the grouped block's. tflops counts the
+// 32, float32 adapters as peft's autocast), qlora (the same over 4-bit experts) and full (every
+// parameter trains). Before timing, the second implementation's output and input gradient are
+// compared with the first's. tflops counts the
 // experts' base GEMMs only: 6 T k H I forward, as much again for dx, and again for dW in full.
 // Rows {config, impl, mode, tokens, ms, tflops, peak_mib}; peak: the allocator's peak over one call
 // beyond the parameters, x and their existing gradients. Timing as bench/bench_measure.h.
-//   moe_bench [--device cuda|cpu] [--cases config:tokens,...] [--modes lora,full] [--reps N] [--json out]
+//   moe_bench [--device cuda|cpu] [--cases config:tokens,...] [--modes lora,qlora,full] [--reps N] [--json out]
 // configs: qwen3-30b-a3b (H 2048, I 768, 128 experts, top 8), mixtral-8x7b (4096, 14336, 8, top 2),
 // tiny (64, 32, 8, top 2). bench/torch_moe_ref.py times transformers' Qwen3MoeSparseMoeBlock on the
 // same cases; scripts/gpu/bench.sh moe runs both (rows to bench/results/moe.json).
@@ -19,6 +22,7 @@
 #include <functional>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -106,7 +110,7 @@ int run(int argc, char** argv) {
       .add("dtype", "bf16", examples::kDtypeHelp)
       .add("cases", "", "config:tokens,... (default: qwen3-30b-a3b:4096,qwen3-30b-a3b:16384,mixtral-8x7b:4096 on "
                         "cuda, tiny:64 on cpu)")
-      .add("modes", "lora,full", "lora (frozen experts, LoRA on them) and / or full")
+      .add("modes", "lora,qlora,full", "lora (frozen experts, LoRA on them), qlora (the same over 4-bit experts), full")
       .add("reps", "20", "timed calls per case (the median is reported)")
       .add("threads", "2", "CPU threads")
       .add("json", "", "also write the rows to this file (bench/results/moe.json's rows)");
@@ -122,7 +126,8 @@ int run(int argc, char** argv) {
                                         : "tiny:64");
   const std::vector<std::string> modes = flags.list("modes");
   for (const std::string& m : modes)
-    if (m != "lora" && m != "full") throw examples::UsageError("--modes wants lora and / or full, got '" + m + "'\n");
+    if (m != "lora" && m != "qlora" && m != "full")
+      throw examples::UsageError("--modes wants lora, qlora and / or full, got '" + m + "'\n");
   const double tolerance = dtype == kBFloat16 ? 3e-2 : 1e-4;  // the loop and grouped_mm sum alike but in other kernels
 
   bench::Timer timer(device);
@@ -132,26 +137,43 @@ int run(int argc, char** argv) {
   for (const Case& c : cases) {
     const LayerShape s = kConfigs.at(c.config);
     for (const std::string& mode : modes) {
-      Generator gen(1);
-      nn::MoeOptions o{.num_experts = s.experts, .top_k = s.top_k, .intermediate_size = s.intermediate};
-      nn::SparseMoeBlock block(s.hidden, o, gen);
-      block.to(device);
-      {
-        NoGradGuard g;  // transformers' init: N(0, 0.02) everywhere, drawn where the block lives
-        for (auto& [name, p] : block.named_parameters()) copy_(p, mul(randn(p.shape(), gen, p.options()), 0.02));
-      }
-      block.to(dtype);
-      if (mode == "lora") {
-        peft::apply_lora(block, {.r = 16, .lora_alpha = 32, .target_modules = {},
-                                 .target_parameters = {"experts.gate_up_proj", "experts.down_proj"}});
-        NoGradGuard g;  // B away from zero, so the adapters take part in the comparison
-        for (auto& [name, p] : block.named_parameters())
-          if (name.find("lora_B") != std::string::npos) copy_(p, mul(randn(p.shape(), gen, p.options()), 0.02));
-      }
+      // The block (the same draws each time); with `four_bit` its experts in NF4, else with
+      // `dequantised` the NF4 experts' values held dense.
+      auto make_block = [&](bool four_bit, bool dequantised) {
+        Generator gen(1);
+        nn::MoeOptions o{.num_experts = s.experts, .top_k = s.top_k, .intermediate_size = s.intermediate};
+        auto block = std::make_unique<nn::SparseMoeBlock>(s.hidden, o, gen);
+        block->to(device);
+        {
+          NoGradGuard g;  // transformers' init: N(0, 0.02) everywhere, drawn where the block lives
+          for (auto& [name, p] : block->named_parameters()) copy_(p, mul(randn(p.shape(), gen, p.options()), 0.02));
+        }
+        block->to(dtype);
+        if (four_bit || dequantised) {
+          for (const char* p : {"gate_up_proj", "down_proj"}) block->experts->quantize_4bit(p);
+          if (dequantised) block->experts->dequantize();
+        }
+        if (mode != "full") {
+          peft::apply_lora(*block, {.r = 16, .lora_alpha = 32, .target_modules = {},
+                                    .target_parameters = {"experts.gate_up_proj", "experts.down_proj"}}, gen);
+          NoGradGuard g;  // B away from zero, so the adapters take part in the comparison
+          for (auto& [name, p] : block->named_parameters())
+            if (name.find("lora_B") != std::string::npos) copy_(p, mul(randn(p.shape(), gen, p.options()), 0.02));
+        }
+        return block;
+      };
+      const bool qlora = mode == "qlora";
+      const std::unique_ptr<nn::SparseMoeBlock> block = make_block(qlora, false),
+                                                 twin = qlora ? make_block(false, true) : nullptr;
+      Generator gen(2);
       Tensor x = tg::to(randn({c.tokens, s.hidden}, gen, {kFloat32, device}), dtype).requires_grad_(true);
       const Tensor dy = tg::to(randn({c.tokens, s.hidden}, gen, {kFloat32, device}), dtype);
-      const std::vector<std::pair<std::string, std::function<Tensor()>>> impls = {
-          {"grouped", [&] { return block.forward(x); }}, {"expert_loop", [&] { return expert_loop(block, x); }}};
+      const std::vector<std::pair<std::string, std::function<Tensor()>>> impls =
+          qlora ? std::vector<std::pair<std::string, std::function<Tensor()>>>{
+                      {"grouped_4bit", [&] { return block->forward(x); }}, {"grouped", [&] { return twin->forward(x); }}}
+                : std::vector<std::pair<std::string, std::function<Tensor()>>>{
+                      {"grouped", [&] { return block->forward(x); }},
+                      {"expert_loop", [&] { return expert_loop(*block, x); }}};
       // Each implementation's output and dx, compared before anything is timed.
       std::vector<std::pair<Tensor, Tensor>> results;
       for (const auto& [impl, forward] : impls) {
@@ -165,7 +187,7 @@ int run(int argc, char** argv) {
       results.clear();
       if (!(err <= tolerance))
         throw Error("moe_bench: at " + c.config + ":" + std::to_string(c.tokens) + " (" + mode +
-                    ") the per-expert loop differs from the grouped block by " + std::to_string(err) +
+                    ") " + impls[1].first + " differs from " + impls[0].first + " by " + std::to_string(err) +
                     " (relative), wanted at most " + std::to_string(tolerance));
       const double gemms = mode == "full" ? 3.0 : 2.0;  // forward, dx, and dW when the experts train
       const double flops = gemms * 6.0 * static_cast<double>(c.tokens * s.top_k * s.hidden * s.intermediate);
