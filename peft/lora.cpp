@@ -68,6 +68,8 @@ int64_t weight_count(const nn::Module& model) {
   for (const auto& [path, m] : const_cast<nn::Module&>(model).named_modules())  // no const overload; reads only
     if (const auto* l = dynamic_cast<const nn::Linear*>(m); l && l->weight.dtype() == kUInt8)  // quantised, LoRA or not
       n += l->in_features * l->out_features - l->weight.numel();
+    else if (const auto* q = dynamic_cast<const nn::Experts4bit*>(m))  // 4-bit experts: buffers, not parameters
+      n += static_cast<int64_t>(q->experts.size()) * q->experts[0].numel();
   return n;
 }
 

@@ -94,6 +94,8 @@ TEST(MoeQlora, ExpertLoraOverA4bitBaseMatchesItsDequantisedTwin) {
       Generator noise(6);  // lora_B nonzero, as after some training
       randomise_lora(*m, noise);
     }
+    EXPECT_EQ(peft::trainable_parameters_line(*quantised), peft::trainable_parameters_line(*twin))
+        << "the 4-bit experts count as the weights they hold";
     const Tensor ids = randint(0, 64, {2, 6}, gen);
     const Tensor a = quantised->forward(ids), b = twin->forward(ids);
     EXPECT_TENSOR_NEAR(a, b, 1e-5, 1e-5);
