@@ -10,6 +10,7 @@
 // step after a phase's first is a replay of it captured as a CUDA graph (--cuda-graph; not with
 // --nproc). --nproc N: both phases data-parallel on N GPUs (full training,
 // then LoRA), each rank a share of every batch; rank 0 prints and writes.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -57,7 +58,9 @@ struct ByteRows {
   std::shared_ptr<const data::SequenceDataset> train, val;
 };
 ByteRows byte_rows(const std::string& text, int64_t seq, int64_t val_rows) {
-  const data::SequenceDataset all(data::corpus_from_examples({std::vector<int32_t>(text.begin(), text.end())}), seq,
+  std::vector<int32_t> ids(text.size());  // a byte a token, 0-255 (char may be signed)
+  std::transform(text.begin(), text.end(), ids.begin(), [](char c) { return static_cast<unsigned char>(c); });
+  const data::SequenceDataset all(data::corpus_from_examples({std::move(ids)}), seq,
                                   data::Layout::Pack);
   auto [val, train] = all.split(0.1);
   if (val_rows < val.rows()) val = val.split(static_cast<double>(val.rows() - val_rows) / val.rows()).second;

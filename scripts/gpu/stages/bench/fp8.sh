@@ -56,7 +56,10 @@ for what in "${parts[@]}"; do
       ;;
     accuracy)
       part "accuracy: toy_transformer small, LoRA on real text, bf16 base against FP8 base"
-      find /usr/lib/python3*/ -maxdepth 1 -name '*.py' | sort | xargs cat | head -c 2000000 >"$tmp/python.txt"
+      # the standard library of the Python that runs (the system's may hold none)
+      stdlib=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["stdlib"])')
+      find "$stdlib" -maxdepth 1 -name '*.py' | sort | xargs cat 2>/dev/null | head -c 2000000 >"$tmp/python.txt" || true
+      [ -s "$tmp/python.txt" ] || { echo "no Python sources under $stdlib to pre-train on"; exit 1; }
       cat README.md DEVELOPERS.md docs/*.md dev/NOTES.md >"$tmp/docs.txt"
       for base in bf16 fp8; do
         flags=()
