@@ -57,8 +57,9 @@ bool flash_head_dims(int64_t E, int64_t Ev) { return E == Ev && (E == 32 || E ==
 
 // The fused CUDA kernels' domain (ops/attention_kernels.h): the flash kernels' head dims, and
 // cuDNN's multiples of 8 up to 256 when it is enabled (it may still decline the call). The flash
-// grid puts heads x batches in its x dim and the 64-row blocks of the sequence in its y dim (at
-// most 65535).
+// grid puts heads x batches in its x dim and the 64-row blocks of the sequence in its y dim; a
+// longer sequence stays here too, to be refused by name (kCudaAttentionMaxSeq) rather than sent to
+// the composition's [L, S] scores.
 bool cuda_fused_applies(const Tensor& q, const Tensor& k, const Tensor& v, double dropout_p) {
   const int64_t n = q.dim();
   if (!q.device().is_cuda() || q.dtype() != kBFloat16 || dropout_p != 0.0 || (n != 3 && n != 4)) return false;
@@ -67,8 +68,7 @@ bool cuda_fused_applies(const Tensor& q, const Tensor& k, const Tensor& v, doubl
   if (!flash_head_dims(E, Ev) && !cudnn) return false;
   if (q.numel() == 0 || k.numel() == 0) return false;
   const int64_t heads = q.shape()[n - 3], batch = n == 4 ? q.shape()[0] : 1;
-  constexpr int64_t kMaxRows = int64_t(65535) * 64;
-  return heads * batch <= INT32_MAX && q.shape()[n - 2] <= kMaxRows && k.shape()[n - 2] <= kMaxRows;
+  return heads * batch <= INT32_MAX;
 }
 
 // The CUDA decode kernel's domain (ops/attention_kernels.h): one query a row, nothing to
