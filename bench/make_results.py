@@ -760,7 +760,7 @@ def long_context_section(rows):
     """Issue 53's rows: batch 1, T doubled until it does not fit (tapegrad and transformers + peft)."""
     def gib(v):
         return "–" if v is None else f"{v / 1024:.1f}"
-    cells = [[r["impl"], r["config"], r.get("quant", "none"), "yes" if r.get("offload") else "no", f"{r.get('batch', 1):g} x {r['T']:g}",
+    cells = [[r["impl"], r["config"] + (f" ({r['layers']:g} layers)" if r.get("layers", 32) != 32 else ""), r.get("quant", "none"), "yes" if r.get("offload") else "no", f"{r.get('batch', 1):g} x {r['T']:g}",
               f"{r['ms'] / 1e3:.1f}" if r.get("fits") else "out of memory",
               f"{r['tokens_per_s']:.0f}" if r.get("fits") else "–", gib(r.get("peak_mib")),
               gib(r.get("host_peak_mib")), gib(r.get("plan_mib")),
