@@ -785,6 +785,34 @@ Reproduce: `scripts/gpu/bench.sh long_context build-gpu out`, then copy `out/lon
 """
 
 
+def moe_step_section(rows):
+    """Issue 49's rows: a mixture of experts' whole LoRA / QLoRA step (tapegrad and transformers + peft)."""
+    def gib(v):
+        return "–" if v is None else f"{v / 1024:.1f}"
+    cells = [[r["impl"], r["config"], r["mode"], f"{r['layers']:g} of {r['full_layers']:g}",
+              f"{r['batch']:g} x {r['seq']:g}", f"{r['ms']:.1f}" if r.get("fits", True) else "out of memory",
+              f"{r['tokens_per_s']:.0f}" if r.get("fits", True) else "–", gib(r.get("peak_mib")),
+              gib(r.get("peak_mib_extrapolated"))] for r in rows]
+    return f"""## A mixture of experts' training step (issue 49)
+
+Measured: {measured(rows)}.
+
+`bench/moe_step_bench`: the model of a released config.json (random weights, bf16), a few of its
+layers, LoRA r 16 on q/k/v/o and (peft's `target_parameters`) on the experts, gradient
+checkpointing, AdamW; qlora: every Linear but the head and every expert weight in NF4. The peak of
+all the layers is extrapolated: each layer not built adds its weights and its checkpoint.
+`bench/torch_moe_step.py`: transformers + peft alike, its default (eager) experts, LoRA only.
+Targets: gpt-oss-20b at 4 x 2048 >= 3x transformers + peft's tokens/s at <= 0.5x its peak, and
+<= 16 GiB with NF4 experts; Qwen3-30B-A3B QLoRA at 1 x 4096 <= 24 GiB.
+
+Reproduce: `scripts/gpu/bench.sh moe-step build-gpu out`, then copy `out/moe_step.json` to
+`bench/results/`.
+
+{table(["implementation", "config", "mode", "layers", "batch x T", "ms / step:", "tokens/s:", "peak GiB:",
+        "all layers GiB:"], cells)}
+"""
+
+
 def preference_section(dpo_rows, rollout_rows):
     parts = ["""## Preference training: a DPO step and GRPO's rollouts (issue 50)
 """]
@@ -873,6 +901,8 @@ figures are in git history; what the measurements taught is in `dev/NOTES.md`.
         parts.append(nf4_section(get("nf4_bench")))
     if get("long_context_bench") or get("torch_long_context"):
         parts.append(long_context_section(get("long_context_bench") + get("torch_long_context")))
+    if get("moe_step_bench") or get("torch_moe_step"):
+        parts.append(moe_step_section(get("moe_step_bench") + get("torch_moe_step")))
     if get("dpo_step_bench") or get("grpo_rollout_bench"):
         parts.append(preference_section(get("dpo_step_bench") + get("torch_dpo_step"),
                                         get("grpo_rollout_bench") + get("torch_grpo_rollout")))
@@ -882,7 +912,7 @@ figures are in git history; what the measurements taught is in `dev/NOTES.md`.
              "construct_bench", "gguf_export_bench",
              "dpo_step_bench", "torch_dpo_step", "grpo_rollout_bench", "torch_grpo_rollout",
              "fp8_bench", "train_step_fp8", "fp8_accuracy", "long_context_bench", "torch_long_context", "moe",
-             "torch_moe"}
+             "torch_moe", "moe_step_bench", "torch_moe_step"}
     unknown = sorted(set(by_bench) - known)
     if unknown:
         sys.exit(f"make_results.py: no table for the rows of {', '.join(unknown)}: add a section")
