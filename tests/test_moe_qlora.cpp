@@ -5,6 +5,8 @@
 // as over its dequantised twin; merge_and_unload back to a dense model.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include "core/autograd.h"
 #include "core/factory.h"
 #include "io/safetensors.h"
@@ -16,6 +18,7 @@
 #include "ops/reduce.h"
 #include "peft/lora.h"
 #include "testing/testing.h"
+#include "tests/example_runs.h"
 #include "tests/test_moe_models.h"
 #include "tests/test_support.h"
 
@@ -162,6 +165,35 @@ TEST(MoeQlora, SavingA4bitMixtureIsRefusedNamingTheExperts) {
                    "merge_and_unload");
   EXPECT_FALSE(std::filesystem::exists(dir / "m/model.safetensors"));
   EXPECT_ERROR_HAS(nn::gguf_model(*model), "save_gguf", "holds its experts in 4 bits");
+}
+
+// From the command line: lora_finetune --load-in-4bit on a mixture's folder holds its experts in
+// 4 bits, trains LoRA on them (--target-parameters) with the loss falling, writes peft's adapter,
+// and --merge writes a dense folder that loads.
+TEST(MoeQlora, LoraFinetuneLoadIn4bitTrainsTheExpertsAndMerges) {
+  TempDir dir;
+  nn::MoeConfig c = tiny_moe("MixtralForCausalLM");
+  c.base.vocab_size = 601;  // tiny_llama's tokenizer
+  c.base.max_position_embeddings = 64;
+  Generator gen(16);
+  nn::MoeForCausalLM model(c, gen);
+  const std::string base = dir / "mixtral";
+  nn::save_pretrained(model, base);
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
+    std::filesystem::copy_file(fixtures() / "tiny_llama" / f, std::filesystem::path(base) / f);
+  std::string log;
+  ASSERT_EQ(finetune("--base " + base + " --data " + write_task(dir) + " --steps 12 --warmup 1 --batch 2 --seq 32 "
+                     "--eval-every 0 --sample-tokens 0 --threads 2 --lr 3e-3 --log-every 1 --load-in-4bit true "
+                     "--target-parameters mlp.experts.gate_up_proj,mlp.experts.down_proj --merge true --out " +
+                         (dir / "o"), dir, &log), 0) << log;
+  const std::vector<double> losses = train_losses(dir / "o/log.csv");
+  ASSERT_EQ(losses.size(), 12u) << log;
+  EXPECT_GT(loss_drop(losses), 0.0) << log;
+  EXPECT_NE(read(dir / "o/adapter/adapter_config.json").find("mlp.experts.gate_up_proj"), std::string::npos);
+  auto merged = nn::from_pretrained(dir / "o/merged");
+  const std::vector<nn::MoeExperts*> blocks = experts_of(*merged);
+  ASSERT_EQ(blocks.size(), 2u);
+  for (nn::MoeExperts* e : blocks) EXPECT_TRUE(!e->quantized() && e->gate_up_proj.defined());
 }
 
 }  // namespace
