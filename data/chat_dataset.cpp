@@ -42,29 +42,6 @@ void check_generation_blocks(const ChatTemplate& chat_template, const char* op, 
 
 }  // namespace
 
-std::vector<ChatMessage> parse_messages(const json::Value& list, const char* op, const std::string& where,
-                                        const std::string& field) {
-  TG_CHECK(list.is_array(), op, where, ": \"", field, "\" wants a list of {\"role\", \"content\"}, got ",
-           json::Value::type_name(list.type()));
-  std::vector<ChatMessage> out;
-  for (size_t i = 0; i < list.size(); ++i) {
-    const json::Value& m = list.as_array()[i];
-    const std::string item = field + "[" + std::to_string(i) + "]";
-    TG_CHECK(m.is_object(), op, where, ": ", item, " wants an object {\"role\", \"content\"}, got ",
-             json::Value::type_name(m.type()));
-    for (const std::string& key : m.keys())
-      TG_CHECK(key == "role" || key == "content", op, where, ": ", item, " has \"", key,
-               "\"; tapegrad's chat messages carry only \"role\" and \"content\" (the template would read it)");
-    for (const char* key : {"role", "content"}) {
-      const json::Value* v = m.find(key);
-      TG_CHECK(v && v->is_string(), op, where, ": ", item, ".", key, " wants a string, got ",
-               v ? json::Value::type_name(v->type()) : "nothing");
-    }
-    out.push_back({m.at("role").as_string(), m.at("content").as_string()});
-  }
-  return out;
-}
-
 std::vector<std::pair<size_t, size_t>> assistant_spans(const ChatTemplate& chat_template,
                                                        std::span<const ChatMessage> messages, const std::tm& now,
                                                        const std::string& name, std::string& rendered,

@@ -42,11 +42,6 @@ std::vector<std::pair<size_t, size_t>> assistant_spans(const ChatTemplate& chat_
                                                        const std::string& name, std::string& rendered,
                                                        const json::Value& tools = {});
 
-// A JSON list of {"role", "content"} messages (a row's `field`); errors from `op` name `where`
-// (the file and line) and the field.
-std::vector<ChatMessage> parse_messages(const json::Value& list, const char* op, const std::string& where,
-                                        const std::string& field);
-
 struct ChatExample {
   std::vector<int32_t> ids, labels;  // labels: the id inside an assistant turn, else kIgnoreIndex
 };

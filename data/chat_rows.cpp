@@ -30,22 +30,22 @@ json::Value tools_of(const json::Value& row, const std::string& where) {
 }
 
 // One message of the "messages" layout, kept whole for the template.
-ChatMessage message_of(const json::Value& m, const std::string& where, const std::string& field) {
-  TG_CHECK(m.is_object(), kOp, where, ": ", field, " wants an object {\"role\", \"content\"}, got ",
+ChatMessage message_of(const json::Value& m, const char* op, const std::string& where, const std::string& field) {
+  TG_CHECK(m.is_object(), op, where, ": ", field, " wants an object {\"role\", \"content\"}, got ",
            json::Value::type_name(m.type()));
   const json::Value* role = m.find("role");
-  TG_CHECK(role && role->is_string(), kOp, where, ": ", field, ".role wants a string, got ",
+  TG_CHECK(role && role->is_string(), op, where, ": ", field, ".role wants a string, got ",
            role ? json::Value::type_name(role->type()) : "nothing");
   const json::Value* content = m.find("content");
   const bool calls = m.find("tool_calls") && !m.at("tool_calls").is_null();
-  TG_CHECK((content && content->is_string()) || (calls && (!content || content->is_null())), kOp, where, ": ", field,
+  TG_CHECK((content && content->is_string()) || (calls && (!content || content->is_null())), op, where, ": ", field,
            ".content wants a string (null only beside tool_calls), got ",
            content ? json::Value::type_name(content->type()) : "nothing");
   if (calls)
-    TG_CHECK(m.at("tool_calls").is_array(), kOp, where, ": ", field, ".tool_calls wants a list, got ",
+    TG_CHECK(m.at("tool_calls").is_array(), op, where, ": ", field, ".tool_calls wants a list, got ",
              json::Value::type_name(m.at("tool_calls").type()));
   if (const json::Value* r = m.find("reasoning_content"); r && !r->is_null())
-    TG_CHECK(r->is_string(), kOp, where, ": ", field, ".reasoning_content wants a string, got ",
+    TG_CHECK(r->is_string(), op, where, ": ", field, ".reasoning_content wants a string, got ",
              json::Value::type_name(r->type()));
   return {role->as_string(), content && content->is_string() ? content->as_string() : "", m};
 }
@@ -138,6 +138,16 @@ bool Conversation::has_system() const {
   return std::any_of(messages.begin(), messages.end(), [](const ChatMessage& m) { return m.role == "system"; });
 }
 
+std::vector<ChatMessage> messages_of(const json::Value& list, const char* op, const std::string& where,
+                                     const std::string& field) {
+  TG_CHECK(list.is_array(), op, where, ": \"", field, "\" wants a list of {\"role\", \"content\"}, got ",
+           json::Value::type_name(list.type()));
+  std::vector<ChatMessage> out;
+  for (size_t i = 0; i < list.size(); ++i)
+    out.push_back(message_of(list.as_array()[i], op, where, field + "[" + std::to_string(i) + "]"));
+  return out;
+}
+
 bool is_conversation_row(const json::Value& row) {
   return row.is_object() && (row.find("messages") != nullptr || row.find("conversations") != nullptr);
 }
@@ -151,10 +161,7 @@ Conversation conversation_of(const json::Value& row, const std::string& where, S
   } else {
     const json::Value* list = row.find("messages");
     TG_CHECK(list, kOp, where, " has no \"messages\" (the first row has: every row of the file is a conversation)");
-    TG_CHECK(list->is_array(), kOp, where, ": \"messages\" wants a list of {\"role\", \"content\"}, got ",
-             json::Value::type_name(list->type()));
-    for (size_t i = 0; i < list->size(); ++i)
-      c.messages.push_back(message_of(list->as_array()[i], where, "messages[" + std::to_string(i) + "]"));
+    c.messages = messages_of(*list, kOp, where, "messages");
   }
   apply_system(c.messages, system, where);
   return c;

@@ -30,6 +30,11 @@ struct Conversation {
 
 // The conversation of a row; tg::Error naming `where` (the file and line) and the field otherwise.
 Conversation conversation_of(const json::Value& row, const std::string& where, SystemMessage system = SystemMessage::Keep);
+// A row's list of messages (its `field`: "messages", or a preference row's "chosen"), each as the
+// "messages" layout keeps it, whole for the template; tg::Error from `op` naming `where` and the
+// field otherwise.
+std::vector<ChatMessage> messages_of(const json::Value& list, const char* op, const std::string& where,
+                                     const std::string& field);
 // Whether a row holds a conversation in either layout ("messages" or "conversations").
 bool is_conversation_row(const json::Value& row);
 

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/factory.h"
 #include "data/chat_dataset.h"
+#include "data/chat_rows.h"
 
 namespace tg::data {
 namespace {
@@ -38,7 +39,7 @@ RowTexts row_texts(const JsonlRow& row, std::span<const char* const> fields, boo
                             : "a string, as the file's first row has",
              ", got ", json::Value::type_name(f->type()));
     if (conversational) {
-      std::vector<ChatMessage> m = parse_messages(*f, op, row.where, field);
+      std::vector<ChatMessage> m = messages_of(*f, op, row.where, field);
       TG_CHECK(i == 0 || !m.empty(), op, row.where, ": \"", field, "\" is an empty conversation");
       if (i == 0) out.prompt_messages = std::move(m);
       else out.completion_messages.push_back(std::move(m));

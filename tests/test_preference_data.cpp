@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "data/chat_rows.h"
 #include "data/preference.h"
 #include "tests/test_support.h"
 
@@ -60,6 +61,27 @@ TEST(PreferenceData, ConversationsAreRenderedWithTheChatTemplate) {
   const auto prompts = data::read_prompt_jsonl(write(dir, R"({"prompt": [{"role": "user", "content": "Hi"}], "answer": "a"})"), tok);
   EXPECT_EQ(prompts[0].ids, p);
   EXPECT_EQ(prompts[0].row.at("answer").as_string(), "a");
+}
+
+// A conversation's messages are read as the SFT rows' are: a tool call (content null beside
+// tool_calls) and the tool's answer reach the template whole; a bad message is named by its field.
+TEST(PreferenceData, ConversationMessagesAreReadAsChatRowsAre) {
+  TempDir dir;
+  const data::Tokenizer tok = chat_tokenizer();
+  const std::string prompt = R"([{"role": "user", "content": "Weather?"}, {"role": "assistant", "content": null, )"
+                             R"("tool_calls": [{"type": "function", "function": {"name": "w", "arguments": {}}}]}, )"
+                             R"({"role": "tool", "content": "sunny"}])";
+  const auto pairs = data::read_preference_jsonl(
+      write(dir, R"({"prompt": )" + prompt + R"(, "chosen": [{"role": "assistant", "content": "Sunny."}],)"
+                 R"( "rejected": [{"role": "assistant", "content": "Rain."}]})"),
+      tok);
+  const data::Conversation c = data::conversation_of(json::parse(R"({"messages": )" + prompt + "}"), "row");
+  ASSERT_EQ(c.messages.size(), 3u);
+  EXPECT_EQ(pairs[0].prompt,
+            tok.encode(tok.apply_chat_template(c.messages, {.add_generation_prompt = true, .limits = {}}), false));
+  EXPECT_ERROR_HAS(data::read_preference_jsonl(write(dir, R"({"prompt": [{"content": "a"}], "chosen": [], "rejected": []})"),
+                                               tok),
+                   "read_preference_jsonl", "line 1", "prompt[0].role wants a string");
 }
 
 TEST(PreferenceData, BadRowsAreNamed) {
