@@ -108,15 +108,7 @@ int run(int argc, char** argv) {
       model = builder.build(gen);
     }
     model->to(kBFloat16, device);
-    {
-      const Tensor pool = randn({1 << 20}, gen, {.dtype = kFloat32, .device = device});
-      NoGradGuard g;
-      for (const auto& [pname, p] : model->named_parameters()) {
-        if (pname.ends_with("norm.weight")) fill_(p, 1.0);
-        else if (pname.ends_with("bias")) fill_(p, 0.0);
-        else bench::detail::fill_from_pool(p, pool, 0.02);
-      }
-    }
+    bench::fill_fast(*model, device, 0.02, gen);
     if (mode == "qlora")
       nn::replace_with_4bit_linear(*model, {.load_in_4bit = true, .quant_type = "nf4", .double_quant = true,
                                             .compute_dtype = kBFloat16});

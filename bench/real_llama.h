@@ -95,6 +95,18 @@ inline void fill_from_pool(const Tensor& t, const Tensor& pool, double std) {
 
 }  // namespace detail
 
+// Every parameter of `model` (on `device`) filled as described at the top: norms 1, biases 0, the
+// rest from the pool at `std`.
+inline void fill_fast(nn::Module& model, Device device, double std, Generator& gen) {
+  const Tensor pool = randn({1 << 20}, gen, {.dtype = kFloat32, .device = device});
+  NoGradGuard no_grad;
+  for (const auto& [name, p] : model.named_parameters()) {
+    if (name.ends_with("norm.weight")) fill_(p, 1.0);
+    else if (name.ends_with("bias")) fill_(p, 0.0);
+    else detail::fill_from_pool(p, pool, std);
+  }
+}
+
 // LlamaForCausalLM(c) with its parameters in `dtype` on `device`, filled as described at the top
 // (values are not the constructor's; the structure and the computation are).
 inline std::shared_ptr<nn::LlamaForCausalLM> fast_llama(const nn::LlamaConfig& c, DType dtype, Device device,
@@ -106,13 +118,7 @@ inline std::shared_ptr<nn::LlamaForCausalLM> fast_llama(const nn::LlamaConfig& c
     model = std::make_shared<nn::LlamaForCausalLM>(c, gen);
   }
   model->to(dtype, device);  // the rotary tables, as model.to(dtype) casts them
-  const Tensor pool = randn({1 << 20}, gen, {.dtype = kFloat32, .device = device});
-  NoGradGuard no_grad;
-  for (const auto& [name, p] : model->named_parameters()) {
-    if (name.ends_with("norm.weight")) fill_(p, 1.0);
-    else if (name.ends_with(".bias")) fill_(p, 0.0);
-    else detail::fill_from_pool(p, pool, c.initializer_range);
-  }
+  fill_fast(*model, device, c.initializer_range, gen);
   return model;
 }
 
