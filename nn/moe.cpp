@@ -38,6 +38,19 @@ Tensor clamped_swiglu(const Tensor& gate_up, double alpha, double limit) {
   return mul(add(up, 1.0), mul(gate, sigmoid(mul(gate, alpha))));
 }
 
+// `parameter`'s dense slot and its 4-bit one in `m`, const as `m` is (tg::Error for another name).
+template <class Experts>
+auto& dense_slot(Experts& m, const std::string& parameter) {
+  TG_CHECK(parameter == "gate_up_proj" || parameter == "down_proj", m.type_name().c_str(), "has no expert weight '",
+           parameter, "' (gate_up_proj, down_proj)");
+  return parameter == "gate_up_proj" ? m.gate_up_proj : m.down_proj;
+}
+template <class Experts>
+auto& four_bit_slot(Experts& m, const std::string& parameter) {
+  dense_slot(m, parameter);  // the name checked
+  return parameter == "gate_up_proj" ? m.gate_up_proj_4bit : m.down_proj_4bit;
+}
+
 }  // namespace
 
 void MoeOptions::validate(int64_t hidden) const {
@@ -143,16 +156,6 @@ void MoeExperts::register_tensors(bool fresh) {
   register_module("down_proj_4bit", down_proj_4bit);
 }
 
-Tensor& MoeExperts::dense(const std::string& parameter) {
-  TG_CHECK(parameter == "gate_up_proj" || parameter == "down_proj", type_name().c_str(), "has no expert weight '",
-           parameter, "' (gate_up_proj, down_proj)");
-  return parameter == "gate_up_proj" ? gate_up_proj : down_proj;
-}
-
-std::shared_ptr<Experts4bit>& MoeExperts::four_bit(const std::string& parameter) {
-  dense(parameter);  // the name checked
-  return parameter == "gate_up_proj" ? gate_up_proj_4bit : down_proj_4bit;
-}
 
 void MoeExperts::init(double std, Generator& gen) {
   init::normal_(gate_up_proj, 0.0, std, gen);
@@ -164,14 +167,13 @@ void MoeExperts::init(double std, Generator& gen) {
 std::optional<MoeExperts::Update> MoeExperts::update(const std::string&) const { return std::nullopt; }
 
 Tensor MoeExperts::weight(const std::string& parameter) const {
-  auto& self = const_cast<MoeExperts&>(*this);  // the accessors only look
-  if (const auto& q = self.four_bit(parameter)) return q->dequantized();
-  const Tensor& w = self.dense(parameter);
+  if (const auto& q = four_bit_slot(*this, parameter)) return q->dequantized();
+  const Tensor& w = dense_slot(*this, parameter);
   return options.experts == MoeOptions::Experts::SwiGLU ? w : transpose(w, 1, 2);
 }
 
 Shape MoeExperts::weight_shape(const std::string& parameter) const {
-  const auto& q = const_cast<MoeExperts&>(*this).four_bit(parameter);
+  const auto& q = four_bit_slot(*this, parameter);
   if (!q) return weight(parameter).shape();
   return {static_cast<int64_t>(q->experts.size()), q->experts[0].shape[0], q->experts[0].shape[1]};
 }
@@ -186,7 +188,7 @@ Device MoeExperts::weight_device() const {
 
 void MoeExperts::quantize_4bit(const std::string& parameter, const std::string& quant_type, bool double_quant,
                                int64_t blocksize) {
-  TG_CHECK(dense(parameter).defined(), type_name().c_str(), "'", parameter, "' is in 4 bits already");
+  TG_CHECK(dense_slot(*this, parameter).defined(), type_name().c_str(), "'", parameter, "' is in 4 bits already");
   std::shared_ptr<Experts4bit> q;
   try {
     q = Experts4bit::quantize(weight(parameter), quant_type, double_quant, blocksize);
@@ -197,23 +199,23 @@ void MoeExperts::quantize_4bit(const std::string& parameter, const std::string& 
 }
 
 void MoeExperts::install_4bit(const std::string& parameter, std::shared_ptr<Experts4bit> q) {
-  Tensor& slot = dense(parameter);
+  Tensor& slot = dense_slot(*this, parameter);
   TG_CHECK(slot.defined(), type_name().c_str(), "'", parameter, "' is in 4 bits already");
   const Shape want = weight_shape(parameter);
   TG_CHECK(q && static_cast<int64_t>(q->experts.size()) == want[0] && q->experts[0].shape == Shape({want[1], want[2]}),
            type_name().c_str(), "4-bit experts for '", parameter, "' want ", want[0], " of ", Shape({want[1], want[2]}));
   q->train(is_training());
-  four_bit(parameter) = std::move(q);
+  four_bit_slot(*this, parameter) = std::move(q);
   slot = Tensor();
 }
 
 void MoeExperts::dequantize() {
   NoGradGuard g;
   for (const char* parameter : {"gate_up_proj", "down_proj"}) {
-    std::shared_ptr<Experts4bit>& q = four_bit(parameter);
+    std::shared_ptr<Experts4bit>& q = four_bit_slot(*this, parameter);
     if (!q) continue;
     const Tensor w = q->dequantized();  // [E, out, in]
-    dense(parameter) = options.experts == MoeOptions::Experts::SwiGLU ? w : contiguous(transpose(w, 1, 2));
+    dense_slot(*this, parameter) = options.experts == MoeOptions::Experts::SwiGLU ? w : contiguous(transpose(w, 1, 2));
     q = nullptr;
   }
 }
@@ -224,7 +226,7 @@ Tensor MoeExperts::forward(const Tensor& x, const std::vector<int64_t>& counts) 
     // float32 adapters of a bfloat16 layer (peft's autocast_adapter_dtype) computed in its dtype
     const Tensor A = u ? tg::to(u->lora_A, in.dtype()) : Tensor(), B = u ? tg::to(u->lora_B, in.dtype()) : Tensor();
     const double scaling = u ? u->scaling : 1.0;
-    if (const auto& q = four_bit(parameter)) return grouped_mm_4bit(in, q->experts, counts, bias, A, B, scaling);
+    if (const auto& q = four_bit_slot(*this, parameter)) return grouped_mm_4bit(in, q->experts, counts, bias, A, B, scaling);
     return grouped_mm(in, weight(parameter), counts, bias, A, B, scaling);
   };
   const Tensor gate_up = project(x, "gate_up_proj", gate_up_proj_bias);

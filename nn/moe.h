@@ -111,8 +111,6 @@ class MoeExperts : public Module {
 
  private:
   void register_tensors(bool fresh);  // fresh: trainable; else the taken-over tensors' flags
-  Tensor& dense(const std::string& parameter);  // the parameter's slot (tg::Error for another name)
-  std::shared_ptr<Experts4bit>& four_bit(const std::string& parameter);
 };
 
 // What the load-balancing loss (below) needs of a block's last forward.
