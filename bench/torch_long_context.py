@@ -19,6 +19,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from result_rows import write_rows  # noqa: E402
+from torch_timing import lm_step  # noqa: E402
 
 LLAMA3_8B = dict(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
                  num_attention_heads=32, num_key_value_heads=8, rope_theta=500000.0)
@@ -67,14 +68,7 @@ def main():
         row = {"impl": "transformers+peft", "config": "llama3-8b", "quant": "none", "offload": False, "layers": layers,
                "T": T}
         ids = torch.randint(0, LLAMA3_8B["vocab_size"], (1, T), device="cuda")
-
-        def step():
-            opt.zero_grad(set_to_none=True)
-            with torch.autocast("cuda", dtype=torch.bfloat16):
-                loss = model(input_ids=ids, labels=ids).loss
-            loss.backward()
-            opt.step()
-            torch.cuda.synchronize()
+        step = lm_step(model, opt, ids)
 
         try:
             if last is None:

@@ -21,6 +21,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from result_rows import write_rows  # noqa: E402
+from torch_timing import lm_step  # noqa: E402
 
 
 def build(config_path, layers, seq, r):
@@ -73,14 +74,7 @@ def main():
     ids = torch.randint(0, model.config.vocab_size, (args.batch, args.seq), device="cuda")
     row = {"impl": "transformers+peft", "config": name, "mode": "lora", "layers": built, "full_layers": full,
            "batch": args.batch, "seq": args.seq}
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = model(input_ids=ids, labels=ids).loss
-        loss.backward()
-        opt.step()
-        torch.cuda.synchronize()
+    step = lm_step(model, opt, ids)
 
     try:
         for _ in range(args.warmup):

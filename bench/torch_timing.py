@@ -1,6 +1,6 @@
 """What the PyTorch reference scripts measure: CUDA-event timing (the median of `reps` calls of fn,
 each after a write of `flush`, a buffer larger than L2, after 3 untimed calls), the peak memory of
-a call and how far one result is from another."""
+a call, how far one result is from another, and a causal LM's training step."""
 import torch
 
 
@@ -33,3 +33,15 @@ def peak_mib_above(fn):
 def relative_error(a, b):
     a, b = a.float(), b.float()
     return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
+
+
+def lm_step(model, opt, ids):
+    """A causal LM's training step on ids (labels = ids) under bf16 autocast, waited for."""
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        torch.cuda.synchronize()
+    return step
