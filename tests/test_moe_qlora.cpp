@@ -170,6 +170,23 @@ TEST(MoeQlora, QuantisingAnAdaptedOrQuantisedBlockIsRefused) {
                    "before apply_lora");
 }
 
+// A NaN in a folder's expert weight is refused while it streams in, naming the folder, the model's
+// weight (the hub's per-expert tensors fill it) and the expert.
+TEST(MoeQlora, ANanInAnExpertWeightIsNamedWhileLoading) {
+  Generator gen(17);
+  nn::MoeForCausalLM model(tiny_moe("MixtralForCausalLM"), gen);
+  TempDir dir;
+  nn::save_pretrained(model, dir / "m");
+  safetensors::TensorMap files = safetensors::load_file(dir / "m/model.safetensors");
+  const char* key = "model.layers.1.block_sparse_moe.experts.2.w1.weight";
+  Tensor w = contiguous(files.at(key));
+  w.data_ptr<float>()[5] = std::nanf("");
+  files[key] = w;
+  safetensors::save_file(files, dir / "m/model.safetensors", {{"format", "pt"}});
+  EXPECT_ERROR_HAS(nn::from_pretrained(dir / "m", {.quantization = k4bit}), "from_pretrained",
+                   "'model.layers.1.mlp.experts.gate_up_proj' (as read from the folder)", "expert 2", "holds nan");
+}
+
 // A 4-bit experts block has no place in bitsandbytes' layout nor in a GGUF: refused by name, not
 // written without its experts.
 TEST(MoeQlora, SavingA4bitMixtureIsRefusedNamingTheExperts) {

@@ -525,7 +525,7 @@ void load_weights(Module& model, const Architecture& arch, const io::Folder& dir
     if (init::is_unallocated(param)) init::allocate_unallocated(param);
     return param;
   };
-  auto arrive = [&](const std::string& name, int64_t values, const std::string& key) {
+  auto arrive = [&](const std::string& name, int64_t values) {
     const Tensor& param = own.at(name);
     if ((arrived[name] += values) < param.numel()) return;
     const size_t dot = name.rfind('.');
@@ -534,7 +534,8 @@ void load_weights(Module& model, const Architecture& arch, const io::Folder& dir
       block.quantize_4bit(name.substr(dot + 1), four.config.quant_type, four.config.double_quant,
                           four.config.blocksize);
     } catch (const Error& e) {
-      fail("from_pretrained", "'", dir.path(), "': '", key, "': ", e.what());
+      // named as the model holds it: its values may come from several of the folder's tensors
+      fail("from_pretrained", "'", dir.path(), "': '", name, "' (as read from the folder): ", e.what());
     }
     init::deallocate(param);
   };
@@ -549,7 +550,7 @@ void load_weights(Module& model, const Architecture& arch, const io::Folder& dir
           const Tensor param = quantize_experts.count(r.mxfp4) ? expert_weight(r.mxfp4) : own.at(r.mxfp4);
           copy_(param, detail::dequantize_mxfp4(blocks, scales, r.mxfp4));
           halves.erase(r.mxfp4);
-          if (quantize_experts.count(r.mxfp4)) arrive(r.mxfp4, param.numel(), r.tensor->name);
+          if (quantize_experts.count(r.mxfp4)) arrive(r.mxfp4, param.numel());
         }
         continue;
       }
@@ -570,7 +571,7 @@ void load_weights(Module& model, const Architecture& arch, const io::Folder& dir
       } else if (r.layer.empty()) {
         f.reader->read(*r.tensor, into, told, via);
       }
-      if (!r.experts.empty()) arrive(r.experts, into.numel(), r.tensor->name);
+      if (!r.experts.empty()) arrive(r.experts, into.numel());
       if (!r.piece.empty()) bnb::check_state_piece(into, r.piece, four.config.quant_type, r.tensor->name, f.reader->path());
       if (r.layer.empty()) continue;
       const Shape& shape = own.at(r.layer + ".weight").shape();
