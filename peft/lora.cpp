@@ -369,12 +369,15 @@ void unmerge(nn::Module& model) {
 void merge_and_unload(nn::Module& model) {
   // As peft warns for a 4-bit base: the merged weight is the dequantised base plus the adapter, rounded.
   bool told = false;
-  auto tell = [&](const nn::QuantizedLinear& q) {
+  auto say = [&](const std::string& base, DType dtype, const char* becomes) {
     if (!told)
-      std::cerr << "merge_and_unload: the " << q.format() << " base is dequantised to " << q.compute_dtype
-                << " (the adapters merged there): its layers are dense " << q.compute_dtype
-                << " Linear layers, within that rounding of base + adapter\n";
+      std::cerr << "merge_and_unload: the " << base << " is dequantised to " << dtype << " (the adapters merged there): "
+                << becomes << ", within that rounding of base + adapter\n";
     told = true;
+  };
+  auto tell = [&](const nn::QuantizedLinear& q) {
+    say(std::string(q.format()) + " base", q.compute_dtype,
+        (std::string("its layers are dense ") + dtype_name(q.compute_dtype) + " Linear layers").c_str());
   };
   NoGradGuard g;
   for (auto& [path, l] : lora_layers(model)) {
@@ -392,12 +395,7 @@ void merge_and_unload(nn::Module& model) {
     plain->train(l->is_training());
     model.replace_module(path, plain);  // l is destroyed here; do not touch it after
   }
-  auto tell_experts = [&](const nn::MoeExperts& m) {
-    if (!told)
-      std::cerr << "merge_and_unload: the 4-bit experts are dequantised to " << m.weight_dtype()
-                << " (the adapters merged there), within that rounding of base + adapter\n";
-    told = true;
-  };
+  auto tell_experts = [&](const nn::MoeExperts& m) { say("4-bit experts' base", m.weight_dtype(), "dense experts"); };
   for (auto& [path, l] : lora_experts(model)) {
     if (l->quantized()) tell_experts(*l), l->dequantize();
     if (!l->merged()) l->merge();
