@@ -72,7 +72,10 @@ std::vector<Tensor> forward_group(const std::vector<std::shared_ptr<Linear>>& la
   std::optional<DType> adapters;
   for (const auto& layer : layers) {
     std::optional<LinearSpec> s = layer->spec();
-    if (!s || s->weight.dtype() != x.dtype() || s->weight.device() != x.device()) break;
+    if (!s || (!specs.empty() && bool(s->frozen) != bool(specs[0].frozen))) break;
+    const DType dtype = s->frozen ? s->frozen->dtype() : s->weight.dtype();
+    const Device device = s->frozen ? s->frozen->device() : s->weight.device();
+    if (dtype != x.dtype() || device != x.device()) break;
     if (s->lora_A.defined()) {
       if (adapters && *adapters != s->lora_A.dtype()) break;
       adapters = s->lora_A.dtype();

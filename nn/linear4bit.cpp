@@ -35,6 +35,10 @@ Tensor Linear4bit::forward(const Tensor& x) {
   return tg::to(linear_4bit(tg::to(x, compute_dtype), quant_state, b, workspace), x.dtype());
 }
 
+std::shared_ptr<const FrozenWeight> Linear4bit::frozen() const {
+  return frozen_4bit(quant_state, compute_dtype, workspace);
+}
+
 Tensor Linear4bit::dequantized_weight(DType dtype) const { return dequantize_4bit(quant_state, dtype); }
 
 std::shared_ptr<QuantizedLinear> Linear4bit::with_bias(const Tensor& b) const {

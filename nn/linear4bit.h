@@ -25,6 +25,7 @@ class Linear4bit : public QuantizedLinear {
   std::shared_ptr<QuantizedLinear> with_bias(const Tensor& bias) const override;
   std::vector<QuantizedSlot> state_slots() override;
   const char* format() const override { return "4-bit"; }
+  std::shared_ptr<const FrozenWeight> frozen() const override;
 
   // q's tensors by their buffer names above ("absmax", ...; LoRA on a 4-bit base registers them too).
   static std::vector<std::pair<const char*, Tensor*>> state_buffers(QuantState4bit& q);

@@ -23,6 +23,8 @@ Tensor LinearFp8::forward(const Tensor& x) {
   return tg::to(linear_fp8(tg::to(x, compute_dtype), fp8, b), x.dtype());
 }
 
+std::shared_ptr<const FrozenWeight> LinearFp8::frozen() const { return frozen_fp8(fp8, compute_dtype); }
+
 Tensor LinearFp8::dequantized_weight(DType dtype) const { return dequantize_fp8(fp8, dtype); }
 
 std::shared_ptr<QuantizedLinear> LinearFp8::with_bias(const Tensor& b) const {

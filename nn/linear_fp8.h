@@ -24,6 +24,7 @@ class LinearFp8 : public QuantizedLinear {
   std::shared_ptr<QuantizedLinear> with_bias(const Tensor& bias) const override;
   std::vector<QuantizedSlot> state_slots() override;
   const char* format() const override { return "FP8"; }
+  std::shared_ptr<const FrozenWeight> frozen() const override;
 
   Fp8Weight fp8;
 

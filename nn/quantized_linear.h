@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,7 +21,10 @@ struct QuantizedSlot {
 
 class QuantizedLinear : public Linear {
  public:
-  std::optional<LinearSpec> spec() const override { return std::nullopt; }
+  // A linear_group part over frozen() in the compute dtype (x in another dtype: its own forward).
+  std::optional<LinearSpec> spec() const override;
+  // The quantised weight as lora_linear's frozen base, computing in compute_dtype.
+  virtual std::shared_ptr<const FrozenWeight> frozen() const = 0;
   // The weight dequantised to `dtype` ([out, in], a new tensor; no autograd).
   virtual Tensor dequantized_weight(DType dtype) const = 0;
   // The same layer with `bias`, sharing the quantised state (LoRA's base).

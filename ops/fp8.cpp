@@ -9,6 +9,7 @@
 #include "ops/cast.h"
 #include "ops/detail/checks.h"
 #include "ops/detail/dispatch.h"
+#include "ops/detail/matrix_gemm.h"
 #include "ops/fp8_kernels.h"
 #include "ops/fp8_math.h"
 #include "ops/linear.h"
@@ -54,13 +55,15 @@ Tensor padded_scales(const Tensor& s) {
   return out;
 }
 
-// a [rows, k] bf16 times b^T (b the FP8 weight bytes [n, k] with its block scales), bf16 [rows, n].
-Tensor fp8_matmul_nt(const Tensor& a, const Tensor& b_data, const Tensor& b_scale) {
+// c (+)= a b^T, a [rows, k] bf16 quantised per 1x128 tile, b the FP8 weight bytes [n, k] with its
+// block scales: the GEMM writes c itself when c is contiguous and overwritten, else a buffer added.
+void fp8_matmul_nt(const Tensor& c, const Tensor& a, const Tensor& b_data, const Tensor& b_scale, double beta) {
   const Fp8Activation q = quantize_fp8_activation(a, fp8::kBlock);
-  Tensor out = Tensor::empty({a.shape()[0], b_data.shape()[0]}, {kBFloat16, a.device()});
+  const bool direct = beta == 0.0 && c.is_contiguous();
+  const Tensor out = direct ? c : Tensor::empty(c.shape(), c.options());
   // q.scale is a [rows, tiles] view of the [tiles, rows] buffer fp8_gemm reads.
   cuda::fp8_gemm(out, q.data, transpose(q.scale, 0, 1), b_data, padded_scales(b_scale));
-  return out;
+  if (!direct) copy_(c, beta == 0.0 ? out : add(c, out));
 }
 
 Tensor transposed_copy(const Tensor& t) {
@@ -70,39 +73,44 @@ Tensor transposed_copy(const Tensor& t) {
 }
 #endif
 
-// dx = dy W through the FP8 GEMM: W^T's bytes and its transposed block scales (exact: a 128x128
-// block of W is one of W^T) made for the call, so the weight stays one byte a value between steps.
-Tensor fp8_dx(const Tensor& dy2d, const Fp8Weight& w) {
-#ifdef TG_WITH_CUDA
-  KernelTrace::record("linear_fp8.fp8_dx");
-  return fp8_matmul_nt(dy2d, transposed_copy(w.data), transposed_copy(w.scale_inv));
-#else
-  (void)dy2d, (void)w;
-  fail("linear_fp8", "the FP8 GEMM needs the CUDA backend");
-#endif
-}
+// The FP8 weight as lora_linear's base: its products through the FP8 GEMM where it applies (for dx,
+// W^T's bytes and its transposed block scales made for the call, exact: a 128x128 block of W is
+// one of W^T; the weight stays one byte a value between steps), else W dequantised to `dtype`.
+class FrozenFp8 final : public FrozenWeight {
+ public:
+  FrozenFp8(Fp8Weight w, DType dtype) : w_(std::move(w)), dtype_(dtype) {}
+  int64_t out_features() const override { return w_.out_features(); }
+  int64_t in_features() const override { return w_.in_features(); }
+  Device device() const override { return w_.device(); }
+  DType dtype() const override { return dtype_; }
+  const char* format() const override { return "FP8"; }
 
-struct LinearFp8Backward final : Node {
-  Fp8Weight weight;
-  bool fp8 = false;  // the forward's path: the backward takes the same one
-  const char* name() const override { return "linear_fp8"; }
-  std::vector<Tensor> backward(const std::vector<Tensor>& g, const GradMask& mask) override {
-    NoGradGuard no_grad;
-    const int64_t out = weight.out_features(), in = weight.in_features();
-    std::vector<Tensor> grads(2);
-    if (mask[0]) {
-      if (fp8) {
-        Shape shape = g[0].shape();
-        shape.back() = in;
-        grads[0] = reshape(fp8_dx(contiguous(reshape(g[0], {g[0].numel() / out, out})), weight), shape);
-      } else {
-        KernelTrace::record("linear_fp8.dequantized_dx");
-        grads[0] = matmul(g[0], dequantize_fp8(weight, g[0].dtype()));
-      }
+  void forward(const Tensor& y, const Tensor& x, double beta) const override {
+    if (fp8_gemm_applies(x, w_, x.shape()[0])) {
+#ifdef TG_WITH_CUDA
+      KernelTrace::record("linear_fp8.fp8_forward");
+      fp8_matmul_nt(y, x, w_.data, w_.scale_inv, beta);
+#endif
+    } else {
+      KernelTrace::record("linear_fp8.dequantized_forward");
+      matrix::gemm(y, x, transpose(dequantize_fp8(w_, x.dtype()), 0, 1), 1.0, beta);
     }
-    if (mask[1]) grads[1] = sum(reshape(g[0], {g[0].numel() / out, out}), {0});
-    return grads;
   }
+  void dx(const Tensor& dx, const Tensor& dy, double beta) const override {
+    if (fp8_gemm_applies(dy, w_, dy.shape()[0])) {
+#ifdef TG_WITH_CUDA
+      KernelTrace::record("linear_fp8.fp8_dx");
+      fp8_matmul_nt(dx, dy, transposed_copy(w_.data), transposed_copy(w_.scale_inv), beta);
+#endif
+    } else {
+      KernelTrace::record("linear_fp8.dequantized_dx");
+      matrix::gemm(dx, dy, dequantize_fp8(w_, dy.dtype()), 1.0, beta);
+    }
+  }
+
+ private:
+  Fp8Weight w_;
+  DType dtype_;
 };
 
 }  // namespace
@@ -199,31 +207,15 @@ Tensor linear_fp8(const Tensor& x, const Fp8Weight& weight, const Tensor& bias) 
   check_same(op, {{"x", x}, {"bias", bias}});
   if (bias.defined())
     TG_CHECK(bias.dim() == 1 && bias.shape()[0] == out, op, "bias must be [", out, "], got ", bias.shape());
-  const bool fp8 = fp8_gemm_applies(x, weight, x.numel() / in);
-  Tensor y;
-  {
-    NoGradGuard no_grad;
-    const Tensor b = bias.defined() ? bias.detach() : bias;
-    if (fp8) {
-#ifdef TG_WITH_CUDA
-      KernelTrace::record("linear_fp8.fp8_forward");
-      Shape shape = x.shape();
-      shape.back() = out;
-      y = reshape(fp8_matmul_nt(contiguous(reshape(x.detach(), {x.numel() / in, in})), weight.data,
-                                weight.scale_inv),
-                  shape);
-      if (b.defined()) y = add(y, b);
-#endif
-    } else {
-      KernelTrace::record("linear_fp8.dequantized_forward");
-      y = linear(x.detach(), dequantize_fp8(weight, x.dtype()), b);
-    }
-  }
-  if (auto n = record<LinearFp8Backward>({{"x", x}, {"bias", bias}}, {y})) {
-    n->weight = weight;
-    n->fp8 = fp8;
-  }
-  return y;
+  LinearSpec spec{Tensor(), bias};
+  spec.frozen = frozen_fp8(weight, x.dtype());
+  return linear_group(x, {spec}, op)[0];
+}
+
+std::shared_ptr<const FrozenWeight> frozen_fp8(const Fp8Weight& weight, DType dtype) {
+  check_fp8_weight(weight, "weight", "frozen_fp8");
+  TG_CHECK(is_floating_point(dtype), "frozen_fp8", "dtype ", dtype, ", wants a floating dtype");
+  return std::make_shared<FrozenFp8>(weight, dtype);
 }
 
 }  // namespace tg

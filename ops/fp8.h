@@ -17,6 +17,7 @@
 #include <string>
 
 #include "core/tensor.h"
+#include "ops/lora_linear.h"
 
 namespace tg {
 
@@ -57,5 +58,9 @@ Fp8Activation quantize_fp8_activation(const Tensor& x, int64_t tile = 128);
 // y = x W^T + bias (see above for the paths). Differentiable in x and bias only: W is a constant
 // (its uint8 bytes cannot require a gradient).
 Tensor linear_fp8(const Tensor& x, const Fp8Weight& weight, const Tensor& bias = {});
+
+// The weight as a frozen base of lora_linear / linear_group computing in `dtype` (LoRA over an FP8
+// base as one op: nn::LinearFp8 under peft's LoRA), its products linear_fp8's.
+std::shared_ptr<const FrozenWeight> frozen_fp8(const Fp8Weight& weight, DType dtype);
 
 }  // namespace tg

@@ -7,6 +7,7 @@
 // or dA, W for dx, x A^T for dB): a frozen base weight costs no dW GEMM and keeps no x for it.
 // linear_group is several such layers on one x as one op: one GEMM for all the base weights, one
 // for all the LoRA-A products, each part's output a column block of one [..., sum out] buffer.
+// A frozen base (FrozenWeight: FP8, NF4) takes W's place in x W^T and dy W, a product of its own.
 #include "ops/lora_linear.h"
 
 #include <array>
@@ -62,6 +63,7 @@ struct LoraLinearBackward final : Node {
   enum { kX, kWeights };
   const char* op = "lora_linear";
   std::vector<Part> parts;
+  std::vector<std::shared_ptr<const FrozenWeight>> frozen;  // each part's, when the bases are frozen
   Shape x_shape;
   TensorOptions y_options;  // of the outputs (x's)
   DType adapter_dtype = kFloat32;
@@ -120,7 +122,8 @@ struct LoraLinearBackward final : Node {
         }
       }
       for (size_t i = 0; i < count; ++i) {
-        matrix::gemm(dx, dy[i], saved_weight(i), 1.0, beta);
+        if (frozen.empty()) matrix::gemm(dx, dy[i], saved_weight(i), 1.0, beta);
+        else frozen[i]->dx(dx, dy[i], beta);
         beta = 1.0;
       }
       out[0] = reshape(dx, x_shape);
@@ -175,17 +178,21 @@ std::vector<Tensor> forward(const char* op, const Tensor& x, const std::vector<L
     NoGradGuard no_grad;  // the internal views and copies: the op's node covers them
     const Tensor x_rows = matrix::rows(x);
     y = Tensor::empty({x_rows.shape()[0], plan.out}, x.options());
-    Tensor weights = specs.size() == 1 ? specs[0].weight.detach() : linear_parts::adjacent_weights(specs, plan.out);
-    const bool gemm_a_part = !weights.defined() &&
+    Tensor weights = plan.frozen           ? Tensor()
+                     : specs.size() == 1 ? specs[0].weight.detach()
+                                         : linear_parts::adjacent_weights(specs, plan.out);
+    const bool gemm_a_part = !plan.frozen && !weights.defined() &&
                              plan.out * x.shape().back() * specs[0].weight.element_size() > kMaxConcatenatedBytes;
     // Each part's columns start as its bias and / or its LoRA-B product (the thin GEMM first, the
     // base GEMM accumulating onto it: no separate add); bias-free plain ones as zeros when one
-    // base GEMM over every part accumulates.
+    // base GEMM over every part accumulates. Frozen bases go first instead (onto the bias), their
+    // products being the ones that may not accumulate cheaply (FP8's write a buffer of their own).
     const bool accumulate = plan.any_bias || plan.rank > 0;
     for (size_t i = 0; i < specs.size(); ++i) {
       Tensor y_part = column_block(y, parts[i].column, parts[i].out);
       if (specs[i].bias.defined()) copy_(y_part, expand(specs[i].bias.detach(), y_part.shape()));
-      else if (!specs[i].lora_A.defined() && accumulate && !gemm_a_part) zero_(y_part);
+      else if (!specs[i].lora_A.defined() && accumulate && !gemm_a_part && !plan.frozen) zero_(y_part);
+      if (plan.frozen) specs[i].frozen->forward(y_part, x_rows, specs[i].bias.defined() ? 1.0 : 0.0);
     }
     if (plan.rank > 0) {
       // The products run in x's dtype, as autocast's (a bf16 layer's float32 adapters take tensor
@@ -216,9 +223,12 @@ std::vector<Tensor> forward(const char* op, const Tensor& x, const std::vector<L
         if (parts[i].rank > 0)
           matrix::gemm(column_block(y, parts[i].column, parts[i].out),
                        column_block(lora_hidden, parts[i].lora_column, parts[i].rank),
-                       transpose(lora_B_rounded[i], 0, 1), parts[i].scaling, specs[i].bias.defined() ? 1.0 : 0.0);
+                       transpose(lora_B_rounded[i], 0, 1), parts[i].scaling,
+                       specs[i].bias.defined() || plan.frozen ? 1.0 : 0.0);
     }
-    if (gemm_a_part) {
+    if (plan.frozen) {
+      trace(op, "frozen_base");
+    } else if (gemm_a_part) {
       trace(op, "gemm_a_part");
       for (size_t i = 0; i < specs.size(); ++i) {
         const bool onto = specs[i].bias.defined() || specs[i].lora_A.defined();
@@ -258,6 +268,8 @@ std::vector<Tensor> forward(const char* op, const Tensor& x, const std::vector<L
   if (auto node = record<LoraLinearBackward>(inputs, outputs)) {
     node->op = op;
     node->parts = parts;
+    if (plan.frozen)
+      for (const LinearSpec& spec : specs) node->frozen.push_back(spec.frozen);
     node->x_shape = x.shape();
     node->y_options = x.options();
     node->adapter_dtype = plan.adapter_dtype;
@@ -265,7 +277,7 @@ std::vector<Tensor> forward(const char* op, const Tensor& x, const std::vector<L
     const bool dx = x.requires_grad();
     bool dW = false, dA = false, dB = false;
     for (const LinearSpec& spec : specs) {
-      dW = dW || spec.weight.requires_grad();
+      dW = dW || (spec.weight.defined() && spec.weight.requires_grad());
       dA = dA || (spec.lora_A.defined() && spec.lora_A.requires_grad());
       dB = dB || (spec.lora_B.defined() && spec.lora_B.requires_grad());
     }
@@ -288,9 +300,12 @@ Tensor lora_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, co
 }
 
 std::vector<Tensor> linear_group(const Tensor& x, const std::vector<LinearSpec>& specs) {
-  TG_CHECK(!specs.empty() && specs.size() <= kMaxParts, "linear_group", "wants 1 to ", kMaxParts, " layers, got ",
-           specs.size());
-  return forward("linear_group", x, specs);
+  return linear_group(x, specs, "linear_group");
+}
+
+std::vector<Tensor> linear_group(const Tensor& x, const std::vector<LinearSpec>& specs, const char* op) {
+  TG_CHECK(!specs.empty() && specs.size() <= kMaxParts, op, "wants 1 to ", kMaxParts, " layers, got ", specs.size());
+  return forward(op, x, specs);
 }
 
 }  // namespace tg

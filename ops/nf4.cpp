@@ -10,7 +10,9 @@
 #include "ops/cast.h"
 #include "ops/detail/checks.h"
 #include "ops/detail/dispatch.h"
+#include "ops/detail/matrix_gemm.h"
 #include "ops/linear.h"
+#include "ops/lora_linear.h"
 #include "ops/matmul.h"
 #include "ops/nf4_kernels.h"
 #include "ops/nf4_math.h"
@@ -46,13 +48,6 @@ struct Scales {
   Tensor absmax, nested_absmax, nested_quant_map;
 };
 
-struct Linear4bitBackward final : Node {
-  QuantState4bit weight;
-  Tensor workspace;
-  const char* name() const override { return "linear_4bit"; }
-  std::vector<Tensor> backward(const std::vector<Tensor>& g, const GradMask& mask) override;
-};
-
 // W in `dtype`: dequantised into the workspace when there is one.
 Tensor dequantized_weight(const QuantState4bit& q, DType dtype, const Tensor& workspace) {
   const int64_t out = q.shape[0], in = q.shape[1];
@@ -62,14 +57,29 @@ Tensor dequantized_weight(const QuantState4bit& q, DType dtype, const Tensor& wo
   return w;
 }
 
-std::vector<Tensor> Linear4bitBackward::backward(const std::vector<Tensor>& g, const GradMask& mask) {
-  NoGradGuard no_grad;
-  const int64_t out = weight.shape[0];
-  std::vector<Tensor> grads(2);
-  if (mask[0]) grads[0] = matmul(g[0], dequantized_weight(weight, g[0].dtype(), workspace));
-  if (mask[1]) grads[1] = sum(reshape(g[0], {g[0].numel() / out, out}), {0});
-  return grads;
-}
+// The 4-bit weight as lora_linear's base: W dequantised right before each product (again for dx,
+// so nothing of W's size is kept between forward and backward).
+class Frozen4bit final : public FrozenWeight {
+ public:
+  Frozen4bit(QuantState4bit q, Tensor workspace, DType dtype)
+      : q_(std::move(q)), workspace_(std::move(workspace)), dtype_(dtype) {}
+  int64_t out_features() const override { return q_.shape[0]; }
+  int64_t in_features() const override { return q_.shape[1]; }
+  Device device() const override { return q_.device(); }
+  DType dtype() const override { return dtype_; }
+  const char* format() const override { return "4-bit"; }
+  void forward(const Tensor& y, const Tensor& x, double beta) const override {
+    matrix::gemm(y, x, transpose(dequantized_weight(q_, x.dtype(), workspace_), 0, 1), 1.0, beta);
+  }
+  void dx(const Tensor& dx, const Tensor& dy, double beta) const override {
+    matrix::gemm(dx, dy, dequantized_weight(q_, dy.dtype(), workspace_), 1.0, beta);
+  }
+
+ private:
+  QuantState4bit q_;
+  Tensor workspace_;
+  DType dtype_;
+};
 
 }  // namespace
 
@@ -211,21 +221,24 @@ Tensor linear_4bit(const Tensor& x, const QuantState4bit& weight, const Tensor& 
   check_same(op, {{"x", x}, {"bias", bias}});
   if (bias.defined()) TG_CHECK(bias.dim() == 1 && bias.shape()[0] == out, op, "bias must be [", out, "], got ",
                                bias.shape());
+  LinearSpec spec{Tensor(), bias};
+  spec.frozen = frozen_4bit(weight, x.dtype(), workspace);
+  return linear_group(x, {spec}, op)[0];
+}
+
+std::shared_ptr<const FrozenWeight> frozen_4bit(const QuantState4bit& weight, DType dtype, const Tensor& workspace) {
+  const char* op = "frozen_4bit";
+  check_quant_state(weight, "weight", op);
+  TG_CHECK(weight.shape.size() == 2, op, "the quantised weight has shape ", weight.shape, ", wants [out, in]");
+  TG_CHECK(is_floating_point(dtype), op, "dtype ", dtype, ", wants a floating dtype");
   if (workspace.defined()) {
-    check_same(op, {{"x", x}, {"workspace", workspace}});
-    TG_CHECK(workspace.is_contiguous() && workspace.numel() >= out * in, op, "workspace has ", workspace.numel(),
-             " elements", workspace.is_contiguous() ? "" : " (not contiguous)", ", wants at least ", out * in);
+    TG_CHECK(workspace.dtype() == dtype && workspace.device() == weight.device(), op, "workspace is ",
+             workspace.dtype(), " on ", workspace.device(), ", wants ", dtype, " on ", weight.device());
+    TG_CHECK(workspace.is_contiguous() && workspace.numel() >= weight.numel(), op, "workspace has ",
+             workspace.numel(), " elements", workspace.is_contiguous() ? "" : " (not contiguous)", ", wants at least ",
+             weight.numel());
   }
-  Tensor y;
-  {
-    NoGradGuard no_grad;
-    y = linear(x.detach(), dequantized_weight(weight, x.dtype(), workspace), bias.defined() ? bias.detach() : bias);
-  }
-  if (auto n = record<Linear4bitBackward>({{"x", x}, {"bias", bias}}, {y})) {
-    n->weight = weight;
-    n->workspace = workspace;
-  }
-  return y;
+  return std::make_shared<Frozen4bit>(weight, workspace, dtype);
 }
 
 }  // namespace tg

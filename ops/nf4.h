@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "ops/lora_linear.h"
 
 namespace tg {
 
@@ -54,6 +55,11 @@ void check_quant_state(const QuantState4bit& q, const std::string& name = "weigh
 // backward dequantises W again for dx = dy W, so nothing of W's size is kept between them.
 Tensor linear_4bit(const Tensor& x, const QuantState4bit& weight, const Tensor& bias = {},
                    const Tensor& workspace = {});
+
+// The weight as a frozen base of lora_linear / linear_group computing in `dtype` (QLoRA's layer as
+// one op: nn::Linear4bit under peft's LoRA), its products linear_4bit's; workspace as there.
+std::shared_ptr<const FrozenWeight> frozen_4bit(const QuantState4bit& weight, DType dtype,
+                                                const Tensor& workspace = {});
 
 // bitsandbytes' create_dynamic_map(signed=True): the 256 sorted values of the 8-bit code of the
 // double-quantised absmax.

@@ -139,9 +139,12 @@ Tensor LoRALinear::forward(const Tensor& x) {
   if (!enabled_) return quantized_base ? quantized_base->forward(x) : nn::Linear::forward(x);
   if (merged_) return nn::Linear::forward(x);
   // One op for the layer (lora_linear, ops/lora_linear.h): the LoRA products on x's dtype (bf16 adapters' tensor
-  // cores for a bf16 layer, as autocast), LoRA-B accumulated into the base GEMM's output.
-  if (!quantized_base && (lora_dropout->p == 0.0 || !is_training()))
-    return lora_linear(x, weight, bias, lora_A->weight, lora_B->weight, scaling);
+  // cores for a bf16 layer, as autocast), LoRA-B accumulated into the base GEMM's output. A quantised base is
+  // the op's frozen weight, in its compute dtype.
+  if (lora_dropout->p == 0.0 || !is_training()) {
+    if (!quantized_base) return lora_linear(x, weight, bias, lora_A->weight, lora_B->weight, scaling);
+    return tg::to(linear_group(tg::to(x, quantized_base->compute_dtype), {*spec()}, "lora_linear")[0], x.dtype());
+  }
   // With dropout the adapters see another x than the base layer: the composition, as peft. x is
   // cast to the adapters' dtype (float32 for a bf16 layer), the LoRA term rounded back to y's.
   Tensor lora = lora_B->forward(lora_A->forward(lora_dropout->forward(tg::to(x, lora_A->weight.dtype()))));
@@ -150,10 +153,13 @@ Tensor LoRALinear::forward(const Tensor& x) {
 }
 
 std::optional<LinearSpec> LoRALinear::spec() const {
-  if (!enabled_ && quantized_base) return std::nullopt;
+  if (!enabled_ && quantized_base) return quantized_base->spec();
   if (merged_ || !enabled_) return LinearSpec{weight, bias};
-  if ((lora_dropout->p != 0.0 && is_training()) || quantized_base) return std::nullopt;
-  return LinearSpec{weight, bias, lora_A->weight, lora_B->weight, scaling};
+  if (lora_dropout->p != 0.0 && is_training()) return std::nullopt;
+  if (!quantized_base) return LinearSpec{weight, bias, lora_A->weight, lora_B->weight, scaling};
+  LinearSpec s = *quantized_base->spec();
+  s.lora_A = lora_A->weight, s.lora_B = lora_B->weight, s.scaling = scaling;
+  return s;
 }
 
 Tensor LoRALinear::delta_weight() const {

@@ -69,8 +69,9 @@ class LoRALinear : public nn::Linear {
   LoRALinear(const nn::Linear& base, int64_t r, double lora_alpha, double lora_dropout = 0.0,
              Generator& gen = default_generator(), bool autocast_adapter_dtype = true);
   Tensor forward(const Tensor& x) override;
-  // {W, b} when merged, {W, b, A, B, scaling} while the adapter runs without dropout, nullopt
-  // with dropout in training (the adapters then see another x than the base layer).
+  // {W, b} when merged, {W, b, A, B, scaling} while the adapter runs without dropout (over a
+  // quantised base: its frozen weight in W's place), nullopt with dropout in training (the
+  // adapters then see another x than the base layer).
   std::optional<LinearSpec> spec() const override;
 
   // W += scaling * B A (then forward skips the LoRA path), and back. tg::Error when already in

@@ -1,5 +1,5 @@
 // Op cases: matmul (2-D, batched, broadcast, vectors, transposed operands), linear, lora_linear,
-// linear_group, linear_4bit and linear_fp8.
+// linear_group, linear_4bit and linear_fp8, LoRA over FP8 and 4-bit frozen bases.
 #include <cmath>
 #include <vector>
 
@@ -46,6 +46,30 @@ TG_OP_CASES({
        std::vector<float> w(5 * 130);
        for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(std::cos(0.3 * static_cast<double>(i)));
        return linear_fp8(x[0], quantize_fp8(to(from_vector(w, {5, 130}), x[0].device())), x[1]);
+     }},
+    // LoRA over frozen bases in the op: two parts over FP8 weights ([5, 130] and [4, 130], the
+    // second with a bias), and one over a 4-bit weight; the bases are constants quantised on x's
+    // device, computing in x's dtype; x, the adapters and the bias train
+    {"linear_group_lora_over_fp8",
+     {S{{2, 3, 130}, S::Normal, 0, true, true}, S{{2, 130}}, S{{5, 2}}, S{{3, 130}}, S{{4, 3}}, S{{4}}},
+     [](const Inputs& x) {
+       auto fp8 = [&](int64_t out, double f) {
+         std::vector<float> w(out * 130);
+         for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(std::cos(f * static_cast<double>(i)));
+         return frozen_fp8(quantize_fp8(to(from_vector(w, {out, 130}), x[0].device())), x[0].dtype());
+       };
+       LinearSpec a{Tensor(), Tensor(), x[1], x[2], 2.0}, b{Tensor(), x[5], x[3], x[4], 0.5};
+       a.frozen = fp8(5, 0.3), b.frozen = fp8(4, 0.7);
+       auto y = linear_group(x[0], {a, b});
+       return cat({y[0], y[1]}, -1);
+     }},
+    {"lora_linear_over_4bit", {S{{6, 9}}, S{{5}}, S{{3, 9}}, S{{5, 3}}},
+     [](const Inputs& x) {
+       std::vector<float> w(45);
+       for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(std::sin(0.4 * static_cast<double>(i)));
+       LinearSpec spec{Tensor(), x[1], x[2], x[3], 1.5};
+       spec.frozen = frozen_4bit(quantize_4bit(to(from_vector(w, {5, 9}), x[0].device()), "nf4", true, 32), x[0].dtype());
+       return linear_group(x[0], {spec})[0];
      }},
     {"linear_strided_x", {S{{6, 9}, S::Normal, 0, true, true}, S{{5, 9}}, S{{5}}},
      [](const Inputs& x) { return linear(x[0], x[1], x[2]); }},

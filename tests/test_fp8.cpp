@@ -11,6 +11,7 @@
 
 #include "core/autograd.h"
 #include "core/factory.h"
+#include "core/primitives.h"
 #include "core/trace.h"
 #include "io/file.h"
 #include "io/json.h"
@@ -482,6 +483,45 @@ TEST(Fp8Gpu, Fp8GemmsMatchDequantiseThenBFloat16) {
     const Tensor y_cpu = linear(to(to(x.detach(), kFloat32), Device::cpu()), dequantize_fp8(q.to(Device::cpu()), kFloat32));
     EXPECT_LT(relative_error(to(y, Device::cpu()), y_cpu), 0.04);
   }
+}
+
+// LoRA over FP8 bases as one op (q / k / v of LoRALinear over LinearFp8, grouped as the models do):
+// the outputs and every gradient within the FP8 GEMMs' rounding of the same LoRA over the
+// dequantised weights in bfloat16, the FP8 GEMMs having run forward and for dx.
+TEST(Fp8Gpu, LoraGroupOverFp8BasesMatchesTheDequantisedOne) {
+  if (!testing::cuda_ready()) GTEST_SKIP() << "no CUDA device (or tapegrad built without CUDA): GPU test skipped";
+  Generator gen(14);
+  std::vector<std::shared_ptr<nn::Linear>> fp8, dense;
+  for (int64_t out : {512, 256, 256}) {
+    const Fp8Weight q = quantize_fp8(to(mul(randn({out, 512}, gen), 0.02), gpu()));
+    auto lora = [&](const nn::Linear& base) {
+      auto l = std::make_shared<peft::LoRALinear>(base, 16, 32.0, 0.0, gen);
+      copy_(l->lora_B->weight.detach(), to(mul(randn(l->lora_B->weight.shape(), gen), 0.05), gpu()));
+      return l;
+    };
+    auto a = lora(nn::LinearFp8(q, Tensor(), kBFloat16));
+    auto b = lora(nn::Linear(dequantize_fp8(q, kBFloat16)));
+    copy_(b->lora_A->weight.detach(), a->lora_A->weight.detach());
+    copy_(b->lora_B->weight.detach(), a->lora_B->weight.detach());
+    fp8.push_back(a), dense.push_back(b);
+  }
+  const Tensor x0 = to(to(randn({128, 512}, gen), kBFloat16), gpu());
+  Tensor x = x0.detach().requires_grad_(true), xr = x0.detach().requires_grad_(true);
+  KernelTrace trace;
+  const std::vector<Tensor> y = nn::forward_group(fp8, x), yr = nn::forward_group(dense, xr);
+  EXPECT_TRUE(trace.contains("linear_fp8.fp8_forward")) << trace.str();
+  const Tensor g = to(to(randn({128, 1024}, gen), kBFloat16), gpu());
+  sum(mul(cat(y, -1), g)).backward();
+  sum(mul(cat(yr, -1), g)).backward();
+  EXPECT_TRUE(trace.contains("linear_fp8.fp8_dx")) << trace.str();
+  for (size_t i = 0; i < y.size(); ++i) {
+    EXPECT_LT(relative_error(y[i], yr[i]), 0.04) << i;
+    auto& a = dynamic_cast<peft::LoRALinear&>(*fp8[i]);
+    auto& b = dynamic_cast<peft::LoRALinear&>(*dense[i]);
+    EXPECT_LT(relative_error(a.lora_A->weight.grad(), b.lora_A->weight.grad()), 0.04) << i;
+    EXPECT_LT(relative_error(a.lora_B->weight.grad(), b.lora_B->weight.grad()), 0.04) << i;
+  }
+  EXPECT_LT(relative_error(x.grad(), xr.grad()), 0.04);
 }
 
 // Shapes the FP8 GEMM does not take (not whole 512s, float32 x) dequantise, as on the CPU.

@@ -16,9 +16,22 @@ void check_linear_args(const char* op, const Tensor& x, const Tensor& weight, co
     TG_CHECK(bias.dim() == 1 && bias.shape()[0] == out, op, "bias must be [", out, "], got ", bias.shape());
 }
 
-void check_adapter_args(const char* op, const Tensor& x, const Tensor& weight, const Tensor& lora_A,
+void check_frozen_args(const char* op, const Tensor& x, const FrozenWeight& weight, const Tensor& bias) {
+  check_floating(op, "x", x);
+  check_same(op, {{"x", x}, {"bias", bias}});
+  TG_CHECK(x.dtype() == weight.dtype(), op, "x is ", x.dtype(), ", the ", weight.format(), " weight computes in ",
+           weight.dtype());
+  TG_CHECK(x.device() == weight.device(), op, "x is on ", x.device(), " but the ", weight.format(), " weight on ",
+           weight.device());
+  const int64_t out = weight.out_features(), in = weight.in_features();
+  TG_CHECK(x.dim() >= 1 && x.shape().back() == in, op, "x has ", x.dim() ? x.shape().back() : 0, " features (shape ",
+           x.shape(), "), the ", weight.format(), " weight [", out, ", ", in, "] wants ", in);
+  if (bias.defined())
+    TG_CHECK(bias.dim() == 1 && bias.shape()[0] == out, op, "bias must be [", out, "], got ", bias.shape());
+}
+
+void check_adapter_args(const char* op, const Tensor& x, int64_t out, int64_t in, const Tensor& lora_A,
                         const Tensor& lora_B) {
-  const int64_t out = weight.shape()[0], in = weight.shape()[1];
   check_floating(op, "lora_A", lora_A);
   check_floating(op, "lora_B", lora_B);
   TG_CHECK(lora_A.device() == x.device() && lora_B.device() == x.device(), op, "lora_A and lora_B must be on ",
@@ -39,13 +52,21 @@ Plan plan(const char* op, const Tensor& x, const std::vector<LinearSpec>& specs)
   plan.parts.resize(specs.size());
   for (size_t i = 0; i < specs.size(); ++i) {
     const LinearSpec& spec = specs[i];
-    check_linear_args(op, x, spec.weight, spec.bias);
-    if (spec.lora_A.defined() || spec.lora_B.defined())
-      check_adapter_args(op, x, spec.weight, spec.lora_A, spec.lora_B);
-    TG_CHECK(spec.weight.shape()[1] == specs[0].weight.shape()[1], op, "layer ", i, "'s weight ", spec.weight.shape(),
-             " takes another input width than layer 0's ", specs[0].weight.shape());
+    TG_CHECK(bool(spec.frozen) == bool(specs[0].frozen), op, "layer ", i, "'s base weight is ",
+             spec.frozen ? "frozen in another format" : "a tensor", ", layer 0's ",
+             specs[0].frozen ? "frozen in another format" : "a tensor", " (one kind for the group)");
+    if (spec.frozen) {
+      TG_CHECK(!spec.weight.defined(), op, "layer ", i, " has both a weight and a frozen ", spec.frozen->format(),
+               " one");
+      check_frozen_args(op, x, *spec.frozen, spec.bias);
+    } else {
+      check_linear_args(op, x, spec.weight, spec.bias);
+    }
+    const int64_t out = spec.frozen ? spec.frozen->out_features() : spec.weight.shape()[0];
+    const int64_t in = spec.frozen ? spec.frozen->in_features() : spec.weight.shape()[1];
+    if (spec.lora_A.defined() || spec.lora_B.defined()) check_adapter_args(op, x, out, in, spec.lora_A, spec.lora_B);
     Part& part = plan.parts[i];
-    part.out = spec.weight.shape()[0], part.column = plan.out, part.scaling = spec.scaling;
+    part.out = out, part.column = plan.out, part.scaling = spec.scaling;
     plan.out += part.out;
     if (spec.lora_A.defined()) {
       TG_CHECK(plan.rank == 0 || spec.lora_A.dtype() == plan.adapter_dtype, op, "layer ", i, "'s adapters are ",
@@ -56,6 +77,7 @@ Plan plan(const char* op, const Tensor& x, const std::vector<LinearSpec>& specs)
     }
     plan.any_bias = plan.any_bias || spec.bias.defined();
   }
+  plan.frozen = bool(specs[0].frozen);
   return plan;
 }
 

@@ -13,8 +13,10 @@ namespace tg::linear_parts {
 
 // x [..., in], weight [out, in], bias [out] or undefined; errors name `op`.
 void check_linear_args(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias);
+// The same for a frozen weight: x in its dtype and on its device.
+void check_frozen_args(const char* op, const Tensor& x, const FrozenWeight& weight, const Tensor& bias);
 // lora_A [r, in] and lora_B [out, r] of one dtype: x's, or float32 masters of a bfloat16 x.
-void check_adapter_args(const char* op, const Tensor& x, const Tensor& weight, const Tensor& lora_A,
+void check_adapter_args(const char* op, const Tensor& x, int64_t out, int64_t in, const Tensor& lora_A,
                         const Tensor& lora_B);
 
 // A part's columns of the output y = [y_0 | y_1 | ...] and, with an adapter, of the LoRA hidden
@@ -31,9 +33,10 @@ struct Plan {
   int64_t rank = 0;  // the LoRA hidden state's columns: the sum of the parts' ranks
   DType adapter_dtype = kFloat32;
   bool any_bias = false;
+  bool frozen = false;  // every part's base is a FrozenWeight (else none is)
 };
 
-// Checks every part (one input width, one adapter dtype) and places it.
+// Checks every part (one input width, one adapter dtype, frozen bases all or none) and places it.
 Plan plan(const char* op, const Tensor& x, const std::vector<LinearSpec>& specs);
 
 // The parts' weights as one [out, in] matrix when they are consecutive row blocks of one
