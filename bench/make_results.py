@@ -656,8 +656,9 @@ Measured: ours {measured(ours)}{f"; PyTorch {measured(torch_rows)} ({versions})"
 `bench/moe_bench`: one sparse block (router, softmax, top-k renormalised, SwiGLU experts, the
 weighted sum) on x [T, H] that requires grad, bf16; lora: the experts frozen with peft's
 `target_parameters` LoRA on gate_up_proj and down_proj (r 16, float32 adapters), full: every
-parameter trains. grouped is `nn::SparseMoeBlock` (`grouped_mm`), expert_loop the same parameters
-and routing with the experts as a loop of ordinary `linear` calls. `bench/torch_moe_ref.py` times
+parameter trains. grouped is `nn::SparseMoeBlock` (`grouped_mm`: each projection's expert GEMMs one
+grouped cuBLAS launch), grouped_gemm_per_expert the same with one GEMM an expert, expert_loop the
+same parameters and routing with the experts as a loop of ordinary `linear` calls. `bench/torch_moe_ref.py` times
 in the same call transformers' `Qwen3MoeSparseMoeBlock` (+ peft) with its experts implementations
 (torch_eager: its loop over the experts hit; torch_grouped_mm: `torch._grouped_mm`), and the
 latter under `torch.compile`. TFLOP/s counts the experts' base GEMMs (6 T k H I forward, as much for dx,

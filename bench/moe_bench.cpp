@@ -1,7 +1,9 @@
 // One mixture-of-experts layer's sparse block, forward + backward: the router (softmax over every
 // expert, top-k renormalised, as Qwen3-MoE and Mixtral), the SwiGLU experts on their tokens and the
 // weighted sum, for x [T, H] that requires grad (a layer inside a model). Implementations:
-//   grouped      nn::SparseMoeBlock: tokens grouped by expert, grouped_mm per projection (LoRA inside)
+//   grouped      nn::SparseMoeBlock: tokens grouped by expert, grouped_mm per projection (LoRA inside),
+//                its experts' GEMMs one grouped cuBLAS launch a projection
+//   grouped_gemm_per_expert  the same with one GEMM an expert (tg::enable_grouped_gemm(false))
 //   expert_loop  the same parameters and routing, the experts as a loop of ordinary ops (linear per
 //                expert and projection; LoRA as two more linears each)
 //   grouped_4bit (mode qlora) the grouped block with its experts in NF4 (grouped_mm_4bit), against
@@ -17,6 +19,7 @@
 // configs: qwen3-30b-a3b (H 2048, I 768, 128 experts, top 8), mixtral-8x7b (4096, 14336, 8, top 2),
 // tiny (64, 32, 8, top 2). bench/torch_moe_ref.py times transformers' Qwen3MoeSparseMoeBlock on the
 // same cases; scripts/gpu/bench.sh moe runs both (rows to bench/results/moe.json).
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -132,7 +135,7 @@ int run(int argc, char** argv) {
 
   bench::Timer timer(device);
   bench::JsonRows rows("moe", bench::machine(device));
-  std::printf("%-16s %7s %-5s %-12s %10s %8s %10s %10s\n", "config", "tokens", "mode", "impl", "ms", "TFLOP/s",
+  std::printf("%-16s %7s %-5s %-24s %10s %8s %10s %10s\n", "config", "tokens", "mode", "impl", "ms", "TFLOP/s",
               "peak MiB", "rel err");
   for (const Case& c : cases) {
     const LayerShape s = kConfigs.at(c.config);
@@ -168,12 +171,23 @@ int run(int argc, char** argv) {
       Generator gen(2);
       Tensor x = tg::to(randn({c.tokens, s.hidden}, gen, {kFloat32, device}), dtype).requires_grad_(true);
       const Tensor dy = tg::to(randn({c.tokens, s.hidden}, gen, {kFloat32, device}), dtype);
-      const std::vector<std::pair<std::string, std::function<Tensor()>>> impls =
-          qlora ? std::vector<std::pair<std::string, std::function<Tensor()>>>{
-                      {"grouped_4bit", [&] { return block->forward(x); }}, {"grouped", [&] { return twin->forward(x); }}}
-                : std::vector<std::pair<std::string, std::function<Tensor()>>>{
-                      {"grouped", [&] { return block->forward(x); }},
-                      {"expert_loop", [&] { return expert_loop(*block, x); }}};
+      using Impl = std::pair<std::string, std::function<Tensor()>>;
+      auto per_expert_gemms = [&] {  // left off through the backward that follows; the next impl restores it
+        enable_grouped_gemm(false);
+        return block->forward(x);
+      };
+      auto with_grouped_gemm = [](std::function<Tensor()> f) {
+        return [f] {
+          enable_grouped_gemm(true);
+          return f();
+        };
+      };
+      const std::vector<Impl> impls =
+          qlora ? std::vector<Impl>{{"grouped_4bit", with_grouped_gemm([&] { return block->forward(x); })},
+                                    {"grouped", with_grouped_gemm([&] { return twin->forward(x); })}}
+                : std::vector<Impl>{{"grouped", with_grouped_gemm([&] { return block->forward(x); })},
+                                    {"expert_loop", with_grouped_gemm([&] { return expert_loop(*block, x); })},
+                                    {"grouped_gemm_per_expert", per_expert_gemms}};
       // Each implementation's output and dx, compared before anything is timed.
       std::vector<std::pair<Tensor, Tensor>> results;
       for (const auto& [impl, forward] : impls) {
@@ -182,12 +196,14 @@ int run(int argc, char** argv) {
         y.backward(dy);
         results.emplace_back(y.detach(), x.grad());
       }
-      const double err = std::max(bench::relative_error(results[1].first, results[0].first),
-                                   bench::relative_error(results[1].second, results[0].second));
+      double err = 0.0;
+      for (size_t i = 1; i < results.size(); ++i)
+        err = std::max({err, bench::relative_error(results[i].first, results[0].first),
+                        bench::relative_error(results[i].second, results[0].second)});
       results.clear();
       if (!(err <= tolerance))
         throw Error("moe_bench: at " + c.config + ":" + std::to_string(c.tokens) + " (" + mode +
-                    ") " + impls[1].first + " differs from " + impls[0].first + " by " + std::to_string(err) +
+                    ") an implementation differs from " + impls[0].first + " by " + std::to_string(err) +
                     " (relative), wanted at most " + std::to_string(tolerance));
       const double gemms = mode == "full" ? 3.0 : 2.0;  // forward, dx, and dW when the experts train
       const double flops = gemms * 6.0 * static_cast<double>(c.tokens * s.top_k * s.hidden * s.intermediate);
@@ -196,7 +212,7 @@ int run(int argc, char** argv) {
         step();
         const double peak = bench::peak_mib_above(device, step);
         const double ms = timer.median_ms(step, reps);
-        std::printf("%-16s %7lld %-5s %-12s %10.3f %8.1f %10.1f %10.2e\n", c.config.c_str(),
+        std::printf("%-16s %7lld %-5s %-24s %10.3f %8.1f %10.1f %10.2e\n", c.config.c_str(),
                     static_cast<long long>(c.tokens), mode.c_str(), impl.c_str(), ms, flops / ms * 1e-9, peak, err);
         rows.add()
             .str("config", c.config)

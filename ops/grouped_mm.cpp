@@ -2,6 +2,8 @@
 
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/autograd.h"
 #include "core/primitives.h"
@@ -37,14 +39,21 @@ void for_each_expert(const std::vector<int64_t>& sizes, F&& f) {
   for (int64_t e = 0, r0 = 0; e < static_cast<int64_t>(sizes.size()); r0 += sizes[e++])
     if (sizes[e] > 0) f(e, r0, sizes[e]);
 }
+// Every expert's product f(e, r0, n) -> {c, a, b} as one grouped GEMM: c = alpha a b + beta c.
+template <class F>
+void expert_products(const std::vector<int64_t>& sizes, double alpha, double beta, F&& f) {
+  std::vector<matrix::Product> products;
+  for_each_expert(sizes, [&](int64_t e, int64_t r0, int64_t n) { products.push_back(f(e, r0, n)); });
+  matrix::gemm_many(products, alpha, beta);
+}
 
 // dst [E, rows, cols] with expert e's block alpha a_e^T b_e (a_e, b_e: its rows of a and b), and
 // zeros for an expert without rows: the weight-shaped gradients.
 Tensor per_expert_products(const Tensor& dst, const Tensor& a, const Tensor& b, const std::vector<int64_t>& sizes,
                            double alpha) {
   zero_(dst);
-  for_each_expert(sizes, [&](int64_t e, int64_t r0, int64_t n) {
-    matrix::gemm(expert(dst, e), transpose(rows_of(a, r0, n), 0, 1), rows_of(b, r0, n), alpha, 0.0);
+  expert_products(sizes, alpha, 0.0, [&](int64_t e, int64_t r0, int64_t n) {
+    return matrix::Product{expert(dst, e), transpose(rows_of(a, r0, n), 0, 1), rows_of(b, r0, n)};
   });
   return dst;
 }
@@ -87,20 +96,33 @@ Tensor gemm_readable(const Tensor& t) {
   return contiguous(t.detach());
 }
 
-// Expert e's weight [N, K] as the GEMMs read it: a view of the dense w, or its 4-bit weight
-// dequantised into one expert-sized buffer, reused expert after expert (the GEMM reading it comes
+// The products with the experts' weights w_e [N, K], c_e = a_e op(w_e) + beta c_e (op: transposed
+// or not): one grouped GEMM over the dense w, or for 4-bit experts one GEMM an expert, each weight
+// dequantised into one expert-sized buffer reused expert after expert (the GEMM reading it comes
 // before the next dequantisation in stream order).
 class ExpertWeights {
  public:
   explicit ExpertWeights(const Tensor& dense) : dense_(dense) {}
   ExpertWeights(std::shared_ptr<const std::vector<QuantState4bit>> quantised, TensorOptions options)
       : quantised_(std::move(quantised)), options_(options) {}
-  Tensor operator()(int64_t e) {
-    if (dense_.defined()) return expert(dense_, e);
-    const QuantState4bit& q = (*quantised_)[static_cast<size_t>(e)];
-    if (!buffer_.defined()) buffer_ = Tensor::empty(q.shape, {options_.dtype, options_.device});
-    dequantize_4bit_(buffer_, q);
-    return buffer_;
+  // f(e, r0, n) -> {c_e, a_e}.
+  template <class F>
+  void products(const std::vector<int64_t>& sizes, bool transposed, double beta, F&& f) {
+    auto op = [&](const Tensor& w) { return transposed ? transpose(w, 0, 1) : w; };
+    if (dense_.defined()) {
+      expert_products(sizes, 1.0, beta, [&](int64_t e, int64_t r0, int64_t n) {
+        auto [c, a] = f(e, r0, n);
+        return matrix::Product{c, a, op(expert(dense_, e))};
+      });
+      return;
+    }
+    for_each_expert(sizes, [&](int64_t e, int64_t r0, int64_t n) {
+      const QuantState4bit& q = (*quantised_)[static_cast<size_t>(e)];
+      if (!buffer_.defined()) buffer_ = Tensor::empty(q.shape, {options_.dtype, options_.device});
+      dequantize_4bit_(buffer_, q);
+      auto [c, a] = f(e, r0, n);
+      matrix::gemm(c, a, op(buffer_), 1.0, beta);
+    });
   }
 
  private:
@@ -129,18 +151,20 @@ struct GroupedMmBackward final : Node {
     Tensor u;  // dy_e B_e, the gradient of x_e A_e^T without the scaling
     if (B.defined()) {
       u = Tensor::empty({M, rank}, options);
-      for_each_expert(sizes, [&](int64_t e, int64_t r0, int64_t n) {
-        matrix::gemm(rows_of(u, r0, n), rows_of(dy, r0, n), expert(B, e), 1.0, 0.0);
+      expert_products(sizes, 1.0, 0.0, [&](int64_t e, int64_t r0, int64_t n) {
+        return matrix::Product{rows_of(u, r0, n), rows_of(dy, r0, n), expert(B, e)};
       });
     }
     if (mask[0]) {  // dx_e = s u_e A_e + dy_e w_e
       trace(op, "dx");
       ExpertWeights w = quantised ? ExpertWeights(quantised, options) : ExpertWeights(unpack(kW));
       Tensor dx = Tensor::empty({M, K}, options);
-      for_each_expert(sizes, [&](int64_t e, int64_t r0, int64_t n) {
-        const Tensor dxe = rows_of(dx, r0, n);
-        if (u.defined()) matrix::gemm(dxe, rows_of(u, r0, n), expert(A, e), scaling, 0.0);
-        matrix::gemm(dxe, rows_of(dy, r0, n), w(e), 1.0, u.defined() ? 1.0 : 0.0);
+      if (u.defined())
+        expert_products(sizes, scaling, 0.0, [&](int64_t e, int64_t r0, int64_t n) {
+          return matrix::Product{rows_of(dx, r0, n), rows_of(u, r0, n), expert(A, e)};
+        });
+      w.products(sizes, false, u.defined() ? 1.0 : 0.0, [&](int64_t, int64_t r0, int64_t n) {
+        return std::pair{rows_of(dx, r0, n), rows_of(dy, r0, n)};
       });
       out[0] = dx;
     }
@@ -184,16 +208,21 @@ Tensor grouped(const char* op, const Tensor& x, const Tensor& w, const Tensor& w
   {
     NoGradGuard no_grad;  // the op's node covers its internal views and copies
     x2 = matrix::rows(x), A = gemm_readable(lora_A), B = gemm_readable(lora_B);
-    if (rank > 0) t = Tensor::empty({M, rank}, x.options());  // x_e A_e^T, rows as x's
-    for_each_expert(group_sizes, [&](int64_t e, int64_t r0, int64_t n) {
-      const Tensor ye = rows_of(y, r0, n), xe = rows_of(x2, r0, n);
-      if (bias.defined()) copy_(ye, expand(slice(bias.detach(), 0, e, e + 1), {n, N}));
-      if (rank > 0) {  // the thin LoRA product first, the base GEMM accumulating onto it
-        const Tensor te = rows_of(t, r0, n);
-        matrix::gemm(te, xe, transpose(expert(A, e), 0, 1), 1.0, 0.0);
-        matrix::gemm(ye, te, transpose(expert(B, e), 0, 1), scaling, bias.defined() ? 1.0 : 0.0);
-      }
-      matrix::gemm(ye, xe, transpose(weights(e), 0, 1), 1.0, bias.defined() || rank > 0 ? 1.0 : 0.0);
+    if (bias.defined())
+      for_each_expert(group_sizes, [&](int64_t e, int64_t r0, int64_t n) {
+        copy_(rows_of(y, r0, n), expand(slice(bias.detach(), 0, e, e + 1), {n, N}));
+      });
+    if (rank > 0) {  // the thin LoRA products first, the base GEMMs accumulating onto them
+      t = Tensor::empty({M, rank}, x.options());  // x_e A_e^T, rows as x's
+      expert_products(group_sizes, 1.0, 0.0, [&](int64_t e, int64_t r0, int64_t n) {
+        return matrix::Product{rows_of(t, r0, n), rows_of(x2, r0, n), transpose(expert(A, e), 0, 1)};
+      });
+      expert_products(group_sizes, scaling, bias.defined() ? 1.0 : 0.0, [&](int64_t e, int64_t r0, int64_t n) {
+        return matrix::Product{rows_of(y, r0, n), rows_of(t, r0, n), transpose(expert(B, e), 0, 1)};
+      });
+    }
+    weights.products(group_sizes, true, bias.defined() || rank > 0 ? 1.0 : 0.0, [&](int64_t, int64_t r0, int64_t n) {
+      return std::pair{rows_of(y, r0, n), rows_of(x2, r0, n)};
     });
   }
   if (auto node = record<GroupedMmBackward>(

@@ -18,6 +18,7 @@
 #include "core/primitives.h"
 #include "core/trace.h"
 #include "ops/cuda/cublas_utils.cuh"
+#include "ops/detail/matrix_gemm.h"
 #include "ops/gemm_kernels.h"
 #include "ops/unary_kernels.h"
 
@@ -145,6 +146,57 @@ void gemm_rowmajor_c(const Tensor& ct, DType a_dtype, const Mat& c, const Mat& a
 }
 
 }  // namespace
+
+// Each product its own group of one (cuBLAS's groups share m, n, k: an expert's rows differ), in
+// the terms of gemm_rowmajor_c; the host arrays by value, the pointer arrays copied to the device
+// (a pageable copy: staged at the call, nothing waits).
+bool gemm_grouped(const std::vector<matrix::Product>& products, double alpha, double beta) {
+  const Tensor& c0 = products[0].c;
+  const DType dtype = c0.dtype();
+  if (dtype != kBFloat16 && dtype != kFloat32) return false;
+  const int device = c0.device().index;
+  cudaStream_t s = stream(device);
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  TG_CUDA_CHECK(cudaStreamIsCapturing(s, &capturing));
+  if (capturing != cudaStreamCaptureStatusNone) return false;  // the pointer upload is not capturable
+  const size_t G = products.size();
+  std::vector<cublasOperation_t> op_a(G), op_b(G);
+  std::vector<int> m(G), n(G), k(G), lda(G), ldb(G), ldc(G), ones(G, 1);
+  std::vector<const void*> pointers(3 * G);
+  auto mat2 = [](const Tensor& t) { return Mat{t.data_ptr(), t.shape()[0], t.shape()[1], t.strides()[0], t.strides()[1], 0}; };
+  auto fits = [](int64_t v) { return v > 0 && v <= INT32_MAX; };
+  for (size_t i = 0; i < G; ++i) {
+    const matrix::Product& p = products[i];
+    if (p.c.dtype() != dtype || p.a.dtype() != dtype || p.b.dtype() != dtype || p.c.device() != c0.device() ||
+        p.a.device() != c0.device() || p.b.device() != c0.device())
+      return false;
+    const Mat mc = mat2(p.c), ma = mat2(p.a), mb = mat2(p.b);
+    int64_t lc = 0, la = 0, lb = 0;
+    if (mc.cs != 1 || layout_of(mc, lc) != Layout::RowMajor) return false;
+    const Layout layout_a = layout_of(ma, la), layout_b = layout_of(mb, lb);
+    if (layout_a == Layout::None || layout_b == Layout::None) return false;
+    if (!fits(mc.rows) || !fits(mc.cols) || !fits(ma.cols) || !fits(la) || !fits(lb) || !fits(lc)) return false;
+    // cuBLAS's A is our b, its B our a (C^T = B^T A^T).
+    op_a[i] = layout_b == Layout::RowMajor ? CUBLAS_OP_N : CUBLAS_OP_T;
+    op_b[i] = layout_a == Layout::RowMajor ? CUBLAS_OP_N : CUBLAS_OP_T;
+    m[i] = int(mc.cols), n[i] = int(mc.rows), k[i] = int(ma.cols);
+    lda[i] = int(lb), ldb[i] = int(la), ldc[i] = int(lc);
+    pointers[i] = mb.ptr, pointers[G + i] = ma.ptr, pointers[2 * G + i] = mc.ptr;
+  }
+  const cudaDataType_t dt = dtype == kBFloat16 ? CUDA_R_16BF : CUDA_R_32F;
+  const cublasComputeType_t compute =
+      dtype == kFloat32 && tg::allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  KernelTrace::record(dtype == kBFloat16 ? "gemm.cublas_grouped_bf16" : "gemm.cublas_grouped_f32");
+  const std::vector<float> alphas(G, static_cast<float>(alpha)), betas(G, static_cast<float>(beta));
+  const Tensor table = Tensor::empty({static_cast<int64_t>(3 * G)}, {kInt64, c0.device()});
+  auto** dev = static_cast<void**>(table.data_ptr());
+  TG_CUDA_CHECK(cudaMemcpyAsync(dev, pointers.data(), pointers.size() * sizeof(void*), cudaMemcpyHostToDevice, s));
+  TG_CUBLAS_CHECK(cublasGemmGroupedBatchedEx(
+      cublas_handle(device), op_a.data(), op_b.data(), m.data(), n.data(), k.data(), alphas.data(),
+      const_cast<const void* const*>(dev), dt, lda.data(), const_cast<const void* const*>(dev + G), dt, ldb.data(),
+      betas.data(), dev + 2 * G, dt, ldc.data(), static_cast<int>(G), ones.data(), compute));
+  return true;
+}
 
 void gemm(const Tensor& c, const Tensor& a, const Tensor& b, double alpha, double beta) {
   TG_CHECK(c.dim() == 3 && a.dim() == 3 && b.dim() == 3, "gemm", "wants 3-D operands, got c ", c.shape(), ", a ",

@@ -1,5 +1,6 @@
 #include "ops/detail/matrix_gemm.h"
 
+#include "core/cuda_settings.h"
 #include "ops/detail/dispatch.h"
 #include "ops/gemm_kernels.h"
 #include "ops/shape.h"
@@ -21,6 +22,16 @@ Tensor rows(const Tensor& x) {
 
 void gemm(const Tensor& c, const Tensor& a, const Tensor& b, double alpha, double beta) {
   TG_DISPATCH(c.device(), gemm, as_batch(c), as_batch(a), as_batch(b), alpha, beta);
+}
+
+void gemm_many(const std::vector<Product>& products, double alpha, double beta) {
+  if (products.empty()) return;
+#ifdef TG_WITH_CUDA
+  if (products[0].c.device().is_cuda() && grouped_gemm_enabled() && products.size() > 1 &&
+      cuda::gemm_grouped(products, alpha, beta))
+    return;
+#endif
+  for (const Product& p : products) gemm(p.c, p.a, p.b, alpha, beta);
 }
 
 }  // namespace tg::matrix

@@ -3,6 +3,8 @@
 // device of c.
 #pragma once
 
+#include <vector>
+
 #include "core/tensor.h"
 
 namespace tg::matrix {
@@ -12,5 +14,12 @@ Tensor rows(const Tensor& x);
 
 // c = alpha * a @ b + beta * c for 2-D a [M, K], b [K, N], c [M, N], on c's device.
 void gemm(const Tensor& c, const Tensor& a, const Tensor& b, double alpha = 1.0, double beta = 0.0);
+
+// Many such products of one dtype on one device (each c written by one product only): one grouped
+// cuBLAS launch on the GPU where it takes them all (tg::grouped_gemm_enabled), else one after another.
+struct Product {
+  Tensor c, a, b;
+};
+void gemm_many(const std::vector<Product>& products, double alpha = 1.0, double beta = 0.0);
 
 }  // namespace tg::matrix
