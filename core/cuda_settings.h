@@ -22,7 +22,8 @@ void set_cudnn_sdp_deterministic(bool deterministic);
 bool cudnn_sdp_deterministic();
 
 // A mixture of experts' per-expert GEMMs (grouped_mm) as one grouped cuBLAS launch a projection
-// (cublasGemmGroupedBatchedEx; the default), or one GEMM an expert (bench/moe_bench times both).
+// where they are small (cublasGemmGroupedBatchedEx; the default), or always one GEMM an expert
+// (bench/moe_bench times both).
 void enable_grouped_gemm(bool enabled);
 bool grouped_gemm_enabled();
 

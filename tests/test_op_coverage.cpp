@@ -50,6 +50,9 @@ const std::map<std::string, std::string> kExempt = {
     // float reference, CPU and GPU; the linear_fp8 case runs them).
     {"quantize_fp8", "no gradient"}, {"dequantize_fp8", "no gradient"}, {"dequantize_fp8_", "no gradient"},
     {"check_fp8_weight", "no gradient"}, {"quantize_fp8_activation", "no gradient"},
+    // Quantised weights as lora_linear's frozen bases: constants (the linear_group_lora_over_fp8
+    // and lora_linear_over_4bit cases run them, CPU and GPU).
+    {"frozen_fp8", "no gradient"}, {"frozen_4bit", "no gradient"},
 };
 
 std::string op_of(const std::string& case_name, const std::vector<std::string>& functions) {

@@ -16,7 +16,8 @@ Tensor rows(const Tensor& x);
 void gemm(const Tensor& c, const Tensor& a, const Tensor& b, double alpha = 1.0, double beta = 0.0);
 
 // Many such products of one dtype on one device (each c written by one product only): one grouped
-// cuBLAS launch on the GPU where it takes them all (tg::grouped_gemm_enabled), else one after another.
+// cuBLAS launch on the GPU where it takes them all and they are small (tg::grouped_gemm_enabled; at
+// most 4 GFLOP a product on average), else one after another.
 struct Product {
   Tensor c, a, b;
 };
