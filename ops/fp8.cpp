@@ -55,10 +55,10 @@ Tensor padded_scales(const Tensor& s) {
   return out;
 }
 
-// c (+)= a b^T, a [rows, k] bf16 quantised per 1x128 tile, b the FP8 weight bytes [n, k] with its
+// c (+)= a b^T, a [rows, k] bf16 quantised per 1x128 tile (q), b the FP8 weight bytes [n, k] with its
 // block scales: the GEMM writes c itself when c is contiguous and overwritten, else a buffer added.
-void fp8_matmul_nt(const Tensor& c, const Tensor& a, const Tensor& b_data, const Tensor& b_scale, double beta) {
-  const Fp8Activation q = quantize_fp8_activation(a, fp8::kBlock);
+void fp8_matmul_nt(const Tensor& c, const Fp8Activation& q, const Tensor& b_data, const Tensor& b_scale,
+                   double beta) {
   const bool direct = beta == 0.0 && c.is_contiguous();
   const Tensor out = direct ? c : Tensor::empty(c.shape(), c.options());
   // q.scale is a [rows, tiles] view of the [tiles, rows] buffer fp8_gemm reads.
@@ -85,11 +85,12 @@ class FrozenFp8 final : public FrozenWeight {
   DType dtype() const override { return dtype_; }
   const char* format() const override { return "FP8"; }
 
-  void forward(const Tensor& y, const Tensor& x, double beta) const override {
+  void forward(const Tensor& y, const Tensor& x, double beta, std::any& x_derived) const override {
     if (fp8_gemm_applies(x, w_, x.shape()[0])) {
 #ifdef TG_WITH_CUDA
       KernelTrace::record("linear_fp8.fp8_forward");
-      fp8_matmul_nt(y, x, w_.data, w_.scale_inv, beta);
+      if (!x_derived.has_value()) x_derived = quantize_fp8_activation(x, fp8::kBlock);
+      fp8_matmul_nt(y, std::any_cast<const Fp8Activation&>(x_derived), w_.data, w_.scale_inv, beta);
 #endif
     } else {
       KernelTrace::record("linear_fp8.dequantized_forward");
@@ -100,7 +101,8 @@ class FrozenFp8 final : public FrozenWeight {
     if (fp8_gemm_applies(dy, w_, dy.shape()[0])) {
 #ifdef TG_WITH_CUDA
       KernelTrace::record("linear_fp8.fp8_dx");
-      fp8_matmul_nt(dx, dy, transposed_copy(w_.data), transposed_copy(w_.scale_inv), beta);
+      fp8_matmul_nt(dx, quantize_fp8_activation(dy, fp8::kBlock), transposed_copy(w_.data),
+                    transposed_copy(w_.scale_inv), beta);
 #endif
     } else {
       KernelTrace::record("linear_fp8.dequantized_dx");

@@ -188,11 +188,12 @@ std::vector<Tensor> forward(const char* op, const Tensor& x, const std::vector<L
     // base GEMM over every part accumulates. Frozen bases go first instead (onto the bias), their
     // products being the ones that may not accumulate cheaply (FP8's write a buffer of their own).
     const bool accumulate = plan.any_bias || plan.rank > 0;
+    std::any x_derived;  // the frozen bases' own form of x, shared by the parts
     for (size_t i = 0; i < specs.size(); ++i) {
       Tensor y_part = column_block(y, parts[i].column, parts[i].out);
       if (specs[i].bias.defined()) copy_(y_part, expand(specs[i].bias.detach(), y_part.shape()));
       else if (!specs[i].lora_A.defined() && accumulate && !gemm_a_part && !plan.frozen) zero_(y_part);
-      if (plan.frozen) specs[i].frozen->forward(y_part, x_rows, specs[i].bias.defined() ? 1.0 : 0.0);
+      if (plan.frozen) specs[i].frozen->forward(y_part, x_rows, specs[i].bias.defined() ? 1.0 : 0.0, x_derived);
     }
     if (plan.rank > 0) {
       // The products run in x's dtype, as autocast's (a bf16 layer's float32 adapters take tensor

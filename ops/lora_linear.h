@@ -8,6 +8,7 @@
 // quantised base is then the same one op, its products in x's dtype like a dense layer's.
 #pragma once
 
+#include <any>
 #include <memory>
 #include <vector>
 
@@ -29,7 +30,9 @@ class FrozenWeight {
   virtual Device device() const = 0;
   virtual DType dtype() const = 0;         // the activations' it computes in
   virtual const char* format() const = 0;  // "FP8", "4-bit": for messages
-  virtual void forward(const Tensor& y, const Tensor& x, double beta) const = 0;  // y (+)= x W^T
+  // y (+)= x W^T; x_derived: what the format derives from x (FP8: its quantised tiles), kept there
+  // for the next part of the group on the same x.
+  virtual void forward(const Tensor& y, const Tensor& x, double beta, std::any& x_derived) const = 0;
   virtual void dx(const Tensor& dx, const Tensor& dy, double beta) const = 0;     // dx (+)= dy W
 };
 

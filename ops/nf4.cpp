@@ -68,7 +68,7 @@ class Frozen4bit final : public FrozenWeight {
   Device device() const override { return q_.device(); }
   DType dtype() const override { return dtype_; }
   const char* format() const override { return "4-bit"; }
-  void forward(const Tensor& y, const Tensor& x, double beta) const override {
+  void forward(const Tensor& y, const Tensor& x, double beta, std::any&) const override {
     matrix::gemm(y, x, transpose(dequantized_weight(q_, x.dtype(), workspace_), 0, 1), 1.0, beta);
   }
   void dx(const Tensor& dx, const Tensor& dy, double beta) const override {
