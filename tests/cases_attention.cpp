@@ -112,6 +112,21 @@ TG_OP_CASES({
        return banded_causal_attention(x[0], x[1], x[2], from_vector(pos, {1, 40}, x[0].device()), 9,
                                       std::nullopt, 0.0, default_generator(), true);
      }},
+    // Sinks on the flash kernels' shapes (bf16 on the GPU): causal grouped-query heads with sinks
+    // scaled up so some rows' sink outweighs their largest score (the kernel's other branch), and a
+    // window over packed documents
+    {"sdpa_sinks_flash_shapes", {S{{1, 4, 40, 32}}, S{{1, 2, 40, 32}}, S{{1, 2, 40, 32}}, S{{4}}},
+     [](const Inputs& x) {
+       return scaled_dot_product_attention(x[0], x[1], x[2], true, std::nullopt, 0.0, default_generator(), true,
+                                           Tensor(), mul(x[3], 3.0));
+     }},
+    {"banded_causal_attention_flash_sinks", {S{{1, 2, 40, 32}}, S{{1, 1, 40, 32}}, S{{1, 1, 40, 32}}, S{{2}}},
+     [](const Inputs& x) {
+       std::vector<int64_t> pos(40);
+       for (int64_t i = 0; i < 40; ++i) pos[i] = i < 21 ? i : i - 21;  // 21, 19 tokens
+       return banded_causal_attention(x[0], x[1], x[2], from_vector(pos, {1, 40}, x[0].device()), 8,
+                                      std::nullopt, 0.0, default_generator(), true, x[3]);
+     }},
 
     // apply_rotary (fused on the CPU): tables as inputs without gradients, odd T, a head view
     {"apply_rotary", {S{{2, 3, 7, 6}}, S{{7, 6}, S::Normal, 0, false}, S{{7, 6}, S::Normal, 0, false}},
