@@ -24,14 +24,13 @@ void gemm(const Tensor& c, const Tensor& a, const Tensor& b, double alpha, doubl
   TG_DISPATCH(c.device(), gemm, as_batch(c), as_batch(a), as_batch(b), alpha, beta);
 }
 
-// Above this many FLOPs a product on average, cuBLAS's own GEMM for each beats its grouped kernel
-// (H100: Mixtral's experts, 240 GFLOP each, 1.9x slower grouped; Qwen3-30B's at 4096 tokens, 0.8-1.6
-// GFLOP each, 1.6x faster grouped; bench/moe_bench, dev/NOTES.md).
-constexpr double kGroupedMaxFlops = 4e9;
-
 void gemm_many(const std::vector<Product>& products, double alpha, double beta) {
   if (products.empty()) return;
 #ifdef TG_WITH_CUDA
+  // Above this many FLOPs a product on average, cuBLAS's own GEMM for each beats its grouped kernel
+  // (H100: Mixtral's experts, 240 GFLOP each, 1.9x slower grouped; Qwen3-30B's at 4096 tokens, 0.8-1.6
+  // GFLOP each, 1.6x faster grouped; bench/moe_bench, dev/NOTES.md).
+  constexpr double kGroupedMaxFlops = 4e9;
   double flops = 0.0;
   for (const Product& p : products)
     flops += 2.0 * static_cast<double>(p.c.numel()) * static_cast<double>(p.a.dim() == 2 ? p.a.shape()[1] : 0);
