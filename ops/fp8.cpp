@@ -85,7 +85,7 @@ class FrozenFp8 final : public FrozenWeight {
   DType dtype() const override { return dtype_; }
   const char* format() const override { return "FP8"; }
 
-  void forward(const Tensor& y, const Tensor& x, double beta, std::any& x_derived) const override {
+  void forward(const Tensor& y, const Tensor& x, double beta, [[maybe_unused]] std::any& x_derived) const override {
     if (fp8_gemm_applies(x, w_, x.shape()[0])) {
 #ifdef TG_WITH_CUDA
       KernelTrace::record("linear_fp8.fp8_forward");
