@@ -54,9 +54,8 @@ namespace cuda {
 void sdpa_band(const Tensor& first, const Tensor& position_ids, int64_t window);
 void sdpa_decode(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, double scale,
                  const Tensor& mask);
-// sinks as the CPU's but float32 (the flash kernels read them so).
 void sdpa_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
-                  bool causal, double scale, const Tensor& first = Tensor(), const Tensor& sinks = Tensor());
+                  bool causal, double scale, const Tensor& first = Tensor());
 void sdpa_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout, const Tensor& q,
                    const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse, const Tensor& delta,
                    bool causal, double scale, const Tensor& first = Tensor());

@@ -112,9 +112,8 @@ TG_OP_CASES({
        return banded_causal_attention(x[0], x[1], x[2], from_vector(pos, {1, 40}, x[0].device()), 9,
                                       std::nullopt, 0.0, default_generator(), true);
      }},
-    // Sinks on the flash kernels' shapes (bf16 on the GPU): causal grouped-query heads with sinks
-    // scaled up so some rows' sink outweighs their largest score (the kernel's other branch), and a
-    // window over packed documents
+    // Sinks at the flash kernels' head dims: causal grouped-query heads with sinks scaled up so
+    // some rows' sink outweighs their largest score, and a window over packed documents
     {"sdpa_sinks_flash_shapes", {S{{1, 4, 40, 32}}, S{{1, 2, 40, 32}}, S{{1, 2, 40, 32}}, S{{4}}},
      [](const Inputs& x) {
        return scaled_dot_product_attention(x[0], x[1], x[2], true, std::nullopt, 0.0, default_generator(), true,

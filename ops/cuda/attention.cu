@@ -166,13 +166,8 @@ void sdpa_band(const Tensor& first, const Tensor& position_ids, int64_t window) 
 }
 
 void sdpa_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
-                  bool causal, double scale, const Tensor& first, const Tensor& sinks) {
+                  bool causal, double scale, const Tensor& first) {
   Params p = params_of(q, k, v, causal, scale, first);
-  if (sinks.defined()) {
-    TG_CHECK(sinks.dtype() == kFloat32 && sinks.is_contiguous() && sinks.numel() == p.H, "scaled_dot_product_attention",
-             "the flash kernels want float32 sinks [", p.H, "], got ", sinks.dtype(), " ", sinks.shape());
-    p.sinks = sinks.data_ptr<float>();
-  }
   p.o = rows_of(out);
   p.lse = lse.data_ptr<float>();
   cudaStream_t s = stream_for(q);

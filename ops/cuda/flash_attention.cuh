@@ -65,9 +65,6 @@ struct Params {
   // non-decreasing along i (ops/attention_kernels.h); first_sb 0 when every sequence shares it.
   const int* first = nullptr;
   int64_t first_sb = 0;
-  // gpt-oss's sinks: one logit a query head joining each row's softmax (natural units, not scaled),
-  // or nullptr. Only the forward reads them: with lse taking them in, backward is as without.
-  const float* sinks = nullptr;
 };
 
 // The first key query i of sequence b sees (i clamped to the last query: the rows of a tile past L
@@ -456,21 +453,11 @@ __global__ void __launch_bounds__(kThreads) flash_forward(const Params p) {
       float sum = l[mt][r];
       sum += __shfl_xor_sync(0xffffffffu, sum, 1);
       sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-      // The row's log2-scale base (its max score) and the factor o is divided by.
-      float base = m[mt][r] * p.scale_log2, out_scale = 1.f;
-      if (p.sinks) {  // the sink joins the sum; the larger of it and the max is the base (no overflow)
-        const float sink = p.sinks[h] * kLog2e;
-        if (sum == 0.f || sink > base) {
-          out_scale = sum == 0.f ? 0.f : exp2_approx(base - sink);
-          sum = sum * out_scale + 1.f, base = sink;
-        } else {
-          sum += exp2_approx(sink - base);
-        }
-      }
-      inv[mt][r] = sum > 0.f ? out_scale / sum : 0.f;
+      inv[mt][r] = sum > 0.f ? 1.f / sum : 0.f;
       const int row = m0 + wrow + 16 * mt + g + 8 * r;
       if (t == 0 && row < p.L)
-        p.lse[(int64_t(b) * p.H + h) * p.L + row] = sum > 0.f ? (base + log2_approx(sum)) * kLn2 : -INFINITY;
+        p.lse[(int64_t(b) * p.H + h) * p.L + row] =
+            sum > 0.f ? (m[mt][r] * p.scale_log2 + log2_approx(sum)) * kLn2 : -INFINITY;
     }
   store_rows<HD, MT>(p.o, b, h, m0 + wrow, p.L, o, inv, lane);
 }
