@@ -96,7 +96,8 @@ std::vector<Tensor> cudnn_backward(const Tensor& grad, const Tensor& q, const Te
                                    const Tensor& out, const Tensor& lse, bool causal, double scale,
                                    const GradMask& mask) {
   Tensor dq = empty_like_layout(q), dk = empty_like_layout(k), dv = empty_like_layout(v);
-  if (!cuda::sdpa_cudnn_backward(dq, dk, dv, grad, q, k, v, out, lse, causal, scale)) return {};
+  const bool flash = flash_head_dims(q.shape().back(), v.shape().back());
+  if (!cuda::sdpa_cudnn_backward(dq, dk, dv, grad, q, k, v, out, lse, causal, scale, flash)) return {};
   KernelTrace::record("sdpa.cudnn_backward");
   return {mask[0] ? dq : Tensor(), mask[1] ? dk : Tensor(), mask[2] ? dv : Tensor()};
 }

@@ -75,8 +75,11 @@ void sdpa_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const T
 size_t sdpa_cudnn_version();
 bool sdpa_cudnn_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
                         bool causal, double scale, bool with_backward, bool build);
+// `flash_fallback`: the flash kernels' backward can take the call instead, so the deterministic
+// backward declines it where even one kv head's dP would pass its workspace budget (quadratic in
+// the length: 8 GiB for Llama-3.1-8B's heads at 32k tokens, 128 GiB at 128k).
 bool sdpa_cudnn_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout, const Tensor& q,
                          const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse, bool causal,
-                         double scale);
+                         double scale, bool flash_fallback);
 }  // namespace cuda
 }  // namespace tg

@@ -13,6 +13,7 @@
 
 #include "core/autograd.h"
 #include "core/cuda_graph.h"
+#include "core/cuda_settings.h"
 #include "core/factory.h"
 #include "core/memory.h"
 #include "core/trace.h"
@@ -78,6 +79,28 @@ TEST(AttentionCudnn, MatchesFloat64OnLongSequences) {
   for (int64_t T : {1024, 1000})
     for (int64_t hd : {64, 128})
       for (bool causal : {true, false}) check({1, 4, 2, T, T, hd, causal}, seed++);
+}
+
+// A row long enough that one kv head's dP (cuDNN's deterministic backward keeps it whole: 4.5 GiB
+// here, past the budget of 1/64 of an 80 or 141 GB GPU): cuDNN's forward, the flash kernels'
+// backward, which holds O(T); the gradients those of the flash kernels both ways.
+TEST(AttentionCudnn, ALongRowsBackwardPastTheWorkspaceBudgetRunsOnTheFlashKernels) {
+  TG_REQUIRE_CUDNN();
+  Generator gen(1150);
+  const int64_t T = 24576;
+  const Tensor q = to(randn({1, T, 4, 64}, gen), kBFloat16, kGpu), k = to(randn({1, T, 1, 64}, gen), kBFloat16, kGpu);
+  const Tensor v = to(randn({1, T, 1, 64}, gen), kBFloat16, kGpu), dout = to(randn({1, 4, T, 64}, gen), kBFloat16, kGpu);
+  KernelTrace trace;
+  reset_peak_memory_stats(kGpu);
+  const size_t before = memory_stats(kGpu).bytes_in_use;
+  const Grads got = run(q, k, v, dout, true);
+  EXPECT_TRUE(trace.contains("sdpa.cudnn") && trace.contains("sdpa.flash_cuda_backward")) << trace.str();
+  EXPECT_LT(memory_stats(kGpu).peak_bytes - before, size_t(512) << 20);  // no [4, T, T] dP
+  enable_cudnn_sdp(false);
+  const Grads flash = run(q, k, v, dout, true);
+  enable_cudnn_sdp(true);
+  for (auto [g, f] : {std::pair{got.dq, flash.dq}, {got.dk, flash.dk}, {got.dv, flash.dv}})
+    EXPECT_LT(errors(g, f).first, 2e-2);
 }
 
 TEST(AttentionCudnn, MatchesFloat64WithMoreOrFewerKeysThanQueries) {

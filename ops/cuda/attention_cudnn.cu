@@ -117,10 +117,11 @@ int64_t dp_budget(int device) {
 struct Chunks {
   Problem sub;
   int64_t batches, kv_heads;
+  bool within_budget;  // false: one kv head's group alone passes it
 };
 
 Chunks chunks_of(const Problem& p, int device) {
-  Chunks c{p, p.b, p.hkv};
+  Chunks c{p, p.b, p.hkv, true};
   const int64_t group = p.hq / p.hkv;
   auto dp_bytes = [&](int64_t b, int64_t kv) { return b * kv * group * p.sq * p.skv * int64_t(2); };
   const int64_t budget = dp_budget(device);
@@ -134,6 +135,7 @@ Chunks chunks_of(const Problem& p, int device) {
   if (dp_bytes(c.batches, p.hkv) > budget)
     c.kv_heads = largest_divisor(p.hkv, [&](int64_t kv) { return dp_bytes(1, kv) <= budget; });
   c.sub.b = c.batches, c.sub.hkv = c.kv_heads, c.sub.hq = c.kv_heads * group;
+  c.within_budget = dp_bytes(c.batches, c.kv_heads) <= budget;
   return c;
 }
 
@@ -174,10 +176,11 @@ bool sdpa_cudnn_forward(const Tensor& out, const Tensor& lse, const Tensor& q, c
 
 bool sdpa_cudnn_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout, const Tensor& q,
                          const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse, bool causal,
-                         double scale) {
+                         double scale, bool flash_fallback) {
   const int device = q.device().index;
   const Problem p = problem_of(q, k, v, out, causal, true);
   const Chunks c = chunks_of(p, device);
+  if (flash_fallback && !c.within_budget) return false;
   const Plan* bwd = plans().get(c.sub, device, true);
   if (!bwd) return false;
   TG_CHECK(dq.strides() == dense_strides_like(q.shape(), q.strides()) &&
@@ -220,7 +223,7 @@ bool sdpa_cudnn_forward(const Tensor&, const Tensor&, const Tensor&, const Tenso
 }
 
 bool sdpa_cudnn_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                         const Tensor&, const Tensor&, const Tensor&, bool, double) {
+                         const Tensor&, const Tensor&, const Tensor&, bool, double, bool) {
   return false;
 }
 
