@@ -210,17 +210,8 @@ Tensor dequantize_4bit(const QuantState4bit& q, DType dtype) {
 }
 
 Tensor linear_4bit(const Tensor& x, const QuantState4bit& weight, const Tensor& bias, const Tensor& workspace) {
-  const char* op = "linear_4bit";
+  const char* op = "linear_4bit";  // the group's checks name it; frozen_4bit checks the weight and workspace
   check_floating(op, "x", x);
-  check_quant_state(weight, "weight", op);
-  TG_CHECK(weight.shape.size() == 2, op, "the quantised weight has shape ", weight.shape, ", wants [out, in]");
-  const int64_t out = weight.shape[0], in = weight.shape[1];
-  TG_CHECK(x.dim() >= 1 && x.shape().back() == in, op, "x has shape ", x.shape(), ", the weight [", out, ", ", in,
-           "] wants ", in, " features");
-  TG_CHECK(x.device() == weight.device(), op, "x is on ", x.device(), " but the weight is on ", weight.device());
-  check_same(op, {{"x", x}, {"bias", bias}});
-  if (bias.defined()) TG_CHECK(bias.dim() == 1 && bias.shape()[0] == out, op, "bias must be [", out, "], got ",
-                               bias.shape());
   LinearSpec spec{Tensor(), bias};
   spec.frozen = frozen_4bit(weight, x.dtype(), workspace);
   return linear_group(x, {spec}, op)[0];

@@ -24,8 +24,8 @@ void check_frozen_args(const char* op, const Tensor& x, const FrozenWeight& weig
   TG_CHECK(x.device() == weight.device(), op, "x is on ", x.device(), " but the ", weight.format(), " weight on ",
            weight.device());
   const int64_t out = weight.out_features(), in = weight.in_features();
-  TG_CHECK(x.dim() >= 1 && x.shape().back() == in, op, "x has ", x.dim() ? x.shape().back() : 0, " features (shape ",
-           x.shape(), "), the ", weight.format(), " weight [", out, ", ", in, "] wants ", in);
+  TG_CHECK(x.dim() >= 1 && x.shape().back() == in, op, "x has shape ", x.shape(), ", the ", weight.format(),
+           " weight [", out, ", ", in, "] wants ", in, " features");
   if (bias.defined())
     TG_CHECK(bias.dim() == 1 && bias.shape()[0] == out, op, "bias must be [", out, "], got ", bias.shape());
 }
