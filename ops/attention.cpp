@@ -11,6 +11,7 @@
 #include "core/autograd.h"
 #include "core/cuda_settings.h"
 #include "core/factory.h"
+#include "core/primitives.h"
 #include "core/trace.h"
 #include "ops/attention_kernels.h"
 #include "ops/binary.h"
@@ -154,6 +155,22 @@ struct SdpaFusedBackward final : Node {
   }
 };
 
+}  // namespace
+
+void sdpa_add_sinks(const Tensor& out, const Tensor& lse, const Tensor& sinks) {
+  NoGradGuard no_grad;
+  const int64_t H = sinks.numel();
+  const Tensor z = reshape(to(sinks.detach(), lse.dtype()), {H, 1});  // broadcast over [..., H, L]
+  // lse' = max(lse, z) + log(1 + exp(-|lse - z|)), without overflow either way
+  const Tensor d = sub(lse, z), larger = add(z, relu(d));
+  const Tensor joined = add(larger, log(add(exp(neg(add(relu(d), relu(neg(d))))), 1.0)));
+  const Tensor shrink = unsqueeze(exp(sub(lse, joined)), -1);  // in (0, 1]
+  copy_(out, to(mul(to(out, lse.dtype()), shrink), out.dtype()));
+  copy_(lse, joined);
+}
+
+namespace {
+
 // The output: [B, H, L, Ev] for 4-D inputs is a view of [B, L, H, Ev] memory (as PyTorch's
 // flash attention), so the usual merge of heads back to [B, L, H * Ev] is free.
 Tensor empty_output(const Tensor& q, int64_t Ev) {
@@ -180,11 +197,12 @@ const char* fused_forward(const Tensor& out, const Tensor& lse, const Tensor& q,
   }
 #ifdef TG_WITH_CUDA
   const bool flash = flash_head_dims(q.shape().back(), v.shape().back());
-  if (!first.defined() && cudnn_sdp_enabled() &&  // a band stays on the flash kernels
+  if (!first.defined() && !sinks.defined() && cudnn_sdp_enabled() &&  // a band or sinks stay on the flash kernels
       cuda::sdpa_cudnn_forward(out, lse, q, k, v, causal, s, grads && !flash, grads || !flash))
     return "sdpa.cudnn";
   if (!flash) return nullptr;
   cuda::sdpa_forward(out, lse, q, k, v, causal, s, first);
+  if (sinks.defined()) sdpa_add_sinks(out, lse, sinks);
   return "sdpa.flash_cuda";
 #else
   fail(kOp, "needs the CUDA backend, which this build lacks");
@@ -393,7 +411,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   TG_CHECK(dropout_p >= 0.0 && dropout_p < 1.0, op, "dropout_p must be in [0, 1), got ", dropout_p);
   const double s = scale ? *scale : 1.0 / std::sqrt(static_cast<double>(E));
   const Tensor mask = attn_mask.defined() ? expanded_mask(attn_mask, q, S, is_causal) : Tensor();
-  // The GPU kernels have no sinks: the composition serves those calls there.
+  // The decoding kernel takes no sinks; the flash kernels take them as sdpa_add_sinks joins them.
   if (!sinks.defined() && decode_cuda_applies(q, k, v, is_causal, dropout_p)) {
     KernelTrace::record("sdpa.decode_cuda");
     Tensor out = empty_output(q, E);
@@ -401,7 +419,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
     return out;
   }
   if (fused_cpu_applies(q, dropout_p) ||
-      (!mask.defined() && !sinks.defined() && cuda_fused_applies(q, k, v, dropout_p))) {
+      (!mask.defined() && cuda_fused_applies(q, k, v, dropout_p))) {
     Tensor out = sdpa_fused(q, k, v, is_causal, s, mask, Tensor(), sinks);
     if (out.defined()) return out;
   }
@@ -440,7 +458,7 @@ Tensor banded_causal_attention(const Tensor& q, const Tensor& k, const Tensor& v
   if (!position_ids.defined() && (window == 0 || window >= L))  // one document, no window reaches back
     return scaled_dot_product_attention(q, k, v, true, scale, dropout_p, gen, enable_gqa, Tensor(), sinks);
   const Tensor first = band_of(op, position_ids, window, n == 4 ? q.shape()[0] : 0, L, q.device());
-  if (fused_cpu_applies(q, dropout_p) || (!sinks.defined() && cuda_fused_applies(q, k, v, dropout_p))) {
+  if (fused_cpu_applies(q, dropout_p) || cuda_fused_applies(q, k, v, dropout_p)) {
     Tensor out = sdpa_fused(q, k, v, true, scale ? *scale : 1.0 / std::sqrt(static_cast<double>(E)), Tensor(), first,
                             sinks);
     if (out.defined()) return out;  // undefined: a head dim only cuDNN has, which takes no band

@@ -25,6 +25,13 @@
 #include "core/tensor.h"
 
 namespace tg {
+// Sinks joined after a forward that had none (the GPU kernels have none), in place: each row's
+// lse' = log(exp(lse) + exp(z)) with z its head's sink, out' = out exp(lse - lse'). Exact: the
+// keys' probabilities all shrink by that factor; the backward below then takes out' and lse' as
+// a forward with the sinks would have left them. sinks [Hq] of any floating dtype; a composition of
+// ops on out's device.
+void sdpa_add_sinks(const Tensor& out, const Tensor& lse, const Tensor& sinks);
+
 namespace cpu {
 // first[b, i] = max(i - position_ids[b, i], i - window + 1, 0) over queries 0..i (window 0: none;
 // position_ids int64 [Bf, L] contiguous, or undefined: 0..L-1). A position <= 0 starts a document.

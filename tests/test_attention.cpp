@@ -10,6 +10,7 @@
 #include "core/factory.h"
 #include "core/trace.h"
 #include "ops/attention.h"
+#include "ops/attention_kernels.h"
 #include "ops/binary.h"
 #include "ops/cast.h"
 #include "ops/masked_fill.h"
@@ -480,6 +481,28 @@ TEST(Rotary, PosEmbChecksItsArguments) {
   auto [qe, ke] = apply_rotary_pos_emb(to(q, kBFloat16), to(k, kBFloat16), cos, sin);
   EXPECT_TRUE(trace.contains("apply_rotary_pos_emb.unfused"));
   EXPECT_TENSOR_EQ(ke, apply_rotary(to(k, kBFloat16), cos, sin));
+}
+
+// The GPU's sinks: the flash kernels' forward without them, then sdpa_add_sinks, gives the out
+// and lse of the CPU kernel's forward with them (causal and not, grouped-query heads, sinks on
+// both sides of the rows' largest scores and one far above them).
+TEST(AttentionSinks, JoinedAfterTheForwardEqualTheKernelsOwn) {
+  Generator gen(77);
+  for (bool causal : {true, false}) {
+    SCOPED_TRACE(causal ? "causal" : "full");
+    const Tensor q = randn({2, 4, 9, 8}, gen), k = randn({2, 2, 11, 8}, gen), v = randn({2, 2, 11, 8}, gen);
+    const Tensor sinks = from_vector(std::vector<float>{-3.0f, 0.5f, 2.5f, 40.0f}, {4});
+    auto forward = [&](const Tensor& s, Tensor& out, Tensor& lse) {
+      out = Tensor::empty({2, 4, 9, 8}, q.options()), lse = Tensor::empty({2, 4, 9}, q.options());
+      cpu::sdpa_forward(out, lse, q, k, v, causal, 0.35, Tensor(), Tensor(), s);
+    };
+    Tensor want_out, want_lse, out, lse;
+    forward(sinks, want_out, want_lse);
+    forward(Tensor(), out, lse);
+    sdpa_add_sinks(out, lse, sinks);
+    EXPECT_TENSOR_NEAR(out, want_out, 1e-5, 1e-6);
+    EXPECT_TENSOR_NEAR(lse, want_lse, 1e-5, 1e-6);
+  }
 }
 
 }  // namespace
