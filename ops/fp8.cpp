@@ -12,9 +12,6 @@
 #include "ops/detail/matrix_gemm.h"
 #include "ops/fp8_kernels.h"
 #include "ops/fp8_math.h"
-#include "ops/linear.h"
-#include "ops/matmul.h"
-#include "ops/reduce.h"
 #include "ops/shape.h"
 
 namespace tg {

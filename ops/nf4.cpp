@@ -11,12 +11,9 @@
 #include "ops/detail/checks.h"
 #include "ops/detail/dispatch.h"
 #include "ops/detail/matrix_gemm.h"
-#include "ops/linear.h"
 #include "ops/lora_linear.h"
-#include "ops/matmul.h"
 #include "ops/nf4_kernels.h"
 #include "ops/nf4_math.h"
-#include "ops/reduce.h"
 #include "ops/shape.h"
 
 namespace tg {

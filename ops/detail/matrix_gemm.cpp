@@ -33,7 +33,7 @@ void gemm_many(const std::vector<Product>& products, double alpha, double beta) 
   constexpr double kGroupedMaxFlops = 4e9;
   double flops = 0.0;
   for (const Product& p : products)
-    flops += 2.0 * static_cast<double>(p.c.numel()) * static_cast<double>(p.a.dim() == 2 ? p.a.shape()[1] : 0);
+    flops += 2.0 * static_cast<double>(p.c.numel()) * static_cast<double>(p.a.shape()[1]);  // 2 M N K
   if (products[0].c.device().is_cuda() && grouped_gemm_enabled() && products.size() > 1 &&
       flops <= kGroupedMaxFlops * static_cast<double>(products.size()) && cuda::gemm_grouped(products, alpha, beta))
     return;
