@@ -2,8 +2,7 @@
 // quantize_fp8: one block of 256 threads a scale block (a weight's 128x128 block or row): its max
 // |x| (a max: the CPU's value whatever the order), then each value divided by the multiplier
 // (IEEE division, as the CPU) and rounded by fp8_math.h, so the bytes equal the CPU's. The
-// activations' 1x128 tiles of bfloat16 rows take one warp a tile instead, a lane 4 values (one
-// 8-byte load, one 4-byte store): reads 2 bytes and writes 1 a value, plus 4 bytes a tile.
+// activations' 1x128 tiles of bfloat16 rows take half a warp a tile instead (quantize_tiles_kernel).
 // dequantize_fp8: a thread a value, out = e4m3 value * its block's multiplier.
 // transpose_2d: 32x32 tiles through shared memory (dx's W^T, once a backward call).
 // fp8_gemm: cuBLASLt's FP8 matmul (sm_90: both operands K-major, the "TN" layout), block scales
@@ -64,26 +63,40 @@ __global__ void quantize_blocks_kernel(const T* __restrict__ x, uint8_t* __restr
   }
 }
 
-// One warp a 1x128 tile of bfloat16 rows whose length is a multiple of 128.
+// 1x128 tiles of bfloat16 rows whose length is a multiple of 128: half a warp a tile, a lane 8
+// values (one 16-byte load, one 8-byte store), two tiles a half warp with both loads issued first
+// (bytes in flight: what keeps HBM busy). Reads 2 bytes and writes 1 a value, plus 4 bytes a tile.
+constexpr int kTilesPerHalfWarp = 2;
 __global__ void quantize_tiles_kernel(const bf16* __restrict__ x, uint8_t* __restrict__ q, float* __restrict__ scale,
                                       int64_t tiles, int64_t tiles_per_row, int64_t s0, int64_t s1) {
-  const int64_t tile = blockIdx.x * int64_t(kThreads / 32) + threadIdx.x / 32;
-  if (tile >= tiles) return;
-  const int lane = threadIdx.x % 32;
-  const int64_t at = tile * fp8::kBlock + 4 * lane;  // rows are whole tiles: tile t starts at 128 t
-  const uint2 raw = __ldcs(reinterpret_cast<const uint2*>(x + at));
-  const bf16* v = reinterpret_cast<const bf16*>(&raw);
-  float f[4], m = 0.0f;
+  const int64_t half = (blockIdx.x * int64_t(kThreads) + threadIdx.x) / 16;
+  const int lane = threadIdx.x % 16;
+  uint4 raw[kTilesPerHalfWarp];
 #pragma unroll
-  for (int e = 0; e < 4; ++e) m = fmaxf(m, fabsf(f[e] = cvt<float>(v[e])));
+  for (int k = 0; k < kTilesPerHalfWarp; ++k) {
+    const int64_t tile = half * kTilesPerHalfWarp + k;
+    raw[k] = tile < tiles ? __ldcs(reinterpret_cast<const uint4*>(x + tile * fp8::kBlock + 8 * lane)) : uint4{};
+  }
 #pragma unroll
-  for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-  const float s = fp8::scale_of(m);
-  uint32_t packed = 0;
+  for (int k = 0; k < kTilesPerHalfWarp; ++k) {
+    const int64_t tile = half * kTilesPerHalfWarp + k;
+    const bf16* v = reinterpret_cast<const bf16*>(&raw[k]);
+    float f[8], m = 0.0f;
 #pragma unroll
-  for (int e = 0; e < 4; ++e) packed |= uint32_t(fp8::to_e4m3(f[e] / s)) << (8 * e);
-  *reinterpret_cast<uint32_t*>(q + at) = packed;
-  if (lane == 0) scale[(tile / tiles_per_row) * s0 + (tile % tiles_per_row) * s1] = s;
+    for (int e = 0; e < 8; ++e) m = fmaxf(m, fabsf(f[e] = cvt<float>(v[e])));
+#pragma unroll
+    for (int o = 8; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));  // within the half warp
+    if (tile >= tiles) continue;
+    const float s = fp8::scale_of(m);
+    uint2 packed{0u, 0u};
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      packed.x |= uint32_t(fp8::to_e4m3(f[e] / s)) << (8 * e);
+      packed.y |= uint32_t(fp8::to_e4m3(f[e + 4] / s)) << (8 * e);
+    }
+    *reinterpret_cast<uint2*>(q + tile * fp8::kBlock + 8 * lane) = packed;
+    if (lane == 0) scale[(tile / tiles_per_row) * s0 + (tile % tiles_per_row) * s1] = s;
+  }
 }
 
 template <class T>
@@ -169,9 +182,9 @@ void quantize_fp8(const Tensor& x, const Tensor& data, const Tensor& scale, cons
   cudaStream_t s = stream_for(x);
   const int64_t s0 = scale.strides()[0], s1 = scale.strides()[1];
   if (!check_finite && block_rows == 1 && block_cols == fp8::kBlock && cols % fp8::kBlock == 0 &&
-      x.dtype() == kBFloat16 && aligned(x.data_ptr(), 8)) {
+      x.dtype() == kBFloat16 && aligned(x.data_ptr(), 16)) {
     const int64_t tiles = rows * (cols / fp8::kBlock);
-    quantize_tiles_kernel<<<blocks_for(tiles, kThreads / 32, INT32_MAX), kThreads, 0, s>>>(
+    quantize_tiles_kernel<<<blocks_for(tiles, kThreads / 16 * kTilesPerHalfWarp, INT32_MAX), kThreads, 0, s>>>(
         x.data_ptr<bf16>(), data.data_ptr<uint8_t>(), scale.data_ptr<float>(), tiles, cols / fp8::kBlock, s0, s1);
     TG_CUDA_CHECK_LAUNCH("quantize_tiles_kernel");
     return;
