@@ -9,9 +9,9 @@
 #include "nn/linear4bit.h"
 #include "ops/binary.h"
 #include "ops/cast.h"
+#include "ops/clamped_swiglu.h"
 #include "ops/embedding.h"
 #include "ops/grouped_mm.h"
-#include "ops/masked_fill.h"
 #include "ops/moe_routing.h"
 #include "ops/reduce.h"
 #include "ops/shape.h"
@@ -21,22 +21,6 @@
 
 namespace tg::nn {
 namespace {
-
-// true where t > v (no gradient): the elements a clamp at v replaces.
-Tensor above(const Tensor& t, double v) {
-  NoGradGuard g;
-  return to(relu(sub(t.detach(), v)), kBool);
-}
-
-// gpt-oss's activation of its interleaved [n, 2I] gate / up columns -> [n, I].
-Tensor clamped_swiglu(const Tensor& gate_up, double alpha, double limit) {
-  const int64_t width = gate_up.shape()[1];
-  Tensor gate = slice(gate_up, 1, 0, width, 2), up = slice(gate_up, 1, 1, width, 2);
-  gate = masked_fill(gate, above(gate, limit), limit);
-  up = masked_fill(up, above(up, limit), limit);
-  up = masked_fill(up, above(neg(up.detach()), limit), -limit);
-  return mul(add(up, 1.0), mul(gate, sigmoid(mul(gate, alpha))));
-}
 
 // `parameter`'s dense slot and its 4-bit one in `m`, const as `m` is (tg::Error for another name).
 template <class Experts>

@@ -108,11 +108,19 @@ TEST(Topk, LargestFirstEqualValuesByIndex) {
 TEST(SortByExpert, CudaMatchesCpu) {
   TG_REQUIRE_CUDA();
   Generator gen(2);
-  const Tensor idx = randint(0, 7, {33, 3}, gen);
-  const ExpertOrder cpu = sort_by_expert(idx, 9), gpu = sort_by_expert(to(idx, Device::cuda()), 9);
-  EXPECT_TENSOR_EQ(to(gpu.counts, Device::cpu()), cpu.counts);
-  EXPECT_TENSOR_EQ(to(gpu.token_of_row, Device::cpu()), cpu.token_of_row);
-  EXPECT_TENSOR_EQ(to(gpu.row_of_choice, Device::cpu()), cpu.row_of_choice);
+  // a small case, and one the radix sort spreads over many blocks (the last expert gets no token)
+  for (const auto& [choices, E] : {std::pair{randint(0, 7, {33, 3}, gen), int64_t{9}},
+                                   std::pair{randint(0, 32, {8192, 4}, gen), int64_t{33}}}) {
+    const ExpertOrder cpu = sort_by_expert(choices, E), gpu = sort_by_expert(to(choices, Device::cuda()), E);
+    EXPECT_TENSOR_EQ(to(gpu.counts, Device::cpu()), cpu.counts);
+    EXPECT_TENSOR_EQ(to(gpu.token_of_row, Device::cpu()), cpu.token_of_row);
+    EXPECT_TENSOR_EQ(to(gpu.row_of_choice, Device::cpu()), cpu.row_of_choice);
+  }
+  // an expert id out of range: left out of the counts, row -1, reported by the next call
+  const ExpertOrder bad = sort_by_expert(from_vector<int64_t>({0, 7, 1, 0}, {2, 2}, Device::cuda()), 3);
+  EXPECT_EQ(to(bad.counts, Device::cpu()).to_vector<int64_t>(), (std::vector<int64_t>{2, 1, 0}));
+  EXPECT_EQ(to(bad.row_of_choice, Device::cpu()).to_vector<int64_t>(), (std::vector<int64_t>{0, -1, 2, 1}));
+  EXPECT_ERROR_HAS(sort_by_expert(from_vector<int64_t>({0, 1}, {1, 2}, Device::cuda()), 3), "expert id 7", "3");
   const Tensor x = randn({17, 9}, gen);
   auto [v, i] = topk(x, 4);
   auto [vg, ig] = topk(to(x, Device::cuda()), 4);

@@ -1,9 +1,14 @@
-// The routing kernels on CUDA, a first version that the MoE step's GEMMs dwarf at the models'
-// sizes: topk by one thread a row (k passes over its C values), its backward one thread an
-// element of dx; sort_by_expert as one counting sort on a single thread (T * k choices read
-// twice), so its three outputs need no host round trip. An expert id out of range is left out of
-// the counts and reported through the index-error flag (index_check.cuh).
+// The routing kernels on CUDA. topk: one thread a row (k passes over its C values), its backward
+// one thread an element of dx. sort_by_expert: each choice keyed by its expert (counts by integer
+// atomics: the same counts in any order), CUB's stable radix sort over the key's bits, then one
+// thread a row writes token_of_row and row_of_choice: about 5 passes over the n choices, no host
+// round trip, rows of one expert in choice order as the CPU's. An expert id out of range is keyed
+// past the last expert (sorted last, row -1), left out of the counts and reported through the
+// index-error flag (index_check.cuh).
+#include <bit>
 #include <cstdint>
+
+#include <cub/device/device_radix_sort.cuh>
 
 #include "core/cuda/cuda_utils.cuh"
 #include "core/cuda/device_utils.cuh"
@@ -49,35 +54,29 @@ __global__ void topk_backward_kernel(T* dx, const T* g, const int64_t* indices, 
   }
 }
 
-__global__ void sort_by_expert_kernel(int64_t* counts, int64_t* token_of_row, int64_t* row_of_choice,
-                                      const int64_t* indices, int64_t n, int64_t k, int64_t E, long long* flag) {
-  for (int64_t e = 0; e < E; ++e) counts[e] = 0;
-  for (int64_t a = 0; a < n; ++a) {
+// keys[a] = the expert of choice a (E when out of range, reported), pos[a] = a; counts[e] += 1.
+__global__ void expert_keys_kernel(uint32_t* keys, int32_t* pos, unsigned long long* counts, const int64_t* indices,
+                                   int64_t n, int64_t E, long long* flag) {
+  for (int64_t a = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; a < n; a += int64_t(gridDim.x) * blockDim.x) {
     const int64_t e = indices[a];
-    if (e < 0 || e >= E) {
-      index_check::report(flag, index_check::kMoeExpert, e, E);
-      continue;
-    }
-    ++counts[e];
+    const bool valid = e >= 0 && e < E;
+    if (valid) atomicAdd(counts + e, 1ull);
+    else index_check::report(flag, index_check::kMoeExpert, e, E);
+    keys[a] = static_cast<uint32_t>(valid ? e : E);
+    pos[a] = static_cast<int32_t>(a);
   }
-  // counts become each expert's next free row for the placement, then go back to counts
-  int64_t start = 0;
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t c = counts[e];
-    counts[e] = start;
-    start += c;
+}
+
+// Row r of the expert-sorted order holds choice a = sorted_pos[r]: its token a / k; row -1 (and
+// token 0) for a choice out of range.
+__global__ void place_rows_kernel(int64_t* token_of_row, int64_t* row_of_choice, const uint32_t* sorted_keys,
+                                  const int32_t* sorted_pos, int64_t n, int64_t k, int64_t E) {
+  for (int64_t r = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; r < n; r += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t a = sorted_pos[r];
+    const bool valid = sorted_keys[r] < E;
+    token_of_row[r] = valid ? a / k : 0;
+    row_of_choice[a] = valid ? r : -1;
   }
-  for (int64_t a = 0; a < n; ++a) {
-    const int64_t e = indices[a];
-    if (e < 0 || e >= E) {
-      row_of_choice[a] = -1;
-      continue;
-    }
-    const int64_t row = counts[e]++;
-    token_of_row[row] = a / k;
-    row_of_choice[a] = row;
-  }
-  for (int64_t e = E - 1; e > 0; --e) counts[e] -= counts[e - 1];
 }
 
 }  // namespace
@@ -106,10 +105,31 @@ void sort_by_expert(const Tensor& counts, const Tensor& token_of_row, const Tens
                     const Tensor& indices) {
   const int device = indices.device().index;
   index_check::raise_pending(device);
+  const int64_t n = indices.numel(), k = indices.shape()[1], E = counts.numel();
+  TG_CHECK(n < (int64_t(1) << 31) && E < (int64_t(1) << 31) - 1, "sort_by_expert",
+           "the CUDA kernels take fewer than 2^31 choices and experts, got ", n, " choices of ", E, " experts");
   cudaStream_t s = stream_for(indices);
-  sort_by_expert_kernel<<<1, 1, 0, s>>>(counts.data_ptr<int64_t>(), token_of_row.data_ptr<int64_t>(),
-                                        row_of_choice.data_ptr<int64_t>(), indices.data_ptr<int64_t>(), indices.numel(),
-                                        indices.shape()[1], counts.numel(), index_check::flag(device));
+  // keys and positions, then their sorted copies (int32 tensors hold the uint32 keys)
+  Tensor buf = Tensor::empty({4, std::max<int64_t>(n, 1)}, {kInt32, indices.device()});
+  int32_t* b = buf.data_ptr<int32_t>();
+  uint32_t *keys = reinterpret_cast<uint32_t*>(b), *sorted_keys = reinterpret_cast<uint32_t*>(b + 2 * n);
+  int32_t *pos = b + n, *sorted_pos = b + 3 * n;
+  TG_CUDA_CHECK(cudaMemsetAsync(counts.data_ptr(), 0, static_cast<size_t>(E) * sizeof(int64_t), s));
+  if (n == 0) return;
+  expert_keys_kernel<<<blocks_for(n, kThreads), kThreads, 0, s>>>(
+      keys, pos, reinterpret_cast<unsigned long long*>(counts.data_ptr<int64_t>()), indices.data_ptr<int64_t>(), n, E,
+      index_check::flag(device));
+  TG_CUDA_CHECK_LAUNCH("sort_by_expert");
+  const int end_bit = std::bit_width(static_cast<uint64_t>(E));  // the keys are at most E
+  size_t temp_bytes = 0;
+  TG_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, keys, sorted_keys, pos, sorted_pos,
+                                                static_cast<int>(n), 0, end_bit, s));
+  Tensor temp = Tensor::empty({static_cast<int64_t>(temp_bytes / 8 + 1)}, {kInt64, indices.device()});
+  TG_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp.data_ptr<int64_t>(), temp_bytes, keys, sorted_keys, pos,
+                                                sorted_pos, static_cast<int>(n), 0, end_bit, s));
+  place_rows_kernel<<<blocks_for(n, kThreads), kThreads, 0, s>>>(token_of_row.data_ptr<int64_t>(),
+                                                                 row_of_choice.data_ptr<int64_t>(), sorted_keys,
+                                                                 sorted_pos, n, k, E);
   TG_CUDA_CHECK_LAUNCH("sort_by_expert");
   index_check::watch(device, s);
 }
