@@ -4,10 +4,11 @@
 // predicted from the last one as quadratic in T, would not fit in what is left), for each --quant
 // and --offload. Gradient checkpointing on, the gated MLPs tiled (--tiled-mlp tokens a chunk),
 // bf16 base with float32 LoRA on every projection. A step is timed once after --warmup untimed
-// ones (the first length only: later lengths reuse its workspaces). Rows {impl, config, quant,
-// offload, T, ms, tokens_per_s, peak_mib (the allocator's peak of live tensors), host_peak_mib
-// (the offloaded activations' peak), plan_mib (train::estimate_training_memory's plan for the
-// run), fits} into --json; the first length that does not fit is a row with fits false.
+// ones at each length (a longer length's buffers, the offload's pinned host ones too, are allocated
+// in its first step). Rows {impl, config, quant, offload, mlp_chunk_tokens, T, ms, tokens_per_s,
+// peak_mib (the allocator's peak of live tensors), host_peak_mib (the offloaded activations' peak),
+// plan_mib (train::estimate_training_memory's plan for the run), fits} into --json; the first
+// length that does not fit is a row with fits false.
 // --layers N builds N of the config's layers (a quick look at the per-layer peak).
 #include <algorithm>
 #include <chrono>
@@ -52,7 +53,7 @@ int main(int argc, char** argv) {
       .add("start", "16384", "the first sequence length")
       .add("max-seq", "524288", "the longest sequence length tried")
       .add("budget-s", "100", "seconds of steps a configuration (quant x offload) may take")
-      .add("warmup", "1", "untimed steps before the first length's timed one")
+      .add("warmup", "1", "untimed steps before each length's timed one")
       .add("r", "16", "LoRA rank")
       .add("json", "", "also write the rows to this file (bench/results/long_context.json's rows)");
   try {
@@ -66,6 +67,7 @@ int main(int argc, char** argv) {
     const int64_t start = flags.integer("start", 1, INT32_MAX), max_seq = flags.integer("max-seq", 1, INT32_MAX);
     const int64_t chunk = flags.integer("tiled-mlp", 0, INT32_MAX), r = flags.integer("r", 1, 4096);
     const double budget_s = flags.number("budget-s");
+    const int64_t warmup = flags.integer("warmup", 0, 100);
     c.max_position_embeddings = std::max(c.max_position_embeddings, max_seq);
     std::vector<train::WeightShape> weights;
     train::ModelSizes sizes{.hidden = c.hidden_size, .layers = c.num_hidden_layers, .intermediate = c.intermediate_size,
@@ -93,7 +95,9 @@ int main(int argc, char** argv) {
         double spent = 0, last_ms = 0;
         int64_t last_T = 0;
         for (int64_t T = start; T <= max_seq; T *= 2) {
-          const double predicted_s = last_T ? last_ms / 1e3 * static_cast<double>(T * T) / static_cast<double>(last_T * last_T) : 0;
+          const double predicted_s = last_T ? last_ms / 1e3 * static_cast<double>(T * T) / static_cast<double>(last_T * last_T) *
+                                                   static_cast<double>(1 + warmup)
+                                             : 0;
           if (last_T && spent + predicted_s > budget_s) {
             std::printf("%-10s %-5s %-7s %8lld skipped: its step would take about %.0f s, %.0f s of the budget left\n",
                         name.c_str(), quant.c_str(), offload_flag.c_str(), static_cast<long long>(T), predicted_s,
@@ -106,6 +110,7 @@ int main(int argc, char** argv) {
                                .mlp_chunk_tokens = chunk});
           bench::JsonRow& row = rows.add();
           row.str("impl", "tapegrad").str("config", name).str("quant", quant).boolean("offload", offload)
+              .num("mlp_chunk_tokens", static_cast<double>(chunk))
               .num("layers", static_cast<double>(c.num_hidden_layers)).num("batch", static_cast<double>(B))
               .num("T", static_cast<double>(T))
               .num("plan_mib", static_cast<double>(plan.total()) / kMiB, 5);
@@ -120,7 +125,7 @@ int main(int argc, char** argv) {
           };
           double ms = 0;
           try {
-            for (int64_t i = 0; i < (last_T ? 0 : flags.integer("warmup", 0, 100)); ++i) step();
+            for (int64_t i = 0; i < warmup; ++i) step();
             synchronize(device);
             reset_peak_memory_stats(device);
             reset_offload_peak_memory_stats();
@@ -135,7 +140,7 @@ int main(int argc, char** argv) {
             empty_cache(device);
             break;
           }
-          spent += ms / 1e3 * (last_T ? 1 : 1 + static_cast<double>(flags.integer("warmup", 0, 100)));
+          spent += ms / 1e3 * static_cast<double>(1 + warmup);
           last_ms = ms, last_T = T;
           const double peak = static_cast<double>(memory_stats(device).peak_bytes) / kMiB;
           const double host = static_cast<double>(offload_memory_stats().peak_bytes) / kMiB;
