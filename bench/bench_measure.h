@@ -14,12 +14,27 @@
 
 #include "tapegrad.h"
 #ifdef TG_WITH_CUDA
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
 #include "core/cuda/cuda_utils.cuh"
 #endif
 
 namespace tg::bench {
+
+// f() between cudaProfilerStart / Stop on a GPU: the window `ncu --profile-from-start off` and
+// bench/cupti_timeline.cpp's traces (bench/timeline_census.py --window) take.
+inline void profiled(Device device, const std::function<void()>& f) {
+  synchronize(device);
+#ifdef TG_WITH_CUDA
+  if (device.is_cuda()) TG_CUDA_CHECK(cudaProfilerStart());
+#endif
+  f();
+  synchronize(device);
+#ifdef TG_WITH_CUDA
+  if (device.is_cuda()) TG_CUDA_CHECK(cudaProfilerStop());
+#endif
+}
 
 // Median ms of f() over `reps` calls after 3 warm-up calls.
 class Timer {

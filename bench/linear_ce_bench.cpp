@@ -29,11 +29,6 @@
 #include "ops/detail/linear_cross_entropy_chunks.h"
 #include "ops/linear_cross_entropy.h"
 #include "tapegrad.h"
-#ifdef TG_WITH_CUDA
-#include <cuda_profiler_api.h>
-
-#include "core/cuda/cuda_utils.cuh"
-#endif
 
 using namespace tg;
 
@@ -77,19 +72,6 @@ Tensor padded_targets(int64_t n, int64_t classes, double frac, Device device) {
   std::vector<int64_t> t(n);
   for (int64_t& v : t) v = pad(rng) ? -100 : cls(rng);
   return from_vector(t, {n}, device);
-}
-
-// f() between cudaProfilerStart / Stop.
-void profiled(Device device, const std::function<void()>& f) {
-  synchronize(device);
-#ifdef TG_WITH_CUDA
-  if (device.is_cuda()) TG_CUDA_CHECK(cudaProfilerStart());
-#endif
-  f();
-  synchronize(device);
-#ifdef TG_WITH_CUDA
-  if (device.is_cuda()) TG_CUDA_CHECK(cudaProfilerStop());
-#endif
 }
 
 struct Result {
@@ -163,7 +145,7 @@ int run(int argc, char** argv) {
         throw Error("linear_ce_bench: at " + c.name() + " (" + weight + ") the fused loss / gradients differ from the " +
                     "unfused ones by " + std::to_string(loss_err) + " / " + std::to_string(grad_err) +
                     " (relative), wanted at most 1e-3 / " + std::to_string(tolerance));
-      if (flags.integer("profile")) profiled(device, [&] { impls[0].second().backward(); });
+      if (flags.integer("profile")) bench::profiled(device, [&] { impls[0].second().backward(); });
       for (const auto& [impl, loss_of] : impls) {
         auto step = [&] { loss_of().backward(); };  // gradients accumulate into the existing .grad
         step();                                     // .grad exists before the measurements

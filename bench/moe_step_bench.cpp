@@ -5,9 +5,10 @@
 // on q / k / v / o and, as peft's target_parameters, on the experts' gate_up_proj and down_proj;
 // qlora: every Linear but the head and every expert weight in NF4 (double quantisation, bf16
 // compute). Gradient checkpointing on; the loss with the router's load-balancing term where the
-// config asks for it. The median of --steps timed steps after --warmup. Rows {config, mode,
-// layers, batch, seq, ms, tokens_per_s, peak_mib, peak_mib_extrapolated} into --json
-// (bench/results/moe_step.json); bench/torch_moe_step.py times transformers + peft alike.
+// config asks for it. The median of --steps timed steps after --warmup, in one cudaProfilerStart /
+// Stop window with the timer's 3 warm-up steps (bench/timeline_census.py --steps <steps + 3>, each
+// step after a 256 MB L2 flush). Rows {config, mode, layers, batch, seq, ms, tokens_per_s,
+// peak_mib, peak_mib_extrapolated} into --json (bench/results/moe_step.json); bench/torch_moe_step.py times transformers + peft alike.
 //   moe_step_bench --config-json tests/fixtures/hf/configs/gpt-oss-20b.json --layers 4 --batch 4 --seq 2048
 #include <algorithm>
 #include <filesystem>
@@ -127,7 +128,8 @@ int run(int argc, char** argv) {
     for (int i = 0; i < warmup; ++i) step();
     synchronize(device);
     reset_peak_memory_stats(device);
-    const double ms = timer.median_ms(step, steps);
+    double ms = 0;
+    bench::profiled(device, [&] { ms = timer.median_ms(step, steps); });
     const double peak = static_cast<double>(memory_stats(device).peak_bytes) / kMiB;
     // Each layer not built would add its weights and its checkpoint (a [B, T, hidden] bf16 input).
     const int64_t built = model->dims().num_layers;

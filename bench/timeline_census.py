@@ -15,7 +15,9 @@ whole trace when it has no marks.
 
 Output (stdout, and --out or $OUT/timeline-<title>.md): per step span, busy and idle ms; the
 categories (ncu_census.py's rules) with their kernel ms in place and the idle before them; idle
-intervals by size; the 15 largest idle intervals with the kernels around them.
+intervals by size; the 15 largest idle intervals with the kernels around them; the costliest
+kernels (--kernels). --steps N takes the window as N steps whole, for a step whose first kernel
+also runs inside it (moe_step_bench: the embedding kernel gathers the experts' rows).
 """
 import argparse
 import csv
@@ -72,10 +74,12 @@ def step_stats(ops):
     return span, span - sum(g for g, _, _ in idle), kernels, idle
 
 
-def census(rows, begins, title):
-    steps = [step_stats(s) for s in split_steps(rows, begins)]
-    n = len(steps)
-    spans = [s[0] / 1e6 for s in steps]
+def census(rows, begins, title, count=None, top=12):
+    """count: the window holds that many steps, taken as one stretch (for a step whose first kernel
+    also runs inside it); else the steps split at --step-begins."""
+    steps = [step_stats(rows)] if count else [step_stats(s) for s in split_steps(rows, begins)]
+    n = count or len(steps)
+    spans = [s[0] / 1e6 / (count or 1) for s in steps]
     busy = sum(s[1] for s in steps) / 1e6 / n
     idle_ms = sum(s[0] - s[1] for s in steps) / 1e6 / n  # a mean, as busy: the median span less busy can go negative
     idle_all = [g for s in steps for g in s[3]]
@@ -99,6 +103,15 @@ def census(rows, begins, title):
         if cat in by_cat:
             c = by_cat[cat]
             lines.append(f"| {cat} | {c[0] / n:.0f} | {c[1] / 1e6 / n:.3f} | {c[2] / 1e6 / n:.3f} |")
+    by_kernel = {}
+    for s in steps:
+        for _, ns, label in s[2]:
+            k = by_kernel.setdefault(short(label), [0, 0.0])
+            k[0] += 1
+            k[1] += ns
+    lines += ["", f"The {top} kernels with the most time (a step):", "", "| kernel | launches | ms |", "| --- | ---: | ---: |"]
+    for name, (launches, ns) in sorted(by_kernel.items(), key=lambda kv: -kv[1][1])[:top]:
+        lines.append(f"| {name} | {launches / n:.0f} | {ns / 1e6 / n:.3f} |")
     lines += ["", "Idle intervals by size (a step):", "", "| size | count | ms |", "| --- | ---: | ---: |"]
     for lo, hi, label in BUCKETS:
         gs = [g for g, _, _ in idle_all if lo <= g < hi]
@@ -114,11 +127,14 @@ def main():
     ap.add_argument("trace", help="bench/cupti_timeline.cpp's CSV")
     ap.add_argument("--window", type=int, default=0, help="which cudaProfilerStart / Stop pair (0: the first)")
     ap.add_argument("--step-begins", default=r"embedding_forward", help="regex naming a step's first kernel")
+    ap.add_argument("--steps", type=int, default=None,
+                    help="the window holds this many steps (taken whole, not split at --step-begins)")
+    ap.add_argument("--kernels", type=int, default=12, help="how many of the costliest kernels to list")
     ap.add_argument("--title", default="step")
     ap.add_argument("--out", default=None, help="also write here (default: $OUT/timeline-<title>.md when OUT is set)")
     args = ap.parse_args()
-    emit(census(window(read_trace(args.trace), args.window), args.step_begins, args.title), args.out, "timeline",
-         args.title)
+    emit(census(window(read_trace(args.trace), args.window), args.step_begins, args.title, args.steps, args.kernels),
+         args.out, "timeline", args.title)
 
 
 if __name__ == "__main__":

@@ -49,6 +49,7 @@
 #include <vector>
 
 #include "bench/bench_json.h"
+#include "bench/bench_measure.h"
 #include "bench/real_llama.h"
 #include "core/cuda/runtime.h"
 #include "core/cuda_graph.h"
@@ -61,9 +62,6 @@
 #include "optim/optimizer.h"
 #include "peft/lora.h"
 #include "tapegrad.h"
-#ifdef TG_WITH_CUDA
-#include <cuda_profiler_api.h>
-#endif
 
 using namespace tg;
 
@@ -98,14 +96,6 @@ bench::BenchLlama config_of(const examples::Flags& flags, std::string& name) {
   return b;
 }
 
-void profiler(bool start, Device device) {
-#ifdef TG_WITH_CUDA
-  if (device.is_cuda()) TG_CHECK((start ? cudaProfilerStart() : cudaProfilerStop()) == cudaSuccess, "train_step_bench",
-                                 "cudaProfilerStart / Stop failed");
-#else
-  (void)start, (void)device;
-#endif
-}
 
 // Where a model's bytes are, by the names of its parameters and buffers (each tensor's memory once:
 // a shared workspace, not q / k / v's one allocation).
@@ -273,13 +263,13 @@ int main(int argc, char** argv) {
                     name.c_str(), mode_name.c_str(), eager_loss, loss.item());
       }
       std::vector<double> ms;
-      profiler(true, device);
-      for (int64_t i = 0; i < flags.integer("steps"); ++i) {
-        auto t0 = std::chrono::steady_clock::now();
-        step();
-        ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-      }
-      profiler(false, device);
+      bench::profiled(device, [&] {
+        for (int64_t i = 0; i < flags.integer("steps"); ++i) {
+          auto t0 = std::chrono::steady_clock::now();
+          step();
+          ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+        }
+      });
       TG_CHECK(!ms.empty(), "train_step_bench", "--steps wants at least 1, got ", flags.integer("steps"));
       std::sort(ms.begin(), ms.end());
       double med = ms[ms.size() / 2];
