@@ -27,6 +27,7 @@
 #include "ops/attention.h"
 #include "ops/binary.h"
 #include "ops/cast.h"
+#include "ops/clamped_swiglu.h"
 #include "ops/cross_entropy.h"
 #include "ops/dropout.h"
 #include "ops/embedding.h"
