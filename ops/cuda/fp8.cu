@@ -2,8 +2,8 @@
 // quantize_fp8: one block of 256 threads a scale block (a weight's 128x128 block or row): its max
 // |x| (a max: the CPU's value whatever the order), then each value divided by the multiplier
 // (IEEE division, as the CPU) and rounded by fp8_math.h, so the bytes equal the CPU's. The
-// activations' 1x128 tiles of bfloat16 rows take half a warp a tile instead, rounded by the GPU's
-// cvt to e4m3x2 (round to nearest even, saturated: the same bytes) (quantize_tiles_kernel).
+// activations' 1x128 tiles of bfloat16 rows take half a warp a tile instead (quantize_tiles_kernel),
+// rounded by the GPU's cvt to e4m3x2 (to nearest even, saturated: the CPU's bytes but a NaN's).
 // dequantize_fp8: a thread a value, out = e4m3 value * its block's multiplier.
 // transpose_2d: 32x32 tiles through shared memory (dx's W^T, once a backward call).
 // fp8_gemm: cuBLASLt's FP8 matmul (sm_90: both operands K-major, the "TN" layout), block scales
@@ -90,7 +90,7 @@ __global__ void quantize_tiles_kernel(const bf16* __restrict__ x, uint8_t* __res
     for (int o = 8; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));  // within the half warp
     if (tile >= tiles) continue;
     const float s = fp8::scale_of(m);
-    uint32_t packed[2] = {0u, 0u};  // Hopper's cvt (round to nearest even, saturated): fp8::to_e4m3's bytes
+    uint32_t packed[2] = {0u, 0u};  // the GPU's cvt: fp8::to_e4m3's bytes but a NaN's
 #pragma unroll
     for (int e = 0; e < 8; e += 2)
       packed[e / 4] |= uint32_t(__nv_cvt_float2_to_fp8x2(make_float2(f[e] / s, f[e + 1] / s), __NV_SATFINITE, __NV_E4M3))
