@@ -8,7 +8,8 @@
 // config asks for it. The median of --steps timed steps after --warmup, in one cudaProfilerStart /
 // Stop window with the timer's 3 warm-up steps (bench/timeline_census.py --steps <steps + 3>, each
 // step after a 256 MB L2 flush). Rows {config, mode, layers, batch, seq, ms, tokens_per_s,
-// peak_mib, peak_mib_extrapolated} into --json (bench/results/moe_step.json); bench/torch_moe_step.py times transformers + peft alike.
+// peak_mib, peak_mib_extrapolated} into --json (bench/results/moe_step.json);
+// bench/torch_moe_step.py times transformers + peft alike.
 //   moe_step_bench --config-json tests/fixtures/hf/configs/gpt-oss-20b.json --layers 4 --batch 4 --seq 2048
 #include <algorithm>
 #include <filesystem>

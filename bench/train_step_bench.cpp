@@ -96,7 +96,6 @@ bench::BenchLlama config_of(const examples::Flags& flags, std::string& name) {
   return b;
 }
 
-
 // Where a model's bytes are, by the names of its parameters and buffers (each tensor's memory once:
 // a shared workspace, not q / k / v's one allocation).
 struct ModelBytes {

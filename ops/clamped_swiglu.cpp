@@ -3,7 +3,6 @@
 #include <cmath>
 
 #include "core/autograd.h"
-#include "core/trace.h"
 #include "ops/clamped_swiglu_kernels.h"
 #include "ops/detail/checks.h"
 #include "ops/detail/dispatch.h"

@@ -9,11 +9,10 @@
 // is reported through the index-error flag (index_check.cuh).
 #include <bit>
 
-#include <cub/device/device_radix_sort.cuh>
-
 #include "core/cuda/cuda_utils.cuh"
 #include "core/cuda/device_utils.cuh"
 #include "ops/cuda/index_check.cuh"
+#include "ops/cuda/radix_sort.cuh"
 #include "ops/embedding_kernels.h"
 
 namespace tg::cuda {
@@ -122,12 +121,7 @@ void embedding_backward(const Tensor& dweight, const Tensor& grad, const Tensor&
                                                                            rows);
     TG_CUDA_CHECK_LAUNCH("embedding_sort_keys");
     const int end_bit = std::bit_width(static_cast<uint64_t>(rows));  // the keys are at most rows
-    size_t temp_bytes = 0;
-    TG_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, keys, sorted_keys, pos, sorted_pos,
-                                                  static_cast<int>(count), 0, end_bit, s));
-    Tensor temp = Tensor::empty({static_cast<int64_t>(temp_bytes / 8 + 1)}, {kInt64, dev});
-    TG_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp.data_ptr<int64_t>(), temp_bytes, keys, sorted_keys, pos,
-                                                  sorted_pos, static_cast<int>(count), 0, end_bit, s));
+    radix_sort_pairs(keys, sorted_keys, pos, sorted_pos, static_cast<int>(count), end_bit, dev, s);
     embedding_backward_runs<T><<<static_cast<unsigned>(count), 128, 0, s>>>(
         dweight.data_ptr<float>(), grad.data_ptr<T>(), sorted_keys, sorted_pos, count, rows, dim);
     TG_CUDA_CHECK_LAUNCH("embedding_backward");

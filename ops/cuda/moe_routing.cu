@@ -8,11 +8,10 @@
 #include <bit>
 #include <cstdint>
 
-#include <cub/device/device_radix_sort.cuh>
-
 #include "core/cuda/cuda_utils.cuh"
 #include "core/cuda/device_utils.cuh"
 #include "ops/cuda/index_check.cuh"
+#include "ops/cuda/radix_sort.cuh"
 #include "ops/moe_routing_kernels.h"
 
 namespace tg::cuda {
@@ -121,12 +120,7 @@ void sort_by_expert(const Tensor& counts, const Tensor& token_of_row, const Tens
       index_check::flag(device));
   TG_CUDA_CHECK_LAUNCH("sort_by_expert");
   const int end_bit = std::bit_width(static_cast<uint64_t>(E));  // the keys are at most E
-  size_t temp_bytes = 0;
-  TG_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, keys, sorted_keys, pos, sorted_pos,
-                                                static_cast<int>(n), 0, end_bit, s));
-  Tensor temp = Tensor::empty({static_cast<int64_t>(temp_bytes / 8 + 1)}, {kInt64, indices.device()});
-  TG_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp.data_ptr<int64_t>(), temp_bytes, keys, sorted_keys, pos,
-                                                sorted_pos, static_cast<int>(n), 0, end_bit, s));
+  radix_sort_pairs(keys, sorted_keys, pos, sorted_pos, static_cast<int>(n), end_bit, indices.device(), s);
   place_rows_kernel<<<blocks_for(n, kThreads), kThreads, 0, s>>>(token_of_row.data_ptr<int64_t>(),
                                                                  row_of_choice.data_ptr<int64_t>(), sorted_keys,
                                                                  sorted_pos, n, k, E);
